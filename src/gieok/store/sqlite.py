@@ -1,0 +1,521 @@
+"""SQLite backend: one file, WAL, every write one transaction.
+
+The connection is shared by the threads of one process and guarded by a lock;
+other processes coordinate through SQLite's own locking (`BEGIN IMMEDIATE` with a
+busy timeout), and `change_token` lets the engine notice their commits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..chain import GENESIS, block_hash, content_digest
+from ..errors import (
+    BlockNotFoundError,
+    CorruptDatabaseError,
+    DatabaseUnwritableError,
+    SchemaTooNewError,
+    StoreError,
+)
+from ..types import Block, Scope
+from .base import BM25Filter, IndexRows, NewBlock, VerifyReport
+from .schema import MIGRATIONS, SCHEMA_VERSION
+
+__all__ = ["SQLiteStore", "facet_tokens"]
+
+_BLOCK_COLUMNS = (
+    "block_index, kind, guild, channel, user_id, speaker, text, event_time, insert_time, importance, "
+    "keywords, tags, metadata, conv_pos, content_digest, prev_hash, hash, forgotten_at"
+)
+
+
+def _facet(prefix: str, value: str) -> str:
+    return prefix + hashlib.blake2b(value.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def facet_tokens(scope: Scope, kind: str) -> str:
+    """Scope and kind as opaque FTS tokens: any id string is safe inside a MATCH expression."""
+    parts = [f"k_{kind}"]
+    if scope.guild is not None:
+        parts.append(_facet("g_", scope.guild))
+    if scope.channel is not None:
+        parts.append(_facet("c_", scope.channel))
+    if scope.user is not None:
+        parts.append(_facet("u_", scope.user))
+    return " ".join(parts)
+
+
+def _quote(token: str) -> str:
+    return '"' + token.replace('"', '""') + '"'
+
+
+def _row_to_block(row: sqlite3.Row | tuple) -> Block:
+    (index, kind, guild, channel, user, speaker, text, event_time, insert_time, importance,
+     keywords, tags, metadata, conv_pos, digest, prev_hash, hash_, forgotten_at) = row
+    return Block(
+        block_index=index,
+        kind=kind,
+        text=text,
+        scope=Scope(guild, channel, user),
+        speaker=speaker,
+        event_time=event_time,
+        insert_time=insert_time,
+        importance=importance,
+        keywords=tuple(json.loads(keywords)),
+        tags=tuple(json.loads(tags)),
+        metadata=json.loads(metadata),
+        conv_pos=conv_pos,
+        content_digest=digest,
+        prev_hash=prev_hash,
+        hash=hash_,
+        forgotten=forgotten_at is not None,
+    )
+
+
+def _hash_of(block: Block) -> str:
+    return block_hash(
+        block_index=block.block_index,
+        prev_hash=block.prev_hash,
+        kind=block.kind,
+        guild=block.scope.guild,
+        channel=block.scope.channel,
+        user=block.scope.user,
+        event_time=block.event_time,
+        insert_time=block.insert_time,
+        importance=block.importance,
+        conv_pos=block.conv_pos,
+        digest=block.content_digest,
+    )
+
+
+def _digest_of(block: Block) -> str:
+    return content_digest(block.text, block.speaker, list(block.keywords), list(block.tags), block.metadata)
+
+
+class SQLiteStore:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 10_000) -> None:
+        self.path = str(path)
+        self._lock = threading.RLock()
+        self._conn = self._connect(Path(path), busy_timeout_ms)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def _connect(self, path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DatabaseUnwritableError(f"cannot create directory {path.parent}: {exc.strerror}") from None
+        if path.is_dir():
+            raise DatabaseUnwritableError(f"{path} is a directory, not a database file")
+        existed = path.exists() and path.stat().st_size > 0
+        if not existed and not os.access(path.parent, os.W_OK):
+            raise DatabaseUnwritableError(f"cannot create database in {path.parent}: permission denied")
+        try:
+            conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=busy_timeout_ms / 1000)
+        except sqlite3.Error as exc:
+            raise DatabaseUnwritableError(f"cannot open {path}: {exc}") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            conn.execute("PRAGMA synchronous = NORMAL")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if existed:
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                if version == 0 or "blocks" not in tables:
+                    raise CorruptDatabaseError(f"{path} is a SQLite file but not a gieok database")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            if "readonly" in str(exc) or "unable to open" in str(exc):
+                raise DatabaseUnwritableError(f"cannot write {path}: {exc}") from None
+            raise CorruptDatabaseError(f"{path} is not a usable gieok database: {exc}") from None
+        except CorruptDatabaseError:
+            conn.close()
+            raise
+        if mode.lower() != "wal" and existed:
+            conn.close()
+            raise DatabaseUnwritableError(f"cannot enable WAL on {path} (is the file or its folder read-only?)")
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise SchemaTooNewError(
+                f"{path} has schema version {version}; this gieok understands up to {SCHEMA_VERSION}. Upgrade gieok."
+            )
+        try:
+            self._migrate(conn, version)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            if "readonly" in str(exc):
+                raise DatabaseUnwritableError(f"cannot write {path}: {exc}") from None
+            raise CorruptDatabaseError(f"cannot initialise {path}: {exc}") from None
+        return conn
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection, version: int) -> None:
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _split_sql(MIGRATIONS[target - 1]):
+                    conn.execute(statement)
+                if target == 1:
+                    conn.execute("INSERT INTO meta(key, value) VALUES ('created_at', ?)", (str(time.time()),))
+                conn.execute(f"PRAGMA user_version = {target}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self._conn.execute("PRAGMA optimize")
+            except sqlite3.Error:
+                pass
+            self._conn.close()
+
+    def _write(self):
+        return _Transaction(self)
+
+    # -- metadata -------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        with self._lock:
+            row = self._query("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, items: dict[str, str]) -> None:
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                list(items.items()),
+            )
+
+    def schema_version(self) -> int:
+        with self._lock:
+            return int(self._query("PRAGMA user_version").fetchone()[0])
+
+    # -- writes ---------------------------------------------------------------------------
+    def append(self, blocks: Sequence[NewBlock], vectors: np.ndarray, insert_time: float) -> list[Block]:
+        if len(blocks) != len(vectors):
+            raise StoreError("append: one vector per block is required")
+        out: list[Block] = []
+        with self._write() as conn:
+            last = conn.execute("SELECT block_index, hash FROM blocks ORDER BY block_index DESC LIMIT 1").fetchone()
+            index, prev_hash = (last[0], last[1]) if last else (0, GENESIS)
+            positions: dict[str, int] = {}
+            block_rows, vector_rows, fts_rows = [], [], []
+            for new, vector in zip(blocks, vectors):
+                index += 1
+                conv_pos = None
+                channel = new.scope.channel
+                if channel is not None:
+                    if channel not in positions:
+                        row = conn.execute("SELECT max(conv_pos) FROM blocks WHERE channel = ?", (channel,)).fetchone()
+                        positions[channel] = row[0] or 0
+                    positions[channel] += 1
+                    conv_pos = positions[channel]
+                digest = content_digest(new.text, new.speaker, new.keywords, new.tags, new.metadata)
+                hash_ = block_hash(
+                    block_index=index, prev_hash=prev_hash, kind=new.kind, guild=new.scope.guild,
+                    channel=channel, user=new.scope.user, event_time=new.event_time, insert_time=insert_time,
+                    importance=new.importance, conv_pos=conv_pos, digest=digest,
+                )
+                block = Block(
+                    block_index=index, kind=new.kind, text=new.text, scope=new.scope, speaker=new.speaker,
+                    event_time=new.event_time, insert_time=insert_time, importance=new.importance,
+                    keywords=tuple(new.keywords), tags=tuple(new.tags), metadata=new.metadata, conv_pos=conv_pos,
+                    content_digest=digest, prev_hash=prev_hash, hash=hash_,
+                )
+                block_rows.append(_block_params(block))
+                vector_rows.append((index, np.asarray(vector, dtype="<f4").tobytes()))
+                fts_rows.append((index, " ".join(new.tokens), facet_tokens(new.scope, new.kind)))
+                out.append(block)
+                prev_hash = hash_
+            self._insert_rows(conn, block_rows, vector_rows, fts_rows)
+        return out
+
+    def append_exact(self, blocks: Sequence[Block], tokens: Sequence[list[str]], vectors: np.ndarray) -> None:
+        """Insert blocks that already carry index and hash (import of a full chain)."""
+        with self._write() as conn:
+            last = conn.execute("SELECT block_index, hash FROM blocks ORDER BY block_index DESC LIMIT 1").fetchone()
+            index, prev_hash = (last[0], last[1]) if last else (0, GENESIS)
+            block_rows, vector_rows, fts_rows = [], [], []
+            for block, toks, vector in zip(blocks, tokens, vectors):
+                if block.block_index != index + 1 or block.prev_hash != prev_hash:
+                    raise StoreError(f"block {block.block_index} does not continue the chain at {index}")
+                index, prev_hash = block.block_index, block.hash
+                params = _block_params(block)
+                if block.forgotten:
+                    params = params[:-1] + (block.insert_time,)
+                block_rows.append(params)
+                if not block.forgotten:
+                    vector_rows.append((block.block_index, np.asarray(vector, dtype="<f4").tobytes()))
+                    fts_rows.append((block.block_index, " ".join(toks), facet_tokens(block.scope, block.kind)))
+            self._insert_rows(conn, block_rows, vector_rows, fts_rows)
+
+    @staticmethod
+    def _insert_rows(conn: sqlite3.Connection, block_rows: list, vector_rows: list, fts_rows: list) -> None:
+        conn.executemany(f"INSERT INTO blocks({_BLOCK_COLUMNS}) VALUES ({', '.join('?' * 18)})", block_rows)
+        conn.executemany("INSERT INTO embeddings(block_index, vector) VALUES (?, ?)", vector_rows)
+        conn.executemany("INSERT INTO blocks_fts(rowid, tokens, facets) VALUES (?, ?, ?)", fts_rows)
+
+    def forget(self, block_indices: Sequence[int], when: float) -> list[int]:
+        erased: list[int] = []
+        with self._write() as conn:
+            for index in block_indices:
+                row = conn.execute("SELECT forgotten_at FROM blocks WHERE block_index = ?", (index,)).fetchone()
+                if row is None or row[0] is not None:
+                    continue
+                conn.execute(
+                    "UPDATE blocks SET text = '', speaker = NULL, keywords = '[]', tags = '[]', metadata = '{}', "
+                    "forgotten_at = ? WHERE block_index = ?",
+                    (when, index),
+                )
+                conn.execute("DELETE FROM embeddings WHERE block_index = ?", (index,))
+                conn.execute("DELETE FROM blocks_fts WHERE rowid = ?", (index,))
+                erased.append(index)
+        return erased
+
+    def replace_vectors(self, block_indices: Sequence[int], vectors: np.ndarray) -> None:
+        with self._write() as conn:
+            conn.executemany(
+                "UPDATE embeddings SET vector = ? WHERE block_index = ?",
+                [(np.asarray(v, dtype="<f4").tobytes(), i) for i, v in zip(block_indices, vectors)],
+            )
+
+    # -- reads ----------------------------------------------------------------------------
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        try:
+            return self._conn.execute(sql, params)
+        except sqlite3.DatabaseError as exc:
+            raise _translate(exc, self.path) from None
+
+    def get_many(self, block_indices: Sequence[int]) -> dict[int, Block]:
+        if not block_indices:
+            return {}
+        found: dict[int, Block] = {}
+        with self._lock:
+            ids = list(dict.fromkeys(int(i) for i in block_indices))
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                sql = f"SELECT {_BLOCK_COLUMNS} FROM blocks WHERE block_index IN ({', '.join('?' * len(chunk))})"
+                for row in self._query(sql, chunk):
+                    found[row[0]] = _row_to_block(row)
+        return found
+
+    def get(self, block_index: int) -> Block:
+        found = self.get_many([block_index])
+        if block_index not in found:
+            raise BlockNotFoundError(f"no block with index {block_index}")
+        return found[block_index]
+
+    def iter_blocks(self, batch: int = 1000, after: int = 0) -> Iterator[Block]:
+        """Stream blocks in index order without holding the lock between batches."""
+        while True:
+            with self._lock:
+                rows = self._query(
+                    f"SELECT {_BLOCK_COLUMNS} FROM blocks WHERE block_index > ? ORDER BY block_index LIMIT ?",
+                    (after, batch),
+                ).fetchall()
+            if not rows:
+                return
+            for row in rows:
+                yield _row_to_block(row)
+            after = rows[-1][0]
+
+    def iter_vectors(self, block_indices: Sequence[int]) -> dict[int, np.ndarray]:
+        out: dict[int, np.ndarray] = {}
+        with self._lock:
+            for start in range(0, len(block_indices), 500):
+                chunk = list(block_indices[start : start + 500])
+                sql = f"SELECT block_index, vector FROM embeddings WHERE block_index IN ({', '.join('?' * len(chunk))})"
+                for index, blob in self._query(sql, chunk):
+                    out[index] = np.frombuffer(blob, dtype="<f4")
+        return out
+
+    def bm25(self, tokens: Sequence[str], filt: BM25Filter, limit: int) -> list[tuple[int, float]]:
+        """Top `limit` blocks by BM25 (higher is better). Tokens are quoted: no FTS syntax leaks in."""
+        terms = list(dict.fromkeys(t for t in tokens if t))
+        if not terms or limit <= 0:
+            return []
+        expression = "tokens : (" + " OR ".join(_quote(t) for t in terms) + ")"
+        facets: list[str] = []
+        for prefix, value in (("g_", filt.scope.guild), ("c_", filt.scope.channel), ("u_", filt.scope.user)):
+            if value is not None:
+                facets.append(_quote(_facet(prefix, value)))
+        if filt.kinds:
+            facets.append("(" + " OR ".join(_quote(f"k_{k}") for k in filt.kinds) + ")")
+        if facets:
+            expression += " AND facets : (" + " AND ".join(facets) + ")"
+        params: list[Any] = [expression]
+        if filt.since is None and filt.until is None:
+            sql = (
+                "SELECT rowid, -rank FROM blocks_fts WHERE blocks_fts MATCH ? "
+                "AND rank MATCH 'bm25(1.0, 0.0)' ORDER BY rank LIMIT ?"
+            )
+        else:
+            conditions = []
+            if filt.since is not None:
+                conditions.append("b.event_time >= ?")
+                params.append(filt.since)
+            if filt.until is not None:
+                conditions.append("b.event_time <= ?")
+                params.append(filt.until)
+            sql = (
+                "SELECT f.rowid, -f.rank FROM blocks_fts f JOIN blocks b ON b.block_index = f.rowid "
+                "WHERE blocks_fts MATCH ? AND f.rank MATCH 'bm25(1.0, 0.0)' AND "
+                + " AND ".join(conditions)
+                + " ORDER BY f.rank LIMIT ?"
+            )
+        params.append(limit)
+        with self._lock:
+            return [(int(i), float(s)) for i, s in self._query(sql, params)]
+
+    def load_index_rows(self, after_block_index: int, dimension: int) -> IndexRows:
+        with self._lock:
+            rows = self._query(
+                "SELECT b.block_index, b.kind, b.guild, b.channel, b.user_id, b.event_time, b.importance, "
+                "b.conv_pos, b.forgotten_at, e.vector FROM blocks b LEFT JOIN embeddings e "
+                "ON e.block_index = b.block_index WHERE b.block_index > ? ORDER BY b.block_index",
+                (after_block_index,),
+            ).fetchall()
+        n = len(rows)
+        vectors = np.zeros((n, dimension), dtype=np.float32)
+        for i, row in enumerate(rows):
+            blob = row[9]
+            if blob is not None:
+                vec = np.frombuffer(blob, dtype="<f4")
+                if vec.shape[0] != dimension:
+                    raise CorruptDatabaseError(
+                        f"block {row[0]} has a {vec.shape[0]}-d vector; the index expects {dimension}"
+                    )
+                vectors[i] = vec
+        return IndexRows(
+            block_index=np.fromiter((r[0] for r in rows), dtype=np.int64, count=n),
+            kind=[r[1] for r in rows],
+            guild=[r[2] for r in rows],
+            channel=[r[3] for r in rows],
+            user=[r[4] for r in rows],
+            event_time=np.fromiter((r[5] for r in rows), dtype=np.float64, count=n),
+            importance=np.fromiter((r[6] for r in rows), dtype=np.float32, count=n),
+            conv_pos=np.fromiter((r[7] if r[7] is not None else -1 for r in rows), dtype=np.int64, count=n),
+            alive=np.fromiter((r[8] is None for r in rows), dtype=bool, count=n),
+            vectors=vectors,
+        )
+
+    def forgotten_indices(self) -> set[int]:
+        with self._lock:
+            return {r[0] for r in self._query("SELECT block_index FROM blocks WHERE forgotten_at IS NOT NULL")}
+
+    def last_block_index(self) -> int:
+        with self._lock:
+            row = self._query("SELECT max(block_index) FROM blocks").fetchone()
+        return int(row[0] or 0)
+
+    def counts(self) -> dict[str, Any]:
+        with self._lock:
+            total, forgotten = self._query(
+                "SELECT count(*), count(forgotten_at) FROM blocks"
+            ).fetchone()
+            by_kind = dict(self._query("SELECT kind, count(*) FROM blocks WHERE forgotten_at IS NULL GROUP BY kind"))
+            channels = self._query("SELECT count(DISTINCT channel) FROM blocks").fetchone()[0]
+        return {"blocks": total, "forgotten": forgotten, "by_kind": by_kind, "channels": channels}
+
+    def change_token(self) -> int:
+        """Changes when another connection commits (PRAGMA data_version)."""
+        with self._lock:
+            return int(self._query("PRAGMA data_version").fetchone()[0])
+
+    def verify(self) -> VerifyReport:
+        prev = GENESIS
+        checked = forgotten = 0
+        expected_index = 1
+        for block in self.iter_blocks(batch=2000):
+            checked += 1
+            if block.block_index != expected_index:
+                return VerifyReport(False, checked, forgotten, block.block_index, f"gap: expected index {expected_index}")
+            if block.prev_hash != prev:
+                return VerifyReport(False, checked, forgotten, block.block_index, "prev_hash does not match the previous block")
+            if block.forgotten:
+                forgotten += 1
+            elif _digest_of(block) != block.content_digest:
+                return VerifyReport(False, checked, forgotten, block.block_index, "content does not match its digest")
+            if _hash_of(block) != block.hash:
+                return VerifyReport(False, checked, forgotten, block.block_index, "hash does not match header and digest")
+            prev = block.hash
+            expected_index += 1
+        return VerifyReport(True, checked, forgotten)
+
+
+def _block_params(block: Block) -> tuple:
+    return (
+        block.block_index, block.kind, block.scope.guild, block.scope.channel, block.scope.user, block.speaker,
+        block.text, block.event_time, block.insert_time, block.importance,
+        json.dumps(list(block.keywords), ensure_ascii=False), json.dumps(list(block.tags), ensure_ascii=False),
+        json.dumps(block.metadata, ensure_ascii=False), block.conv_pos, block.content_digest, block.prev_hash,
+        block.hash, None,
+    )
+
+
+def _translate(exc: sqlite3.DatabaseError, path: str) -> Exception:
+    message = str(exc)
+    if "readonly" in message or "unable to open" in message or "disk I/O" in message:
+        return DatabaseUnwritableError(f"cannot write {path}: {message}")
+    if "malformed" in message or "not a database" in message:
+        return CorruptDatabaseError(f"{path} is damaged: {message}")
+    return StoreError(f"{path}: {message}")
+
+
+class _Transaction:
+    """`with store._write() as conn:` — BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any error."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.store._lock.acquire()
+        try:
+            self.store._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.DatabaseError as exc:
+            self.store._lock.release()
+            raise _translate(exc, self.store.path) from None
+        return self.store._conn
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                try:
+                    self.store._conn.execute("COMMIT")
+                except sqlite3.DatabaseError as err:
+                    self.store._conn.execute("ROLLBACK")
+                    raise _translate(err, self.store.path) from None
+            else:
+                self.store._conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.DatabaseError):
+                    raise _translate(exc, self.store.path) from exc
+        finally:
+            self.store._lock.release()
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration script into statements (sqlite3.executescript would commit implicitly)."""
+    statements, current = [], []
+    for line in script.splitlines():
+        stripped = line.split("--", 1)[0].rstrip() if "--" in line and "'" not in line.split("--", 1)[0] else line.rstrip()
+        current.append(stripped)
+        if stripped.endswith(";"):
+            statement = "\n".join(current).strip()
+            if statement.strip(";").strip():
+                statements.append(statement)
+            current = []
+    tail = "\n".join(current).strip()
+    if tail:
+        statements.append(tail)
+    return statements

@@ -1,0 +1,185 @@
+"""Korean-aware tokenization for BM25 and keyword extraction.
+
+Korean is agglutinative: "민지는", "민지가", "민지랑" are one name with three particles,
+so whitespace tokens never match each other. Hangul text goes through kiwipiepy's
+morphological analyser and keeps content morphemes as lemmas (먹었어 → 먹다). Latin
+words are lowercased, stop words dropped and Snowball-stemmed (went/going share no stem,
+but "movies"/"movie" do). Other scripts (Han, kana, …) fall back to character bigrams,
+which need no dictionary and still match substrings.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+__all__ = ["Tokenizer", "TokenizerOptions", "get_tokenizer", "Analysis"]
+
+_HANGUL = re.compile(r"[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
+_LATIN_OR_DIGIT = re.compile(r"^[0-9a-z'’\u00c0-\u024f]+$")
+
+# Content-bearing kiwi tags. Particles (J*), endings (E*), suffixes (X*) and symbols are dropped.
+_KIWI_KEEP = ("NNG", "NNP", "NR", "XR", "VV", "VA", "MAG", "SN", "SH", "W_")
+_KIWI_NOUNS = ("NNG", "NNP", "SH", "SL")
+# Verbs so common they carry no meaning on their own ("하다" is in half of all sentences).
+_KOREAN_STOP = frozenset({"하다", "되다", "있다", "없다", "이다", "아니다", "않다", "그렇다", "이렇다", "저렇다", "그냥", "좀", "잘", "더", "또", "안", "못", "너무", "진짜", "정말", "그리고"})
+
+
+@dataclass(frozen=True)
+class TokenizerOptions:
+    korean: str = "kiwi"  # "kiwi" | "bigram" (no dictionary; for ablation)
+    stem: bool = True
+    stopwords: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"{self.korean}{'+stem' if self.stem else ''}{'+stop' if self.stopwords else ''}"
+
+
+@dataclass(frozen=True)
+class Analysis:
+    tokens: list[str]
+    keywords: list[str]
+
+
+@lru_cache(maxsize=1)
+def _english_stopwords() -> frozenset[str]:
+    text = resources.files("gieok.data").joinpath("stopwords_en.txt").read_text(encoding="utf-8")
+    words: set[str] = set()
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            words.update(line.split())
+    return frozenset(words)
+
+
+@lru_cache(maxsize=1)
+def _kiwi():
+    from kiwipiepy import Kiwi
+
+    return Kiwi()
+
+
+def _bigrams(run: str) -> list[str]:
+    if len(run) < 2:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+class Tokenizer:
+    """Turns text into index tokens and human-readable keywords. Safe to share between threads."""
+
+    def __init__(self, options: TokenizerOptions | None = None) -> None:
+        self.options = options or TokenizerOptions()
+        self._stop = _english_stopwords() if self.options.stopwords else frozenset()
+        self._stemmer_lock = threading.Lock()
+        self._kiwi_lock = threading.Lock()
+        self._stemmer = None
+        if self.options.stem:
+            import snowballstemmer
+
+            self._stemmer = snowballstemmer.stemmer("english")
+        self._stem_cache: dict[str, str] = {}
+
+    @property
+    def name(self) -> str:
+        return self.options.name
+
+    # -- public -------------------------------------------------------------------------
+    def tokens(self, text: str) -> list[str]:
+        return self.analyze(text, want_keywords=False).tokens
+
+    def keywords(self, text: str, limit: int = 8) -> list[str]:
+        return self.analyze(text, keyword_limit=limit).keywords
+
+    def analyze(self, text: str, *, keyword_limit: int = 8, want_keywords: bool = True) -> Analysis:
+        text = unicodedata.normalize("NFKC", text)
+        tokens: list[str] = []
+        key_candidates: list[str] = []
+        if self.options.korean == "kiwi" and _HANGUL.search(text):
+            self._kiwi_pass(text, tokens, key_candidates)
+        else:
+            self._word_pass(text, tokens, key_candidates)
+        keywords = _rank_keywords(key_candidates, keyword_limit) if want_keywords else []
+        return Analysis(tokens, keywords)
+
+    # -- passes -------------------------------------------------------------------------
+    def _kiwi_pass(self, text: str, tokens: list[str], keys: list[str]) -> None:
+        with self._kiwi_lock:
+            morphs = _kiwi().tokenize(text)
+        for m in morphs:
+            tag = m.tag
+            if tag == "SL":
+                self._latin_word(m.form.lower(), tokens, keys)
+                continue
+            if not tag.startswith(_KIWI_KEEP):
+                continue
+            lemma = m.lemma if tag.startswith(("VV", "VA")) else m.form
+            lemma = lemma.lower()
+            if self.options.stopwords and lemma in _KOREAN_STOP:
+                continue
+            tokens.append(lemma)
+            if tag.startswith(_KIWI_NOUNS) and (len(lemma) > 1 or tag == "NNP"):
+                keys.append(lemma)
+
+    def _word_pass(self, text: str, tokens: list[str], keys: list[str]) -> None:
+        for match in _WORD.finditer(text.lower()):
+            word = match.group(0)
+            if _LATIN_OR_DIGIT.match(word):
+                self._latin_word(word, tokens, keys)
+            elif _HANGUL.search(word):  # only reached with korean="bigram"
+                tokens.extend(_bigrams(word))
+                keys.append(word)
+            else:
+                tokens.extend(_bigrams(word))
+                keys.append(word)
+
+    def _latin_word(self, word: str, tokens: list[str], keys: list[str]) -> None:
+        word = word.replace("’", "'")
+        if word in self._stop:
+            return
+        base = word[:-2] if word.endswith("'s") else word
+        if not base:
+            return
+        token = self._stem(base) if self._stemmer is not None else base
+        tokens.append(token)
+        if len(base) > 2 and not base.isdigit():
+            keys.append(base)
+
+    def _stem(self, word: str) -> str:
+        cached = self._stem_cache.get(word)
+        if cached is None:
+            with self._stemmer_lock:
+                cached = self._stemmer.stemWord(word)  # type: ignore[union-attr]
+            if len(self._stem_cache) < 200_000:
+                self._stem_cache[word] = cached
+        return cached
+
+
+def _rank_keywords(candidates: list[str], limit: int) -> list[str]:
+    if not candidates or limit <= 0:
+        return []
+    counts = Counter(candidates)
+    first_seen: dict[str, int] = {}
+    for position, word in enumerate(candidates):
+        first_seen.setdefault(word, position)
+    ranked = sorted(counts, key=lambda w: (-counts[w], first_seen[w]))
+    return ranked[:limit]
+
+
+_shared: dict[TokenizerOptions, Tokenizer] = {}
+_shared_lock = threading.Lock()
+
+
+def get_tokenizer(options: TokenizerOptions | None = None) -> Tokenizer:
+    """One tokenizer per option set per process: kiwi's model takes ~1 s and ~100 MB to load."""
+    options = options or TokenizerOptions()
+    with _shared_lock:
+        if options not in _shared:
+            _shared[options] = Tokenizer(options)
+        return _shared[options]

@@ -1,0 +1,29 @@
+"""Reject text that must never reach the store, with a message that says why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import InvalidInputError, InvalidTypeError, TextTooLongError
+
+
+def clean_text(value: Any, *, max_chars: int, what: str = "text") -> str:
+    """Return `value` stripped of surrounding whitespace, or raise a typed error.
+
+    Checks happen on the raw input before any truncation, so an over-long text is
+    refused rather than silently cut (a bug of the system this project replaces).
+    """
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{what} must be a string, not {type(value).__name__}")
+    if len(value) > max_chars:
+        raise TextTooLongError(f"{what} has {len(value):,} characters; the limit is {max_chars:,} (max_text_chars)")
+    if "\x00" in value:
+        raise InvalidInputError(f"{what} contains a NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{what} contains a lone surrogate and is not valid Unicode") from None
+    stripped = value.strip()
+    if not stripped:
+        raise InvalidInputError(f"{what} is empty or only whitespace")
+    return stripped

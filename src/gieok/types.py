@@ -1,0 +1,183 @@
+"""The vocabulary shared by every layer: scopes, blocks, hits and search results.
+
+A **block** is one long-term record (a turn, a fact, a note, a summary snapshot).
+A **scope** says where it belongs: (guild, channel, user), each optional.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from .errors import InvalidTypeError, UnknownScopeKeyError
+
+__all__ = ["Kind", "Scope", "Block", "ScoreBreakdown", "Hit", "SearchResult", "Stats"]
+
+
+class Kind(str, Enum):
+    TURN = "turn"
+    FACT = "fact"
+    NOTE = "note"
+    SUMMARY = "summary"
+
+
+SCOPE_KEYS = ("guild", "channel", "user")
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Where a block belongs. An empty field means "any" in a search filter."""
+
+    guild: str | None = None
+    channel: str | None = None
+    user: str | None = None
+
+    @classmethod
+    def of(cls, value: "Scope | Mapping[str, Any] | None") -> "Scope":
+        """Accept a Scope, a mapping with guild/channel/user keys, or None."""
+        if value is None:
+            return cls()
+        if isinstance(value, Scope):
+            return value
+        if not isinstance(value, Mapping):
+            raise InvalidTypeError(f"scope must be a Scope or a mapping, not {type(value).__name__}")
+        unknown = sorted(set(value) - set(SCOPE_KEYS))
+        if unknown:
+            raise UnknownScopeKeyError(
+                f"unknown scope key(s) {', '.join(map(repr, unknown))}; allowed: guild, channel, user"
+            )
+        parts: dict[str, str | None] = {}
+        for key in SCOPE_KEYS:
+            item = value.get(key)
+            if item is None or item == "":
+                parts[key] = None
+            elif isinstance(item, (str, int)) and not isinstance(item, bool):
+                parts[key] = str(item)
+            else:
+                raise InvalidTypeError(f"scope {key} must be a string or int, not {type(item).__name__}")
+        return cls(**parts)
+
+    def is_empty(self) -> bool:
+        return self.guild is None and self.channel is None and self.user is None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"guild": self.guild, "channel": self.channel, "user": self.user}
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One long-term record as stored. Forgotten blocks keep only their header and digest."""
+
+    block_index: int
+    kind: str
+    text: str
+    scope: Scope
+    speaker: str | None
+    event_time: float
+    insert_time: float
+    importance: float
+    keywords: tuple[str, ...]
+    tags: tuple[str, ...]
+    metadata: dict[str, Any]
+    conv_pos: int | None
+    content_digest: str
+    prev_hash: str
+    hash: str
+    forgotten: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "block_index": self.block_index,
+            "kind": self.kind,
+            "text": self.text,
+            "scope": self.scope.as_dict(),
+            "speaker": self.speaker,
+            "event_time": self.event_time,
+            "insert_time": self.insert_time,
+            "importance": self.importance,
+            "keywords": list(self.keywords),
+            "tags": list(self.tags),
+            "metadata": self.metadata,
+            "conv_pos": self.conv_pos,
+            "content_digest": self.content_digest,
+            "prev_hash": self.prev_hash,
+            "hash": self.hash,
+            "forgotten": self.forgotten,
+        }
+
+
+@dataclass(slots=True)
+class ScoreBreakdown:
+    """Why a hit ranked where it did. Scores are 0 where a signal did not find the block."""
+
+    bm25: float = 0.0
+    bm25_rank: int | None = None
+    vector: float = 0.0
+    vector_rank: int | None = None
+    fused: float = 0.0
+    neighbour: float = 0.0
+    recency: float = 0.0
+    importance: float = 0.0
+    final: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "bm25": round(self.bm25, 6),
+            "bm25_rank": self.bm25_rank,
+            "vector": round(self.vector, 6),
+            "vector_rank": self.vector_rank,
+            "fused": round(self.fused, 6),
+            "neighbour": round(self.neighbour, 6),
+            "recency": round(self.recency, 6),
+            "importance": round(self.importance, 6),
+            "final": round(self.final, 6),
+        }
+
+
+@dataclass(slots=True)
+class Hit:
+    block: Block
+    score: float
+    breakdown: ScoreBreakdown
+
+
+@dataclass(slots=True)
+class SearchResult:
+    """Hits plus where the answer came from and how long it took."""
+
+    query: str
+    hits: list[Hit]
+    source: str = "long_term"
+    search_time_ms: float = 0.0
+    embed_time_ms: float = 0.0
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def result_count(self) -> int:
+        return len(self.hits)
+
+    def __iter__(self):  # iterate hits directly: `for hit in memory.search(...)`
+        return iter(self.hits)
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+
+@dataclass(slots=True)
+class Stats:
+    path: str
+    blocks: int
+    live_blocks: int
+    forgotten_blocks: int
+    by_kind: dict[str, int]
+    channels: int
+    embedder: str
+    dimension: int
+    vector_index: str
+    schema_version: int
+    file_bytes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]

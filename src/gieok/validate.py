@@ -1,0 +1,112 @@
+"""Argument checks for the public API: every rejection is a typed GieokError."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from .errors import InvalidInputError, InvalidTypeError
+from .text.validate import clean_text
+from .types import Kind
+
+__all__ = ["check_kind", "check_kinds", "check_importance", "check_time", "check_words", "check_metadata",
+           "check_speaker", "check_k", "clean_text"]
+
+_KINDS = {k.value for k in Kind}
+MAX_WORD_CHARS = 200
+MAX_WORDS = 64
+
+
+def check_kind(value: Any) -> str:
+    if isinstance(value, Kind):
+        return value.value
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"kind must be a string, not {type(value).__name__}")
+    if value not in _KINDS:
+        raise InvalidInputError(f"unknown kind {value!r}; choose one of {', '.join(sorted(_KINDS))}")
+    return value
+
+
+def check_kinds(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, Kind)):
+        return (check_kind(value),)
+    if not isinstance(value, Iterable):
+        raise InvalidTypeError(f"kinds must be a list of strings, not {type(value).__name__}")
+    return tuple(dict.fromkeys(check_kind(v) for v in value))
+
+
+def check_importance(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(f"importance must be a number between 0 and 1, not {type(value).__name__}")
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise InvalidInputError(f"importance must be between 0 and 1, got {value}")
+    return float(value)
+
+
+def check_time(value: Any, what: str = "time") -> float | None:
+    """Accept None, epoch seconds, a datetime (naive means UTC) or an ISO-8601 string."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InvalidTypeError(f"{what} must be a datetime, ISO string or epoch seconds, not bool")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise InvalidInputError(f"{what} must be finite")
+        return float(value)
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidInputError(f"{what} {value!r} is not an ISO-8601 date/time") from None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.timestamp()
+    raise InvalidTypeError(f"{what} must be a datetime, ISO string or epoch seconds, not {type(value).__name__}")
+
+
+def check_words(value: Any, what: str) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise InvalidTypeError(f"{what} must be a list of strings")
+    words = []
+    for item in value:
+        words.append(clean_text(item, max_chars=MAX_WORD_CHARS, what=f"each of {what}"))
+    if len(words) > MAX_WORDS:
+        raise InvalidInputError(f"{what} has {len(words)} entries; the limit is {MAX_WORDS}")
+    return list(dict.fromkeys(words))
+
+
+def check_metadata(value: Any, max_chars: int) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidTypeError(f"metadata must be a mapping, not {type(value).__name__}")
+    try:
+        encoded = json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"metadata must be JSON-serialisable: {exc}") from None
+    if len(encoded) > max_chars:
+        raise InvalidInputError(f"metadata is {len(encoded):,} characters as JSON; the limit is {max_chars:,}")
+    clean_text(encoded, max_chars=max_chars, what="metadata")  # NUL bytes, lone surrogates
+    return json.loads(encoded)
+
+
+def check_speaker(value: Any) -> str | None:
+    if value is None:
+        return None
+    return clean_text(value, max_chars=MAX_WORD_CHARS, what="speaker")
+
+
+def check_k(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"k must be an integer, not {type(value).__name__}")
+    if not 1 <= value <= 1000:
+        raise InvalidInputError(f"k must be between 1 and 1000, got {value}")
+    return value
