@@ -32,7 +32,7 @@ from .index.vector import AnnParams, VectorIndex
 from .retrieval.hybrid import MODES, HybridRetriever, RetrievalParams, SearchRequest
 from .store.base import NewBlock, VerifyReport
 from .store.sqlite import SQLiteStore
-from .text.tokenize import get_tokenizer
+from .text.tokenize import Tokenizer, get_tokenizer
 from .types import Block, Hit, Scope, SearchResult, Stats
 from .validate import (
     check_importance,
@@ -65,14 +65,14 @@ class Memory:
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, settings: Settings | None = None,
-                 **overrides: Any) -> None:
+                 tokenizer: Tokenizer | None = None, **overrides: Any) -> None:
         base = settings or load_settings()
         if path is not None:
             overrides["db"] = str(path)
         self.settings = base.with_overrides(**overrides) if overrides else base
         self.path = self.settings.db_path()
         self.store = SQLiteStore(self.path, busy_timeout_ms=self.settings.busy_timeout_ms)
-        self.tokenizer = get_tokenizer()
+        self.tokenizer = tokenizer or get_tokenizer()
         self._lock = threading.RLock()
         self._closed = False
         self._embedder: CachedEmbedder | None = None

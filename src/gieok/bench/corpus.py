@@ -501,13 +501,11 @@ _VOCAB: dict[str, list[_W]] = {
 }
 
 # Prefixes / suffixes add realistic noise and multiply the text space.
-_PREFIX = {
-    "ko": _words("아 |헐 |근데 |야 |ㅋㅋㅋ |와 |음 |혹시 |그러고 보니 |참 |오 |아니 |ㄹㅇ |솔직히 |아무튼 |그나저나 |앗 "),
-    "en": _words("ok |oh |btw |wait |so |lol |honestly |hmm |ngl |also |tbh |ah |yo |anyway |fyi "),
+_PREFIX: dict[str, list[_W]] = {
+    "ko": [_W(w + " ") for w in _words("아|헐|근데|야|ㅋㅋㅋ|와|음|혹시|그러고 보니|참|오|아니|ㄹㅇ|솔직히|아무튼|그나저나|앗")],
+    "en": [_W(w + " ") for w in _words("ok|oh|btw|wait|so|lol|honestly|hmm|ngl|also|tbh|ah|yo|anyway|fyi")],
 }
-# _words strips, so re-add the separating space for prefixes.
-_PREFIX = {k: [_W(w + " ") for w in v] for k, v in _PREFIX.items()}
-_SUFFIX = {
+_SUFFIX: dict[str, list[_W]] = {
     "ko": [_W(" " + w) for w in _words("ㅋㅋ|ㅋㅋㅋㅋ|ㅠㅠ|ㅎㅎ|ㄷㄷ|😂|👍|🥲|🔥|ㅋ|ㅜ|🙏")]
     + [_W(w) for w in ("!!", "..", "~", "?!", "!", "~~")],
     "en": [_W(" " + w) for w in _words("lol|haha|😂|👍|🥲|🔥|💀|lmao|:)|xD|🙏|tbh")]

@@ -33,12 +33,12 @@ MODES = ("hybrid", "bm25", "vector")
 @dataclass(frozen=True)
 class RetrievalParams:
     candidates: int = 60
-    fusion: str = "rrf"
+    fusion: str = "weighted"
     rrf_k: float = 60.0
     bm25_weight: float = 1.0
     vector_weight: float = 1.0
-    neighbour_weight: float = 0.3
-    neighbour_window: int = 1
+    neighbour_weight: float = 0.6
+    neighbour_window: int = 2
     recency_weight: float = 0.0
     recency_half_life_days: float = 30.0
     importance_weight: float = 0.0

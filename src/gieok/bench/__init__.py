@@ -1,0 +1,1 @@
+"""Benchmarks: commands that print a table and write JSON; they are not tests."""
