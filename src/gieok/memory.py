@@ -556,3 +556,32 @@ def _verify_records(records: list[Block]) -> None:
         if computed != r.hash:
             raise ImportFormatError(f"block {r.block_index}: hash does not verify")
         prev = r.hash
+
+
+def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
+            settings: Settings | None = None, progress: Progress | None = None) -> int:
+    """Re-embed every live block with `embedder_spec` (default: the configured one, else
+    the recorded one) and record it. Vectors are computed first and written in a single
+    transaction, so a crash leaves the old, consistent state."""
+    settings = settings or load_settings()
+    store = SQLiteStore(path, busy_timeout_ms=settings.busy_timeout_ms)
+    try:
+        spec = embedder_spec or settings.embedder or store.get_meta("embedder_spec") or DEFAULT_EMBEDDER
+        embedder = create_embedder(spec, settings)
+        live = [b for b in store.iter_blocks() if not b.forgotten]
+        vectors = np.zeros((len(live), embedder.dimension), dtype=np.float32)
+        size = settings.embed_batch_size
+        for start in range(0, len(live), size):
+            chunk = live[start : start + size]
+            vectors[start : start + len(chunk)] = embedder.embed_passages([b.text for b in chunk])
+            if progress:
+                progress(len(chunk))
+        store.reembed([b.block_index for b in live], vectors, {
+            "embedder_spec": spec, "embedder": embedder.name, "dimension": str(embedder.dimension),
+        })
+    finally:
+        store.close()
+    sidecar = Path(path).with_name(Path(path).name + ".hnsw")
+    for stale in (sidecar, sidecar.with_name(sidecar.name + ".json")):
+        stale.unlink(missing_ok=True)
+    return len(live)

@@ -283,6 +283,19 @@ class SQLiteStore:
                 erased.append(index)
         return erased
 
+    def reembed(self, block_indices: Sequence[int], vectors: np.ndarray, meta: dict[str, str]) -> None:
+        """Swap every vector and the recorded embedder in one transaction (reindex)."""
+        with self._write() as conn:
+            conn.execute("DELETE FROM embeddings")
+            conn.executemany(
+                "INSERT INTO embeddings(block_index, vector) VALUES (?, ?)",
+                [(i, np.asarray(v, dtype="<f4").tobytes()) for i, v in zip(block_indices, vectors)],
+            )
+            conn.executemany(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                list(meta.items()),
+            )
+
     def replace_vectors(self, block_indices: Sequence[int], vectors: np.ndarray) -> None:
         with self._write() as conn:
             conn.executemany(

