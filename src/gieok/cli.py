@@ -299,7 +299,7 @@ def bench_locomo(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
     ablation: Annotated[bool, typer.Option(help="Also measure BM25 under each tokenizer step.")] = False,
     embed_cache: Annotated[Optional[Path], typer.Option(help="Reuse passage vectors from this directory.")] = None,
-    workdir: Annotated[Optional[Path], typer.Option(help="Where the benchmark database goes.")] = None,
+    workdir: Annotated[Optional[Path], typer.Option("--db", help="Directory for the benchmark database (recreated; default: a temp dir).")] = None,
 ) -> None:
     """Evidence recall@k on LoCoMo (gieok vs BM25-only vs vector-only).
 
@@ -316,7 +316,7 @@ def bench_latency(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
     queries: Annotated[int, typer.Option(help="Queries per size.")] = 200,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
-    workdir: Annotated[Optional[Path], typer.Option(help="Where the benchmark databases go.")] = None,
+    workdir: Annotated[Optional[Path], typer.Option("--db", help="Directory for the benchmark databases (recreated; default: a temp dir).")] = None,
     ann_backend: Annotated[Optional[str], typer.Option(help="faiss | usearch")] = None,
 ) -> None:
     """Add throughput, search latency p50/p95 (with and without query embedding), ANN recall, RSS.

@@ -1,0 +1,117 @@
+"""The `gieok` command line, run as a real subprocess: exit codes, one-line errors, output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def gieok(*args: str, env_db: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("GIEOK_EMBEDDER", None)
+    if env_db is not None:
+        env["GIEOK_DB"] = str(env_db)
+    env["COLUMNS"] = "200"
+    return subprocess.run([sys.executable, "-m", "gieok.cli", *args], capture_output=True, text=True,
+                          env=env, input=stdin, timeout=300)
+
+
+def test_help_has_examples():
+    result = gieok("--help")
+    assert result.returncode == 0
+    for command in ("add", "search", "stats", "verify", "forget", "export", "import", "reindex", "demo", "bench"):
+        assert command in result.stdout
+    search_help = gieok("search", "--help")
+    assert "Example:" in search_help.stdout
+
+
+def test_add_search_stats_verify_forget_roundtrip(tmp_path):
+    db = tmp_path / "cli.db"
+    added = gieok("add", "민지: 우리 고양이 이름은 보리야", "--channel", "general", "--speaker", "민지", "--json",
+                  env_db=db)
+    assert added.returncode == 0, added.stderr
+    block = json.loads(added.stdout)
+    assert block["block_index"] == 1 and block["scope"]["channel"] == "general"
+    assert gieok("add", "Alex: I got the job offer today", "--channel", "general", "--db", str(db)).returncode == 0
+
+    found = gieok("search", "민지 고양이 이름", "--channel", "general", "--json", "--db", str(db))
+    assert found.returncode == 0, found.stderr
+    payload = json.loads(found.stdout)
+    assert payload["source"] == "long_term" and payload["result_count"] >= 1
+    assert payload["hits"][0]["block"]["text"].startswith("민지")
+    assert set(payload["hits"][0]["breakdown"]) >= {"bm25", "vector", "fused", "neighbour", "final"}
+
+    table = gieok("search", "job offer", "--db", str(db))
+    assert "layer: long_term" in table.stdout and "ms" in table.stdout
+
+    stats = json.loads(gieok("stats", "--json", "--db", str(db)).stdout)
+    assert stats["blocks"] == 2 and stats["live_blocks"] == 2 and stats["dimension"] == 384
+
+    refused = gieok("forget", "1", "--db", str(db), stdin="")
+    assert refused.returncode == 1 and "--yes" in refused.stderr
+    assert gieok("forget", "1", "--yes", "--db", str(db)).returncode == 0
+    verified = gieok("verify", "--json", "--db", str(db))
+    assert verified.returncode == 0 and json.loads(verified.stdout)["forgotten"] == 1
+
+
+def test_export_import_via_cli(tmp_path):
+    db, restored, dump = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "dump.jsonl"
+    for text in ("지훈: 4월 18일에 부산 가", "Emily: my birthday is May 9"):
+        assert gieok("add", text, "--channel", "c1", "--db", str(db)).returncode == 0
+    assert gieok("export", str(dump), "--db", str(db)).returncode == 0
+    result = gieok("import", str(dump), "--db", str(restored))
+    assert result.returncode == 0, result.stderr
+    dump2 = tmp_path / "dump2.jsonl"
+    assert gieok("export", str(dump2), "--db", str(restored)).returncode == 0
+    assert dump.read_bytes() == dump2.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (("add", "   "), "empty"),
+        (("add", "x", "--importance", "3"), "importance"),
+        (("add", "x", "--kind", "poem"), "unknown kind"),
+        (("search", "cat", "-k", "0"), "k must be"),
+        (("get", "99"), "no block"),
+        (("bench", "locomo", "--data", "/nonexistent.json"), "not found"),
+    ],
+)
+def test_errors_are_one_readable_line(tmp_path, args, fragment):
+    db = tmp_path / "e.db"
+    result = gieok(*args, "--db", str(db))
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert fragment in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_corrupt_and_unwritable_databases(tmp_path):
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(os.urandom(4096))
+    result = gieok("stats", "--db", str(corrupt))
+    assert result.returncode == 1 and "error:" in result.stderr and "Traceback" not in result.stderr
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a directory")
+    result = gieok("add", "hello", "--db", str(blocker / "m.db"))
+    assert result.returncode == 1 and "error:" in result.stderr
+    assert corrupt.read_bytes() != b"" and blocker.read_text() == "not a directory"
+
+
+def test_demo_runs_and_refuses_foreign_files(tmp_path):
+    db = tmp_path / "demo.db"
+    result = gieok("demo", "--db", str(db), "-k", "5")
+    assert result.returncode == 0, result.stderr
+    assert "ingested 300 turns" in result.stdout
+    assert "questions had their evidence turn in the top 5" in result.stdout
+    other = tmp_path / "mine.db"
+    assert gieok("add", "keep me", "--db", str(other)).returncode == 0
+    refused = gieok("demo", "--db", str(other))
+    assert refused.returncode == 1 and "not a gieok demo database" in refused.stderr
+    assert json.loads(gieok("stats", "--json", "--db", str(other)).stdout)["blocks"] == 1
