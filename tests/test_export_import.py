@@ -29,10 +29,6 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def _write_lines(path: Path, rows: list[dict[str, Any]]) -> None:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
-
-
 def test_export_format(exported) -> None:
     memory, path = exported
     rows = _lines(path)
@@ -132,7 +128,7 @@ def test_malformed_jsonl_writes_nothing(exported, tmp_path: Path, into: str) -> 
         ("nul-text", _dump(_tampered(rows, 2, text="a\x00b")), "line 3"),
         ("other-format", _dump(_tampered(rows, 0, format="something-else")), "unsupported export format"),
         ("newer-version", _dump(_tampered(rows, 0, version=2)), "unsupported export format"),
-        ("not-utf8", "".join(raw).encode("utf-8")[:-40] + b"\xff\xfe\n", "not UTF-8"),
+        ("not-utf8", "".join(raw).encode("utf-8").replace("나비야".encode("utf-8"), b"\xff\xfe", 1), "not UTF-8"),
     ]
     if into == "empty":  # the chain is only checked when it is imported exactly
         cases += [
@@ -140,7 +136,7 @@ def test_malformed_jsonl_writes_nothing(exported, tmp_path: Path, into: str) -> 
             ("tampered-text", _dump(_tampered(rows, 3, text="민지는 개를 키워")), "block 3: content does not match"),
             ("tampered-header", _dump(_tampered(rows, 3, importance=0.99)), "block 3: hash does not verify"),
             ("dropped-line", _dump(rows[:3] + rows[4:]), "block 4: the chain is broken"),
-            ("reordered", _dump([rows[0], rows[2], rows[1], *rows[3:]]), "chain is broken"),
+            ("reordered", _dump([*rows[:3], rows[4], rows[3], *rows[5:]]), "block 4: the chain is broken"),
         ]
     with Memory(tmp_path / f"{into}.db") as target:
         if into == "non-empty":
@@ -172,3 +168,20 @@ def test_import_ignores_blank_lines(exported, tmp_path: Path) -> None:
     with Memory(tmp_path / "spaced.db") as target:
         assert target.import_jsonl(spaced) == 15
         assert target.verify().ok
+
+
+@pytest.mark.xfail(strict=True, reason="src gap: import_jsonl checks hashes only for an exact import into an empty "
+                                       "store; appended (or block-1-less) files are never verified (memory.py)")
+@pytest.mark.parametrize("into", ["non-empty", "empty-without-block-1"])
+def test_tampered_export_is_refused_even_when_appending(exported, tmp_path: Path, into: str) -> None:
+    _, path = exported
+    rows = _lines(path)
+    rows = _tampered(rows, 3, text="민지는 개를 키워")  # content no longer matches its digest
+    if into == "empty-without-block-1":
+        rows = [rows[0], *rows[2:]]
+    bad = tmp_path / "tampered.jsonl"
+    bad.write_text(_dump(rows), encoding="utf-8")
+    with Memory(tmp_path / "target.db") as target:
+        if into == "non-empty":
+            target.add("이미 있던 기록")
+        _assert_refused(bad, target, "block 3")

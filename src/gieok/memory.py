@@ -155,13 +155,7 @@ class Memory:
         return AnnParams(s.ann_threshold, s.hnsw_m, s.hnsw_ef_construction, s.hnsw_ef_search, s.ann_backend)
 
     def retrieval_params(self) -> RetrievalParams:
-        s = self.settings
-        return RetrievalParams(
-            candidates=s.candidates, fusion=s.fusion, rrf_k=s.rrf_k, bm25_weight=s.bm25_weight,
-            vector_weight=s.vector_weight, neighbour_weight=s.neighbour_weight,
-            neighbour_window=s.neighbour_window, recency_weight=s.recency_weight,
-            recency_half_life_days=s.recency_half_life_days, importance_weight=s.importance_weight,
-        )
+        return RetrievalParams.from_settings(self.settings)
 
     def _load_indexes(self) -> None:
         assert self._dimension is not None

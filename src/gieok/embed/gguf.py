@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import EmbedderUnavailableError
+from .prefixed import PrefixedEmbedder
 
 
-class GGUFEmbedder:
+class GGUFEmbedder(PrefixedEmbedder):
     def __init__(self, path: str, query_prefix: str = "", passage_prefix: str = "") -> None:
         try:
             from llama_cpp import Llama
@@ -26,14 +27,7 @@ class GGUFEmbedder:
         self._model = Llama(model_path=path, embedding=True, verbose=False)
         self.name = f"gguf/{Path(path).name}"
         self.dimension = int(self._model.n_embd())
-        self._query_prefix = query_prefix
-        self._passage_prefix = passage_prefix
+        super().__init__(query_prefix, passage_prefix)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self._model.embed(list(texts)), dtype=np.float32)
-
-    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode([self._passage_prefix + t for t in texts])
-
-    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode([self._query_prefix + t for t in texts])

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import EmbedderUnavailableError
+from .prefixed import PrefixedEmbedder
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(PrefixedEmbedder):
     def __init__(self, model: str, query_prefix: str = "", passage_prefix: str = "") -> None:
         try:
             from sentence_transformers import SentenceTransformer
@@ -32,14 +33,7 @@ class SentenceTransformerEmbedder:
             ) from exc
         self.name = f"st/{model}"
         self.dimension = int(self._model.get_sentence_embedding_dimension())
-        self._query_prefix = query_prefix
-        self._passage_prefix = passage_prefix
+        super().__init__(query_prefix, passage_prefix)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self._model.encode(list(texts), normalize_embeddings=True), dtype=np.float32)
-
-    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode([self._passage_prefix + t for t in texts])
-
-    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode([self._query_prefix + t for t in texts])

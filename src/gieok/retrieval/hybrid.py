@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from ..config import Settings
 from ..index.catalog import Catalog
 from ..index.vector import VectorIndex
 from ..store.base import BM25Filter, Store
@@ -32,16 +33,23 @@ MODES = ("hybrid", "bm25", "vector")
 
 @dataclass(frozen=True)
 class RetrievalParams:
-    candidates: int = 60
-    fusion: str = "weighted"
-    rrf_k: float = 60.0
-    bm25_weight: float = 1.0
-    vector_weight: float = 1.0
-    neighbour_weight: float = 0.6
-    neighbour_window: int = 2
-    recency_weight: float = 0.0
-    recency_half_life_days: float = 30.0
-    importance_weight: float = 0.0
+    """The ranking knobs; their defaults and documentation live in `Settings`."""
+
+    candidates: int
+    fusion: str
+    rrf_k: float
+    bm25_weight: float
+    vector_weight: float
+    neighbour_weight: float
+    neighbour_window: int
+    recency_weight: float
+    recency_half_life_days: float
+    importance_weight: float
+
+    @classmethod
+    def from_settings(cls, settings: "Settings | None" = None) -> "RetrievalParams":
+        settings = settings or Settings()
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
 
 @dataclass
