@@ -135,8 +135,6 @@ def test_fts_syntax_in_queries_is_just_text(small: Memory, query: str, mode: str
     assert _snapshot(small) == before
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: check_metadata misses NUL bytes because json.dumps escapes them "
-                                       "to \\u0000 before clean_text looks (validate.py check_metadata)")
 def test_nul_byte_inside_metadata_is_refused(small: Memory) -> None:
     before = _snapshot(small)
     try:
@@ -258,8 +256,6 @@ def test_unrelated_sqlite_file_is_a_corrupt_database(tmp_path: Path) -> None:
     conn.close()
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: SQLiteStore._connect switches the file to WAL before checking "
-                                       "that it is a gieok database (store/sqlite.py _connect)")
 def test_unrelated_sqlite_file_keeps_its_journal_mode(tmp_path: Path) -> None:
     path = tmp_path / "other-app.db"
     with sqlite3.connect(path) as conn:

@@ -105,8 +105,6 @@ def test_forget_survives_reopen(seeded, db_path: Path) -> None:
         assert reopened.verify().ok
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: forget leaves the erased block's terms in the FTS5 index "
-                                       "segments (see report: SQLiteStore.forget needs an FTS 'optimize')")
 def test_forget_leaves_no_trace_of_the_text_in_the_file(memory: Memory, db_path: Path) -> None:
     memory.add_many(["an ordinary line", "my passphrase is zebraunicorn quokkaflamingo", "another line"])
     memory.forget(2)

@@ -170,8 +170,6 @@ def test_import_ignores_blank_lines(exported, tmp_path: Path) -> None:
         assert target.verify().ok
 
 
-@pytest.mark.xfail(strict=True, reason="src gap: import_jsonl checks hashes only for an exact import into an empty "
-                                       "store; appended (or block-1-less) files are never verified (memory.py)")
 @pytest.mark.parametrize("into", ["non-empty", "empty-without-block-1"])
 def test_tampered_export_is_refused_even_when_appending(exported, tmp_path: Path, into: str) -> None:
     _, path = exported

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BASE_TIME, HOUR
 from gieok import Block, EmbedderMismatchError, Memory, Scope, SearchResult
 from gieok.chain import GENESIS
 
@@ -115,7 +114,10 @@ def test_kinds_filter(seeded, kinds, expected: set[int]) -> None:
 
 def test_since_until_filter(seeded) -> None:
     memory, blocks = seeded
-    since, until = BASE_TIME + 5 * HOUR, BASE_TIME + 9 * HOUR  # blocks 6..10, both ends inclusive
+    base, hour = blocks[0].event_time, 3600.0  # the seed puts block i at base + (i - 1) hours
+    assert base == datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp()
+    assert [b.event_time - base for b in blocks] == [i * hour for i in range(15)]
+    since, until = base + 5 * hour, base + 9 * hour  # blocks 6..10, both ends inclusive
     expected = {b.block_index for b in blocks if since <= b.event_time <= until}
     assert expected == {6, 7, 8, 9, 10}
 
@@ -129,9 +131,9 @@ def test_since_until_filter(seeded) -> None:
     bm25 = memory.search(BROAD_QUERY, k=50, since=since, until=until, mode="bm25")
     assert bm25.hits and set(_indices(bm25)) <= expected
 
-    only_since = {h.block.block_index for h in memory.search(BROAD_QUERY, k=50, since=BASE_TIME + 13 * HOUR)}
+    only_since = {h.block.block_index for h in memory.search(BROAD_QUERY, k=50, since=base + 13 * hour)}
     assert only_since == {14, 15}
-    only_until = {h.block.block_index for h in memory.search(BROAD_QUERY, k=50, until=BASE_TIME)}
+    only_until = {h.block.block_index for h in memory.search(BROAD_QUERY, k=50, until=base)}
     assert only_until == {1}
 
 

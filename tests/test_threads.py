@@ -181,10 +181,6 @@ def test_two_memories_writing_concurrently(db_path: Path) -> None:
                 assert len(got) == 21
 
 
-@pytest.mark.xfail(strict=True, raises=EmbedderMismatchError,
-                   reason="src bug: a Memory opened on a fresh file that another Memory initialises later "
-                          "keeps _dimension=None and the embedder property reports a false mismatch "
-                          "(memory.py Memory.embedder)")
 def test_two_memories_opened_on_a_fresh_file(db_path: Path) -> None:
     a = Memory(db_path)
     b = Memory(db_path)  # both open before anything is written

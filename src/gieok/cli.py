@@ -330,6 +330,24 @@ def bench_latency(
                 settings_overrides=overrides)
 
 
+@bench_app.command("ann")
+def bench_ann(
+    n: Annotated[int, typer.Option("--n", help="Corpus size.")] = 100_000,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
+    m: Annotated[int, typer.Option("--m", help="HNSW M (graph degree).")] = 32,
+    ef_construction: Annotated[int, typer.Option(help="HNSW efConstruction.")] = 120,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Compare faiss-cpu, usearch and hnswlib HNSW on the same corpus vectors (build, latency, recall).
+
+    Example: gieok bench ann --n 100000 --json ann.json
+    """
+    from .bench.ann import run_ann
+
+    run_ann(n, json_out, m=m, ef_construction=ef_construction, cache_dir=cache_dir)
+
+
 def main() -> None:
     try:
         app(standalone_mode=True)

@@ -135,6 +135,8 @@ class Memory:
                 if self._embedder is None:
                     embedder = create_embedder(self._embedder_spec, self.settings)
                     recorded_name = self.store.get_meta("embedder")
+                    if recorded_name and self._dimension is None:
+                        self._sync()  # another Memory on this file embedded first: load its state
                     if recorded_name and (recorded_name != embedder.name or self._dimension != embedder.dimension):
                         raise EmbedderMismatchError(
                             f"{self.path} holds vectors from {recorded_name} ({self._dimension}-d) but "
@@ -438,9 +440,8 @@ class Memory:
         Nothing is written unless every line parses."""
         self._check_open()
         records = list(_read_export(source))
-        exact = len(self) == 0 and bool(records) and records[0].block_index == 1
-        if exact:
-            _verify_records(records)
+        _verify_records(records)
+        if len(self) == 0 and records and records[0].block_index == 1:
             return self._import_exact(records, progress)
         live = [r for r in records if not r.forgotten]
         items = [{"text": r.text, "kind": r.kind, "scope": r.scope, "speaker": r.speaker,
@@ -537,10 +538,14 @@ def _record_from_json(data: dict[str, Any], number: int) -> Block:
 
 
 def _verify_records(records: list[Block]) -> None:
-    prev = GENESIS
-    for expected, r in enumerate(records, start=1):
-        if r.block_index != expected or r.prev_hash != prev:
-            raise ImportFormatError(f"block {r.block_index}: the chain is broken (expected index {expected})")
+    """Every record's digest and hash must verify and consecutive records must link.
+    A file may start mid-chain (an excerpt), but a file starting at block 1 starts at genesis."""
+    prev: Block | None = None
+    for r in records:
+        if prev is not None and (r.block_index != prev.block_index + 1 or r.prev_hash != prev.hash):
+            raise ImportFormatError(f"block {r.block_index}: the chain is broken after block {prev.block_index}")
+        if prev is None and r.block_index == 1 and r.prev_hash != GENESIS:
+            raise ImportFormatError("block 1 does not start at the genesis hash")
         if not r.forgotten and content_digest(r.text, r.speaker, list(r.keywords), list(r.tags), r.metadata) != r.content_digest:
             raise ImportFormatError(f"block {r.block_index}: content does not match its digest")
         computed = block_hash(block_index=r.block_index, prev_hash=r.prev_hash, kind=r.kind, guild=r.scope.guild,
@@ -549,33 +554,4 @@ def _verify_records(records: list[Block]) -> None:
                               digest=r.content_digest)
         if computed != r.hash:
             raise ImportFormatError(f"block {r.block_index}: hash does not verify")
-        prev = r.hash
-
-
-def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
-            settings: Settings | None = None, progress: Progress | None = None) -> int:
-    """Re-embed every live block with `embedder_spec` (default: the configured one, else
-    the recorded one) and record it. Vectors are computed first and written in a single
-    transaction, so a crash leaves the old, consistent state."""
-    settings = settings or load_settings()
-    store = SQLiteStore(path, busy_timeout_ms=settings.busy_timeout_ms)
-    try:
-        spec = embedder_spec or settings.embedder or store.get_meta("embedder_spec") or DEFAULT_EMBEDDER
-        embedder = create_embedder(spec, settings)
-        live = [b for b in store.iter_blocks() if not b.forgotten]
-        vectors = np.zeros((len(live), embedder.dimension), dtype=np.float32)
-        size = settings.embed_batch_size
-        for start in range(0, len(live), size):
-            chunk = live[start : start + size]
-            vectors[start : start + len(chunk)] = embedder.embed_passages([b.text for b in chunk])
-            if progress:
-                progress(len(chunk))
-        store.reembed([b.block_index for b in live], vectors, {
-            "embedder_spec": spec, "embedder": embedder.name, "dimension": str(embedder.dimension),
-        })
-    finally:
-        store.close()
-    sidecar = Path(path).with_name(Path(path).name + ".hnsw")
-    for stale in (sidecar, sidecar.with_name(sidecar.name + ".json")):
-        stale.unlink(missing_ok=True)
-    return len(live)
+        prev = r

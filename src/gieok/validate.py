@@ -94,8 +94,26 @@ def check_metadata(value: Any, max_chars: int) -> dict[str, Any]:
         raise InvalidInputError(f"metadata must be JSON-serialisable: {exc}") from None
     if len(encoded) > max_chars:
         raise InvalidInputError(f"metadata is {len(encoded):,} characters as JSON; the limit is {max_chars:,}")
-    clean_text(encoded, max_chars=max_chars, what="metadata")  # NUL bytes, lone surrogates
+    _check_strings(value, "metadata")
     return json.loads(encoded)
+
+
+def _check_strings(value: Any, where: str) -> None:
+    """json.dumps escapes NUL and lone surrogates, so look at every key and string inside."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidInputError(f"{where} contains a NUL byte")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInputError(f"{where} contains a lone surrogate") from None
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_strings(key, where)
+            _check_strings(item, f"{where}[{key!r}]")
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_strings(item, where)
 
 
 def check_speaker(value: Any) -> str | None:

@@ -125,14 +125,16 @@ class SQLiteStore:
             raise DatabaseUnwritableError(f"cannot open {path}: {exc}") from None
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            conn.execute("PRAGMA foreign_keys = ON")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            conn.execute("PRAGMA synchronous = NORMAL")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if existed:
+                # Check before changing anything: a foreign file must be left exactly as it was.
                 tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
                 if version == 0 or "blocks" not in tables:
                     raise CorruptDatabaseError(f"{path} is a SQLite file but not a gieok database")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA secure_delete = ON")  # forgotten text is overwritten on disk, not just unlinked
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.DatabaseError as exc:
             conn.close()
             if "readonly" in str(exc) or "unable to open" in str(exc):
@@ -281,6 +283,16 @@ class SQLiteStore:
                 conn.execute("DELETE FROM embeddings WHERE block_index = ?", (index,))
                 conn.execute("DELETE FROM blocks_fts WHERE rowid = ?", (index,))
                 erased.append(index)
+            if erased:
+                # FTS5 deletes only mark postings as gone until segments merge; merge now so the
+                # erased words leave the file (SQLite 3.40 has no FTS5 secure-delete option).
+                conn.execute("INSERT INTO blocks_fts(blocks_fts) VALUES ('optimize')")
+        if erased:
+            with self._lock:
+                try:
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # old pages leave the WAL too
+                except sqlite3.DatabaseError:
+                    pass  # another reader holds the WAL; the next checkpoint overwrites them
         return erased
 
     def reembed(self, block_indices: Sequence[int], vectors: np.ndarray, meta: dict[str, str]) -> None:
