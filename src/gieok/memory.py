@@ -168,6 +168,9 @@ class Memory:
         self.vectors.extend(rows.vectors, build_ann=False)
         if not self.vectors.try_load(self._sidecar_path(), self._embedder_spec):
             self.vectors.ensure_ann()
+        dead = np.flatnonzero(~self.catalog.alive()).tolist()
+        if dead:  # a saved graph may predate a forget made elsewhere: erase again, it is cheap
+            self.vectors.zero_rows(dead)
         self._retriever = HybridRetriever(self.store, self.catalog, self.vectors, self.tokenizer,
                                           self.retrieval_params())
 

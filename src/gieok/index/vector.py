@@ -60,6 +60,15 @@ class _FaissHNSW:
         keep = ids[0] >= 0
         return ids[0][keep].astype(np.int64), scores[0][keep]
 
+    def erase(self, rows: list[int]) -> None:
+        """Zero the stored vectors of forgotten rows in place; their graph links stay but
+        score 0 and are masked by `alive`. Nothing of the erased content is saved."""
+        faiss = self._faiss
+        storage = faiss.downcast_index(self.index.storage)
+        data = faiss.rev_swig_ptr(storage.get_xb(), self.index.ntotal * self.index.d)
+        data = data.reshape(self.index.ntotal, self.index.d)
+        data[[r for r in rows if r < self.index.ntotal]] = 0.0
+
     def save(self, path: Path) -> None:
         self._faiss.write_index(self.index, str(path))
 
@@ -95,6 +104,13 @@ class _USearchHNSW:
             ids, scores = ids[keep], scores[keep]
         return ids[:k], scores[:k]
 
+    def erase(self, rows: list[int]) -> None:
+        zero = np.zeros(self.index.ndim, dtype=np.float32)
+        for row in rows:
+            if self.index.contains(row):
+                self.index.remove(row)
+                self.index.add(row, zero)  # keep keys dense: row ids are positions
+
     def save(self, path: Path) -> None:
         self.index.save(str(path))
 
@@ -112,7 +128,6 @@ class VectorIndex:
         self._size = 0
         self._ann: _FaissHNSW | _USearchHNSW | None = None
         self._ann_dirty = False
-        self._ann_has_erased = False  # the graph still holds vectors of forgotten blocks
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -155,12 +170,12 @@ class VectorIndex:
         self._ann_dirty = True
 
     def zero_rows(self, rows: list[int]) -> None:
-        """Forgotten blocks: their vector is erased; the graph keeps the node, masked by `alive`."""
+        """Forgotten blocks: their vector is erased from the matrix and the graph's storage."""
         with self._lock:
             if rows:
                 self._matrix[rows] = 0.0
                 if self._ann is not None:
-                    self._ann_has_erased = True
+                    self._ann.erase(rows)
                     self._ann_dirty = True
 
     def exact(self, query: np.ndarray, k: int, rows: np.ndarray | None, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -206,10 +221,6 @@ class VectorIndex:
         with self._lock:
             if self._ann is None or not self._ann_dirty:
                 return
-            if self._ann_has_erased:
-                # Never persist vectors of forgotten content: rebuild from the erased matrix.
-                self._build_ann()
-                self._ann_has_erased = False
             tmp = path.with_name(path.name + ".tmp")
             self._ann.save(tmp)
             os.replace(tmp, path)

@@ -1,0 +1,68 @@
+"""The HNSW path: built past the threshold, agrees with exact search, honours filters and
+forgets, and is saved beside the file so a reopen loads instead of rebuilding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gieok.index.vector as vector_module
+from gieok import Memory
+
+TEXTS = [
+    f"{speaker}: {topic} 얘기 {i}번째 — talking about {topic} again ({i})"
+    for i, (speaker, topic) in enumerate(
+        (s, t) for s in ("민지", "Alex", "지훈", "Emily") for t in ("고양이", "deploy", "부산 여행", "birthday", "coffee")
+    )
+]
+
+
+@pytest.mark.parametrize("backend", ["faiss", "usearch"])
+def test_ann_matches_exact_and_survives_reopen(tmp_path, backend, monkeypatch):
+    path = tmp_path / f"{backend}.db"
+    items = [{"text": t, "scope": {"channel": "a" if i % 2 else "b"}} for i, t in enumerate(TEXTS)]
+    with Memory(path, ann_threshold=8, ann_backend=backend) as memory:
+        memory.add_many(items)
+        assert memory.vectors is not None and memory.vectors.kind == f"{backend}-hnsw"
+        alive = memory.catalog.alive()
+        for query in ("고양이 이야기", "deployment plans", "birthday party"):
+            qv = memory.embedder.embed_query(query)
+            approx, _ = memory.vectors.search(qv, 5, None, alive)
+            exact, _ = memory.vectors.exact(qv, 5, None, alive)
+            assert set(approx.tolist()) == set(exact.tolist())
+
+        # filtered search through the graph (force it by lowering the exact-subset cut-off)
+        monkeypatch.setattr(vector_module, "EXACT_SUBSET_MAX", 0)
+        hits = memory.search("고양이", 5, scope={"channel": "a"}, mode="vector").hits
+        assert hits and all(h.block.scope.channel == "a" for h in hits)
+
+        victim = memory.search("고양이 얘기", 1, mode="vector").hits[0].block.block_index
+        memory.forget(victim)
+        after = memory.search("고양이 얘기", 10, mode="vector").hits
+        assert victim not in [h.block.block_index for h in after]
+
+    sidecar = path.with_name(path.name + ".hnsw")
+    assert sidecar.is_file()
+    with Memory(path, ann_threshold=8, ann_backend=backend) as memory:
+        assert memory.vectors is not None and memory.vectors.kind == f"{backend}-hnsw"
+        assert victim not in [h.block.block_index for h in memory.search("고양이 얘기", 10, mode="vector").hits]
+        if backend == "faiss":
+            import faiss
+
+            saved = faiss.read_index(str(sidecar))
+            row = memory.catalog.row_of(victim)
+            assert np.count_nonzero(saved.reconstruct(row)) == 0  # the erased vector is not on disk
+        memory.add("민지: 새 고양이 사진 보여줄게")
+        assert memory.vectors.kind == f"{backend}-hnsw"
+        assert memory.search("새 고양이 사진", 1).hits[0].block.text.startswith("민지: 새 고양이")
+
+
+def test_damaged_sidecar_is_rebuilt(tmp_path):
+    path = tmp_path / "m.db"
+    with Memory(path, ann_threshold=8) as memory:
+        memory.add_many(TEXTS)
+    sidecar = path.with_name(path.name + ".hnsw")
+    sidecar.write_bytes(b"garbage")
+    with Memory(path, ann_threshold=8) as memory:
+        assert memory.vectors is not None and memory.vectors.kind == "faiss-hnsw"
+        assert len(memory.search("coffee", 3).hits) == 3
