@@ -439,43 +439,74 @@ class Memory:
 
     def import_jsonl(self, source: str | os.PathLike[str] | IO[str], *, progress: Progress | None = None) -> int:
         """Read an export. Into an empty memory the chain is kept exactly (same indices and
-        hashes, verified line by line); into a non-empty one, live blocks are appended anew.
-        Nothing is written unless every line parses."""
+        hashes); into a non-empty one, live blocks are appended anew. A first pass checks
+        every line (JSON, fields, digests, hashes, links) and nothing is written unless all
+        pass; the second pass streams the blocks in. Files are read twice rather than held
+        in memory; a non-seekable stream is buffered."""
         self._check_open()
-        records = list(_read_export(source))
-        _verify_records(records)
-        if len(self) == 0 and records and records[0].block_index == 1:
-            return self._import_exact(records, progress)
-        live = [r for r in records if not r.forgotten]
-        items = [{"text": r.text, "kind": r.kind, "scope": r.scope, "speaker": r.speaker,
-                  "event_time": r.event_time, "importance": r.importance, "keywords": list(r.keywords),
-                  "tags": list(r.tags), "metadata": r.metadata} for r in live]
-        self.add_many(items, progress=progress)
-        return len(live)
+        if isinstance(source, (str, os.PathLike)):
+            def records() -> Iterator[Block]:
+                return _read_export(source)
+        else:
+            buffered = list(_read_export(source))
 
-    def _import_exact(self, records: list[Block], progress: Progress | None) -> int:
+            def records() -> Iterator[Block]:
+                return iter(buffered)
+
+        first_index = _verify_records(records())
+        if first_index is None:
+            return 0
+        if len(self) == 0 and first_index == 1:
+            return self._import_exact(records(), progress)
+        for record in records():  # the append path re-validates against this store's limits
+            if not record.forgotten:
+                self._prepare(**_record_fields(record))
+        count = 0
+        chunk: list[dict[str, Any]] = []
+        for record in records():
+            if record.forgotten:
+                continue
+            chunk.append(_record_fields(record))
+            if len(chunk) == WRITE_CHUNK:
+                count += len(self.add_many(chunk, progress=progress))
+                chunk = []
+        if chunk:
+            count += len(self.add_many(chunk, progress=progress))
+        return count
+
+    def _import_exact(self, records: Iterable[Block], progress: Progress | None) -> int:
         _ = self.embedder
-        for start in range(0, len(records), WRITE_CHUNK):
-            chunk = records[start : start + WRITE_CHUNK]
-            live = [r for r in chunk if not r.forgotten]
-            vectors_live = self._embed_passages([r.text for r in live]) if live else None
-            vectors = np.zeros((len(chunk), self.embedder.dimension), dtype=np.float32)
-            tokens: list[list[str]] = []
-            j = 0
-            for i, record in enumerate(chunk):
-                if record.forgotten:
-                    tokens.append([])
-                else:
-                    vectors[i] = vectors_live[j]  # type: ignore[index]
-                    j += 1
-                    tokens.append(self.tokenizer.tokens(record.text))
-            with self._lock:
-                self.store.append_exact(chunk, tokens, vectors)
-                self._catch_up()
-                self._change_token = self.store.change_token()
-            if progress:
-                progress(len(chunk))
-        return len(records)
+        total = 0
+        chunk: list[Block] = []
+        for record in records:
+            chunk.append(record)
+            if len(chunk) == WRITE_CHUNK:
+                total += self._import_exact_chunk(chunk, progress)
+                chunk = []
+        if chunk:
+            total += self._import_exact_chunk(chunk, progress)
+        return total
+
+    def _import_exact_chunk(self, chunk: list[Block], progress: Progress | None) -> int:
+        live = [r for r in chunk if not r.forgotten]
+        vectors_live = self._embed_passages([r.text for r in live]) if live else None
+        vectors = np.zeros((len(chunk), self.embedder.dimension), dtype=np.float32)
+        tokens: list[list[str]] = []
+        j = 0
+        for i, record in enumerate(chunk):
+            if record.forgotten:
+                tokens.append([])
+            else:
+                vectors[i] = vectors_live[j]  # type: ignore[index]
+                j += 1
+                tokens.append(self.tokenizer.tokens(record.text))
+        with self._lock:
+            self.store.append_exact(chunk, tokens, vectors)
+            self._catch_up()
+            self._change_token = self.store.change_token()
+        if progress:
+            progress(len(chunk))
+        return len(chunk)
 
     def iter_blocks(self) -> Iterator[Block]:
         self._check_open()
@@ -540,9 +571,16 @@ def _record_from_json(data: dict[str, Any], number: int) -> Block:
         raise ImportFormatError(f"line {number}: {exc}") from None
 
 
-def _verify_records(records: list[Block]) -> None:
+def _record_fields(r: Block) -> dict[str, Any]:
+    return {"text": r.text, "kind": r.kind, "scope": r.scope, "speaker": r.speaker, "event_time": r.event_time,
+            "importance": r.importance, "keywords": list(r.keywords), "tags": list(r.tags), "metadata": r.metadata}
+
+
+def _verify_records(records: Iterable[Block]) -> int | None:
     """Every record's digest and hash must verify and consecutive records must link.
-    A file may start mid-chain (an excerpt), but a file starting at block 1 starts at genesis."""
+    A file may start mid-chain (an excerpt), but a file starting at block 1 starts at genesis.
+    Returns the first block index, or None for an empty file."""
+    first: int | None = None
     prev: Block | None = None
     for r in records:
         if prev is not None and (r.block_index != prev.block_index + 1 or r.prev_hash != prev.hash):
@@ -557,4 +595,7 @@ def _verify_records(records: list[Block]) -> None:
                               digest=r.content_digest)
         if computed != r.hash:
             raise ImportFormatError(f"block {r.block_index}: hash does not verify")
+        if first is None:
+            first = r.block_index
         prev = r
+    return first
