@@ -42,12 +42,12 @@ def test_add_search_stats_verify_forget_roundtrip(tmp_path):
     found = gieok("search", "민지 고양이 이름", "--channel", "general", "--json", "--db", str(db))
     assert found.returncode == 0, found.stderr
     payload = json.loads(found.stdout)
-    assert payload["source"] == "long_term" and payload["result_count"] >= 1
+    assert payload["source"] in ("full", "cache", "checkpoint", "working_memory") and payload["result_count"] >= 1
     assert payload["hits"][0]["block"]["text"].startswith("민지")
     assert set(payload["hits"][0]["breakdown"]) >= {"bm25", "vector", "fused", "neighbour", "final"}
 
     table = gieok("search", "job offer", "--db", str(db))
-    assert "layer: long_term" in table.stdout and "ms" in table.stdout
+    assert "layer: full" in table.stdout and "ms" in table.stdout
 
     stats = json.loads(gieok("stats", "--json", "--db", str(db)).stdout)
     assert stats["blocks"] == 2 and stats["live_blocks"] == 2 and stats["dimension"] == 384

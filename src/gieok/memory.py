@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,8 +30,15 @@ from .errors import (
 )
 from .index.catalog import Catalog
 from .index.vector import AnnParams, VectorIndex
+from .layers.cache import SearchCache
+from .layers.checkpoints import CheckpointManager
+from .layers.coordinator import CoordinatorConfig, SearchCoordinator
+from .layers.localized import LocalizedSearch
+from .layers.scope_key import scope_from_key
+from .layers.stm import HybridSTM, ShortTermMemory
+from .layers.working import Slot, WorkingMemory
 from .retrieval.hybrid import MODES, HybridRetriever, RetrievalParams, SearchRequest
-from .store.base import NewBlock, VerifyReport
+from .store.base import BM25Filter, NewBlock, VerifyReport
 from .store.sqlite import SQLiteStore
 from .text.tokenize import Tokenizer, get_tokenizer
 from .types import Block, Hit, Scope, SearchResult, Stats
@@ -86,9 +94,49 @@ class Memory:
             self._change_token = self.store.change_token()
             if self._dimension is not None:
                 self._load_indexes()
+            self._init_layers()
         except BaseException:
             self.store.close()
             raise
+
+    def _init_layers(self) -> None:
+        s = self.settings
+        self.working = WorkingMemory(self.store, self.tokenizer, self._promote_slot, slots=s.wm_slots,
+                                     relevance=s.wm_relevance)
+        self.stm = ShortTermMemory(self.store, self.tokenizer, self._promote_stm, ttl_seconds=s.stm_ttl_seconds,
+                                   promote_importance=s.stm_promote_importance)
+        self.hybrid = HybridSTM(self.working, self.stm, s.stm_mode)
+        self.checkpoints = CheckpointManager(self.store, lambda: self.catalog, max_per_slot=s.max_checkpoints_per_slot,
+                                             radius=s.checkpoint_radius, limit=s.localized_search_limit)
+        self.localized = LocalizedSearch(self.checkpoints, min_relevance=s.min_relevance_threshold,
+                                         min_similarity=s.checkpoint_min_similarity)
+        self.cache = SearchCache(s.cache_size, s.cache_ttl_seconds)
+        self.coordinator = SearchCoordinator(self.hybrid, self.cache, self.checkpoints, self.localized,
+                                             CoordinatorConfig(
+                                                 wm_answer_min=s.wm_answer_min, wm_min_relevance=s.wm_min_relevance,
+                                                 checkpoint_enabled=s.checkpoint_enabled,
+                                                 checkpoint_stage=s.checkpoint_stage,
+                                                 checkpoint_answer_min=s.checkpoint_answer_min,
+                                                 checkpoint_radius=s.checkpoint_radius))
+
+    def _promote_slot(self, slot: Slot, priority: float, reason: str) -> Block:
+        """Working memory evicted `slot`: write it to long-term memory with its provenance."""
+        metadata = dict(slot.metadata)
+        metadata["promoted_from"] = {"layer": "working_memory", "slot": slot.slot_id, "priority": round(priority, 6),
+                                     "reason": reason, "source_block": slot.block_index,
+                                     "usage_count": slot.usage_count}
+        new = self._prepare(slot.content, kind="note", scope=scope_from_key(slot.scope_key),
+                            importance=slot.importance, metadata=metadata)
+        if slot.embedding is not None and self._dimension == slot.embedding.shape[0]:
+            written = self._write([new], slot.embedding[None, :])
+        else:
+            written = self._write([new])
+        self.checkpoints.forget_slot(slot)
+        return written[0]
+
+    def _promote_stm(self, scope: Scope, text: str, importance: float, metadata: dict[str, Any]) -> Block:
+        return self._write([self._prepare(text, kind="note", scope=scope, importance=importance,
+                                          metadata=metadata)])[0]
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None, **overrides: Any) -> "Memory":
@@ -180,6 +228,8 @@ class Memory:
         if token == self._change_token:
             return
         self._change_token = token
+        if hasattr(self, "cache"):
+            self.cache.clear()  # another process wrote: nothing cached may be trusted
         if self._dimension is None:
             recorded = self.store.get_meta("dimension")
             if recorded:
@@ -302,6 +352,8 @@ class Memory:
             written = self.store.append(blocks, vectors, insert_time=time.time())
             self._after_append(written, vectors)
             self._change_token = self.store.change_token()
+            for scope in {b.scope for b in written}:
+                self.cache.invalidate(scope)
             return written
 
     def add_vectors(self, blocks: list[NewBlock], vectors: np.ndarray) -> list[Block]:
@@ -333,10 +385,21 @@ class Memory:
                 raise BlockNotFoundError(f"no block with index {missing[0]}")
             erased = self.store.forget(indices, time.time())
             self._change_token = self.store.change_token()
+            for scope in {existing[i].scope for i in erased}:
+                self.cache.invalidate(scope)
+            self._drop_layer_copies(set(erased))
             if self.vectors is not None:
                 self._sync_catalog_tail()
                 self.vectors.zero_rows(self.catalog.mark_forgotten(erased))
             return erased
+
+    def _drop_layer_copies(self, erased: set[int]) -> None:
+        """Forgotten content must not live on in working memory or STM."""
+        for slot in self.working.all_slots():
+            if slot.block_index in erased:
+                self.working.discard(slot)
+                self.checkpoints.forget_slot(slot)
+        self.store.stm_delete_blocks(sorted(erased))
 
     def _sync_catalog_tail(self) -> None:
         if self.catalog.last_block_index < self.store.last_block_index():
@@ -354,8 +417,10 @@ class Memory:
 
     def search(self, query: str, k: int = 10, *, scope: Scope | Mapping[str, Any] | None = None,
                kinds: Iterable[str] | str | None = None, since: Any = None, until: Any = None,
-               mode: str = "hybrid", neighbours: bool = True) -> SearchResult:
-        """Hybrid search. `scope` filters by guild / channel / user (each optional)."""
+               mode: str = "hybrid", neighbours: bool = True, layers: bool | None = None) -> SearchResult:
+        """Search. `scope` filters by guild / channel / user (each optional). With layers on
+        (the default, setting `layers`), working memory, the cache and the checkpoint layer
+        may answer before the full hybrid search; `result.source` says which did."""
         self._check_open()
         query = clean_text(query, max_chars=self.settings.max_text_chars, what="query")
         k = check_k(k)
@@ -367,12 +432,64 @@ class Memory:
             neighbours=bool(neighbours),
         )
         started = time.perf_counter()
+        if layers is None:
+            layers = self.settings.layers
+        if layers and self._retriever is not None:
+            return self._search_layered(request, started)
         query_vector = None
         embed_ms = 0.0
         if mode != "bm25" and (self._dimension is not None or self.store.get_meta("dimension")):
             query_vector = self.embedder.embed_query(query)
             embed_ms = (time.perf_counter() - started) * 1000
         return self._search_prepared(request, query_vector, embed_ms, started)
+
+    def _search_layered(self, request: SearchRequest, started: float) -> SearchResult:
+        embedded: dict[str, Any] = {}
+
+        def embed() -> np.ndarray | None:
+            if "vector" not in embedded:
+                t0 = time.perf_counter()
+                embedded["vector"] = self.embedder.embed_query(request.query)
+                embedded["ms"] = (time.perf_counter() - t0) * 1000
+            return embedded["vector"]
+
+        def full_search(query_vector: np.ndarray | None) -> SearchResult:
+            return self._search_prepared(request, query_vector, embedded.get("ms", 0.0), started)
+
+        filt = BM25Filter(request.scope, request.kinds, request.since, request.until)
+        extra = (request.k, request.kinds, request.since, request.until, request.mode, request.neighbours)
+        with self._lock:
+            self._sync()
+            layered = self.coordinator.search(query=request.query, k=request.k, scope=request.scope, filt=filt,
+                                              mode=request.mode, embed=embed, cache_extra=extra,
+                                              full_search=full_search, memory=self, started=started)
+        result = layered.result
+        result.embed_time_ms = embedded.get("ms", 0.0)
+        result.timings_ms.setdefault("embed_ms", result.embed_time_ms)
+        return result
+
+    def remember(self, text: str, *, scope: Scope | Mapping[str, Any] | None = None, speaker: str | None = None,
+                 event_time: Any = None, importance: float = 0.5, kind: str = "turn",
+                 metadata: Mapping[str, Any] | None = None) -> Block:
+        """Store a conversation turn in long-term memory and feed it to working memory and
+        STM of its conversation (guild, channel), as a bot does with every message."""
+        block = self.add(text, kind=kind, scope=scope, speaker=speaker, event_time=event_time,
+                         importance=importance, metadata=metadata)
+        self._feed_layers(block)
+        return block
+
+    def _feed_layers(self, block: Block) -> None:
+        row = self.catalog.row_of(block.block_index)
+        vector = self.vectors.matrix[row].copy() if row is not None and self.vectors is not None else None
+        conversation = Scope(block.scope.guild, block.scope.channel)
+        self.hybrid.add(conversation, block.text, importance=block.importance, embedding=vector,
+                        block_index=block.block_index, metadata={"speaker": block.speaker} if block.speaker else None)
+
+    def layer_stats(self) -> dict[str, Any]:
+        """Per-layer counters and hit rates, working memory, STM, cache and checkpoints."""
+        stats = self.coordinator.statistics()
+        stats["hybrid_stm"] = self.hybrid.statistics()
+        return stats
 
     def search_vector(self, request: SearchRequest, query_vector: np.ndarray | None) -> SearchResult:
         """Search with a precomputed query vector (benchmarks time embedding separately)."""
@@ -387,12 +504,26 @@ class Memory:
             if self._retriever is None:
                 ranked = []
             else:
-                ranked = self._retriever.rank(request, query_vector, timings)
+                wider = replace(request, k=min(1000, request.k + 5))  # room to drop duplicates
+                ranked = self._retriever.rank(wider, query_vector, timings)
             blocks = self.store.get_many([bi for bi, _ in ranked])
-        hits = [Hit(blocks[bi], b.final, b) for bi, b in ranked if bi in blocks]
+        hits: list[Hit] = []
+        seen: set[tuple[str | None, str]] = set()
+        for bi, breakdown in ranked:
+            block = blocks.get(bi)
+            if block is None:
+                continue
+            # a promoted working-memory note repeats the turn it mirrors: show the text once
+            identity = (block.scope.channel, " ".join(block.text.split()))
+            if identity in seen:
+                continue
+            seen.add(identity)
+            hits.append(Hit(block, breakdown.final, breakdown))
+            if len(hits) == request.k:
+                break
         total_ms = (time.perf_counter() - started) * 1000
         timings["embed_ms"] = embed_ms
-        return SearchResult(query=request.query, hits=hits, source="long_term", search_time_ms=total_ms,
+        return SearchResult(query=request.query, hits=hits, source="full", search_time_ms=total_ms,
                             embed_time_ms=embed_ms, timings_ms=timings)
 
     def stats(self) -> Stats:
@@ -504,6 +635,8 @@ class Memory:
             self.store.append_exact(chunk, tokens, vectors)
             self._catch_up()
             self._change_token = self.store.change_token()
+            for scope in {b.scope for b in chunk}:
+                self.cache.invalidate(scope)
         if progress:
             progress(len(chunk))
         return len(chunk)

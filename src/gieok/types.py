@@ -149,7 +149,7 @@ class SearchResult:
 
     query: str
     hits: list[Hit]
-    source: str = "long_term"
+    source: str = "full"  # the layer that answered: working_memory | cache | checkpoint | full
     search_time_ms: float = 0.0
     embed_time_ms: float = 0.0
     timings_ms: dict[str, float] = field(default_factory=dict)

@@ -46,6 +46,46 @@ MIGRATIONS: list[str] = [
         tokens, facets, tokenize = "unicode61 remove_diacritics 0 tokenchars '_'"
     );
     """,
+    # 2: working-memory slots, their checkpoints into long-term blocks, short-term memory
+    """
+    CREATE TABLE wm_slots (
+        scope_key    TEXT NOT NULL,                -- the conversation scope the slots belong to
+        slot_id      INTEGER NOT NULL,
+        context      TEXT NOT NULL,
+        content      TEXT NOT NULL,
+        metadata     TEXT NOT NULL DEFAULT '{}',
+        embedding    BLOB,
+        importance   REAL NOT NULL,
+        usage_count  INTEGER NOT NULL,
+        created_at   REAL NOT NULL,
+        last_access  REAL NOT NULL,
+        block_index  INTEGER,                      -- the long-term block this slot mirrors, if any
+        context_hash TEXT NOT NULL,
+        PRIMARY KEY (scope_key, slot_id)
+    );
+    CREATE TABLE wm_checkpoints (
+        scope_key     TEXT NOT NULL,
+        slot_id       INTEGER NOT NULL,
+        block_index   INTEGER NOT NULL,
+        relevance     REAL NOT NULL,
+        distance      REAL NOT NULL,
+        created_at    REAL NOT NULL,
+        last_accessed REAL NOT NULL,
+        PRIMARY KEY (scope_key, slot_id, block_index)
+    );
+    CREATE TABLE stm_entries (
+        entry_id    INTEGER PRIMARY KEY,
+        scope_key   TEXT NOT NULL,
+        text        TEXT NOT NULL,
+        metadata    TEXT NOT NULL DEFAULT '{}',
+        importance  REAL NOT NULL,
+        created_at  REAL NOT NULL,
+        expires_at  REAL NOT NULL,
+        block_index INTEGER
+    );
+    CREATE INDEX stm_by_scope ON stm_entries(scope_key, created_at);
+    CREATE INDEX stm_by_expiry ON stm_entries(expires_at);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

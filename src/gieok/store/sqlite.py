@@ -217,7 +217,7 @@ class SQLiteStore:
                 index += 1
                 conv_pos = None
                 channel = new.scope.channel
-                if channel is not None:
+                if channel is not None and new.kind == "turn":  # only turns make up the conversation
                     if channel not in positions:
                         row = conn.execute("SELECT max(conv_pos) FROM blocks WHERE channel = ?", (channel,)).fetchone()
                         positions[channel] = row[0] or 0
@@ -314,6 +314,124 @@ class SQLiteStore:
                 "UPDATE embeddings SET vector = ? WHERE block_index = ?",
                 [(np.asarray(v, dtype="<f4").tobytes(), i) for i, v in zip(block_indices, vectors)],
             )
+
+    # -- working memory, checkpoints, short-term memory ---------------------------------------
+    _SLOT_COLUMNS = ("scope_key", "slot_id", "context", "content", "metadata", "embedding", "importance",
+                     "usage_count", "created_at", "last_access", "block_index", "context_hash")
+
+    def load_slots(self, scope_key: str | None = None) -> list[dict[str, Any]]:
+        sql = f"SELECT {', '.join(self._SLOT_COLUMNS)} FROM wm_slots"
+        params: tuple = ()
+        if scope_key is not None:
+            sql += " WHERE scope_key = ?"
+            params = (scope_key,)
+        with self._lock:
+            rows = self._query(sql + " ORDER BY scope_key, slot_id", params).fetchall()
+        out = []
+        for row in rows:
+            item = dict(zip(self._SLOT_COLUMNS, row))
+            item["metadata"] = json.loads(item["metadata"])
+            blob = item["embedding"]
+            item["embedding"] = np.frombuffer(blob, dtype="<f4").copy() if blob is not None else None
+            out.append(item)
+        return out
+
+    def save_slot(self, slot: dict[str, Any], checkpoints: list[dict[str, Any]] | None = None) -> None:
+        """Upsert one slot (and, when given, replace its checkpoints) in one transaction."""
+        values = dict(slot)
+        values["metadata"] = json.dumps(values["metadata"], ensure_ascii=False)
+        emb = values["embedding"]
+        values["embedding"] = np.asarray(emb, dtype="<f4").tobytes() if emb is not None else None
+        with self._write() as conn:
+            conn.execute(
+                f"INSERT OR REPLACE INTO wm_slots({', '.join(self._SLOT_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(self._SLOT_COLUMNS))})",
+                [values[c] for c in self._SLOT_COLUMNS],
+            )
+            if checkpoints is not None:
+                conn.execute("DELETE FROM wm_checkpoints WHERE scope_key = ? AND slot_id = ?",
+                             (slot["scope_key"], slot["slot_id"]))
+                conn.executemany(
+                    "INSERT INTO wm_checkpoints(scope_key, slot_id, block_index, relevance, distance, created_at, "
+                    "last_accessed) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [(slot["scope_key"], slot["slot_id"], c["block_index"], c["relevance"], c["distance"],
+                      c["created_at"], c["last_accessed"]) for c in checkpoints],
+                )
+
+    def delete_slot(self, scope_key: str, slot_id: int) -> None:
+        with self._write() as conn:
+            conn.execute("DELETE FROM wm_slots WHERE scope_key = ? AND slot_id = ?", (scope_key, slot_id))
+            conn.execute("DELETE FROM wm_checkpoints WHERE scope_key = ? AND slot_id = ?", (scope_key, slot_id))
+
+    def load_checkpoints(self, scope_key: str | None = None) -> list[dict[str, Any]]:
+        sql = ("SELECT scope_key, slot_id, block_index, relevance, distance, created_at, last_accessed "
+               "FROM wm_checkpoints")
+        params: tuple = ()
+        if scope_key is not None:
+            sql += " WHERE scope_key = ?"
+            params = (scope_key,)
+        keys = ("scope_key", "slot_id", "block_index", "relevance", "distance", "created_at", "last_accessed")
+        with self._lock:
+            return [dict(zip(keys, row)) for row in self._query(sql + " ORDER BY relevance DESC", params)]
+
+    def touch_checkpoints(self, scope_key: str, slot_id: int, when: float) -> None:
+        with self._write() as conn:
+            conn.execute("UPDATE wm_checkpoints SET last_accessed = ? WHERE scope_key = ? AND slot_id = ?",
+                         (when, scope_key, slot_id))
+
+    _STM_COLUMNS = ("entry_id", "scope_key", "text", "metadata", "importance", "created_at", "expires_at",
+                    "block_index")
+
+    def stm_add(self, scope_key: str, text: str, metadata: dict[str, Any], importance: float, created_at: float,
+                expires_at: float, block_index: int | None) -> int:
+        with self._write() as conn:
+            cursor = conn.execute(
+                "INSERT INTO stm_entries(scope_key, text, metadata, importance, created_at, expires_at, block_index) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (scope_key, text, json.dumps(metadata, ensure_ascii=False), importance, created_at, expires_at,
+                 block_index),
+            )
+            return int(cursor.lastrowid)
+
+    def _stm_rows(self, rows: list[tuple]) -> list[dict[str, Any]]:
+        out = []
+        for row in rows:
+            item = dict(zip(self._STM_COLUMNS, row))
+            item["metadata"] = json.loads(item["metadata"])
+            out.append(item)
+        return out
+
+    def stm_entries(self, scope_key: str | None, now: float, limit: int = 1000) -> list[dict[str, Any]]:
+        """Live entries, newest first."""
+        sql = f"SELECT {', '.join(self._STM_COLUMNS)} FROM stm_entries WHERE expires_at > ?"
+        params: list[Any] = [now]
+        if scope_key is not None:
+            sql += " AND scope_key = ?"
+            params.append(scope_key)
+        sql += " ORDER BY created_at DESC, entry_id DESC LIMIT ?"
+        params.append(limit)
+        with self._lock:
+            return self._stm_rows(self._query(sql, params).fetchall())
+
+    def stm_take_expired(self, now: float) -> list[dict[str, Any]]:
+        """Remove and return every expired entry, atomically."""
+        with self._write() as conn:
+            rows = conn.execute(
+                f"SELECT {', '.join(self._STM_COLUMNS)} FROM stm_entries WHERE expires_at <= ? ORDER BY entry_id",
+                (now,),
+            ).fetchall()
+            conn.execute("DELETE FROM stm_entries WHERE expires_at <= ?", (now,))
+        return self._stm_rows(rows)
+
+    def stm_delete_blocks(self, block_indices: Sequence[int]) -> None:
+        if not block_indices:
+            return
+        with self._write() as conn:
+            conn.executemany("DELETE FROM stm_entries WHERE block_index = ?", [(i,) for i in block_indices])
+
+    def stm_count(self) -> int:
+        with self._lock:
+            return int(self._query("SELECT count(*) FROM stm_entries").fetchone()[0])
 
     # -- reads ----------------------------------------------------------------------------
     def _query(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:

@@ -1,0 +1,118 @@
+"""Checkpoints: each working-memory slot keeps up to N anchors into long-term memory.
+
+An anchor is a block that answered a search while the slot was relevant. The radius
+around an anchor walks the anchor's own conversation (its channel's turn sequence), so
+"nearby" means "said around the same moment in the same conversation" — not neighbouring
+insert order, which interleaves every channel of a busy server.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..index.catalog import Catalog
+from .working import Clock, Slot
+
+__all__ = ["Checkpoint", "CheckpointManager"]
+
+
+@dataclass
+class Checkpoint:
+    block_index: int
+    relevance: float
+    distance: float  # semantic distance between the slot and the block: 1 - cosine
+    created_at: float
+    last_accessed: float
+
+    def as_row(self) -> dict[str, Any]:
+        return {"block_index": self.block_index, "relevance": self.relevance, "distance": self.distance,
+                "created_at": self.created_at, "last_accessed": self.last_accessed}
+
+
+class CheckpointManager:
+    def __init__(self, store: Any, catalog_provider, *, max_per_slot: int = 5, radius: int = 15,
+                 limit: int = 100, clock: Clock = time.time) -> None:
+        self.store = store
+        self._catalog = catalog_provider  # callable: the catalog can be replaced on reindex
+        self.max_per_slot = max_per_slot
+        self.radius_default = radius
+        self.limit = limit
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._by_slot: dict[tuple[str, int], list[Checkpoint]] = {}
+        for row in store.load_checkpoints():
+            key = (row["scope_key"], row["slot_id"])
+            self._by_slot.setdefault(key, []).append(
+                Checkpoint(row["block_index"], row["relevance"], row["distance"], row["created_at"],
+                           row["last_accessed"]))
+        self.created = 0
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._catalog()
+
+    def get(self, slot: Slot) -> list[Checkpoint]:
+        with self._lock:
+            return list(self._by_slot.get((slot.scope_key, slot.slot_id), []))
+
+    def create(self, slot: Slot, related: list[tuple[int, float, np.ndarray | None]]) -> list[Checkpoint]:
+        """Anchor the slot to (block_index, relevance, block vector) triples; the strongest
+        `max_per_slot` of old and new anchors are kept. Persisted with the slot."""
+        now = self.clock()
+        with self._lock:
+            key = (slot.scope_key, slot.slot_id)
+            merged = {c.block_index: c for c in self._by_slot.get(key, [])}
+            for block_index, relevance, vector in related:
+                if slot.embedding is not None and vector is not None:
+                    distance = float(1.0 - np.dot(slot.embedding, vector))
+                else:
+                    distance = 1.0 - float(relevance)
+                old = merged.get(block_index)
+                if old is None or relevance > old.relevance:
+                    merged[block_index] = Checkpoint(block_index, float(relevance), distance,
+                                                     old.created_at if old else now, now)
+            kept = sorted(merged.values(), key=lambda c: -c.relevance)[: self.max_per_slot]
+            self._by_slot[key] = kept
+            self.store.save_slot(slot.as_row(), checkpoints=[c.as_row() for c in kept])
+            self.created += 1
+            return kept
+
+    def forget_slot(self, slot: Slot) -> None:
+        with self._lock:
+            self._by_slot.pop((slot.scope_key, slot.slot_id), None)
+
+    def touch(self, slot: Slot) -> None:
+        now = self.clock()
+        with self._lock:
+            for checkpoint in self._by_slot.get((slot.scope_key, slot.slot_id), []):
+                checkpoint.last_accessed = now
+            self.store.touch_checkpoints(slot.scope_key, slot.slot_id, now)
+
+    def radius(self, slot: Slot, r: int | None = None) -> list[int]:
+        """Block indices within ±r turns of each anchor in the anchor's conversation, nearest
+        first, at most `limit` (LOCALIZED_SEARCH_LIMIT)."""
+        r = self.radius_default if r is None else r
+        catalog = self.catalog
+        ranked: dict[int, int] = {}  # row -> smallest distance to any anchor
+        for checkpoint in self.get(slot):
+            row = catalog.row_of(checkpoint.block_index)
+            if row is None:
+                continue
+            ranked[row] = 0
+            for other, distance in catalog.neighbours(row, r):
+                if distance < ranked.get(other, r + 1):
+                    ranked[other] = distance
+        rows = sorted(ranked, key=lambda row: (ranked[row], row))[: self.limit]
+        if not rows:
+            return []
+        return catalog.block_index_of(np.asarray(rows, dtype=np.int64)).tolist()
+
+    def statistics(self) -> dict[str, Any]:
+        with self._lock:
+            counts = [len(v) for v in self._by_slot.values()]
+        return {"slots_with_checkpoints": len(counts), "checkpoints": sum(counts), "created": self.created}

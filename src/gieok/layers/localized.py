@@ -1,0 +1,73 @@
+"""Localized search: look only inside the checkpoint radius of relevant slots.
+
+For every active slot whose relevance to the query exceeds `min_relevance` (0.3), score
+the blocks within its checkpoint radius by cosine similarity, keep those ≥ `min_similarity`
+(0.2), tag them with the slot, de-duplicate by block and rank by
+0.7·similarity + 0.3·slot relevance. An empty result tells the caller to fall back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..index.catalog import Catalog
+from ..index.vector import VectorIndex
+from ..store.base import BM25Filter
+from ..types import Scope
+from .checkpoints import CheckpointManager
+from .working import Slot
+
+__all__ = ["LocalizedSearch", "LocalHit"]
+
+
+@dataclass
+class LocalHit:
+    block_index: int
+    similarity: float
+    slot_id: int
+    slot_relevance: float
+    score: float
+
+
+class LocalizedSearch:
+    def __init__(self, checkpoints: CheckpointManager, *, min_relevance: float = 0.3,
+                 min_similarity: float = 0.2) -> None:
+        self.checkpoints = checkpoints
+        self.min_relevance = min_relevance
+        self.min_similarity = min_similarity
+
+    def search(self, slots: list[Slot], query_vector: np.ndarray, k: int, catalog: Catalog, vectors: VectorIndex,
+               filt: BM25Filter | None = None, radius: int | None = None) -> list[LocalHit]:
+        best: dict[int, LocalHit] = {}
+        for slot in slots:
+            if slot.embedding is None:
+                continue
+            slot_relevance = float(np.dot(slot.embedding, query_vector))
+            if slot_relevance <= self.min_relevance:
+                continue
+            indices = self.checkpoints.radius(slot, radius)
+            rows = [r for r in (catalog.row_of(i) for i in indices) if r is not None]
+            if filt is not None:
+                rows = [r for r in rows if catalog.passes(r, filt.scope, filt.kinds, filt.since, filt.until)]
+            else:
+                alive = catalog.alive()
+                rows = [r for r in rows if alive[r]]
+            if not rows:
+                continue
+            row_array = np.asarray(rows, dtype=np.int64)
+            sims = vectors.matrix[row_array] @ query_vector
+            block_indices = catalog.block_index_of(row_array)
+            for block_index, sim in zip(block_indices.tolist(), sims.tolist()):
+                if sim < self.min_similarity:
+                    continue
+                score = 0.7 * sim + 0.3 * slot_relevance
+                current = best.get(block_index)
+                if current is None or score > current.score:
+                    best[block_index] = LocalHit(block_index, sim, slot.slot_id, slot_relevance, score)
+        return sorted(best.values(), key=lambda h: (-h.score, h.block_index))[:k]
+
+
+def scope_filter(scope: Scope, kinds: tuple[str, ...], since: float | None, until: float | None) -> BM25Filter:
+    return BM25Filter(scope, kinds, since, until)

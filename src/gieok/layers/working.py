@@ -1,0 +1,202 @@
+"""Working memory: N slots per conversation scope (default 4), evicted by priority.
+
+priority = 0.4·importance + 0.3·time + 0.2·usage + 0.1·relevance, with
+time = max(0.1, 1 / (1 + hours_since_access / 24)), usage = min(1, count / 10) and
+relevance = word Jaccard over Korean-aware tokens (or embedding cosine) against the
+current context. The evicted slot is promoted to long-term memory as a real block that
+records where it came from; the seed's version only printed a log line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..text.tokenize import Tokenizer
+from ..types import Block, Scope
+from .scope_key import scope_key
+
+__all__ = ["Slot", "WorkingMemory", "Clock", "Promoter"]
+
+Clock = Callable[[], float]
+# promote(slot, priority, reason) -> the long-term block written for it
+Promoter = Callable[["Slot", float, str], Block]
+
+
+@dataclass
+class Slot:
+    scope_key: str
+    slot_id: int
+    context: str
+    content: str
+    metadata: dict[str, Any]
+    embedding: np.ndarray | None
+    importance: float
+    usage_count: int
+    created_at: float
+    last_access: float
+    block_index: int | None = None
+    tokens: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def context_hash(self) -> str:
+        return hashlib.sha256(self.context.encode("utf-8")).hexdigest()[:16]
+
+    def as_row(self) -> dict[str, Any]:
+        return {"scope_key": self.scope_key, "slot_id": self.slot_id, "context": self.context,
+                "content": self.content, "metadata": self.metadata, "embedding": self.embedding,
+                "importance": self.importance, "usage_count": self.usage_count, "created_at": self.created_at,
+                "last_access": self.last_access, "block_index": self.block_index, "context_hash": self.context_hash}
+
+
+def time_factor(last_access: float, now: float) -> float:
+    hours = max(0.0, now - last_access) / 3600.0
+    return max(0.1, 1.0 / (1.0 + hours / 24.0))
+
+
+def usage_factor(count: int) -> float:
+    return min(1.0, count / 10.0)
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+class WorkingMemory:
+    """Slots for every scope, persisted through the store on each change (a restart restores them)."""
+
+    def __init__(self, store: Any, tokenizer: Tokenizer, promote: Promoter, *, slots: int = 4,
+                 relevance: str = "jaccard", clock: Clock = time.time) -> None:
+        if slots < 1:
+            raise ValueError("working memory needs at least one slot")
+        if relevance not in ("jaccard", "embedding"):
+            raise ValueError("relevance must be 'jaccard' or 'embedding'")
+        self.store = store
+        self.tokenizer = tokenizer
+        self.promote = promote
+        self.capacity = slots
+        self.relevance_mode = relevance
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._slots: dict[str, dict[int, Slot]] = {}
+        self.cleanup_count = 0
+        self.promotion_count = 0
+        for row in store.load_slots():
+            slot = Slot(**{k: v for k, v in row.items() if k != "context_hash"})
+            slot.tokens = frozenset(tokenizer.tokens(slot.context))
+            self._slots.setdefault(slot.scope_key, {})[slot.slot_id] = slot
+
+    # -- arithmetic -----------------------------------------------------------------------
+    def relevance(self, slot: Slot, context: str = "", context_embedding: np.ndarray | None = None) -> float:
+        if self.relevance_mode == "embedding" and context_embedding is not None and slot.embedding is not None:
+            return max(0.0, float(np.dot(slot.embedding, context_embedding)))
+        if not context:
+            return 0.0
+        return jaccard(slot.tokens, frozenset(self.tokenizer.tokens(context)))
+
+    def priority(self, slot: Slot, context: str = "", context_embedding: np.ndarray | None = None,
+                 now: float | None = None) -> float:
+        now = self.clock() if now is None else now
+        return (0.4 * slot.importance + 0.3 * time_factor(slot.last_access, now)
+                + 0.2 * usage_factor(slot.usage_count) + 0.1 * self.relevance(slot, context, context_embedding))
+
+    # -- slots ----------------------------------------------------------------------------
+    def slots(self, scope: Scope) -> list[Slot]:
+        with self._lock:
+            return sorted(self._slots.get(scope_key(scope), {}).values(), key=lambda s: s.slot_id)
+
+    def add(self, scope: Scope, context: str, *, content: str | None = None, metadata: dict[str, Any] | None = None,
+            importance: float = 0.5, embedding: np.ndarray | None = None, block_index: int | None = None) -> Slot:
+        """Put a context in a free slot, or evict the lowest-priority slot (promoting it)."""
+        key = scope_key(scope)
+        now = self.clock()
+        with self._lock:
+            slots = self._slots.setdefault(key, {})
+            free = [i for i in range(self.capacity) if i not in slots]
+            if free:
+                slot_id = free[0]
+            else:
+                victim = min(slots.values(), key=lambda s: (self.priority(s, context, embedding, now), s.slot_id))
+                self.promote_slot(victim, reason="evicted", now=now, context=context, context_embedding=embedding)
+                self.cleanup_count += 1
+                slot_id = victim.slot_id
+            slot = Slot(key, slot_id, context, content if content is not None else context, dict(metadata or {}),
+                        None if embedding is None else np.asarray(embedding, dtype=np.float32), float(importance),
+                        1, now, now, block_index, frozenset(self.tokenizer.tokens(context)))
+            slots[slot_id] = slot
+            self.store.save_slot(slot.as_row(), checkpoints=[])
+            return slot
+
+    def promote_slot(self, slot: Slot, *, reason: str, now: float | None = None, context: str = "",
+                     context_embedding: np.ndarray | None = None) -> Block:
+        """Write the slot to long-term memory as a block and free the slot."""
+        with self._lock:
+            priority = self.priority(slot, context, context_embedding, now)
+            block = self.promote(slot, priority, reason)
+            self.promotion_count += 1
+            self._slots.get(slot.scope_key, {}).pop(slot.slot_id, None)
+            self.store.delete_slot(slot.scope_key, slot.slot_id)
+            return block
+
+    def discard(self, slot: Slot) -> None:
+        """Drop a slot without promoting it (its content was forgotten)."""
+        with self._lock:
+            self._slots.get(slot.scope_key, {}).pop(slot.slot_id, None)
+            self.store.delete_slot(slot.scope_key, slot.slot_id)
+
+    def all_slots(self) -> list[Slot]:
+        with self._lock:
+            return [slot for group in self._slots.values() for slot in group.values()]
+
+    def touch(self, slot: Slot, now: float | None = None) -> None:
+        with self._lock:
+            slot.usage_count += 1
+            slot.last_access = self.clock() if now is None else now
+            self.store.save_slot(slot.as_row())
+
+    def search(self, scope: Scope, query: str, query_embedding: np.ndarray | None, *,
+               threshold: float) -> list[tuple[Slot, float]]:
+        """Slots relevant to the query (cosine of embeddings, else token Jaccard), best first.
+        A slot that answers is used: its usage count and access time are updated."""
+        hits = []
+        with self._lock:
+            query_tokens = frozenset(self.tokenizer.tokens(query))
+            for slot in self.slots(scope):
+                if query_embedding is not None and slot.embedding is not None:
+                    score = float(np.dot(slot.embedding, query_embedding))
+                else:
+                    score = jaccard(slot.tokens, query_tokens)
+                if score >= threshold:
+                    hits.append((slot, score))
+            hits.sort(key=lambda item: -item[1])
+            now = self.clock()
+            for slot, _ in hits:
+                self.touch(slot, now)
+        return hits
+
+    def statistics(self, scope: Scope | None = None) -> dict[str, Any]:
+        with self._lock:
+            if scope is not None:
+                groups = [self._slots.get(scope_key(scope), {})]
+            else:
+                groups = list(self._slots.values())
+            active = [s for g in groups for s in g.values()]
+            total = self.capacity * max(1, len(groups))
+            now = self.clock()
+            return {
+                "total_slots": total,
+                "active_slots": len(active),
+                "available_slots": total - len(active),
+                "scopes": len(groups) if scope is None else 1,
+                "cleanup_count": self.cleanup_count,
+                "promotion_count": self.promotion_count,
+                "average_priority": (sum(self.priority(s, now=now) for s in active) / len(active)) if active else 0.0,
+            }
