@@ -47,6 +47,7 @@ class Settings:
     hnsw_ef_search: int = 96
     ann_backend: str = "faiss"
     # retrieval
+    bm25_engine: str = "memory"  # "memory" (numpy postings built from FTS5) | "fts5" (SQL per query)
     candidates: int = 60
     fusion: str = "weighted"  # tuned on LoCoMo dev: README "Retrieval tuning"
     rrf_k: float = 60.0
@@ -163,6 +164,8 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
 def _validate(s: Settings) -> None:
     if s.ann_backend not in {"faiss", "usearch"}:
         raise ConfigError(f"ann_backend must be 'faiss' or 'usearch', got {s.ann_backend!r}")
+    if s.bm25_engine not in {"memory", "fts5"}:
+        raise ConfigError(f"bm25_engine must be 'memory' or 'fts5', got {s.bm25_engine!r}")
     if s.fusion not in {"rrf", "weighted"}:
         raise ConfigError(f"fusion must be 'rrf' or 'weighted', got {s.fusion!r}")
     for name in ("max_text_chars", "embed_batch_size", "candidates", "hnsw_m", "hnsw_ef_search", "hnsw_ef_construction"):

@@ -28,6 +28,7 @@ from .errors import (
     InvalidInputError,
     InvalidTypeError,
 )
+from .index.bm25 import BM25Index
 from .index.catalog import Catalog
 from .index.vector import AnnParams, VectorIndex
 from .layers.cache import SearchCache
@@ -90,6 +91,7 @@ class Memory:
             self._dimension = int(recorded_dim) if recorded_dim else None
             self.catalog = Catalog()
             self.vectors: VectorIndex | None = None
+            self.bm25: BM25Index | None = None
             self._retriever: HybridRetriever | None = None
             self._change_token = self.store.change_token()
             if self._dimension is not None:
@@ -214,13 +216,26 @@ class Memory:
         rows = self.store.load_index_rows(0, self._dimension)
         self.catalog.extend(rows)
         self.vectors.extend(rows.vectors, build_ann=False)
+        self.bm25 = BM25Index() if self.settings.bm25_engine == "memory" else None
+        self._load_tokens(0)
         if not self.vectors.try_load(self._sidecar_path(), self._embedder_spec):
             self.vectors.ensure_ann()
         dead = np.flatnonzero(~self.catalog.alive()).tolist()
         if dead:  # a saved graph may predate a forget made elsewhere: erase again, it is cheap
             self.vectors.zero_rows(dead)
         self._retriever = HybridRetriever(self.store, self.catalog, self.vectors, self.tokenizer,
-                                          self.retrieval_params())
+                                          self.retrieval_params(), self.bm25)
+
+    def _load_tokens(self, after_block_index: int) -> None:
+        if self.bm25 is None:
+            return
+        pairs = self.store.load_tokens(after_block_index)
+        if not pairs:
+            return
+        indices = np.fromiter((bi for bi, _ in pairs), dtype=np.int64, count=len(pairs))
+        rows = [self.catalog.row_of(int(bi)) for bi in indices]
+        keep = [(r, text.split()) for r, (_, text) in zip(rows, pairs) if r is not None]
+        self.bm25.extend([r for r, _ in keep], [t for _, t in keep])
 
     def _sync(self) -> None:
         """Pick up blocks and forgets committed by other processes since we last looked."""
@@ -241,15 +256,21 @@ class Memory:
         alive = self.catalog.alive()
         dead_now = [i for i in forgotten if (r := self.catalog.row_of(i)) is not None and alive[r]]
         if dead_now and self.vectors is not None:
-            self.vectors.zero_rows(self.catalog.mark_forgotten(dead_now))
+            forgotten_rows = self.catalog.mark_forgotten(dead_now)
+            self.vectors.zero_rows(forgotten_rows)
+            if self.bm25 is not None:
+                for row in forgotten_rows:
+                    self.bm25.remove(row)
 
     def _catch_up(self) -> None:
         assert self._dimension is not None and self.vectors is not None
-        rows = self.store.load_index_rows(self.catalog.last_block_index, self._dimension)
+        after = self.catalog.last_block_index
+        rows = self.store.load_index_rows(after, self._dimension)
         self.catalog.extend(rows)
         self.vectors.extend(rows.vectors)
+        self._load_tokens(after)
 
-    def _after_append(self, blocks: list[Block], vectors: np.ndarray) -> None:
+    def _after_append(self, blocks: list[Block], vectors: np.ndarray, tokens: list[list[str]]) -> None:
         assert self.vectors is not None
         if not blocks:
             return
@@ -272,6 +293,9 @@ class Memory:
             vectors=vectors,
         ))
         self.vectors.extend(vectors)
+        if self.bm25 is not None:
+            start = len(self.catalog) - n
+            self.bm25.extend(list(range(start, start + n)), tokens)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -350,7 +374,7 @@ class Memory:
             self._check_open()
             self._sync()
             written = self.store.append(blocks, vectors, insert_time=time.time())
-            self._after_append(written, vectors)
+            self._after_append(written, vectors, [b.tokens for b in blocks])
             self._change_token = self.store.change_token()
             for scope in {b.scope for b in written}:
                 self.cache.invalidate(scope)
@@ -390,7 +414,11 @@ class Memory:
             self._drop_layer_copies(set(erased))
             if self.vectors is not None:
                 self._sync_catalog_tail()
-                self.vectors.zero_rows(self.catalog.mark_forgotten(erased))
+                forgotten_rows = self.catalog.mark_forgotten(erased)
+                self.vectors.zero_rows(forgotten_rows)
+                if self.bm25 is not None:
+                    for row in forgotten_rows:
+                        self.bm25.remove(row)
             return erased
 
     def _drop_layer_copies(self, erased: set[int]) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from ..config import Settings
+from ..index.bm25 import BM25Index
 from ..index.catalog import Catalog
 from ..index.vector import VectorIndex
 from ..store.base import BM25Filter, Store
@@ -66,8 +67,9 @@ class SearchRequest:
 
 class HybridRetriever:
     def __init__(self, store: Store, catalog: Catalog, vectors: VectorIndex, tokenizer: Tokenizer,
-                 params: RetrievalParams) -> None:
+                 params: RetrievalParams, bm25: BM25Index | None = None) -> None:
         self.store = store
+        self.bm25 = bm25
         self.catalog = catalog
         self.vectors = vectors
         self.tokenizer = tokenizer
@@ -80,21 +82,27 @@ class HybridRetriever:
         timings = timings if timings is not None else {}
         breakdowns: dict[int, ScoreBreakdown] = {}  # keyed by catalog row
 
+        rows = self.catalog.candidate_rows(request.scope, request.kinds, request.since, request.until)
         if request.mode in ("hybrid", "bm25"):
             started = time.perf_counter()
             tokens = self.tokenizer.tokens(request.query)
-            filt = BM25Filter(request.scope, request.kinds, request.since, request.until)
-            for rank, (block_index, score) in enumerate(self.store.bm25(tokens, filt, p.candidates), start=1):
-                row = self.catalog.row_of(block_index)
+            if self.bm25 is not None:
+                found, scores = self.bm25.search(tokens, p.candidates, self.catalog.alive(), rows)
+                ranked_rows = zip(found.tolist(), scores.tolist())
+            else:
+                filt = BM25Filter(request.scope, request.kinds, request.since, request.until)
+                ranked_rows = ((self.catalog.row_of(bi), score) for bi, score in self.store.bm25(tokens, filt, p.candidates))
+            rank = 0
+            for row, score in ranked_rows:
                 if row is None:
                     continue
+                rank += 1
                 b = breakdowns.setdefault(row, ScoreBreakdown())
                 b.bm25, b.bm25_rank = score, rank
             timings["bm25_ms"] = (time.perf_counter() - started) * 1000
 
         if request.mode in ("hybrid", "vector") and query_vector is not None:
             started = time.perf_counter()
-            rows = self.catalog.candidate_rows(request.scope, request.kinds, request.since, request.until)
             found, scores = self.vectors.search(query_vector, p.candidates, rows, self.catalog.alive())
             for rank, (row, score) in enumerate(zip(found.tolist(), scores.tolist()), start=1):
                 b = breakdowns.setdefault(row, ScoreBreakdown())

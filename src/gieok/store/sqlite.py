@@ -553,6 +553,12 @@ class SQLiteStore:
             vectors=vectors,
         )
 
+    def load_tokens(self, after_block_index: int) -> list[tuple[int, str]]:
+        """(block_index, space-joined tokens) of live blocks, for the in-memory BM25 index."""
+        with self._lock:
+            return self._query("SELECT rowid, tokens FROM blocks_fts WHERE rowid > ? ORDER BY rowid",
+                               (after_block_index,)).fetchall()
+
     def forgotten_indices(self) -> set[int]:
         with self._lock:
             return {r[0] for r in self._query("SELECT block_index FROM blocks WHERE forgotten_at IS NOT NULL")}

@@ -1,0 +1,122 @@
+"""In-memory BM25 over the same tokens FTS5 stores, for search at chat latency.
+
+FTS5 must score every document that contains any query term (it has no top-k pruning);
+on 100k short chat messages with a small shared vocabulary that is several milliseconds
+per query. Here each term's postings are numpy arrays and a query is a handful of
+vectorised gathers. FTS5 stays the durable copy: this index is rebuilt from it on open
+and grows with every add, exactly like the vector index. Scores use the FTS5 / Lucene
+BM25 formula with FTS5's constants (k1 = 1.2, b = 0.75, idf floored at 1e-6), so the
+two engines rank alike.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+
+import numpy as np
+
+__all__ = ["BM25Index"]
+
+
+class _Postings:
+    __slots__ = ("rows", "tf", "size")
+
+    def __init__(self) -> None:
+        self.rows = np.empty(4, dtype=np.int64)
+        self.tf = np.empty(4, dtype=np.float32)
+        self.size = 0
+
+    def extend(self, rows: list[int], tfs: list[int]) -> None:
+        need = self.size + len(rows)
+        if need > self.rows.shape[0]:
+            capacity = max(need, self.rows.shape[0] * 2)
+            grown_rows = np.empty(capacity, dtype=np.int64)
+            grown_tf = np.empty(capacity, dtype=np.float32)
+            grown_rows[: self.size] = self.rows[: self.size]
+            grown_tf[: self.size] = self.tf[: self.size]
+            self.rows, self.tf = grown_rows, grown_tf
+        self.rows[self.size : need] = rows
+        self.tf[self.size : need] = tfs
+        self.size = need
+
+
+class BM25Index:
+    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+        self.k1 = k1
+        self.b = b
+        self._postings: dict[str, _Postings] = {}
+        self._doc_len = np.zeros(1024, dtype=np.float32)
+        self._size = 0
+        self._total_len = 0.0
+        self._lock = threading.RLock()
+
+    def __len__(self) -> int:
+        return self._size
+
+    def extend(self, rows: list[int], token_lists: list[list[str]]) -> None:
+        """Index documents at catalog `rows` (rows grow monotonically; gaps are empty docs)."""
+        with self._lock:
+            top = max(rows) + 1 if rows else self._size
+            if top > self._doc_len.shape[0]:
+                grown = np.zeros(max(top, self._doc_len.shape[0] * 2), dtype=np.float32)
+                grown[: self._size] = self._doc_len[: self._size]
+                self._doc_len = grown
+            batch: dict[str, tuple[list[int], list[int]]] = {}
+            for row, tokens in zip(rows, token_lists):
+                self._doc_len[row] = len(tokens)
+                self._total_len += len(tokens)
+                for term, count in Counter(tokens).items():
+                    entry = batch.get(term)
+                    if entry is None:
+                        entry = batch[term] = ([], [])
+                    entry[0].append(row)
+                    entry[1].append(count)
+            for term, (term_rows, tfs) in batch.items():
+                postings = self._postings.get(term)
+                if postings is None:
+                    postings = self._postings[term] = _Postings()
+                postings.extend(term_rows, tfs)
+            self._size = max(self._size, top)
+
+    def remove(self, row: int) -> None:
+        """A forgotten document stops counting toward lengths; `alive` masks its postings."""
+        with self._lock:
+            if row < self._size:
+                self._total_len -= float(self._doc_len[row])
+                self._doc_len[row] = 0.0
+
+    def search(self, tokens: list[str], k: int, alive: np.ndarray,
+               rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (rows, scores) among live documents, or among `rows` when given."""
+        with self._lock:
+            n = self._size
+            terms = [t for t in dict.fromkeys(tokens) if t in self._postings]
+            if not terms or n == 0 or k <= 0:
+                return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+            live = max(1, int(alive[:n].sum()))
+            avgdl = max(1e-9, self._total_len / live)
+            scores = np.zeros(n, dtype=np.float32)
+            doc_len = self._doc_len[:n]
+            for term in terms:
+                postings = self._postings[term]
+                p_rows = postings.rows[: postings.size]
+                tf = postings.tf[: postings.size]
+                df = postings.size
+                idf = max(1e-6, math.log((live - df + 0.5) / (df + 0.5)))  # as FTS5 computes it
+                norm = tf + self.k1 * (1.0 - self.b + self.b * doc_len[p_rows] / avgdl)
+                scores[p_rows] += (idf * (self.k1 + 1.0)) * tf / norm
+        if rows is not None:
+            candidate_scores = scores[rows]
+            keep = (candidate_scores > 0) & alive[rows]
+            cand_rows, cand_scores = rows[keep], candidate_scores[keep]
+        else:
+            touched = np.flatnonzero(scores)
+            touched = touched[alive[touched]]
+            cand_rows, cand_scores = touched, scores[touched]
+        if cand_rows.shape[0] > k:
+            top = np.argpartition(-cand_scores, k - 1)[:k]
+            cand_rows, cand_scores = cand_rows[top], cand_scores[top]
+        order = np.lexsort((cand_rows, -cand_scores))
+        return cand_rows[order].astype(np.int64), cand_scores[order]
