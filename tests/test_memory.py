@@ -192,9 +192,9 @@ def test_breakdown_matches_mode(seeded, query: str) -> None:
 
 def test_neighbour_expansion_stays_in_channel(db_path: Path, seed) -> None:
     # One candidate per signal makes the neighbour-only hits easy to tell apart.
-    with Memory(db_path, candidates=1) as memory:
+    with Memory(db_path, candidates=1) as memory:  # k (2) bounds the candidates from below
         blocks = {b.block_index: b for b in seed(memory)}
-        result = memory.search("adopted puppy shelter", k=10)
+        result = memory.search("adopted puppy shelter", k=2)
         got = _indices(result)
         assert got[0] == 6  # "I adopted a puppy from the shelter last week", lounge position 1
         direct = [h for h in result if h.breakdown.bm25_rank or h.breakdown.vector_rank]
@@ -213,11 +213,11 @@ def test_neighbour_expansion_stays_in_channel(db_path: Path, seed) -> None:
         assert {h.block.scope.channel for h in result} == {"lounge"}
         assert not {2, 3, 12, 13} & set(got)
 
-        without = _indices(memory.search("adopted puppy shelter", k=10, neighbours=False))
+        without = _indices(memory.search("adopted puppy shelter", k=2, neighbours=False))
         assert 7 not in without
 
         # neighbours obey the filters too: Bob's reply (7) is not Alice's
-        alice = memory.search("adopted puppy shelter", k=10, scope={"user": "alice"})
+        alice = memory.search("adopted puppy shelter", k=2, scope={"user": "alice"})
         assert all(h.block.scope.user == "alice" for h in alice)
         assert 8 in _indices(alice)  # two turns away, reached through the neighbour window
 

@@ -78,17 +78,22 @@ def add(
     importance: Annotated[float, typer.Option(help="0 to 1.")] = 0.5,
     tag: Annotated[Optional[list[str]], typer.Option("--tag", "-t", help="Tag (repeatable).")] = None,
     when: Annotated[Optional[str], typer.Option("--time", help="Event time, ISO 8601. Default: now.")] = None,
+    working: Annotated[bool, typer.Option("--working", help="Also feed working memory and STM (a conversation turn).")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Add one block.
 
-    Example: gieok add "민지: 고양이 이름은 보리야" --channel general --speaker 민지
+    Example: gieok add "민지: 고양이 이름은 보리야" --channel general --speaker 민지 --working
     """
     if text == "-":
         text = sys.stdin.read()
     with _open(db) as memory:
-        block = memory.add(text, kind=kind, scope=_scope(guild, channel, user), speaker=speaker,
-                           importance=importance, tags=tag, event_time=when)
+        if working:
+            block = memory.remember(text, kind=kind, scope=_scope(guild, channel, user), speaker=speaker,
+                                    importance=importance, event_time=when)
+        else:
+            block = memory.add(text, kind=kind, scope=_scope(guild, channel, user), speaker=speaker,
+                               importance=importance, tags=tag, event_time=when)
     if as_json:
         out.print_json(json.dumps(block.as_dict(), ensure_ascii=False))
     else:
@@ -160,13 +165,104 @@ def stats(db: DbOption = None, as_json: JsonFlag = False) -> None:
     """
     with _open(db) as memory:
         s = memory.stats()
+        layers = memory.layer_stats()
     if as_json:
-        out.print_json(json.dumps(s.as_dict(), ensure_ascii=False))
+        payload = s.as_dict()
+        payload["layers"] = layers
+        out.print_json(json.dumps(payload, ensure_ascii=False, default=str))
         return
     table = Table(show_header=False, title="gieok stats")
     for name, value in s.as_dict().items():
         table.add_row(name, ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else str(value))
+    wm = layers["hybrid_stm"]["working_memory"]
+    table.add_row("working memory", f"{wm['active_slots']} active slots in {wm['scopes']} conversation(s), "
+                                    f"average priority {wm['average_priority']:.3f}")
+    table.add_row("short-term memory", f"{layers['hybrid_stm']['stm']['entries']} entries "
+                                       f"(mode {layers['hybrid_stm']['mode']})")
+    table.add_row("checkpoints", f"{layers['checkpoints']['checkpoints']} anchors on "
+                                 f"{layers['checkpoints']['slots_with_checkpoints']} slots "
+                                 f"(stage {layers['checkpoint_stage']})")
     out.print(table)
+    per_layer = Table(title="layers (this process)")
+    for column in ("layer", "attempts", "answers", "hit rate", "avg ms"):
+        per_layer.add_column(column, justify="right")
+    for name, stats_ in layers["layers"].items():
+        per_layer.add_row(name, str(stats_["attempts"]), str(stats_["answers"]), f"{stats_['hit_rate']:.2f}",
+                          f"{stats_['avg_ms']:.2f}")
+    out.print(per_layer)
+
+
+@app.command()
+def slots(
+    db: DbOption = None,
+    guild: GuildOpt = None,
+    channel: ChannelOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show working-memory slots (all conversations, or one) with priorities and checkpoints.
+
+    Example: gieok slots --channel general
+    """
+    from .layers.scope_key import scope_label
+    from .types import Scope
+
+    with _open(db) as memory:
+        chosen = memory.working.slots(Scope(guild, channel)) if channel else memory.working.all_slots()
+        rows = []
+        for slot in chosen:
+            rows.append({
+                "scope": scope_label(slot.scope_key), "slot": slot.slot_id, "priority": round(memory.working.priority(slot), 4),
+                "importance": slot.importance, "usage": slot.usage_count, "block_index": slot.block_index,
+                "content": slot.content,
+                "checkpoints": [c.as_row() for c in memory.checkpoints.get(slot)],
+            })
+        stats = memory.working.statistics()
+    if as_json:
+        out.print_json(json.dumps({"slots": rows, "statistics": stats}, ensure_ascii=False))
+        return
+    table = Table(title=f"working memory: {stats['active_slots']} active slots in {stats['scopes']} conversation(s)")
+    for column in ("conversation", "slot", "priority", "imp.", "uses", "block", "checkpoints", "content"):
+        table.add_column(column, justify="left" if column in ("conversation", "content", "checkpoints") else "right")
+    for row in rows:
+        anchors = ", ".join(f"{c['block_index']}({c['relevance']:.2f})" for c in row["checkpoints"]) or "-"
+        table.add_row(row["scope"], str(row["slot"]), f"{row['priority']:.3f}", f"{row['importance']:.2f}",
+                      str(row["usage"]), str(row["block_index"] or "-"), anchors, row["content"])
+    out.print(table)
+
+
+@app.command()
+def stm(
+    db: DbOption = None,
+    guild: GuildOpt = None,
+    channel: ChannelOpt = None,
+    expire: Annotated[bool, typer.Option("--expire", help="Apply the expiry rule now (promote or drop).")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show short-term memory entries; --expire promotes important expired ones and drops the rest.
+
+    Example: gieok stm --channel general --expire
+    """
+    from .layers.scope_key import scope_label
+    from .types import Scope
+
+    with _open(db) as memory:
+        outcome = memory.stm.expire() if expire else None
+        entries = memory.stm.entries(Scope(guild, channel) if channel else None)
+    if as_json:
+        out.print_json(json.dumps({"entries": entries, "expired": outcome}, ensure_ascii=False))
+        return
+    table = Table(title=f"short-term memory: {len(entries)} live entries")
+    for column in ("id", "conversation", "importance", "expires in", "text"):
+        table.add_column(column)
+    import time as _time
+
+    now = _time.time()
+    for entry in entries:
+        table.add_row(str(entry["entry_id"]), scope_label(entry["scope_key"]), f"{entry['importance']:.2f}",
+                      f"{max(0, entry['expires_at'] - now) / 60:.0f} min", entry["text"])
+    out.print(table)
+    if outcome is not None:
+        out.print(f"expired: {outcome['promoted']} promoted to long-term memory, {outcome['dropped']} dropped")
 
 
 @app.command()
@@ -328,6 +424,26 @@ def bench_latency(
     overrides = {"ann_backend": ann_backend} if ann_backend else {}
     run_latency(_ks(sizes), json_out, queries=queries, cache_dir=cache_dir, workdir=workdir,
                 settings_overrides=overrides)
+
+
+@bench_app.command("layers")
+def bench_layers(
+    data: Annotated[Path, typer.Option("--data", help="LoCoMo-format JSON file.")],
+    sizes: Annotated[str, typer.Option("--sizes", help="Store sizes (filled with other channels' chat).")] = "0",
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    workdir: Annotated[Optional[Path], typer.Option("--db", help="Directory for the benchmark databases (recreated; default: a temp dir).")] = None,
+    stage: Annotated[Optional[int], typer.Option(help="Checkpoint stage 1, 2 or 3 (default: the setting).")] = None,
+) -> None:
+    """Replay LoCoMo as a bot would and measure each layer: hit rate, latency, checkpoint recall and speed-up.
+
+    Example: gieok bench layers --data ../shared/data/locomo/locomo_dev5.json --sizes 0,10000,100000
+    """
+    from .bench.layers import run_layers
+
+    overrides = {"checkpoint_stage": stage} if stage else {}
+    run_layers(data, [int(x) for x in sizes.split(",") if x.strip()], json_out, workdir=workdir,
+               cache_dir=cache_dir, settings_overrides=overrides)
 
 
 @bench_app.command("ann")

@@ -48,7 +48,7 @@ class Settings:
     ann_backend: str = "faiss"
     # retrieval
     bm25_engine: str = "memory"  # "memory" (numpy postings built from FTS5) | "fts5" (SQL per query)
-    candidates: int = 60
+    candidates: int = 40
     fusion: str = "weighted"  # tuned on LoCoMo dev: README "Retrieval tuning"
     rrf_k: float = 60.0
     bm25_weight: float = 1.0

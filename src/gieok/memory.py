@@ -12,7 +12,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,7 +40,7 @@ from .layers.working import Slot, WorkingMemory
 from .retrieval.hybrid import MODES, HybridRetriever, RetrievalParams, SearchRequest
 from .store.base import BM25Filter, NewBlock, VerifyReport
 from .store.sqlite import SQLiteStore
-from .text.tokenize import Tokenizer, get_tokenizer
+from .text.tokenize import Analysis, Tokenizer, get_tokenizer
 from .types import Block, Hit, Scope, SearchResult, Stats
 from .validate import (
     check_importance,
@@ -304,7 +303,7 @@ class Memory:
     # -- writes ------------------------------------------------------------------------------
     def _prepare(self, text: Any, *, kind: Any = "turn", scope: Any = None, speaker: Any = None,
                  event_time: Any = None, importance: Any = 0.5, keywords: Any = None, tags: Any = None,
-                 metadata: Any = None) -> NewBlock:
+                 metadata: Any = None, analysis: Analysis | None = None) -> NewBlock:
         s = self.settings
         text = clean_text(text, max_chars=s.max_text_chars)
         kind = check_kind(kind)
@@ -315,7 +314,8 @@ class Memory:
         keyword_list = check_words(keywords, "keywords")
         tag_list = check_words(tags, "tags") or []
         meta = check_metadata(metadata, s.max_text_chars)
-        analysis = self.tokenizer.analyze(text, keyword_limit=s.max_keywords)
+        if analysis is None:
+            analysis = self.tokenizer.analyze(text, keyword_limit=s.max_keywords)
         return NewBlock(
             kind=kind, text=text, scope=scope, speaker=speaker,
             event_time=when if when is not None else time.time(), importance=importance,
@@ -337,23 +337,7 @@ class Memory:
         """Append many blocks. Every item is validated before anything is written; then
         blocks are embedded in batches and committed in chunks (each chunk one transaction)."""
         self._check_open()
-        prepared: list[NewBlock] = []
-        for position, item in enumerate(items):
-            try:
-                if isinstance(item, str):
-                    prepared.append(self._prepare(item))
-                elif isinstance(item, Mapping):
-                    unknown = set(item) - _ADD_FIELDS
-                    if unknown:
-                        raise InvalidInputError(f"unknown field(s) {sorted(unknown)}")
-                    if "text" not in item:
-                        raise InvalidInputError("missing field 'text'")
-                    fields = dict(item)
-                    prepared.append(self._prepare(fields.pop("text"), **fields))
-                else:
-                    raise InvalidTypeError(f"items must be strings or mappings, not {type(item).__name__}")
-            except (InvalidInputError, InvalidTypeError) as exc:
-                raise type(exc)(f"item {position}: {exc}") from None
+        prepared = self.prepare_many(items)
         out: list[Block] = []
         for start in range(0, len(prepared), WRITE_CHUNK):
             chunk = prepared[start : start + WRITE_CHUNK]
@@ -387,6 +371,37 @@ class Memory:
         if vectors.shape != (len(blocks), self.embedder.dimension):
             raise InvalidInputError(f"vectors must have shape ({len(blocks)}, {self.embedder.dimension})")
         return self._write(blocks, np.ascontiguousarray(vectors, dtype=np.float32))
+
+    def prepare_many(self, items: Iterable[str | Mapping[str, Any]]) -> list[NewBlock]:
+        """Validate every item (raising for the first bad one, naming its position), then
+        tokenize all texts in one batch."""
+        fields_list: list[dict[str, Any]] = []
+        for position, item in enumerate(items):
+            try:
+                if isinstance(item, str):
+                    fields = {"text": item}
+                elif isinstance(item, Mapping):
+                    unknown = set(item) - _ADD_FIELDS
+                    if unknown:
+                        raise InvalidInputError(f"unknown field(s) {sorted(unknown)}")
+                    if "text" not in item:
+                        raise InvalidInputError("missing field 'text'")
+                    fields = dict(item)
+                else:
+                    raise InvalidTypeError(f"items must be strings or mappings, not {type(item).__name__}")
+                fields["text"] = clean_text(fields["text"], max_chars=self.settings.max_text_chars)
+                fields_list.append(fields)
+            except (InvalidInputError, InvalidTypeError) as exc:
+                raise type(exc)(f"item {position}: {exc}") from None
+        analyses = self.tokenizer.analyze_many([f["text"] for f in fields_list],
+                                               keyword_limit=self.settings.max_keywords)
+        prepared = []
+        for position, (fields, analysis) in enumerate(zip(fields_list, analyses)):
+            try:
+                prepared.append(self._prepare(fields.pop("text"), analysis=analysis, **fields))
+            except (InvalidInputError, InvalidTypeError) as exc:
+                raise type(exc)(f"item {position}: {exc}") from None
+        return prepared
 
     def prepare(self, text: str, **fields: Any) -> NewBlock:
         """Validate and tokenize one block without writing it (for `add_vectors`)."""
@@ -532,8 +547,7 @@ class Memory:
             if self._retriever is None:
                 ranked = []
             else:
-                wider = replace(request, k=min(1000, request.k + 5))  # room to drop duplicates
-                ranked = self._retriever.rank(wider, query_vector, timings)
+                ranked = self._retriever.rank(request, query_vector, timings, slack=5)  # room to drop duplicates
             blocks = self.store.get_many([bi for bi, _ in ranked])
         hits: list[Hit] = []
         seen: set[tuple[str | None, str]] = set()

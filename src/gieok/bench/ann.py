@@ -113,6 +113,6 @@ def run_ann(n: int, json_out: str | Path | None = None, *, m: int = 32, ef_const
                       "-" if row["p50_ms"] is None else f"{row['p50_ms']:.3f}",
                       "-" if row["p95_ms"] is None else f"{row['p95_ms']:.3f}",
                       row.get("note") or f"{row['recall_at_10']:.3f}")
-    Console().print(table)
+    Console(width=160).print(table)
     write_json(json_out, report)
     return report

@@ -150,7 +150,7 @@ def run_locomo(data_path: str | Path, ks: list[int], json_out: str | Path | None
                 items = [dict(text=t.text, scope={"channel": t.conversation}, speaker=t.speaker,
                               event_time=t.event_time, metadata={"dia_id": t.dia_id}) for t in part]
                 if vectors is not None:
-                    prepared = [memory.prepare(**item) for item in items]
+                    prepared = memory.prepare_many(items)
                     written = memory.add_vectors(prepared, vectors[start : start + chunk])
                 else:
                     written = memory.add_many(items)
@@ -219,7 +219,7 @@ def _tokenizer_ablation(data: LocomoData, memory: Memory, ks: list[int], workdir
             index_of: dict[int, str] = {}
             for start in range(0, len(data.turns), 512):
                 part = data.turns[start : start + 512]
-                prepared = [m.prepare(t.text, scope={"channel": t.conversation}) for t in part]
+                prepared = m.prepare_many([{"text": t.text, "scope": {"channel": t.conversation}} for t in part])
                 for turn, block in zip(part, m.add_vectors(prepared, vectors[start : start + 512])):
                     index_of[block.block_index] = turn.dia_id
             scores = {k: [] for k in ks}
@@ -236,7 +236,7 @@ def _print(report: dict[str, Any], ks: list[int], data: LocomoData, embed_p50: f
            ablation_rows: list[tuple[str, dict[str, float]]] | None) -> None:
     from rich.console import Console
 
-    out = Console()
+    out = Console(width=160)
     table = Table(title=f"LoCoMo evidence recall — {report['questions']} questions "
                         f"({data.skipped_questions} without a turn id skipped), {len(data.turns)} turns")
     table.add_column("system")

@@ -114,5 +114,5 @@ class CheckpointManager:
 
     def statistics(self) -> dict[str, Any]:
         with self._lock:
-            counts = [len(v) for v in self._by_slot.values()]
+            counts = [len(v) for v in self._by_slot.values() if v]
         return {"slots_with_checkpoints": len(counts), "checkpoints": sum(counts), "created": self.created}

@@ -76,22 +76,24 @@ class HybridRetriever:
         self.params = params
 
     def rank(self, request: SearchRequest, query_vector: np.ndarray | None,
-             timings: dict[str, float] | None = None) -> list[tuple[int, ScoreBreakdown]]:
-        """Return (block_index, breakdown) best first, at most request.k."""
+             timings: dict[str, float] | None = None, slack: int = 0) -> list[tuple[int, ScoreBreakdown]]:
+        """Return (block_index, breakdown) best first, at most request.k + slack (the caller
+        may drop duplicates)."""
         p = self.params
         timings = timings if timings is not None else {}
         breakdowns: dict[int, ScoreBreakdown] = {}  # keyed by catalog row
 
         rows = self.catalog.candidate_rows(request.scope, request.kinds, request.since, request.until)
+        limit = max(p.candidates, request.k)  # never fewer candidates than hits asked for
         if request.mode in ("hybrid", "bm25"):
             started = time.perf_counter()
             tokens = self.tokenizer.tokens(request.query)
             if self.bm25 is not None:
-                found, scores = self.bm25.search(tokens, p.candidates, self.catalog.alive(), rows)
+                found, scores = self.bm25.search(tokens, limit, self.catalog.alive(), rows)
                 ranked_rows = zip(found.tolist(), scores.tolist())
             else:
                 filt = BM25Filter(request.scope, request.kinds, request.since, request.until)
-                ranked_rows = ((self.catalog.row_of(bi), score) for bi, score in self.store.bm25(tokens, filt, p.candidates))
+                ranked_rows = ((self.catalog.row_of(bi), score) for bi, score in self.store.bm25(tokens, filt, limit))
             rank = 0
             for row, score in ranked_rows:
                 if row is None:
@@ -103,7 +105,7 @@ class HybridRetriever:
 
         if request.mode in ("hybrid", "vector") and query_vector is not None:
             started = time.perf_counter()
-            found, scores = self.vectors.search(query_vector, p.candidates, rows, self.catalog.alive())
+            found, scores = self.vectors.search(query_vector, limit, rows, self.catalog.alive())
             for rank, (row, score) in enumerate(zip(found.tolist(), scores.tolist()), start=1):
                 b = breakdowns.setdefault(row, ScoreBreakdown())
                 b.vector, b.vector_rank = score, rank
@@ -116,7 +118,7 @@ class HybridRetriever:
         if request.neighbours and request.mode == "hybrid" and p.neighbour_weight > 0 and p.neighbour_window > 0:
             self._spread_to_neighbours(breakdowns, request)
         ranked = self._finalise(breakdowns)
-        top = ranked[: request.k]
+        top = ranked[: request.k + slack]
         block_indices = self.catalog.block_index_of(np.asarray([row for row, _ in top], dtype=np.int64))
         timings["fuse_ms"] = (time.perf_counter() - started) * 1000
         return [(int(bi), b) for bi, (_, b) in zip(block_indices.tolist(), top)]

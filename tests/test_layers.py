@@ -1,0 +1,302 @@
+"""Working memory, STM, checkpoints, localized search, cache and the coordinator — each on
+its own with a controlled clock, then together through `Memory`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gieok import Memory, Scope
+from gieok.layers.cache import SearchCache, normalise_query
+from gieok.layers.working import WorkingMemory, jaccard, time_factor, usage_factor
+from gieok.store.sqlite import SQLiteStore
+from gieok.text import get_tokenizer
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, hours: float) -> None:
+        self.now += hours * 3600
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = SQLiteStore(tmp_path / "layers.db")
+    yield s
+    s.close()
+
+
+def _wm(store, clock, promoted, slots=4, relevance="jaccard"):
+    def promote(slot, priority, reason):
+        promoted.append((slot.content, round(priority, 6), reason))
+        return None
+
+    return WorkingMemory(store, get_tokenizer(), promote, slots=slots, relevance=relevance, clock=clock)
+
+
+# -- priority arithmetic ---------------------------------------------------------------------
+def test_factors_follow_the_seed():
+    assert time_factor(0, 0) == 1.0
+    assert time_factor(0, 24 * 3600) == pytest.approx(0.5)
+    assert time_factor(0, 48 * 3600) == pytest.approx(1 / 3)
+    assert time_factor(0, 10_000 * 3600) == 0.1  # floor
+    assert usage_factor(3) == pytest.approx(0.3) and usage_factor(50) == 1.0
+    assert jaccard(frozenset("ab"), frozenset("bc")) == pytest.approx(1 / 3)
+
+
+def test_priority_formula_with_controlled_clock(store):
+    clock, promoted = Clock(), []
+    wm = _wm(store, clock, promoted)
+    scope = Scope(channel="c")
+    slot = wm.add(scope, "민지 고양이 보리", importance=0.8)
+    for _ in range(4):
+        wm.touch(slot)  # usage 5
+    clock.advance(24)
+    expected = 0.4 * 0.8 + 0.3 * 0.5 + 0.2 * 0.5 + 0.1 * 0.0
+    assert wm.priority(slot) == pytest.approx(expected)
+    # relevance: Korean-aware Jaccard — 민지는 / 고양이를 share lemmas with the slot
+    with_context = wm.priority(slot, "민지는 고양이를 좋아해")
+    assert with_context > expected
+
+
+def test_eviction_promotes_the_lowest_priority_slot(store):
+    clock, promoted = Clock(), []
+    wm = _wm(store, clock, promoted, slots=2)
+    scope = Scope(channel="c")
+    wm.add(scope, "important plan", importance=0.9)
+    wm.add(scope, "small talk", importance=0.1)
+    clock.advance(1)
+    wm.add(scope, "new message", importance=0.5)
+    assert [p[0] for p in promoted] == ["small talk"]
+    assert promoted[0][2] == "evicted"
+    contents = sorted(s.content for s in wm.slots(scope))
+    assert contents == ["important plan", "new message"]
+    stats = wm.statistics(scope)
+    assert stats["total_slots"] == 2 and stats["active_slots"] == 2 and stats["available_slots"] == 0
+    assert stats["promotion_count"] == 1 and stats["cleanup_count"] == 1
+
+
+def test_slots_are_separate_per_conversation_and_persist(tmp_path):
+    path = tmp_path / "p.db"
+    store = SQLiteStore(path)
+    clock, promoted = Clock(), []
+    wm = _wm(store, clock, promoted)
+    wm.add(Scope(channel="a"), "hello from a", embedding=np.ones(4, dtype=np.float32) / 2)
+    wm.add(Scope(channel="b"), "hello from b")
+    store.close()
+    reopened = SQLiteStore(path)
+    wm2 = _wm(reopened, clock, promoted)
+    assert [s.content for s in wm2.slots(Scope(channel="a"))] == ["hello from a"]
+    assert [s.content for s in wm2.slots(Scope(channel="b"))] == ["hello from b"]
+    assert wm2.slots(Scope(channel="a"))[0].embedding is not None
+    reopened.close()
+
+
+# -- cache ----------------------------------------------------------------------------------
+def test_cache_generations_invalidate_only_matching_scopes():
+    clock = Clock()
+    cache = SearchCache(max_entries=10, ttl_seconds=60, clock=clock)
+    a, b, everything = Scope(guild="g", channel="a"), Scope(guild="g", channel="b"), Scope()
+    for scope in (a, b, everything):
+        cache.put(scope, cache.key(scope, "Cat name?"), ("hit",))
+    assert cache.get(a, cache.key(a, "  cat   NAME ")) == ("hit",)  # normalised
+    cache.invalidate(Scope(guild="g", channel="a", user="u1"))  # a write in channel a
+    assert cache.get(a, cache.key(a, "cat name")) is None
+    assert cache.get(everything, cache.key(everything, "cat name")) is None  # unscoped saw the write too
+    assert cache.get(b, cache.key(b, "cat name")) == ("hit",)  # another channel is untouched
+    clock.now += 61
+    assert cache.get(b, cache.key(b, "cat name")) is None  # TTL
+    assert normalise_query("Ｃａｔ  Name?") == "cat name"
+
+
+def test_cache_is_bounded_lru():
+    cache = SearchCache(max_entries=2, ttl_seconds=60)
+    s = Scope(channel="c")
+    for q in ("one", "two", "three"):
+        cache.put(s, cache.key(s, q), (q,))
+    assert cache.get(s, cache.key(s, "one")) is None
+    assert cache.get(s, cache.key(s, "three")) == ("three",)
+
+
+# -- through Memory --------------------------------------------------------------------------
+TURNS = [
+    "민지: 나 주말에 고양이 입양했어!!",
+    "지훈: 헐 대박 이름 뭐야?",
+    "민지: 이름은 보리야. 치즈냥이야",
+    "Alex: so cute, send pics",
+    "Emily: 보리 사진 보여줘",
+    "민지: 여기 사진! 보리 첫날",
+    "지훈: I fixed the login bug today, timezone issue",
+    "Alex: nice, what was it?",
+]
+
+
+@pytest.fixture
+def replayed(tmp_path):
+    with Memory(tmp_path / "m.db") as memory:
+        for text in TURNS:
+            memory.remember(text, scope={"guild": "g", "channel": "c"}, speaker=text.split(":")[0])
+        yield memory
+
+
+def test_remember_feeds_working_memory_and_promotes_for_real(replayed):
+    slots = replayed.working.slots(Scope("g", "c"))
+    assert len(slots) == 4
+    notes = [b for b in replayed.iter_blocks() if b.kind == "note"]
+    assert len(notes) == len(TURNS) - 4  # every eviction wrote a block
+    provenance = notes[0].metadata["promoted_from"]
+    assert provenance["layer"] == "working_memory" and provenance["reason"] == "evicted"
+    assert {"slot", "priority", "source_block"} <= set(provenance)
+    assert all(b.conv_pos is None for b in notes)  # notes do not join the turn sequence
+    turns = [b for b in replayed.iter_blocks() if b.kind == "turn"]
+    assert [b.conv_pos for b in turns] == list(range(1, len(TURNS) + 1))
+    stm_entries = replayed.stm.entries(Scope("g", "c"))
+    assert len(stm_entries) == len(TURNS)  # hybrid mode writes to both
+
+
+def test_full_search_creates_checkpoints_and_radius_walks_the_conversation(replayed, tmp_path):
+    result = replayed.search("보리 고양이 이름", 3, scope={"guild": "g", "channel": "c"})
+    assert result.source == "full"
+    slots = replayed.working.slots(Scope("g", "c"))
+    anchored = [s for s in slots if replayed.checkpoints.get(s)]
+    assert anchored, "a successful full search anchors relevant slots"
+    slot = anchored[0]
+    checkpoints = replayed.checkpoints.get(slot)
+    assert len(checkpoints) <= replayed.settings.max_checkpoints_per_slot
+    radius = replayed.checkpoints.radius(slot, 1)
+    blocks = replayed.store.get_many(radius)
+    assert all(b.kind == "turn" and b.scope.channel == "c" for b in blocks.values())
+    anchor_positions = {replayed.get(c.block_index).conv_pos for c in checkpoints}
+    for block in blocks.values():
+        assert min(abs(block.conv_pos - p) for p in anchor_positions) <= 1
+    assert len(replayed.checkpoints.radius(slot, 1000)) <= replayed.settings.localized_search_limit
+
+
+def test_radius_ignores_other_channels_interleaved_in_insert_order(tmp_path):
+    with Memory(tmp_path / "i.db") as memory:
+        for i in range(12):
+            memory.remember(f"channel a message {i} about coffee", scope={"channel": "a"})
+            memory.add(f"channel b noise {i}", scope={"channel": "b"})
+        memory.search("coffee message", 3, scope={"channel": "a"})
+        for slot in memory.working.slots(Scope(channel="a")):
+            for index in memory.checkpoints.radius(slot, 3):
+                assert memory.get(index).scope.channel == "a"
+
+
+def test_cache_answers_repeats_and_never_serves_stale_results(replayed):
+    scope = {"guild": "g", "channel": "c"}
+    first = replayed.search("login bug timezone", 3, scope=scope, neighbours=False)
+    again = replayed.search("Login bug   timezone?", 3, scope=scope, neighbours=False)
+    assert again.source == "cache"
+    assert [h.block.block_index for h in again.hits] == [h.block.block_index for h in first.hits]
+    new = replayed.add("지훈: the login bug came back, timezone again", scope=scope)
+    after_write = replayed.search("login bug timezone", 3, scope=scope, neighbours=False)
+    assert after_write.source != "cache"
+    assert new.block_index in [h.block.block_index for h in after_write.hits]
+    replayed.forget(new.block_index)
+    after_forget = replayed.search("login bug timezone", 3, scope=scope, neighbours=False)
+    assert after_forget.source != "cache"
+    assert new.block_index not in [h.block.block_index for h in after_forget.hits]
+
+
+def test_cache_invalidated_by_promotion(replayed):
+    scope = {"guild": "g", "channel": "c"}
+    replayed.search("coffee beans", 3, scope=scope)
+    assert replayed.search("coffee beans", 3, scope=scope).source == "cache"
+    replayed.remember("Emily: I bought coffee beans from Jeju", scope=scope)  # evicts + promotes
+    assert replayed.search("coffee beans", 3, scope=scope).source != "cache"
+
+
+def test_stage_1_never_answers_from_checkpoints(tmp_path):
+    with Memory(tmp_path / "s1.db", checkpoint_stage=1) as memory:
+        for text in TURNS:
+            memory.remember(text, scope={"channel": "c"})
+        sources = {memory.search(q, 3, scope={"channel": "c"}).source for q in ("보리 사진", "login bug", "고양이")}
+        assert "checkpoint" not in sources
+        assert memory.layer_stats()["checkpoints"]["checkpoints"] > 0  # but anchors were created
+
+
+def test_stage_2_compares_and_full_answers(tmp_path):
+    with Memory(tmp_path / "s2.db", checkpoint_stage=2) as memory:
+        for text in TURNS:
+            memory.remember(text, scope={"channel": "c"})
+        memory.search("보리 사진", 3, scope={"channel": "c"})
+        result = memory.search("login bug fixed", 3, scope={"channel": "c"})
+        assert result.source == "full"
+        stats = memory.layer_stats()
+        assert stats["layers"]["checkpoint"]["attempts"] >= 1 and stats["layers"]["checkpoint"]["answers"] == 0
+        assert stats["stage2_mean_overlap"] is not None and 0.0 <= stats["stage2_mean_overlap"] <= 1.0
+
+
+def test_stage_3_checkpoint_layer_answers_and_fallback_without_checkpoints(tmp_path):
+    with Memory(tmp_path / "s3.db", checkpoint_stage=3) as memory:
+        for text in TURNS:
+            memory.remember(text, scope={"channel": "c"})
+        first = memory.search("보리 사진", 3, scope={"channel": "c"})
+        assert first.source == "full"  # no checkpoint yet: fall back
+        second = memory.search("login bug fixed", 3, scope={"channel": "c"})
+        assert second.source == "checkpoint"
+        assert all(h.block.scope.channel == "c" for h in second.hits)
+        assert len({h.block.block_index for h in second.hits}) == len(second.hits)  # de-duplicated
+
+
+def test_working_memory_layer_answers_with_three_relevant_slots(tmp_path):
+    with Memory(tmp_path / "wm.db", wm_min_relevance=0.2) as memory:
+        for text in ("보리 사진 귀여워", "보리 사진 또 보여줘", "보리 사진 최고", "보리 사진 저장함"):
+            memory.remember(text, scope={"channel": "c"})
+        result = memory.search("보리 사진", 5, scope={"channel": "c"})
+        assert result.source == "working_memory"
+        assert len(result.hits) >= 3 and all("보리" in h.block.text for h in result.hits)
+        assert memory.layer_stats()["layers"]["working_memory"]["answers"] == 1
+
+
+def test_forget_clears_working_memory_and_stm_copies(replayed):
+    slot = replayed.working.slots(Scope("g", "c"))[0]
+    replayed.forget(slot.block_index)
+    assert slot.block_index not in [s.block_index for s in replayed.working.slots(Scope("g", "c"))]
+    assert slot.block_index not in [e["block_index"] for e in replayed.stm.entries()]
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "legacy", "working_only"])
+def test_stm_modes(tmp_path, mode):
+    with Memory(tmp_path / f"{mode}.db", stm_mode=mode) as memory:
+        for text in TURNS[:6]:
+            memory.remember(text, scope={"channel": "c"})
+        slots = memory.working.slots(Scope(channel="c"))
+        entries = memory.stm.entries(Scope(channel="c"))
+        if mode == "legacy":
+            assert slots == [] and len(entries) == 6
+        elif mode == "working_only":
+            assert len(slots) == 4 and entries == []
+        else:
+            assert len(slots) == 4 and len(entries) == 6
+        results = memory.hybrid.search(Scope(channel="c"), "보리 사진", None, 5, threshold=0.1)
+        sources = {r["source"] for r in results}
+        assert sources <= {"working_memory", "legacy_stm"}
+        if mode == "legacy":
+            assert sources == {"legacy_stm"}
+        if mode == "working_only":
+            assert sources <= {"working_memory"}
+        stats = memory.hybrid.statistics()
+        assert stats["mode"] == mode and stats["hybrid_performance"]["total_requests"] >= 7
+
+
+def test_stm_expiry_promotes_important_and_drops_the_rest(tmp_path):
+    with Memory(tmp_path / "stm.db") as memory:
+        clock = Clock()
+        memory.stm.clock = clock
+        memory.stm.add(Scope(channel="c"), "민지 생일은 5월 9일", importance=0.9)
+        memory.stm.add(Scope(channel="c"), "ㅋㅋㅋ", importance=0.1)
+        memory.stm.add(Scope(channel="c"), "still fresh", importance=0.9, ttl_seconds=10 * 3600)
+        clock.advance(2)
+        outcome = memory.stm.expire()
+        assert outcome == {"promoted": 1, "dropped": 1}
+        notes = [b for b in memory.iter_blocks() if b.kind == "note"]
+        assert [n.text for n in notes] == ["민지 생일은 5월 9일"]
+        assert notes[0].metadata["promoted_from"]["layer"] == "stm"
+        assert [e["text"] for e in memory.stm.entries()] == ["still fresh"]
