@@ -144,19 +144,37 @@ def replayed(tmp_path):
         yield memory
 
 
-def test_remember_feeds_working_memory_and_promotes_for_real(replayed):
+def test_remember_feeds_working_memory_and_stm(replayed):
     slots = replayed.working.slots(Scope("g", "c"))
     assert len(slots) == 4
-    notes = [b for b in replayed.iter_blocks() if b.kind == "note"]
-    assert len(notes) == len(TURNS) - 4  # every eviction wrote a block
-    provenance = notes[0].metadata["promoted_from"]
-    assert provenance["layer"] == "working_memory" and provenance["reason"] == "evicted"
-    assert {"slot", "priority", "source_block"} <= set(provenance)
-    assert all(b.conv_pos is None for b in notes)  # notes do not join the turn sequence
+    # evicted slots that only mirrored a stored, never-recalled turn are released without a copy
+    assert [b for b in replayed.iter_blocks() if b.kind == "note"] == []
+    assert replayed.working.statistics()["release_count"] == len(TURNS) - 4
     turns = [b for b in replayed.iter_blocks() if b.kind == "turn"]
     assert [b.conv_pos for b in turns] == list(range(1, len(TURNS) + 1))
     stm_entries = replayed.stm.entries(Scope("g", "c"))
     assert len(stm_entries) == len(TURNS)  # hybrid mode writes to both
+
+
+def test_eviction_promotes_unstored_and_recalled_slots_for_real(tmp_path):
+    with Memory(tmp_path / "p.db", wm_slots=2) as memory:
+        scope = Scope("g", "c")
+        memory.working.add(scope, "민지 생일은 5월 9일", importance=0.2)  # not in long-term memory yet
+        recalled = memory.remember("지훈: 부산은 4월 18일에 가", scope={"guild": "g", "channel": "c"}, importance=0.1)
+        slot = next(s for s in memory.working.slots(scope) if s.block_index == recalled.block_index)
+        memory.working.touch(slot)  # working memory recalled it once
+        memory.working.add(scope, "new context one", importance=0.9)
+        memory.working.add(scope, "new context two", importance=0.9)
+        notes = [b for b in memory.iter_blocks() if b.kind == "note"]
+        assert sorted(n.text for n in notes) == sorted(["민지 생일은 5월 9일", "지훈: 부산은 4월 18일에 가"])
+        for note in notes:
+            provenance = note.metadata["promoted_from"]
+            assert provenance["layer"] == "working_memory" and provenance["reason"] == "evicted"
+            assert {"slot", "priority", "source_block"} <= set(provenance)
+            assert note.conv_pos is None  # notes do not join the turn sequence
+        by_text = {n.text: n for n in notes}
+        assert by_text["지훈: 부산은 4월 18일에 가"].metadata["promoted_from"]["source_block"] == recalled.block_index
+        assert memory.working.statistics()["promotion_count"] == 2
 
 
 def test_full_search_creates_checkpoints_and_radius_walks_the_conversation(replayed, tmp_path):

@@ -103,7 +103,8 @@ class Memory:
     def _init_layers(self) -> None:
         s = self.settings
         self.working = WorkingMemory(self.store, self.tokenizer, self._promote_slot, slots=s.wm_slots,
-                                     relevance=s.wm_relevance)
+                                     relevance=s.wm_relevance,
+                                     on_slot_freed=lambda slot: self.checkpoints.forget_slot(slot))
         self.stm = ShortTermMemory(self.store, self.tokenizer, self._promote_stm, ttl_seconds=s.stm_ttl_seconds,
                                    promote_importance=s.stm_promote_importance)
         self.hybrid = HybridSTM(self.working, self.stm, s.stm_mode)
@@ -132,7 +133,6 @@ class Memory:
             written = self._write([new], slot.embedding[None, :])
         else:
             written = self._write([new])
-        self.checkpoints.forget_slot(slot)
         return written[0]
 
     def _promote_stm(self, scope: Scope, text: str, importance: float, metadata: dict[str, Any]) -> Block:
@@ -441,7 +441,6 @@ class Memory:
         for slot in self.working.all_slots():
             if slot.block_index in erased:
                 self.working.discard(slot)
-                self.checkpoints.forget_slot(slot)
         self.store.stm_delete_blocks(sorted(erased))
 
     def _sync_catalog_tail(self) -> None:

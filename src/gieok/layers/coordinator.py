@@ -102,8 +102,7 @@ class SearchCoordinator:
         if conversation is not None:
             tried.append("working_memory")
             wm_vector = embed() if self.hybrid.working.relevance_mode == "embedding" else None
-            wm = self.hybrid.search(conversation, query, wm_vector, k, threshold=cfg.wm_min_relevance)
-            wm_slots = [r for r in wm if r["source"] == "working_memory"]
+            wm_slots = self.hybrid.search_working(conversation, query, wm_vector, k, threshold=cfg.wm_min_relevance)
             answered = len(wm_slots) >= cfg.wm_answer_min
             elapsed = (time.perf_counter() - started) * 1000
             self._record("working_memory", answered, elapsed)

@@ -40,6 +40,16 @@ class ShortTermMemory:
         self.clock = clock
         self.promoted = 0
         self.dropped = 0
+        self._tokens: dict[int, frozenset[str]] = {}  # entry_id -> tokens; entries never change
+
+    def _entry_tokens(self, entry: dict[str, Any]) -> frozenset[str]:
+        tokens = self._tokens.get(entry["entry_id"])
+        if tokens is None:
+            tokens = frozenset(self.tokenizer.tokens(entry["text"]))
+            if len(self._tokens) > 50_000:
+                self._tokens.clear()
+            self._tokens[entry["entry_id"]] = tokens
+        return tokens
 
     def add(self, scope: Scope, text: str, *, importance: float = 0.5, metadata: dict[str, Any] | None = None,
             block_index: int | None = None, ttl_seconds: float | None = None) -> int:
@@ -55,7 +65,7 @@ class ShortTermMemory:
         query_tokens = frozenset(self.tokenizer.tokens(query))
         scored = []
         for position, entry in enumerate(self.entries(scope)):
-            overlap = jaccard(query_tokens, frozenset(self.tokenizer.tokens(entry["text"])))
+            overlap = jaccard(query_tokens, self._entry_tokens(entry))
             scored.append((entry, overlap, -position))
         scored.sort(key=lambda item: (-item[1], -item[2]))
         return [(entry, overlap) for entry, overlap, _ in scored[:k]]
@@ -104,6 +114,23 @@ class HybridSTM:
             placed["stm_entry"] = self.stm.add(scope, text, importance=importance, metadata=metadata,
                                                block_index=block_index)
         return placed
+
+    def search_working(self, scope: Scope, query: str, query_embedding: np.ndarray | None, k: int, *,
+                       threshold: float) -> list[dict[str, Any]]:
+        """Working memory alone (the coordinator's first layer: it must stay sub-millisecond,
+        so it never scans STM). Counted like `search`."""
+        with self._lock:
+            self.stats["total_requests"] += 1
+        if self.mode == "legacy":
+            return []
+        results = [{"source": "working_memory", "slot_id": slot.slot_id, "text": slot.content,
+                    "relevance": relevance, "block_index": slot.block_index, "slot": slot}
+                   for slot, relevance in self.working.search(scope, query, query_embedding, threshold=threshold)[:k]]
+        if results:
+            with self._lock:
+                self.stats["working_memory_hits"] += 1
+                self.stats["combined_results"] += 1
+        return results
 
     def search(self, scope: Scope, query: str, query_embedding: np.ndarray | None, k: int, *,
                threshold: float) -> list[dict[str, Any]]:

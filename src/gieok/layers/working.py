@@ -74,7 +74,8 @@ class WorkingMemory:
     """Slots for every scope, persisted through the store on each change (a restart restores them)."""
 
     def __init__(self, store: Any, tokenizer: Tokenizer, promote: Promoter, *, slots: int = 4,
-                 relevance: str = "jaccard", clock: Clock = time.time) -> None:
+                 relevance: str = "jaccard", clock: Clock = time.time,
+                 on_slot_freed: Callable[[Slot], None] | None = None) -> None:
         if slots < 1:
             raise ValueError("working memory needs at least one slot")
         if relevance not in ("jaccard", "embedding"):
@@ -85,10 +86,12 @@ class WorkingMemory:
         self.capacity = slots
         self.relevance_mode = relevance
         self.clock = clock
+        self.on_slot_freed = on_slot_freed  # e.g. drop the slot's checkpoints
         self._lock = threading.RLock()
         self._slots: dict[str, dict[int, Slot]] = {}
         self.cleanup_count = 0
         self.promotion_count = 0
+        self.release_count = 0
         for row in store.load_slots():
             slot = Slot(**{k: v for k, v in row.items() if k != "context_hash"})
             slot.tokens = frozenset(tokenizer.tokens(slot.context))
@@ -136,21 +139,34 @@ class WorkingMemory:
             return slot
 
     def promote_slot(self, slot: Slot, *, reason: str, now: float | None = None, context: str = "",
-                     context_embedding: np.ndarray | None = None) -> Block:
-        """Write the slot to long-term memory as a block and free the slot."""
+                     context_embedding: np.ndarray | None = None) -> Block | None:
+        """Free the slot, writing it to long-term memory as a block with its provenance.
+
+        A slot that only mirrors a turn already stored (it has a block index) and was never
+        recalled carries nothing the long-term store lacks: it is released without a copy.
+        Every other slot — unstored content, or a turn that working memory recalled — is
+        promoted for real."""
         with self._lock:
             priority = self.priority(slot, context, context_embedding, now)
-            block = self.promote(slot, priority, reason)
-            self.promotion_count += 1
-            self._slots.get(slot.scope_key, {}).pop(slot.slot_id, None)
-            self.store.delete_slot(slot.scope_key, slot.slot_id)
+            if slot.block_index is not None and slot.usage_count <= 1:
+                block = None
+                self.release_count += 1
+            else:
+                block = self.promote(slot, priority, reason)
+                self.promotion_count += 1
+            self._free(slot)
             return block
+
+    def _free(self, slot: Slot) -> None:
+        self._slots.get(slot.scope_key, {}).pop(slot.slot_id, None)
+        self.store.delete_slot(slot.scope_key, slot.slot_id)
+        if self.on_slot_freed is not None:
+            self.on_slot_freed(slot)
 
     def discard(self, slot: Slot) -> None:
         """Drop a slot without promoting it (its content was forgotten)."""
         with self._lock:
-            self._slots.get(slot.scope_key, {}).pop(slot.slot_id, None)
-            self.store.delete_slot(slot.scope_key, slot.slot_id)
+            self._free(slot)
 
     def all_slots(self) -> list[Slot]:
         with self._lock:
@@ -198,5 +214,6 @@ class WorkingMemory:
                 "scopes": len(groups) if scope is None else 1,
                 "cleanup_count": self.cleanup_count,
                 "promotion_count": self.promotion_count,
+                "release_count": self.release_count,
                 "average_priority": (sum(self.priority(s, now=now) for s in active) / len(active)) if active else 0.0,
             }
