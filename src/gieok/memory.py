@@ -29,7 +29,7 @@ from .errors import (
 )
 from .index.bm25 import BM25Index
 from .index.catalog import Catalog
-from .index.vector import AnnParams, VectorIndex
+from .index.vector import AnnParams, VectorIndex, limit_blas_threads
 from .layers.cache import SearchCache
 from .layers.checkpoints import CheckpointManager
 from .layers.coordinator import CoordinatorConfig, SearchCoordinator
@@ -81,6 +81,7 @@ class Memory:
         self.path = self.settings.db_path()
         self.store = SQLiteStore(self.path, busy_timeout_ms=self.settings.busy_timeout_ms)
         self.tokenizer = tokenizer or get_tokenizer()
+        limit_blas_threads(self.settings.blas_threads)
         self._lock = threading.RLock()
         self._closed = False
         self._embedder: CachedEmbedder | None = None
