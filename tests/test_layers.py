@@ -336,3 +336,20 @@ def test_calibrated_defaults_keep_unrelated_slots_out(tmp_path):
         local = memory.localized.search(memory.working.slots(Scope(channel="c")), qv, 5, memory.catalog,
                                         memory.vectors)
         assert local == []
+
+
+def test_slots_and_checkpoints_survive_reopen(tmp_path):
+    path = tmp_path / "r.db"
+    with Memory(path, **SEED) as memory:
+        for text in TURNS:
+            memory.remember(text, scope={"channel": "c"})
+        memory.search("보리 사진", 3, scope={"channel": "c"})
+        before = {s.slot_id: [c.block_index for c in memory.checkpoints.get(s)]
+                  for s in memory.working.slots(Scope(channel="c"))}
+    assert any(before.values())
+    with Memory(path, **SEED) as memory:
+        after = {s.slot_id: [c.block_index for c in memory.checkpoints.get(s)]
+                 for s in memory.working.slots(Scope(channel="c"))}
+        assert after == before
+        slot = next(s for s in memory.working.slots(Scope(channel="c")) if after[s.slot_id])
+        assert memory.checkpoints.radius(slot, 2)  # the catalog is there to walk

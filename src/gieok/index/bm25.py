@@ -43,9 +43,10 @@ class _Postings:
 
 
 class BM25Index:
-    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+    def __init__(self, k1: float = 1.2, b: float = 0.75, scoped_statistics: bool = True) -> None:
         self.k1 = k1
         self.b = b
+        self.scoped_statistics = scoped_statistics
         self._postings: dict[str, _Postings] = {}
         self._doc_len = np.zeros(1024, dtype=np.float32)
         self._size = 0
@@ -95,15 +96,24 @@ class BM25Index:
             terms = [t for t in dict.fromkeys(tokens) if t in self._postings]
             if not terms or n == 0 or k <= 0:
                 return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
-            live = max(1, int(alive[:n].sum()))
-            avgdl = max(1e-9, self._total_len / live)
-            scores = np.zeros(n, dtype=np.float32)
             doc_len = self._doc_len[:n]
+            in_scope = None
+            if rows is not None and self.scoped_statistics:
+                # Statistics of the searched scope, not the whole store: one conversation's
+                # words should not be down-weighted because other channels use them a lot.
+                in_scope = np.zeros(n, dtype=bool)
+                in_scope[rows[alive[rows]]] = True
+                live = max(1, int(in_scope.sum()))
+                avgdl = max(1e-9, float(doc_len[in_scope].sum()) / live)
+            else:
+                live = max(1, int(alive[:n].sum()))
+                avgdl = max(1e-9, self._total_len / live)
+            scores = np.zeros(n, dtype=np.float32)
             for term in terms:
                 postings = self._postings[term]
                 p_rows = postings.rows[: postings.size]
                 tf = postings.tf[: postings.size]
-                df = postings.size
+                df = postings.size if in_scope is None else int(np.count_nonzero(in_scope[p_rows]))
                 idf = max(1e-6, math.log((live - df + 0.5) / (df + 0.5)))  # as FTS5 computes it
                 norm = tf + self.k1 * (1.0 - self.b + self.b * doc_len[p_rows] / avgdl)
                 scores[p_rows] += (idf * (self.k1 + 1.0)) * tf / norm
