@@ -41,7 +41,7 @@ from .retrieval.hybrid import MODES, HybridRetriever, RetrievalParams, SearchReq
 from .store.base import BM25Filter, NewBlock, VerifyReport
 from .store.sqlite import SQLiteStore
 from .text.tokenize import Analysis, Tokenizer, get_tokenizer
-from .types import Block, Hit, Scope, SearchResult, Stats
+from .types import Block, Hit, Scope, ScoreBreakdown, SearchResult, Stats
 from .validate import (
     check_importance,
     check_k,
@@ -548,25 +548,32 @@ class Memory:
                 ranked = []
             else:
                 ranked = self._retriever.rank(request, query_vector, timings, slack=5)  # room to drop duplicates
-            blocks = self.store.get_many([bi for bi, _ in ranked])
-        hits: list[Hit] = []
-        seen: set[tuple[str | None, str]] = set()
-        for bi, breakdown in ranked:
-            block = blocks.get(bi)
-            if block is None:
-                continue
-            # a promoted working-memory note repeats the turn it mirrors: show the text once
-            identity = (block.scope.channel, " ".join(block.text.split()))
-            if identity in seen:
-                continue
-            seen.add(identity)
-            hits.append(Hit(block, breakdown.final, breakdown))
-            if len(hits) == request.k:
-                break
+            hits = self._distinct_hits(ranked, request.k)
         total_ms = (time.perf_counter() - started) * 1000
         timings["embed_ms"] = embed_ms
         return SearchResult(query=request.query, hits=hits, source="full", search_time_ms=total_ms,
                             embed_time_ms=embed_ms, timings_ms=timings)
+
+    def _distinct_hits(self, ranked: list[tuple[int, ScoreBreakdown]], k: int) -> list[Hit]:
+        """The first k ranked blocks with distinct text per channel (a promoted working-memory
+        note repeats the turn it mirrors). Rows are fetched k at a time: usually once."""
+        hits: list[Hit] = []
+        seen: set[tuple[str | None, str]] = set()
+        position = 0
+        while len(hits) < k and position < len(ranked):
+            batch = ranked[position : position + (k - len(hits))]
+            position += len(batch)
+            blocks = self.store.get_many([bi for bi, _ in batch])
+            for bi, breakdown in batch:
+                block = blocks.get(bi)
+                if block is None:
+                    continue
+                identity = (block.scope.channel, " ".join(block.text.split()))
+                if identity in seen:
+                    continue
+                seen.add(identity)
+                hits.append(Hit(block, breakdown.final, breakdown))
+        return hits
 
     def stats(self) -> Stats:
         self._check_open()
