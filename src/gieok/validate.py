@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .errors import InvalidInputError, InvalidTypeError
-from .text.validate import clean_text
+from .text.validate import check_encodable, clean_text
 from .types import Kind
 
 __all__ = ["check_kind", "check_kinds", "check_importance", "check_time", "check_words", "check_metadata",
@@ -101,12 +101,7 @@ def check_metadata(value: Any, max_chars: int) -> dict[str, Any]:
 def _check_strings(value: Any, where: str) -> None:
     """json.dumps escapes NUL and lone surrogates, so look at every key and string inside."""
     if isinstance(value, str):
-        if "\x00" in value:
-            raise InvalidInputError(f"{where} contains a NUL byte")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidInputError(f"{where} contains a lone surrogate") from None
+        check_encodable(value, where)
     elif isinstance(value, Mapping):
         for key, item in value.items():
             _check_strings(key, where)

@@ -17,13 +17,18 @@ def clean_text(value: Any, *, max_chars: int, what: str = "text") -> str:
         raise InvalidTypeError(f"{what} must be a string, not {type(value).__name__}")
     if len(value) > max_chars:
         raise TextTooLongError(f"{what} has {len(value):,} characters; the limit is {max_chars:,} (max_text_chars)")
+    check_encodable(value, what)
+    stripped = value.strip()
+    if not stripped:
+        raise InvalidInputError(f"{what} is empty or only whitespace")
+    return stripped
+
+
+def check_encodable(value: str, what: str) -> None:
+    """NUL bytes and lone surrogates cannot be stored as UTF-8 text: refuse them."""
     if "\x00" in value:
         raise InvalidInputError(f"{what} contains a NUL byte")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidInputError(f"{what} contains a lone surrogate and is not valid Unicode") from None
-    stripped = value.strip()
-    if not stripped:
-        raise InvalidInputError(f"{what} is empty or only whitespace")
-    return stripped
