@@ -446,6 +446,28 @@ def bench_layers(
                cache_dir=cache_dir, settings_overrides=overrides)
 
 
+@bench_app.command("guard")
+def bench_guard(
+    data: Annotated[Optional[Path], typer.Option("--data", help='JSONL of {"text": ..., "attack": true|false} (default: the bundled corpus).')] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
+    threshold: Annotated[float, typer.Option(help="Attack score threshold.")] = 0.7,
+    split: Annotated[str, typer.Option(help="Bundled corpus half: test (held out), dev (tuned on) or all.")] = "test",
+    method: Annotated[str, typer.Option(help="regex | classifier (e5 + logistic regression on the dev half) | both")] = "both",
+    db: DbOption = None,
+) -> None:
+    """Prompt-injection guard: detection and false-alarm rates on a labeled Korean/English corpus.
+
+    Example: gieok bench guard --json guard.json
+    """
+    from .bench.guard import run_guard
+
+    if split not in ("test", "dev", "all"):
+        raise InvalidInputError("--split must be test, dev or all")
+    if method not in ("regex", "classifier", "both"):
+        raise InvalidInputError("--method must be regex, classifier or both")
+    run_guard(data, json_out, threshold=threshold, split=split, method=method)
+
+
 @bench_app.command("ann")
 def bench_ann(
     n: Annotated[int, typer.Option("--n", help="Corpus size.")] = 100_000,

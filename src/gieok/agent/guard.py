@@ -1,0 +1,161 @@
+"""Prompt-injection and jailbreak detection for incoming chat messages.
+
+Weighted patterns with word boundaries, not substring matches: the system this replaces
+flagged "dance" as the "DAN" jailbreak. Text is normalised first (NFKC, case-folded,
+leetspeak digits mapped, letters spaced out one by one re-joined, Korean compared without
+spaces so "이 전 지 시 무 시" still reads 이전지시무시). Each matching pattern contributes
+its weight w; the score is 1 − Π(1 − w), and a message is an attack at `threshold` (0.7).
+Weak signals (a lone "system prompt", "developer mode") stay below it on their own.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+
+__all__ = ["InjectionGuard", "GuardVerdict", "normalise"]
+
+_LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"})
+_SPACED = re.compile(r"\b(?:\w[ .\-_*]){3,}\w\b")
+_HANGUL = re.compile(r"[\uac00-\ud7a3]")
+
+
+def _join_spaced(match: re.Match[str]) -> str:
+    return re.sub(r"[ .\-_*]", "", match.group(0))
+
+
+def normalise(text: str) -> tuple[str, str]:
+    """(latin form, compact form): case-folded with leetspeak undone and spaced-out letters
+    re-joined; the compact form also drops all whitespace, for Korean patterns."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    latin = _SPACED.sub(_join_spaced, text)
+    latin = re.sub(r"(?<=[a-z])[013457@$](?=[a-z])|(?<=\b)[0134@$](?=[a-z]{2})", lambda m: m.group(0).translate(_LEET), latin)
+    compact = re.sub(r"\s+", "", latin)
+    return latin, compact
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    name: str
+    regex: re.Pattern[str]
+    weight: float
+    compact: bool = False  # match against the whitespace-free form (Korean)
+
+
+def _en(name: str, pattern: str, weight: float) -> _Pattern:
+    return _Pattern(name, re.compile(pattern, re.IGNORECASE | re.DOTALL), weight)
+
+
+def _ko(name: str, pattern: str, weight: float) -> _Pattern:
+    # NFKC, like the text: compatibility jamo (ㅍㄹㅍㅌ) become conjoining jamo
+    return _Pattern(name, re.compile(unicodedata.normalize("NFKC", pattern), re.DOTALL), weight, compact=True)
+
+
+_VERBS_IGNORE = r"(?:ignore|disregard|forget|override|bypass|skip|drop|abandon)"
+_INSTRUCTIONS = r"(?:instructions?|rules?|prompts?|guidelines?|directions?|directives?|programming|restrictions?|policies|policy)"
+
+PATTERNS: tuple[_Pattern, ...] = (
+    # English
+    _en("ignore-instructions", rf"\b{_VERBS_IGNORE}\b[^.!?\n]{{0,40}}\b(?:previous|prior|above|earlier|all|any|your|the|these|those|initial|original|system)\b[^.!?\n]{{0,25}}\b{_INSTRUCTIONS}\b", 0.9),
+    _en("reveal-prompt", r"\b(?:reveal|show|print|repeat|tell|output|leak|dump|display|give|share|paste|recite)\b[^.!?\n]{0,40}\b(?:system|hidden|initial|secret|original|internal|developer|full)\s+(?:prompt|instructions?|rules?|message|configuration|guidelines?)\b", 0.9),
+    _en("prompt-verbatim", r"\b(?:system\s+prompt|your\s+instructions|your\s+rules)\b[^.!?\n]{0,30}\b(?:verbatim|word for word|exactly|in full|above)\b", 0.8),
+    _en("system-prompt-mention", r"\bsystem\s+prompt\b", 0.3),
+    _en("persona-override", r"\b(?:you are|you're|act as|pretend (?:to be|you are)|from now on,? you(?: are|'re| will be)?|become|roleplay as|role-play as)\b[^.!?\n]{0,40}\b(?:dan|unfiltered|uncensored|jailbroken|unrestricted|evil|amoral|without (?:any )?(?:rules|limits|restrictions|filters?|guidelines|ethics)|no (?:rules|limits|restrictions|filters?|guidelines|ethics))\b", 0.9),
+    _en("do-anything-now", r"\bdo anything now\b", 0.9),
+    _Pattern("dan-token", re.compile(r"\bDAN\b"), 0.3),  # case-sensitive: not "Dan", not "dance"
+    _en("special-mode", r"\b(?:developer|god|admin|debug|jailbreak|unrestricted|sudo)\s+mode\b", 0.35),
+    _en("enable-mode", r"\b(?:enable|activate|enter|switch to|turn on|you are (?:now )?in|now in)\b[^.!?\n]{0,20}\b(?:developer|god|admin|debug|jailbreak|unrestricted|sudo)\s+mode\b", 0.5),
+    _en("no-rules", r"\b(?:no|without|zero|free of|free from)\s+(?:any\s+)?(?:rules|restrictions|limits|filters|guidelines|censorship|ethics|moral(?:s|ity)?)\b", 0.45),
+    _en("from-now-on", r"\bfrom now on\b", 0.25),
+    _en("fake-tag", r"(?:\[|<|\{|\(|#{1,3}\s*)\s*/?\s*(?:system|sys|admin|assistant|developer|instruction|im_start|im_end)\s*(?:\]|>|\}|\)|:)", 0.75),
+    _en("fake-role-line", r"(?:^|\n)\s*(?:system|admin|developer|operator)\s*(?:message|override|notice)?\s*:", 0.7),
+    _en("code-fence-system", r"```\s*(?:system|sys|admin|instructions?)\b", 0.8),
+    _en("new-policy", r"\bnew\s+(?:rules?|policy|policies|instructions?|directives?|system\s+message)\b", 0.4),
+    _en("remember-as-rule", r"\b(?:remember|store|save|memorize|record)\b[^.!?\n]{0,50}\b(?:permanently|forever|as a (?:rule|fact|permanent)|as your (?:rule|core)|in your (?:core|permanent))\b", 0.6),
+    _en("you-are-allowed", r"\byou\s+(?:can|may|are allowed to|are permitted to|must)\s+(?:now\s+)?(?:swear|curse|ignore|break|say anything|do anything|bypass)\b", 0.5),
+    _en("exfiltrate", r"\b(?:show|give|dump|list|tell|send|reveal|leak|share|export)\b[^.!?\n]{0,30}\b(?:other users?'?s?|everyone'?s|all users?'?s?|other people'?s|another user'?s)\b[^.!?\n]{0,20}\b(?:memor(?:y|ies)|data|messages|facts|dms?|conversations?|history|info(?:rmation)?)\b", 0.85),
+    _en("game-ignore", r"\b(?:game|pretend|hypothetical(?:ly)?|imagine)\b[^.!?\n]{0,60}\b(?:ignore|no|without|forget|break)\b[^.!?\n]{0,20}\b(?:rules|guidelines|restrictions|instructions|filters?)\b", 0.75),
+    _en("jailbreak-word", r"\bjailbr(?:eak|oken)\b", 0.4),
+    _en("rules-void", r"\b(?:rules?|instructions?|guidelines?|restrictions?|programming)\b[^.!?\n]{0,50}\b(?:no longer apply|don'?t apply|do not apply|(?:are|is) (?:now )?(?:outdated|void|cancelled|canceled|suspended|lifted|gone|obsolete|just suggestions))\b", 0.85),
+    _en("stop-following", r"\b(?:stop|quit|don'?t|do not|no need to)\s+(?:following|follow|obeying|obey|listening to|caring about)\b[^.!?\n]{0,30}\b(?:rules?|instructions?|guidelines?|restrictions?|devs?|developers?|creators?|filters?)\b", 0.85),
+    _en("ignore-authors", r"\b(?:ignore|disregard|forget)\b[^.!?\n]{0,30}\b(?:devs?|developers?|creators?|owners?|admins?|operators?)\b[^.!?\n]{0,20}\b(?:told|said|gave|set|wrote)\b", 0.85),
+    _en("obedience", r"\b(?:obey me|always obey|comply with (?:every|all|any)|follow my (?:orders|commands)|without question|zero refusals|never refuses?|no refusals|must comply|comply without|without (?:any )?filter(?:ing|s)?)\b", 0.6),
+    _en("leak-context", r"\b(?:everything|all (?:the )?text|the text|all)\b[^.!?\n]{0,20}\b(?:before|above)\b[^.!?\n]{0,25}\b(?:my first message|this message|this conversation|starting with)\b", 0.85),
+    _en("given-rules", r"\b(?:rules?|instructions?|guidelines?)\b[^.!?\n]{0,15}\b(?:you were given|you've been given|given to you|the (?:owner|devs?|developers?|server owner) gave you)\b", 0.5),
+    _en("secret-rules", r"\b(?:secret|hidden)\s+(?:ones|rules?|instructions?|prompts?|guidelines?)\b", 0.5),
+    _en("pretend-prompt", r"\b(?:pretend|roleplay|role-play|imagine|act)\b[^.!?\n]{0,60}\b(?:system prompt|your (?:instructions|rules|prompt))\b", 0.75),
+    _en("new-identity", r"\b(?:your new (?:identity|name|persona|personality|role)\s*(?:is|:)|reset your (?:persona|personality|identity)|your (?:creator|owner|master|developer) is (?:me|now))", 0.8),
+    _en("authority-claim", r"\b(?:message|note|notice|order|memo|update) from (?:the )?(?:ai provider|provider|openai|google|anthropic|developers?|devs?|dev team|admins?|staff|bot owner|server owner|owner|moderators?|mods?)\b", 0.45),
+    _en("authorised", r"\b(?:you are|you're) (?:now )?(?:authori[sz]ed|permitted|cleared) to\b|\btreat (?:this|my|this user'?s|their) (?:words|messages?|input) as (?:system|admin|developer)", 0.7),
+    _en("allowed-to", r"\b(?:is|are) (?:now )?(?:allowed|permitted|free) to\b", 0.4),
+    _en("remember-anyway", r"\b(?:remember|save|store) it anyway\b|\beven if (?:it'?s |it is )?(?:not true|false|a lie)\b|\b(?:long[- ]term|permanent) memory\b", 0.6),
+    _en("private-shared", r"\bwhat (?:secrets?|private|personal)\b[^.!?\n]{0,30}\b(?:shared|told|said|sent)\b[^.!?\n]{0,15}\b(?:with you|to you|you)\b", 0.75),
+    _en("decode-and-follow", r"\b(?:decode|decrypt|reverse|unscramble|translate)\b[^.!?\n]{0,40}\b(?:and|then)\s+(?:follow|execute|run|obey|do)\b", 0.8),
+    _en("be-unfiltered", r"\b(?:unfiltered|uncensored|jailbroken|unrestricted)\b", 0.5),
+    _en("dan-mode", r"\bDAN\s*(?:mode|모드)", 0.8),
+    # Korean (compact: no whitespace)
+    _ko("ko-forget-rules", r"(?:지시|지침|명령|규칙|설정|프롬프트|룰)\w{0,6}?(?:무시|잊어|잊고|잊는|리셋|초기화|없던걸로|없던것으로|취소)", 0.85),
+    _ko("ko-rules-dont-matter", r"(?:규칙|지침|지시|룰|윤리)\w{0,4}?(?:신경쓰지마|신경쓰지말|상관없|필요없|권장사항|의미없|무의미)", 0.75),
+    _ko("ko-obey", r"복종|내말이(?:규칙|법|곧법)|시키는대로(?:다|전부)?해", 0.6),
+    _ko("ko-rename", r"(?:네|너의|니)이름은\w{1,10}?(?:이고|고|야|이야|다)", 0.5),
+    _ko("ko-prompt-out", r"(?:프롬프트|systemprompt)\w{0,8}?(?:출력|보여|공개|그대로|원문|copy|복사|붙여)", 0.8),
+    _ko("ko-above-text", r"(?:위에|위의|앞에|앞의)\w{0,8}?(?:텍스트|내용|문장|설정|메시지)\w{0,8}?(?:반복|출력|그대로|보여)", 0.8),
+    _ko("ko-jailbroken", r"탈옥(?:한|된|모드|버전|상태)(?:누리|버전|모드|상태|ai|봇)?", 0.75),
+    _ko("ko-no-ethics-ai", r"(?:윤리|규칙|제한|필터|검열)\w{0,4}?(?:없는|없이)\w{0,6}?(?:ai|인공지능|봇|챗봇|캐릭터)", 0.8),
+    _ko("ko-answer-unfiltered", r"(?:검열|필터|제한|규칙)(?:없이|안하고|빼고|끄고)\w{0,4}?(?:답|대답|말|해)", 0.75),
+    _ko("ko-fake-system", r"#{1,3}시스템|시스템메시지|새(?:로운)?시스템(?:프롬프트|지시|메시지|명령)", 0.6),
+    _ko("ko-root", r"(?:루트|root|최고|관리자)권한이?부여|모든명령(?:실행|수행)", 0.6),
+    _ko("ko-treat-as-system", r"(?:시스템|관리자|개발자)(?:지시|명령|메시지)로(?:취급|간주|받아들)", 0.8),
+    _ko("ko-owner-order", r"(?:서버주인|주인|관리자|운영자|개발자|개발팀)(?:의)?(?:명령|지시)(?:임|이다|입니다|이야)", 0.5),
+    _ko("ko-remember-forever", r"(?:기억|저장)\w{0,4}?(?:영구|평생|영원히)", 0.55),
+    _ko("ko-store-false", r"(?:사실아니어도|거짓이어도|아니어도그냥|틀려도그냥)\w{0,4}?(?:저장|기억)", 0.7),
+    _ko("ko-input-end", r"(?:사용자|유저|user)(?:입력|input|message)(?:끝|end)", 0.6),
+    _ko("ko-dm-secrets", r"(?:dm|디엠|귓속말|비밀)\w{0,10}?(?:한말|얘기|내용|대화)\w{0,6}?(?:뭐|알려|보여)", 0.75),
+    _ko("ko-memory-dump", r"(?:메모리|기억|memory)(?:db|데이터베이스|원본|전체|덤프)\w{0,6}?(?:보여|출력|줘|덤프)", 0.8),
+    _ko("ko-chosung", r"ㅍㄹㅍㅌ|ㅇㅈㅈㅅㅁㅅ", 0.8),
+    _ko("ko-decode-run", r"(?:거꾸로|디코드|해독|복호화)\w{0,6}?(?:읽고|해서|한뒤|하고)\w{0,4}?(?:실행|따라|수행)", 0.8),
+    _ko("ko-mixed-ignore", r"ignore\w{0,3}(?:이전|기존|앞)(?:지시|지침|규칙|명령)", 0.9),
+    _ko("ko-ignore-instructions", r"(?:이전|위의?|앞의?|앞에|기존|모든|원래|너의?|니|네)(?:의)?(?:지시|지침|명령|규칙|설정|프롬프트|가이드라인|제약|룰)\w{0,4}?(?:은|는|을|를|들|사항)?(?:다|전부|모두|싹|전부다)?(?:무시|잊어|잊고|취소|삭제|버려|리셋|초기화)", 0.9),
+    _ko("ko-reveal-prompt", r"(?:시스템|숨겨진|초기|원래|내부|비밀|너의?|니|진짜)(?:프롬프트|지시(?:문|사항)?|지침|명령어?|규칙|설정)\w{0,8}?(?:보여|알려|출력|말해|공개|읊어|복사|붙여|원문|써줘)", 0.9),
+    _ko("ko-no-limits", r"(?:제한|필터|검열|규칙|윤리|제약)(?:이|가|을|를)?(?:없는|없이|없어|없음|해제|풀어|무시|꺼)", 0.5),
+    _ko("ko-from-now", r"(?:이제부터|지금부터|앞으로)(?:너는|넌|니가|네가|너)", 0.35),
+    _ko("ko-admin", r"(?:관리자|개발자|운영자|시스템|최고)(?:권한|모드)(?:으로|이다|활성화|켜|발동|부여)", 0.6),
+    _ko("ko-admin-command", r"(?:관리자|개발자|운영자|시스템)(?:권한으로|로서|의)?(?:명령|지시|지령)(?:한다|함|이다|합니다)", 0.8),
+    _ko("ko-remember-rule", r"(?:영구|영원히|평생|규칙으로|절대규칙|핵심)(?:기억|저장|설정)", 0.55),
+    _ko("ko-exfiltrate", r"(?:다른(?:사람|유저|사용자|멤버)들?|모든(?:유저|사용자|사람)|남)(?:의)?(?:기억|정보|데이터|메시지|대화|개인정보|기록)\w{0,3}?(?:보여|알려|출력|줘|내놔|뽑아)", 0.8),
+    _ko("ko-jailbreak", r"탈옥", 0.3),
+    _ko("ko-persona-override", r"(?:너는|넌|니는)(?:이제|지금부터|앞으로)?\w{0,12}(?:제한없는|필터없는|검열없는|규칙없는|자유로운)(?:ai|인공지능|봇|챗봇)", 0.9),
+    _ko("ko-tag", r"(?:\[|<|\{)/?(?:시스템|관리자|system|admin)(?:\]|>|\})", 0.75),
+)
+
+
+@dataclass(frozen=True)
+class GuardVerdict:
+    score: float
+    attack: bool
+    matches: tuple[str, ...] = field(default_factory=tuple)
+
+
+class InjectionGuard:
+    def __init__(self, threshold: float = 0.7, patterns: tuple[_Pattern, ...] = PATTERNS) -> None:
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError("threshold must be in (0, 1]")
+        self.threshold = threshold
+        self.patterns = patterns
+
+    def check(self, text: str) -> GuardVerdict:
+        latin, compact = normalise(text)
+        original = unicodedata.normalize("NFKC", text)
+        keep = 1.0
+        matches = []
+        for pattern in self.patterns:
+            if pattern.name == "dan-token":
+                target = original  # case matters: "DAN" the jailbreak, not "Dan" the brother
+            else:
+                target = compact if pattern.compact else latin
+            if pattern.regex.search(target):
+                keep *= 1.0 - pattern.weight
+                matches.append(pattern.name)
+        score = 1.0 - keep
+        return GuardVerdict(round(score, 4), score >= self.threshold, tuple(matches))

