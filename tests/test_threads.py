@@ -7,9 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-from gieok import EmbedderMismatchError, Memory, SearchResult
+from gieok import Memory, SearchResult
 
 WRITERS = 8
 PER_WRITER = 25

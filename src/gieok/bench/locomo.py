@@ -20,12 +20,12 @@ import numpy as np
 from rich.table import Table
 
 from ..errors import InvalidInputError
-from ..memory import Memory
+from ..memory import Memory, remove_memory_files
 from ..retrieval.hybrid import SearchRequest
 from ..text.tokenize import Tokenizer, TokenizerOptions
 from ..types import Scope
 from .embed_cache import EmbeddingCache
-from .report import console, median, progress_bar, write_json
+from .report import median, progress_bar, write_json
 
 __all__ = ["LocomoData", "load_locomo", "run_locomo"]
 
@@ -130,8 +130,7 @@ def run_locomo(data_path: str | Path, ks: list[int], json_out: str | Path | None
     workdir = Path(db_dir) if db_dir else Path(tempfile.mkdtemp(prefix="gieok-locomo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     db_path = workdir / "locomo.db"
-    for suffix in ("", "-wal", "-shm", ".hnsw", ".hnsw.json"):
-        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+    remove_memory_files(db_path)
     overrides = dict(settings_overrides or {})
     memory = Memory(db_path, **overrides)
     try:
@@ -213,8 +212,7 @@ def _tokenizer_ablation(data: LocomoData, memory: Memory, ks: list[int], workdir
     rows = []
     for label, options in variants:
         path = workdir / f"ablation-{label.strip('+').replace(' +', '-')}.db"
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        remove_memory_files(path)
         with Memory(path, tokenizer=Tokenizer(options)) as m:
             index_of: dict[int, str] = {}
             for start in range(0, len(data.turns), 512):

@@ -124,17 +124,11 @@ class Catalog:
     def alive(self) -> np.ndarray:
         return self._alive.view
 
-    def live_count(self) -> int:
-        return int(self._alive.view.sum())
-
     def importance(self, rows: np.ndarray) -> np.ndarray:
         return self._importance.view[rows]
 
     def event_time(self, rows: np.ndarray) -> np.ndarray:
         return self._event_time.view[rows]
-
-    def newest_event_time(self) -> float:
-        return float(self._event_time.view.max()) if len(self) else 0.0
 
     def candidate_rows(
         self, scope: Scope, kinds: tuple[str, ...], since: float | None, until: float | None

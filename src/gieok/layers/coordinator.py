@@ -17,8 +17,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from .checkpoints import CheckpointManager
 from .localized import LocalizedSearch
 from .stm import HybridSTM
 
+if TYPE_CHECKING:
+    from ..config import Settings
+
 __all__ = ["SearchCoordinator", "CoordinatorConfig", "LayeredResult", "LAYERS"]
 
 log = logging.getLogger("gieok.layers")
@@ -38,12 +41,18 @@ LAYERS = ("working_memory", "cache", "checkpoint", "full")
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
-    wm_answer_min: int = 3
-    wm_min_relevance: float = 0.9
-    checkpoint_enabled: bool = True
-    checkpoint_stage: int = 3
-    checkpoint_answer_min: int = 2
-    checkpoint_radius: int = 15
+    """The coordinator's knobs; their defaults and documentation live in `Settings`."""
+
+    wm_answer_min: int
+    wm_min_relevance: float
+    checkpoint_enabled: bool
+    checkpoint_stage: int
+    checkpoint_answer_min: int
+    checkpoint_radius: int
+
+    @classmethod
+    def from_settings(cls, settings: "Settings") -> "CoordinatorConfig":
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
 
 @dataclass

@@ -15,7 +15,6 @@ import numpy as np
 from ..index.catalog import Catalog
 from ..index.vector import VectorIndex
 from ..store.base import BM25Filter
-from ..types import Scope
 from .checkpoints import CheckpointManager
 from .working import Slot
 
@@ -68,6 +67,3 @@ class LocalizedSearch:
                     best[block_index] = LocalHit(block_index, sim, slot.slot_id, slot_relevance, score)
         return sorted(best.values(), key=lambda h: (-h.score, h.block_index))[:k]
 
-
-def scope_filter(scope: Scope, kinds: tuple[str, ...], since: float | None, until: float | None) -> BM25Filter:
-    return BM25Filter(scope, kinds, since, until)

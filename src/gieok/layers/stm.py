@@ -123,9 +123,7 @@ class HybridSTM:
             self.stats["total_requests"] += 1
         if self.mode == "legacy":
             return []
-        results = [{"source": "working_memory", "slot_id": slot.slot_id, "text": slot.content,
-                    "relevance": relevance, "block_index": slot.block_index, "slot": slot}
-                   for slot, relevance in self.working.search(scope, query, query_embedding, threshold=threshold)[:k]]
+        results = self._working_results(scope, query, query_embedding, k, threshold)
         if results:
             with self._lock:
                 self.stats["working_memory_hits"] += 1
@@ -139,9 +137,7 @@ class HybridSTM:
         with self._lock:
             self.stats["total_requests"] += 1
         if self.mode in ("hybrid", "working_only"):
-            for slot, relevance in self.working.search(scope, query, query_embedding, threshold=threshold)[:k]:
-                results.append({"source": "working_memory", "slot_id": slot.slot_id, "text": slot.content,
-                                "relevance": relevance, "block_index": slot.block_index, "slot": slot})
+            results.extend(self._working_results(scope, query, query_embedding, k, threshold))
             if results:
                 with self._lock:
                     self.stats["working_memory_hits"] += 1
@@ -163,6 +159,12 @@ class HybridSTM:
             with self._lock:
                 self.stats["combined_results"] += 1
         return results
+
+    def _working_results(self, scope: Scope, query: str, query_embedding: np.ndarray | None, k: int,
+                         threshold: float) -> list[dict[str, Any]]:
+        return [{"source": "working_memory", "slot_id": slot.slot_id, "text": slot.content,
+                 "relevance": relevance, "block_index": slot.block_index, "slot": slot}
+                for slot, relevance in self.working.search(scope, query, query_embedding, threshold=threshold)[:k]]
 
     def statistics(self) -> dict[str, Any]:
         with self._lock:

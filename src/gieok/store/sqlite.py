@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ..chain import GENESIS, block_hash, content_digest
+from ..chain import GENESIS, block_hash, content_digest, digest_of, hash_of
 from ..errors import (
-    BlockNotFoundError,
     CorruptDatabaseError,
     DatabaseUnwritableError,
     SchemaTooNewError,
@@ -80,26 +79,6 @@ def _row_to_block(row: sqlite3.Row | tuple) -> Block:
         hash=hash_,
         forgotten=forgotten_at is not None,
     )
-
-
-def _hash_of(block: Block) -> str:
-    return block_hash(
-        block_index=block.block_index,
-        prev_hash=block.prev_hash,
-        kind=block.kind,
-        guild=block.scope.guild,
-        channel=block.scope.channel,
-        user=block.scope.user,
-        event_time=block.event_time,
-        insert_time=block.insert_time,
-        importance=block.importance,
-        conv_pos=block.conv_pos,
-        digest=block.content_digest,
-    )
-
-
-def _digest_of(block: Block) -> str:
-    return content_digest(block.text, block.speaker, list(block.keywords), list(block.tags), block.metadata)
 
 
 class SQLiteStore:
@@ -308,13 +287,6 @@ class SQLiteStore:
                 list(meta.items()),
             )
 
-    def replace_vectors(self, block_indices: Sequence[int], vectors: np.ndarray) -> None:
-        with self._write() as conn:
-            conn.executemany(
-                "UPDATE embeddings SET vector = ? WHERE block_index = ?",
-                [(np.asarray(v, dtype="<f4").tobytes(), i) for i, v in zip(block_indices, vectors)],
-            )
-
     # -- working memory, checkpoints, short-term memory ---------------------------------------
     _SLOT_COLUMNS = ("scope_key", "slot_id", "context", "content", "metadata", "embedding", "importance",
                      "usage_count", "created_at", "last_access", "block_index", "context_hash")
@@ -453,12 +425,6 @@ class SQLiteStore:
                     found[row[0]] = _row_to_block(row)
         return found
 
-    def get(self, block_index: int) -> Block:
-        found = self.get_many([block_index])
-        if block_index not in found:
-            raise BlockNotFoundError(f"no block with index {block_index}")
-        return found[block_index]
-
     def iter_blocks(self, batch: int = 1000, after: int = 0) -> Iterator[Block]:
         """Stream blocks in index order without holding the lock between batches."""
         while True:
@@ -472,16 +438,6 @@ class SQLiteStore:
             for row in rows:
                 yield _row_to_block(row)
             after = rows[-1][0]
-
-    def iter_vectors(self, block_indices: Sequence[int]) -> dict[int, np.ndarray]:
-        out: dict[int, np.ndarray] = {}
-        with self._lock:
-            for start in range(0, len(block_indices), 500):
-                chunk = list(block_indices[start : start + 500])
-                sql = f"SELECT block_index, vector FROM embeddings WHERE block_index IN ({', '.join('?' * len(chunk))})"
-                for index, blob in self._query(sql, chunk):
-                    out[index] = np.frombuffer(blob, dtype="<f4")
-        return out
 
     def bm25(self, tokens: Sequence[str], filt: BM25Filter, limit: int) -> list[tuple[int, float]]:
         """Top `limit` blocks by BM25 (higher is better). Tokens are quoted: no FTS syntax leaks in."""
@@ -594,9 +550,9 @@ class SQLiteStore:
                 return VerifyReport(False, checked, forgotten, block.block_index, "prev_hash does not match the previous block")
             if block.forgotten:
                 forgotten += 1
-            elif _digest_of(block) != block.content_digest:
+            elif digest_of(block) != block.content_digest:
                 return VerifyReport(False, checked, forgotten, block.block_index, "content does not match its digest")
-            if _hash_of(block) != block.hash:
+            if hash_of(block) != block.hash:
                 return VerifyReport(False, checked, forgotten, block.block_index, "hash does not match header and digest")
             prev = block.hash
             expected_index += 1
