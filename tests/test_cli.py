@@ -115,3 +115,15 @@ def test_demo_runs_and_refuses_foreign_files(tmp_path):
     refused = gieok("demo", "--db", str(other))
     assert refused.returncode == 1 and "not a gieok demo database" in refused.stderr
     assert json.loads(gieok("stats", "--json", "--db", str(other)).stdout)["blocks"] == 1
+
+
+def test_reindex_command(tmp_path):
+    db = tmp_path / "r.db"
+    assert gieok("add", "민지: 고양이 이름은 보리야", "--channel", "c", "--db", str(db)).returncode == 0
+    result = gieok("reindex", "--embedder", "use", "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    assert "re-embedded 1 blocks" in result.stdout
+    assert json.loads(gieok("stats", "--json", "--db", str(db)).stdout)["dimension"] == 512
+    missing = gieok("reindex", "--db", str(tmp_path / "nope.db"))
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    assert not (tmp_path / "nope.db").exists()

