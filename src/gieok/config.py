@@ -40,6 +40,17 @@ class Settings:
     openai_api_key: str = ""
     gemini_api_key: str = ""
     gemini_base_url: str = ""
+    # llm providers (llm/router.py, README "LLM providers"); keys: the *_api_key fields above plus these
+    llm_chain: str = ""  # "gemini:gemini-2.5-flash,openai:qwen2.5:7b"; "" = gemini if a key is set, else openai
+    gemini_api_keys: str = ""  # comma-separated, rotated round-robin (gemini_api_key joins them)
+    openai_api_keys: str = ""  # comma-separated, rotated round-robin (openai_api_key joins them)
+    openai_json_mode: str = "json_schema"  # "json_schema" | "json_object" (schema in the prompt) | "prompt"
+    llm_timeout_seconds: float = 60.0
+    llm_max_retries: int = 2  # backoff retries of a 5xx/timeout per provider before the next one
+    llm_backoff_seconds: float = 0.5  # first backoff; doubles each retry, plus up to as much jitter
+    llm_cooldown_seconds: float = 60.0  # a rate-limited key rests this long unless the provider says
+    llm_auth_cooldown_seconds: float = 3600.0  # a refused key rests this long
+    llamacpp_n_ctx: int = 4096  # context of a local GGUF model (llamacpp:<path> in llm_chain)
     # vector index
     ann_threshold: int = 20_000
     hnsw_m: int = 32
@@ -78,6 +89,31 @@ class Settings:
     checkpoint_answer_min: int = 2
     cache_size: int = 512
     cache_ttl_seconds: float = 300.0
+    # conversation: L1 recent messages, L2 summary, L3 facts, gatekeeper, context, guardrails
+    bot_name: str = "누리"
+    language: str = "ko"  # prompts and persona: "ko" | "en"
+    persona_file: str = ""  # "" = the bundled persona of `language`
+    core_file: str = ""  # permanent core lines for every conversation (one per line)
+    lore_file: str = ""  # lore seeded at start-up, idempotently (one fact per line)
+    timezone: str = "Asia/Seoul"
+    l1_size: int = 50
+    l1_prompt_messages: int = 5
+    summary_max_topics: int = 5
+    summary_max_points: int = 10
+    fact_duplicate_threshold: float = 0.93  # tuned on the dev half of the labeled pairs: README "Facts"
+    fact_conflict_threshold: float = 0.90
+    global_user_facts: bool = False  # True: a user's facts follow them into every guild
+    gatekeeper_threshold: float = 0.7
+    analysis_every: int = 5  # stage-2 analysis every N messages per channel (and on calls, first message)
+    recall_k: int = 5
+    max_input_chars: int = 2000
+    guard_threshold: float = 0.7
+    budget_persona: int = 900  # token budgets per prompt section (estimated tokens)
+    budget_summary: int = 400
+    budget_facts: int = 500
+    budget_working: int = 300
+    budget_recent: int = 900
+    budget_input: int = 2000
 
     def db_path(self) -> Path:
         return Path(self.db).expanduser() if self.db else default_db_path()
@@ -186,3 +222,31 @@ def _validate(s: Settings) -> None:
         raise ConfigError("checkpoint_radius, stm_ttl_seconds, cache_ttl_seconds and cache_size must not be negative")
     if s.neighbour_window < 0:
         raise ConfigError("neighbour_window must be >= 0")
+    if s.llm_chain.strip():
+        from .llm.router import parse_chain  # imported here: the settings module stays light to load
+
+        parse_chain(s.llm_chain)
+    if s.openai_json_mode not in {"json_schema", "json_object", "prompt"}:
+        raise ConfigError(f"openai_json_mode must be json_schema, json_object or prompt, got {s.openai_json_mode!r}")
+    if s.llm_timeout_seconds <= 0 or s.llamacpp_n_ctx < 1:
+        raise ConfigError("llm_timeout_seconds and llamacpp_n_ctx must be positive")
+    for name in ("llm_max_retries", "llm_backoff_seconds", "llm_cooldown_seconds", "llm_auth_cooldown_seconds"):
+        if getattr(s, name) < 0:
+            raise ConfigError(f"{name} must not be negative, got {getattr(s, name)}")
+    if s.language not in {"ko", "en"}:
+        raise ConfigError(f"language must be 'ko' or 'en', got {s.language!r}")
+    for name in ("l1_size", "l1_prompt_messages", "summary_max_topics", "summary_max_points", "analysis_every",
+                 "recall_k", "max_input_chars", "budget_persona", "budget_summary", "budget_facts",
+                 "budget_working", "budget_recent", "budget_input"):
+        if getattr(s, name) < 1:
+            raise ConfigError(f"{name} must be at least 1, got {getattr(s, name)}")
+    for name in ("fact_duplicate_threshold", "fact_conflict_threshold", "gatekeeper_threshold", "guard_threshold"):
+        if not 0.0 < getattr(s, name) <= 1.0:
+            raise ConfigError(f"{name} must be in (0, 1], got {getattr(s, name)}")
+    if not s.bot_name.strip():
+        raise ConfigError("bot_name must not be empty")
+    try:
+        from zoneinfo import ZoneInfo
+        ZoneInfo(s.timezone)
+    except Exception:
+        raise ConfigError(f"unknown time zone {s.timezone!r} (an IANA name such as Asia/Seoul or UTC)") from None

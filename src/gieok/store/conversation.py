@@ -1,0 +1,201 @@
+"""SQL for the conversation layers (schema v3): L1 messages, L2 summaries, L3 fact
+validity and per-channel analysis state. Kept apart from the block store so that each
+file has one job; it shares the store's connection, lock and transactions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .sqlite import SQLiteStore
+
+__all__ = ["ConversationTables", "L1Row", "FactRow"]
+
+
+@dataclass(frozen=True, slots=True)
+class L1Row:
+    message_id: int
+    scope_key: str
+    role: str
+    content: str
+    user_id: str | None
+    display_name: str | None
+    created_at: float
+    addressed: bool
+    flagged: bool
+    external_id: str | None
+    block_index: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FactRow:
+    block_index: int
+    fact_type: str
+    topic: str
+    guild: str | None
+    user_id: str | None
+    source_message: str | None
+    valid_from: float
+    valid_to: float | None
+    superseded_by: int | None
+    lore_key: str | None
+
+
+_L1_COLUMNS = ("message_id", "scope_key", "role", "content", "user_id", "display_name", "created_at", "addressed",
+               "flagged", "external_id", "block_index")
+_FACT_COLUMNS = ("block_index", "fact_type", "topic", "guild", "user_id", "source_message", "valid_from", "valid_to",
+                 "superseded_by", "lore_key")
+
+
+def _l1(row: tuple) -> L1Row:
+    values = dict(zip(_L1_COLUMNS, row))
+    values["addressed"] = bool(values["addressed"])
+    values["flagged"] = bool(values["flagged"])
+    return L1Row(**values)
+
+
+class ConversationTables:
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        with self.store._lock:
+            return self.store._query(sql, params).fetchall()
+
+    # -- L1 ---------------------------------------------------------------------------------
+    def l1_append(self, scope_key: str, role: str, content: str, user_id: str | None, display_name: str | None,
+                  created_at: float, addressed: bool, flagged: bool, external_id: str | None, keep: int) -> L1Row:
+        """Insert a message and trim the conversation to its newest `keep` rows — but never
+        drop a row whose turn block is not written yet (it would be lost)."""
+        with self.store._write() as conn:
+            cursor = conn.execute(
+                "INSERT INTO l1_messages(scope_key, role, content, user_id, display_name, created_at, addressed, "
+                "flagged, external_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (scope_key, role, content, user_id, display_name, created_at, int(addressed), int(flagged),
+                 external_id),
+            )
+            message_id = int(cursor.lastrowid)
+            conn.execute(
+                "DELETE FROM l1_messages WHERE scope_key = ? AND block_index IS NOT NULL AND message_id <= "
+                "(SELECT message_id FROM l1_messages WHERE scope_key = ? ORDER BY message_id DESC LIMIT 1 OFFSET ?)",
+                (scope_key, scope_key, keep),
+            )
+        return L1Row(message_id, scope_key, role, content, user_id, display_name, created_at, addressed, flagged,
+                     external_id, None)
+
+    def l1_recent(self, scope_key: str, limit: int) -> list[L1Row]:
+        rows = self._rows(f"SELECT {', '.join(_L1_COLUMNS)} FROM l1_messages WHERE scope_key = ? "
+                          "ORDER BY message_id DESC LIMIT ?", (scope_key, limit))
+        return [_l1(r) for r in reversed(rows)]
+
+    def l1_since(self, scope_key: str, after_message_id: int, limit: int) -> list[L1Row]:
+        rows = self._rows(f"SELECT {', '.join(_L1_COLUMNS)} FROM l1_messages WHERE scope_key = ? AND message_id > ? "
+                          "ORDER BY message_id LIMIT ?", (scope_key, after_message_id, limit))
+        return [_l1(r) for r in rows]
+
+    def l1_pending(self, limit: int = 1000) -> list[L1Row]:
+        rows = self._rows(f"SELECT {', '.join(_L1_COLUMNS)} FROM l1_messages WHERE block_index IS NULL "
+                          "ORDER BY message_id LIMIT ?", (limit,))
+        return [_l1(r) for r in rows]
+
+    def l1_set_blocks(self, pairs: Sequence[tuple[int, int]]) -> None:
+        with self.store._write() as conn:
+            conn.executemany("UPDATE l1_messages SET block_index = ? WHERE message_id = ?",
+                             [(block, message) for message, block in pairs])
+
+    def l1_flag(self, message_id: int) -> None:
+        with self.store._write() as conn:
+            conn.execute("UPDATE l1_messages SET flagged = 1 WHERE message_id = ?", (message_id,))
+
+    def l1_delete_blocks(self, block_indices: Sequence[int]) -> None:
+        with self.store._write() as conn:
+            conn.executemany("DELETE FROM l1_messages WHERE block_index = ?", [(i,) for i in block_indices])
+
+    def l1_delete_user(self, user_id: str) -> int:
+        with self.store._write() as conn:
+            return conn.execute("DELETE FROM l1_messages WHERE user_id = ?", (user_id,)).rowcount
+
+    def l1_user_blocks(self, user_id: str) -> list[int]:
+        return [r[0] for r in self._rows("SELECT block_index FROM l1_messages WHERE user_id = ? AND block_index "
+                                         "IS NOT NULL", (user_id,))]
+
+    def l1_count(self, scope_key: str | None = None) -> int:
+        if scope_key is None:
+            return int(self._rows("SELECT count(*) FROM l1_messages")[0][0])
+        return int(self._rows("SELECT count(*) FROM l1_messages WHERE scope_key = ?", (scope_key,))[0][0])
+
+    # -- L2 ---------------------------------------------------------------------------------
+    def summary_load(self, scope_key: str) -> dict[str, Any] | None:
+        rows = self._rows("SELECT data FROM summaries WHERE scope_key = ?", (scope_key,))
+        return json.loads(rows[0][0]) if rows else None
+
+    def summary_save(self, scope_key: str, data: dict[str, Any], when: float) -> None:
+        with self.store._write() as conn:
+            conn.execute("INSERT INTO summaries(scope_key, data, updated_at) VALUES (?, ?, ?) ON CONFLICT(scope_key) "
+                         "DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at",
+                         (scope_key, json.dumps(data, ensure_ascii=False), when))
+
+    def summary_keys(self) -> list[str]:
+        return [r[0] for r in self._rows("SELECT scope_key FROM summaries ORDER BY scope_key")]
+
+    # -- L3 ---------------------------------------------------------------------------------
+    def fact_insert(self, row: FactRow, *, supersede: int | None = None, when: float | None = None) -> None:
+        """Record a fact and, in the same transaction, close the one it supersedes."""
+        with self.store._write() as conn:
+            conn.execute(f"INSERT OR IGNORE INTO facts({', '.join(_FACT_COLUMNS)}) "
+                         f"VALUES ({', '.join('?' * len(_FACT_COLUMNS))})", [getattr(row, c) for c in _FACT_COLUMNS])
+            if supersede is not None:
+                conn.execute("UPDATE facts SET valid_to = ?, superseded_by = ? WHERE block_index = ? "
+                             "AND valid_to IS NULL", (row.valid_from if when is None else when, row.block_index,
+                                                      supersede))
+
+    def facts_get(self, block_indices: Sequence[int]) -> dict[int, FactRow]:
+        if not block_indices:
+            return {}
+        marks = ", ".join("?" * len(block_indices))
+        rows = self._rows(f"SELECT {', '.join(_FACT_COLUMNS)} FROM facts WHERE block_index IN ({marks})",
+                          list(block_indices))
+        return {r[0]: FactRow(*r) for r in rows}
+
+    def facts_current(self, fact_type: str, guild: str | None, user_id: str | None) -> list[FactRow]:
+        """Live facts about one subject (a user in a guild, a guild, or the lore)."""
+        rows = self._rows(f"SELECT {', '.join(_FACT_COLUMNS)} FROM facts WHERE fact_type = ? AND guild IS ? "
+                          "AND user_id IS ? AND valid_to IS NULL ORDER BY block_index", (fact_type, guild, user_id))
+        return [FactRow(*r) for r in rows]
+
+    def facts_where(self, *, user_id: str | None = None, guild: str | None = None, include_history: bool = False,
+                    limit: int = 1000) -> list[FactRow]:
+        sql = f"SELECT {', '.join(_FACT_COLUMNS)} FROM facts WHERE 1 = 1"
+        params: list[Any] = []
+        if user_id is not None:
+            sql += " AND user_id = ?"
+            params.append(user_id)
+        if guild is not None:
+            sql += " AND guild = ?"
+            params.append(guild)
+        if not include_history:
+            sql += " AND valid_to IS NULL"
+        sql += " ORDER BY block_index LIMIT ?"
+        params.append(limit)
+        return [FactRow(*r) for r in self._rows(sql, params)]
+
+    def lore_keys(self) -> set[str]:
+        return {r[0] for r in self._rows("SELECT lore_key FROM facts WHERE lore_key IS NOT NULL")}
+
+    def facts_delete_blocks(self, block_indices: Sequence[int]) -> None:
+        with self.store._write() as conn:
+            conn.executemany("DELETE FROM facts WHERE block_index = ?", [(i,) for i in block_indices])
+
+    # -- analysis schedule --------------------------------------------------------------------
+    def channel_state(self, scope_key: str) -> tuple[int, int] | None:
+        rows = self._rows("SELECT since_analysis, last_message_id FROM channel_state WHERE scope_key = ?", (scope_key,))
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def channel_state_save(self, scope_key: str, since_analysis: int, last_message_id: int, when: float) -> None:
+        with self.store._write() as conn:
+            conn.execute("INSERT INTO channel_state(scope_key, since_analysis, last_message_id, updated_at) "
+                         "VALUES (?, ?, ?, ?) ON CONFLICT(scope_key) DO UPDATE SET since_analysis = "
+                         "excluded.since_analysis, last_message_id = excluded.last_message_id, "
+                         "updated_at = excluded.updated_at", (scope_key, since_analysis, last_message_id, when))
