@@ -404,7 +404,8 @@ class ConversationPipeline:
             text = item.text
             for user_id, name in names.items():  # privacy: display names never reach facts
                 if name and len(name) >= 2:
-                    text = re.sub(rf"(?<![\w<:]){re.escape(name)}(?![\w>])", f"<user:{user_id}>", text)
+                    # Korean particles attach to names (민지는), so only Latin letters end a word here.
+                    text = re.sub(rf"(?<![A-Za-z0-9_<:]){re.escape(name)}(?![A-Za-z0-9_>])", f"<user:{user_id}>", text)
             if is_meta_fact(text, self.bot_names):
                 self._event("meta_fact_dropped", {"fact": text})
                 continue
