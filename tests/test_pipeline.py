@@ -79,7 +79,7 @@ def test_end_to_end_remembers_and_recalls(memory: Memory) -> None:
     system = second.prompt.messages[0].content
     assert "<user:42>는 고양이 나비를 키운다." in system and "topic: 반려동물" in system
     assert "민지 (<user:42>): 누리야 나 고양이 키워" in system, "last L1 messages with display names"
-    for key in ("embed_ms", "guard_ms", "l1_ms", "stage2_ms", "recall_ms", "context_ms", "overhead_ms"):
+    for key in ("guard_ms", "l1_ms", "stage2_ms", "recall_ms", "context_ms", "overhead_ms"):
         assert key in second.timings_ms
 
     turns = [b for b in memory.iter_blocks() if b.kind == "turn"]

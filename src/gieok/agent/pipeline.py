@@ -194,18 +194,22 @@ class ConversationPipeline:
         t = self.settings.gatekeeper_threshold
         return Stage1(p, "respond" if p >= t else "silent" if p <= 1 - t else "unsure")
 
-    def _prepare(self, message: IncomingMessage, dry_run: bool) -> dict[str, Any]:
-        timings: dict[str, float] = {}
+    def _needs_vector(self, message: IncomingMessage) -> bool:
+        return self.guard.classifier is not None or (self.classifier is not None and not message.explicit)
+
+    def _embed_message(self, message: IncomingMessage, timings: dict[str, float]) -> np.ndarray:
         t = time.perf_counter()
-        conversation = conversation_of(message.guild, message.channel)
-        vector = self.memory.embedder.embed_passages([message.content])[0]
+        vector = self.memory.embedder.embed_passages([message.content])[0]  # cached: the turn block reuses it
         timings["embed_ms"] = (time.perf_counter() - t) * 1000
+        return vector
+
+    def _prepare(self, message: IncomingMessage, dry_run: bool) -> dict[str, Any]:
+        """Everything before the judgement: pattern guard, L1 (durable from here on), schedule."""
+        timings: dict[str, float] = {}
+        conversation = conversation_of(message.guild, message.channel)
         t = time.perf_counter()
-        verdict = self.guard.check(message.content, vector)
+        verdict = self.guard.patterns.check(message.content)
         timings["guard_ms"] = (time.perf_counter() - t) * 1000
-        if verdict.attack:
-            self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
-                                               "score": verdict.score, "matches": list(verdict.matches)})
         t = time.perf_counter()
         recent = self.l1.recent(conversation, self.settings.l1_prompt_messages)
         key = scope_key(conversation)
@@ -221,11 +225,25 @@ class ConversationPipeline:
             self.tables.channel_state_save(key, since, state[1] if state else 0, self.clock())
             self.summaries.note_speaker(conversation, message.user_id)
         timings["l1_ms"] = (time.perf_counter() - t) * 1000
-        t = time.perf_counter()
-        stage1 = None if message.explicit else self._stage1(vector, recent)
-        timings["stage1_ms"] = (time.perf_counter() - t) * 1000
         return {"conversation": conversation, "verdict": verdict, "recent": recent, "analyse": analyse,
-                "row": row, "stage1": stage1, "timings": timings, "first": first}
+                "row": row, "timings": timings, "first": first}
+
+    def _judge_vector(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
+        """The checks that need the message's embedding: the guard's classifier and stage 1."""
+        vector = self._embed_message(message, plan.timings_ms)
+        t = time.perf_counter()
+        if self.guard.classifier is not None:
+            verdict = self.guard.check(message.content, vector)
+            plan.guard = verdict
+            if verdict.attack and not plan.flagged:
+                plan.flagged = True
+                if plan.l1_row is not None:
+                    self.l1.flag(plan.l1_row)
+        plan.timings_ms["guard_ms"] = plan.timings_ms.get("guard_ms", 0.0) + (time.perf_counter() - t) * 1000
+        if not message.explicit:
+            t = time.perf_counter()
+            plan.stage1 = self._stage1(vector, recent)
+            plan.timings_ms["stage1_ms"] = (time.perf_counter() - t) * 1000
 
     def _recall_and_assemble(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
         s = self.settings
@@ -278,28 +296,37 @@ class ConversationPipeline:
         async with self._lock(conversation_of(message.guild, message.channel)):
             prep = await asyncio.to_thread(self._prepare, message, dry_run)
             verdict: GuardVerdict = prep["verdict"]
-            stage1: Stage1 | None = prep["stage1"]
-            plan = Plan(message, prep["conversation"], False, "", verdict, verdict.attack, stage1=stage1,
-                        analyse=prep["analyse"], l1_row=prep["row"], timings_ms=prep["timings"])
-            scheduled = prep["analyse"]
-            unsure = stage1 is not None and stage1.decision == "unsure"
+            plan = Plan(message, prep["conversation"], False, "", verdict, verdict.attack, analyse=prep["analyse"],
+                        l1_row=prep["row"], timings_ms=prep["timings"])
+            may_speak = message.explicit or message.active
+            use_llm = self.analyst.llm is not None and may_speak
+            judged = None
+            if self._needs_vector(message):
+                judged = asyncio.create_task(asyncio.to_thread(self._judge_vector, message, plan, prep["recent"]))
             decision = None
-            if self.analyst.llm is not None and (scheduled or unsure) and (message.explicit or message.active):
-                t = time.perf_counter()
-                recent_text = "\n".join(f"<user:{r.user_id}>: {r.content}" if r.role == "user" else
-                                        f"{self.settings.bot_name}: {r.content}" for r in prep["recent"])
-                decision = await self.analyst.decide(
-                    message=message.content, user_id=message.user_id, explicit=message.explicit, recent=recent_text,
-                    summary="\n".join(sum(self.summaries.get(plan.conversation).context_lines().values(), [])))
-                llm_ms = (time.perf_counter() - t) * 1000
+            if use_llm and message.explicit:
+                # An explicit call always gets stage 2; embedding and classifiers run meanwhile.
+                decision, llm_ms = await self._decide(message, plan, prep["recent"])
+            if judged is not None:
+                await judged
+            unsure = plan.stage1 is not None and plan.stage1.decision == "unsure"
+            if use_llm and decision is None and (prep["analyse"] or unsure):
+                decision, llm_ms = await self._decide(message, plan, prep["recent"])
+            if plan.guard.attack and plan.guard is not verdict:
+                self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
+                                                   "score": plan.guard.score, "matches": list(plan.guard.matches)})
+            elif verdict.attack:
+                self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
+                                                   "score": verdict.score, "matches": list(verdict.matches)})
+            plan.decision = decision
+            if decision is not None:
                 plan.timings_ms["stage2_ms"] = llm_ms
-                plan.decision = decision
                 if decision.suspicious and not plan.flagged:
                     plan.flagged = True
                     if plan.l1_row is not None:
                         self.l1.flag(plan.l1_row)
                     self._event("injection_flagged_by_llm", {"channel": message.channel, "user": message.user_id})
-            plan.respond, plan.reason = self._respond(message, stage1, decision)
+            plan.respond, plan.reason = self._respond(message, plan.stage1, decision)
             if decision is not None and decision.source == "llm":
                 plan.retrieval, plan.search_query = decision.retrieval_needed, decision.search_query
             else:
@@ -310,6 +337,15 @@ class ConversationPipeline:
         plan.timings_ms["total_ms"] = (time.perf_counter() - started) * 1000
         plan.timings_ms["overhead_ms"] = plan.timings_ms["total_ms"] - llm_ms
         return plan
+
+    async def _decide(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> tuple[Decision, float]:
+        t = time.perf_counter()
+        recent_text = "\n".join(f"<user:{r.user_id}>: {r.content}" if r.role == "user" else
+                                f"{self.settings.bot_name}: {r.content}" for r in recent)
+        summary = "\n".join(sum(self.summaries.get(plan.conversation).context_lines().values(), []))
+        decision = await self.analyst.decide(message=message.content, user_id=message.user_id,
+                                             explicit=message.explicit, recent=recent_text, summary=summary)
+        return decision, (time.perf_counter() - t) * 1000
 
     @staticmethod
     def _respond(message: IncomingMessage, stage1: Stage1 | None, decision: Decision | None) -> tuple[bool, str]:

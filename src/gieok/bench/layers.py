@@ -24,8 +24,7 @@ from ..memory import Memory, remove_memory_files
 from ..retrieval.hybrid import SearchRequest
 from ..store.base import BM25Filter
 from ..types import Scope
-from .corpus import generate_messages
-from .embed_cache import EmbeddingCache, default_cache_dir
+from .fill import fill_background
 from .locomo import _score, load_locomo
 from .report import median, percentile, progress_bar, write_json
 
@@ -34,30 +33,12 @@ __all__ = ["run_layers"]
 LAYER_NAMES = ("working_memory", "cache", "checkpoint", "full")
 
 
-def _fill(memory: Memory, n_extra: int, cache_dir: Path | None) -> None:
-    if n_extra <= 0:
-        return
-    corpus_n = 100_000 if n_extra <= 100_000 else n_extra
-    messages = generate_messages(corpus_n)
-    cache = EmbeddingCache(cache_dir or default_cache_dir(), memory.embedder.name)
-    with progress_bar(f"corpus vectors ({corpus_n:,}, cached per model)", corpus_n) as advance:
-        vectors, _ = cache.get_or_compute([m.text for m in messages], "passage",
-                                          memory.embedder.inner.embed_passages, progress=advance)
-    with progress_bar(f"fill {n_extra:,} blocks from other channels", n_extra) as advance:
-        for start in range(0, n_extra, 2000):
-            batch = messages[start : min(n_extra, start + 2000)]
-            prepared = memory.prepare_many([{"text": m.text, "scope": {"guild": m.guild, "channel": f"fill-{m.channel}"},
-                                             "speaker": m.speaker, "event_time": m.timestamp} for m in batch])
-            memory.add_vectors(prepared, vectors[start : start + len(batch)])
-            advance(len(batch))
-
-
 def _one_size(data, target: int, workdir: Path, cache_dir: Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
     db = workdir / f"layers-{target}.db"
     remove_memory_files(db)
     memory = Memory(db, **overrides)
     try:
-        _fill(memory, target - len(data.turns), cache_dir)
+        fill_background(memory, target - len(data.turns), cache_dir)
         dia_of: dict[int, str] = {}
         by_conversation: dict[str, list] = {}
         for turn in data.turns:

@@ -296,10 +296,12 @@ class FactStore:
 
     def search_scopes(self, *, guild: str | None, user_id: str | None) -> list[Scope]:
         """The scoped searches that together cover every fact `visible()` allows."""
-        scopes = [Scope(guild=LORE_GUILD)]
-        if guild is not None:
+        scopes = []
+        if self.tables.facts_exist(guild=LORE_GUILD):  # a search of an empty scope still costs a search
+            scopes.append(Scope(guild=LORE_GUILD))
+        if guild is not None and self.tables.facts_exist(guild=guild):
             scopes.append(Scope(guild=guild))
-        if user_id is not None and (guild is None or self.global_user_facts):
+        if user_id is not None and (guild is None or self.global_user_facts) and self.tables.facts_exist(user_id=user_id):
             scopes.append(Scope(user=user_id))
         return scopes
 

@@ -181,6 +181,11 @@ class ConversationTables:
         params.append(limit)
         return [FactRow(*r) for r in self._rows(sql, params)]
 
+    def facts_exist(self, *, guild: str | None = None, user_id: str | None = None) -> bool:
+        if guild is not None:
+            return bool(self._rows("SELECT 1 FROM facts WHERE guild = ? AND valid_to IS NULL LIMIT 1", (guild,)))
+        return bool(self._rows("SELECT 1 FROM facts WHERE user_id = ? AND valid_to IS NULL LIMIT 1", (user_id,)))
+
     def lore_keys(self) -> set[str]:
         return {r[0] for r in self._rows("SELECT lore_key FROM facts WHERE lore_key IS NOT NULL")}
 

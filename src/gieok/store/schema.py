@@ -124,6 +124,8 @@ MIGRATIONS: list[str] = [
         lore_key       TEXT                        -- lore: digest of the seeded line (idempotent seeding)
     );
     CREATE INDEX facts_by_subject ON facts(fact_type, guild, user_id) WHERE valid_to IS NULL;
+    CREATE INDEX facts_by_guild ON facts(guild) WHERE valid_to IS NULL;
+    CREATE INDEX facts_by_user ON facts(user_id);
     CREATE UNIQUE INDEX facts_lore ON facts(lore_key) WHERE lore_key IS NOT NULL;
     CREATE TABLE channel_state (
         scope_key       TEXT PRIMARY KEY,
