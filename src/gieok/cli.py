@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Annotated, Iterator, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from .cli_conversation import conversation_bench_commands, conversation_commands
+from .cli_options import ChannelOpt, DbOption, GuildOpt, JsonFlag, UserOpt, _open, _scope, err, out
 from .config import load_settings
 from .errors import GieokError, InvalidInputError
 
@@ -27,30 +28,6 @@ app = typer.Typer(
 bench_app = typer.Typer(help="Benchmarks: print a table and optionally write JSON.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
-out = Console()
-err = Console(stderr=True)
-
-DbOption = Annotated[
-    Optional[Path],
-    typer.Option("--db", help="Memory file. Default: $GIEOK_DB, else the per-user data directory.",
-                 show_default=False),
-]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
-
-def _open(db: Optional[Path], **overrides):
-    from .memory import Memory
-
-    settings = load_settings()
-    if db is not None:
-        overrides["db"] = str(db)
-    return Memory(settings=settings, **overrides)
-
-
-def _scope(guild: Optional[str], channel: Optional[str], user: Optional[str]) -> dict[str, str]:
-    return {k: v for k, v in (("guild", guild), ("channel", channel), ("user", user)) if v is not None}
-
-
 @contextmanager
 def _progress(description: str, total: int | None) -> Iterator:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -61,9 +38,6 @@ def _progress(description: str, total: int | None) -> Iterator:
         yield lambda n=1: bar.advance(task, n)
 
 
-GuildOpt = Annotated[Optional[str], typer.Option("--guild", "-g", help="Guild (server) id.")]
-ChannelOpt = Annotated[Optional[str], typer.Option("--channel", "-c", help="Channel id (one conversation).")]
-UserOpt = Annotated[Optional[str], typer.Option("--user", "-u", help="User id.")]
 
 
 @app.command()
@@ -486,6 +460,10 @@ def bench_ann(
     from .bench.ann import run_ann
 
     run_ann(n, json_out, m=m, ef_construction=ef_construction, cache_dir=cache_dir)
+
+
+app.add_typer(conversation_commands)
+bench_app.add_typer(conversation_bench_commands)
 
 
 def main() -> None:

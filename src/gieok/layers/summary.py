@@ -113,10 +113,10 @@ class ChannelSummary:
     def to_markdown(self, global_core: Sequence[str] = (), names: Mapping[str, str] | None = None) -> str:
         names = names or {}
         who = ", ".join(names.get(p, f"<user:{p}>") for p in self.participants) or "-"
-        lines = [f"**Topic:** {self.topic or '-'}", f"**Mood:** {self.mood or '-'}", f"**Stage:** {self.stage}",
-                 f"**Participants:** {who}"]
+        lines = [f"- **Topic:** {self.topic or '-'}", f"- **Mood:** {self.mood or '-'}", f"- **Stage:** {self.stage}",
+                 f"- **Participants:** {who}"]
         if self.last_speaker:
-            lines.append(f"**Last speaker:** {names.get(self.last_speaker, f'<user:{self.last_speaker}>')}")
+            lines.append(f"- **Last speaker:** {names.get(self.last_speaker, f'<user:{self.last_speaker}>')}")
         for title, items in (("Permanent core", (*global_core, *self.core)), ("Ongoing topics", self.ongoing_topics),
                              ("Key points", self.key_points)):
             if items:

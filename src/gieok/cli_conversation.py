@@ -1,0 +1,197 @@
+"""`gieok` commands for the conversation layers: inspect a prompt, read or set a channel's
+summary, list facts, seed lore, forget a user, and the conversation benchmarks.
+cli.py merges these two apps into its own (kept apart so each file stays readable)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from .cli_options import DbOption, GuildOpt, JsonFlag, _open, out
+from .errors import InvalidInputError
+
+__all__ = ["conversation_commands", "conversation_bench_commands"]
+
+conversation_commands = typer.Typer()
+conversation_bench_commands = typer.Typer()
+app, bench_app = conversation_commands, conversation_bench_commands  # the decorators below read naturally
+
+UserRequired = Annotated[str, typer.Option("--user", "-u", help="User id (the speaker).")]
+
+
+def _pipeline(memory):
+    from .agent.pipeline import ConversationPipeline
+
+    return ConversationPipeline(memory)
+
+
+@app.command("inspect-prompt")
+def inspect_prompt(
+    message: Annotated[str, typer.Argument(help="The incoming message.")],
+    channel: Annotated[str, typer.Option("--channel", "-c", help="Channel id.")] = "general",
+    user: UserRequired = "local",
+    guild: GuildOpt = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="The speaker's display name.")] = None,
+    explicit: Annotated[bool, typer.Option("--explicit/--not-explicit", help="Treat it as a call to the bot.")] = True,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show the plan and the exact prompt the bot would build for a message, changing nothing.
+
+    Without a language model configured, stage 2 falls back to its heuristics (shown in the plan).
+
+    Example: gieok inspect-prompt "누리야 내 고양이 이름 기억나?" --channel cafe --guild g1 --user 42 --name 민지
+    """
+    from .agent.pipeline import IncomingMessage
+
+    with _open(db) as memory:
+        plan = asyncio.run(_pipeline(memory).preview(IncomingMessage(
+            message, user_id=user, channel=channel, guild=guild, display_name=name, explicit=explicit)))
+    data = plan.as_dict()
+    if as_json:
+        out.print_json(json.dumps(data, ensure_ascii=False))
+        return
+    out.print(f"[bold]respond:[/] {plan.respond} ({plan.reason})   [bold]flagged:[/] {plan.flagged}   "
+              f"[bold]retrieval:[/] {plan.retrieval}", highlight=False)
+    if plan.recalled:
+        out.print("[bold]recalled:[/]")
+        for m in plan.recalled:
+            out.print(f"  {m.score:.3f} [{m.kind}] {m.text}", highlight=False, markup=False)
+    out.print("[bold]timings ms:[/] " + ", ".join(f"{k}={v:.2f}" for k, v in data["timings_ms"].items()),
+              highlight=False)
+    out.print(plan.prompt.render() if plan.prompt else "(no prompt: the bot would not reply)", highlight=False,
+              markup=False)
+
+
+@app.command()
+def summary(
+    channel: Annotated[str, typer.Option("--channel", "-c", help="Channel id.")],
+    guild: GuildOpt = None,
+    set_core: Annotated[Optional[list[str]], typer.Option("--set-core", help="Operator: replace this channel's permanent core (repeat for several lines; pass '' to clear).")] = None,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show a channel's rolling summary (L2), or set its permanent core.
+
+    Example: gieok summary --channel cafe --guild g1 --set-core "이 채널은 여행 이야기 전용이다"
+    """
+    from .layers.recent import conversation_of
+
+    with _open(db) as memory:
+        pipeline = _pipeline(memory)
+        conversation = conversation_of(guild, channel)
+        if set_core is not None:
+            pipeline.summaries.set_core(conversation, [line for line in set_core if line.strip()])
+        current = pipeline.summaries.get(conversation)
+        names = pipeline.l1.display_names(conversation)
+        core = pipeline.summaries.global_core
+    if as_json:
+        out.print_json(json.dumps({**current.as_dict(), "global_core": list(core)}, ensure_ascii=False))
+        return
+    from rich.markdown import Markdown
+
+    out.print(Markdown(current.to_markdown(core, names)))
+
+
+@app.command()
+def facts(
+    user: Annotated[Optional[str], typer.Option("--user", "-u", help="Only facts about this user.")] = None,
+    guild: GuildOpt = None,
+    history: Annotated[bool, typer.Option("--history", help="Include superseded facts.")] = False,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List long-term facts (L3): user facts, guild facts and lore, with validity.
+
+    Example: gieok facts --user 42 --history
+    """
+    with _open(db) as memory:
+        found = _pipeline(memory).facts.facts(user_id=user, guild=guild, include_history=history)
+    if as_json:
+        out.print_json(json.dumps([f.as_dict() for f in found], ensure_ascii=False))
+        return
+    table = Table(title=f"{len(found)} fact(s)")
+    for column in ("block", "type", "guild", "user", "topic", "current", "fact"):
+        table.add_column(column, justify="right" if column == "block" else "left")
+    for f in found:
+        table.add_row(str(f.block_index), f.fact_type, f.guild or "-", f.user_id or "-", f.topic or "-",
+                      "yes" if f.current else f"→ {f.superseded_by}", f.text)
+    out.print(table)
+
+
+@app.command()
+def lore(
+    file: Annotated[Path, typer.Argument(help="Text file: one lore fact per line; '#' comments; 'topic: fact' allowed.")],
+    db: DbOption = None,
+) -> None:
+    """Seed lore (facts about the bot's world, visible everywhere). Idempotent: seeded lines are skipped.
+
+    Example: gieok lore lore.txt
+    """
+    with _open(db) as memory:
+        added = _pipeline(memory).facts.seed_lore(file)
+    out.print(f"seeded {added} new lore fact(s) from {file}")
+
+
+@app.command("forget-user")
+def forget_user(
+    user: Annotated[str, typer.Argument(help="User id whose facts and messages are erased.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Erase every fact about a user and every message they wrote, in all guilds.
+
+    Example: gieok forget-user 42 --yes
+    """
+    if not yes and not typer.confirm(f"Erase all facts and messages of user {user}?"):
+        raise InvalidInputError("not confirmed; nothing erased")
+    with _open(db) as memory:
+        result = _pipeline(memory).forget_user(user)
+    out.print(f"erased {result['facts']} fact(s), {result['messages']} message block(s), "
+              f"{result['l1_rows']} recent message(s) of user {user}")
+
+
+@bench_app.command("facts")
+def bench_facts(
+    data: Annotated[Optional[Path], typer.Option("--data", help='JSONL of {"old", "new", "label": duplicate|conflict|distinct} (default: the bundled pairs).')] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
+    split: Annotated[str, typer.Option(help="Bundled pairs half: test (held out), dev (tuned on) or all.")] = "test",
+    duplicate_threshold: Annotated[Optional[float], typer.Option(help="Override fact_duplicate_threshold.")] = None,
+    conflict_threshold: Annotated[Optional[float], typer.Option(help="Override fact_conflict_threshold.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Fact de-duplication: precision and recall of duplicate / conflict decisions on labeled pairs.
+
+    Example: gieok bench facts --json facts.json
+    """
+    from .bench.facts import run_facts
+
+    if split not in ("test", "dev", "all"):
+        raise InvalidInputError("--split must be test, dev or all")
+    run_facts(data, json_out, split=split, duplicate_threshold=duplicate_threshold,
+              conflict_threshold=conflict_threshold)
+
+
+@bench_app.command("pipeline")
+def bench_pipeline(
+    blocks: Annotated[int, typer.Option(help="Background blocks in the store.")] = 100_000,
+    turns: Annotated[int, typer.Option(help="Messages played (from the bundled 300-turn conversation).")] = 300,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Optional[Path], typer.Option("--db", help="Directory for the benchmark database (recreated; default: a temp dir).")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    stage1: Annotated[bool, typer.Option("--stage1/--no-stage1", help="Use the stage-1 classifier.")] = True,
+) -> None:
+    """The conversation pipeline's own overhead per message (LLM calls excluded) in a large store.
+
+    Example: gieok bench pipeline --blocks 100000 --json pipeline.json
+    """
+    from .bench.pipeline import run_pipeline_bench
+
+    if blocks < 0 or not 1 <= turns <= 300:
+        raise InvalidInputError("--blocks must be >= 0 and --turns between 1 and 300")
+    run_pipeline_bench(blocks, json_out, turns=turns, workdir=workdir, cache_dir=cache_dir, classifier=stage1)

@@ -1,0 +1,39 @@
+"""What every `gieok` command shares: consoles, the common options, opening the memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from .config import load_settings
+
+__all__ = ["out", "err", "DbOption", "JsonFlag", "GuildOpt", "ChannelOpt", "UserOpt", "_open", "_scope"]
+
+out = Console()
+err = Console(stderr=True)
+
+DbOption = Annotated[
+    Optional[Path],
+    typer.Option("--db", help="Memory file. Default: $GIEOK_DB, else the per-user data directory.",
+                 show_default=False),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+GuildOpt = Annotated[Optional[str], typer.Option("--guild", "-g", help="Guild (server) id.")]
+ChannelOpt = Annotated[Optional[str], typer.Option("--channel", "-c", help="Channel id (one conversation).")]
+UserOpt = Annotated[Optional[str], typer.Option("--user", "-u", help="User id.")]
+
+
+def _open(db: Optional[Path], **overrides):
+    from .memory import Memory
+
+    settings = load_settings()
+    if db is not None:
+        overrides["db"] = str(db)
+    return Memory(settings=settings, **overrides)
+
+
+def _scope(guild: Optional[str], channel: Optional[str], user: Optional[str]) -> dict[str, str]:
+    return {k: v for k, v in (("guild", guild), ("channel", channel), ("user", user)) if v is not None}

@@ -1,0 +1,234 @@
+"""Loopback HTTP servers that speak the LLM providers' wire formats, for the llm tests.
+
+Like the embedding tests' server (tests/test_remote_embedders.py), the client code runs for
+real (httpx, the google-genai SDK, SSE parsing, error mapping); only the far end is scripted.
+A test queues `Reply`s; each request takes the next one (or asks a function) and is recorded.
+
+Streams are sent as HTTP/1.1 chunked bodies of server-sent events, so a reply can be cut
+midway the way a dropped connection looks on the wire: some events, then the socket closes
+without the terminating chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None  # JSON body of a plain reply
+    events: list[str] | None = None  # SSE `data:` payloads of a stream reply
+    cut_after: int | None = None  # close the connection after this many events, mid-body
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds before answering (to trip a client timeout)
+
+
+@dataclass
+class LLMServer:
+    url: str = ""
+    requests: list[Received] = field(default_factory=list)
+    replies: list[Reply] = field(default_factory=list)
+    respond: Callable[[Received], Reply] | None = None
+
+    def push(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    def bodies(self) -> list[Any]:
+        return [r.body for r in self.requests]
+
+    def _next(self, received: Received) -> Reply:
+        self.requests.append(received)
+        if self.respond is not None:
+            return self.respond(received)
+        if not self.replies:
+            return Reply(500, {"error": {"code": 500, "message": "test server: no reply queued"}})
+        return self.replies.pop(0)
+
+
+def _handler(state: LLMServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # chunked streams, and a cut that the client can tell apart
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up first (timeout tests)
+                pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server naming
+            raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.loads(raw) if raw else None
+            reply = state._next(Received("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            if reply.delay:
+                time.sleep(reply.delay)
+            if reply.events is None:
+                payload = json.dumps(reply.body if reply.body is not None else {}).encode()
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(payload)
+                return
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            for index, event in enumerate(reply.events):
+                if reply.cut_after is not None and index >= reply.cut_after:
+                    break
+                line = event if event.startswith(":") else f"data: {event}"  # ":" = an SSE comment
+                data = f"{line}\r\n\r\n".encode()
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+            if reply.cut_after is not None:  # drop the connection without the final chunk
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                return
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+@contextmanager
+def serve() -> Iterator[LLMServer]:
+    state = LLMServer()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    httpd.daemon_threads = True
+    state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        forget_clients()
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+
+
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loopback traffic must not go through a proxy from the developer's environment."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    for name in ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_API_VERSION"):
+        monkeypatch.delenv(name, raising=False)
+
+
+# -- OpenAI chat-completions bodies ----------------------------------------------------------
+
+def openai_completion(text: str | None, tool_calls: list[dict[str, Any]] | None = None,
+                      model: str = "test-model") -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}
+
+
+def openai_chunks(pieces: list[str], *, done: bool = True) -> list[str]:
+    events = [json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "test-model",
+                          "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                       "finish_reason": None}]})]
+    for piece in pieces:
+        events.append(json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "test-model",
+                                  "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]},
+                                 ensure_ascii=False))
+    if done:
+        events.append(json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "test-model",
+                                  "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+        events.append("[DONE]")
+    return events
+
+
+def openai_error(status: int, message: str = "nope") -> dict[str, Any]:
+    return {"error": {"message": message, "type": "error", "code": status}}
+
+
+# -- Gemini generateContent bodies -----------------------------------------------------------
+
+def gemini_response(text: str | None = None, calls: list[dict[str, Any]] | None = None,
+                    finish: str | None = "STOP") -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    if text is not None:
+        parts.append({"text": text})
+    parts.extend(calls or [])
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish:
+        candidate["finishReason"] = finish
+    return {"candidates": [candidate],
+            "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 4, "totalTokenCount": 13},
+            "modelVersion": "gemini-test-001"}
+
+
+def gemini_chunks(pieces: list[str]) -> list[str]:
+    events = []
+    for index, piece in enumerate(pieces):
+        last = index == len(pieces) - 1
+        events.append(json.dumps(gemini_response(piece, finish="STOP" if last else None), ensure_ascii=False))
+    return events
+
+
+def gemini_error(status: int, message: str = "nope", *, state: str = "", details: list[Any] | None = None
+                 ) -> dict[str, Any]:
+    return {"error": {"code": status, "message": message, "status": state or "UNKNOWN", "details": details or []}}
+
+
+# -- running clients -------------------------------------------------------------------------
+
+_open: list[Any] = []
+
+
+def track(llm: Any) -> Any:
+    """Remember a client so `run` closes its connections inside the loop that opened them."""
+    _open.append(llm)
+    return llm
+
+
+def run(awaitable: Awaitable[Any]) -> Any:
+    """`asyncio.run`, then close every tracked client in that same loop (no stray sockets)."""
+
+    async def main() -> Any:
+        try:
+            return await awaitable
+        finally:
+            for llm in _open:
+                await llm.aclose()
+
+    return asyncio.run(main())
+
+
+def forget_clients() -> None:
+    _open.clear()

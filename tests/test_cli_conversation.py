@@ -1,0 +1,56 @@
+"""The conversation commands as real subprocesses: inspect-prompt, summary, facts, lore,
+forget-user — and their errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_cli import gieok
+
+
+def test_inspect_prompt_shows_the_prompt_and_changes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "bot.db"
+    result = gieok("inspect-prompt", "누리야 내 고양이 이름 기억나?", "--channel", "cafe", "--guild", "g1", "--user", "42",
+                   "--name", "민지", "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    assert "respond: True" in result.stdout and "<<<사용자 입력>>>" in result.stdout and "Asia/Seoul" in result.stdout
+    as_json = gieok("inspect-prompt", "hello", "--user", "7", "--json", "--db", str(db))
+    data = json.loads(as_json.stdout)
+    assert data["respond"] is True and data["decision"] is None and "timings_ms" in data
+    stats = json.loads(gieok("stats", "--json", "--db", str(db)).stdout)
+    assert stats["blocks"] == 0, "a dry run stores nothing"
+
+
+def test_inspect_prompt_errors_are_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "bot.db"
+    for args in (["   "], ["x" * 2001], ["hi", "--user", "two words"]):
+        result = gieok("inspect-prompt", *args, "--db", str(db))
+        assert result.returncode == 1 and result.stderr.count("\n") == 1 and result.stderr.startswith("error:"), \
+            result.stderr
+
+
+def test_summary_core_facts_and_lore(tmp_path: Path) -> None:
+    db = tmp_path / "bot.db"
+    set_core = gieok("summary", "--channel", "cafe", "--guild", "g1", "--set-core", "이 채널은 여행 이야기 전용이다",
+                     "--json", "--db", str(db))
+    assert set_core.returncode == 0, set_core.stderr
+    assert json.loads(set_core.stdout)["core"] == ["이 채널은 여행 이야기 전용이다"]
+    shown = gieok("summary", "--channel", "cafe", "--guild", "g1", "--db", str(db))
+    assert "여행 이야기 전용" in shown.stdout
+    lore = tmp_path / "lore.txt"
+    lore.write_text("세계관: 누리는 기억의 도서관에 산다.\n# comment\n", encoding="utf-8")
+    assert "seeded 1" in gieok("lore", str(lore), "--db", str(db)).stdout
+    assert "seeded 0" in gieok("lore", str(lore), "--db", str(db)).stdout
+    listed = json.loads(gieok("facts", "--json", "--db", str(db)).stdout)
+    assert [f["text"] for f in listed] == ["누리는 기억의 도서관에 산다."] and listed[0]["fact_type"] == "lore"
+    missing = gieok("lore", str(tmp_path / "nope.txt"), "--db", str(db))
+    assert missing.returncode == 1 and "not found" in missing.stderr
+
+
+def test_forget_user_needs_confirmation(tmp_path: Path) -> None:
+    db = tmp_path / "bot.db"
+    refused = gieok("forget-user", "42", "--db", str(db), stdin="n\n")
+    assert refused.returncode == 1 and "nothing erased" in refused.stderr
+    done = gieok("forget-user", "42", "--yes", "--db", str(db))
+    assert done.returncode == 0 and "erased 0 fact(s)" in done.stdout

@@ -1,0 +1,480 @@
+"""The router over real provider clients and loopback servers, on a virtual clock.
+
+Nothing sleeps for real: the router's `clock` and `sleep` are a `VirtualTime`, so cooldowns
+are crossed by moving the clock and backoff waits are recorded instead of waited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+from llm_servers import (LLMServer, Reply, gemini_chunks, gemini_error, gemini_response, no_proxy,
+                         openai_chunks, openai_completion, openai_error, run, serve, track)
+
+from gieok import load_settings
+from gieok.errors import ConfigError, LLMError, LLMUnavailableError
+from gieok.llm import LLM, ChatMessage, ToolSpec, create_llm, split_keys
+from gieok.llm.gemini import GeminiLLM
+from gieok.llm.openai_compat import OpenAICompatLLM
+from gieok.llm.router import CONTINUE_INSTRUCTION, LLMRouter, ResumeFilter, Route, continuation_messages, parse_chain
+
+QUESTION = [ChatMessage("system", "You are 누리."), ChatMessage("user", "Tell me something.")]
+WALL = 1_700_000_000.0
+
+
+class VirtualTime:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return WALL + self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def vt() -> VirtualTime:
+    return VirtualTime()
+
+
+@pytest.fixture
+def servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[LLMServer, LLMServer]]:
+    no_proxy(monkeypatch)
+    with ExitStack() as stack:
+        yield stack.enter_context(serve()), stack.enter_context(serve())
+
+
+def openai_route(server: LLMServer, keys: list[str], label: str = "openai:local") -> Route:
+    return Route(label, [track(OpenAICompatLLM("local", f"{server.url}/v1", key)) for key in keys])
+
+
+def gemini_route(server: LLMServer, keys: list[str], model: str = "gemini-2.5-flash") -> Route:
+    return Route(f"gemini:{model}", [track(GeminiLLM(model, key, base_url=server.url)) for key in keys])
+
+
+def router(vt: VirtualTime, *routes: Route, **options: Any) -> LLMRouter:
+    options.setdefault("max_retries", 2)
+    options.setdefault("backoff_seconds", 0.5)
+    options.setdefault("cooldown_seconds", 60.0)
+    return LLMRouter(list(routes), clock=vt.clock, wall_clock=vt.wall, sleep=vt.sleep, **options)
+
+
+def used_keys(server: LLMServer) -> list[str]:
+    """Which key each request carried (OpenAI bearer or Gemini header)."""
+    keys = []
+    for r in server.requests:
+        keys.append(r.headers.get("x-goog-api-key") or r.headers.get("authorization", "").removeprefix("Bearer "))
+    return keys
+
+
+async def collect(stream: AsyncIterator[str], into: list[str] | None = None) -> list[str]:
+    pieces = [] if into is None else into
+    async for piece in stream:
+        pieces.append(piece)
+    return pieces
+
+
+def test_router_is_an_llm(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    r = router(vt, openai_route(servers[0], ["k1"]), gemini_route(servers[1], ["g1"]))
+    assert isinstance(r, LLM)
+    assert r.name == "router(openai:local > gemini:gemini-2.5-flash)"
+
+
+# -- keys: rotation, rate limits, cooldown ------------------------------------------------------
+
+def test_keys_rotate_round_robin(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, _ = servers
+    a.respond = lambda r: Reply(body=openai_completion("ok"))
+    r = router(vt, openai_route(a, ["k1", "k2", "k3"]))
+
+    async def four() -> None:
+        for _ in range(4):
+            await r.chat(QUESTION)
+
+    run(four())
+    assert used_keys(a) == ["k1", "k2", "k3", "k1"]
+    assert r.health.providers["openai:local"].successes == 4
+
+
+def test_429_cools_the_key_for_retry_after_and_the_next_key_answers(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, _ = servers
+    a.push(Reply(429, openai_error(429, "rate limited"), headers={"Retry-After": "30"}),
+           *[Reply(body=openai_completion(f"answer {i}")) for i in range(4)])
+    r = router(vt, openai_route(a, ["k1", "k2"]))
+
+    assert run(r.chat(QUESTION)).text == "answer 0"
+    assert used_keys(a) == ["k1", "k2"]
+    assert vt.sleeps == []  # a rate limit moves to the next key at once, no backoff
+    status = {s["key"]: s for s in r.key_status()}
+    assert status["key 1"]["ready"] is False and status["key 1"]["ready_in_seconds"] == 30.0
+    assert status["key 1"]["reason"] == "rate limited" and status["key 2"]["ready"] is True
+    health = r.health.providers["openai:local"]
+    assert (health.rate_limited, health.successes, health.failures) == (1, 1, 0)
+
+    # while k1 rests, every call goes to k2 ...
+    run(r.chat(QUESTION))
+    vt.now += 29.0
+    run(r.chat(QUESTION))
+    assert used_keys(a)[2:] == ["k2", "k2"]
+    # ... and once the (virtual) 30 s are over, the rotation includes k1 again
+    vt.now += 1.5
+    run(r.chat(QUESTION))
+    assert used_keys(a)[4:] == ["k1"]
+
+
+def test_gemini_retry_delay_sets_the_cooldown(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    _, g = servers
+    retry_info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37s"}
+    g.push(Reply(429, gemini_error(429, "Quota exceeded", state="RESOURCE_EXHAUSTED", details=[retry_info])),
+           Reply(body=gemini_response("from the second key")))
+    r = router(vt, gemini_route(g, ["g-key-1", "g-key-2"]))
+    assert run(r.chat(QUESTION)).text == "from the second key"
+    assert used_keys(g) == ["g-key-1", "g-key-2"]
+    assert r.key_status()[0]["ready_in_seconds"] == 37.0
+
+
+def test_429_without_retry_after_uses_the_default_cooldown(vt: VirtualTime,
+                                                           servers: tuple[LLMServer, LLMServer]) -> None:
+    a, _ = servers
+    a.push(Reply(429, openai_error(429)), Reply(body=openai_completion("ok")))
+    r = router(vt, openai_route(a, ["k1", "k2"]), cooldown_seconds=45.0)
+    run(r.chat(QUESTION))
+    assert r.key_status()[0]["ready_in_seconds"] == 45.0
+
+
+def test_refused_key_rests_long(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, _ = servers
+    a.push(Reply(401, openai_error(401, "invalid api key")), Reply(body=openai_completion("ok")))
+    r = router(vt, openai_route(a, ["bad", "good"]), auth_cooldown_seconds=3600.0)
+    assert run(r.chat(QUESTION)).text == "ok"
+    assert r.key_status()[0]["reason"] == "key refused" and r.key_status()[0]["ready_in_seconds"] == 3600.0
+
+
+def test_when_every_key_rests_the_provider_is_skipped_without_a_request(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, b = servers
+    a.push(Reply(429, openai_error(429), headers={"Retry-After": "120"}))
+    b.respond = lambda r: Reply(body=gemini_response("fallback"))
+    r = router(vt, openai_route(a, ["only"]), gemini_route(b, ["g"]))
+    assert run(r.chat(QUESTION)).text == "fallback"
+    assert run(r.chat(QUESTION)).text == "fallback"
+    assert len(a.requests) == 1  # the second call did not knock on the resting key
+    health = r.health.providers["openai:local"]
+    assert (health.rate_limited, health.failures, health.skipped) == (1, 1, 1)
+    vt.now += 121
+    a.push(Reply(body=openai_completion("back")))
+    assert run(r.chat(QUESTION)).text == "back"
+
+
+# -- transient errors: backoff, then the next provider ------------------------------------------
+
+def test_5xx_is_retried_with_exponential_backoff_and_jitter(vt: VirtualTime,
+                                                            servers: tuple[LLMServer, LLMServer]) -> None:
+    a, _ = servers
+    a.push(Reply(503, openai_error(503)), Reply(502, openai_error(502)), Reply(body=openai_completion("third time")))
+    r = router(vt, openai_route(a, ["k1"]), max_retries=2, backoff_seconds=0.5)
+    assert run(r.chat(QUESTION)).text == "third time"
+    assert len(a.requests) == 3 and len(vt.sleeps) == 2
+    assert 0.5 <= vt.sleeps[0] <= 1.0 and 1.0 <= vt.sleeps[1] <= 1.5  # 0.5·2^n plus up to 0.5 jitter
+    health = r.health.providers["openai:local"]
+    assert (health.retries, health.successes, health.failures) == (2, 1, 0)
+
+
+def test_retries_rotate_keys(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, _ = servers
+    a.push(Reply(500, openai_error(500)), Reply(body=openai_completion("ok")))
+    r = router(vt, openai_route(a, ["k1", "k2"]))
+    run(r.chat(QUESTION))
+    assert used_keys(a) == ["k1", "k2"]
+    assert all(s["ready"] for s in r.key_status())  # a 5xx is the server's fault: no key is cooled
+
+
+def test_exhausted_retries_fail_over_to_the_next_provider(vt: VirtualTime,
+                                                          servers: tuple[LLMServer, LLMServer]) -> None:
+    a, g = servers
+    a.respond = lambda r: Reply(500, openai_error(500, "boom"))
+    g.push(Reply(body=gemini_response("Gemini here")))
+    r = router(vt, openai_route(a, ["k1"]), gemini_route(g, ["g1"]), max_retries=1)
+    response = run(r.chat(QUESTION, json_schema={"type": "object"}))
+    assert (response.text, response.provider) == ("Gemini here", "gemini")
+    assert len(a.requests) == 2 and len(vt.sleeps) == 1
+    assert g.requests[0].body["generationConfig"]["responseJsonSchema"] == {"type": "object"}
+    assert r.health.providers["openai:local"].failures == 1
+    assert "HTTP 500" in (r.health.providers["openai:local"].last_error or "")
+    assert r.health.providers["gemini:gemini-2.5-flash"].last_success_at == vt.wall()
+
+
+def test_a_bad_request_skips_the_other_keys_and_goes_to_the_next_provider(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, g = servers
+    a.push(Reply(400, openai_error(400, "model not found")))
+    g.push(Reply(body=gemini_response("ok")))
+    r = router(vt, openai_route(a, ["k1", "k2", "k3"]), gemini_route(g, ["g1"]))
+    assert run(r.chat(QUESTION)).text == "ok"
+    assert len(a.requests) == 1 and vt.sleeps == []
+
+
+def test_tool_calls_pass_through_the_router(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, _ = servers
+    call = {"id": "c1", "type": "function", "function": {"name": "remember", "arguments": '{"fact": "x"}'}}
+    a.push(Reply(body=openai_completion(None, tool_calls=[call])))
+    tool = ToolSpec("remember", "Store a fact", {"type": "object", "properties": {"fact": {"type": "string"}}})
+    response = run(router(vt, openai_route(a, ["k"])).chat(QUESTION, tools=[tool]))
+    assert response.tool_calls[0].name == "remember" and response.tool_calls[0].arguments == {"fact": "x"}
+
+
+# -- everything fails ---------------------------------------------------------------------------
+
+def test_all_failing_raises_one_clear_llm_error_and_counts_it(vt: VirtualTime,
+                                                              servers: tuple[LLMServer, LLMServer]) -> None:
+    a, g = servers
+    a.respond = lambda r: Reply(503, openai_error(503, "overloaded"))
+    g.respond = lambda r: Reply(500, gemini_error(500, "internal", state="INTERNAL"))
+    r = router(vt, openai_route(a, ["k1", "k2"]), gemini_route(g, ["g1"]), max_retries=1)
+    with pytest.raises(LLMError) as info:
+        run(r.chat(QUESTION))
+    error = info.value
+    assert isinstance(error, LLMUnavailableError)
+    message = str(error)
+    assert message == ("No language model could answer: all 2 providers in the chain failed or are "
+                       "rate-limited right now.")
+    assert "\n" not in message and message.count(". ") == 0  # one sentence, fit for a friendly reply
+    assert set(error.failures) == {"openai:local", "gemini:gemini-2.5-flash"}
+    assert "HTTP 503" in error.failures["openai:local"]
+    assert len(a.requests) == 2 and len(g.requests) == 2 and len(vt.sleeps) == 2
+
+    health = r.health
+    assert (health.calls, health.exhausted) == (1, 1)
+    assert health.providers["openai:local"].failures == 1 and health.providers["openai:local"].successes == 0
+    assert health.providers["gemini:gemini-2.5-flash"].last_error_at == vt.wall()
+    assert "openai:local" in (health.last_error or "")
+    snapshot = health.as_dict()
+    assert snapshot["providers"]["openai:local"]["retries"] == 1
+    json.dumps(snapshot)  # a dashboard can serve it as is
+
+    a.respond = lambda r: Reply(body=openai_completion("recovered"))
+    assert run(r.chat(QUESTION)).text == "recovered"
+    assert health.providers["openai:local"].successes == 1 and health.calls == 2
+
+
+def test_single_provider_failure_message(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, _ = servers
+    a.respond = lambda r: Reply(400, openai_error(400))
+    with pytest.raises(LLMUnavailableError, match=r"^No language model could answer: the provider in the chain"):
+        run(router(vt, openai_route(a, ["k"])).chat(QUESTION))
+
+
+# -- streams ------------------------------------------------------------------------------------
+
+ANSWER = "Hello, this is the whole answer, delivered once."
+
+
+def test_stream_passes_through(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, _ = servers
+    a.push(Reply(events=openai_chunks(["Hello, ", "this is ", "the whole answer, delivered once."])))
+    r = router(vt, openai_route(a, ["k"]))
+    assert run(collect(r.stream(QUESTION, temperature=0.7))) == ["Hello, ", "this is ",
+                                                                 "the whole answer, delivered once."]
+    assert a.requests[0].body["temperature"] == 0.7
+    assert r.health.providers["openai:local"].successes == 1
+
+
+def test_stream_cut_midway_continues_on_the_next_provider_without_repeating(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, g = servers
+    # provider A drops the connection after two pieces, every time (also on its retry) ...
+    a.respond = lambda r: Reply(events=openai_chunks(["Hello, ", "this is ", "never sent"]), cut_after=3)
+    # ... and Gemini, asked to continue, starts its answer over from the beginning
+    g.push(Reply(events=gemini_chunks(["Hello, this", " is the whole", " answer, delivered once."])))
+    r = router(vt, openai_route(a, ["k1"]), gemini_route(g, ["g1"]), max_retries=1)
+    pieces = run(collect(r.stream(QUESTION)))
+
+    assert "".join(pieces) == ANSWER  # exactly: nothing lost, nothing twice
+    assert pieces[:2] == ["Hello, ", "this is "]
+    assert len(a.requests) == 2 and len(g.requests) == 1 and len(vt.sleeps) == 1
+    # the retry on A and the request to Gemini both carried the partial answer and the instruction
+    assert a.requests[1].body["messages"][-2:] == [{"role": "assistant", "content": "Hello, this is "},
+                                                  {"role": "user", "content": CONTINUE_INSTRUCTION}]
+    contents = g.requests[0].body["contents"]
+    assert [c["role"] for c in contents] == ["user", "model", "user"]
+    assert contents[1]["parts"] == [{"text": "Hello, this is "}]
+    assert contents[2]["parts"] == [{"text": CONTINUE_INSTRUCTION}]
+    assert g.requests[0].body["systemInstruction"]["parts"] == [{"text": "You are 누리."}]
+    assert r.health.providers["openai:local"].failures == 1
+    assert r.health.providers["gemini:gemini-2.5-flash"].successes == 1
+
+
+def test_stream_resumed_by_a_true_continuation(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, b = servers
+    a.push(Reply(events=openai_chunks(["우리 고양이 ", "이름은 ", "(cut)"]), cut_after=3))
+    # the next key continues, repeating the last words first (an overlap of 8 characters)
+    a.push(Reply(events=openai_chunks(["고양이 이름은 ", "나비야. ", "세 살이야."])))
+    r = router(vt, openai_route(a, ["k1", "k2"]))
+    pieces = run(collect(r.stream(QUESTION)))
+    assert "".join(pieces) == "우리 고양이 이름은 나비야. 세 살이야."
+    assert used_keys(a) == ["k1", "k2"]
+
+
+def test_rate_limit_in_the_middle_of_a_stream_moves_to_the_next_key(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, _ = servers
+    events = openai_chunks(["Hello, "], done=False) + [json.dumps({"error": {"code": 429, "message": "quota"}})]
+    a.push(Reply(events=events), Reply(events=openai_chunks(["this is the whole answer, delivered once."])))
+    r = router(vt, openai_route(a, ["k1", "k2"]))
+    pieces = run(collect(r.stream(QUESTION)))
+    assert "".join(pieces) == "Hello, this is the whole answer, delivered once."
+    assert used_keys(a) == ["k1", "k2"] and vt.sleeps == []
+    assert r.key_status()[0]["reason"] == "rate limited"
+
+
+def test_stream_that_fails_before_any_text_is_simply_retried(vt: VirtualTime,
+                                                             servers: tuple[LLMServer, LLMServer]) -> None:
+    a, _ = servers
+    a.push(Reply(503, openai_error(503)), Reply(events=openai_chunks(["fine"])))
+    r = router(vt, openai_route(a, ["k1"]))
+    assert run(collect(r.stream(QUESTION))) == ["fine"]
+    assert a.requests[1].body["messages"] == a.requests[0].body["messages"]  # nothing to continue from
+
+
+def test_stream_failing_everywhere_keeps_what_was_delivered_and_raises_once(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, g = servers
+    a.respond = lambda r: Reply(events=openai_chunks(["Hello, ", "this is "]), cut_after=3)
+    g.respond = lambda r: Reply(503, gemini_error(503, "overloaded", state="UNAVAILABLE"))
+    r = router(vt, openai_route(a, ["k1"]), gemini_route(g, ["g1"]), max_retries=0)
+    pieces: list[str] = []
+    with pytest.raises(LLMUnavailableError):
+        run(collect(r.stream(QUESTION), pieces))
+    assert "".join(pieces) == "Hello, this is "
+    assert r.health.exhausted == 1
+
+
+def test_a_caller_that_stops_reading_cancels_the_stream(vt: VirtualTime,
+                                                        servers: tuple[LLMServer, LLMServer]) -> None:
+    a, _ = servers
+    a.push(Reply(events=openai_chunks([f"piece {i} " for i in range(50)])))
+    r = router(vt, openai_route(a, ["k1"]))
+
+    async def first_two() -> list[str]:
+        got = []
+        stream = r.stream(QUESTION)
+        async for piece in stream:
+            got.append(piece)
+            if len(got) == 2:
+                break
+        await stream.aclose()  # type: ignore[attr-defined]
+        assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []  # producer gone
+        return got
+
+    assert run(first_two()) == ["piece 0 ", "piece 1 "]
+    assert r.health.providers["openai:local"].failures == 0
+
+
+# -- the resume filter on its own ---------------------------------------------------------------
+
+@pytest.mark.parametrize(("delivered", "pieces", "expected"), [
+    ("", ["a", "b"], "ab"),  # nothing delivered: passthrough
+    ("Hello, wor", ["Hel", "lo, ", "world!"], "ld!"),  # started over: the delivered prefix is dropped
+    ("Hello, wor", ["ld! How are you", " today? I am fine."], "ld! How are you today? I am fine."),  # continuation
+    ("The quick brown fox ", ["brown fox jumps over", " the lazy dog, twice."], "jumps over the lazy dog, twice."),
+    ("Hello there", ["Hello"], ""),  # repeated part of the start, then stopped: nothing new
+    ("Hello, wor", ["\n", " Hello, world!"], "ld!"),  # a restart that opens with whitespace
+    ("abc", ["xyz"], "xyz"),  # short and different: released when the stream ends
+])
+def test_resume_filter(delivered: str, pieces: list[str], expected: str) -> None:
+    f = ResumeFilter(delivered)
+    out = "".join(f.feed(p) for p in pieces) + f.finish()
+    assert out == expected
+
+
+def test_resume_filter_ignores_short_accidental_overlaps() -> None:
+    f = ResumeFilter("I like the ")
+    out = "".join(f.feed(p) for p in ["the cats and dogs of the whole wide neighbourhood"]) + f.finish()
+    assert out == "the cats and dogs of the whole wide neighbourhood"  # "the " (4 chars) is no repetition
+
+
+def test_continuation_messages() -> None:
+    assert continuation_messages(QUESTION, "") == QUESTION
+    resumed = continuation_messages(QUESTION, "partial")
+    assert resumed[-2:] == [ChatMessage("assistant", "partial"), ChatMessage("user", CONTINUE_INSTRUCTION)]
+
+
+# -- configuration and the factory --------------------------------------------------------------
+
+def test_parse_chain() -> None:
+    entries = parse_chain(" gemini:gemini-2.5-flash , openai:qwen2.5:7b@http://127.0.0.1:8080/v1,"
+                          "openai-compat:meta-llama/llama-3-8b-instruct:free, llamacpp:/m/qwen.gguf ")
+    assert [(e.provider, e.model, e.base_url) for e in entries] == [
+        ("gemini", "gemini-2.5-flash", ""), ("openai", "qwen2.5:7b", "http://127.0.0.1:8080/v1"),
+        ("openai", "meta-llama/llama-3-8b-instruct:free", ""), ("llamacpp", "/m/qwen.gguf", "")]
+    assert entries[1].label == "openai:qwen2.5:7b@http://127.0.0.1:8080/v1"
+    for bad in ["", " , ", "claude:opus", "gemini", "gemini:", "openai:m@ftp://x", "openai:a, openai:a"]:
+        with pytest.raises(ConfigError):
+            parse_chain(bad)
+
+
+def test_settings_validate_llm_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="llm_chain entry"):
+        load_settings(llm_chain="gpt:4")
+    with pytest.raises(ConfigError, match="openai_json_mode"):
+        load_settings(openai_json_mode="xml")
+    with pytest.raises(ConfigError, match="llm_max_retries"):
+        load_settings(llm_max_retries=-1)
+    with pytest.raises(ConfigError, match="llm_timeout_seconds"):
+        load_settings(llm_timeout_seconds=0)
+    monkeypatch.setenv("GIEOK_LLM_CHAIN", "openai:qwen2.5:7b")
+    monkeypatch.setenv("GIEOK_GEMINI_API_KEYS", "a, b,a")
+    settings = load_settings()
+    assert settings.llm_chain == "openai:qwen2.5:7b" and split_keys(settings.gemini_api_keys) == ["a", "b"]
+
+
+def test_create_llm_from_settings(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    g, a = servers
+    settings = load_settings(
+        llm_chain=f"gemini:gemini-2.5-flash, openai:qwen2.5:7b@{a.url}/v1",
+        gemini_api_key="AIzaSy-first-key-0001", gemini_api_keys="AIzaSy-second-key-0002,AIzaSy-first-key-0001",
+        gemini_base_url=g.url, llm_max_retries=0, llm_cooldown_seconds=90)
+    r = create_llm(settings, clock=vt.clock, sleep=vt.sleep, wall_clock=vt.wall)
+    for route in r.routes:
+        for slot in route.keys:
+            track(slot.llm)
+    assert r.name == f"router(gemini:gemini-2.5-flash > openai:qwen2.5:7b@{a.url}/v1)"
+    assert [s["key"] for s in r.key_status()] == ["key 1 (…0001)", "key 2 (…0002)", "no key"]
+    assert (r.max_retries, r.cooldown_seconds) == (0, 90)
+
+    g.respond = lambda req: Reply(429, gemini_error(429, "quota", state="RESOURCE_EXHAUSTED"))
+    a.push(Reply(body=openai_completion("local model answers")))
+    response = run(r.chat(QUESTION))
+    assert response.text == "local model answers"
+    assert used_keys(g) == ["AIzaSy-first-key-0001", "AIzaSy-second-key-0002"]  # both keys, then the fallback
+    assert a.requests[0].path == "/v1/chat/completions" and "authorization" not in a.requests[0].headers
+    assert [s["ready_in_seconds"] for s in r.key_status()[:2]] == [90.0, 90.0]
+
+
+def test_create_llm_defaults_and_missing_keys() -> None:
+    local = create_llm(load_settings())
+    assert local.name == "router(openai:qwen2.5:7b)"
+    assert create_llm(load_settings(gemini_api_key="AIza-key")).name == "router(gemini:gemini-2.5-flash)"
+    with pytest.raises(ConfigError, match="needs a Gemini API key"):
+        create_llm(load_settings(llm_chain="gemini:gemini-2.5-flash"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is not None, reason="llama-cpp-python is installed")
+def test_llamacpp_missing_names_the_extra_and_the_build_flag() -> None:
+    with pytest.raises(LLMError) as info:
+        create_llm(load_settings(llm_chain="llamacpp:/models/qwen2.5-0.5b-instruct-q4.gguf"))
+    assert "pip install 'gieok[llamacpp]'" in str(info.value)
+    assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF"' in str(info.value)
