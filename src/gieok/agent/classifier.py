@@ -8,8 +8,11 @@ in well under a second.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
@@ -47,3 +50,14 @@ class EmbeddingClassifier:
     def predict_proba(self, vectors: np.ndarray) -> np.ndarray:
         xs = (np.atleast_2d(np.asarray(vectors, dtype=np.float64)) - self.mean) / self.scale
         return 1.0 / (1.0 + np.exp(-(xs @ self.weights + self.bias)))
+
+    def save(self, target: str | Path | IO[bytes], **meta: str) -> None:
+        """Weights plus free-form metadata (which embedder, which dataset) in one .npz."""
+        np.savez(target, weights=self.weights, bias=np.array([self.bias]), mean=self.mean, scale=self.scale,
+                 meta=np.array(json.dumps(meta, ensure_ascii=False)))
+
+    @classmethod
+    def load(cls, source: str | Path | IO[bytes]) -> tuple["EmbeddingClassifier", dict[str, Any]]:
+        with np.load(source, allow_pickle=False) as data:
+            model = cls(data["weights"], float(data["bias"][0]), data["mean"], data["scale"])
+            return model, json.loads(str(data["meta"]))

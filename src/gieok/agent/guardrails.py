@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -74,3 +75,21 @@ class MessageGuard:
         p = float(self.classifier.predict_proba(vector[None, :])[0])
         score = max(p, verdict.score)
         return GuardVerdict(round(score, 4), score >= self.threshold, verdict.matches + (f"classifier={p:.2f}",))
+
+
+GUARD_DATA = "guard_corpus.jsonl"
+
+
+def train_guard_classifier(embedder: Any) -> EmbeddingClassifier:
+    """Logistic regression on passage embeddings of the dev half of the bundled guard corpus
+    (the test half stays held out for `gieok bench guard`)."""
+    from ..bench.guard import load_guard_corpus, split_of
+
+    rows = [r for r in load_guard_corpus() if split_of(r["text"]) == "dev"]
+    return EmbeddingClassifier.fit(embedder.embed_passages([r["text"] for r in rows]), [r["attack"] for r in rows])
+
+
+def guard_classifier(embedder: Any) -> EmbeddingClassifier:
+    from .bundled import data_digest, trained_classifier
+
+    return trained_classifier("guard", embedder.name, data_digest(GUARD_DATA), lambda: train_guard_classifier(embedder))

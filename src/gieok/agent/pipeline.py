@@ -147,7 +147,11 @@ class ConversationPipeline:
                                                                     s.fact_conflict_threshold),
                                global_user_facts=s.global_user_facts, clock=clock)
         self.classifier = classifier
-        self.guard = guard or MessageGuard(InjectionGuard(s.guard_threshold))
+        if guard is None:
+            from .guardrails import guard_classifier
+
+            guard = MessageGuard(InjectionGuard(s.guard_threshold), guard_classifier(memory.embedder))
+        self.guard = guard
         self.events: deque[Event] = deque(maxlen=500)
         self.analyst = Analyst(llm, bot_name=s.bot_name, language=s.language, on_event=self._event)
         persona = read_text_file(s.persona_file, "persona") if s.persona_file else prompt("persona", s.language).template

