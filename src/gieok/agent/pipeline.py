@@ -23,7 +23,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +44,7 @@ from .guard import GuardVerdict, InjectionGuard
 from .guardrails import MessageGuard, check_raw_input, is_meta_fact
 from .prompts import prompt, read_text_file
 
-__all__ = ["IncomingMessage", "Plan", "Stage1", "ConversationPipeline", "Event"]
+__all__ = ["IncomingMessage", "Observation", "Plan", "Stage1", "ConversationPipeline", "Event"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,15 @@ class IncomingMessage:
 
 
 @dataclass(frozen=True)
+class Observation:
+    message: IncomingMessage
+    conversation: Scope
+    verdict: GuardVerdict
+    row: L1Row
+    first: bool  # the first message this conversation ever had
+
+
+@dataclass(frozen=True)
 class Stage1:
     probability: float
     decision: str  # respond | silent | unsure
@@ -108,7 +117,8 @@ class Plan:
     facts: list[Fact] = field(default_factory=list)
     prompt: AssembledPrompt | None = None
     analyse: bool = False
-    l1_row: L1Row | None = None
+    l1_row: L1Row | None = None  # the (last) observed message
+    l1_rows: list[L1Row] = field(default_factory=list)  # every message this plan answers
     timings_ms: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -207,30 +217,47 @@ class ConversationPipeline:
         timings["embed_ms"] = (time.perf_counter() - t) * 1000
         return vector
 
-    def _prepare(self, message: IncomingMessage, dry_run: bool) -> dict[str, Any]:
-        """Everything before the judgement: pattern guard, L1 (durable from here on), schedule."""
+    def observe(self, message: IncomingMessage) -> Observation:
+        """Take a message in: validate, pattern-guard, append to L1, count it for the stage-2
+        schedule. Cheap and synchronous, so a runtime calls it the moment a message arrives —
+        whether or not the bot will reply, and before any debounce — and nothing is lost."""
+        message = self._validate(message)
+        conversation = conversation_of(message.guild, message.channel)
+        verdict = self.guard.patterns.check(message.content)
+        key = scope_key(conversation)
+        state = self.tables.channel_state(key)
+        row = self.l1.append(conversation, role="user", content=message.content, user_id=message.user_id,
+                             display_name=message.display_name, addressed=message.explicit, flagged=verdict.attack,
+                             external_id=message.message_id, when=message.timestamp)
+        self.tables.channel_state_save(key, (state[0] if state else 0) + 1, state[1] if state else 0, self.clock())
+        self.summaries.note_speaker(conversation, message.user_id)
+        if verdict.attack:
+            self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
+                                               "score": verdict.score, "matches": list(verdict.matches)})
+        return Observation(message, conversation, verdict, row, first=state is None)
+
+    def _prepare(self, message: IncomingMessage, observed: Sequence[Observation], dry_run: bool) -> dict[str, Any]:
+        """Everything before the judgement, from what `observe` stored."""
         timings: dict[str, float] = {}
         conversation = conversation_of(message.guild, message.channel)
         t = time.perf_counter()
-        verdict = self.guard.patterns.check(message.content)
+        if dry_run:
+            verdict = self.guard.patterns.check(message.content)
+        else:
+            verdict = max((o.verdict for o in observed), key=lambda v: v.score)
         timings["guard_ms"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
-        recent = self.l1.recent(conversation, self.settings.l1_prompt_messages)
-        key = scope_key(conversation)
-        state = self.tables.channel_state(key)
-        first = state is None
-        since = (state[0] if state else 0) + 1
+        own = {o.row.message_id for o in observed}
+        recent = [r for r in self.l1.recent(conversation, self.settings.l1_prompt_messages + len(own))
+                  if r.message_id not in own][-self.settings.l1_prompt_messages:]
+        state = self.tables.channel_state(scope_key(conversation))
+        first = state is None or any(o.first for o in observed)
+        since = (state[0] if state else 0) + (1 if dry_run else 0)
         analyse = message.explicit or first or since >= self.settings.analysis_every
-        row = None
-        if not dry_run:
-            row = self.l1.append(conversation, role="user", content=message.content, user_id=message.user_id,
-                                 display_name=message.display_name, addressed=message.explicit,
-                                 flagged=verdict.attack, external_id=message.message_id, when=message.timestamp)
-            self.tables.channel_state_save(key, since, state[1] if state else 0, self.clock())
-            self.summaries.note_speaker(conversation, message.user_id)
         timings["l1_ms"] = (time.perf_counter() - t) * 1000
         return {"conversation": conversation, "verdict": verdict, "recent": recent, "analyse": analyse,
-                "row": row, "timings": timings, "first": first}
+                "row": observed[-1].row if observed else None, "rows": [o.row for o in observed],
+                "timings": timings, "first": first}
 
     def _judge_vector(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
         """The checks that need the message's embedding: the guard's classifier and stage 1."""
@@ -241,8 +268,8 @@ class ConversationPipeline:
             plan.guard = verdict
             if verdict.attack and not plan.flagged:
                 plan.flagged = True
-                if plan.l1_row is not None:
-                    self.l1.flag(plan.l1_row)
+                for row in plan.l1_rows:
+                    self.l1.flag(row)
         plan.timings_ms["guard_ms"] = plan.timings_ms.get("guard_ms", 0.0) + (time.perf_counter() - t) * 1000
         if not message.explicit:
             t = time.perf_counter()
@@ -292,16 +319,21 @@ class ConversationPipeline:
             self._channel_locks[key] = asyncio.Lock()
         return self._channel_locks[key]
 
-    async def plan(self, message: IncomingMessage, *, dry_run: bool = False) -> Plan:
-        """Decide whether and how to reply. `dry_run` changes nothing stored (inspection)."""
+    async def plan(self, message: IncomingMessage, *, observed: Sequence[Observation] | None = None,
+                   dry_run: bool = False) -> Plan:
+        """Decide whether and how to reply. Without `observed`, the message is observed first;
+        a runtime that batched several observed messages passes them with their combined text.
+        `dry_run` changes nothing stored (inspection)."""
         started = time.perf_counter()
         message = self._validate(message)
+        if observed is None:
+            observed = [] if dry_run else [self.observe(message)]
         llm_ms = 0.0
         async with self._lock(conversation_of(message.guild, message.channel)):
-            prep = await asyncio.to_thread(self._prepare, message, dry_run)
+            prep = await asyncio.to_thread(self._prepare, message, observed, dry_run)
             verdict: GuardVerdict = prep["verdict"]
             plan = Plan(message, prep["conversation"], False, "", verdict, verdict.attack, analyse=prep["analyse"],
-                        l1_row=prep["row"], timings_ms=prep["timings"])
+                        l1_row=prep["row"], l1_rows=prep["rows"], timings_ms=prep["timings"])
             may_speak = message.explicit or message.active
             use_llm = self.analyst.llm is not None and may_speak
             judged = None
@@ -316,19 +348,16 @@ class ConversationPipeline:
             unsure = plan.stage1 is not None and plan.stage1.decision == "unsure"
             if use_llm and decision is None and (prep["analyse"] or unsure):
                 decision, llm_ms = await self._decide(message, plan, prep["recent"])
-            if plan.guard.attack and plan.guard is not verdict:
+            if plan.guard.attack and not verdict.attack:  # the classifier caught what the patterns missed
                 self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
                                                    "score": plan.guard.score, "matches": list(plan.guard.matches)})
-            elif verdict.attack:
-                self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
-                                                   "score": verdict.score, "matches": list(verdict.matches)})
             plan.decision = decision
             if decision is not None:
                 plan.timings_ms["stage2_ms"] = llm_ms
                 if decision.suspicious and not plan.flagged:
                     plan.flagged = True
-                    if plan.l1_row is not None:
-                        self.l1.flag(plan.l1_row)
+                    for row in plan.l1_rows:
+                        self.l1.flag(row)
                     self._event("injection_flagged_by_llm", {"channel": message.channel, "user": message.user_id})
             plan.respond, plan.reason = self._respond(message, plan.stage1, decision)
             if decision is not None and decision.source == "llm":
