@@ -114,6 +114,17 @@ class Settings:
     budget_working: int = 300
     budget_recent: int = 900
     budget_input: int = 2000
+    # chat runtime: calls, batching, rate limits, replies
+    call_names: str = "누리,Nuri"  # comma-separated; Korean particles are understood (누리야, 누리는 …)
+    debounce_seconds: float = 3.0  # wait this long after a channel's last message before planning
+    max_batch: int = 8  # consecutive messages of one user answered together at most
+    rate_limit_channel_seconds: float = 20.0  # at most one unsolicited reply per channel per this long
+    rate_limit_global_seconds: float = 5.0  # …and one across all channels per this long
+    rate_bypass_confidence: float = 0.9  # stage-1 confidence at which a message bypasses the limits
+    stream_edit_seconds: float = 1.0  # streaming replies are edited at most this often
+    reply_max_chars: int = 2000  # a reply longer than this is sent as several messages
+    self_corrections: str = ""  # "wrong=>right;…": how the bot must (not) refer to itself
+    failure_message: str = ""  # shown when no model answers ("" = a bundled one in `language`)
 
     def db_path(self) -> Path:
         return Path(self.db).expanduser() if self.db else default_db_path()
@@ -243,6 +254,15 @@ def _validate(s: Settings) -> None:
     for name in ("fact_duplicate_threshold", "fact_conflict_threshold", "gatekeeper_threshold", "guard_threshold"):
         if not 0.0 < getattr(s, name) <= 1.0:
             raise ConfigError(f"{name} must be in (0, 1], got {getattr(s, name)}")
+    if s.debounce_seconds < 0 or s.rate_limit_channel_seconds < 0 or s.rate_limit_global_seconds < 0:
+        raise ConfigError("debounce_seconds and rate limits must not be negative")
+    if s.max_batch < 1 or s.stream_edit_seconds <= 0 or not 100 <= s.reply_max_chars <= 4000:
+        raise ConfigError("max_batch must be >= 1, stream_edit_seconds > 0, reply_max_chars within 100..4000")
+    if not any(name.strip() for name in s.call_names.split(",")):
+        raise ConfigError("call_names needs at least one name")
+    for pair in filter(None, (p.strip() for p in s.self_corrections.split(";"))):
+        if "=>" not in pair or not pair.split("=>", 1)[0].strip():
+            raise ConfigError(f"self_corrections entries look like 'wrong=>right', got {pair!r}")
     if not s.bot_name.strip():
         raise ConfigError("bot_name must not be empty")
     try:

@@ -204,3 +204,15 @@ class ConversationTables:
                          "VALUES (?, ?, ?, ?) ON CONFLICT(scope_key) DO UPDATE SET since_analysis = "
                          "excluded.since_analysis, last_message_id = excluded.last_message_id, "
                          "updated_at = excluded.updated_at", (scope_key, since_analysis, last_message_id, when))
+
+    # -- active channels ------------------------------------------------------------------------
+    def active_keys(self) -> set[str]:
+        return {r[0] for r in self._rows("SELECT scope_key FROM active_channels")}
+
+    def set_active(self, scope_key: str, active: bool, when: float, by: str | None = None) -> None:
+        with self.store._write() as conn:
+            if active:
+                conn.execute("INSERT OR REPLACE INTO active_channels(scope_key, activated_at, activated_by) "
+                             "VALUES (?, ?, ?)", (scope_key, when, by))
+            else:
+                conn.execute("DELETE FROM active_channels WHERE scope_key = ?", (scope_key,))

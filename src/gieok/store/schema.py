@@ -134,6 +134,14 @@ MIGRATIONS: list[str] = [
         updated_at      REAL NOT NULL
     );
     """,
+    # 4: the chat runtime: channels where the bot speaks unprompted (`here` / `leave`)
+    """
+    CREATE TABLE active_channels (
+        scope_key    TEXT PRIMARY KEY,             -- the conversation: guild/channel
+        activated_at REAL NOT NULL,
+        activated_by TEXT
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,346 @@
+"""The chat runtime: transport-agnostic bot core.
+
+An adapter (Discord, the terminal) hands every incoming message to `BotCore.submit` and
+gives the core an `Outbox` to send and edit messages with. The core:
+- observes each message at once (guard, L1, long-term memory follow): nothing is lost, even
+  when the bot stays silent or is rate-limited;
+- debounces per channel (`debounce_seconds` after the channel's last message), then answers
+  the consecutive messages of one user together (at most `max_batch`); other users' messages
+  wait their turn;
+- interrupt-and-merge: when the user being answered writes again while the reply is being
+  planned, planning is cancelled and redone with the merged messages;
+- runs channels in parallel, each channel serially;
+- applies the rate limits to unsolicited replies, streams the reply with throttled edits,
+  post-processes it (mentions, self-reference, ≤ 2,000-character chunks) and records the turn.
+Time is injectable (`clock`, `sleep`) so tests run on virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..agent.pipeline import ConversationPipeline, IncomingMessage, Observation, Plan
+from ..config import Settings
+from ..errors import GieokError, LLMError
+from ..layers.recent import conversation_of
+from ..layers.scope_key import scope_key
+from ..llm.base import LLM
+from .health import Health, TurnTimings
+from .ratelimit import RateLimiter
+
+__all__ = ["BotCore", "InboundMessage", "Outbox", "ChannelRef", "Reply"]
+
+log = logging.getLogger(__name__)
+
+FAILURE_MESSAGES = {
+    "ko": "앗, 지금은 대답을 만들 수가 없어. 잠시 후에 다시 불러줘!",
+    "en": "Sorry, I can't come up with an answer right now. Please try again in a moment!",
+}
+
+
+@dataclass(frozen=True)
+class ChannelRef:
+    channel: str
+    guild: str | None = None  # None: a direct message
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """A chat message as any transport sees it."""
+
+    ref: ChannelRef
+    user_id: str
+    content: str
+    display_name: str | None = None
+    message_id: str | None = None
+    mentions: tuple[str, ...] = ()  # user ids mentioned
+    reply_to_bot: bool = False
+    timestamp: float | None = None
+
+
+class Outbox(Protocol):
+    async def send(self, ref: ChannelRef, text: str, *, reply_to: str | None = None) -> str: ...
+
+    async def edit(self, ref: ChannelRef, message_id: str, text: str) -> None: ...
+
+    async def typing(self, ref: ChannelRef) -> None: ...
+
+
+@dataclass
+class Reply:
+    ref: ChannelRef
+    text: str
+    message_ids: list[str]
+    answered: list[str]  # the message ids this reply answers
+
+
+@dataclass
+class _Pending:
+    message: InboundMessage
+    observation: Observation
+    explicit: bool
+    arrived: float
+
+
+@dataclass
+class _Channel:
+    ref: ChannelRef
+    key: str
+    pending: list[_Pending] = field(default_factory=list)
+    last_arrival: float = 0.0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    worker: asyncio.Task | None = None
+    planning_user: str | None = None
+    planning_task: asyncio.Task | None = None
+    merge_requested: bool = False
+    busy: bool = False
+
+
+class BotCore:
+    def __init__(self, pipeline: ConversationPipeline, llm: LLM | None, *, outbox: Outbox,
+                 settings: Settings | None = None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, bot_user_id: str | None = None,
+                 generate: Callable[[Plan], Awaitable[Any]] | None = None) -> None:
+        from .calls import CallDetector
+
+        self.pipeline = pipeline
+        self.llm = llm
+        self.outbox = outbox
+        self.settings = s = settings or pipeline.settings
+        self.clock = clock
+        self.sleep = sleep
+        self.bot_user_id = bot_user_id
+        names = [n.strip() for n in s.call_names.split(",") if n.strip()]
+        self.calls = CallDetector(names, bot_user_id)
+        self.limiter = RateLimiter(s.rate_limit_channel_seconds, s.rate_limit_global_seconds, clock)
+        self.health = Health()
+        self.last_timings: dict[str, TurnTimings] = {}
+        self.replies: list[Reply] = []  # bounded log for inspection and tests
+        self._channels: dict[str, _Channel] = {}
+        self._active = pipeline.tables.active_keys()
+        self._closing = False
+        self._custom_generate = generate
+
+    # -- active channels ------------------------------------------------------------------------
+    def is_active(self, ref: ChannelRef) -> bool:
+        return ref.guild is None or scope_key(conversation_of(ref.guild, ref.channel)) in self._active
+
+    def set_active(self, ref: ChannelRef, active: bool, by: str | None = None) -> None:
+        key = scope_key(conversation_of(ref.guild, ref.channel))
+        self.pipeline.tables.set_active(key, active, time.time(), by)
+        (self._active.add if active else self._active.discard)(key)
+
+    # -- intake ---------------------------------------------------------------------------------
+    def _channel(self, ref: ChannelRef) -> _Channel:
+        key = scope_key(conversation_of(ref.guild, ref.channel))
+        state = self._channels.get(key)
+        if state is None:
+            state = self._channels[key] = _Channel(ref, key)
+        if state.worker is None or state.worker.done():
+            state.worker = asyncio.create_task(self._run(state), name=f"gieok-channel-{key}")
+        return state
+
+    def explicit(self, message: InboundMessage) -> bool:
+        return self.calls.detect(message.content, mentions=message.mentions,
+                                 reply_to_bot=message.reply_to_bot) is not None
+
+    async def submit(self, message: InboundMessage) -> Observation:
+        """Take a message in now (observed, stored); the reply, if any, comes after the debounce."""
+        if self._closing:
+            raise GieokError("the bot is shutting down")
+        explicit = self.explicit(message)
+        incoming = IncomingMessage(message.content, user_id=message.user_id, channel=message.ref.channel,
+                                   guild=message.ref.guild, display_name=message.display_name, explicit=explicit,
+                                   active=self.is_active(message.ref), timestamp=message.timestamp,
+                                   message_id=message.message_id)
+        try:
+            observation = await asyncio.to_thread(self.pipeline.observe, incoming)
+        except Exception as exc:
+            self.health.failed("observe", exc)
+            raise
+        self.health.ok("observe")
+        self.health.messages_in += 1
+        state = self._channel(message.ref)
+        state.pending.append(_Pending(message, observation, explicit, self.clock()))
+        state.last_arrival = self.clock()
+        if (state.planning_task is not None and not state.planning_task.done()
+                and state.planning_user == message.user_id):
+            state.merge_requested = True
+            state.planning_task.cancel()
+        state.wake.set()
+        return observation
+
+    # -- the channel worker ----------------------------------------------------------------------
+    async def _run(self, state: _Channel) -> None:
+        while True:
+            if not state.pending:
+                state.busy = False
+                if self._closing:
+                    return
+                state.wake.clear()
+                await state.wake.wait()
+                continue
+            state.busy = True
+            while True:  # debounce: until the channel has been quiet for debounce_seconds
+                delay = state.last_arrival + self.settings.debounce_seconds - self.clock()
+                if delay <= 0 or self._closing:
+                    break
+                await self.sleep(delay)
+            try:
+                await self._turn(state)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one bad turn must not stop the channel
+                log.exception("turn failed in %s", state.key)
+                self.health.failed("generation", exc)
+
+    def _take_batch(self, state: _Channel, batch: list[_Pending]) -> list[_Pending]:
+        """The head run of one user's consecutive messages (extending `batch`)."""
+        user = batch[0].message.user_id if batch else state.pending[0].message.user_id
+        while state.pending and state.pending[0].message.user_id == user and len(batch) < self.settings.max_batch:
+            batch.append(state.pending.pop(0))
+        return batch
+
+    def _incoming(self, batch: list[_Pending]) -> IncomingMessage:
+        last = batch[-1].message
+        return IncomingMessage("\n".join(p.message.content for p in batch)[: self.settings.max_input_chars],
+                               user_id=last.user_id, channel=last.ref.channel, guild=last.ref.guild,
+                               display_name=last.display_name, explicit=any(p.explicit for p in batch),
+                               active=self.is_active(last.ref), timestamp=last.timestamp,
+                               message_id=last.message_id)
+
+    async def _turn(self, state: _Channel) -> None:
+        ready = self.clock()
+        batch = self._take_batch(state, [])
+        timings = TurnTimings(channel=state.ref.channel, messages=len(batch),
+                              debounce_ms=(ready - batch[0].arrived) * 1000)
+        while True:  # plan; redo with merged messages if the same user writes meanwhile
+            state.planning_user = batch[0].message.user_id
+            state.merge_requested = False
+            state.planning_task = asyncio.create_task(self.pipeline.plan(
+                self._incoming(batch), observed=[p.observation for p in batch]))
+            try:
+                plan = await state.planning_task
+                break
+            except asyncio.CancelledError:
+                if not state.merge_requested:
+                    raise
+                self.health.merged += 1
+                batch = self._take_batch(state, batch)
+                timings.messages = len(batch)
+            except Exception as exc:
+                self.health.failed("gatekeeper", exc)
+                state.planning_task = None
+                raise
+            finally:
+                state.planning_user = None
+        state.planning_task = None
+        self.health.ok("gatekeeper")
+        timings.stage1_ms = plan.timings_ms.get("stage1_ms", 0.0)
+        timings.stage2_ms = plan.timings_ms.get("stage2_ms", 0.0)
+        timings.recall_ms = plan.timings_ms.get("recall_ms", 0.0)
+        timings.overhead_ms = plan.timings_ms.get("overhead_ms", 0.0)
+        timings.reason = plan.reason
+        respond = plan.respond
+        if respond and not plan.message.explicit:
+            confident = plan.stage1 is not None and plan.stage1.probability >= self.settings.rate_bypass_confidence
+            if not self.limiter.allows(state.key, bypass=confident):
+                respond = False
+                timings.reason = "rate limited (the message is kept in memory)"
+                self.health.rate_limited += 1
+        reply_text = None
+        if respond and plan.prompt is not None:
+            reply_text = await self._reply(state, plan, batch, timings)
+            if reply_text is not None and not plan.message.explicit:
+                self.limiter.note_reply(state.key)
+        timings.responded = reply_text is not None
+        try:
+            await self.pipeline.record(plan, reply_text)
+            self.health.ok("record")
+        except Exception as exc:
+            self.health.failed("record", exc)
+            raise
+        self.last_timings[state.key] = timings
+
+    # -- replying -----------------------------------------------------------------------------
+    async def _reply(self, state: _Channel, plan: Plan, batch: list[_Pending], timings: TurnTimings) -> str | None:
+        from .postprocess import chunk_message, correct_self_reference, render_mentions
+
+        started = self.clock()
+        reply_to = batch[-1].message.message_id
+        try:
+            await self.outbox.typing(state.ref)
+        except Exception:  # a typing indicator is best-effort
+            pass
+        first_token: list[float] = []
+        try:
+            if self._custom_generate is not None:
+                text = str(await self._custom_generate(plan))
+                first_token.append(self.clock())
+            else:
+                text = await self._stream(state, plan, first_token)
+            self.health.ok("generation")
+        except LLMError as exc:
+            self.health.failed("generation", exc)
+            text = None
+            failure = self.settings.failure_message or FAILURE_MESSAGES[self.settings.language]
+            await self._send_chunks(state.ref, [failure], reply_to, timings)
+            return None
+        timings.generation_ms = (self.clock() - started) * 1000
+        timings.first_token_ms = ((first_token[0] if first_token else self.clock()) - started) * 1000
+        corrections = dict(tuple(part.strip() for part in pair.split("=>", 1))
+                           for pair in self.settings.self_corrections.split(";") if "=>" in pair)
+        final = render_mentions(correct_self_reference(text, corrections)) if corrections else render_mentions(text)
+        if not final.strip():
+            return None
+        chunks = chunk_message(final, self.settings.reply_max_chars)
+        ids = await self._send_chunks(state.ref, chunks, reply_to, timings)
+        self.replies.append(Reply(state.ref, final, ids, [p.message.message_id or "" for p in batch]))
+        del self.replies[:-1000]
+        self.health.replies_out += 1
+        return text
+
+    async def _stream(self, state: _Channel, plan: Plan, first_token: list[float]) -> str:
+        if self.llm is None:
+            raise LLMError("no language model configured")
+        parts: list[str] = []
+        async for piece in self.llm.stream(plan.prompt.messages):
+            if not first_token:
+                first_token.append(self.clock())
+            parts.append(piece)
+        return "".join(parts)
+
+    async def _send_chunks(self, ref: ChannelRef, chunks: Sequence[str], reply_to: str | None,
+                           timings: TurnTimings) -> list[str]:
+        started = self.clock()
+        ids = []
+        try:
+            for index, chunk in enumerate(chunks):
+                ids.append(await self.outbox.send(ref, chunk, reply_to=reply_to if index == 0 else None))
+            self.health.ok("send")
+        except Exception as exc:
+            self.health.failed("send", exc)
+            raise
+        timings.send_ms = (self.clock() - started) * 1000
+        return ids
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def idle(self) -> bool:
+        """No channel has work queued or in progress (tests and shutdown wait for this)."""
+        return all(not c.pending and not c.busy for c in self._channels.values())
+
+    async def close(self) -> None:
+        """Graceful shutdown: answer what is queued (no further debounce), record everything,
+        finish background extraction, write anything still only in L1."""
+        self._closing = True
+        for state in self._channels.values():
+            state.wake.set()
+        workers = [c.worker for c in self._channels.values() if c.worker is not None]
+        await asyncio.gather(*workers, return_exceptions=True)
+        await self.pipeline.drain()
+        await asyncio.to_thread(self.pipeline.commit_pending)
