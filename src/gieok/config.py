@@ -125,6 +125,12 @@ class Settings:
     reply_max_chars: int = 2000  # a reply longer than this is sent as several messages
     self_corrections: str = ""  # "wrong=>right;…": how the bot must (not) refer to itself
     failure_message: str = ""  # shown when no model answers ("" = a bundled one in `language`)
+    # tools (llm/tools.py, llm/tool_loop.py; README "LLM providers")
+    tool_rounds: int = 3  # rounds of tool calls per reply; then the model must answer without tools
+    tool_result_chars: int = 4000  # each tool result is cut to this many characters in the prompt
+    tool_timeout_seconds: float = 10.0  # per tool call
+    github_api_url: str = "https://api.github.com"
+    github_token: str = ""  # optional; raises GitHub's search rate limit (10 → 30 a minute)
 
     def db_path(self) -> Path:
         return Path(self.db).expanduser() if self.db else default_db_path()
@@ -263,6 +269,10 @@ def _validate(s: Settings) -> None:
     for pair in filter(None, (p.strip() for p in s.self_corrections.split(";"))):
         if "=>" not in pair or not pair.split("=>", 1)[0].strip():
             raise ConfigError(f"self_corrections entries look like 'wrong=>right', got {pair!r}")
+    if s.tool_rounds < 0 or s.tool_result_chars < 100 or s.tool_timeout_seconds <= 0:
+        raise ConfigError("tool_rounds must be >= 0, tool_result_chars >= 100 and tool_timeout_seconds > 0")
+    if not s.github_api_url.startswith(("http://", "https://")):
+        raise ConfigError(f"github_api_url must be an http(s) URL, got {s.github_api_url!r}")
     if not s.bot_name.strip():
         raise ConfigError("bot_name must not be empty")
     try:
