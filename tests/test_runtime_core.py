@@ -1,0 +1,259 @@
+"""The runtime core on virtual time: debounce, batching, interrupt-and-merge, parallel
+channels, rate limits with bypass, failures, and nothing lost. Real SQLite, the real
+embedder and pipeline; the model is an in-process implementation of the `LLM` protocol."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+from runtime_helpers import RecordingOutbox, VirtualTime, until
+
+from gieok import Memory
+from gieok.agent.pipeline import ConversationPipeline
+from gieok.errors import LLMError
+from gieok.layers.recent import conversation_of
+from gieok.llm.base import ChatMessage, ChatResponse, ToolSpec
+from gieok.runtime.core import BotCore, ChannelRef, InboundMessage
+
+CAFE = ChannelRef("cafe", "g1")
+LOUNGE = ChannelRef("lounge", "g1")
+
+
+def user_input(messages: Sequence[ChatMessage]) -> str:
+    text = messages[-1].content
+    for opening, closing in (("<<<사용자 입력>>>", "<<<입력 끝>>>"), ("<<<", ">>>")):
+        if opening in text:
+            return text.split(opening, 1)[1].split(closing, 1)[0].strip()
+    return text
+
+
+class ChatModel:
+    """Decides to reply to everything (stage 2) and answers by echoing the input. Decisions can
+    be held until released, to test what happens while a reply is being planned."""
+
+    name = "test-model"
+
+    def __init__(self, *, respond: bool = True, fail: bool = False) -> None:
+        self.respond = respond
+        self.fail = fail
+        self.hold: asyncio.Event | None = None
+        self.decisions: list[str] = []
+        self.streams: list[str] = []
+
+    async def chat(self, messages: Sequence[ChatMessage], *, json_schema: dict[str, Any] | None = None,
+                   tools: Sequence[ToolSpec] | None = None, temperature: float | None = None,
+                   max_tokens: int | None = None) -> ChatResponse:
+        prompt = messages[0].content
+        if "user_facts" in prompt:
+            return ChatResponse('{"guild_facts": [], "user_facts": [], "summary_updates": {}}')
+        message = prompt.split("<<<\n", 1)[1].split("\n>>>", 1)[0]
+        self.decisions.append(message)
+        if self.hold is not None:
+            await self.hold.wait()
+        return ChatResponse('{"response_needed": %s, "retrieval_needed": false, "search_query": ""}'
+                            % ("true" if self.respond else "false"))
+
+    async def stream(self, messages: Sequence[ChatMessage], *, temperature: float | None = None,
+                     max_tokens: int | None = None) -> AsyncIterator[str]:
+        if self.fail:
+            raise LLMError("all providers failed")
+        text = user_input(messages)
+        self.streams.append(text)
+        for word in f"답장: {text}".split(" "):
+            yield word + " "
+
+
+def make_core(memory: Memory, model: ChatModel, vt: VirtualTime, outbox: RecordingOutbox, **overrides: Any) -> BotCore:
+    settings = memory.settings.with_overrides(analysis_every=1, **overrides)
+    pipeline = ConversationPipeline(memory, settings=settings, llm=model)
+    return BotCore(pipeline, model, outbox=outbox, settings=settings, clock=vt.clock, sleep=vt.sleep,
+                   bot_user_id="999")
+
+
+def msg(text: str, user: str = "1", ref: ChannelRef = CAFE, mid: str | None = None, **kw: Any) -> InboundMessage:
+    return InboundMessage(ref, user, text, display_name=f"user{user}", message_id=mid, **kw)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_debounce_and_same_user_batching(memory: Memory) -> None:
+    async def scenario() -> None:
+        vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
+        core = make_core(memory, model, vt, outbox)
+        core.set_active(CAFE, True)
+        await core.submit(msg("안녕", mid="m1"))
+        await vt.advance(1.0)
+        await core.submit(msg("오늘 뭐해?", mid="m2"))
+        await vt.advance(2.9)
+        await asyncio.sleep(0.05)
+        assert outbox.sent == [], "still inside the debounce window (3 s after the last message)"
+        await vt.advance(0.2)
+        await until(lambda: len(outbox.sent) == 1)
+        assert outbox.sent[0].text.startswith("답장: 안녕\n오늘 뭐해?"), outbox.sent[0].text
+        assert outbox.sent[0].reply_to == "m2", "the reply answers the last message of the batch"
+        assert model.decisions == ["안녕\n오늘 뭐해?"], "one plan for the batch"
+        timings = core.last_timings[core._channel(CAFE).key]
+        assert timings.messages == 2 and timings.debounce_ms == pytest.approx(3100, abs=1)
+        await core.close()
+
+    run(scenario())
+
+
+def test_other_users_wait_their_turn(memory: Memory) -> None:
+    async def scenario() -> None:
+        vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
+        core = make_core(memory, model, vt, outbox)
+        core.set_active(CAFE, True)
+        await core.submit(msg("A 첫째", user="1"))
+        await core.submit(msg("B 질문", user="2"))
+        await core.submit(msg("A 둘째", user="1"))
+        await vt.advance(3.0)
+        await until(lambda: len(outbox.sent) == 3)
+        assert [s.text.strip() for s in outbox.sent] == ["답장: A 첫째", "답장: B 질문", "답장: A 둘째"]
+        await core.close()
+
+    run(scenario())
+
+
+def test_interrupt_and_merge(memory: Memory) -> None:
+    async def scenario() -> None:
+        vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
+        core = make_core(memory, model, vt, outbox)
+        core.set_active(CAFE, True)
+        model.hold = asyncio.Event()
+        await core.submit(msg("있잖아", user="1"))
+        await vt.advance(3.0)
+        await until(lambda: len(model.decisions) == 1)  # planning, held inside stage 2
+        await core.submit(msg("나 이사했어", user="1"))  # same user while planning: merge and redo
+        await core.submit(msg("끼어들기", user="2"))  # another user: waits its turn
+        model.hold.set()
+        await until(lambda: len(outbox.sent) == 2)
+        assert core.health.merged == 1
+        assert outbox.sent[0].text.strip() == "답장: 있잖아\n나 이사했어"
+        assert outbox.sent[1].text.strip() == "답장: 끼어들기"
+        await core.close()
+
+    run(scenario())
+
+
+def test_channels_run_in_parallel(memory: Memory) -> None:
+    async def scenario() -> None:
+        vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
+        core = make_core(memory, model, vt, outbox)
+        core.set_active(CAFE, True)
+        core.set_active(LOUNGE, True)
+        model.hold = asyncio.Event()
+        await core.submit(msg("cafe message", ref=CAFE))
+        await vt.advance(3.0)
+        await until(lambda: len(model.decisions) == 1)  # cafe is stuck in planning
+        model.hold = None  # lounge's decision is not held
+        await core.submit(msg("lounge message", user="2", ref=LOUNGE))
+        await vt.advance(3.0)
+        await until(lambda: len(outbox.sent) == 1)
+        assert outbox.sent[0].ref == LOUNGE and "lounge message" in outbox.sent[0].text
+        await core.close()
+
+    run(scenario())
+
+
+def test_rate_limits_bypass_and_nothing_lost(memory: Memory) -> None:
+    async def scenario() -> None:
+        vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
+        core = make_core(memory, model, vt, outbox, rate_limit_channel_seconds=20.0, rate_limit_global_seconds=5.0)
+        core.set_active(CAFE, True)
+        core.set_active(LOUNGE, True)
+        await core.submit(msg("첫 질문", mid="a"))
+        await vt.advance(3.0)
+        await until(lambda: len(outbox.sent) == 1)
+        await core.submit(msg("두번째 질문", mid="b"))  # unsolicited, 3 s later: limited
+        await vt.advance(3.0)
+        await until(lambda: core.health.rate_limited == 1)
+        await core.submit(msg("다른 채널 질문", user="2", ref=LOUNGE, mid="c"))  # global limit: 5 s
+        await vt.advance(3.0)
+        await until(lambda: core.health.rate_limited == 2)
+        await core.submit(msg("누리야 이건 대답해줘", mid="d"))  # an explicit call bypasses
+        await vt.advance(3.0)
+        await until(lambda: len(outbox.sent) == 2)
+        assert "누리야 이건 대답해줘" in outbox.sent[1].text
+        await vt.advance(20.0)
+        await core.submit(msg("한참 뒤 질문", mid="e"))
+        await vt.advance(3.0)
+        await until(lambda: len(outbox.sent) == 3)
+        await core.close()
+        l1 = core.pipeline.l1.recent(conversation_of("g1", "cafe"))
+        contents = [r.content for r in l1 if r.role == "user"]
+        assert contents == ["첫 질문", "두번째 질문", "누리야 이건 대답해줘", "한참 뒤 질문"]
+        assert all(r.block_index is not None for r in l1), "every message is in long-term memory"
+        turns = {b.text for b in memory.iter_blocks() if b.kind == "turn"}
+        assert {"두번째 질문", "다른 채널 질문"} <= turns, "rate-limited messages are kept"
+
+    run(scenario())
+
+
+def test_inactive_channels_answer_only_calls(memory: Memory) -> None:
+    async def scenario() -> None:
+        vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
+        core = make_core(memory, model, vt, outbox)
+        await core.submit(msg("그냥 잡담"))
+        await vt.advance(3.0)
+        await until(core.idle)
+        assert outbox.sent == []
+        await core.submit(msg("누리야 안녕?"))
+        await core.submit(msg("<@999> hello", user="2", mentions=("999",)))
+        await vt.advance(3.0)
+        await until(lambda: len(outbox.sent) == 2)
+        await core.close()
+
+    run(scenario())
+
+
+def test_model_failure_sends_one_clear_message(memory: Memory) -> None:
+    async def scenario() -> None:
+        vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel(fail=True)
+        core = make_core(memory, model, vt, outbox)
+        await core.submit(msg("누리야 뭐해?"))
+        await vt.advance(3.0)
+        await until(lambda: len(outbox.sent) == 1)
+        assert "다시 불러줘" in outbox.sent[0].text
+        assert core.health.stages["generation"].failures == 1
+        await core.close()
+
+    run(scenario())
+
+
+def test_long_replies_are_chunked(memory: Memory) -> None:
+    async def scenario() -> None:
+        vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
+        core = make_core(memory, model, vt, outbox)
+        long_text = "누리야 " + " ".join(f"문장{i}이야." for i in range(300))
+        await core.submit(msg(long_text[:1990]))
+        await vt.advance(3.0)
+        await until(lambda: len(outbox.sent) >= 2)
+        await until(core.idle)
+        assert all(len(s.text) <= 2000 for s in outbox.sent)
+        assert outbox.sent[0].reply_to is not None and all(s.reply_to is None for s in outbox.sent[1:])
+        await core.close()
+
+    run(scenario())
+
+
+def test_active_channels_persist(db_path) -> None:
+    async def scenario() -> None:
+        with Memory(db_path) as memory:
+            core = make_core(memory, ChatModel(), VirtualTime(), RecordingOutbox())
+            core.set_active(CAFE, True)
+            core.set_active(LOUNGE, True)
+            core.set_active(LOUNGE, False)
+            await core.close()
+        with Memory(db_path) as memory:
+            core = make_core(memory, ChatModel(), VirtualTime(), RecordingOutbox())
+            assert core.is_active(CAFE) and not core.is_active(LOUNGE)
+            assert core.is_active(ChannelRef("dm-1", None)), "DMs are always active"
+            await core.close()
+
+    run(scenario())
