@@ -6,9 +6,12 @@ import asyncio
 import heapq
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from gieok.errors import LLMError
+from gieok.llm.base import ChatMessage, ChatResponse, ToolSpec
 from gieok.runtime.core import ChannelRef
 
 
@@ -83,3 +86,47 @@ class RecordingOutbox:
 
     def texts(self, channel: str | None = None) -> list[str]:
         return [s.text for s in self.sent if channel is None or s.ref.channel == channel]
+
+
+def user_input(messages: Sequence[ChatMessage]) -> str:
+    text = messages[-1].content
+    for opening, closing in (("<<<사용자 입력>>>", "<<<입력 끝>>>"), ("<<<", ">>>")):
+        if opening in text:
+            return text.split(opening, 1)[1].split(closing, 1)[0].strip()
+    return text
+
+
+class ChatModel:
+    """Decides to reply to everything (stage 2) and answers by echoing the input. Decisions can
+    be held until released, to test what happens while a reply is being planned."""
+
+    name = "test-model"
+
+    def __init__(self, *, respond: bool = True, fail: bool = False) -> None:
+        self.respond = respond
+        self.fail = fail
+        self.hold: asyncio.Event | None = None
+        self.decisions: list[str] = []
+        self.streams: list[str] = []
+
+    async def chat(self, messages: Sequence[ChatMessage], *, json_schema: dict[str, Any] | None = None,
+                   tools: Sequence[ToolSpec] | None = None, temperature: float | None = None,
+                   max_tokens: int | None = None) -> ChatResponse:
+        prompt = messages[0].content
+        if "user_facts" in prompt:
+            return ChatResponse('{"guild_facts": [], "user_facts": [], "summary_updates": {}}')
+        message = prompt.split("<<<\n", 1)[1].split("\n>>>", 1)[0]
+        self.decisions.append(message)
+        if self.hold is not None:
+            await self.hold.wait()
+        return ChatResponse('{"response_needed": %s, "retrieval_needed": false, "search_query": ""}'
+                            % ("true" if self.respond else "false"))
+
+    async def stream(self, messages: Sequence[ChatMessage], *, temperature: float | None = None,
+                     max_tokens: int | None = None) -> AsyncIterator[str]:
+        if self.fail:
+            raise LLMError("all providers failed")
+        text = user_input(messages)
+        self.streams.append(text)
+        for word in f"답장: {text}".split(" "):
+            yield word + " "

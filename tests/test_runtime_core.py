@@ -5,68 +5,22 @@ embedder and pipeline; the model is an in-process implementation of the `LLM` pr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
-from runtime_helpers import RecordingOutbox, VirtualTime, until
+from runtime_helpers import ChatModel, RecordingOutbox, VirtualTime, until
 
 from gieok import Memory
 from gieok.agent.pipeline import ConversationPipeline
-from gieok.errors import LLMError
 from gieok.layers.recent import conversation_of
-from gieok.llm.base import ChatMessage, ChatResponse, ToolSpec
 from gieok.runtime.core import BotCore, ChannelRef, InboundMessage
 
 CAFE = ChannelRef("cafe", "g1")
 LOUNGE = ChannelRef("lounge", "g1")
 
 
-def user_input(messages: Sequence[ChatMessage]) -> str:
-    text = messages[-1].content
-    for opening, closing in (("<<<사용자 입력>>>", "<<<입력 끝>>>"), ("<<<", ">>>")):
-        if opening in text:
-            return text.split(opening, 1)[1].split(closing, 1)[0].strip()
-    return text
-
-
-class ChatModel:
-    """Decides to reply to everything (stage 2) and answers by echoing the input. Decisions can
-    be held until released, to test what happens while a reply is being planned."""
-
-    name = "test-model"
-
-    def __init__(self, *, respond: bool = True, fail: bool = False) -> None:
-        self.respond = respond
-        self.fail = fail
-        self.hold: asyncio.Event | None = None
-        self.decisions: list[str] = []
-        self.streams: list[str] = []
-
-    async def chat(self, messages: Sequence[ChatMessage], *, json_schema: dict[str, Any] | None = None,
-                   tools: Sequence[ToolSpec] | None = None, temperature: float | None = None,
-                   max_tokens: int | None = None) -> ChatResponse:
-        prompt = messages[0].content
-        if "user_facts" in prompt:
-            return ChatResponse('{"guild_facts": [], "user_facts": [], "summary_updates": {}}')
-        message = prompt.split("<<<\n", 1)[1].split("\n>>>", 1)[0]
-        self.decisions.append(message)
-        if self.hold is not None:
-            await self.hold.wait()
-        return ChatResponse('{"response_needed": %s, "retrieval_needed": false, "search_query": ""}'
-                            % ("true" if self.respond else "false"))
-
-    async def stream(self, messages: Sequence[ChatMessage], *, temperature: float | None = None,
-                     max_tokens: int | None = None) -> AsyncIterator[str]:
-        if self.fail:
-            raise LLMError("all providers failed")
-        text = user_input(messages)
-        self.streams.append(text)
-        for word in f"답장: {text}".split(" "):
-            yield word + " "
-
-
 def make_core(memory: Memory, model: ChatModel, vt: VirtualTime, outbox: RecordingOutbox, **overrides: Any) -> BotCore:
+    overrides = {"rate_limit_channel_seconds": 0.0, "rate_limit_global_seconds": 0.0, **overrides}
     settings = memory.settings.with_overrides(analysis_every=1, **overrides)
     pipeline = ConversationPipeline(memory, settings=settings, llm=model)
     return BotCore(pipeline, model, outbox=outbox, settings=settings, clock=vt.clock, sleep=vt.sleep,
@@ -97,8 +51,9 @@ def test_debounce_and_same_user_batching(memory: Memory) -> None:
         assert outbox.sent[0].text.startswith("답장: 안녕\n오늘 뭐해?"), outbox.sent[0].text
         assert outbox.sent[0].reply_to == "m2", "the reply answers the last message of the batch"
         assert model.decisions == ["안녕\n오늘 뭐해?"], "one plan for the batch"
+        await until(core.idle)
         timings = core.last_timings[core._channel(CAFE).key]
-        assert timings.messages == 2 and timings.debounce_ms == pytest.approx(3100, abs=1)
+        assert timings.messages == 2 and timings.debounce_ms == pytest.approx(4000, abs=1)
         await core.close()
 
     run(scenario())
@@ -132,6 +87,8 @@ def test_interrupt_and_merge(memory: Memory) -> None:
         await core.submit(msg("나 이사했어", user="1"))  # same user while planning: merge and redo
         await core.submit(msg("끼어들기", user="2"))  # another user: waits its turn
         model.hold.set()
+        await until(lambda: len(outbox.sent) == 1)
+        await vt.advance(3.0)  # the next user's turn comes after the channel's debounce
         await until(lambda: len(outbox.sent) == 2)
         assert core.health.merged == 1
         assert outbox.sent[0].text.strip() == "답장: 있잖아\n나 이사했어"
@@ -147,7 +104,7 @@ def test_channels_run_in_parallel(memory: Memory) -> None:
         core = make_core(memory, model, vt, outbox)
         core.set_active(CAFE, True)
         core.set_active(LOUNGE, True)
-        model.hold = asyncio.Event()
+        cafe_hold = model.hold = asyncio.Event()
         await core.submit(msg("cafe message", ref=CAFE))
         await vt.advance(3.0)
         await until(lambda: len(model.decisions) == 1)  # cafe is stuck in planning
@@ -156,6 +113,9 @@ def test_channels_run_in_parallel(memory: Memory) -> None:
         await vt.advance(3.0)
         await until(lambda: len(outbox.sent) == 1)
         assert outbox.sent[0].ref == LOUNGE and "lounge message" in outbox.sent[0].text
+        cafe_hold.set()
+        await until(lambda: len(outbox.sent) == 2)
+        assert outbox.sent[1].ref == CAFE and "cafe message" in outbox.sent[1].text
         await core.close()
 
     run(scenario())
@@ -164,16 +124,15 @@ def test_channels_run_in_parallel(memory: Memory) -> None:
 def test_rate_limits_bypass_and_nothing_lost(memory: Memory) -> None:
     async def scenario() -> None:
         vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
-        core = make_core(memory, model, vt, outbox, rate_limit_channel_seconds=20.0, rate_limit_global_seconds=5.0)
+        core = make_core(memory, model, vt, outbox, rate_limit_channel_seconds=20.0, rate_limit_global_seconds=5.0,
+                         rate_bypass_confidence=1.0)  # confident stage-1 bypass is tested below
         core.set_active(CAFE, True)
         core.set_active(LOUNGE, True)
         await core.submit(msg("첫 질문", mid="a"))
         await vt.advance(3.0)
         await until(lambda: len(outbox.sent) == 1)
-        await core.submit(msg("두번째 질문", mid="b"))  # unsolicited, 3 s later: limited
-        await vt.advance(3.0)
-        await until(lambda: core.health.rate_limited == 1)
-        await core.submit(msg("다른 채널 질문", user="2", ref=LOUNGE, mid="c"))  # global limit: 5 s
+        await core.submit(msg("두번째 질문", mid="b"))  # unsolicited, 3 s later: the channel limit (20 s)
+        await core.submit(msg("다른 채널 질문", user="2", ref=LOUNGE, mid="c"))  # the global limit (5 s)
         await vt.advance(3.0)
         await until(lambda: core.health.rate_limited == 2)
         await core.submit(msg("누리야 이건 대답해줘", mid="d"))  # an explicit call bypasses
@@ -229,13 +188,15 @@ def test_model_failure_sends_one_clear_message(memory: Memory) -> None:
 def test_long_replies_are_chunked(memory: Memory) -> None:
     async def scenario() -> None:
         vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
-        core = make_core(memory, model, vt, outbox)
+        core = make_core(memory, model, vt, outbox, reply_max_chars=500)
         long_text = "누리야 " + " ".join(f"문장{i}이야." for i in range(300))
-        await core.submit(msg(long_text[:1990]))
+        await core.submit(msg(long_text[:1990], mid="long"))
         await vt.advance(3.0)
         await until(lambda: len(outbox.sent) >= 2)
         await until(core.idle)
-        assert all(len(s.text) <= 2000 for s in outbox.sent)
+        assert len(outbox.sent) >= 4 and all(len(s.text) <= 500 for s in outbox.sent)
+        assert "".join(s.text for s in outbox.sent).replace(" ", "").replace("\n", "") == \
+            ("답장: " + long_text[:1990]).replace(" ", "").replace("\n", ""), "nothing lost or repeated"
         assert outbox.sent[0].reply_to is not None and all(s.reply_to is None for s in outbox.sent[1:])
         await core.close()
 
@@ -255,5 +216,23 @@ def test_active_channels_persist(db_path) -> None:
             assert core.is_active(CAFE) and not core.is_active(LOUNGE)
             assert core.is_active(ChannelRef("dm-1", None)), "DMs are always active"
             await core.close()
+
+    run(scenario())
+
+
+def test_confident_messages_bypass_the_rate_limit(memory: Memory) -> None:
+    async def scenario() -> None:
+        vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
+        core = make_core(memory, model, vt, outbox, rate_limit_channel_seconds=20.0, rate_limit_global_seconds=5.0,
+                         rate_bypass_confidence=0.5)
+        core.set_active(CAFE, True)
+        await core.submit(msg("혹시 주말에 가볼 만한 전시회 추천해줄 수 있어?", mid="a"))
+        await vt.advance(3.0)
+        await until(lambda: len(outbox.sent) == 1)
+        await core.submit(msg("그럼 서울에서 가까운 바다는 어디가 좋아?", mid="b"))
+        await vt.advance(3.0)
+        await until(core.idle)
+        assert len(outbox.sent) == 2 and core.health.rate_limited == 0, "stage 1 was sure: no limit"
+        await core.close()
 
     run(scenario())

@@ -1,5 +1,5 @@
 """`gieok` commands for the conversation layers: inspect a prompt, read or set a channel's
-summary, list facts, seed lore, forget a user, and the conversation benchmarks.
+summary, list facts, seed lore, forget a user, chat in the terminal, and the conversation benchmarks.
 cli.py merges these two apps into its own (kept apart so each file stays readable)."""
 
 from __future__ import annotations
@@ -154,6 +154,28 @@ def forget_user(
         result = _pipeline(memory).forget_user(user)
     out.print(f"erased {result['facts']} fact(s), {result['messages']} message block(s), "
               f"{result['l1_rows']} recent message(s) of user {user}")
+
+
+@app.command()
+def chat(
+    db: DbOption = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Your display name (default: $USER).")] = None,
+) -> None:
+    """Talk to the bot in this terminal: the Discord bot's memory and runtime, for one local user.
+
+    Needs a language model: GIEOK_GEMINI_API_KEY, or GIEOK_LLM_CHAIN=openai:<model> with GIEOK_OPENAI_BASE_URL (Ollama, llama.cpp).
+
+    In the chat: /summary /facts /timer /inspect /forget /help /quit (Ctrl-D and Ctrl-C leave too; everything is saved).
+
+    Example: GIEOK_LLM_CHAIN=openai:qwen2.5:7b gieok chat --name 민지
+    """
+    from .adapters.terminal import run_chat
+    from .config import load_settings
+    from .llm.configured import require_llm
+
+    settings = load_settings()
+    require_llm(settings)  # before opening anything: one line naming what to set
+    run_chat(settings, db=db, user_name=name, console=out)
 
 
 @bench_app.command("facts")

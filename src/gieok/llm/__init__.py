@@ -15,6 +15,7 @@ from ..errors import ConfigError
 from .base import LLM, ChatMessage, ChatResponse, Role, ToolCall, ToolSpec
 from .router import ChainEntry, LLMHealth, LLMRouter, ProviderHealth, Route, parse_chain
 from .scripted import ScriptedLLM
+from .configured import LLMNotConfiguredError, llm_configured, require_llm
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["LLM", "ChatMessage", "ChatResponse", "Role", "ToolCall", "ToolSpec", "ScriptedLLM",
            "LLMRouter", "Route", "ChainEntry", "LLMHealth", "ProviderHealth", "parse_chain", "split_keys",
            "create_llm", "DEFAULT_GEMINI_MODEL", "DEFAULT_LOCAL_MODEL"]
+__all__ += ["LLMNotConfiguredError", "llm_configured", "require_llm"]
 
 DEFAULT_GEMINI_MODEL = "gemini-2.5-flash"
 DEFAULT_LOCAL_MODEL = "qwen2.5:7b"  # served by Ollama at openai_base_url's default

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -120,11 +120,20 @@ class BotCore:
         self.limiter = RateLimiter(s.rate_limit_channel_seconds, s.rate_limit_global_seconds, clock)
         self.health = Health()
         self.last_timings: dict[str, TurnTimings] = {}
+        self.last_plans: dict[str, Plan] = {}  # per channel key: the last turn's plan (prompt inspection)
         self.replies: list[Reply] = []  # bounded log for inspection and tests
         self._channels: dict[str, _Channel] = {}
         self._active = pipeline.tables.active_keys()
         self._closing = False
+        self._closing_event = asyncio.Event()
         self._custom_generate = generate
+
+    def set_bot_user(self, user_id: str) -> None:
+        """The transport learned the bot's own user id (mentions of it are calls)."""
+        from .calls import CallDetector
+
+        self.bot_user_id = user_id
+        self.calls = CallDetector([n.strip() for n in self.settings.call_names.split(",") if n.strip()], user_id)
 
     # -- active channels ------------------------------------------------------------------------
     def is_active(self, ref: ChannelRef) -> bool:
@@ -190,14 +199,28 @@ class BotCore:
                 delay = state.last_arrival + self.settings.debounce_seconds - self.clock()
                 if delay <= 0 or self._closing:
                     break
-                await self.sleep(delay)
+                await self._sleep_unless_closing(delay)
+            # The debounce ended at its deadline (a clock read a few loop turns later would
+            # add scheduling noise to the measured wait).
+            ready = min(self.clock(), state.last_arrival + self.settings.debounce_seconds)
             try:
-                await self._turn(state)
+                await self._turn(state, ready)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # one bad turn must not stop the channel
                 log.exception("turn failed in %s", state.key)
                 self.health.failed("generation", exc)
+
+    async def _sleep_unless_closing(self, delay: float) -> None:
+        """Shutdown must not wait out a debounce: queued messages are answered at once."""
+        sleeper = asyncio.ensure_future(self.sleep(delay))
+        closer = asyncio.ensure_future(self._closing_event.wait())
+        try:
+            await asyncio.wait({sleeper, closer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeper, closer):
+                if not task.done():
+                    task.cancel()
 
     def _take_batch(self, state: _Channel, batch: list[_Pending]) -> list[_Pending]:
         """The head run of one user's consecutive messages (extending `batch`)."""
@@ -214,8 +237,7 @@ class BotCore:
                                active=self.is_active(last.ref), timestamp=last.timestamp,
                                message_id=last.message_id)
 
-    async def _turn(self, state: _Channel) -> None:
-        ready = self.clock()
+    async def _turn(self, state: _Channel, ready: float) -> None:
         batch = self._take_batch(state, [])
         timings = TurnTimings(channel=state.ref.channel, messages=len(batch),
                               debounce_ms=(ready - batch[0].arrived) * 1000)
@@ -240,6 +262,7 @@ class BotCore:
             finally:
                 state.planning_user = None
         state.planning_task = None
+        self.last_plans[state.key] = plan
         self.health.ok("gatekeeper")
         timings.stage1_ms = plan.timings_ms.get("stage1_ms", 0.0)
         timings.stage2_ms = plan.timings_ms.get("stage2_ms", 0.0)
@@ -268,66 +291,91 @@ class BotCore:
         self.last_timings[state.key] = timings
 
     # -- replying -----------------------------------------------------------------------------
+    def _finish_text(self, text: str) -> str:
+        from .postprocess import correct_self_reference, render_mentions
+
+        corrections = dict(tuple(part.strip() for part in pair.split("=>", 1))  # type: ignore[misc]
+                           for pair in self.settings.self_corrections.split(";") if "=>" in pair)
+        return render_mentions(correct_self_reference(text, corrections) if corrections else text)
+
     async def _reply(self, state: _Channel, plan: Plan, batch: list[_Pending], timings: TurnTimings) -> str | None:
-        from .postprocess import chunk_message, correct_self_reference, render_mentions
+        from .postprocess import EditThrottle, stream_view
 
         started = self.clock()
         reply_to = batch[-1].message.message_id
+        shown: list[str] = []
+        ids: list[str] = []
+        limit = self.settings.reply_max_chars
+        send_ms = [0.0]
+
+        async def show(view: Any) -> None:  # make the channel show `view`: send new messages, edit changed ones
+            t0 = self.clock()
+            for op in view.operations(shown):
+                if op.kind == "send":
+                    ids.append(await self.outbox.send(state.ref, op.text,
+                                                      reply_to=reply_to if op.index == 0 else None))
+                    shown.append(op.text)
+                elif op.kind == "edit":
+                    await self.outbox.edit(state.ref, ids[op.index], op.text)
+                    shown[op.index] = op.text
+            send_ms[0] += (self.clock() - t0) * 1000
+
         try:
             await self.outbox.typing(state.ref)
         except Exception:  # a typing indicator is best-effort
             pass
-        first_token: list[float] = []
+        parts: list[str] = []
+        first_token: float | None = None
+        provider_wait = 0.0
         try:
             if self._custom_generate is not None:
-                text = str(await self._custom_generate(plan))
-                first_token.append(self.clock())
+                parts.append(str(await self._custom_generate(plan)))
+                first_token = self.clock()
             else:
-                text = await self._stream(state, plan, first_token)
+                if self.llm is None:
+                    raise LLMError("no language model configured")
+                throttle = EditThrottle(self.settings.stream_edit_seconds, self.clock)
+                request_started = self.clock()
+                async for piece in self.llm.stream(plan.prompt.messages):
+                    if first_token is None:
+                        first_token = self.clock()
+                        provider_wait = first_token - request_started
+                    parts.append(piece)
+                    if throttle.should_edit():
+                        throttle.mark()
+                        await show(stream_view(self._finish_text("".join(parts)), limit=limit))
             self.health.ok("generation")
         except LLMError as exc:
             self.health.failed("generation", exc)
-            text = None
             failure = self.settings.failure_message or FAILURE_MESSAGES[self.settings.language]
-            await self._send_chunks(state.ref, [failure], reply_to, timings)
+            try:
+                if shown:  # part of an answer is on screen: say that it broke off
+                    await show(stream_view(self._finish_text("".join(parts)) + "\n\n" + failure, limit=limit,
+                                           done=True))
+                else:
+                    await show(stream_view(failure, limit=limit, done=True))
+                self.health.ok("send")
+            except Exception as send_error:
+                self.health.failed("send", send_error)
             return None
+        text = "".join(parts)
         timings.generation_ms = (self.clock() - started) * 1000
-        timings.first_token_ms = ((first_token[0] if first_token else self.clock()) - started) * 1000
-        corrections = dict(tuple(part.strip() for part in pair.split("=>", 1))
-                           for pair in self.settings.self_corrections.split(";") if "=>" in pair)
-        final = render_mentions(correct_self_reference(text, corrections)) if corrections else render_mentions(text)
+        timings.first_token_ms = ((first_token or self.clock()) - started) * 1000
+        timings.provider_first_token_ms = provider_wait * 1000
+        final = self._finish_text(text)
         if not final.strip():
             return None
-        chunks = chunk_message(final, self.settings.reply_max_chars)
-        ids = await self._send_chunks(state.ref, chunks, reply_to, timings)
-        self.replies.append(Reply(state.ref, final, ids, [p.message.message_id or "" for p in batch]))
-        del self.replies[:-1000]
-        self.health.replies_out += 1
-        return text
-
-    async def _stream(self, state: _Channel, plan: Plan, first_token: list[float]) -> str:
-        if self.llm is None:
-            raise LLMError("no language model configured")
-        parts: list[str] = []
-        async for piece in self.llm.stream(plan.prompt.messages):
-            if not first_token:
-                first_token.append(self.clock())
-            parts.append(piece)
-        return "".join(parts)
-
-    async def _send_chunks(self, ref: ChannelRef, chunks: Sequence[str], reply_to: str | None,
-                           timings: TurnTimings) -> list[str]:
-        started = self.clock()
-        ids = []
         try:
-            for index, chunk in enumerate(chunks):
-                ids.append(await self.outbox.send(ref, chunk, reply_to=reply_to if index == 0 else None))
+            await show(stream_view(final, limit=limit, done=True))
             self.health.ok("send")
         except Exception as exc:
             self.health.failed("send", exc)
             raise
-        timings.send_ms = (self.clock() - started) * 1000
-        return ids
+        timings.send_ms = send_ms[0]
+        self.replies.append(Reply(state.ref, final, ids, [p.message.message_id or "" for p in batch]))
+        del self.replies[:-1000]
+        self.health.replies_out += 1
+        return text
 
     # -- lifecycle -----------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -338,6 +386,7 @@ class BotCore:
         """Graceful shutdown: answer what is queued (no further debounce), record everything,
         finish background extraction, write anything still only in L1."""
         self._closing = True
+        self._closing_event.set()
         for state in self._channels.values():
             state.wake.set()
         workers = [c.worker for c in self._channels.values() if c.worker is not None]

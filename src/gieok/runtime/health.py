@@ -64,7 +64,8 @@ class TurnTimings:
     stage1_ms: float = 0.0
     stage2_ms: float = 0.0
     recall_ms: float = 0.0
-    first_token_ms: float = 0.0
+    first_token_ms: float = 0.0  # generation start → first token (includes the provider)
+    provider_first_token_ms: float = 0.0  # of which: the provider's time to its first token
     generation_ms: float = 0.0
     send_ms: float = 0.0
     overhead_ms: float = 0.0  # message ready (debounce over) → prompt ready, LLM calls excluded

@@ -1,0 +1,78 @@
+"""A loopback OpenAI-compatible chat server for benchmarks: answers at once, over real HTTP,
+so the real provider client (httpx, SSE parsing, the router) runs in the measured path.
+
+Replies: a request with a JSON schema gets a gatekeeper-shaped JSON answer (reply, no
+retrieval; empty extraction); a streamed request echoes the last user message's bracketed
+tags (e.g. "[c07-m012]") so a benchmark can check every reply landed in the right channel.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["loopback_llm", "TAG"]
+
+TAG = re.compile(r"\[c\d+-m\d+\]")
+
+
+def _answer(body: dict[str, Any]) -> tuple[str, bool]:
+    messages = body.get("messages", [])
+    text = str(messages[-1].get("content", "")) if messages else ""
+    if body.get("response_format") or "user_facts" in text or "response_needed" in text:
+        if "user_facts" in text:
+            return json.dumps({"guild_facts": [], "user_facts": [], "summary_updates": {}}), False
+        return json.dumps({"response_needed": True, "retrieval_needed": True, "search_query": "오늘 일정"}), False
+    tags = " ".join(TAG.findall(text.split("<<<", 1)[-1].rsplit(">>>", 1)[0] if "<<<" in text else text))
+    return f"응, 들었어 {tags}".strip(), bool(body.get("stream"))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server naming
+        length = int(self.headers.get("content-length", "0"))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        text, stream = _answer(body)
+        if not stream:
+            payload = json.dumps({"id": "x", "object": "chat.completion", "model": body.get("model", "m"),
+                                  "choices": [{"index": 0, "finish_reason": "stop",
+                                               "message": {"role": "assistant", "content": text}}]}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
+        events = [{"choices": [{"index": 0, "delta": {"content": piece + " "}, "finish_reason": None}]}
+                  for piece in text.split(" ")]
+        events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        data = "".join(f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events) + "data: [DONE]\n\n"
+        raw = data.encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+@contextmanager
+def loopback_llm() -> Iterator[str]:
+    """Yields the server's `/v1` base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
