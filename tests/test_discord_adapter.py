@@ -229,3 +229,19 @@ def test_own_messages_are_ignored_and_close_flushes(memory: Memory) -> None:
         assert "누리야 마지막 메시지" in texts and "I am the bot talking" not in texts
 
     run(scenario())
+
+
+def test_gieok_bot_says_what_is_missing(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIEOK_") and k != "DISCORD_TOKEN"}
+    db = tmp_path / "bot.db"
+    no_token = subprocess.run([sys.executable, "-m", "gieok.cli", "bot", "--db", str(db)], capture_output=True,
+                              text=True, env=env, timeout=120)
+    assert no_token.returncode == 1 and "DISCORD_TOKEN" in no_token.stderr
+    no_model = subprocess.run([sys.executable, "-m", "gieok.cli", "bot", "--db", str(db)], capture_output=True,
+                              text=True, env={**env, "DISCORD_TOKEN": "x"}, timeout=120)
+    assert no_model.returncode == 1 and "GIEOK_GEMINI_API_KEY" in no_model.stderr
+    assert no_model.stderr.count("\n") == 1 and not db.exists(), "nothing opened before the check"

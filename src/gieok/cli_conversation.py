@@ -217,3 +217,16 @@ def bench_pipeline(
     if blocks < 0 or not 1 <= turns <= 300:
         raise InvalidInputError("--blocks must be >= 0 and --turns between 1 and 300")
     run_pipeline_bench(blocks, json_out, turns=turns, workdir=workdir, cache_dir=cache_dir, classifier=stage1)
+
+
+@app.command()
+def bot(db: DbOption = None) -> None:
+    """Run the Discord bot: DISCORD_TOKEN plus a language model (Gemini key or an OpenAI-compatible chain).
+
+    Example: DISCORD_TOKEN=… GIEOK_GEMINI_API_KEY=… gieok bot --db bot.db
+    """
+    from .adapters.discord_bot import run_discord_bot
+    from .config import load_settings
+
+    settings = load_settings(**({"db": str(db)} if db else {}))
+    run_discord_bot(settings)

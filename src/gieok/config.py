@@ -126,6 +126,10 @@ class Settings:
     reply_max_chars: int = 2000  # a reply longer than this is sent as several messages
     self_corrections: str = ""  # "wrong=>right;…": how the bot must (not) refer to itself
     failure_message: str = ""  # shown when no model answers ("" = a bundled one in `language`)
+    # discord adapter (`gieok bot`); the token is read from DISCORD_TOKEN (or GIEOK_DISCORD_TOKEN)
+    discord_token: str = ""
+    discord_prefix: str = "!"
+    discord_owner_ids: str = ""  # comma-separated user ids allowed to run sync / lore reload
     # tools (llm/tools.py, llm/tool_loop.py; README "LLM providers")
     tool_rounds: int = 3  # rounds of tool calls per reply; then the model must answer without tools
     tool_result_chars: int = 4000  # each tool result is cut to this many characters in the prompt

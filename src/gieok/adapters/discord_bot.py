@@ -231,3 +231,36 @@ class GieokCommands(commands.Cog):
             await ctx.reply(str(error) or "not allowed", allowed_mentions=USERS_ONLY)
         else:
             log.exception("command %s failed", ctx.command, exc_info=error)
+
+
+def discord_token(settings: Any) -> str:
+    import os
+
+    from ..errors import ConfigError
+
+    token = os.environ.get("DISCORD_TOKEN", "").strip() or settings.discord_token.strip()
+    if not token:
+        raise ConfigError("no Discord token: set DISCORD_TOKEN (or GIEOK_DISCORD_TOKEN / discord_token in gieok.toml)")
+    return token
+
+
+def run_discord_bot(settings: Any) -> None:
+    """`gieok bot`: memory → pipeline (stage 2 on the configured model) → runtime → Discord.
+    Checks the configuration before opening anything; Ctrl-C / SIGTERM shut down gracefully."""
+    from ..agent.pipeline import ConversationPipeline
+    from ..llm import create_llm, require_llm
+    from ..llm.tools import default_tools
+    from ..memory import Memory
+
+    token = discord_token(settings)
+    require_llm(settings)
+    owners = {int(x) for x in settings.discord_owner_ids.replace(" ", "").split(",") if x.isdigit()}
+    memory = Memory(settings=settings)
+    try:
+        llm = create_llm(settings)
+        pipeline = ConversationPipeline(memory, settings=settings, llm=llm)
+        bot = GieokBot(prefix=settings.discord_prefix, owner_ids=owners, language=settings.language)
+        bot.attach(BotCore(pipeline, llm, outbox=bot.outbox, settings=settings, tools=default_tools(settings)))
+        bot.run(token, log_handler=None)  # discord.py closes the bot (and so the core) on Ctrl-C
+    finally:
+        memory.close()

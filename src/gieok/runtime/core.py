@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -105,7 +105,7 @@ class BotCore:
     def __init__(self, pipeline: ConversationPipeline, llm: LLM | None, *, outbox: Outbox,
                  settings: Settings | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, bot_user_id: str | None = None,
-                 generate: Callable[[Plan], Awaitable[Any]] | None = None) -> None:
+                 generate: Callable[[Plan], Awaitable[Any]] | None = None, tools: Sequence[Any] | None = None) -> None:
         from .calls import CallDetector
 
         self.pipeline = pipeline
@@ -127,6 +127,9 @@ class BotCore:
         self._closing = False
         self._closing_event = asyncio.Event()
         self._custom_generate = generate
+        # With tools the first answer must be complete to see whether it calls one, so tool
+        # turns are not streamed; `tool_rounds = 0` (or no tools) streams every reply.
+        self.tools = list(tools or []) if s.tool_rounds > 0 else []
 
     def set_bot_user(self, user_id: str) -> None:
         """The transport learned the bot's own user id (mentions of it are calls)."""
@@ -331,6 +334,9 @@ class BotCore:
             if self._custom_generate is not None:
                 parts.append(str(await self._custom_generate(plan)))
                 first_token = self.clock()
+            elif self.tools and self.llm is not None:
+                parts.append(await self._with_tools(plan))
+                first_token = self.clock()
             else:
                 if self.llm is None:
                     raise LLMError("no language model configured")
@@ -376,6 +382,18 @@ class BotCore:
         del self.replies[:-1000]
         self.health.replies_out += 1
         return text
+
+    async def _with_tools(self, plan: Plan) -> str:
+        from ..llm.tool_loop import run_tool_loop, tool_loop_options
+        from ..llm.tools import ToolContext
+
+        message = plan.message
+        context = ToolContext(channel=message.channel, guild=message.guild, user_id=message.user_id,
+                              timezone=self.settings.timezone, memory=self.pipeline.memory,
+                              facts=self.pipeline.facts)  # per call: parallel channels never share it
+        result = await run_tool_loop(self.llm, plan.prompt.messages, self.tools, context,
+                                     **tool_loop_options(self.settings))
+        return result.text
 
     # -- lifecycle -----------------------------------------------------------------------------
     def idle(self) -> bool:
