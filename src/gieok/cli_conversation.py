@@ -230,3 +230,25 @@ def bot(db: DbOption = None) -> None:
 
     settings = load_settings(**({"db": str(db)} if db else {}))
     run_discord_bot(settings)
+
+
+@bench_app.command("runtime")
+def bench_runtime(
+    blocks: Annotated[int, typer.Option(help="Background blocks in the store.")] = 100_000,
+    channels: Annotated[int, typer.Option(help="Channels sending at once.")] = 50,
+    duration: Annotated[float, typer.Option(help="Seconds of traffic (real time).")] = 60.0,
+    rate: Annotated[float, typer.Option(help="Messages per second per channel.")] = 1.0,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Optional[Path], typer.Option("--db", help="Directory for the benchmark database (recreated; default: a temp dir).")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+) -> None:
+    """The chat runtime under load: turn overhead to the first token, lost and misrouted messages.
+
+    Example: gieok bench runtime --blocks 100000 --channels 50 --duration 60 --json runtime.json
+    """
+    from .bench.runtime import run_runtime_bench
+
+    if blocks < 0 or channels < 1 or duration <= 0 or rate <= 0:
+        raise InvalidInputError("--blocks >= 0, --channels >= 1, --duration > 0 and --rate > 0")
+    run_runtime_bench(blocks, json_out, channels=channels, duration=duration, rate=rate, workdir=workdir,
+                      cache_dir=cache_dir)

@@ -118,6 +118,7 @@ class Settings:
     # chat runtime: calls, batching, rate limits, replies
     call_names: str = "누리,Nuri"  # comma-separated; Korean particles are understood (누리야, 누리는 …)
     debounce_seconds: float = 3.0  # wait this long after a channel's last message before planning
+    debounce_max_seconds: float = 10.0  # …but answer the oldest waiting message after this long at most
     max_batch: int = 8  # consecutive messages of one user answered together at most
     rate_limit_channel_seconds: float = 20.0  # at most one unsolicited reply per channel per this long
     rate_limit_global_seconds: float = 5.0  # …and one across all channels per this long

@@ -521,6 +521,13 @@ class Memory:
         self._feed_layers(block)
         return block
 
+    def remember_many(self, items: Iterable[Mapping[str, Any]]) -> list[Block]:
+        """`remember` for several turns at once: one batched embedding, one transaction per chunk."""
+        blocks = self.add_many(items)
+        for block in blocks:
+            self._feed_layers(block)
+        return blocks
+
     def _feed_layers(self, block: Block) -> None:
         row = self.catalog.row_of(block.block_index)
         vector = self.vectors.matrix[row].copy() if row is not None and self.vectors is not None else None

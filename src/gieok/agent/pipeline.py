@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -180,6 +181,7 @@ class ConversationPipeline:
                           s.budget_input))
         self.bot_names = tuple({s.bot_name, "nuri" if s.bot_name == "누리" else s.bot_name})
         self._tasks: set[asyncio.Task] = set()
+        self._commit_lock = threading.Lock()
         self._channel_locks: dict[str, asyncio.Lock] = {}
         if s.lore_file:
             added = self.facts.seed_lore(s.lore_file)
@@ -429,24 +431,31 @@ class ConversationPipeline:
         if reply is not None and reply.strip():
             self.l1.append(plan.conversation, role="assistant", content=reply[: self.settings.max_text_chars],
                            user_id=None, display_name=self.settings.bot_name)
-        self.commit_pending()
+        self.commit_pending(plan.conversation)
 
-    def commit_pending(self) -> int:
-        """Write every L1 message that is not yet a turn block into long-term memory."""
-        pending = self.tables.l1_pending()
-        for row in pending:
-            conversation = scope_from_key(row.scope_key)
-            scope = Scope(conversation.guild, conversation.channel, row.user_id)
-            metadata = {"l1_message": row.message_id, "role": row.role}
-            if row.external_id:
-                metadata["external_id"] = row.external_id
-            if row.flagged:
-                metadata["flagged"] = True
-            speaker = row.user_id if row.role == "user" else self.settings.bot_name
-            block = self.memory.remember(row.content, scope=scope, speaker=speaker, event_time=row.created_at,
-                                         metadata=metadata)
-            self.tables.l1_set_blocks([(row.message_id, block.block_index)])
-        return len(pending)
+    def commit_pending(self, conversation: Scope | None = None) -> int:
+        """Write the L1 messages that are not yet turn blocks into long-term memory (one
+        conversation's, or all of them at start-up). Serialised: two channels recording at
+        once must not both write the same row."""
+        with self._commit_lock:
+            pending = self.tables.l1_pending(scope_key(conversation) if conversation is not None else None)
+            if not pending:
+                return 0
+            items = []
+            for row in pending:
+                where = scope_from_key(row.scope_key)
+                metadata: dict[str, Any] = {"l1_message": row.message_id, "role": row.role}
+                if row.external_id:
+                    metadata["external_id"] = row.external_id
+                if row.flagged:
+                    metadata["flagged"] = True
+                items.append({"text": row.content, "scope": {"guild": where.guild, "channel": where.channel,
+                                                              "user": row.user_id},
+                              "speaker": row.user_id if row.role == "user" else self.settings.bot_name,
+                              "event_time": row.created_at, "metadata": metadata})
+            blocks = self.memory.remember_many(items)
+            self.tables.l1_set_blocks([(row.message_id, block.block_index) for row, block in zip(pending, blocks)])
+            return len(pending)
 
     def _snapshot(self, conversation: Scope) -> tuple[list[L1Row], int] | None:
         key = scope_key(conversation)

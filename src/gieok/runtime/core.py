@@ -120,6 +120,7 @@ class BotCore:
         self.limiter = RateLimiter(s.rate_limit_channel_seconds, s.rate_limit_global_seconds, clock)
         self.health = Health()
         self.last_timings: dict[str, TurnTimings] = {}
+        self.turn_log: list[TurnTimings] = []  # the latest turns, all channels (bounded)
         self.last_plans: dict[str, Plan] = {}  # per channel key: the last turn's plan (prompt inspection)
         self.replies: list[Reply] = []  # bounded log for inspection and tests
         self._channels: dict[str, _Channel] = {}
@@ -198,14 +199,15 @@ class BotCore:
                 await state.wake.wait()
                 continue
             state.busy = True
-            while True:  # debounce: until the channel has been quiet for debounce_seconds
-                delay = state.last_arrival + self.settings.debounce_seconds - self.clock()
-                if delay <= 0 or self._closing:
+            while True:  # debounce: until the channel has been quiet for debounce_seconds …
+                deadline = self._debounce_deadline(state)
+                delay = deadline - self.clock()
+                if delay <= 0 or self._closing or self._batch_full(state):
                     break
                 await self._sleep_unless_closing(delay)
             # The debounce ended at its deadline (a clock read a few loop turns later would
             # add scheduling noise to the measured wait).
-            ready = min(self.clock(), state.last_arrival + self.settings.debounce_seconds)
+            ready = min(self.clock(), self._debounce_deadline(state))
             try:
                 await self._turn(state, ready)
             except asyncio.CancelledError:
@@ -213,6 +215,27 @@ class BotCore:
             except Exception as exc:  # one bad turn must not stop the channel
                 log.exception("turn failed in %s", state.key)
                 self.health.failed("generation", exc)
+
+    def _debounce_deadline(self, state: _Channel) -> float:
+        """… but never longer than `debounce_max_seconds` after the oldest waiting message:
+        someone who keeps typing still gets an answer."""
+        quiet = state.last_arrival + self.settings.debounce_seconds
+        if not state.pending:
+            return quiet
+        return min(quiet, state.pending[0].arrived + max(self.settings.debounce_max_seconds,
+                                                          self.settings.debounce_seconds))
+
+    def _batch_full(self, state: _Channel) -> bool:
+        """The head user's run is already as long as one turn may answer: no reason to wait."""
+        if not state.pending:
+            return False
+        user = state.pending[0].message.user_id
+        run = 0
+        for pending in state.pending:
+            if pending.message.user_id != user:
+                return True  # someone else spoke after: the head run is complete
+            run += 1
+        return run >= self.settings.max_batch
 
     async def _sleep_unless_closing(self, delay: float) -> None:
         """Shutdown must not wait out a debounce: queued messages are answered at once."""
@@ -243,7 +266,7 @@ class BotCore:
     async def _turn(self, state: _Channel, ready: float) -> None:
         batch = self._take_batch(state, [])
         timings = TurnTimings(channel=state.ref.channel, messages=len(batch),
-                              debounce_ms=(ready - batch[0].arrived) * 1000)
+                              debounce_ms=(ready - batch[0].arrived) * 1000, ready_at=ready)
         while True:  # plan; redo with merged messages if the same user writes meanwhile
             state.planning_user = batch[0].message.user_id
             state.merge_requested = False
@@ -292,6 +315,8 @@ class BotCore:
             self.health.failed("record", exc)
             raise
         self.last_timings[state.key] = timings
+        self.turn_log.append(timings)
+        del self.turn_log[:-10_000]
 
     # -- replying -----------------------------------------------------------------------------
     def _finish_text(self, text: str) -> str:
@@ -368,6 +393,9 @@ class BotCore:
         timings.generation_ms = (self.clock() - started) * 1000
         timings.first_token_ms = ((first_token or self.clock()) - started) * 1000
         timings.provider_first_token_ms = provider_wait * 1000
+        if first_token is not None:
+            timings.to_first_token_ms = (first_token - timings.ready_at) * 1000
+            timings.turn_overhead_ms = timings.to_first_token_ms - timings.stage2_ms - timings.provider_first_token_ms
         final = self._finish_text(text)
         if not final.strip():
             return None

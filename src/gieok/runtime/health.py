@@ -69,8 +69,11 @@ class TurnTimings:
     generation_ms: float = 0.0
     send_ms: float = 0.0
     overhead_ms: float = 0.0  # message ready (debounce over) → prompt ready, LLM calls excluded
+    to_first_token_ms: float = 0.0  # debounce over → first token out
+    turn_overhead_ms: float = 0.0  # the same without the stage-2 call and the provider's first-token wait
     responded: bool = False
     reason: str = ""
+    ready_at: float = 0.0  # the runtime clock when the debounce ended (not a duration)
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in self.__dict__.items() if k != "ready_at"}

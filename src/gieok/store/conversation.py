@@ -95,10 +95,13 @@ class ConversationTables:
                           "ORDER BY message_id LIMIT ?", (scope_key, after_message_id, limit))
         return [_l1(r) for r in rows]
 
-    def l1_pending(self, limit: int = 1000) -> list[L1Row]:
-        rows = self._rows(f"SELECT {', '.join(_L1_COLUMNS)} FROM l1_messages WHERE block_index IS NULL "
-                          "ORDER BY message_id LIMIT ?", (limit,))
-        return [_l1(r) for r in rows]
+    def l1_pending(self, scope_key: str | None = None, limit: int = 100_000) -> list[L1Row]:
+        sql = f"SELECT {', '.join(_L1_COLUMNS)} FROM l1_messages WHERE block_index IS NULL"
+        params: list[Any] = []
+        if scope_key is not None:
+            sql += " AND scope_key = ?"
+            params.append(scope_key)
+        return [_l1(r) for r in self._rows(sql + " ORDER BY message_id LIMIT ?", [*params, limit])]
 
     def l1_set_blocks(self, pairs: Sequence[tuple[int, int]]) -> None:
         with self.store._write() as conn:

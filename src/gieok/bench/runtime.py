@@ -1,0 +1,148 @@
+"""`gieok bench runtime`: the chat runtime under load, end to end over real HTTP.
+
+A store is filled with N blocks of other channels' chat; a loopback OpenAI-compatible server
+(bench.loopback_llm) answers at once over real HTTP (the real client, router and SSE parser
+run). `channels` channels each send one message per second (real time) for `duration`
+seconds, every message an explicit call carrying a tag "[cNN-mMMM]"; the runtime debounces,
+batches, plans, streams and records as in production. Measured per turn: the overhead from
+"debounce over" to the first token out, minus the stage-2 call and the provider's wait for its
+first token. Checked after shutdown: every sent message is in memory (none lost), every reply
+carries only its own channel's tags (none misrouted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..agent.pipeline import ConversationPipeline
+from ..memory import Memory, remove_memory_files
+from ..runtime.core import BotCore, ChannelRef, InboundMessage
+from .fill import fill_background
+from .loopback_llm import TAG, loopback_llm
+from .report import median, percentile, progress_bar, write_json
+
+__all__ = ["run_runtime_bench"]
+
+QUESTIONS = ("오늘 뭐 해?", "점심 추천해줘", "what's up?", "내일 날씨 어때?", "any game tonight?", "주말 계획 있어?")
+
+
+class _Outbox:
+    def __init__(self) -> None:
+        self.sent: list[tuple[ChannelRef, str]] = []
+        self.texts: dict[str, str] = {}
+        self._n = 0
+
+    async def send(self, ref: ChannelRef, text: str, *, reply_to: str | None = None) -> str:
+        self._n += 1
+        message_id = f"r{self._n}"
+        self.sent.append((ref, message_id))
+        self.texts[message_id] = text
+        return message_id
+
+    async def edit(self, ref: ChannelRef, message_id: str, text: str) -> None:
+        self.texts[message_id] = text
+
+    async def typing(self, ref: ChannelRef) -> None:
+        return None
+
+
+def run_runtime_bench(blocks: int = 100_000, json_out: str | Path | None = None, *, channels: int = 50,
+                      duration: float = 60.0, rate: float = 1.0, workdir: Path | None = None,
+                      cache_dir: Path | None = None) -> dict[str, Any]:
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="gieok-runtime-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    db = workdir / f"runtime-{blocks}.db"
+    remove_memory_files(db)
+    memory = Memory(db)
+    try:
+        fill_background(memory, blocks, cache_dir)
+        with loopback_llm() as url:
+            report = asyncio.run(_play(memory, url, channels, duration, rate))
+    finally:
+        memory.close()
+    _print(report, blocks, channels, duration, rate)
+    write_json(json_out, report)
+    return report
+
+
+async def _play(memory: Memory, url: str, channels: int, duration: float, rate: float) -> dict[str, Any]:
+    from ..llm import create_llm
+
+    settings = memory.settings.with_overrides(llm_chain="openai:bench-model", openai_base_url=url,
+                                              rate_limit_channel_seconds=0.0, rate_limit_global_seconds=0.0)
+    llm = create_llm(settings)
+    pipeline = ConversationPipeline(memory, settings=settings, llm=llm)
+    outbox = _Outbox()
+    core = BotCore(pipeline, llm, outbox=outbox, settings=settings)
+    refs = [ChannelRef(f"bench-{c:02d}", "bench-guild") for c in range(channels)]
+    memory.embedder.embed_queries(["워밍업 warm-up"])
+    sent: dict[str, str] = {}  # tag -> channel
+    total = int(duration * rate) * channels
+    started = time.monotonic()
+    with progress_bar(f"{channels} channels × {rate:g} msg/s × {duration:g} s", total) as advance:
+        for second in range(int(duration * rate)):
+            for c, ref in enumerate(refs):
+                target = started + (second + c / channels) / rate
+                delay = target - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tag = f"[c{c:02d}-m{second:03d}]"
+                sent[tag] = ref.channel
+                await core.submit(InboundMessage(ref, f"u{c:02d}", f"누리야 {tag} {QUESTIONS[second % len(QUESTIONS)]}",
+                                                 display_name=f"user{c:02d}", message_id=f"{c}-{second}"))
+                advance()
+        behind = time.monotonic() - started - duration
+        await core.close()
+    aclose = getattr(llm, "aclose", None)
+    if aclose is not None:
+        await aclose()
+    turns = list(_all_timings(core))
+    overheads = [t.turn_overhead_ms for t in turns if t.responded and t.to_first_token_ms > 0]
+    found = {tag for block in memory.iter_blocks() if block.kind == "turn" for tag in TAG.findall(block.text)
+             if block.speaker != settings.bot_name}
+    misrouted = 0
+    answered: set[str] = set()
+    for reply in core.replies:
+        tags = set(TAG.findall(reply.text))
+        answered |= tags
+        if any(sent.get(tag) != reply.ref.channel for tag in tags):
+            misrouted += 1
+    return {
+        "turn_overhead_ms": {"p50": round(median(overheads), 3), "p95": round(percentile(overheads, 95), 3)},
+        "messages_sent": len(sent),
+        "messages_lost": len(set(sent) - found),
+        "misrouted_replies": misrouted,
+        "replies": len(core.replies),
+        "messages_answered": len(answered & set(sent)),
+        "turns_measured": len(overheads),
+        "stages_p50_ms": {name: round(median([getattr(t, name) for t in turns if t.responded]), 3)
+                          for name in ("overhead_ms", "stage2_ms", "recall_ms", "first_token_ms",
+                                       "provider_first_token_ms", "to_first_token_ms", "debounce_ms", "send_ms")},
+        "batch_p50": median([t.messages for t in turns]),
+        "seconds_behind_schedule": round(max(0.0, behind), 2),
+        "health": {k: v for k, v in core.health.as_dict().items() if k != "stages"},
+    }
+
+
+def _all_timings(core: BotCore):
+    return core.turn_log
+
+
+def _print(report: dict[str, Any], blocks: int, channels: int, duration: float, rate: float) -> None:
+    table = Table(title=f"runtime: {channels} channels × {rate:g} msg/s × {duration:g} s over {blocks:,} blocks "
+                        f"(loopback provider, medians of one run)")
+    for column in ("turn overhead p50", "p95", "sent", "lost", "misrouted", "replies", "answered"):
+        table.add_column(column, justify="right")
+    table.add_row(f"{report['turn_overhead_ms']['p50']:.2f} ms", f"{report['turn_overhead_ms']['p95']:.2f} ms",
+                  str(report["messages_sent"]), str(report["messages_lost"]), str(report["misrouted_replies"]),
+                  str(report["replies"]), str(report["messages_answered"]))
+    Console(width=160).print(table)
+    Console(width=160).print("stage medians (ms): " + ", ".join(f"{k.removesuffix('_ms')} {v:.1f}"
+                                                                  for k, v in report["stages_p50_ms"].items()))
