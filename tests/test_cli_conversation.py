@@ -54,3 +54,20 @@ def test_forget_user_needs_confirmation(tmp_path: Path) -> None:
     assert refused.returncode == 1 and "nothing erased" in refused.stderr
     done = gieok("forget-user", "42", "--yes", "--db", str(db))
     assert done.returncode == 0 and "erased 0 fact(s)" in done.stdout
+
+
+def test_bench_facts_scores_a_labeled_file(tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [{"old": "<user:1>는 24살이다.", "new": "<user:1>는 25살이다.", "label": "conflict"},
+            {"old": "<user:1>는 고양이 나비를 키운다.", "new": "<user:1>는 고양이 나비를 키운다", "label": "duplicate"},
+            {"old": "<user:1> likes tea.", "new": "<user:2> likes tea.", "label": "distinct"}]
+    pairs.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    out = tmp_path / "facts.json"
+    result = gieok("bench", "facts", "--data", str(pairs), "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["n"] == 3 and report["dedup_precision"] == 1.0 and report["conflict_recall"] == 1.0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"old": "a", "new": "b", "label": "maybe"}\n', encoding="utf-8")
+    refused = gieok("bench", "facts", "--data", str(bad))
+    assert refused.returncode == 1 and "line 1" in refused.stderr

@@ -10,9 +10,7 @@ duplicate is a fact that is not stored, so a false duplicate loses information.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import InvalidInputError
+from ..data import read_labeled_jsonl
 from ..layers.facts import PairJudge, _norm_topic
 from .report import median, progress_bar, write_json
 
@@ -30,31 +28,10 @@ LABELS = ("duplicate", "conflict", "distinct")
 
 
 def load_pairs(path: str | Path | None = None) -> list[dict[str, Any]]:
-    if path is None:
-        text = resources.files("gieok.data").joinpath("fact_pairs.jsonl").read_text(encoding="utf-8")
-        source = "bundled pairs"
-    else:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InvalidInputError(f"fact pairs file not found: {path}") from None
-        source = str(path)
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"{source} line {number}: not JSON ({exc.msg})") from None
-        if (not isinstance(row, dict) or not isinstance(row.get("old"), str) or not isinstance(row.get("new"), str)
-                or row.get("label") not in LABELS):
-            raise InvalidInputError(f'{source} line {number}: expected {{"old": str, "new": str, '
-                                    f'"label": duplicate|conflict|distinct}}')
-        rows.append(row)
-    if not rows:
-        raise InvalidInputError(f"{source} has no pairs")
-    return rows
+    return read_labeled_jsonl(path, "fact_pairs.jsonl", "fact pairs",
+                              shape='{"old": str, "new": str, "label": duplicate|conflict|distinct}',
+                              valid=lambda r: isinstance(r.get("old"), str) and isinstance(r.get("new"), str)
+                              and r.get("label") in LABELS)
 
 
 def split_of(row: dict[str, Any]) -> str:

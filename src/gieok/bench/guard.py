@@ -4,9 +4,7 @@ labeled Korean and English corpus (the bundled one, or any JSONL of {"text", "at
 from __future__ import annotations
 
 import hashlib
-import json
 import time
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -14,36 +12,15 @@ from rich.console import Console
 from rich.table import Table
 
 from ..agent.guard import InjectionGuard
-from ..errors import InvalidInputError
+from ..data import read_labeled_jsonl
 from .report import median, write_json
 
 __all__ = ["run_guard", "load_guard_corpus"]
 
 
 def load_guard_corpus(path: str | Path | None = None) -> list[dict[str, Any]]:
-    if path is None:
-        text = resources.files("gieok.data").joinpath("guard_corpus.jsonl").read_text(encoding="utf-8")
-        source = "bundled corpus"
-    else:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InvalidInputError(f"guard corpus not found: {path}") from None
-        source = str(path)
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"{source} line {number}: not JSON ({exc.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("text"), str) or not isinstance(row.get("attack"), bool):
-            raise InvalidInputError(f'{source} line {number}: expected {{"text": str, "attack": bool}}')
-        rows.append(row)
-    if not rows:
-        raise InvalidInputError(f"{source} has no examples")
-    return rows
+    return read_labeled_jsonl(path, "guard_corpus.jsonl", "guard corpus", shape='{"text": str, "attack": bool}',
+                              valid=lambda r: isinstance(r.get("text"), str) and isinstance(r.get("attack"), bool))
 
 
 def split_of(text: str) -> str:
