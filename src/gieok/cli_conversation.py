@@ -207,6 +207,7 @@ def bench_pipeline(
     workdir: Annotated[Optional[Path], typer.Option("--db", help="Directory for the benchmark database (recreated; default: a temp dir).")] = None,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
     stage1: Annotated[bool, typer.Option("--stage1/--no-stage1", help="Use the stage-1 classifier.")] = True,
+    llm_ms: Annotated[float, typer.Option(help="The scripted stage-2 model's answer time (0: nothing overlaps it).")] = 0.0,
 ) -> None:
     """The conversation pipeline's own overhead per message (LLM calls excluded) in a large store.
 
@@ -216,7 +217,10 @@ def bench_pipeline(
 
     if blocks < 0 or not 1 <= turns <= 300:
         raise InvalidInputError("--blocks must be >= 0 and --turns between 1 and 300")
-    run_pipeline_bench(blocks, json_out, turns=turns, workdir=workdir, cache_dir=cache_dir, classifier=stage1)
+    if llm_ms < 0:
+        raise InvalidInputError("--llm-ms must not be negative")
+    run_pipeline_bench(blocks, json_out, turns=turns, workdir=workdir, cache_dir=cache_dir, classifier=stage1,
+                       llm_ms=llm_ms)
 
 
 @app.command()

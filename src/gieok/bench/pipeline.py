@@ -3,7 +3,9 @@
 A store is filled with N blocks of other channels' chat (bench.fill), then the bundled
 300-turn Korean/English conversation is played into one channel through the real pipeline:
 every message planned and recorded, every 3rd one an explicit call, the stage-2 model a
-scripted `LLM` that answers at once (its time is subtracted anyway). Reported per message:
+scripted `LLM` that answers after `llm_ms` (its time is subtracted). With 0 nothing can hide
+behind the model call (the worst case); with a realistic delay the message's embedding and
+classifiers overlap the stage-2 call on explicit calls, as they do in production. Reported per message:
 `plan` overhead (message in → prompt ready, without the stage-2 call), and `record` (reply
 into L1, turn blocks, working memory — after the reply, off the critical path).
 """
@@ -31,6 +33,20 @@ __all__ = ["run_pipeline_bench"]
 STAGES = ("embed_ms", "guard_ms", "l1_ms", "stage1_ms", "recall_ms", "context_ms")
 
 
+class _SlowLLM(ScriptedLLM):
+    """The scripted model, answering after `delay_s` (an LLM's round trip; awaited, not slept
+    on a thread, so the pipeline's own work can overlap it as in production)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__(_brain)
+        self.delay_s = delay_s
+
+    async def chat(self, messages, **kwargs):  # type: ignore[override]
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        return await super().chat(messages, **kwargs)
+
+
 def _brain(request: Request) -> dict[str, Any]:
     text = request.messages[0].content
     if "user_facts" in text:
@@ -43,7 +59,7 @@ def _brain(request: Request) -> dict[str, Any]:
 
 def run_pipeline_bench(blocks: int = 100_000, json_out: str | Path | None = None, *, turns: int = 300,
                        workdir: Path | None = None, cache_dir: Path | None = None,
-                       classifier: bool = True) -> dict[str, Any]:
+                       classifier: bool = True, llm_ms: float = 0.0) -> dict[str, Any]:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="gieok-pipeline-"))
     workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / f"pipeline-{blocks}.db"
@@ -56,7 +72,7 @@ def run_pipeline_bench(blocks: int = 100_000, json_out: str | Path | None = None
             from ..agent.response_classifier import ResponseClassifier
 
             stage1 = ResponseClassifier.load(memory.embedder, memory.embedder.name)
-        pipeline = ConversationPipeline(memory, llm=ScriptedLLM(_brain), classifier=stage1)
+        pipeline = ConversationPipeline(memory, llm=_SlowLLM(llm_ms / 1000), classifier=stage1)
         data = load_sample_conversation()
         script = [(t["speaker"], t["text"]) for s in data["sessions"] for t in s["turns"]][:turns]
         ids = {name: str(1000 + i) for i, name in enumerate(sorted({s for s, _ in script}))}
@@ -102,9 +118,10 @@ def run_pipeline_bench(blocks: int = 100_000, json_out: str | Path | None = None
         "record_ms": {"p50": round(median(record_ms), 3), "p95": round(percentile(record_ms, 95), 3)},
         "stages_p50_ms": {name: round(median(v), 3) for name, v in stages.items() if v},
         "stage1": classifier,
+        "llm_ms": llm_ms,
     }
     table = Table(title=f"pipeline overhead without LLM calls, {total_blocks:,} blocks in the store "
-                        f"({len(script)} messages, medians of one run)")
+                        f"({len(script)} messages, stage-2 model answering in {llm_ms:g} ms, medians of one run)")
     for column in ("what", "p50 ms", "p95 ms"):
         table.add_column(column, justify="right")
     table.add_row("plan (message in → prompt ready)", f"{report['overhead_ms']['p50']:.2f}",
