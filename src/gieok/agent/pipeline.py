@@ -220,11 +220,12 @@ class ConversationPipeline:
     def _needs_vector(self, message: IncomingMessage) -> bool:
         return self.guard.classifier is not None or (self.classifier is not None and not message.explicit)
 
-    def _embed_message(self, message: IncomingMessage, timings: dict[str, float]) -> np.ndarray:
+    def _embed_messages(self, texts: list[str], timings: dict[str, float]) -> np.ndarray:
         t = time.perf_counter()
-        vector = self.memory.embedder.embed_passages([message.content])[0]  # cached: the turn block reuses it
+        # One batched call; cached, so the turn blocks written at `record` reuse these vectors.
+        vectors = self.memory.embedder.embed_passages(texts)
         timings["embed_ms"] = (time.perf_counter() - t) * 1000
-        return vector
+        return vectors
 
     def observe(self, message: IncomingMessage) -> Observation:
         """Take a message in: validate, pattern-guard, append to L1, count it for the stage-2
@@ -269,11 +270,14 @@ class ConversationPipeline:
                 "timings": timings, "first": first}
 
     def _judge_vector(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
-        """The checks that need the message's embedding: the guard's classifier and stage 1."""
-        vector = self._embed_message(message, plan.timings_ms)
+        """The checks that need embeddings: the guard's classifier (every message of the batch,
+        each on its own) and stage 1 (the last message, after the one before the batch)."""
+        texts = [row.content for row in plan.l1_rows] or [message.content]
+        vectors = self._embed_messages(texts, plan.timings_ms)
         t = time.perf_counter()
         if self.guard.classifier is not None:
-            verdict = self.guard.check(message.content, vector)
+            verdicts = [self.guard.check(text, vector) for text, vector in zip(texts, vectors)]
+            verdict = max(verdicts, key=lambda v: (v.attack, v.score))
             plan.guard = verdict
             if verdict.attack and not plan.flagged:
                 plan.flagged = True
@@ -282,7 +286,7 @@ class ConversationPipeline:
         plan.timings_ms["guard_ms"] = plan.timings_ms.get("guard_ms", 0.0) + (time.perf_counter() - t) * 1000
         if not message.explicit:
             t = time.perf_counter()
-            plan.stage1 = self._stage1(vector, recent)
+            plan.stage1 = self._stage1(vectors[-1], recent)
             plan.timings_ms["stage1_ms"] = (time.perf_counter() - t) * 1000
 
     def _recall_and_assemble(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
