@@ -127,6 +127,7 @@ class BotCore:
         self._active = pipeline.tables.active_keys()
         self._closing = False
         self._closing_event = asyncio.Event()
+        self._executor: Any = None
         self._custom_generate = generate
         # With tools the first answer must be complete to see whether it calls one, so tool
         # turns are not streamed; `tool_rounds = 0` (or no tools) streams every reply.
@@ -166,6 +167,7 @@ class BotCore:
         """Take a message in now (observed, stored); the reply, if any, comes after the debounce."""
         if self._closing:
             raise GieokError("the bot is shutting down")
+        self._ensure_executor()
         explicit = self.explicit(message)
         incoming = IncomingMessage(message.content, user_id=message.user_id, channel=message.ref.channel,
                                    guild=message.ref.guild, display_name=message.display_name, explicit=explicit,
@@ -187,6 +189,16 @@ class BotCore:
             state.planning_task.cancel()
         state.wake.set()
         return observation
+
+    def _ensure_executor(self) -> None:
+        """Blocking work (SQLite, embedding hand-off) runs in worker threads. asyncio's default
+        pool has cpu + 4 threads; with dozens of channels, threads waiting for the embedder or
+        the commit lock would starve quick reads, so the runtime gives the loop a larger pool."""
+        if self._executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="gieok-runtime")
+            asyncio.get_running_loop().set_default_executor(self._executor)
 
     # -- the channel worker ----------------------------------------------------------------------
     async def _run(self, state: _Channel) -> None:
