@@ -29,22 +29,35 @@ class EmbeddingClassifier:
     @classmethod
     def fit(cls, vectors: np.ndarray, labels: Sequence[bool], *, l2: float = 1e-2, steps: int = 3000,
             learning_rate: float = 0.5) -> "EmbeddingClassifier":
-        x = np.asarray(vectors, dtype=np.float64)
-        y = np.asarray(labels, dtype=np.float64)
-        if x.ndim != 2 or len(x) != len(y) or len(x) < 2:
-            raise ValueError("need a 2-d matrix with one label per row (at least two rows)")
-        if y.min() == y.max():
-            raise ValueError("need examples of both classes")
-        mean = x.mean(axis=0)
-        scale = x.std(axis=0) + 1e-6
-        xs = (x - mean) / scale
-        w = np.zeros(x.shape[1])
+        """Full-batch gradient descent at a fixed `learning_rate` on the L2-regularised log loss."""
+        xs, y, mean, scale = _standardise(vectors, labels)
+        w = np.zeros(xs.shape[1])
         b = 0.0
-        for _ in range(steps):  # full-batch gradient descent on the L2-regularised log loss
+        for _ in range(steps):
             p = 1.0 / (1.0 + np.exp(-(xs @ w + b)))
             error = p - y
             w -= learning_rate * (xs.T @ error / len(y) + l2 * w)
             b -= learning_rate * float(error.mean())
+        return cls(w, b, mean, scale)
+
+    @classmethod
+    def fit_accelerated(cls, features: np.ndarray, labels: Sequence[bool], *, l2: float = 1e-3,
+                        steps: int = 1500) -> "EmbeddingClassifier":
+        """The same model by Nesterov-accelerated gradient descent, for features whose scale
+        makes a fixed learning rate unstable (kernel maps): the step is 1 / the largest
+        eigenvalue of the features' second moment — the log loss's curvature is at most a
+        quarter of that, so the step is safe."""
+        xs, y, mean, scale = _standardise(features, labels)
+        step = 1.0 / max(float(np.linalg.eigvalsh(xs.T @ xs / len(xs))[-1]), 1e-6)
+        w, b = np.zeros(xs.shape[1]), 0.0
+        previous_w, previous_b = w, b
+        for t in range(steps):
+            momentum = t / (t + 3.0)
+            look_w, look_b = w + momentum * (w - previous_w), b + momentum * (b - previous_b)
+            error = 1.0 / (1.0 + np.exp(-(xs @ look_w + look_b))) - y
+            previous_w, previous_b = w, b
+            w = look_w - step * (xs.T @ error / len(y) + l2 * look_w)
+            b = look_b - step * float(error.mean())
         return cls(w, b, mean, scale)
 
     def predict_proba(self, vectors: np.ndarray) -> np.ndarray:
@@ -61,3 +74,15 @@ class EmbeddingClassifier:
         with np.load(source, allow_pickle=False) as data:
             model = cls(data["weights"], float(data["bias"][0]), data["mean"], data["scale"])
             return model, json.loads(str(data["meta"]))
+
+
+def _standardise(vectors: np.ndarray, labels: Sequence[bool]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    x = np.asarray(vectors, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    if x.ndim != 2 or len(x) != len(y) or len(x) < 2:
+        raise ValueError("need a 2-d matrix with one label per row (at least two rows)")
+    if y.min() == y.max():
+        raise ValueError("need examples of both classes")
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0) + 1e-6
+    return (x - mean) / scale, y, mean, scale

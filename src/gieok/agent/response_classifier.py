@@ -193,33 +193,6 @@ def _centre(matrix: np.ndarray, mean: np.ndarray) -> np.ndarray:
     return _unit_rows(np.where(present, matrix - np.asarray(mean, dtype=np.float32), 0.0))
 
 
-def _fit_logistic(features: np.ndarray, labels: Sequence[bool], *, l2: float = L2,
-                  steps: int = STEPS) -> EmbeddingClassifier:
-    """L2-regularised logistic regression on standardised features by Nesterov-accelerated
-    gradient descent (step 1 / largest eigenvalue of the features' second moment: the log
-    loss's curvature is at most a quarter of that, so the step is safe)."""
-    x = np.asarray(features, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.float64)
-    if x.ndim != 2 or len(x) != len(y) or len(x) < 2:
-        raise ValueError("need a 2-d matrix with one label per row (at least two rows)")
-    if y.min() == y.max():
-        raise ValueError("need examples of both classes")
-    mean = x.mean(axis=0)
-    scale = x.std(axis=0) + 1e-6
-    xs = (x - mean) / scale
-    step = 1.0 / max(float(np.linalg.eigvalsh(xs.T @ xs / len(xs))[-1]), 1e-6)
-    w, b = np.zeros(x.shape[1]), 0.0
-    previous_w, previous_b = w, b
-    for t in range(steps):
-        momentum = t / (t + 3.0)
-        look_w, look_b = w + momentum * (w - previous_w), b + momentum * (b - previous_b)
-        error = 1.0 / (1.0 + np.exp(-(xs @ look_w + look_b))) - y
-        previous_w, previous_b = w, b
-        w = look_w - step * (xs.T @ error / len(y) + l2 * look_w)
-        b = look_b - step * float(error.mean())
-    return EmbeddingClassifier(w, b, mean, scale)
-
-
 def _squared_distances(a: np.ndarray, b: np.ndarray, b_sq: np.ndarray) -> np.ndarray:
     # A few query rows (the bot scoring one message) go through einsum, not BLAS: a 1×384 by
     # 384×1,342 product wakes OpenBLAS's worker threads, which then fight the embedder's own
@@ -310,7 +283,8 @@ class ResponseClassifier:
                                           np.ones(len(anchors_m)))
         shell = cls(placeholder, anchors_m, anchors_c, embedder_name=embedder_name, dataset_sha256=dataset_sha256,
                     threshold=threshold, message_mean=message_mean, context_mean=context_mean, embedder=embedder)
-        shell.model = _fit_logistic(shell._features(anchors_m, anchors_c), labels)
+        shell.model = EmbeddingClassifier.fit_accelerated(shell._features(anchors_m, anchors_c), labels, l2=L2,
+                                                           steps=STEPS)
         return shell
 
     @classmethod
