@@ -44,6 +44,7 @@ from .gatekeeper import Analyst, Decision, Extraction, looks_like_question
 from .guard import GuardVerdict, InjectionGuard
 from .guardrails import MessageGuard, check_raw_input, is_meta_fact
 from .prompts import prompt, read_text_file
+from .response_classifier import GateVerdict
 
 __all__ = ["IncomingMessage", "Observation", "Plan", "Stage1", "ConversationPipeline", "Event"]
 
@@ -89,10 +90,7 @@ class Observation:
     first: bool  # the first message this conversation ever had
 
 
-@dataclass(frozen=True)
-class Stage1:
-    probability: float
-    decision: str  # respond | silent | unsure
+Stage1 = GateVerdict  # stage 1's verdict: probability and respond | silent | unsure
 
 
 @dataclass(frozen=True)
@@ -143,7 +141,7 @@ class ConversationPipeline:
     """Owns the conversation layers over one `Memory`. `llm` is the gatekeeper's model
     (stage 2); without one, stage 2 falls back to heuristics, explicitly. `classifier` is
     stage 1 (the bundled model by default; None: no stage 1, only explicit calls and stage 2
-    decide)."""
+    decide; any object with `needs_response(vector, context_vectors) -> GateVerdict`)."""
 
     def __init__(self, memory: Any, *, settings: Settings | None = None, llm: LLM | None = None,
                  classifier: Any = "bundled", guard: MessageGuard | None = None,
@@ -213,9 +211,7 @@ class ConversationPipeline:
         context_vectors = None
         if recent:  # the classifier reads the previous message only (measured: README "Gatekeeper")
             context_vectors = self.memory.embedder.embed_passages([recent[-1].content])
-        p = float(self.classifier.probability(vector, context_vectors))
-        t = self.settings.gatekeeper_threshold
-        return Stage1(p, "respond" if p >= t else "silent" if p <= 1 - t else "unsure")
+        return self.classifier.needs_response(vector, context_vectors)  # its threshold: gatekeeper_threshold
 
     def _needs_vector(self, message: IncomingMessage) -> bool:
         return self.guard.classifier is not None or (self.classifier is not None and not message.explicit)
