@@ -3,14 +3,15 @@ in channels of their own, with passage vectors cached on disk per model."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
-from ..memory import Memory
+from ..memory import Memory, remove_memory_files
 from .corpus import generate_messages
 from .embed_cache import EmbeddingCache, default_cache_dir
 from .report import progress_bar
 
-__all__ = ["fill_background"]
+__all__ = ["fill_background", "filled_memory"]
 
 FILL_BATCH = 2000
 
@@ -33,3 +34,19 @@ def fill_background(memory: Memory, n: int, cache_dir: Path | None = None) -> No
                                              "speaker": m.speaker, "event_time": m.timestamp} for m in batch])
             memory.add_vectors(prepared, vectors[start : start + len(batch)])
             advance(len(batch))
+
+
+def filled_memory(name: str, blocks: int, workdir: Path | None = None, cache_dir: Path | None = None) -> Memory:
+    """A fresh benchmark database `<workdir>/<name>-<blocks>.db` (a temp dir by default) holding
+    `blocks` background blocks. The caller closes it."""
+    workdir = workdir or Path(tempfile.mkdtemp(prefix=f"gieok-{name}-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    db = workdir / f"{name}-{blocks}.db"
+    remove_memory_files(db)
+    memory = Memory(db)
+    try:
+        fill_background(memory, blocks, cache_dir)
+    except BaseException:
+        memory.close()
+        raise
+    return memory

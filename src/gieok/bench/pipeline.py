@@ -13,7 +13,6 @@ into L1, turn blocks, working memory — after the reply, off the critical path)
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,7 @@ from rich.table import Table
 from ..agent.pipeline import ConversationPipeline, IncomingMessage
 from ..demo import load_sample_conversation
 from ..llm.scripted import Request, ScriptedLLM
-from ..memory import Memory, remove_memory_files
-from .fill import fill_background
+from .fill import filled_memory
 from .report import median, percentile, progress_bar, write_json
 
 __all__ = ["run_pipeline_bench"]
@@ -60,13 +58,8 @@ def _brain(request: Request) -> dict[str, Any]:
 def run_pipeline_bench(blocks: int = 100_000, json_out: str | Path | None = None, *, turns: int = 300,
                        workdir: Path | None = None, cache_dir: Path | None = None,
                        classifier: bool = True, llm_ms: float = 0.0) -> dict[str, Any]:
-    workdir = workdir or Path(tempfile.mkdtemp(prefix="gieok-pipeline-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    db = workdir / f"pipeline-{blocks}.db"
-    remove_memory_files(db)
-    memory = Memory(db)
+    memory = filled_memory("pipeline", blocks, workdir, cache_dir)
     try:
-        fill_background(memory, blocks, cache_dir)
         stage1 = None
         if classifier:
             from ..agent.response_classifier import ResponseClassifier

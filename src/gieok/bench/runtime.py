@@ -13,7 +13,6 @@ carries only its own channel's tags (none misrouted).
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ..agent.pipeline import ConversationPipeline
-from ..memory import Memory, remove_memory_files
+from ..memory import Memory
 from ..runtime.core import BotCore, ChannelRef, InboundMessage
-from .fill import fill_background
+from .fill import filled_memory
 from .loopback_llm import TAG, loopback_llm
 from .report import median, percentile, progress_bar, write_json
 
@@ -56,13 +55,8 @@ class _Outbox:
 def run_runtime_bench(blocks: int = 100_000, json_out: str | Path | None = None, *, channels: int = 50,
                       duration: float = 60.0, rate: float = 1.0, workdir: Path | None = None,
                       cache_dir: Path | None = None) -> dict[str, Any]:
-    workdir = workdir or Path(tempfile.mkdtemp(prefix="gieok-runtime-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    db = workdir / f"runtime-{blocks}.db"
-    remove_memory_files(db)
-    memory = Memory(db)
+    memory = filled_memory("runtime", blocks, workdir, cache_dir)
     try:
-        fill_background(memory, blocks, cache_dir)
         with loopback_llm() as url:
             report = asyncio.run(_play(memory, url, channels, duration, rate))
     finally:
@@ -103,7 +97,7 @@ async def _play(memory: Memory, url: str, channels: int, duration: float, rate: 
     aclose = getattr(llm, "aclose", None)
     if aclose is not None:
         await aclose()
-    turns = list(_all_timings(core))
+    turns = list(core.turn_log)
     overheads = [t.turn_overhead_ms for t in turns if t.responded and t.to_first_token_ms > 0]
     found = {tag for block in memory.iter_blocks() if block.kind == "turn" for tag in TAG.findall(block.text)
              if block.speaker != settings.bot_name}
@@ -129,10 +123,6 @@ async def _play(memory: Memory, url: str, channels: int, duration: float, rate: 
         "seconds_behind_schedule": round(max(0.0, behind), 2),
         "health": {k: v for k, v in core.health.as_dict().items() if k != "stages"},
     }
-
-
-def _all_timings(core: BotCore):
-    return core.turn_log
 
 
 def _print(report: dict[str, Any], blocks: int, channels: int, duration: float, rate: float) -> None:
