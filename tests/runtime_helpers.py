@@ -26,10 +26,12 @@ class VirtualTime:
     def clock(self) -> float:
         return self.now
 
-    async def sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float) -> asyncio.Future:
+        # Registered at the call, not when a task wrapping it first runs: an `advance()` in
+        # between would otherwise count the delay from the advanced time.
         future = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (self.now + max(0.0, seconds), next(self._order), future))
-        await future
+        return future
 
     async def advance(self, seconds: float) -> None:
         target = self.now + seconds

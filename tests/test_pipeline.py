@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from gieok import Memory
+from gieok.layers.summary import SummaryStore
 from gieok.agent.pipeline import ConversationPipeline, IncomingMessage
 from gieok.errors import InvalidInputError, InvalidTypeError, TextTooLongError
 from gieok.layers.recent import conversation_of
@@ -233,16 +234,24 @@ def test_core_from_configuration_and_operator(memory: Memory, tmp_path: Path) ->
     assert "이 서버는 2020년에 만들어졌다." in system and "카페 채널은 조용히" in system
 
 
-def test_forget_user_erases_facts_and_messages(memory: Memory) -> None:
-    brain = Brain(facts=[{"user_id": "42", "fact": "<user:42>는 치과의사다.", "topic": "직업"}])
+def test_forget_user_erases_facts_messages_and_summary_mentions(memory: Memory) -> None:
+    brain = Brain(facts=[{"user_id": "42", "fact": "<user:42>는 치과의사다.", "topic": "직업"}],
+                  summary={"topic": "직업 이야기", "new_point": "<user:42>는 치과의사라고 했다",
+                           "new_topic": "<user:42>의 이직 고민"})
     pipeline = ConversationPipeline(memory, llm=ScriptedLLM(brain))
     run(exchange(pipeline, msg("나 치과의사야")))
     run(exchange(pipeline, msg("난 간호사야", user="7", name="지수")))
+    before = pipeline.summaries.get(CAFE)
+    assert "42" in before.participants and any("<user:42>" in p for p in before.key_points)
     result = pipeline.forget_user("42")
-    assert result["facts"] == 1 and result["messages"] >= 1
+    assert result["facts"] == 1 and result["messages"] >= 1 and result["summary_items"] == 2
     assert all("치과" not in b.text for b in memory.iter_blocks())
     remaining = pipeline.l1.recent(CAFE)
     assert remaining and all(r.user_id != "42" for r in remaining)
+    for summary in (pipeline.summaries.get(CAFE), SummaryStore(pipeline.tables).get(CAFE)):  # cached and stored
+        assert "42" not in summary.participants and summary.last_speaker != "42"
+        assert summary.key_points == () and summary.ongoing_topics == ()
+        assert summary.topic == "직업 이야기"
 
 
 def test_stage1_classifier_decides_between_analyses(memory: Memory) -> None:

@@ -98,6 +98,30 @@ def test_interrupt_and_merge(memory: Memory) -> None:
     run(scenario())
 
 
+def test_a_full_batch_is_not_interrupted(memory: Memory) -> None:
+    """Merging into a batch that cannot grow would only throw the plan away: under load a user
+    who keeps typing would restart every plan (measured: 617 restarts in the 50-channel bench)."""
+    async def scenario() -> None:
+        vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
+        core = make_core(memory, model, vt, outbox, max_batch=2)
+        core.set_active(CAFE, True)
+        model.hold = asyncio.Event()
+        await core.submit(msg("하나", user="1"))
+        await core.submit(msg("둘", user="1"))  # the batch is full: planning starts without a debounce
+        await until(lambda: len(model.decisions) == 1)
+        await core.submit(msg("셋", user="1"))  # same user, but the batch has no room: waits
+        model.hold.set()
+        await until(lambda: len(outbox.sent) == 1)
+        assert core.health.merged == 0
+        assert outbox.sent[0].text.strip() == "답장: 하나\n둘"
+        await vt.advance(3.0)
+        await until(lambda: len(outbox.sent) == 2)
+        assert outbox.sent[1].text.strip() == "답장: 셋"
+        await core.close()
+
+    run(scenario())
+
+
 def test_channels_run_in_parallel(memory: Memory) -> None:
     async def scenario() -> None:
         vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()

@@ -153,7 +153,7 @@ def forget_user(
     with _open(db) as memory:
         result = _pipeline(memory).forget_user(user)
     out.print(f"erased {result['facts']} fact(s), {result['messages']} message block(s), "
-              f"{result['l1_rows']} recent message(s) of user {user}")
+              f"{result['l1_rows']} recent message(s), {result['summary_items']} summary item(s) of user {user}")
 
 
 @app.command()

