@@ -83,6 +83,7 @@ class Harness:
                             sleep=self.vt.sleep)
         self.bot.attach(self.core)
         self._ids = itertools.count(100)
+        self.conversational = 0  # messages said that the core must take in (not the bot's, not commands)
 
     async def connect(self) -> None:
         await self.bot._async_setup_hook()  # what login() does first: binds the client to this loop
@@ -113,10 +114,18 @@ class Harness:
             payload["referenced_message"] = reply_to
             payload["type"] = 19
         self.bot._connection.parse_message_create(payload)
+        if author != BOT_ID and not content.startswith(self.bot.prefix):
+            self.conversational += 1
         return message_id
 
+    async def observed(self) -> None:
+        """discord.py dispatches on_message in a task of its own, and the core observes in a
+        worker thread: wait until every message said has been taken in. Moving the virtual clock
+        before that would start the debounce at the advanced time, and it would never end."""
+        await until(lambda: self.core.health.messages_in >= self.conversational)
+
     async def turn(self, expected_messages: int) -> None:
-        await asyncio.sleep(0.05)  # let discord.py dispatch on_message and the core observe it
+        await self.observed()
         await self.vt.advance(3.0)
         await until(lambda: len(self.http.messages()) >= expected_messages)
         await until(self.core.idle)
@@ -222,7 +231,7 @@ def test_own_messages_are_ignored_and_close_flushes(memory: Memory) -> None:
         await h.connect()
         h.say("I am the bot talking", author=BOT_ID, name="Nuri")
         h.say("누리야 마지막 메시지")
-        await asyncio.sleep(0.05)
+        await h.observed()
         await h.bot.close()  # shutdown before the debounce ends: the queued call is still answered
         assert len(h.http.messages()) == 1
         texts = [b.text for b in memory.iter_blocks() if b.kind == "turn"]
