@@ -19,6 +19,7 @@ snapshot of the conversation.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import re
 import threading
@@ -223,7 +224,7 @@ class ConversationPipeline:
         self.summaries.note_speaker(conversation, message.user_id)
         # Its vector (guard, stage 1, turn block) is computed while the debounce runs, so the
         # turn that answers it does not wait for it.
-        self.memory.embedder.prefetch_passages([row.content])
+        self.memory.embedder.prefetch_passages([row.content.strip()])  # as the turn block will embed it
         if verdict.attack:
             self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
                                                "score": verdict.score, "matches": list(verdict.matches)})
@@ -258,9 +259,9 @@ class ConversationPipeline:
         classifier reads the previous message only: README "Gatekeeper"). The vectors were
         usually computed while the debounce ran (`observe` prefetches them), and they are
         awaited without holding a thread; the turn blocks written at `record` reuse them."""
-        texts = [row.content for row in plan.l1_rows] or [message.content]
+        texts = [row.content.strip() for row in plan.l1_rows] or [message.content.strip()]
         stage1 = self.classifier is not None and not message.explicit
-        context = [recent[-1].content] if stage1 and recent else []
+        context = [recent[-1].content.strip()] if stage1 and recent else []
         t = time.perf_counter()
         vectors = await self.memory.embedder.aembed_passages(texts + context)
         plan.timings_ms["embed_ms"] = (time.perf_counter() - t) * 1000
@@ -443,27 +444,33 @@ class ConversationPipeline:
     async def _commit_behind(self, conversation: Scope) -> None:
         waiting = await asyncio.to_thread(self.tables.l1_pending, scope_key(conversation))
         if waiting:  # vectors first, awaited without a thread, behind every turn's own work
-            await self.memory.embedder.aembed_passages([row.content for row in waiting], Priority.LATER)
-        with embedding_priority(Priority.LATER):
-            await asyncio.to_thread(self.commit_pending, conversation)
+            await self.memory.embedder.aembed_passages([row.content.strip() for row in waiting], Priority.LATER)
+            await asyncio.to_thread(self.commit_pending, conversation, embedded_only=True)
 
     def _append_reply(self, plan: Plan, reply: str | None) -> None:
         if reply is not None and reply.strip():
             self.l1.append(plan.conversation, role="assistant", content=reply[: self.settings.max_text_chars],
                            user_id=None, display_name=self.settings.bot_name)
 
-    def commit_pending(self, conversation: Scope | None = None) -> int:
+    def commit_pending(self, conversation: Scope | None = None, *, embedded_only: bool = False) -> int:
         """Write the L1 messages that are not yet turn blocks into long-term memory (one
         conversation's, or all of them at start-up). Serialised: two channels recording at
         once must not both write the same row. The embedding (the slow part) happens before
-        the lock, so one channel's long reply does not hold up every other channel's commit."""
+        the lock, so one channel's long reply does not hold up every other channel's commit.
+        `embedded_only`: write only the leading rows whose vectors are already cached and leave
+        the rest for a later commit, so the lock is never held waiting for the engine (under
+        load, write-behind embeddings wait behind every turn)."""
         key = scope_key(conversation) if conversation is not None else None
         waiting = self.tables.l1_pending(key)
         if not waiting:
             return 0
-        self.memory.embedder.embed_passages([row.content for row in waiting])  # into the cache
+        if not embedded_only:
+            self.memory.embedder.embed_passages([row.content.strip() for row in waiting])  # into the cache
         with self._commit_lock:
             pending = self.tables.l1_pending(key)  # again: another commit may have written some
+            if embedded_only:
+                pending = list(itertools.takewhile(lambda row: self.memory.embedder.has(row.content.strip()),
+                                                   pending))
             if not pending:
                 return 0
             items = []
@@ -502,7 +509,8 @@ class ConversationPipeline:
         known = {r.user_id for r in rows if r.role == "user" and r.user_id}
         summary = "\n".join(sum(self.summaries.get(plan.conversation).context_lines().values(), []))
         extraction = await self.analyst.extract(transcript=transcript, summary=summary, known_users=known)
-        await asyncio.to_thread(self._apply_extraction, plan, extraction, rows, names)
+        with embedding_priority(Priority.SOON):  # background, but ahead of write-behind: it holds a thread
+            await asyncio.to_thread(self._apply_extraction, plan, extraction, rows, names)
         return extraction
 
     def _apply_extraction(self, plan: Plan, extraction: Extraction, rows: list[L1Row],

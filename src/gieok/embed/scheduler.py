@@ -65,7 +65,7 @@ class EmbeddingScheduler:
     batched together; background ones run `background_chunk` texts at a time so an urgent
     request never waits behind more than one small chunk."""
 
-    def __init__(self, inner: Embedder, *, urgent_batch: int = 32, background_chunk: int = 2) -> None:
+    def __init__(self, inner: Embedder, *, urgent_batch: int = 32, background_chunk: int = 1) -> None:
         self.inner = inner
         self.name = inner.name
         self.dimension = inner.dimension
