@@ -296,6 +296,16 @@ def test_conv_pos_counts_per_channel(memory: Memory) -> None:
     # a channel is a channel whatever guild it is in: positions follow the channel id
     assert memory.add("x5", scope={"guild": "other", "channel": "a"}).conv_pos == 5
 
+def test_next_position_is_an_index_lookup_not_a_scan(memory: Memory) -> None:
+    """Every append asks for its channel's last position; a scan of the blocks table there made
+    each write O(N) (found in the 50-channel runtime bench at 100k blocks)."""
+    from gieok.store.sqlite import LAST_POSITION_SQL
+
+    memory.add("a turn", scope={"channel": "a"})
+    plan = " ".join(row[-1] for row in memory.store._query("EXPLAIN QUERY PLAN " + LAST_POSITION_SQL, ("a",)))
+    assert "USING COVERING INDEX blocks_by_position" in plan, plan
+
+
 
 def test_block_index_is_monotonic_and_chained(memory: Memory) -> None:
     blocks = [memory.add("first 첫 번째")]

@@ -32,6 +32,10 @@ from .schema import MIGRATIONS, SCHEMA_VERSION
 
 __all__ = ["SQLiteStore", "facet_tokens"]
 
+# The channel's last conversation position. `conv_pos IS NOT NULL` lets SQLite use the partial
+# index blocks_by_position; without it every append scanned the whole table (~40 ms at 100k).
+LAST_POSITION_SQL = "SELECT max(conv_pos) FROM blocks WHERE channel = ? AND conv_pos IS NOT NULL"
+
 _BLOCK_COLUMNS = (
     "block_index, kind, guild, channel, user_id, speaker, text, event_time, insert_time, importance, "
     "keywords, tags, metadata, conv_pos, content_digest, prev_hash, hash, forgotten_at"
@@ -198,7 +202,7 @@ class SQLiteStore:
                 channel = new.scope.channel
                 if channel is not None and new.kind == "turn":  # only turns make up the conversation
                     if channel not in positions:
-                        row = conn.execute("SELECT max(conv_pos) FROM blocks WHERE channel = ?", (channel,)).fetchone()
+                        row = conn.execute(LAST_POSITION_SQL, (channel,)).fetchone()
                         positions[channel] = row[0] or 0
                     positions[channel] += 1
                     conv_pos = positions[channel]
