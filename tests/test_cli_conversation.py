@@ -71,3 +71,34 @@ def test_bench_facts_scores_a_labeled_file(tmp_path: Path) -> None:
     bad.write_text('{"old": "a", "new": "b", "label": "maybe"}\n', encoding="utf-8")
     refused = gieok("bench", "facts", "--data", str(bad))
     assert refused.returncode == 1 and "line 1" in refused.stderr
+
+
+def test_bench_runtime_loses_and_misroutes_nothing(tmp_path: Path) -> None:
+    """A small run of the real benchmark (loopback provider in its own process, real runtime):
+    behaviour only — every message stored and answered in its own channel; speed is the
+    benchmark's business, not this test's."""
+    out = tmp_path / "runtime.json"
+    result = gieok("bench", "runtime", "--blocks", "0", "--channels", "3", "--duration", "2", "--rate", "2",
+                   "--json", str(out), "--db", str(tmp_path / "bench"))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["messages_sent"] == 12 and report["messages_lost"] == 0 and report["misrouted_replies"] == 0
+    assert report["messages_answered"] == 12 and report["arrivals"] == "random"
+    assert set(report["turn_overhead_ms"]) == {"p50", "p95"}
+    refused = gieok("bench", "runtime", "--arrivals", "bursty")
+    assert refused.returncode == 1 and "--arrivals" in refused.stderr
+
+
+def test_runtime_bench_arrival_schedules() -> None:
+    from gieok.bench.runtime import arrival_schedule
+
+    for arrivals in ("random", "even"):
+        schedule = arrival_schedule(4, 10.0, 2.0, arrivals, seed=3)
+        assert len(schedule) == 4 * 20 and schedule == sorted(schedule)
+        assert all(0.0 <= at < 10.0 for at, _, _ in schedule)
+        for channel in range(4):
+            numbers = [n for _, c, n in schedule if c == channel]
+            assert numbers == list(range(20)), "each channel's messages go out in order"
+    even = arrival_schedule(4, 10.0, 2.0, "even")
+    assert [(at, c) for at, c, _ in even[:4]] == [(0.0, 0), (0.125, 1), (0.25, 2), (0.375, 3)]
+    assert arrival_schedule(4, 10.0, 2.0, "random", seed=3) == arrival_schedule(4, 10.0, 2.0, "random", seed=3)

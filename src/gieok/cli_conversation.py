@@ -242,6 +242,10 @@ def bench_runtime(
     channels: Annotated[int, typer.Option(help="Channels sending at once.")] = 50,
     duration: Annotated[float, typer.Option(help="Seconds of traffic (real time).")] = 60.0,
     rate: Annotated[float, typer.Option(help="Messages per second per channel.")] = 1.0,
+    arrivals: Annotated[str, typer.Option(help="random: each channel's messages at independent random times "
+                                               "(people typing); even: all channels on one beat, their batches "
+                                               "filling in the same second (a synchronised worst case).")] = "random",
+    seed: Annotated[int, typer.Option(help="Seed of the random arrival times.")] = 7,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
     workdir: Annotated[Optional[Path], typer.Option("--db", help="Directory for the benchmark database (recreated; default: a temp dir).")] = None,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
@@ -249,10 +253,13 @@ def bench_runtime(
     """The chat runtime under load: turn overhead to the first token, lost and misrouted messages.
 
     Example: gieok bench runtime --blocks 100000 --channels 50 --duration 60 --json runtime.json
+    (add --arrivals even for the synchronised worst case)
     """
-    from .bench.runtime import run_runtime_bench
+    from .bench.runtime import ARRIVALS, run_runtime_bench
 
     if blocks < 0 or channels < 1 or duration <= 0 or rate <= 0:
         raise InvalidInputError("--blocks >= 0, --channels >= 1, --duration > 0 and --rate > 0")
-    run_runtime_bench(blocks, json_out, channels=channels, duration=duration, rate=rate, workdir=workdir,
-                      cache_dir=cache_dir)
+    if arrivals not in ARRIVALS:
+        raise InvalidInputError(f"--arrivals must be one of: {', '.join(ARRIVALS)}")
+    run_runtime_bench(blocks, json_out, channels=channels, duration=duration, rate=rate, arrivals=arrivals,
+                      seed=seed, workdir=workdir, cache_dir=cache_dir)

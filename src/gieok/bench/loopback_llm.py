@@ -1,6 +1,10 @@
 """A loopback OpenAI-compatible chat server for benchmarks: answers at once, over real HTTP,
 so the real provider client (httpx, SSE parsing, the router) runs in the measured path.
 
+It runs in a process of its own, as a real provider does: in the benchmark's process its
+threads took the interpreter lock from the bot being measured (measured: the provider's own
+first token took 44 ms under the 50-channel load instead of a few).
+
 Replies: a request with a JSON schema gets a gatekeeper-shaped JSON answer (reply, no
 retrieval; empty extraction); a streamed request echoes the last user message's bracketed
 tags (e.g. "[c07-m012]") so a benchmark can check every reply landed in the right channel.
@@ -10,6 +14,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,8 +71,29 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def loopback_llm() -> Iterator[str]:
-    """Yields the server's `/v1` base URL."""
+def loopback_llm(*, in_process: bool = False) -> Iterator[str]:
+    """Yields the server's `/v1` base URL; the server runs in a child process unless `in_process`."""
+    if in_process:
+        with _serve_here() as url:
+            yield url
+        return
+    child = subprocess.Popen([sys.executable, "-m", "gieok.bench.loopback_llm"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        url = child.stdout.readline().strip()
+        if not url.startswith("http://"):
+            raise RuntimeError(f"the loopback LLM server did not start (exit code {child.poll()})")
+        yield url
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
+@contextmanager
+def _serve_here() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -76,3 +103,18 @@ def loopback_llm() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def main() -> None:
+    """Serve until terminated; the first line on stdout is the base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    print(f"http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -2,8 +2,12 @@
 
 A store is filled with N blocks of other channels' chat; a loopback OpenAI-compatible server
 (bench.loopback_llm) answers at once over real HTTP (the real client, router and SSE parser
-run). `channels` channels each send one message per second (real time) for `duration`
-seconds, every message an explicit call carrying a tag "[cNN-mMMM]"; the runtime debounces,
+run). `channels` channels each send `rate` messages per second (real time) for `duration`
+seconds, every message an explicit call carrying a tag "[cNN-mMMM]". Arrivals are either
+`random` (each channel's messages at independent uniformly random times: a Poisson process
+given the count, as independent people type) or `even` (every channel on the same one-second
+beat, offset by c/channels: all channels fill their batches in the same second, a synchronised
+burst of turns every max_batch seconds — a worst case). The runtime debounces,
 batches, plans, streams and records as in production. Measured per turn: the overhead from
 "debounce over" to the first token out, minus the stage-2 call and the provider's wait for its
 first token. Checked after shutdown: every sent message is in memory (none lost), every reply
@@ -13,6 +17,7 @@ carries only its own channel's tags (none misrouted).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,7 @@ from .report import median, percentile, progress_bar, write_json
 
 __all__ = ["run_runtime_bench"]
 
+ARRIVALS = ("random", "even")
 QUESTIONS = ("오늘 뭐 해?", "점심 추천해줘", "what's up?", "내일 날씨 어때?", "any game tonight?", "주말 계획 있어?")
 
 
@@ -53,20 +59,43 @@ class _Outbox:
 
 
 def run_runtime_bench(blocks: int = 100_000, json_out: str | Path | None = None, *, channels: int = 50,
-                      duration: float = 60.0, rate: float = 1.0, workdir: Path | None = None,
-                      cache_dir: Path | None = None) -> dict[str, Any]:
+                      duration: float = 60.0, rate: float = 1.0, arrivals: str = "random", seed: int = 7,
+                      workdir: Path | None = None, cache_dir: Path | None = None) -> dict[str, Any]:
+    if arrivals not in ARRIVALS:
+        raise ValueError(f"arrivals must be one of {', '.join(ARRIVALS)}, not {arrivals!r}")
+    schedule = arrival_schedule(channels, duration, rate, arrivals, seed)
     memory = filled_memory("runtime", blocks, workdir, cache_dir)
     try:
         with loopback_llm() as url:
-            report = asyncio.run(_play(memory, url, channels, duration, rate))
+            report = asyncio.run(_play(memory, url, channels, schedule, f"{channels} channels × {rate:g} msg/s "
+                                                                          f"× {duration:g} s ({arrivals})"))
     finally:
         memory.close()
-    _print(report, blocks, channels, duration, rate)
+    report["arrivals"] = arrivals
+    _print(report, blocks, channels, duration, rate, arrivals)
     write_json(json_out, report)
     return report
 
 
-async def _play(memory: Memory, url: str, channels: int, duration: float, rate: float) -> dict[str, Any]:
+def arrival_schedule(channels: int, duration: float, rate: float, arrivals: str,
+                     seed: int = 7) -> list[tuple[float, int, int]]:
+    """(seconds from the start, channel, message number) for every message, in time order;
+    each channel sends int(duration × rate) messages."""
+    count = int(duration * rate)
+    rng = random.Random(seed)
+    schedule = []
+    for c in range(channels):
+        if arrivals == "even":
+            times = [(m + c / channels) / rate for m in range(count)]
+        else:
+            times = sorted(rng.uniform(0.0, duration) for _ in range(count))
+        schedule.extend((t, c, m) for m, t in enumerate(times))
+    schedule.sort()
+    return schedule
+
+
+async def _play(memory: Memory, url: str, channels: int, schedule: list[tuple[float, int, int]],
+                title: str) -> dict[str, Any]:
     from ..llm import create_llm
 
     settings = memory.settings.with_overrides(llm_chain="openai:bench-model", openai_base_url=url,
@@ -80,21 +109,19 @@ async def _play(memory: Memory, url: str, channels: int, duration: float, rate: 
     engine = getattr(memory.embedder, "inner", None)
     busy_before = getattr(engine, "busy_seconds", 0.0)
     sent: dict[str, str] = {}  # tag -> channel
-    total = int(duration * rate) * channels
     started = time.monotonic()
-    with progress_bar(f"{channels} channels × {rate:g} msg/s × {duration:g} s", total) as advance:
-        for second in range(int(duration * rate)):
-            for c, ref in enumerate(refs):
-                target = started + (second + c / channels) / rate
-                delay = target - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                tag = f"[c{c:02d}-m{second:03d}]"
-                sent[tag] = ref.channel
-                await core.submit(InboundMessage(ref, f"u{c:02d}", f"누리야 {tag} {QUESTIONS[second % len(QUESTIONS)]}",
-                                                 display_name=f"user{c:02d}", message_id=f"{c}-{second}"))
-                advance()
-        behind = time.monotonic() - started - duration
+    with progress_bar(title, len(schedule)) as advance:
+        for at, c, number in schedule:
+            delay = started + at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            ref = refs[c]
+            tag = f"[c{c:02d}-m{number:03d}]"
+            sent[tag] = ref.channel
+            await core.submit(InboundMessage(ref, f"u{c:02d}", f"누리야 {tag} {QUESTIONS[number % len(QUESTIONS)]}",
+                                             display_name=f"user{c:02d}", message_id=f"{c}-{number}"))
+            advance()
+        behind = time.monotonic() - started - (schedule[-1][0] if schedule else 0.0)
         # How much of the run the one embedding engine was busy: above ~0.9 the load is more
         # than two cores can embed, and turns queue however they are scheduled.
         engine_share = (getattr(engine, "busy_seconds", 0.0) - busy_before) / max(time.monotonic() - started, 1e-9)
@@ -131,8 +158,9 @@ async def _play(memory: Memory, url: str, channels: int, duration: float, rate: 
     }
 
 
-def _print(report: dict[str, Any], blocks: int, channels: int, duration: float, rate: float) -> None:
-    table = Table(title=f"runtime: {channels} channels × {rate:g} msg/s × {duration:g} s over {blocks:,} blocks "
+def _print(report: dict[str, Any], blocks: int, channels: int, duration: float, rate: float, arrivals: str) -> None:
+    table = Table(title=f"runtime: {channels} channels × {rate:g} msg/s × {duration:g} s ({arrivals} arrivals) "
+                        f"over {blocks:,} blocks "
                         f"(loopback provider, medians of one run)")
     for column in ("turn overhead p50", "p95", "sent", "lost", "misrouted", "replies", "answered"):
         table.add_column(column, justify="right")
