@@ -122,6 +122,56 @@ def test_a_full_batch_is_not_interrupted(memory: Memory) -> None:
     run(scenario())
 
 
+def test_messages_a_turn_answers_at_once_are_embedded_as_urgent_work(memory: Memory) -> None:
+    """A message that fills a batch, or merges into the plan under way, is answered without a
+    debounce: its vector must not queue behind other channels' prefetches."""
+    from gieok.embed.scheduler import Priority
+
+    async def scenario() -> None:
+        vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
+        core = make_core(memory, model, vt, outbox, max_batch=3)
+        core.set_active(CAFE, True)
+        embedder = core.pipeline.memory.embedder
+        asked: list[tuple[str, Priority]] = []
+        prefetch = embedder.prefetch_passages
+
+        def recording(texts, priority=None):  # the real prefetch, with a note of what was asked
+            asked.extend((text, Priority.SOON if priority is None else priority) for text in texts)
+            return prefetch(texts, priority)
+
+        def replied(text: str) -> bool:
+            return any(s.text.strip() == f"답장: {text}" for s in outbox.sent)
+
+        embedder.prefetch_passages = recording
+        await core.submit(msg("첫째", user="1"))
+        await core.submit(msg("끼어든 사람", user="2"))  # another user's run is ahead: waits its turn
+        await core.submit(msg("둘째", user="1"))
+        await vt.advance(3.0)
+        await until(lambda: replied("둘째"))
+        await until(core.idle)
+        model.hold = asyncio.Event()
+        await core.submit(msg("하나", user="3"))
+        await core.submit(msg("둘", user="3"))
+        await core.submit(msg("셋", user="3"))  # the third fills the batch: answered at once
+        await until(lambda: model.decisions[-1:] == ["하나\n둘\n셋"])  # planning it, held in stage 2
+        await core.submit(msg("넷", user="3", mentions=("999",)))  # the batch is full: waits for the next turn
+        # (a mention: stage 2 runs on it, so the test can hold its plan)
+        model.hold.set()
+        await until(lambda: replied("하나\n둘\n셋"))
+        model.hold = asyncio.Event()
+        await vt.advance(3.0)
+        await until(lambda: model.decisions[-1:] == ["넷"])  # planning "넷", held in stage 2
+        await core.submit(msg("다섯", user="3"))  # same user while planning: merged, planned again now
+        model.hold.set()
+        await until(lambda: replied("넷\n다섯"))
+        assert asked == [("첫째", Priority.SOON), ("끼어든 사람", Priority.SOON), ("둘째", Priority.SOON),
+                         ("하나", Priority.SOON), ("둘", Priority.SOON), ("셋", Priority.NOW), ("넷", Priority.SOON),
+                         ("다섯", Priority.NOW)]
+        await core.close()
+
+    run(scenario())
+
+
 def test_channels_run_in_parallel(memory: Memory) -> None:
     async def scenario() -> None:
         vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()

@@ -208,10 +208,12 @@ class ConversationPipeline:
     def _needs_vector(self, message: IncomingMessage) -> bool:
         return self.guard.classifier is not None or (self.classifier is not None and not message.explicit)
 
-    def observe(self, message: IncomingMessage) -> Observation:
+    def observe(self, message: IncomingMessage, *, needed_now: bool = False) -> Observation:
         """Take a message in: validate, pattern-guard, append to L1, count it for the stage-2
         schedule. Cheap and synchronous, so a runtime calls it the moment a message arrives —
-        whether or not the bot will reply, and before any debounce — and nothing is lost."""
+        whether or not the bot will reply, and before any debounce — and nothing is lost.
+        `needed_now`: a turn will answer this message at once (it fills a batch), so its
+        vector is embedded as urgent work rather than ahead of a debounce."""
         message = self._validate(message)
         conversation = conversation_of(message.guild, message.channel)
         verdict = self.guard.patterns.check(message.content)
@@ -223,8 +225,8 @@ class ConversationPipeline:
         self.tables.channel_state_save(key, (state[0] if state else 0) + 1, state[1] if state else 0, self.clock())
         self.summaries.note_speaker(conversation, message.user_id)
         # Its vector (guard, stage 1, turn block) is computed while the debounce runs, so the
-        # turn that answers it does not wait for it.
-        self.memory.embedder.prefetch_passages([row.content.strip()])  # as the turn block will embed it
+        # turn that answers it does not wait for it. Stripped, as the turn block will embed it.
+        self.memory.embedder.prefetch_passages([row.content.strip()], Priority.NOW if needed_now else None)
         if verdict.attack:
             self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
                                                "score": verdict.score, "matches": list(verdict.matches)})

@@ -110,10 +110,11 @@ class CachedEmbedder:
         with self._lock:
             return (is_query, text) in self._cache
 
-    def prefetch_passages(self, texts: Sequence[str]) -> int:
-        """Start embedding passages that will be needed soon, without waiting; the vectors land
-        in this cache. Only engines with a scheduler (local models) take work in advance; for
-        others this does nothing. Returns how many texts were queued."""
+    def prefetch_passages(self, texts: Sequence[str], priority: "Priority | None" = None) -> int:
+        """Start embedding passages that will be needed soon (`Priority.SOON` by default; `NOW`
+        when a turn is about to ask for them), without waiting; the vectors land in this cache.
+        Only engines with a scheduler (local models) take work in advance; for others this does
+        nothing. Returns how many texts were queued."""
         submit = getattr(self.inner, "submit", None)
         if submit is None:
             return 0
@@ -123,7 +124,8 @@ class CachedEmbedder:
             missing = list(dict.fromkeys(t for t in texts if (False, t) not in self._cache))
         if not missing:
             return 0
-        for text, future in zip(missing, submit(missing, is_query=False, priority=Priority.SOON)):
+        level = Priority.SOON if priority is None else priority
+        for text, future in zip(missing, submit(missing, is_query=False, priority=level)):
             future.add_done_callback(lambda f, text=text: self._store_prefetched(text, f))
         return len(missing)
 

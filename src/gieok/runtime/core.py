@@ -18,6 +18,7 @@ Time is injectable (`clock`, `sleep`) so tests run on virtual time.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -174,14 +175,15 @@ class BotCore:
                                    guild=message.ref.guild, display_name=message.display_name, explicit=explicit,
                                    active=self.is_active(message.ref), timestamp=message.timestamp,
                                    message_id=message.message_id)
+        state = self._channel(message.ref)
         try:
-            observation = await asyncio.to_thread(self.pipeline.observe, incoming)
+            observation = await asyncio.to_thread(functools.partial(
+                self.pipeline.observe, incoming, needed_now=self._fills_batch(state, message.user_id)))
         except Exception as exc:
             self.health.failed("observe", exc)
             raise
         self.health.ok("observe")
         self.health.messages_in += 1
-        state = self._channel(message.ref)
         state.pending.append(_Pending(message, observation, explicit, self.clock()))
         state.last_arrival = self.clock()
         if (state.planning_task is not None and not state.planning_task.done()
@@ -239,6 +241,19 @@ class BotCore:
             return quiet
         return min(quiet, state.pending[0].arrived + max(self.settings.debounce_max_seconds,
                                                           self.settings.debounce_seconds))
+
+    def _fills_batch(self, state: _Channel, user_id: str) -> bool:
+        """Whether a turn will answer a message from `user_id` at once rather than after a
+        debounce: it merges into the plan under way, or makes the head run a full batch."""
+        if (not state.pending and state.planning_task is not None and not state.planning_task.done()
+                and state.planning_user == user_id and state.planning_size < self.settings.max_batch):
+            return True
+        run = 0
+        for pending in state.pending:
+            if pending.message.user_id != user_id:
+                return False  # another user's run is ahead: this message waits its turn
+            run += 1
+        return run + 1 == self.settings.max_batch  # beyond it, the message starts the next batch
 
     def _batch_full(self, state: _Channel) -> bool:
         """The head user's run is already as long as one turn may answer: no reason to wait."""
