@@ -79,6 +79,21 @@ def test_urgent_work_runs_before_prefetch_and_write_behind(gated: GatedEngine, e
     assert np.allclose(query[0].result(), engine.embed_queries(["고양이 이름"])[0], atol=1e-6)
 
 
+def test_urgent_requests_run_one_at_a_time_first_come_first_served(gated: GatedEngine) -> None:
+    """Each turn waits for its own texts only: a later turn's texts never join an earlier turn's
+    engine call, and a promoted prefetch belongs to the request that asked for it."""
+    scheduler = EmbeddingScheduler(gated)
+    hold_engine(scheduler, gated)
+    scheduler.submit(["셋째 턴의 메시지"], is_query=False, priority=Priority.SOON)
+    first = scheduler.submit(["첫째 턴 하나", "첫째 턴 둘"], is_query=False, priority=Priority.NOW)
+    second = scheduler.submit(["둘째 턴", "셋째 턴의 메시지"], is_query=False, priority=Priority.NOW)
+    gated.gate.set()
+    for future in [*first, *second]:
+        future.result(10)
+    assert [texts for _, texts in gated.calls[1:]] == [["첫째 턴 하나", "첫째 턴 둘"], ["둘째 턴", "셋째 턴의 메시지"]]
+    assert scheduler.queued() == 0
+
+
 def test_identical_requests_coalesce_and_a_waiting_turn_promotes_a_prefetch(gated: GatedEngine) -> None:
     scheduler = EmbeddingScheduler(gated)
     hold_engine(scheduler, gated)
