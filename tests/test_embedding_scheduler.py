@@ -156,3 +156,17 @@ def test_prefetched_vectors_are_served_from_the_cache(gated: GatedEngine) -> Non
     assert len(gated.calls) == calls, "no second engine call"
     assert cached.hits == 1 and np.isclose(np.linalg.norm(vector[0]), 1.0, atol=1e-5)
     assert cached.prefetch_passages(["미리 계산할 문장"]) == 0, "already cached"
+
+
+def test_a_background_backlog_is_embedded_in_growing_chunks(gated: GatedEngine) -> None:
+    """One text per call while the queue is short (urgent work then waits for one text at most);
+    bigger calls once a backlog builds, when the engine is the bottleneck."""
+    scheduler = EmbeddingScheduler(gated)
+    hold_engine(scheduler, gated)
+    backlog = scheduler.submit([f"밀린 메시지 {i}" for i in range(40)], is_query=False, priority=Priority.SOON)
+    gated.gate.set()
+    for future in backlog:
+        future.result(10)
+    sizes = [len(texts) for _, texts in gated.calls[1:]]
+    # a chunk is (texts queued) // 8, at least 1: 40 -> 5, 35 -> 4, 31 -> 3, … 15 and fewer -> 1
+    assert sizes == [5, 4, 3, 3, 3, 2, 2, 2, 2] + [1] * 14, sizes

@@ -68,12 +68,15 @@ class EmbeddingScheduler:
     only ~10 % of engine time). Background work runs `background_chunk` texts at a time so an
     urgent request never waits behind more than one small chunk."""
 
-    def __init__(self, inner: Embedder, *, urgent_batch: int = 32, background_chunk: int = 1) -> None:
+    def __init__(self, inner: Embedder, *, urgent_batch: int = 32, background_chunk: int = 1,
+                 background_max_chunk: int = 8, backlog_per_text: int = 8) -> None:
         self.inner = inner
         self.name = inner.name
         self.dimension = inner.dimension
         self.urgent_batch = urgent_batch
         self.background_chunk = background_chunk
+        self.background_max_chunk = background_max_chunk
+        self.backlog_per_text = backlog_per_text
         self._cond = threading.Condition()
         self._heap: list[tuple[int, int, int, _Key]] = []  # (level, request, order, key)
         self._pending: dict[_Key, Future[np.ndarray]] = {}
@@ -146,7 +149,7 @@ class EmbeddingScheduler:
             if kind is None:
                 kind, level, request = key[0], entry_level, entry_request
             urgent = level == Priority.NOW
-            limit = self.urgent_batch if urgent else self.background_chunk
+            limit = self.urgent_batch if urgent else self._chunk()
             if entry_level != level or len(batch) >= limit or (urgent and entry_request != request):
                 break
             heapq.heappop(self._heap)
@@ -157,6 +160,15 @@ class EmbeddingScheduler:
         for entry in skipped:
             heapq.heappush(self._heap, entry)
         return bool(kind), batch
+
+    def _chunk(self) -> int:
+        """Background texts per engine call. One while the queue is short, so urgent work waits
+        for at most one text; more as a backlog builds, because the engine is then the
+        bottleneck and batches use it better: with other threads busy on the same two cores,
+        a text costs 24.7 ms alone and 18.1 ms in a batch of 8 (30 % of a core busy elsewhere;
+        33.4 vs 21.6 ms at 60 %)."""
+        by_backlog = len(self._pending) // max(1, self.backlog_per_text)
+        return max(self.background_chunk, min(self.background_max_chunk, by_backlog))
 
     def _work(self) -> None:
         while True:
