@@ -92,18 +92,30 @@ class WorkingMemory:
         self.cleanup_count = 0
         self.promotion_count = 0
         self.release_count = 0
+        self._last_tokens: tuple[str, frozenset[str]] | None = None
         for row in store.load_slots():
             slot = Slot(**{k: v for k, v in row.items() if k != "context_hash"})
             slot.tokens = frozenset(tokenizer.tokens(slot.context))
             self._slots.setdefault(slot.scope_key, {})[slot.slot_id] = slot
 
     # -- arithmetic -----------------------------------------------------------------------
+    def _tokens_of(self, text: str) -> frozenset[str]:
+        """A context's token set. The last one is kept: an eviction compares one new context
+        with every slot and then builds the new slot from it (Korean analysis of the same text
+        six times per add was the runtime's largest cost outside the embedder)."""
+        last = self._last_tokens
+        if last is not None and last[0] == text:
+            return last[1]
+        tokens = frozenset(self.tokenizer.tokens(text))
+        self._last_tokens = (text, tokens)
+        return tokens
+
     def relevance(self, slot: Slot, context: str = "", context_embedding: np.ndarray | None = None) -> float:
         if self.relevance_mode == "embedding" and context_embedding is not None and slot.embedding is not None:
             return max(0.0, float(np.dot(slot.embedding, context_embedding)))
         if not context:
             return 0.0
-        return jaccard(slot.tokens, frozenset(self.tokenizer.tokens(context)))
+        return jaccard(slot.tokens, self._tokens_of(context))
 
     def priority(self, slot: Slot, context: str = "", context_embedding: np.ndarray | None = None,
                  now: float | None = None) -> float:
@@ -133,7 +145,7 @@ class WorkingMemory:
                 slot_id = victim.slot_id
             slot = Slot(key, slot_id, context, content if content is not None else context, dict(metadata or {}),
                         None if embedding is None else np.asarray(embedding, dtype=np.float32), float(importance),
-                        1, now, now, block_index, frozenset(self.tokenizer.tokens(context)))
+                        1, now, now, block_index, self._tokens_of(context))
             slots[slot_id] = slot
             self.store.save_slot(slot.as_row(), checkpoints=[])
             return slot
