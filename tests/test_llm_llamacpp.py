@@ -356,3 +356,29 @@ def test_create_llm_builds_a_llamacpp_route_and_the_router_uses_it(model_path: P
     assert text and streamed == text
     assert json.loads(structured)["loud"] in (True, False)
     assert router.health.providers[f"llamacpp:{model_path}"].successes == 3
+
+
+def test_the_chain_setting_picks_a_chat_format_that_calls_tools(tool_model_path: Path) -> None:
+    settings = load_settings().with_overrides(llm_chain=f"llamacpp:{tool_model_path}", llamacpp_n_ctx=1024,
+                                              llamacpp_chat_format="chatml-function-calling")
+    router = create_llm(settings)
+    response = asyncio.run(router.chat([ChatMessage("user", "Cheer up the room.")], tools=[SET_MOOD], max_tokens=32))
+    assert [call.name for call in response.tool_calls][:1] == ["set_mood"]
+
+
+def test_the_gguf_embedder_turns_texts_into_unit_vectors_quietly(model_path: Path,
+                                                                 capfd: pytest.CaptureFixture[str]) -> None:
+    """`embedder = "gguf:<path>"`: the same tiny model as an embedding model (random weights:
+    the vectors mean nothing, but they come from llama.cpp and go through gieok's checks)."""
+    import numpy as np
+
+    from gieok.embed import create_embedder
+
+    capfd.readouterr()
+    embedder = create_embedder(f"gguf:{model_path}", load_settings())
+    vectors = embedder.embed_passages(["첫 문장", "second sentence", "첫 문장"])
+    assert vectors.shape == (3, 64) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(vectors[0], vectors[2]) and not np.allclose(vectors[0], vectors[1])
+    assert embedder.name == "gguf/tiny-llama.gguf"
+    out, err = capfd.readouterr()
+    assert "llama" not in out + err, "llama.cpp's log goes to logging, not the terminal"

@@ -51,6 +51,7 @@ class Settings:
     llm_cooldown_seconds: float = 60.0  # a rate-limited key rests this long unless the provider says
     llm_auth_cooldown_seconds: float = 3600.0  # a refused key rests this long
     llamacpp_n_ctx: int = 4096  # context of a local GGUF model (llamacpp:<path> in llm_chain)
+    llamacpp_chat_format: str = ""  # empty: the GGUF's own template; "chatml-function-calling" for tool calls
     # vector index
     ann_threshold: int = 20_000
     hnsw_m: int = 32

@@ -24,10 +24,16 @@ class GGUFEmbedder(PrefixedEmbedder):
             ) from exc
         if not Path(path).is_file():
             raise EmbedderUnavailableError(f"GGUF model file not found: {path}")
+        from ..llm.llamacpp import route_llama_logs
+
+        route_llama_logs()  # llama.cpp's log lines to Python logging, not stderr
         self._model = Llama(model_path=path, embedding=True, verbose=False)
         self.name = f"gguf/{Path(path).name}"
         self.dimension = int(self._model.n_embd())
         super().__init__(query_prefix, passage_prefix)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(self._model.embed(list(texts)), dtype=np.float32)
+        # A model whose GGUF names a pooling type (KURE-v1, bge-m3: CLS) returns one vector per
+        # text; one without it returns a vector per token, which are averaged here.
+        rows = [np.asarray(vector, dtype=np.float32) for vector in self._model.embed(list(texts))]
+        return np.stack([row.mean(axis=0) if row.ndim == 2 else row for row in rows])

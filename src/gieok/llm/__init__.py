@@ -66,7 +66,8 @@ def _route(entry: ChainEntry, settings: "Settings", gemini_keys: list[str], open
         return Route(entry.label, clients, [_key_label(i, k) if k else "no key" for i, k in enumerate(keys)])
     from .llamacpp import LlamaCppLLM
 
-    return Route(entry.label, [LlamaCppLLM(entry.model, n_ctx=settings.llamacpp_n_ctx)], ["local"])
+    return Route(entry.label, [LlamaCppLLM(entry.model, n_ctx=settings.llamacpp_n_ctx,
+                                           chat_format=settings.llamacpp_chat_format or None)], ["local"])
 
 
 def create_llm(settings: "Settings | None" = None, *, chain: str | None = None, **router_options: Any) -> LLMRouter:

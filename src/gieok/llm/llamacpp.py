@@ -46,7 +46,7 @@ from ..errors import LLMError, LLMOutputError
 from .base import ChatMessage, ChatResponse, ToolCall, ToolSpec
 from .openai_compat import parse_openai_message, to_openai_messages, to_openai_tools
 
-__all__ = ["LlamaCppLLM", "INSTALL_HINT"]
+__all__ = ["LlamaCppLLM", "INSTALL_HINT", "route_llama_logs"]
 
 INSTALL_HINT = ("the llamacpp provider needs llama-cpp-python: "
                 "CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install 'gieok[llamacpp]'")
@@ -61,7 +61,7 @@ _log_callback: Any = None  # kept referenced: llama.cpp calls it for as long as 
 _log_lock = threading.Lock()  # two models loading at once must not install two callbacks
 
 
-def _route_llama_logs() -> None:
+def route_llama_logs() -> None:
     """Send llama.cpp's log lines to `log` instead of stderr (process-wide, set once)."""
     global _log_callback
     import llama_cpp  # importing it installs llama-cpp-python's own callback, which this replaces
@@ -111,7 +111,7 @@ class LlamaCppLLM:
         if self._llama is None:
             from llama_cpp import Llama
 
-            _route_llama_logs()
+            route_llama_logs()
             options = {k: v for k, v in self._options.items() if v is not None}
             # verbose=False: llama-cpp-python otherwise prints load details and timings on every call.
             self._llama = Llama(model_path=str(self._path), verbose=False, **options)
