@@ -42,18 +42,42 @@ def test_debounce_and_same_user_batching(memory: Memory) -> None:
         core.set_active(CAFE, True)
         await core.submit(msg("안녕", mid="m1"))
         await vt.advance(1.0)
-        await core.submit(msg("오늘 뭐해?", mid="m2"))
+        await core.submit(msg("그리고 오늘 뭐해", mid="m2"))  # does not read as finished: the full 3 s
         await vt.advance(2.9)
         await asyncio.sleep(0.05)
         assert outbox.sent == [], "still inside the debounce window (3 s after the last message)"
         await vt.advance(0.2)
         await until(lambda: len(outbox.sent) == 1)
-        assert outbox.sent[0].text.startswith("답장: 안녕\n오늘 뭐해?"), outbox.sent[0].text
+        assert outbox.sent[0].text.startswith("답장: 안녕\n그리고 오늘 뭐해"), outbox.sent[0].text
         assert outbox.sent[0].reply_to == "m2", "the reply answers the last message of the batch"
-        assert model.decisions == ["안녕\n오늘 뭐해?"], "one plan for the batch"
+        assert model.decisions == ["안녕\n그리고 오늘 뭐해"], "one plan for the batch"
         await until(core.idle)
         timings = core.last_timings[core._channel(CAFE).key]
         assert timings.messages == 2 and timings.debounce_ms == pytest.approx(4000, abs=1)
+        await core.close()
+
+    run(scenario())
+
+
+def test_a_message_that_reads_finished_is_answered_after_a_shorter_pause(memory: Memory) -> None:
+    async def scenario() -> None:
+        vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
+        core = make_core(memory, model, vt, outbox)  # debounce 3 s, 1.5 s after a finished-looking message
+        core.set_active(CAFE, True)
+        await core.submit(msg("누리야 오늘 저녁 뭐 먹을까?", mid="q"))
+        await vt.advance(1.4)
+        await asyncio.sleep(0.05)
+        assert outbox.sent == []
+        await vt.advance(0.2)
+        await until(lambda: len(outbox.sent) == 1)
+        assert core.last_timings[core._channel(CAFE).key].debounce_ms == pytest.approx(1500, abs=1)
+        await until(core.idle)
+        await core.submit(msg("그리고...", mid="t"))  # trails off: the full pause, then nothing more came
+        await vt.advance(2.9)
+        await asyncio.sleep(0.05)
+        assert len(outbox.sent) == 1
+        await vt.advance(0.2)
+        await until(lambda: len(outbox.sent) == 2)
         await core.close()
 
     run(scenario())

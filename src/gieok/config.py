@@ -120,6 +120,7 @@ class Settings:
     call_names: str = "누리,Nuri"  # comma-separated; Korean particles are understood (누리야, 누리는 …)
     debounce_seconds: float = 3.0  # wait this long after a channel's last message before planning
     debounce_max_seconds: float = 10.0  # …but answer the oldest waiting message after this long at most
+    debounce_finished_seconds: float = 1.5  # the wait after a message that reads as finished (runtime/pause.py)
     max_batch: int = 8  # consecutive messages of one user answered together at most
     rate_limit_channel_seconds: float = 20.0  # at most one unsolicited reply per channel per this long
     rate_limit_global_seconds: float = 5.0  # …and one across all channels per this long
@@ -268,8 +269,9 @@ def _validate(s: Settings) -> None:
                  "guard_classifier_threshold"):
         if not 0.0 < getattr(s, name) <= 1.0:
             raise ConfigError(f"{name} must be in (0, 1], got {getattr(s, name)}")
-    if s.debounce_seconds < 0 or s.rate_limit_channel_seconds < 0 or s.rate_limit_global_seconds < 0:
-        raise ConfigError("debounce_seconds and rate limits must not be negative")
+    if (min(s.debounce_seconds, s.debounce_finished_seconds) < 0 or s.rate_limit_channel_seconds < 0
+            or s.rate_limit_global_seconds < 0):
+        raise ConfigError("debounce_seconds, debounce_finished_seconds and rate limits must not be negative")
     if s.max_batch < 1 or s.stream_edit_seconds <= 0 or not 100 <= s.reply_max_chars <= 4000:
         raise ConfigError("max_batch must be >= 1, stream_edit_seconds > 0, reply_max_chars within 100..4000")
     if not any(name.strip() for name in s.call_names.split(",")):

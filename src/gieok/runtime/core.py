@@ -234,9 +234,16 @@ class BotCore:
                 self.health.failed("generation", exc)
 
     def _debounce_deadline(self, state: _Channel) -> float:
-        """… but never longer than `debounce_max_seconds` after the oldest waiting message:
-        someone who keeps typing still gets an answer."""
-        quiet = state.last_arrival + self.settings.debounce_seconds
+        """Quiet for `debounce_seconds` after the channel's last message, or only
+        `debounce_finished_seconds` when that message reads as finished (runtime/pause.py) …
+        but never longer than `debounce_max_seconds` after the oldest waiting message: someone
+        who keeps typing still gets an answer."""
+        from .pause import reads_finished
+
+        pause = self.settings.debounce_seconds
+        if state.pending and reads_finished(state.pending[-1].message.content):
+            pause = min(pause, self.settings.debounce_finished_seconds)
+        quiet = state.last_arrival + pause
         if not state.pending:
             return quiet
         return min(quiet, state.pending[0].arrived + max(self.settings.debounce_max_seconds,
