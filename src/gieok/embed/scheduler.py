@@ -65,8 +65,9 @@ class EmbeddingScheduler:
     request at a time, first come first served, each in one batch of at most `urgent_batch`
     texts: a turn waits for its own texts, not for every other turn's (one 32-text batch of
     several turns held each of them for 0.5 s under the 50-channel load, where batching saves
-    only ~10 % of engine time). Background work runs `background_chunk` texts at a time so an
-    urgent request never waits behind more than one small chunk."""
+    only ~10 % of engine time). Background work runs one text at a time while its queue is
+    short, so an urgent request waits for one text at most, and in bigger chunks once a backlog
+    builds (`_chunk`)."""
 
     def __init__(self, inner: Embedder, *, urgent_batch: int = 32, background_chunk: int = 1,
                  background_max_chunk: int = 8, backlog_per_text: int = 8) -> None:
