@@ -17,7 +17,6 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -78,12 +77,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def loopback_llm(*, in_process: bool = False) -> Iterator[str]:
-    """Yields the server's `/v1` base URL; the server runs in a child process unless `in_process`."""
-    if in_process:
-        with _serve_here() as url:
-            yield url
-        return
+def loopback_llm() -> Iterator[str]:
+    """Yields the base URL (`…/v1`) of a server running in a child process."""
     child = subprocess.Popen([sys.executable, "-m", "gieok.bench.loopback_llm"], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
@@ -97,19 +92,6 @@ def loopback_llm(*, in_process: bool = False) -> Iterator[str]:
             child.wait(timeout=10)
         except subprocess.TimeoutExpired:
             child.kill()
-
-
-@contextmanager
-def _serve_here() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ from ..layers.recent import conversation_of
 from ..layers.scope_key import scope_key
 from ..llm.base import LLM
 from .health import Health, TurnTimings
+from .pause import reads_finished
 from .ratelimit import RateLimiter
 
 __all__ = ["BotCore", "InboundMessage", "Outbox", "ChannelRef", "Reply"]
@@ -186,9 +187,7 @@ class BotCore:
         self.health.messages_in += 1
         state.pending.append(_Pending(message, observation, explicit, self.clock()))
         state.last_arrival = self.clock()
-        if (state.planning_task is not None and not state.planning_task.done()
-                and state.planning_user == message.user_id
-                and state.planning_size < self.settings.max_batch):  # a full batch cannot take it: next turn
+        if self._merges_into_plan(state, message.user_id):
             state.merge_requested = True
             state.planning_task.cancel()
         state.wake.set()
@@ -238,8 +237,6 @@ class BotCore:
         `debounce_finished_seconds` when that message reads as finished (runtime/pause.py) …
         but never longer than `debounce_max_seconds` after the oldest waiting message: someone
         who keeps typing still gets an answer."""
-        from .pause import reads_finished
-
         pause = self.settings.debounce_seconds
         if state.pending and reads_finished(state.pending[-1].message.content):
             pause = min(pause, self.settings.debounce_finished_seconds)
@@ -249,11 +246,16 @@ class BotCore:
         return min(quiet, state.pending[0].arrived + max(self.settings.debounce_max_seconds,
                                                           self.settings.debounce_seconds))
 
+    def _merges_into_plan(self, state: _Channel, user_id: str) -> bool:
+        """A message from `user_id` interrupts the plan under way and is planned with it (a full
+        batch cannot take it: it waits for the next turn)."""
+        return (state.planning_task is not None and not state.planning_task.done()
+                and state.planning_user == user_id and state.planning_size < self.settings.max_batch)
+
     def _fills_batch(self, state: _Channel, user_id: str) -> bool:
         """Whether a turn will answer a message from `user_id` at once rather than after a
         debounce: it merges into the plan under way, or makes the head run a full batch."""
-        if (not state.pending and state.planning_task is not None and not state.planning_task.done()
-                and state.planning_user == user_id and state.planning_size < self.settings.max_batch):
+        if not state.pending and self._merges_into_plan(state, user_id):
             return True
         run = 0
         for pending in state.pending:
