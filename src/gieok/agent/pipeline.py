@@ -54,6 +54,12 @@ MAX_ID_CHARS = 100
 _ID = re.compile(r"^[\w.:@#-]{1,100}$")
 
 
+def block_text(content: str) -> str:
+    """The text a message's turn block stores (the store strips it: text/validate.clean_text), and
+    so the text whose vector the guard, stage 1 and the block all share through the cache."""
+    return content.strip()
+
+
 def _check_id(value: Any, what: str, *, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
@@ -225,8 +231,8 @@ class ConversationPipeline:
         self.tables.channel_state_save(key, (state[0] if state else 0) + 1, state[1] if state else 0, self.clock())
         self.summaries.note_speaker(conversation, message.user_id)
         # Its vector (guard, stage 1, turn block) is computed while the debounce runs, so the
-        # turn that answers it does not wait for it. Stripped, as the turn block will embed it.
-        self.memory.embedder.prefetch_passages([row.content.strip()], Priority.NOW if needed_now else None)
+        # turn that answers it does not wait for it.
+        self.memory.embedder.prefetch_passages([block_text(row.content)], Priority.NOW if needed_now else None)
         if verdict.attack:
             self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
                                                "score": verdict.score, "matches": list(verdict.matches)})
@@ -261,9 +267,9 @@ class ConversationPipeline:
         classifier reads the previous message only: README "Gatekeeper"). The vectors were
         usually computed while the debounce ran (`observe` prefetches them), and they are
         awaited without holding a thread; the turn blocks written at `record` reuse them."""
-        texts = [row.content.strip() for row in plan.l1_rows] or [message.content.strip()]
+        texts = [block_text(row.content) for row in plan.l1_rows] or [block_text(message.content)]
         stage1 = self.classifier is not None and not message.explicit
-        context = [recent[-1].content.strip()] if stage1 and recent else []
+        context = [block_text(recent[-1].content)] if stage1 and recent else []
         t = time.perf_counter()
         vectors = await self.memory.embedder.aembed_passages(texts + context)
         plan.timings_ms["embed_ms"] = (time.perf_counter() - t) * 1000
@@ -446,7 +452,7 @@ class ConversationPipeline:
     async def _commit_behind(self, conversation: Scope) -> None:
         waiting = await asyncio.to_thread(self.tables.l1_pending, scope_key(conversation))
         if waiting:  # vectors first, awaited without a thread, behind every turn's own work
-            await self.memory.embedder.aembed_passages([row.content.strip() for row in waiting], Priority.LATER)
+            await self.memory.embedder.aembed_passages([block_text(row.content) for row in waiting], Priority.LATER)
             await asyncio.to_thread(self.commit_pending, conversation, embedded_only=True)
 
     def _append_reply(self, plan: Plan, reply: str | None) -> None:
@@ -467,11 +473,11 @@ class ConversationPipeline:
         if not waiting:
             return 0
         if not embedded_only:
-            self.memory.embedder.embed_passages([row.content.strip() for row in waiting])  # into the cache
+            self.memory.embedder.embed_passages([block_text(row.content) for row in waiting])  # into the cache
         with self._commit_lock:
             pending = self.tables.l1_pending(key)  # again: another commit may have written some
             if embedded_only:
-                pending = list(itertools.takewhile(lambda row: self.memory.embedder.has(row.content.strip()),
+                pending = list(itertools.takewhile(lambda row: self.memory.embedder.has(block_text(row.content)),
                                                    pending))
             if not pending:
                 return 0

@@ -33,7 +33,7 @@ from .schema import MIGRATIONS, SCHEMA_VERSION
 __all__ = ["SQLiteStore", "facet_tokens"]
 
 # The channel's last conversation position. `conv_pos IS NOT NULL` lets SQLite use the partial
-# index blocks_by_position; without it every append scanned the whole table (~40 ms at 100k).
+# index blocks_by_position; without it every append scanned the whole table (18 ms at 100k blocks).
 LAST_POSITION_SQL = "SELECT max(conv_pos) FROM blocks WHERE channel = ? AND conv_pos IS NOT NULL"
 
 _BLOCK_COLUMNS = (
