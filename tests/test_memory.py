@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
-from gieok import Block, EmbedderMismatchError, Memory, Scope, SearchResult
+from gieok import Block, EmbedderMismatchError, InvalidInputError, Memory, Scope, SearchResult
 from gieok.chain import GENESIS
 from gieok.store.schema import SCHEMA_VERSION
 
@@ -411,3 +413,38 @@ def test_reindex_swaps_embedder_and_keeps_search_working(tmp_path: Path, seed) -
         hits = memory.search("Max the golden retriever", 3).hits
         assert "golden retriever" in hits[0].block.text
         assert forgotten not in [h.block.block_index for h in hits]
+
+
+def test_precomputed_vectors_are_the_same_as_embedding(tmp_path: Path, seed) -> None:
+    """add_many(vectors=) and search(query_vector=) give what embedding would have given."""
+    with Memory(tmp_path / "embedded.db") as embedded:
+        items = seed(embedded)
+        vectors = np.stack([v for v in embedded.vectors_of(list(range(1, len(items) + 1)))])  # type: ignore[misc]
+        expected = embedded.search("민지 고양이 이름", 5, layers=False)
+        query_vector = embedded.embedder.embed_query("민지 고양이 이름")
+    with Memory(tmp_path / "given.db") as given:
+        given.add_many([{"text": b.text, "kind": b.kind, "scope": b.scope, "speaker": b.speaker,
+                         "event_time": b.event_time, "importance": b.importance, "metadata": b.metadata}
+                        for b in items], vectors=vectors)
+        result = given.search("민지 고양이 이름", 5, layers=False, query_vector=query_vector)
+        assert [h.block.block_index for h in result] == [h.block.block_index for h in expected]
+        assert [h.score for h in result] == pytest.approx([h.score for h in expected], abs=1e-5)
+        assert result.embed_time_ms == 0.0
+        layered = given.search("민지 고양이 이름", 5, query_vector=query_vector)
+        assert [h.block.block_index for h in layered] == [h.block.block_index for h in expected]
+
+
+@pytest.mark.parametrize("bad", [np.zeros((2, 384), np.float32), np.full((3, 384), np.nan, np.float32),
+                                 np.zeros((3, 10), np.float32), [[0.1] * 384] * 3])
+def test_bad_precomputed_vectors_write_nothing(memory: Memory, bad: Any) -> None:
+    with pytest.raises(InvalidInputError):
+        memory.add_many(["하나", "둘", "셋"], vectors=bad)
+    assert len(memory) == 0
+
+
+@pytest.mark.parametrize("bad", [np.zeros((1, 384), np.float32), np.zeros(10, np.float32), [0.1] * 384,
+                                 np.full(384, np.inf, np.float32)])
+def test_bad_query_vector_is_refused(seeded, bad: Any) -> None:
+    memory, _ = seeded
+    with pytest.raises(InvalidInputError):
+        memory.search("고양이", query_vector=bad)

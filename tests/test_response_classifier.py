@@ -11,9 +11,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from gieok.agent.response_classifier import (BUNDLED_MODEL, GateExample, GateVerdict, ResponseClassifier,
-                                             cached_model_path, dataset_digest, load_examples, split_of,
+from gieok.agent.response_classifier import (BUNDLED_MODEL, GateVerdict, ResponseClassifier, cached_model_path,
                                              strip_speaker)
+from gieok.data.labeled import GATEKEEPER_DATA, GateExample, data_digest
+from gieok.data.labeled import gate_split as split_of
+from gieok.data.labeled import load_gate_examples as load_examples
 from gieok.errors import InvalidInputError
 
 KINDS = {"question", "request", "greeting", "chatter", "reaction", "ack", "to_human", "rhetorical", "followup",
@@ -55,9 +57,9 @@ def test_shipped_weights_match_the_shipped_dataset(classifier, embedder):
 
     with resources.files("gieok.data").joinpath(BUNDLED_MODEL).open("rb") as handle:
         meta = ResponseClassifier.read_meta(handle)
-    assert meta["dataset_sha256"] == dataset_digest()
+    assert meta["dataset_sha256"] == data_digest(GATEKEEPER_DATA)
     assert meta["embedder"] == embedder.name == classifier.embedder_name
-    assert classifier.dataset_sha256 == dataset_digest()
+    assert classifier.dataset_sha256 == data_digest(GATEKEEPER_DATA)
 
 
 YES = [
@@ -131,7 +133,7 @@ def test_training_saving_and_the_cache(embedder, tmp_path):
     assert len(model.anchor_messages) == 8  # the explicit call is left out
     assert model.probability_text("ㅋㅋㅋㅋ") < 0.5 < model.probability_text("점심 메뉴 추천해줘")
     # A cached model for this embedder and the current dataset is used instead of training.
-    model.dataset_sha256 = dataset_digest()
+    model.dataset_sha256 = data_digest(GATEKEEPER_DATA)
     path = cached_model_path("test-embedder", tmp_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     model.save(path)

@@ -19,9 +19,10 @@ import numpy as np
 
 from .chain import GENESIS, digest_of, hash_of
 from .config import Settings, load_settings
-from .embed import CachedEmbedder, create_embedder
+from .embed import CachedEmbedder, create_embedder, normalise_rows
 from .errors import (
     BlockNotFoundError,
+    EmbedderError,
     EmbedderMismatchError,
     ImportFormatError,
     InvalidInputError,
@@ -330,18 +331,35 @@ class Memory:
                             importance=importance, keywords=keywords, tags=tags, metadata=metadata)
         return self._write([new])[0]
 
-    def add_many(self, items: Iterable[str | Mapping[str, Any]], *, progress: Progress | None = None) -> list[Block]:
+    def add_many(self, items: Iterable[str | Mapping[str, Any]], *, vectors: np.ndarray | None = None,
+                 progress: Progress | None = None) -> list[Block]:
         """Append many blocks. Every item is validated before anything is written; then
-        blocks are embedded in batches and committed in chunks (each chunk one transaction)."""
+        blocks are embedded in batches and committed in chunks (each chunk one transaction).
+
+        `vectors`: passage vectors already computed with this memory's embedder, one row per
+        item (e.g. kept from an earlier run: benchmarks reuse 100k of them); they are checked for
+        shape and finiteness, never for meaning — vectors from another model make search useless."""
         self._check_open()
-        prepared = self.prepare_many(items)
+        prepared = self._prepare_many(items)
+        given = self._check_vectors(vectors, len(prepared)) if vectors is not None else None
         out: list[Block] = []
         for start in range(0, len(prepared), WRITE_CHUNK):
             chunk = prepared[start : start + WRITE_CHUNK]
-            out.extend(self._write(chunk))
+            out.extend(self._write(chunk, given[start : start + len(chunk)] if given is not None else None))
             if progress:
                 progress(len(chunk))
         return out
+
+    def _check_vectors(self, vectors: Any, rows: int) -> np.ndarray:
+        dimension = self.embedder.dimension  # loading it records the embedder in a new database
+        matrix = np.asarray(vectors) if isinstance(vectors, np.ndarray) else None
+        if matrix is None or matrix.ndim != 2 or matrix.shape != (rows, dimension):
+            shape = getattr(vectors, "shape", type(vectors).__name__)
+            raise InvalidInputError(f"vectors must be an array of shape ({rows}, {dimension}), got {shape}")
+        try:
+            return normalise_rows(matrix, dimension)
+        except EmbedderError as exc:
+            raise InvalidInputError(f"vectors: {exc}") from None
 
     def _embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         size = self.settings.embed_batch_size
@@ -361,15 +379,7 @@ class Memory:
                 self.cache.invalidate(scope)
             return written
 
-    def add_vectors(self, blocks: list[NewBlock], vectors: np.ndarray) -> list[Block]:
-        """Append prepared blocks with precomputed passage vectors (benchmarks cache them)."""
-        self._check_open()
-        _ = self.embedder  # records the embedder in a new database
-        if vectors.shape != (len(blocks), self.embedder.dimension):
-            raise InvalidInputError(f"vectors must have shape ({len(blocks)}, {self.embedder.dimension})")
-        return self._write(blocks, np.ascontiguousarray(vectors, dtype=np.float32))
-
-    def prepare_many(self, items: Iterable[str | Mapping[str, Any]]) -> list[NewBlock]:
+    def _prepare_many(self, items: Iterable[str | Mapping[str, Any]]) -> list[NewBlock]:
         """Validate every item (raising for the first bad one, naming its position), then
         tokenize all texts in one batch."""
         fields_list: list[dict[str, Any]] = []
@@ -399,10 +409,6 @@ class Memory:
             except (InvalidInputError, InvalidTypeError) as exc:
                 raise type(exc)(f"item {position}: {exc}") from None
         return prepared
-
-    def prepare(self, text: str, **fields: Any) -> NewBlock:
-        """Validate and tokenize one block without writing it (for `add_vectors`)."""
-        return self._prepare(text, **fields)
 
     def forget(self, block_indices: int | Iterable[int]) -> list[int]:
         """Erase the content of blocks (text, speaker, keywords, tags, metadata, vector,
@@ -460,10 +466,13 @@ class Memory:
 
     def search(self, query: str, k: int = 10, *, scope: Scope | Mapping[str, Any] | None = None,
                kinds: Iterable[str] | str | None = None, since: Any = None, until: Any = None,
-               mode: str = "hybrid", neighbours: bool = True, layers: bool | None = None) -> SearchResult:
+               mode: str = "hybrid", neighbours: bool = True, layers: bool | None = None,
+               query_vector: np.ndarray | None = None) -> SearchResult:
         """Search. `scope` filters by guild / channel / user (each optional). With layers on
         (the default, setting `layers`), working memory, the cache and the checkpoint layer
-        may answer before the full hybrid search; `result.source` says which did."""
+        may answer before the full hybrid search; `result.source` says which did.
+        `query_vector`: the query's vector from this memory's embedder, when the caller already
+        has it (benchmarks time the search apart from the embedding)."""
         self._check_open()
         query = clean_text(query, max_chars=self.settings.max_text_chars, what="query")
         k = check_k(k)
@@ -474,20 +483,25 @@ class Memory:
             since=check_time(since, "since"), until=check_time(until, "until"), mode=mode,
             neighbours=bool(neighbours),
         )
+        given = None
+        if query_vector is not None:
+            if not isinstance(query_vector, np.ndarray) or query_vector.ndim != 1:
+                raise InvalidInputError("query_vector must be a one-dimensional numpy array")
+            given = self._check_vectors(query_vector[None, :], 1)[0]
         started = time.perf_counter()
         if layers is None:
             layers = self.settings.layers
         if layers and self._retriever is not None:
-            return self._search_layered(request, started)
-        query_vector = None
+            return self._search_layered(request, started, given)
+        query_vector = given
         embed_ms = 0.0
-        if mode != "bm25" and (self._dimension is not None or self.store.get_meta("dimension")):
+        if query_vector is None and mode != "bm25" and (self._dimension is not None or self.store.get_meta("dimension")):
             query_vector = self.embedder.embed_query(query)
             embed_ms = (time.perf_counter() - started) * 1000
         return self._search_prepared(request, query_vector, embed_ms, started)
 
-    def _search_layered(self, request: SearchRequest, started: float) -> SearchResult:
-        embedded: dict[str, Any] = {}
+    def _search_layered(self, request: SearchRequest, started: float, given: np.ndarray | None) -> SearchResult:
+        embedded: dict[str, Any] = {} if given is None else {"vector": given}
 
         def embed() -> np.ndarray | None:
             if "vector" not in embedded:
@@ -551,11 +565,6 @@ class Memory:
         stats = self.coordinator.statistics()
         stats["hybrid_stm"] = self.hybrid.statistics()
         return stats
-
-    def search_vector(self, request: SearchRequest, query_vector: np.ndarray | None) -> SearchResult:
-        """Search with a precomputed query vector (benchmarks time embedding separately)."""
-        self._check_open()
-        return self._search_prepared(request, query_vector, 0.0, time.perf_counter())
 
     def _search_prepared(self, request: SearchRequest, query_vector: np.ndarray | None, embed_ms: float,
                          started: float) -> SearchResult:

@@ -9,22 +9,19 @@ user cache directory. Nothing is downloaded.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+from platformdirs import user_cache_dir
+
 from .classifier import EmbeddingClassifier
 
-__all__ = ["trained_classifier", "bundled_model_name", "data_digest"]
+__all__ = ["trained_classifier", "bundled_model_name", "model_cache_dir"]
 
 log = logging.getLogger(__name__)
-
-
-def data_digest(filename: str) -> str:
-    return hashlib.sha256(resources.files("gieok.data").joinpath(filename).read_bytes()).hexdigest()
 
 
 def bundled_model_name(name: str, embedder_name: str) -> str:
@@ -32,9 +29,8 @@ def bundled_model_name(name: str, embedder_name: str) -> str:
     return f"{name}-{slug}.npz"
 
 
-def _cache_dir() -> Path:
-    from platformdirs import user_cache_dir
-
+def model_cache_dir() -> Path:
+    """Where models trained on first use are kept (per user, never downloaded)."""
     return Path(user_cache_dir("gieok", appauthor=False)) / "models"
 
 
@@ -42,7 +38,7 @@ def trained_classifier(name: str, embedder_name: str, digest: str, train: Callab
                        cache_dir: Path | None = None) -> EmbeddingClassifier:
     filename = bundled_model_name(name, embedder_name)
     bundled = resources.files("gieok.data").joinpath(filename)
-    cached = (cache_dir or _cache_dir()) / filename
+    cached = (cache_dir or model_cache_dir()) / filename
     for source in (bundled, cached):
         try:
             with source.open("rb") as handle:

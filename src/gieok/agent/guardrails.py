@@ -17,11 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from ..data.labeled import GUARD_CORPUS, data_digest, guard_split, load_guard_corpus
 from ..errors import InvalidInputError, InvalidTypeError, TextTooLongError
+from .bundled import trained_classifier
 from .classifier import EmbeddingClassifier
 from .guard import GuardVerdict, InjectionGuard
 
-__all__ = ["check_raw_input", "is_meta_fact", "MessageGuard"]
+__all__ = ["check_raw_input", "is_meta_fact", "MessageGuard", "guard_classifier", "train_guard_classifier"]
 
 
 def check_raw_input(content: object, limit: int) -> str:
@@ -76,19 +78,12 @@ class MessageGuard:
         return GuardVerdict(round(max(p, verdict.score), 4), attack, verdict.matches + (f"classifier={p:.2f}",))
 
 
-GUARD_DATA = "guard_corpus.jsonl"
-
-
 def train_guard_classifier(embedder: Any) -> EmbeddingClassifier:
     """Logistic regression on passage embeddings of the dev half of the bundled guard corpus
     (the test half stays held out for `gieok bench guard`)."""
-    from ..bench.guard import load_guard_corpus, split_of
-
-    rows = [r for r in load_guard_corpus() if split_of(r["text"]) == "dev"]
+    rows = [r for r in load_guard_corpus() if guard_split(r) == "dev"]
     return EmbeddingClassifier.fit(embedder.embed_passages([r["text"] for r in rows]), [r["attack"] for r in rows])
 
 
 def guard_classifier(embedder: Any) -> EmbeddingClassifier:
-    from .bundled import data_digest, trained_classifier
-
-    return trained_classifier("guard", embedder.name, data_digest(GUARD_DATA), lambda: train_guard_classifier(embedder))
+    return trained_classifier("guard", embedder.name, data_digest(GUARD_CORPUS), lambda: train_guard_classifier(embedder))

