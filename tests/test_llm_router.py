@@ -19,10 +19,11 @@ from llm_servers import (LLMServer, Reply, gemini_chunks, gemini_error, gemini_r
 
 from gieok import load_settings
 from gieok.errors import ConfigError, LLMError, LLMUnavailableError
-from gieok.llm import LLM, ChatMessage, ToolSpec, create_llm, split_keys
+from gieok.llm import LLM, ChatMessage, ToolSpec, create_llm
 from gieok.llm.gemini import GeminiLLM
 from gieok.llm.openai_compat import OpenAICompatLLM
-from gieok.llm.router import CONTINUE_INSTRUCTION, LLMRouter, ResumeFilter, Route, continuation_messages, parse_chain
+from gieok.config import parse_chain
+from gieok.llm.router import CONTINUE_INSTRUCTION, LLMRouter, ResumeFilter, Route, continuation_messages
 
 QUESTION = [ChatMessage("system", "You are 누리."), ChatMessage("user", "Tell me something.")]
 WALL = 1_700_000_000.0
@@ -438,7 +439,7 @@ def test_settings_validate_llm_fields(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GIEOK_LLM_CHAIN", "openai:qwen2.5:7b")
     monkeypatch.setenv("GIEOK_GEMINI_API_KEYS", "a, b,a")
     settings = load_settings()
-    assert settings.llm_chain == "openai:qwen2.5:7b" and split_keys(settings.gemini_api_keys) == ["a", "b"]
+    assert [e.label for e in settings.llm_chain] == ["openai:qwen2.5:7b"] and settings.gemini_api_keys == ("a", "b")
 
 
 def test_create_llm_from_settings(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:

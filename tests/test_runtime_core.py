@@ -149,7 +149,7 @@ def test_a_full_batch_is_not_interrupted(memory: Memory) -> None:
 def test_messages_a_turn_answers_at_once_are_embedded_as_urgent_work(memory: Memory) -> None:
     """A message that fills a batch, or merges into the plan under way, is answered without a
     debounce: its vector must not queue behind other channels' prefetches."""
-    from gieok.embed.scheduler import Priority
+    from gieok.embed.priority import Priority
 
     async def scenario() -> None:
         vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()

@@ -255,7 +255,7 @@ def run_discord_bot(settings: Any) -> None:
 
     token = discord_token(settings)
     require_llm(settings)
-    owners = {int(x) for x in settings.discord_owner_ids.replace(" ", "").split(",") if x.isdigit()}
+    owners = set(settings.discord_owner_ids)
     memory = Memory(settings=settings)
     try:
         llm = create_llm(settings)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
-from ..embed.scheduler import Priority, embedding_priority
+from ..embed.priority import Priority, embedding_priority
 from ..errors import InvalidInputError, InvalidTypeError
 from ..layers.facts import Fact, FactStore, PairJudge
 from ..layers.recent import RecentMessages, conversation_of

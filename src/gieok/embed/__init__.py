@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .base import CachedEmbedder, Embedder, normalise_rows
-from .scheduler import EmbeddingScheduler, Priority, embedding_priority
+from .priority import Priority, embedding_priority
+from .scheduler import EmbeddingScheduler
 
 if TYPE_CHECKING:
     from ..config import Settings

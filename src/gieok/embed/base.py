@@ -12,14 +12,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from ..errors import EmbedderError
-
-if TYPE_CHECKING:
-    from .scheduler import Priority
+from .priority import Priority, embedding_priority
 
 __all__ = ["Embedder", "CachedEmbedder", "normalise_rows"]
 
@@ -80,18 +78,16 @@ class CachedEmbedder:
             self._remember(unique, normalise_rows(fresh, self.dimension), missing, out, is_query)
         return out
 
-    async def aembed_passages(self, texts: Sequence[str], priority: "Priority | None" = None) -> np.ndarray:
+    async def aembed_passages(self, texts: Sequence[str], priority: Priority | None = None) -> np.ndarray:
         return await self._aembed(texts, is_query=False, priority=priority)
 
-    async def aembed_queries(self, texts: Sequence[str], priority: "Priority | None" = None) -> np.ndarray:
+    async def aembed_queries(self, texts: Sequence[str], priority: Priority | None = None) -> np.ndarray:
         return await self._aembed(texts, is_query=True, priority=priority)
 
-    async def _aembed(self, texts: Sequence[str], *, is_query: bool, priority: "Priority | None") -> np.ndarray:
+    async def _aembed(self, texts: Sequence[str], *, is_query: bool, priority: Priority | None) -> np.ndarray:
         """The same vectors as the blocking calls, awaited without holding a thread: with dozens
         of channels waiting on one engine, blocked worker threads would starve the pool that
         SQLite reads and message intake need. Engines without a scheduler run in a thread."""
-        from .scheduler import embedding_priority
-
         submit = getattr(self.inner, "submit", None)
         if submit is None:
             call = self.embed_queries if is_query else self.embed_passages
@@ -110,7 +106,7 @@ class CachedEmbedder:
         with self._lock:
             return (is_query, text) in self._cache
 
-    def prefetch_passages(self, texts: Sequence[str], priority: "Priority | None" = None) -> int:
+    def prefetch_passages(self, texts: Sequence[str], priority: Priority | None = None) -> int:
         """Start embedding passages that will be needed soon (`Priority.SOON` by default; `NOW`
         when a turn is about to ask for them), without waiting; the vectors land in this cache.
         Only engines with a scheduler (local models) take work in advance; for others this does
@@ -118,8 +114,6 @@ class CachedEmbedder:
         submit = getattr(self.inner, "submit", None)
         if submit is None:
             return 0
-        from .scheduler import Priority
-
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if (False, t) not in self._cache))
         if not missing:
@@ -129,7 +123,7 @@ class CachedEmbedder:
             future.add_done_callback(lambda f, text=text: self._store_prefetched(text, f))
         return len(missing)
 
-    def _store_prefetched(self, text: str, future: "Future[np.ndarray]") -> None:
+    def _store_prefetched(self, text: str, future: Future[np.ndarray]) -> None:
         if future.exception() is not None:
             return  # whoever needs the vector will ask again and see the error
         row = normalise_rows(future.result()[None, :], self.dimension)

@@ -7,9 +7,7 @@ their debounce ends (`SOON`), and vectors for blocks written after a reply (`LAT
 first-come-first-served, a turn waits behind seconds of background work; here it waits for at
 most the one chunk already running.
 
-The priority is read from a context variable, so the code that knows why it embeds says so
-(`with embedding_priority(Priority.LATER): ...`) without threading a parameter through the
-memory API; `asyncio.to_thread` carries it into worker threads. Unmarked calls are `NOW`.
+How a caller says which kind its work is: priority.py.
 
 Requests for the same text coalesce: a turn asking for a message vector that is still queued
 as `SOON` promotes it instead of embedding it twice.
@@ -21,40 +19,15 @@ import heapq
 import itertools
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
-from contextvars import ContextVar
-from enum import IntEnum
 
 import numpy as np
 
 from .base import Embedder
+from .priority import Priority, current_priority
 
-__all__ = ["Priority", "embedding_priority", "current_priority", "EmbeddingScheduler"]
-
-
-class Priority(IntEnum):
-    NOW = 0  # someone is waiting for this answer
-    SOON = 1  # prefetch: needed when a debounce ends
-    LATER = 2  # write-behind: block vectors after a reply went out
-
-
-_priority: ContextVar[Priority] = ContextVar("gieok_embedding_priority", default=Priority.NOW)
-
-
-@contextmanager
-def embedding_priority(level: Priority) -> Iterator[None]:
-    token = _priority.set(level)
-    try:
-        yield
-    finally:
-        _priority.reset(token)
-
-
-def current_priority() -> Priority:
-    return _priority.get()
-
+__all__ = ["EmbeddingScheduler"]
 
 _Key = tuple[bool, str]  # (is_query, text)
 

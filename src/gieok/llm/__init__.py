@@ -9,35 +9,23 @@ is an optional extra).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..config import Settings, load_settings
+from ..config.values import ChainEntry, parse_chain
 from ..errors import ConfigError
 from .base import LLM, ChatMessage, ChatResponse, Role, ToolCall, ToolSpec
-from .router import ChainEntry, LLMHealth, LLMRouter, ProviderHealth, Route, parse_chain
-from .scripted import ScriptedLLM
 from .configured import LLMNotConfiguredError, llm_configured, require_llm
-
-if TYPE_CHECKING:
-    from ..config import Settings
+from .router import LLMHealth, LLMRouter, ProviderHealth, Route
+from .scripted import ScriptedLLM
 
 __all__ = ["LLM", "ChatMessage", "ChatResponse", "Role", "ToolCall", "ToolSpec", "ScriptedLLM",
-           "LLMRouter", "Route", "ChainEntry", "LLMHealth", "ProviderHealth", "parse_chain", "split_keys",
-           "create_llm", "DEFAULT_GEMINI_MODEL", "DEFAULT_LOCAL_MODEL"]
-__all__ += ["LLMNotConfiguredError", "llm_configured", "require_llm"]
+           "LLMRouter", "Route", "ChainEntry", "LLMHealth", "ProviderHealth", "parse_chain",
+           "create_llm", "DEFAULT_GEMINI_MODEL", "DEFAULT_LOCAL_MODEL",
+           "LLMNotConfiguredError", "llm_configured", "require_llm"]
 
 DEFAULT_GEMINI_MODEL = "gemini-2.5-flash"
 DEFAULT_LOCAL_MODEL = "qwen2.5:7b"  # served by Ollama at openai_base_url's default
-
-
-def split_keys(*values: str) -> list[str]:
-    """Comma- or newline-separated keys from several settings, blanks and repeats dropped, order kept."""
-    keys: list[str] = []
-    for value in values:
-        for key in value.replace("\n", ",").split(","):
-            key = key.strip()
-            if key and key not in keys:
-                keys.append(key)
-    return keys
 
 
 def _key_label(index: int, key: str) -> str:
@@ -45,8 +33,9 @@ def _key_label(index: int, key: str) -> str:
     return f"key {index + 1} (…{key[-4:]})" if len(key) >= 12 else f"key {index + 1}"
 
 
-def _route(entry: ChainEntry, settings: "Settings", gemini_keys: list[str], openai_keys: list[str]) -> Route:
+def _route(entry: ChainEntry, settings: Settings) -> Route:
     if entry.provider == "gemini":
+        gemini_keys = settings.gemini_keys
         if not gemini_keys:
             raise ConfigError(f"llm_chain entry {entry.label!r} needs a Gemini API key: "
                               "set GIEOK_GEMINI_API_KEYS (comma-separated) or GIEOK_GEMINI_API_KEY")
@@ -58,7 +47,7 @@ def _route(entry: ChainEntry, settings: "Settings", gemini_keys: list[str], open
     if entry.provider == "openai":
         from .openai_compat import OpenAICompatLLM
 
-        keys = openai_keys or [""]  # local servers (Ollama, llama.cpp) take no key
+        keys = settings.openai_keys or ("",)  # local servers (Ollama, llama.cpp) take no key
         base_url = entry.base_url or settings.openai_base_url
         clients = [OpenAICompatLLM(entry.model, base_url, key, timeout=settings.llm_timeout_seconds,
                                    json_mode=settings.openai_json_mode)  # type: ignore[arg-type]
@@ -70,20 +59,17 @@ def _route(entry: ChainEntry, settings: "Settings", gemini_keys: list[str], open
                                            chat_format=settings.llamacpp_chat_format or None)], ["local"])
 
 
-def create_llm(settings: "Settings | None" = None, *, chain: str | None = None, **router_options: Any) -> LLMRouter:
+def create_llm(settings: Settings | None = None, *, chain: str | None = None, **router_options: Any) -> LLMRouter:
     """The router for `settings.llm_chain` (or `chain`); `router_options` go to `LLMRouter`
     (e.g. `clock=`, `sleep=` in tests). An empty chain means `gemini:gemini-2.5-flash` when a
     Gemini key is set, else `openai:qwen2.5:7b` at `openai_base_url` (a local Ollama)."""
     if settings is None:
-        from ..config import load_settings
-
         settings = load_settings()
-    gemini_keys = split_keys(settings.gemini_api_key, settings.gemini_api_keys)
-    openai_keys = split_keys(settings.openai_api_key, settings.openai_api_keys)
-    spec = settings.llm_chain if chain is None else chain
-    if not spec.strip():
-        spec = f"gemini:{DEFAULT_GEMINI_MODEL}" if gemini_keys else f"openai:{DEFAULT_LOCAL_MODEL}"
-    routes = [_route(entry, settings, gemini_keys, openai_keys) for entry in parse_chain(spec)]
+    entries = settings.llm_chain if chain is None else parse_chain(chain)
+    if not entries:
+        entries = parse_chain(f"gemini:{DEFAULT_GEMINI_MODEL}" if settings.gemini_keys
+                              else f"openai:{DEFAULT_LOCAL_MODEL}")
+    routes = [_route(entry, settings) for entry in entries]
     options: dict[str, Any] = {
         "max_retries": settings.llm_max_retries,
         "backoff_seconds": settings.llm_backoff_seconds,

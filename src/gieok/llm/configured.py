@@ -15,12 +15,9 @@ Configured means any of: `llm_chain` is set (whatever it names, including a loca
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from ..config import Settings
 from ..errors import ConfigError
 
-if TYPE_CHECKING:
-    from ..config import Settings
 
 __all__ = ["LLMNotConfiguredError", "llm_configured", "require_llm", "NOT_CONFIGURED_MESSAGE"]
 
@@ -33,16 +30,12 @@ class LLMNotConfiguredError(ConfigError):
     """No provider is configured; the message names the settings that would configure one."""
 
 
-def llm_configured(settings: "Settings") -> bool:
+def llm_configured(settings: Settings) -> bool:
     """Whether the settings name a language model (see the module docstring for the rule)."""
-    from . import split_keys
-
-    return bool(settings.llm_chain.strip()
-                or split_keys(settings.gemini_api_key, settings.gemini_api_keys)
-                or split_keys(settings.openai_api_key, settings.openai_api_keys))
+    return bool(settings.llm_chain or settings.gemini_keys or settings.openai_keys)
 
 
-def require_llm(settings: "Settings") -> None:
+def require_llm(settings: Settings) -> None:
     """Raise `LLMNotConfiguredError` (one line, printed by `gieok`'s error handler) unless a
     language model is configured. Cheap: reads the settings only, opens nothing."""
     if not llm_configured(settings):

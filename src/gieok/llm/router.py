@@ -41,79 +41,26 @@ from typing import Any, TypeVar
 
 import tenacity
 
-from ..errors import ConfigError, LLMAuthError, LLMError, LLMRateLimitError, LLMTransientError, LLMUnavailableError
+from ..errors import LLMAuthError, LLMError, LLMRateLimitError, LLMTransientError, LLMUnavailableError
 from .base import LLM, ChatMessage, ChatResponse, ToolSpec
 
 __all__ = [
     "LLMRouter",
     "Route",
     "KeySlot",
-    "ChainEntry",
-    "parse_chain",
     "LLMHealth",
     "ProviderHealth",
     "ResumeFilter",
     "continuation_messages",
     "CONTINUE_INSTRUCTION",
-    "CHAIN_PROVIDERS",
 ]
 
 log = logging.getLogger("gieok.llm")
 
 T = TypeVar("T")
-CHAIN_PROVIDERS = ("gemini", "openai", "llamacpp")
-_ALIASES = {"openai-compat": "openai", "openai_compat": "openai", "llama.cpp": "llamacpp", "gguf": "llamacpp"}
 CONTINUE_INSTRUCTION = ("Your previous reply was cut off. Continue it from exactly where it stopped, "
                         "without repeating anything already written and without any preamble.")
 _MIN_COOLDOWN = 1.0  # a "Retry-After: 0" must not make a key be hit again in the same breath
-
-
-# -- chain syntax ------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class ChainEntry:
-    """One element of `llm_chain`: `provider:model`, for `openai` optionally `@base_url`."""
-
-    provider: str
-    model: str
-    base_url: str = ""
-
-    @property
-    def label(self) -> str:
-        """How logs and health name it; the endpoint is part of it when the entry names one."""
-        return f"{self.provider}:{self.model}" + (f"@{self.base_url}" if self.base_url else "")
-
-
-def parse_chain(spec: str) -> list[ChainEntry]:
-    """`"gemini:gemini-2.5-flash, openai:qwen2.5:7b@http://127.0.0.1:11434/v1"` → entries.
-
-    Only the first ':' separates provider from model (Ollama tags contain ':'); for `openai`
-    a trailing `@http(s)://…` names another endpoint than `openai_base_url`.
-    """
-    entries: list[ChainEntry] = []
-    for raw in spec.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        provider, sep, rest = item.partition(":")
-        provider = _ALIASES.get(provider.strip().lower(), provider.strip().lower())
-        rest = rest.strip()
-        if provider not in CHAIN_PROVIDERS or not sep or not rest:
-            raise ConfigError(f"llm_chain entry {item!r} must be provider:model with provider one of "
-                              f"{', '.join(CHAIN_PROVIDERS)} (e.g. gemini:gemini-2.5-flash)")
-        model, base_url = rest, ""
-        if provider == "openai" and "@" in rest:
-            model, _, base_url = rest.rpartition("@")
-            model, base_url = model.strip(), base_url.strip()
-            if not base_url.startswith(("http://", "https://")) or not model:
-                raise ConfigError(f"llm_chain entry {item!r}: after '@' comes an http(s) base URL")
-        entry = ChainEntry(provider, model, base_url)
-        if any(e.label == entry.label for e in entries):
-            raise ConfigError(f"llm_chain names {entry.label!r} twice")
-        entries.append(entry)
-    if not entries:
-        raise ConfigError("llm_chain names no provider")
-    return entries
 
 
 # -- health ------------------------------------------------------------------------------------

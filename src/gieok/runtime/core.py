@@ -31,8 +31,10 @@ from ..errors import GieokError, LLMError
 from ..layers.recent import conversation_of
 from ..layers.scope_key import scope_key
 from ..llm.base import LLM
+from .calls import CallDetector
 from .health import Health, TurnTimings
 from .pause import reads_finished
+from .postprocess import EditThrottle, SelfCorrector, render_mentions, stream_view
 from .ratelimit import RateLimiter
 
 __all__ = ["BotCore", "InboundMessage", "Outbox", "ChannelRef", "Reply"]
@@ -109,8 +111,6 @@ class BotCore:
                  settings: Settings | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, bot_user_id: str | None = None,
                  generate: Callable[[Plan], Awaitable[Any]] | None = None, tools: Sequence[Any] | None = None) -> None:
-        from .calls import CallDetector
-
         self.pipeline = pipeline
         self.llm = llm
         self.outbox = outbox
@@ -118,8 +118,8 @@ class BotCore:
         self.clock = clock
         self.sleep = sleep
         self.bot_user_id = bot_user_id
-        names = [n.strip() for n in s.call_names.split(",") if n.strip()]
-        self.calls = CallDetector(names, bot_user_id)
+        self.calls = CallDetector(s.call_names, bot_user_id)
+        self.corrector = SelfCorrector(dict(s.self_corrections))
         self.limiter = RateLimiter(s.rate_limit_channel_seconds, s.rate_limit_global_seconds, clock)
         self.health = Health()
         self.last_timings: dict[str, TurnTimings] = {}
@@ -138,10 +138,8 @@ class BotCore:
 
     def set_bot_user(self, user_id: str) -> None:
         """The transport learned the bot's own user id (mentions of it are calls)."""
-        from .calls import CallDetector
-
         self.bot_user_id = user_id
-        self.calls = CallDetector([n.strip() for n in self.settings.call_names.split(",") if n.strip()], user_id)
+        self.calls = CallDetector(self.settings.call_names, user_id)
 
     # -- active channels ------------------------------------------------------------------------
     def is_active(self, ref: ChannelRef) -> bool:
@@ -363,15 +361,9 @@ class BotCore:
 
     # -- replying -----------------------------------------------------------------------------
     def _finish_text(self, text: str) -> str:
-        from .postprocess import correct_self_reference, render_mentions
-
-        corrections = dict(tuple(part.strip() for part in pair.split("=>", 1))  # type: ignore[misc]
-                           for pair in self.settings.self_corrections.split(";") if "=>" in pair)
-        return render_mentions(correct_self_reference(text, corrections) if corrections else text)
+        return render_mentions(self.corrector.correct(text))
 
     async def _reply(self, state: _Channel, plan: Plan, batch: list[_Pending], timings: TurnTimings) -> str | None:
-        from .postprocess import EditThrottle, stream_view
-
         started = self.clock()
         reply_to = batch[-1].message.message_id
         shown: list[str] = []

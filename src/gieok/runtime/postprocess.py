@@ -19,7 +19,7 @@ from ..errors import InvalidInputError, InvalidTypeError
 from .calls import has_batchim, particle_variant
 
 __all__ = [
-    "render_mentions", "correct_self_reference", "chunk_message", "MIN_CHUNK_LIMIT",
+    "render_mentions", "SelfCorrector", "correct_self_reference", "chunk_message", "MIN_CHUNK_LIMIT",
     "EditThrottle", "StreamView", "MessageOp", "stream_view",
 ]
 
@@ -80,37 +80,50 @@ def _term_pattern(index: int, term: str) -> str:
     return rf"(?<!{_WORD})(?P<t{index}>{body}){end}"
 
 
-def correct_self_reference(text: str, replacements: Mapping[str, str]) -> str:
-    """Replace the ways the model wrongly refers to itself ("저는 AI 어시스턴트", "Nuri는" in a
+class SelfCorrector:
+    """Replaces the ways the model wrongly refers to itself ("저는 AI 어시스턴트", "Nuri는" in a
     Korean persona) with the configured ones, in one pass: a replacement is never corrected again.
+    The pattern is compiled once (the runtime corrects every streamed edit).
 
     Terms match case-insensitively, as whole words (spaces in a term match any whitespace). A
     term ending in Hangul must be followed by a particle or a word boundary; a Latin one by
     anything but a Latin letter. A paired particle right after it is re-chosen for the
     replacement ("인공지능으로" → "누리로", "Nuri가" → "하늘이"). Code, links and mentions are
     left alone. Longer terms win over shorter ones."""
-    _check_text(text)
-    terms: list[tuple[str, str]] = []
-    for wrong, right in replacements.items():
-        if not isinstance(wrong, str) or not isinstance(right, str):
-            raise InvalidTypeError("self-reference replacements map strings to strings")
-        if wrong.strip():
-            terms.append((" ".join(wrong.split()), right))
-    if not terms or not text:
-        return text
-    terms.sort(key=lambda t: -len(t[0]))
-    pattern = re.compile("|".join(_term_pattern(i, wrong) for i, (wrong, _) in enumerate(terms)), re.IGNORECASE)
-    protected = [m.span() for m in _PROTECTED.finditer(text)]
 
-    def replace(m: re.Match[str]) -> str:
-        if any(a < m.end() and m.start() < b for a, b in protected):
-            return m.group(0)
-        index = next(i for i in range(len(terms)) if m.group(f"t{i}") is not None)
-        right = terms[index][1]
-        particle = m.group(f"k{index}") or ""
-        return right + (particle_variant(particle, right) if particle else "")
+    def __init__(self, replacements: Mapping[str, str]) -> None:
+        terms: list[tuple[str, str]] = []
+        for wrong, right in replacements.items():
+            if not isinstance(wrong, str) or not isinstance(right, str):
+                raise InvalidTypeError("self-reference replacements map strings to strings")
+            if wrong.strip():
+                terms.append((" ".join(wrong.split()), right))
+        terms.sort(key=lambda t: -len(t[0]))
+        self._terms = terms
+        self._pattern = (re.compile("|".join(_term_pattern(i, wrong) for i, (wrong, _) in enumerate(terms)),
+                                    re.IGNORECASE) if terms else None)
 
-    return pattern.sub(replace, text)
+    def correct(self, text: str) -> str:
+        _check_text(text)
+        if self._pattern is None or not text:
+            return text
+        protected = [m.span() for m in _PROTECTED.finditer(text)]
+        terms = self._terms
+
+        def replace(m: re.Match[str]) -> str:
+            if any(a < m.end() and m.start() < b for a, b in protected):
+                return m.group(0)
+            index = next(i for i in range(len(terms)) if m.group(f"t{i}") is not None)
+            right = terms[index][1]
+            particle = m.group(f"k{index}") or ""
+            return right + (particle_variant(particle, right) if particle else "")
+
+        return self._pattern.sub(replace, text)
+
+
+def correct_self_reference(text: str, replacements: Mapping[str, str]) -> str:
+    """`SelfCorrector(replacements).correct(text)`, for one text."""
+    return SelfCorrector(replacements).correct(text)
 
 
 # -- chunking ---------------------------------------------------------------------------------------------
