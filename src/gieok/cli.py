@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
@@ -15,7 +16,12 @@ from rich.table import Table
 from .cli_conversation import conversation_bench_commands, conversation_commands
 from .cli_options import ChannelOpt, DbOption, GuildOpt, JsonFlag, UserOpt, _open, _scope, err, out
 from .config import load_settings
+from .demo import run_demo
 from .errors import GieokError, InvalidInputError
+from .layers.scope_key import scope_label
+from .memory import reindex as run_reindex
+from .store.sqlite import SQLiteStore
+from .types import Scope
 
 app = typer.Typer(
     name="gieok",
@@ -177,9 +183,6 @@ def slots(
 
     Example: gieok slots --channel general
     """
-    from .layers.scope_key import scope_label
-    from .types import Scope
-
     with _open(db) as memory:
         chosen = memory.working.slots(Scope(guild, channel)) if channel else memory.working.all_slots()
         rows = []
@@ -216,9 +219,6 @@ def stm(
 
     Example: gieok stm --channel general --expire
     """
-    from .layers.scope_key import scope_label
-    from .types import Scope
-
     with _open(db) as memory:
         outcome = memory.stm.expire() if expire else None
         entries = memory.stm.entries(Scope(guild, channel) if channel else None)
@@ -228,9 +228,7 @@ def stm(
     table = Table(title=f"short-term memory: {len(entries)} live entries")
     for column in ("id", "conversation", "importance", "expires in", "text"):
         table.add_column(column)
-    import time as _time
-
-    now = _time.time()
+    now = time.time()
     for entry in entries:
         table.add_row(str(entry["entry_id"]), scope_label(entry["scope_key"]), f"{entry['importance']:.2f}",
                       f"{max(0, entry['expires_at'] - now) / 60:.0f} min", entry["text"])
@@ -323,9 +321,6 @@ def reindex(
 
     Example: gieok reindex --db chat.db --embedder use
     """
-    from .memory import reindex as run_reindex
-    from .store.sqlite import SQLiteStore
-
     settings = load_settings(**({"db": str(db)} if db else {}))
     if not settings.db_path().is_file():
         raise InvalidInputError(f"{settings.db_path()} does not exist: nothing to re-embed")
@@ -349,8 +344,6 @@ def demo(
 
     Example: gieok demo --db /tmp/demo.db
     """
-    from .demo import run_demo
-
     run_demo(db, out, k=k)
 
 

@@ -10,10 +10,17 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markdown import Markdown
 from rich.table import Table
 
+from .adapters.terminal import run_chat
+from .agent.pipeline import ConversationPipeline, IncomingMessage
 from .cli_options import DbOption, GuildOpt, JsonFlag, _open, out
+from .config import load_settings
 from .errors import InvalidInputError
+from .layers.recent import conversation_of
+from .llm.configured import require_llm
+from .memory import Memory
 
 __all__ = ["conversation_commands", "conversation_bench_commands"]
 
@@ -24,9 +31,7 @@ app, bench_app = conversation_commands, conversation_bench_commands  # the decor
 UserRequired = Annotated[str, typer.Option("--user", "-u", help="User id (the speaker).")]
 
 
-def _pipeline(memory):
-    from .agent.pipeline import ConversationPipeline
-
+def _pipeline(memory: Memory) -> ConversationPipeline:
     return ConversationPipeline(memory)
 
 
@@ -47,8 +52,6 @@ def inspect_prompt(
 
     Example: gieok inspect-prompt "누리야 내 고양이 이름 기억나?" --channel cafe --guild g1 --user 42 --name 민지
     """
-    from .agent.pipeline import IncomingMessage
-
     with _open(db) as memory:
         plan = asyncio.run(_pipeline(memory).preview(IncomingMessage(
             message, user_id=user, channel=channel, guild=guild, display_name=name, explicit=explicit)))
@@ -80,8 +83,6 @@ def summary(
 
     Example: gieok summary --channel cafe --guild g1 --set-core "이 채널은 여행 이야기 전용이다"
     """
-    from .layers.recent import conversation_of
-
     with _open(db) as memory:
         pipeline = _pipeline(memory)
         conversation = conversation_of(guild, channel)
@@ -93,8 +94,6 @@ def summary(
     if as_json:
         out.print_json(json.dumps({**current.as_dict(), "global_core": list(core)}, ensure_ascii=False))
         return
-    from rich.markdown import Markdown
-
     out.print(Markdown(current.to_markdown(core, names)))
 
 
@@ -169,10 +168,6 @@ def chat(
 
     Example: GIEOK_LLM_CHAIN=openai:qwen2.5:7b gieok chat --name 민지
     """
-    from .adapters.terminal import run_chat
-    from .config import load_settings
-    from .llm.configured import require_llm
-
     settings = load_settings()
     require_llm(settings)  # before opening anything: one line naming what to set
     run_chat(settings, db=db, user_name=name, console=out)
@@ -229,8 +224,7 @@ def bot(db: DbOption = None) -> None:
 
     Example: DISCORD_TOKEN=… GIEOK_GEMINI_API_KEY=… gieok bot --db bot.db
     """
-    from .adapters.discord_bot import run_discord_bot
-    from .config import load_settings
+    from .adapters.discord_bot import run_discord_bot  # discord.py takes ~0.5 s to import: only for `gieok bot`
 
     settings = load_settings(**({"db": str(db)} if db else {}))
     run_discord_bot(settings)

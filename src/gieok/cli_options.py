@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 
 from .config import load_settings
+from .memory import Memory
 
 __all__ = ["out", "err", "DbOption", "JsonFlag", "GuildOpt", "ChannelOpt", "UserOpt", "_open", "_scope"]
 
@@ -26,9 +27,7 @@ ChannelOpt = Annotated[Optional[str], typer.Option("--channel", "-c", help="Chan
 UserOpt = Annotated[Optional[str], typer.Option("--user", "-u", help="User id.")]
 
 
-def _open(db: Optional[Path], **overrides):
-    from .memory import Memory
-
+def _open(db: Optional[Path], **overrides: Any) -> Memory:
     settings = load_settings()
     if db is not None:
         overrides["db"] = str(db)

@@ -39,7 +39,7 @@ from .layers.scope_key import scope_from_key
 from .layers.stm import HybridSTM, ShortTermMemory
 from .layers.working import Slot, WorkingMemory
 from .retrieval.hybrid import MODES, HybridRetriever, RetrievalParams, SearchRequest
-from .store.base import BM25Filter, NewBlock, VerifyReport
+from .store.base import BM25Filter, IndexRows, NewBlock, VerifyReport
 from .store.conversation import ConversationTables
 from .store.sqlite import SQLiteStore
 from .text.tokenize import Analysis, Tokenizer, get_tokenizer
@@ -274,8 +274,6 @@ class Memory:
         if blocks[0].block_index != self.catalog.last_block_index + 1:
             self._catch_up()  # another process wrote in between: load everything in order
             return
-        from .store.base import IndexRows
-
         n = len(blocks)
         self.catalog.extend(IndexRows(
             block_index=np.fromiter((b.block_index for b in blocks), np.int64, n),

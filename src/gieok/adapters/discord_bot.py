@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Any
 
 import discord
 from discord.ext import commands
 
+from ..agent.pipeline import ConversationPipeline
+from ..errors import ConfigError
 from ..layers.recent import conversation_of
+from ..layers.scope_key import scope_key
+from ..llm import create_llm, require_llm
+from ..llm.tools import default_tools
+from ..memory import Memory
 from ..runtime.core import BotCore, ChannelRef, InboundMessage
 
 __all__ = ["GieokBot", "DiscordOutbox", "USERS_ONLY", "inbound_from", "ref_of"]
@@ -174,8 +181,6 @@ class GieokCommands(commands.Cog):
 
     @commands.hybrid_command(name="timer", description="Stage timings of this channel's last turn")
     async def timer(self, ctx: commands.Context) -> None:
-        from ..layers.scope_key import scope_key
-
         ref = ref_of(ctx.channel)
         timings = self.core.last_timings.get(scope_key(conversation_of(ref.guild, ref.channel)))
         if timings is None:
@@ -235,10 +240,6 @@ class GieokCommands(commands.Cog):
 
 
 def discord_token(settings: Any) -> str:
-    import os
-
-    from ..errors import ConfigError
-
     token = os.environ.get("DISCORD_TOKEN", "").strip() or settings.discord_token.strip()
     if not token:
         raise ConfigError("no Discord token: set DISCORD_TOKEN (or GIEOK_DISCORD_TOKEN / discord_token in gieok.toml)")
@@ -248,11 +249,6 @@ def discord_token(settings: Any) -> str:
 def run_discord_bot(settings: Any) -> None:
     """`gieok bot`: memory → pipeline (stage 2 on the configured model) → runtime → Discord.
     Checks the configuration before opening anything; Ctrl-C / SIGTERM shut down gracefully."""
-    from ..agent.pipeline import ConversationPipeline
-    from ..llm import create_llm, require_llm
-    from ..llm.tools import default_tools
-    from ..memory import Memory
-
     token = discord_token(settings)
     require_llm(settings)
     owners = set(settings.discord_owner_ids)

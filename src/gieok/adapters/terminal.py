@@ -30,23 +30,23 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.table import Table
 from rich.text import Text
 
+from ..agent.pipeline import ConversationPipeline
 from ..config import Settings, load_settings
 from ..errors import GieokError
+from ..layers.facts import LORE_GUILD
 from ..layers.recent import conversation_of
 from ..layers.scope_key import scope_key
+from ..llm import create_llm
+from ..llm.base import LLM
+from ..memory import Memory
 from ..runtime.core import BotCore, ChannelRef, InboundMessage
-
-if TYPE_CHECKING:
-    from ..agent.pipeline import ConversationPipeline
-    from ..llm.base import LLM
-    from ..memory import Memory
 
 __all__ = ["TerminalChat", "TerminalOutbox", "run_chat", "default_user_name", "LOCAL_USER", "TERMINAL_CHANNEL",
            "TERMINAL_REF", "COMMANDS"]
@@ -275,10 +275,6 @@ class TerminalChat:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _open(self) -> BotCore:
-        from ..agent.pipeline import ConversationPipeline
-        from ..llm import create_llm
-        from ..memory import Memory
-
         if self._memory is None:
             self._memory = Memory(settings=self.settings)
         if self._llm is None:
@@ -423,8 +419,6 @@ class TerminalChat:
         self.console.print(Markdown(markdown))
 
     async def _facts(self) -> None:
-        from ..layers.facts import LORE_GUILD
-
         assert self.pipeline is not None
         await self.pipeline.drain()
         found = [*self.pipeline.facts.facts(user_id=LOCAL_USER), *self.pipeline.facts.facts(guild=LORE_GUILD)]

@@ -42,9 +42,9 @@ from ..types import Scope
 from .context import AssembledPrompt, Budget, ContextBuilder, MemoryLine, RecentLine
 from .gatekeeper import Analyst, Decision, Extraction, looks_like_question
 from .guard import GuardVerdict, InjectionGuard
-from .guardrails import MessageGuard, check_raw_input, is_meta_fact
+from .guardrails import MessageGuard, check_raw_input, guard_classifier, is_meta_fact
 from .prompts import prompt, read_text_file
-from .response_classifier import GateVerdict
+from .response_classifier import GateVerdict, ResponseClassifier
 
 __all__ = ["IncomingMessage", "Observation", "Plan", "Stage1", "ConversationPipeline", "Event"]
 
@@ -164,14 +164,10 @@ class ConversationPipeline:
                                                                     s.fact_conflict_threshold),
                                global_user_facts=s.global_user_facts, clock=clock)
         if classifier == "bundled":  # stage 1 shipped trained; None turns stage 1 off
-            from .response_classifier import ResponseClassifier
-
             classifier = ResponseClassifier.load(memory.embedder, memory.embedder.name,
                                                  threshold=s.gatekeeper_threshold)
         self.classifier = classifier
         if guard is None:
-            from .guardrails import guard_classifier
-
             guard = MessageGuard(InjectionGuard(s.guard_threshold), guard_classifier(memory.embedder),
                                  s.guard_classifier_threshold)
         self.guard = guard

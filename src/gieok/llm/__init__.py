@@ -39,13 +39,13 @@ def _route(entry: ChainEntry, settings: Settings) -> Route:
         if not gemini_keys:
             raise ConfigError(f"llm_chain entry {entry.label!r} needs a Gemini API key: "
                               "set GIEOK_GEMINI_API_KEYS (comma-separated) or GIEOK_GEMINI_API_KEY")
-        from .gemini import GeminiLLM
+        from .gemini import GeminiLLM  # google-genai takes ~1 s to import: only when the chain names gemini
 
         clients: list[LLM] = [GeminiLLM(entry.model, key, base_url=settings.gemini_base_url or None,
                                         timeout=settings.llm_timeout_seconds) for key in gemini_keys]
         return Route(entry.label, clients, [_key_label(i, k) for i, k in enumerate(gemini_keys)])
     if entry.provider == "openai":
-        from .openai_compat import OpenAICompatLLM
+        from .openai_compat import OpenAICompatLLM  # loaded with the chain that names it, like its siblings
 
         keys = settings.openai_keys or ("",)  # local servers (Ollama, llama.cpp) take no key
         base_url = entry.base_url or settings.openai_base_url
@@ -53,7 +53,7 @@ def _route(entry: ChainEntry, settings: Settings) -> Route:
                                    json_mode=settings.openai_json_mode)  # type: ignore[arg-type]
                    for key in keys]
         return Route(entry.label, clients, [_key_label(i, k) if k else "no key" for i, k in enumerate(keys)])
-    from .llamacpp import LlamaCppLLM
+    from .llamacpp import LlamaCppLLM  # llama-cpp-python is an optional extra
 
     return Route(entry.label, [LlamaCppLLM(entry.model, n_ctx=settings.llamacpp_n_ctx,
                                            chat_format=settings.llamacpp_chat_format or None)], ["local"])

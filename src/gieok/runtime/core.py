@@ -31,6 +31,8 @@ from ..errors import GieokError, LLMError
 from ..layers.recent import conversation_of
 from ..layers.scope_key import scope_key
 from ..llm.base import LLM
+from ..llm.tool_loop import run_tool_loop, tool_loop_options
+from ..llm.tools import ToolContext
 from .calls import CallDetector
 from .health import Health, TurnTimings
 from .pause import reads_finished
@@ -447,9 +449,6 @@ class BotCore:
         return text
 
     async def _with_tools(self, plan: Plan) -> str:
-        from ..llm.tool_loop import run_tool_loop, tool_loop_options
-        from ..llm.tools import ToolContext
-
         message = plan.message
         context = ToolContext(channel=message.channel, guild=message.guild, user_id=message.user_id,
                               timezone=self.settings.timezone, memory=self.pipeline.memory,
