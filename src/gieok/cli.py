@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
@@ -14,11 +13,20 @@ import typer
 from rich.table import Table
 
 from .cli_conversation import conversation_bench_commands, conversation_commands
-from .cli_options import ChannelOpt, DbOption, GuildOpt, JsonFlag, UserOpt, _open, _scope, err, out
+from .cli_options import (
+    ChannelOpt,
+    DbOption,
+    GuildOpt,
+    JsonFlag,
+    UserOpt,
+    _open,
+    _scope,
+    err,
+    out,
+)
 from .config import load_settings
 from .demo import run_demo
 from .errors import GieokError, InvalidInputError
-from .layers.scope_key import scope_label
 from .memory import reindex as run_reindex
 from .store.sqlite import SQLiteStore
 from .types import Scope
@@ -36,7 +44,13 @@ app.add_typer(bench_app, name="bench")
 
 @contextmanager
 def _progress(description: str, total: int | None) -> Iterator:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as bar:
@@ -103,13 +117,7 @@ def search(
         result = memory.search(query, k, scope=_scope(guild, channel, user), kinds=kind, since=since,
                                until=until, mode=mode, neighbours=neighbours)
     if as_json:
-        payload = {
-            "query": result.query, "source": result.source, "search_time_ms": round(result.search_time_ms, 3),
-            "embed_time_ms": round(result.embed_time_ms, 3), "result_count": result.result_count,
-            "hits": [{"score": round(h.score, 6), "breakdown": h.breakdown.as_dict(), "block": h.block.as_dict()}
-                     for h in result.hits],
-        }
-        out.print_json(json.dumps(payload, ensure_ascii=False))
+        out.print_json(json.dumps(result.as_dict(), ensure_ascii=False))
         return
     table = Table(title=f"{result.result_count} hits for {query!r}")
     for column in ("#", "block", "score", "bm25", "vector", "neighbour", "channel", "text"):
@@ -184,15 +192,7 @@ def slots(
     Example: gieok slots --channel general
     """
     with _open(db) as memory:
-        chosen = memory.working.slots(Scope(guild, channel)) if channel else memory.working.all_slots()
-        rows = []
-        for slot in chosen:
-            rows.append({
-                "scope": scope_label(slot.scope_key), "slot": slot.slot_id, "priority": round(memory.working.priority(slot), 4),
-                "importance": slot.importance, "usage": slot.usage_count, "block_index": slot.block_index,
-                "content": slot.content,
-                "checkpoints": [c.as_row() for c in memory.checkpoints.get(slot)],
-            })
+        rows = memory.working_slots(_scope(guild, channel, None))
         stats = memory.working.statistics()
     if as_json:
         out.print_json(json.dumps({"slots": rows, "statistics": stats}, ensure_ascii=False))
@@ -202,8 +202,9 @@ def slots(
         table.add_column(column, justify="left" if column in ("conversation", "content", "checkpoints") else "right")
     for row in rows:
         anchors = ", ".join(f"{c['block_index']}({c['relevance']:.2f})" for c in row["checkpoints"]) or "-"
-        table.add_row(row["scope"], str(row["slot"]), f"{row['priority']:.3f}", f"{row['importance']:.2f}",
-                      str(row["usage"]), str(row["block_index"] or "-"), anchors, row["content"])
+        table.add_row(Scope.of(row["conversation"]).label(), str(row["slot"]), f"{row['priority']:.3f}",
+                      f"{row['importance']:.2f}", str(row["usage_count"]), str(row["block_index"] or "-"), anchors,
+                      row["content"])
     out.print(table)
 
 
@@ -221,17 +222,16 @@ def stm(
     """
     with _open(db) as memory:
         outcome = memory.stm.expire() if expire else None
-        entries = memory.stm.entries(Scope(guild, channel) if channel else None)
+        entries = memory.stm_entries(_scope(guild, channel, None))
     if as_json:
         out.print_json(json.dumps({"entries": entries, "expired": outcome}, ensure_ascii=False))
         return
     table = Table(title=f"short-term memory: {len(entries)} live entries")
     for column in ("id", "conversation", "importance", "expires in", "text"):
         table.add_column(column)
-    now = time.time()
     for entry in entries:
-        table.add_row(str(entry["entry_id"]), scope_label(entry["scope_key"]), f"{entry['importance']:.2f}",
-                      f"{max(0, entry['expires_at'] - now) / 60:.0f} min", entry["text"])
+        table.add_row(str(entry["entry_id"]), Scope.of(entry["conversation"]).label(), f"{entry['importance']:.2f}",
+                      f"{entry['expires_in_seconds'] / 60:.0f} min", entry["text"])
     out.print(table)
     if outcome is not None:
         out.print(f"expired: {outcome['promoted']} promoted to long-term memory, {outcome['dropped']} dropped")

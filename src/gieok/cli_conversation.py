@@ -18,9 +18,9 @@ from .agent.pipeline import ConversationPipeline, IncomingMessage
 from .cli_options import DbOption, GuildOpt, JsonFlag, _open, out
 from .config import load_settings
 from .errors import InvalidInputError
+from .layers.conversation import ConversationMemory
 from .layers.recent import conversation_of
 from .llm.configured import require_llm
-from .memory import Memory
 
 __all__ = ["conversation_commands", "conversation_bench_commands"]
 
@@ -29,10 +29,6 @@ conversation_bench_commands = typer.Typer()
 app, bench_app = conversation_commands, conversation_bench_commands  # the decorators below read naturally
 
 UserRequired = Annotated[str, typer.Option("--user", "-u", help="User id (the speaker).")]
-
-
-def _pipeline(memory: Memory) -> ConversationPipeline:
-    return ConversationPipeline(memory)
 
 
 @app.command("inspect-prompt")
@@ -53,7 +49,7 @@ def inspect_prompt(
     Example: gieok inspect-prompt "누리야 내 고양이 이름 기억나?" --channel cafe --guild g1 --user 42 --name 민지
     """
     with _open(db) as memory:
-        plan = asyncio.run(_pipeline(memory).preview(IncomingMessage(
+        plan = asyncio.run(ConversationPipeline(memory).preview(IncomingMessage(
             message, user_id=user, channel=channel, guild=guild, display_name=name, explicit=explicit)))
     data = plan.as_dict()
     if as_json:
@@ -84,17 +80,15 @@ def summary(
     Example: gieok summary --channel cafe --guild g1 --set-core "이 채널은 여행 이야기 전용이다"
     """
     with _open(db) as memory:
-        pipeline = _pipeline(memory)
+        layers = ConversationMemory(memory)
         conversation = conversation_of(guild, channel)
         if set_core is not None:
-            pipeline.summaries.set_core(conversation, [line for line in set_core if line.strip()])
-        current = pipeline.summaries.get(conversation)
-        names = pipeline.l1.display_names(conversation)
-        core = pipeline.summaries.global_core
+            layers.summaries.set_core(conversation, [line for line in set_core if line.strip()])
+        view = layers.summary_view(conversation)
     if as_json:
-        out.print_json(json.dumps({**current.as_dict(), "global_core": list(core)}, ensure_ascii=False))
+        out.print_json(json.dumps(view, ensure_ascii=False))
         return
-    out.print(Markdown(current.to_markdown(core, names)))
+    out.print(Markdown(view["markdown"]))
 
 
 @app.command()
@@ -110,7 +104,7 @@ def facts(
     Example: gieok facts --user 42 --history
     """
     with _open(db) as memory:
-        found = _pipeline(memory).facts.facts(user_id=user, guild=guild, include_history=history)
+        found = ConversationMemory(memory).facts.facts(user_id=user, guild=guild, include_history=history)
     if as_json:
         out.print_json(json.dumps([f.as_dict() for f in found], ensure_ascii=False))
         return
@@ -133,7 +127,7 @@ def lore(
     Example: gieok lore lore.txt
     """
     with _open(db) as memory:
-        added = _pipeline(memory).facts.seed_lore(file)
+        added = ConversationMemory(memory).facts.seed_lore(file)
     out.print(f"seeded {added} new lore fact(s) from {file}")
 
 
@@ -150,7 +144,7 @@ def forget_user(
     if not yes and not typer.confirm(f"Erase all facts and messages of user {user}?"):
         raise InvalidInputError("not confirmed; nothing erased")
     with _open(db) as memory:
-        result = _pipeline(memory).forget_user(user)
+        result = ConversationMemory(memory).forget_user(user)
     out.print(f"erased {result['facts']} fact(s), {result['messages']} message block(s), "
               f"{result['l1_rows']} recent message(s), {result['summary_items']} summary item(s) of user {user}")
 
@@ -224,7 +218,9 @@ def bot(db: DbOption = None) -> None:
 
     Example: DISCORD_TOKEN=… GIEOK_GEMINI_API_KEY=… gieok bot --db bot.db
     """
-    from .adapters.discord_bot import run_discord_bot  # discord.py takes ~0.5 s to import: only for `gieok bot`
+    from .adapters.discord_bot import (
+        run_discord_bot,  # discord.py takes ~0.5 s to import: only for `gieok bot`
+    )
 
     settings = load_settings(**({"db": str(db)} if db else {}))
     run_discord_bot(settings)

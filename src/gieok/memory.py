@@ -35,7 +35,6 @@ from .layers.cache import SearchCache
 from .layers.checkpoints import CheckpointManager
 from .layers.coordinator import CoordinatorConfig, SearchCoordinator
 from .layers.localized import LocalizedSearch
-from .layers.scope_key import scope_from_key
 from .layers.stm import HybridSTM, ShortTermMemory
 from .layers.working import Slot, WorkingMemory
 from .retrieval.hybrid import MODES, HybridRetriever, RetrievalParams, SearchRequest
@@ -43,7 +42,15 @@ from .store.base import BM25Filter, IndexRows, NewBlock, VerifyReport
 from .store.conversation import ConversationTables
 from .store.sqlite import SQLiteStore
 from .text.tokenize import Analysis, Tokenizer, get_tokenizer
-from .types import Block, Hit, Scope, ScoreBreakdown, SearchResult, Stats
+from .types import (
+    Block,
+    Hit,
+    Scope,
+    ScoreBreakdown,
+    SearchResult,
+    Stats,
+    scope_from_key,
+)
 from .validate import (
     check_importance,
     check_k,
@@ -557,6 +564,27 @@ class Memory:
                 row = self.catalog.row_of(index)
                 out.append(self.vectors.matrix[row].copy() if row is not None and self.vectors is not None else None)
             return out
+
+    def working_slots(self, conversation: Scope | Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Working-memory slots of every conversation, or of one (its guild and channel), with
+        their priority parts and checkpoints, as the CLI, the server and the dashboard show them."""
+        self._check_open()
+        scope = Scope.of(conversation)
+        chosen = (self.working.slots(Scope(scope.guild, scope.channel)) if scope.channel is not None
+                  else self.working.all_slots())
+        now = self.working.clock()
+        return [slot.as_dict(self.working.priority_parts(slot, now=now),
+                             [c.as_row() for c in self.checkpoints.get(slot)])
+                for slot in sorted(chosen, key=lambda s: (s.scope_key, s.slot_id))]
+
+    def stm_entries(self, conversation: Scope | Mapping[str, Any] | None = None,
+                    limit: int = 1000) -> list[dict[str, Any]]:
+        """Live short-term memory entries, newest first (every conversation, or one)."""
+        self._check_open()
+        scope = Scope.of(conversation)
+        chosen = Scope(scope.guild, scope.channel) if scope.channel is not None else None
+        now = self.stm.clock()
+        return [self.stm.describe(entry, now) for entry in self.stm.entries(chosen, limit)]
 
     def layer_stats(self) -> dict[str, Any]:
         """Per-layer counters and hit rates, working memory, STM, cache and checkpoints."""

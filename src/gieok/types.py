@@ -6,6 +6,7 @@ A **scope** says where it belongs: (guild, channel, user), each optional.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -13,7 +14,7 @@ from typing import Any
 
 from .errors import InvalidTypeError, UnknownScopeKeyError
 
-__all__ = ["Kind", "Scope", "Block", "ScoreBreakdown", "Hit", "SearchResult", "Stats"]
+__all__ = ["Kind", "Scope", "Block", "ScoreBreakdown", "Hit", "SearchResult", "Stats", "scope_key", "scope_from_key"]
 
 
 class Kind(str, Enum):
@@ -64,6 +65,23 @@ class Scope:
 
     def as_dict(self) -> dict[str, str | None]:
         return {"guild": self.guild, "channel": self.channel, "user": self.user}
+
+    def label(self) -> str:
+        """Human-readable: "guild=g1 channel=general", or "(global)"."""
+        parts = [f"{name}={value}" for name, value in (("guild", self.guild), ("channel", self.channel),
+                                                         ("user", self.user)) if value is not None]
+        return " ".join(parts) or "(global)"
+
+
+def scope_key(scope: Scope) -> str:
+    """A scope as one stable string: working memory, STM, the cache and the conversation tables
+    key their rows by it."""
+    return json.dumps([scope.guild, scope.channel, scope.user], ensure_ascii=False, separators=(",", ":"))
+
+
+def scope_from_key(key: str) -> Scope:
+    guild, channel, user = json.loads(key)
+    return Scope(guild, channel, user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +160,9 @@ class Hit:
     score: float
     breakdown: ScoreBreakdown
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"score": round(self.score, 6), "breakdown": self.breakdown.as_dict(), "block": self.block.as_dict()}
+
 
 @dataclass(slots=True)
 class SearchResult:
@@ -157,6 +178,12 @@ class SearchResult:
     @property
     def result_count(self) -> int:
         return len(self.hits)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"query": self.query, "source": self.source, "search_time_ms": round(self.search_time_ms, 3),
+                "embed_time_ms": round(self.embed_time_ms, 3), "result_count": self.result_count,
+                "timings_ms": {name: round(ms, 3) for name, ms in self.timings_ms.items()},
+                "hits": [hit.as_dict() for hit in self.hits]}
 
     def __iter__(self):  # iterate hits directly: `for hit in memory.search(...)`
         return iter(self.hits)

@@ -19,8 +19,7 @@ from discord.ext import commands
 
 from ..agent.pipeline import ConversationPipeline
 from ..errors import ConfigError
-from ..layers.recent import conversation_of
-from ..layers.scope_key import scope_key
+from ..layers.recent import conversation_key, conversation_of
 from ..llm import create_llm, require_llm
 from ..llm.tools import default_tools
 from ..memory import Memory
@@ -182,7 +181,7 @@ class GieokCommands(commands.Cog):
     @commands.hybrid_command(name="timer", description="Stage timings of this channel's last turn")
     async def timer(self, ctx: commands.Context) -> None:
         ref = ref_of(ctx.channel)
-        timings = self.core.last_timings.get(scope_key(conversation_of(ref.guild, ref.channel)))
+        timings = self.core.last_timings.get(conversation_key(ref.guild, ref.channel))
         if timings is None:
             await ctx.reply(self.bot.texts["no_timer"], allowed_mentions=USERS_ONLY)
             return
@@ -203,10 +202,7 @@ class GieokCommands(commands.Cog):
     @commands.hybrid_command(name="summary", description="This channel's rolling summary")
     async def summary(self, ctx: commands.Context) -> None:
         ref = ref_of(ctx.channel)
-        conversation = conversation_of(ref.guild, ref.channel)
-        pipeline = self.core.pipeline
-        text = pipeline.summaries.get(conversation).to_markdown(pipeline.summaries.global_core,
-                                                                 pipeline.l1.display_names(conversation))
+        text = self.core.pipeline.conversation.summary_markdown(conversation_of(ref.guild, ref.channel))
         await ctx.reply(text[:1990], allowed_mentions=USERS_ONLY)
 
     @commands.command(name="sync")

@@ -41,8 +41,7 @@ from ..agent.pipeline import ConversationPipeline
 from ..config import Settings, load_settings
 from ..errors import GieokError
 from ..layers.facts import LORE_GUILD
-from ..layers.recent import conversation_of
-from ..layers.scope_key import scope_key
+from ..layers.recent import conversation_key, conversation_of
 from ..llm import create_llm
 from ..llm.base import LLM
 from ..memory import Memory
@@ -366,7 +365,7 @@ class TerminalChat:
     # -- a message ------------------------------------------------------------------------------
     @property
     def _key(self) -> str:
-        return scope_key(conversation_of(None, TERMINAL_CHANNEL))
+        return conversation_key(None, TERMINAL_CHANNEL)
 
     async def say(self, text: str) -> None:
         """One message to the bot; returns once the reply is printed (or the bot stayed silent)."""
@@ -412,10 +411,7 @@ class TerminalChat:
     async def _summary(self) -> None:
         assert self.pipeline is not None
         await self.pipeline.drain()  # the extraction of the last turn may still be running
-        conversation = conversation_of(None, TERMINAL_CHANNEL)
-        summaries = self.pipeline.summaries
-        markdown = summaries.get(conversation).to_markdown(summaries.global_core,
-                                                           self.pipeline.l1.display_names(conversation))
+        markdown = self.pipeline.conversation.summary_markdown(conversation_of(None, TERMINAL_CHANNEL))
         self.console.print(Markdown(markdown))
 
     async def _facts(self) -> None:

@@ -22,7 +22,6 @@ import asyncio
 import itertools
 import logging
 import re
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -32,46 +31,28 @@ from typing import Any
 from ..config import Settings
 from ..embed.priority import Priority, embedding_priority
 from ..errors import InvalidInputError, InvalidTypeError
-from ..layers.facts import Fact, FactStore, PairJudge
-from ..layers.recent import RecentMessages, conversation_of
-from ..layers.scope_key import scope_from_key, scope_key
-from ..layers.summary import SummaryStore
+from ..config import read_text_file
+from ..layers.conversation import ConversationMemory, check_id
+from ..layers.facts import Fact
+from ..layers.recent import conversation_of
 from ..llm.base import LLM
-from ..store.conversation import ConversationTables, L1Row
-from ..types import Scope
+from ..store.conversation import L1Row
+from ..types import Scope, scope_from_key, scope_key
 from .context import AssembledPrompt, Budget, ContextBuilder, MemoryLine, RecentLine
 from .gatekeeper import Analyst, Decision, Extraction, looks_like_question
 from .guard import GuardVerdict, InjectionGuard
 from .guardrails import MessageGuard, check_raw_input, guard_classifier, is_meta_fact
-from .prompts import prompt, read_text_file
+from .prompts import prompt
 from .response_classifier import GateVerdict, ResponseClassifier
 
 __all__ = ["IncomingMessage", "Observation", "Plan", "Stage1", "ConversationPipeline", "Event"]
 
 log = logging.getLogger(__name__)
 
-MAX_ID_CHARS = 100
-_ID = re.compile(r"^[\w.:@#-]{1,100}$")
-
-
 def block_text(content: str) -> str:
     """The text a message's turn block stores (the store strips it: text/validate.clean_text), and
     so the text whose vector the guard, stage 1 and the block all share through the cache."""
     return content.strip()
-
-
-def _check_id(value: Any, what: str, *, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str):
-        raise InvalidTypeError(f"{what} must be a string, not {type(value).__name__}")
-    if not _ID.match(value):
-        raise InvalidInputError(f"{what} must be 1–{MAX_ID_CHARS} letters, digits or . : @ # - _ (got {value[:40]!r})")
-    if value.startswith("gieok:"):
-        raise InvalidInputError(f"{what} values starting with 'gieok:' are reserved")
-    return value
 
 
 @dataclass(frozen=True)
@@ -151,18 +132,15 @@ class ConversationPipeline:
 
     def __init__(self, memory: Any, *, settings: Settings | None = None, llm: LLM | None = None,
                  classifier: Any = "bundled", guard: MessageGuard | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, conversation: ConversationMemory | None = None) -> None:
         self.memory = memory
         self.settings = s = settings or memory.settings
         self.clock = clock
-        self.tables = ConversationTables(memory.store)
-        self.l1 = RecentMessages(self.tables, capacity=s.l1_size, clock=clock)
-        core = tuple(line.strip() for line in read_text_file(s.core_file, "core").splitlines()
-                     if line.strip() and not line.startswith("#")) if s.core_file else ()
-        self.summaries = SummaryStore(self.tables, s.summary_max_topics, s.summary_max_points, core, clock)
-        self.facts = FactStore(memory, self.tables, judge=PairJudge(s.fact_duplicate_threshold,
-                                                                    s.fact_conflict_threshold),
-                               global_user_facts=s.global_user_facts, clock=clock)
+        self.conversation = conversation or ConversationMemory(memory, s, clock=clock)
+        self.tables = self.conversation.tables
+        self.l1 = self.conversation.l1
+        self.summaries = self.conversation.summaries
+        self.facts = self.conversation.facts
         if classifier == "bundled":  # stage 1 shipped trained; None turns stage 1 off
             classifier = ResponseClassifier.load(memory.embedder, memory.embedder.name,
                                                  threshold=s.gatekeeper_threshold)
@@ -181,7 +159,7 @@ class ConversationPipeline:
                           s.budget_input))
         self.bot_names = tuple({s.bot_name, "nuri" if s.bot_name == "누리" else s.bot_name})
         self._tasks: set[asyncio.Task] = set()
-        self._commit_lock = threading.Lock()
+        self._commit_lock = self.conversation.commit_lock
         self._channel_locks: dict[str, asyncio.Lock] = {}
         if s.lore_file:
             added = self.facts.seed_lore(s.lore_file)
@@ -199,9 +177,9 @@ class ConversationPipeline:
         if not isinstance(message, IncomingMessage):
             raise InvalidTypeError(f"expected an IncomingMessage, not {type(message).__name__}")
         check_raw_input(message.content, self.settings.max_input_chars)  # on the raw input, before anything
-        _check_id(message.user_id, "user_id")
-        _check_id(message.channel, "channel")
-        _check_id(message.guild, "guild", optional=True)
+        check_id(message.user_id, "user_id")
+        check_id(message.channel, "channel")
+        check_id(message.guild, "guild", optional=True)
         if message.display_name is not None and (not isinstance(message.display_name, str)
                                                  or len(message.display_name) > 100):
             raise InvalidInputError("display_name must be a string of at most 100 characters")
@@ -565,20 +543,6 @@ class ConversationPipeline:
 
     # -- operator -------------------------------------------------------------------------------
     def forget_user(self, user_id: str) -> dict[str, int]:
-        """Erase a user's facts and messages everywhere ("forget me"), and scrub them from the
-        rolling summaries. A caller with background work running (extraction could write a
-        fact back) awaits `drain()` first, as the chat front-ends do."""
-        _check_id(user_id, "user_id")
-        with self._commit_lock:  # no commit may write this user's L1 rows while they are erased
-            return self._forget_user(user_id)
-
-    def _forget_user(self, user_id: str) -> dict[str, int]:
-        facts = self.facts.forget_user(user_id)
-        blocks = self.tables.l1_user_blocks(user_id)
-        turns = self.memory.store._query(  # noqa: SLF001
-            "SELECT block_index FROM blocks WHERE user_id = ? AND kind = 'turn' AND forgotten_at IS NULL",
-            (user_id,)).fetchall()
-        erased = self.memory.forget(sorted({*blocks, *(r[0] for r in turns)})) if (blocks or turns) else []
-        removed = self.tables.l1_delete_user(user_id)
-        summary_items = self.summaries.forget_user(user_id)
-        return {"facts": len(facts), "messages": len(erased), "l1_rows": removed, "summary_items": summary_items}
+        """`ConversationMemory.forget_user`: a caller with background work running (extraction
+        could write a fact back) awaits `drain()` first, as the chat front-ends do."""
+        return self.conversation.forget_user(user_id)

@@ -44,7 +44,13 @@ from typing import IO, Any, Literal
 
 import numpy as np
 
-from ..data.labeled import GATEKEEPER_DATA, GateExample, data_digest, gate_split, load_gate_examples
+from ..data.labeled import (
+    GATEKEEPER_DATA,
+    GateExample,
+    data_digest,
+    gate_split,
+    load_gate_examples,
+)
 from ..errors import InvalidInputError
 from .bundled import bundled_model_name, model_cache_dir
 from .classifier import EmbeddingClassifier

@@ -22,7 +22,15 @@ from zoneinfo import ZoneInfo
 from platformdirs import user_data_dir
 
 from ..errors import ConfigError
-from .values import ChainEntry, chain_setting, comma_list, corrections, digit_ids, key_list, merge_keys
+from .values import (
+    ChainEntry,
+    chain_setting,
+    comma_list,
+    corrections,
+    digit_ids,
+    key_list,
+    merge_keys,
+)
 
 __all__ = ["Settings", "load_settings", "default_db_path"]
 

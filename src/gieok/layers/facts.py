@@ -252,11 +252,8 @@ class FactStore:
     def repair(self) -> int:
         """Give fact blocks written just before a crash their `facts` row (and apply the
         supersession they recorded). Metadata carries everything but later supersessions."""
-        rows = self.memory.store._query(  # noqa: SLF001 - the store is ours
-            "SELECT block_index FROM blocks WHERE kind = 'fact' AND forgotten_at IS NULL AND block_index NOT IN "
-            "(SELECT block_index FROM facts) AND metadata LIKE '%\"fact_type\"%'").fetchall()
         fixed = 0
-        for (index,) in rows:
+        for index in self.memory.store.orphan_fact_blocks():
             block = self.memory.store.get_many([index])[index]
             meta = block.metadata
             try:

@@ -13,10 +13,9 @@ from collections.abc import Callable
 
 from ..errors import InvalidInputError
 from ..store.conversation import ConversationTables, L1Row
-from ..types import Scope
-from .scope_key import scope_key
+from ..types import Scope, scope_key
 
-__all__ = ["RecentMessages", "conversation_of", "ROLES"]
+__all__ = ["RecentMessages", "conversation_of", "conversation_key", "ROLES"]
 
 ROLES = ("user", "assistant")
 
@@ -24,6 +23,11 @@ ROLES = ("user", "assistant")
 def conversation_of(guild: str | None, channel: str) -> Scope:
     """The scope a conversation is keyed by: its guild (None in DMs) and channel."""
     return Scope(guild, channel, None)
+
+
+def conversation_key(guild: str | None, channel: str) -> str:
+    """The conversation's key in the tables (L1, summaries, active channels) and runtime maps."""
+    return scope_key(conversation_of(guild, channel))
 
 
 class RecentMessages:

@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..text.tokenize import Tokenizer
-from ..types import Block, Scope
-from .scope_key import scope_from_key, scope_key
+from ..types import Block, Scope, scope_from_key, scope_key
 from .working import Clock, WorkingMemory, jaccard
 
 __all__ = ["ShortTermMemory", "HybridSTM", "MODES"]
@@ -59,6 +58,15 @@ class ShortTermMemory:
 
     def entries(self, scope: Scope | None = None, limit: int = 1000) -> list[dict[str, Any]]:
         return self.store.stm_entries(None if scope is None else scope_key(scope), self.clock(), limit)
+
+    def describe(self, entry: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+        """An entry as front-ends show it: its conversation instead of the key, and time left."""
+        now = self.clock() if now is None else now
+        return {"entry_id": entry["entry_id"], "conversation": scope_from_key(entry["scope_key"]).as_dict(),
+                "text": entry["text"], "importance": entry["importance"], "metadata": entry["metadata"],
+                "created_at": entry["created_at"], "expires_at": entry["expires_at"],
+                "expires_in_seconds": round(max(0.0, entry["expires_at"] - now), 3),
+                "block_index": entry["block_index"]}
 
     def search(self, scope: Scope, query: str, k: int) -> list[tuple[dict[str, Any], float]]:
         """Live entries of the scope by token overlap with the query, then recency."""

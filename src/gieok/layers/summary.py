@@ -19,8 +19,7 @@ from typing import Any
 
 from ..errors import InvalidInputError, InvalidTypeError
 from ..store.conversation import ConversationTables
-from ..types import Scope
-from .scope_key import scope_key
+from ..types import Scope, scope_key
 
 __all__ = ["ChannelSummary", "SummaryStore", "STAGES"]
 

@@ -12,17 +12,16 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..text.tokenize import Tokenizer
-from ..types import Block, Scope
-from .scope_key import scope_key
+from ..types import Block, Scope, scope_from_key, scope_key
 
-__all__ = ["Slot", "WorkingMemory", "Clock", "Promoter"]
+__all__ = ["Slot", "SlotPriority", "WorkingMemory", "Clock", "Promoter"]
 
 Clock = Callable[[], float]
 # promote(slot, priority, reason) -> the long-term block written for it
@@ -53,6 +52,34 @@ class Slot:
                 "content": self.content, "metadata": self.metadata, "embedding": self.embedding,
                 "importance": self.importance, "usage_count": self.usage_count, "created_at": self.created_at,
                 "last_access": self.last_access, "block_index": self.block_index, "context_hash": self.context_hash}
+
+    def as_dict(self, priority: SlotPriority, checkpoints: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+        """The slot as front-ends show it: its conversation, content, priority and the parts that
+        make it up, and its checkpoints (rows of `Checkpoint.as_row`). No embedding."""
+        return {"conversation": scope_from_key(self.scope_key).as_dict(), "slot": self.slot_id,
+                "content": self.content, "context": self.context, "metadata": self.metadata,
+                "importance": self.importance, "usage_count": self.usage_count, "created_at": self.created_at,
+                "last_access": self.last_access, "block_index": self.block_index,
+                "priority": round(priority.total, 6), "priority_parts": priority.as_dict(),
+                "checkpoints": list(checkpoints)}
+
+
+@dataclass(frozen=True, slots=True)
+class SlotPriority:
+    """The four parts of a slot's priority, each 0–1, and their weighted sum."""
+
+    importance: float
+    time: float
+    usage: float
+    relevance: float
+
+    @property
+    def total(self) -> float:
+        return 0.4 * self.importance + 0.3 * self.time + 0.2 * self.usage + 0.1 * self.relevance
+
+    def as_dict(self) -> dict[str, float]:
+        return {"importance": round(self.importance, 6), "time": round(self.time, 6), "usage": round(self.usage, 6),
+                "relevance": round(self.relevance, 6)}
 
 
 def time_factor(last_access: float, now: float) -> float:
@@ -119,9 +146,13 @@ class WorkingMemory:
 
     def priority(self, slot: Slot, context: str = "", context_embedding: np.ndarray | None = None,
                  now: float | None = None) -> float:
+        return self.priority_parts(slot, context, context_embedding, now).total
+
+    def priority_parts(self, slot: Slot, context: str = "", context_embedding: np.ndarray | None = None,
+                       now: float | None = None) -> SlotPriority:
         now = self.clock() if now is None else now
-        return (0.4 * slot.importance + 0.3 * time_factor(slot.last_access, now)
-                + 0.2 * usage_factor(slot.usage_count) + 0.1 * self.relevance(slot, context, context_embedding))
+        return SlotPriority(slot.importance, time_factor(slot.last_access, now), usage_factor(slot.usage_count),
+                            self.relevance(slot, context, context_embedding))
 
     # -- slots ----------------------------------------------------------------------------
     def slots(self, scope: Scope) -> list[Slot]:

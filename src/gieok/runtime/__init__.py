@@ -1,7 +1,14 @@
 """The chat runtime between a transport (Discord, terminal, HTTP) and the agent: deciding
 whether a message calls the bot, and turning the model's text into chat messages."""
 
-from .calls import CallDetector, CallHow, CallMatch, fold_for_matching, has_batchim, particle_variant
+from .calls import (
+    CallDetector,
+    CallHow,
+    CallMatch,
+    fold_for_matching,
+    has_batchim,
+    particle_variant,
+)
 from .postprocess import (
     MIN_CHUNK_LIMIT,
     EditThrottle,

@@ -28,8 +28,7 @@ from typing import Any, Protocol
 from ..agent.pipeline import ConversationPipeline, IncomingMessage, Observation, Plan
 from ..config import Settings
 from ..errors import GieokError, LLMError
-from ..layers.recent import conversation_of
-from ..layers.scope_key import scope_key
+from ..layers.recent import conversation_key
 from ..llm.base import LLM
 from ..llm.tool_loop import run_tool_loop, tool_loop_options
 from ..llm.tools import ToolContext
@@ -145,16 +144,16 @@ class BotCore:
 
     # -- active channels ------------------------------------------------------------------------
     def is_active(self, ref: ChannelRef) -> bool:
-        return ref.guild is None or scope_key(conversation_of(ref.guild, ref.channel)) in self._active
+        return ref.guild is None or conversation_key(ref.guild, ref.channel) in self._active
 
     def set_active(self, ref: ChannelRef, active: bool, by: str | None = None) -> None:
-        key = scope_key(conversation_of(ref.guild, ref.channel))
+        key = conversation_key(ref.guild, ref.channel)
         self.pipeline.tables.set_active(key, active, time.time(), by)
         (self._active.add if active else self._active.discard)(key)
 
     # -- intake ---------------------------------------------------------------------------------
     def _channel(self, ref: ChannelRef) -> _Channel:
-        key = scope_key(conversation_of(ref.guild, ref.channel))
+        key = conversation_key(ref.guild, ref.channel)
         state = self._channels.get(key)
         if state is None:
             state = self._channels[key] = _Channel(ref, key)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..types import Scope, scope_from_key
 from .sqlite import SQLiteStore
 
 __all__ = ["ConversationTables", "L1Row", "FactRow"]
@@ -27,6 +28,12 @@ class L1Row:
     flagged: bool
     external_id: str | None
     block_index: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"message_id": self.message_id, "conversation": scope_from_key(self.scope_key).as_dict(),
+                "role": self.role, "content": self.content, "user_id": self.user_id,
+                "display_name": self.display_name, "created_at": self.created_at, "addressed": self.addressed,
+                "flagged": self.flagged, "external_id": self.external_id, "block_index": self.block_index}
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +130,12 @@ class ConversationTables:
     def l1_user_blocks(self, user_id: str) -> list[int]:
         return [r[0] for r in self._rows("SELECT block_index FROM l1_messages WHERE user_id = ? AND block_index "
                                          "IS NOT NULL", (user_id,))]
+
+    def l1_conversations(self, limit: int = 1000) -> list[tuple[Scope, int, float]]:
+        """(conversation, messages held, time of the newest) for every conversation in L1, newest first."""
+        rows = self._rows("SELECT scope_key, count(*), max(created_at) FROM l1_messages GROUP BY scope_key "
+                          "ORDER BY max(created_at) DESC LIMIT ?", (limit,))
+        return [(scope_from_key(key), int(count), float(last)) for key, count, last in rows]
 
     def l1_count(self, scope_key: str | None = None) -> int:
         if scope_key is None:

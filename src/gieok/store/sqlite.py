@@ -519,6 +519,19 @@ class SQLiteStore:
             return self._query("SELECT rowid, tokens FROM blocks_fts WHERE rowid > ? ORDER BY rowid",
                                (after_block_index,)).fetchall()
 
+    def live_turns_of_user(self, user_id: str) -> list[int]:
+        """Turn blocks a user wrote that are not forgotten ("forget me")."""
+        with self._lock:
+            return [r[0] for r in self._query("SELECT block_index FROM blocks WHERE user_id = ? AND kind = 'turn' "
+                                              "AND forgotten_at IS NULL", (user_id,))]
+
+    def orphan_fact_blocks(self) -> list[int]:
+        """Fact blocks without their `facts` row: a crash came between the two writes."""
+        with self._lock:
+            return [r[0] for r in self._query(
+                "SELECT block_index FROM blocks WHERE kind = 'fact' AND forgotten_at IS NULL AND block_index NOT IN "
+                "(SELECT block_index FROM facts) AND metadata LIKE '%\"fact_type\"%'")]
+
     def forgotten_indices(self) -> set[int]:
         with self._lock:
             return {r[0] for r in self._query("SELECT block_index FROM blocks WHERE forgotten_at IS NOT NULL")}
