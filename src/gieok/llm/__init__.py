@@ -39,13 +39,15 @@ def _route(entry: ChainEntry, settings: Settings) -> Route:
         if not gemini_keys:
             raise ConfigError(f"llm_chain entry {entry.label!r} needs a Gemini API key: "
                               "set GIEOK_GEMINI_API_KEYS (comma-separated) or GIEOK_GEMINI_API_KEY")
-        from .gemini import GeminiLLM  # google-genai takes ~1 s to import: only when the chain names gemini
+        # google-genai takes ~1 s to import: only when the chain names gemini
+        from .gemini import GeminiLLM
 
         clients: list[LLM] = [GeminiLLM(entry.model, key, base_url=settings.gemini_base_url or None,
                                         timeout=settings.llm_timeout_seconds) for key in gemini_keys]
         return Route(entry.label, clients, [_key_label(i, k) for i, k in enumerate(gemini_keys)])
     if entry.provider == "openai":
-        from .openai_compat import OpenAICompatLLM  # loaded with the chain that names it, like its siblings
+        # loaded with the chain that names it, like its siblings
+        from .openai_compat import OpenAICompatLLM
 
         keys = settings.openai_keys or ("",)  # local servers (Ollama, llama.cpp) take no key
         base_url = entry.base_url or settings.openai_base_url

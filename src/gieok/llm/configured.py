@@ -18,7 +18,6 @@ from __future__ import annotations
 from ..config import Settings
 from ..errors import ConfigError
 
-
 __all__ = ["LLMNotConfiguredError", "llm_configured", "require_llm", "NOT_CONFIGURED_MESSAGE"]
 
 NOT_CONFIGURED_MESSAGE = ("no language model configured: set GIEOK_GEMINI_API_KEY (Gemini) or "

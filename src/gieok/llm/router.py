@@ -41,7 +41,13 @@ from typing import Any, TypeVar
 
 import tenacity
 
-from ..errors import LLMAuthError, LLMError, LLMRateLimitError, LLMTransientError, LLMUnavailableError
+from ..errors import (
+    LLMAuthError,
+    LLMError,
+    LLMRateLimitError,
+    LLMTransientError,
+    LLMUnavailableError,
+)
 from .base import LLM, ChatMessage, ChatResponse, ToolSpec
 
 __all__ = [

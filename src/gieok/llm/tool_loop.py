@@ -29,7 +29,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .base import LLM, ChatMessage, ChatResponse, ToolCall
-from .tools import Tool, ToolContext, ToolError, tools_by_name, validate_arguments, wrap_result
+from .tools import (
+    Tool,
+    ToolContext,
+    ToolError,
+    tools_by_name,
+    validate_arguments,
+    wrap_result,
+)
 
 if TYPE_CHECKING:
     from ..config import Settings

@@ -25,7 +25,7 @@ from ..index.catalog import Catalog
 from ..index.vector import VectorIndex
 from ..store.base import BM25Filter, Store
 from ..text.tokenize import Tokenizer
-from ..types import ScoreBreakdown, Scope
+from ..types import Scope, ScoreBreakdown
 
 __all__ = ["HybridRetriever", "RetrievalParams", "SearchRequest"]
 
