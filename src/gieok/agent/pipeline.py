@@ -49,6 +49,11 @@ __all__ = ["IncomingMessage", "Observation", "Plan", "Stage1", "ConversationPipe
 
 log = logging.getLogger(__name__)
 
+# How the live event stream (`Memory.emit`) names the pipeline's events; others are "pipeline.<kind>".
+STREAM_NAMES = {"injection_detected": "guard.fired", "injection_flagged_by_llm": "guard.fired",
+                "fact_stored": "fact.added", "fact_superseded": "fact.superseded", "fact_duplicate": "fact.duplicate",
+                "summary_updated": "summary.updated"}
+
 def block_text(content: str) -> str:
     """The text a message's turn block stores (the store strips it: text/validate.clean_text), and
     so the text whose vector the guard, stage 1 and the block all share through the cache."""
@@ -171,6 +176,7 @@ class ConversationPipeline:
     def _event(self, kind: str, data: dict[str, Any]) -> None:
         self.events.append(Event(kind, self.clock(), data))
         log.info("event %s: %s", kind, data)
+        self.memory.emit(STREAM_NAMES.get(kind, f"pipeline.{kind}"), {"event": kind, **data})
 
     # -- plan -----------------------------------------------------------------------------------
     def _validate(self, message: IncomingMessage) -> IncomingMessage:
@@ -500,7 +506,11 @@ class ConversationPipeline:
         for reason in extraction.rejected:
             self._event("fact_rejected", {"reason": reason})
         if extraction.summary_updates:
-            self.summaries.update(plan.conversation, extraction.summary_updates)
+            before = self.summaries.get(plan.conversation)
+            after = self.summaries.update(plan.conversation, extraction.summary_updates)
+            if after is not before:
+                self._event("summary_updated", {"conversation": plan.conversation.as_dict(),
+                                                "summary": after.as_dict()})
         last_by_user = {r.user_id: r for r in rows if r.role == "user" and r.user_id}
         guild = plan.message.guild
         for item in (*extraction.user_facts, *extraction.guild_facts):

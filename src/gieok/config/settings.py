@@ -38,6 +38,7 @@ Check = Callable[[Any], str | None]  # returns what is wrong with a value, or No
 
 
 def default_db_path() -> Path:
+    """Where a memory lives when no `db` is set: the per-user data directory."""
     return Path(user_data_dir("gieok", appauthor=False)) / "memory.db"
 
 
@@ -198,6 +199,14 @@ class Settings:
     discord_token: str = ""
     discord_prefix: str = setting("!", not_blank)
     discord_owner_ids: tuple[int, ...] = setting((), parse=digit_ids)  # user ids allowed to run sync / lore reload
+    # server (`gieok serve`, `gieok mcp`; docs/server.md)
+    server_host: str = setting("127.0.0.1", not_blank)
+    server_port: int = setting(8420, between(1, 65535))
+    server_max_body_bytes: int = setting(1_048_576, at_least(1024))  # a larger request body is refused (413)
+    server_max_import_bytes: int = setting(268_435_456, at_least(1024))  # …except POST /v1/import, up to this
+    server_open_tenants: int = setting(64, at_least(1))  # tenant memories kept open (least recently used closed)
+    event_buffer: int = setting(10_000, at_least(1))  # events kept per tenant for clients that reconnect
+    api_key: str = ""  # the key `gieok mcp` (stdio) acts with; GIEOK_API_KEY
     # tools (llm/tools.py, llm/tool_loop.py; docs/llm-providers.md)
     tool_rounds: int = setting(3, not_negative)  # rounds of tool calls per reply; then the model must answer without tools
     tool_result_chars: int = setting(4000, at_least(100))  # each tool result is cut to this many characters in the prompt
@@ -305,6 +314,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Defaults < `config_file` (else `$GIEOK_CONFIG`, else `./gieok.toml`) < `GIEOK_*` < `overrides`."""
     values: dict[str, Any] = {}
     path = Path(config_file) if config_file else None
     if path is None and os.environ.get("GIEOK_CONFIG"):

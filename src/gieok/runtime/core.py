@@ -108,6 +108,9 @@ class _Channel:
 
 
 class BotCore:
+    """The bot without a transport: `submit` every channel message, get replies through the
+    `Outbox` (module docstring: debounce, batching, merge, rate limits, streaming)."""
+
     def __init__(self, pipeline: ConversationPipeline, llm: LLM | None, *, outbox: Outbox,
                  settings: Settings | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, bot_user_id: str | None = None,
@@ -357,6 +360,7 @@ class BotCore:
             self.health.failed("record", exc)
             raise
         self.last_timings[state.key] = timings
+        self.pipeline.memory.emit("turn.timings", {"guild": state.ref.guild, **timings.as_dict()})
         self.turn_log.append(timings)
         del self.turn_log[:-10_000]
 

@@ -5,6 +5,8 @@ Add a migration by appending to MIGRATIONS; never edit one that has shipped.
 
 from __future__ import annotations
 
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+
 MIGRATIONS: list[str] = [
     # 1: blocks, their vectors, the BM25 index and key/value metadata
     """
@@ -141,6 +143,22 @@ MIGRATIONS: list[str] = [
         activated_at REAL NOT NULL,
         activated_by TEXT
     );
+    """,
+    # 5: API keys of `gieok serve` (kept in the deployment's home database). Only a SHA-256 of
+    # each key is stored, beside a short prefix that identifies it in lists and logs.
+    """
+    CREATE TABLE api_keys (
+        key_id       INTEGER PRIMARY KEY,
+        prefix       TEXT NOT NULL UNIQUE,          -- the visible part: gk_<prefix>_<secret>
+        key_hash     TEXT NOT NULL,                 -- sha256 hex of the whole key
+        tenant       TEXT NOT NULL,
+        role         TEXT NOT NULL,                 -- read | write | admin
+        name         TEXT NOT NULL DEFAULT '',
+        created_at   REAL NOT NULL,
+        revoked_at   REAL,
+        last_used_at REAL
+    );
+    CREATE INDEX api_keys_by_tenant ON api_keys(tenant);
     """,
 ]
 

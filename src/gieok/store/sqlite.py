@@ -86,6 +86,8 @@ def _row_to_block(row: sqlite3.Row | tuple) -> Block:
 
 
 class SQLiteStore:
+    """The embedded store: blocks, vectors, FTS5 tokens and every layer's tables in one file."""
+
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 10_000) -> None:
         self.path = str(path)
         self._lock = threading.RLock()
@@ -428,6 +430,31 @@ class SQLiteStore:
                 for row in self._query(sql, chunk):
                     found[row[0]] = _row_to_block(row)
         return found
+
+    def list_blocks(self, filt: BM25Filter, *, before: int | None, limit: int) -> list[Block]:
+        """Live blocks matching the filter, newest first, with indices below `before` (a cursor)."""
+        conditions, params = ["forgotten_at IS NULL"], []
+        for column, value in (("guild", filt.scope.guild), ("channel", filt.scope.channel),
+                              ("user_id", filt.scope.user)):
+            if value is not None:
+                conditions.append(f"{column} = ?")
+                params.append(value)
+        if filt.kinds:
+            conditions.append(f"kind IN ({', '.join('?' * len(filt.kinds))})")
+            params.extend(filt.kinds)
+        if filt.since is not None:
+            conditions.append("event_time >= ?")
+            params.append(filt.since)
+        if filt.until is not None:
+            conditions.append("event_time <= ?")
+            params.append(filt.until)
+        if before is not None:
+            conditions.append("block_index < ?")
+            params.append(before)
+        sql = (f"SELECT {_BLOCK_COLUMNS} FROM blocks WHERE {' AND '.join(conditions)} "
+               "ORDER BY block_index DESC LIMIT ?")
+        with self._lock:
+            return [_row_to_block(row) for row in self._query(sql, [*params, limit])]
 
     def iter_blocks(self, batch: int = 1000, after: int = 0) -> Iterator[Block]:
         """Stream blocks in index order without holding the lock between batches."""

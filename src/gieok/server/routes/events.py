@@ -1,0 +1,106 @@
+"""The live event stream, the same events two ways: Server-Sent Events (`GET /v1/events`, easy
+with curl) and a WebSocket (`/v1/events/ws`). `?since=SEQ` (or SSE's `Last-Event-ID`) resumes
+after the last event seen; `since=0` replays everything the buffer holds; without it only new
+events come. A caller sees their own tenant's events and nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import StreamingResponse
+
+from ...errors import GieokError, InvalidInputError
+from ..auth import Principal
+from ..deps import principal_of, reader, server_state
+from ..errors import status_of
+
+__all__ = ["router", "HEARTBEAT_SECONDS"]
+
+router = APIRouter(prefix="/v1", tags=["events"])
+HEARTBEAT_SECONDS = 15.0  # an SSE comment now and then keeps proxies from closing an idle stream
+
+Since = Annotated[int | None, Query(ge=0, le=2**62, description="Resume after this sequence number")]
+
+
+def _since(query: int | None, last_event_id: str | None) -> int | None:
+    if query is not None:
+        return query
+    if last_event_id is None:
+        return None
+    if not last_event_id.strip().isdigit():
+        raise InvalidInputError("Last-Event-ID must be a sequence number")
+    return int(last_event_id.strip())
+
+
+@router.get("/events", summary="Server-Sent Events of this tenant: memory, search, summary, facts, guard, turns",
+            response_class=StreamingResponse)
+async def events_sse(request: Request, who: Annotated[Principal, Depends(reader)],
+                     since: Since = None) -> StreamingResponse:
+    start = _since(since, request.headers.get("last-event-id"))
+    bus = server_state(request).bus
+
+    async def frames() -> AsyncIterator[str]:
+        stream = bus.stream(who.tenant, start)
+        yield ": gieok event stream\n\n"
+        try:
+            while True:
+                try:
+                    event = await asyncio.wait_for(anext(stream), HEARTBEAT_SECONDS)
+                except TimeoutError:
+                    yield ": ping\n\n"
+                    continue
+                except StopAsyncIteration:
+                    return
+                head = f"id: {event.seq}\n" if event.seq else ""
+                yield f"{head}event: {event.type}\ndata: {event.to_json()}\n\n"
+        finally:
+            await stream.aclose()
+
+    return StreamingResponse(frames(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@router.websocket("/events/ws")
+async def events_ws(websocket: WebSocket, since: Since = None) -> None:
+    """The same events as JSON text frames; the key comes in the Authorization header (or the
+    dashboard's session cookie); without a valid one the socket closes at once (4401 / 4403)."""
+    await websocket.accept()
+    try:
+        who = principal_of(websocket)
+        who.require("read")
+    except GieokError as exc:  # close codes 4401 / 4403 mirror the HTTP statuses
+        status, _ = status_of(exc)
+        await websocket.close(code=4000 + status, reason=str(exc)[:120])
+        return
+    stream = server_state(websocket).bus.stream(who.tenant, since)
+    receiver = asyncio.create_task(_until_closed(websocket))
+    try:
+        while not receiver.done():
+            next_event = asyncio.ensure_future(anext(stream))
+            done, _ = await asyncio.wait({next_event, receiver}, return_when=asyncio.FIRST_COMPLETED)
+            if next_event not in done:
+                next_event.cancel()
+                break
+            try:
+                event = next_event.result()
+            except StopAsyncIteration:
+                break
+            await websocket.send_text(event.to_json())
+    except WebSocketDisconnect:
+        pass
+    finally:
+        receiver.cancel()
+        await stream.aclose()
+        with contextlib.suppress(RuntimeError):
+            await websocket.close()
+
+
+async def _until_closed(websocket: WebSocket) -> None:
+    """Reads (and ignores) what the client sends, to notice when it goes away."""
+    with contextlib.suppress(WebSocketDisconnect):
+        while True:
+            await websocket.receive_text()

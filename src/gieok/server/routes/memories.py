@@ -1,0 +1,96 @@
+"""Blocks: remember one or a batch, read, list with filters and a cursor, forget, search."""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query
+from fastapi.responses import JSONResponse
+
+from ...errors import InvalidInputError
+from ..auth import Principal
+from ..deps import reader, tenant, writer
+from ..models import MAX_ID, BatchIn, Kind, MemoryIn, SearchIn
+from ..tenants import Tenant
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1", tags=["memories"])
+
+TenantDep = Annotated[Tenant, Depends(tenant)]
+Reader = Annotated[Principal, Depends(reader)]
+Writer = Annotated[Principal, Depends(writer)]
+BlockIndex = Annotated[int, Path(ge=1, le=2**62, description="A block index of the caller's memory")]
+
+
+def _cursor(block_index: int) -> str:
+    return base64.urlsafe_b64encode(f"b{block_index}".encode()).decode().rstrip("=")
+
+
+def _before(cursor: str | None) -> int | None:
+    if cursor is None:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        if not raw.startswith("b") or not raw[1:].isdigit():
+            raise ValueError(raw)
+        return int(raw[1:])
+    except ValueError:
+        raise InvalidInputError("cursor is not one this server gave out") from None
+
+
+@router.post("/memories", status_code=201, summary="Remember one block")
+def add_memory(body: MemoryIn, who: Writer, t: TenantDep) -> dict[str, Any]:
+    return t.memory.add(**body.as_item()).as_dict()
+
+
+@router.post("/memories:batch", status_code=201, summary="Remember up to 256 blocks in one transaction")
+def add_memories(body: BatchIn, who: Writer, t: TenantDep) -> dict[str, Any]:
+    blocks = t.memory.add_many([item.as_item() for item in body.items])  # every item checked before any write
+    return {"blocks": [block.as_dict() for block in blocks]}
+
+
+@router.get("/memories/{block_index}", summary="One block")
+def get_memory(block_index: BlockIndex, who: Reader, t: TenantDep) -> dict[str, Any]:
+    return t.memory.get(block_index).as_dict()
+
+
+@router.get("/memories", summary="Blocks, newest first, filtered, a page at a time")
+def list_memories(who: Reader, t: TenantDep,
+                  guild: Annotated[str | None, Query(max_length=MAX_ID)] = None,
+                  channel: Annotated[str | None, Query(max_length=MAX_ID)] = None,
+                  user: Annotated[str | None, Query(max_length=MAX_ID)] = None,
+                  kind: Annotated[list[Kind] | None, Query()] = None,
+                  since: str | None = None, until: str | None = None,
+                  cursor: Annotated[str | None, Query(max_length=64)] = None,
+                  limit: Annotated[int, Query(ge=1, le=200)] = 50) -> dict[str, Any]:
+    scope = {k: v for k, v in (("guild", guild), ("channel", channel), ("user", user)) if v is not None}
+    blocks = t.memory.list_blocks(scope=scope, kinds=kind, since=_time(since), until=_time(until),
+                                  before=_before(cursor), limit=limit)
+    more = len(blocks) == limit
+    return {"items": [b.as_dict() for b in blocks], "next_cursor": _cursor(blocks[-1].block_index) if more else None}
+
+
+def _time(value: str | None) -> float | str | None:
+    """A query-string time: epoch seconds or ISO 8601 (the engine checks it)."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+@router.delete("/memories/{block_index}", summary="Forget a block (its content is erased; the chain still verifies)")
+def forget_memory(block_index: BlockIndex, who: Writer, t: TenantDep) -> JSONResponse:
+    erased = t.memory.forget([block_index])
+    return JSONResponse({"forgotten": erased, "already_forgotten": not erased})
+
+
+@router.post("/search", summary="Hybrid search; hits with their score breakdown, the answering layer and the time")
+def search(body: SearchIn, who: Reader, t: TenantDep) -> dict[str, Any]:
+    result = t.memory.search(body.query, body.k, scope=body.scope.as_mapping() if body.scope else None,
+                             kinds=body.kinds, since=body.since, until=body.until, mode=body.mode,
+                             neighbours=body.neighbours)
+    return result.as_dict()

@@ -1,0 +1,113 @@
+"""The memory as a whole (stats, verify, export, import), health, and the tenant's own keys."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ...errors import ImportFormatError, NotFoundError
+from ..auth import Principal
+from ..deps import admin, reader, server_state, tenant, writer
+from ..models import KeyIn
+from ..tenants import Tenant
+
+__all__ = ["router", "public"]
+
+router = APIRouter(prefix="/v1", tags=["memory"])
+public = APIRouter(tags=["health"])
+
+TenantDep = Annotated[Tenant, Depends(tenant)]
+Reader = Annotated[Principal, Depends(reader)]
+Writer = Annotated[Principal, Depends(writer)]
+Admin = Annotated[Principal, Depends(admin)]
+
+
+@public.get("/healthz", summary="Liveness: the process answers (no key needed, nothing about any tenant)")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/stats", summary="Counts by kind, channels, embedder, index type, file size, layer counters")
+def stats(who: Reader, t: TenantDep) -> dict[str, Any]:
+    payload = t.memory.stats().as_dict()
+    payload.pop("path", None)  # where the server keeps files is not the caller's business
+    payload["layers"] = t.memory.layer_stats()
+    return payload
+
+
+@router.get("/verify", summary="Walk the hash chain and every content digest")
+def verify(who: Reader, t: TenantDep) -> dict[str, Any]:
+    return t.memory.verify().as_dict()
+
+
+@router.get("/export", summary="Every block, tombstones included, as streamed NDJSON (the `gieok export` format)")
+def export(request: Request, who: Reader) -> StreamingResponse:
+    state = server_state(request)
+
+    def lines() -> Iterator[str]:  # the tenant stays open while the stream runs
+        with state.tenants.use(who.tenant) as t:
+            yield from t.memory.export_lines()
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson",
+                             headers={"Content-Disposition": 'attachment; filename="gieok-export.jsonl"'})
+
+
+@router.post("/import", summary="Import an export (NDJSON body); nothing is written unless every line checks out")
+async def import_(request: Request, who: Writer) -> dict[str, Any]:
+    raw = await request.body()  # bounded by server_max_import_bytes (server/limits.py)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ImportFormatError("the body is not UTF-8 text") from None
+    state = server_state(request)
+
+    def run() -> int:
+        with state.tenants.use(who.tenant) as t:
+            return t.memory.import_jsonl(io.StringIO(text))
+
+    return {"imported": await run_in_threadpool(run)}
+
+
+@router.get("/health", summary="Engine, embedder and (when a bot runs here) bot and provider health")
+def health(request: Request, who: Reader, t: TenantDep) -> dict[str, Any]:
+    state = server_state(request)
+    memory = t.memory.stats()
+    queued = getattr(t.memory.embedder.inner, "queued", None) if memory.dimension else None
+    payload: dict[str, Any] = {
+        "status": "ok", "uptime_s": round(time.time() - state.started, 1),
+        "engine": {"blocks": memory.blocks, "vector_index": memory.vector_index},
+        "embedder": {"name": memory.embedder, "dimension": memory.dimension,
+                     "queued": queued() if callable(queued) else None},
+        "events": {"last_seq": state.bus.last_seq(who.tenant), "subscribers": state.bus.subscribers(who.tenant)},
+        "bot": None,
+    }
+    bot = state.bot
+    if bot is not None and t.memory is bot.pipeline.memory:  # only the tenant that owns the bot sees it
+        llm_health = getattr(bot.llm, "health", None)
+        payload["bot"] = {"health": bot.health.as_dict(),
+                          "providers": llm_health.as_dict() if hasattr(llm_health, "as_dict") else None}
+    return payload
+
+
+@router.get("/keys", tags=["keys"], summary="This tenant's API keys (never the keys themselves)")
+def list_keys(request: Request, who: Admin) -> dict[str, Any]:
+    return {"keys": [row.as_dict() for row in server_state(request).keys.keys(who.tenant)]}
+
+
+@router.post("/keys", tags=["keys"], status_code=201, summary="A new key for this tenant; shown once")
+def create_key(request: Request, body: KeyIn, who: Admin) -> dict[str, Any]:
+    key, row = server_state(request).keys.create(who.tenant, body.role, body.name)
+    return {"key": key, **row.as_dict()}
+
+
+@router.delete("/keys/{key_id}", tags=["keys"], summary="Revoke one of this tenant's keys, at once")
+def revoke_key(request: Request, key_id: Annotated[int, Path(ge=1, le=2**62)], who: Admin) -> JSONResponse:
+    if not server_state(request).keys.revoke(key_id, tenant=who.tenant):
+        raise NotFoundError(f"no live key {key_id} in this tenant")
+    return JSONResponse({"revoked": key_id})

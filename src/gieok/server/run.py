@@ -1,0 +1,66 @@
+"""Running the server: `gieok serve` in one process (the app object), or several worker
+processes (uvicorn imports `worker_app` in each; the settings travel in the environment).
+Graceful: on Ctrl-C / SIGTERM uvicorn stops accepting, lets in-flight requests finish, then the
+app's shutdown closes every memory."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+
+import uvicorn
+from fastapi import FastAPI
+
+from ..config import Settings, load_settings
+from ..errors import ConfigError
+from .app import create_app
+from .state import ServerState
+
+__all__ = ["serve", "worker_app", "is_loopback", "GRACEFUL_SHUTDOWN_SECONDS"]
+
+GRACEFUL_SHUTDOWN_SECONDS = 30  # in-flight requests get this long after Ctrl-C / SIGTERM
+_NO_AUTH_VARIABLE = "GIEOK_SERVE_NO_AUTH"  # passes --no-auth to worker processes
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        try:
+            return all(ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(host, None))
+        except (OSError, ValueError):
+            return False
+
+
+def _check(host: str, port: int, auth: bool, workers: int) -> None:
+    if not auth and not is_loopback(host):
+        raise ConfigError(f"--no-auth is refused on {host}: without keys anyone who reaches the port reads and "
+                          "writes the memory; it is allowed on a loopback address only (127.0.0.1, ::1)")
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"--port must be 1–65535, got {port}")
+    if not 1 <= workers <= 64:
+        raise ConfigError(f"--workers must be 1–64, got {workers}")
+
+
+def serve(settings: Settings, *, host: str | None = None, port: int | None = None, workers: int = 1,
+          auth: bool = True, log_level: str = "info") -> None:
+    host = host or settings.server_host
+    port = port or settings.server_port
+    _check(host, port, auth, workers)
+    options = dict(host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+                   proxy_headers=False, server_header=False)
+    if workers == 1:
+        uvicorn.run(create_app(ServerState.open(settings, auth=auth)), **options)  # type: ignore[arg-type]
+        return
+    os.environ["GIEOK_DB"] = str(settings.db_path())  # each worker loads the same settings
+    os.environ[_NO_AUTH_VARIABLE] = "" if auth else "1"
+    uvicorn.run("gieok.server.run:worker_app", factory=True, workers=workers, **options)  # type: ignore[arg-type]
+
+
+def worker_app() -> FastAPI:
+    """The app of one worker process (uvicorn's factory)."""
+    return create_app(ServerState.open(load_settings(), auth=not os.environ.get(_NO_AUTH_VARIABLE)))

@@ -1,0 +1,44 @@
+"""What one server process holds: its settings, the key table, the tenants' memories, the
+event bus, and the bot when one runs in the same process (`gieok bot --serve`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings
+from ..store.sqlite import SQLiteStore
+from .auth import ApiKeys
+from .events import EventBus
+from .tenants import TenantRegistry
+
+__all__ = ["ServerState"]
+
+
+@dataclass
+class ServerState:
+    settings: Settings
+    keys: ApiKeys
+    tenants: TenantRegistry
+    bus: EventBus
+    auth: bool = True  # False only on a loopback address (`--no-auth`): every caller is the default tenant's admin
+    bot: Any = None  # a BotCore sharing this process, for /v1/health
+    started: float = 0.0
+    _keys_store: SQLiteStore | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, settings: Settings, *, auth: bool = True) -> ServerState:
+        """Open the deployment whose home memory is `settings.db` (created if new)."""
+        home = Path(settings.db_path())
+        store = SQLiteStore(home, busy_timeout_ms=settings.busy_timeout_ms)  # the key table lives in the home file
+        bus = EventBus(settings.event_buffer)
+        tenants = TenantRegistry(home, settings, max_open=settings.server_open_tenants, listener=bus.listener)
+        return cls(settings, ApiKeys(store), tenants, bus, auth=auth, started=time.time(), _keys_store=store)
+
+    def close(self) -> None:
+        self.tenants.close()
+        if self._keys_store is not None:
+            self._keys_store.close()
+            self._keys_store = None

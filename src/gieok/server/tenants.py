@@ -1,0 +1,147 @@
+"""Where each tenant's memory lives, and the one place that opens it.
+
+A tenant is a memory of its own: its own SQLite file, hash chain, indexes, working memory and
+conversation tables. The `default` tenant is the deployment's home file (`--db`), the one the
+Discord bot and the terminal chat use; every other tenant lives beside it in
+`<home stem>.tenants/<tenant>.db`. Isolation is physical: no query can reach another tenant's
+rows because they are in another file, and a request can name no file — the tenant comes from
+the caller's key (`auth.Principal`) and only this registry turns it into a memory.
+
+Open memories are kept (their indexes are in RAM) up to `max_open`; beyond that the least
+recently used idle one is closed (its HNSW graph saved). The embedding engine is shared by all
+of them: one model per process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import Settings
+from ..layers.conversation import ConversationMemory
+from ..memory import EventListener, Memory
+from .auth import check_tenant
+
+__all__ = ["DEFAULT_TENANT", "Tenant", "TenantRegistry", "tenant_path"]
+
+DEFAULT_TENANT = "default"
+
+
+def tenant_path(home: Path, tenant: str) -> Path:
+    """The file of `tenant` in the deployment whose home memory is `home`."""
+    check_tenant(tenant)
+    if tenant == DEFAULT_TENANT:
+        return home
+    return home.with_name(f"{home.stem}.tenants") / f"{tenant}.db"
+
+
+@dataclass
+class Tenant:
+    """An open tenant: its memory and (opened on first use) its conversation layers."""
+
+    name: str
+    memory: Memory
+    owned: bool = True  # False: attached by the caller (the bot's memory), never closed here
+    users: int = 0
+    _conversation: ConversationMemory | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def conversation(self) -> ConversationMemory:
+        with self._lock:
+            if self._conversation is None:
+                self._conversation = ConversationMemory(self.memory)
+            return self._conversation
+
+
+class TenantRegistry:
+    def __init__(self, home: Path, settings: Settings, *, max_open: int = 64,
+                 listener: Callable[[str], EventListener | None] | None = None) -> None:
+        self.home = Path(home)
+        self.settings = settings
+        self.max_open = max(1, max_open)
+        self._listener = listener or (lambda tenant: None)
+        self._open: OrderedDict[str, Tenant] = OrderedDict()
+        self._lock = threading.Lock()
+        self._opening: dict[str, threading.Lock] = {}
+        self._closed = False
+
+    def attach(self, name: str, memory: Memory, conversation: ConversationMemory | None = None) -> Tenant:
+        """Serve a memory the caller opened (the bot's, with `gieok bot --serve`); it stays the caller's to close."""
+        tenant = Tenant(check_tenant(name), memory, owned=False, _conversation=conversation)
+        memory.listener = self._listener(name)
+        with self._lock:
+            self._open[name] = tenant
+        return tenant
+
+    @contextmanager
+    def use(self, name: str) -> Iterator[Tenant]:
+        """The tenant's open memory for the length of one request (it is not closed meanwhile)."""
+        tenant = self._acquire(name)
+        try:
+            yield tenant
+        finally:
+            with self._lock:
+                tenant.users -= 1
+
+    def _acquire(self, name: str) -> Tenant:
+        check_tenant(name)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the server is shutting down")
+            tenant = self._open.get(name)
+            if tenant is not None:
+                self._open.move_to_end(name)
+                tenant.users += 1
+                return tenant
+            opening = self._opening.setdefault(name, threading.Lock())
+        with opening:  # one thread opens a tenant; the others wait for it, not for every tenant
+            with self._lock:
+                tenant = self._open.get(name)
+                if tenant is not None:
+                    tenant.users += 1
+                    return tenant
+            memory = self._open_memory(name)
+            with self._lock:
+                tenant = Tenant(name, memory, users=1)
+                self._open[name] = tenant
+                self._opening.pop(name, None)
+                evicted = self._evict()
+        for old in evicted:
+            old.memory.close()
+        return tenant
+
+    def _open_memory(self, name: str) -> Memory:
+        path = tenant_path(self.home, name)
+        memory = Memory(path, settings=self.settings)
+        memory.listener = self._listener(name)
+        return memory
+
+    def _evict(self) -> list[Tenant]:
+        """Idle owned tenants beyond `max_open`, least recently used first (under the lock)."""
+        evicted = []
+        for name in list(self._open):
+            if len(self._open) <= self.max_open:
+                break
+            tenant = self._open[name]
+            if tenant.owned and tenant.users == 0:
+                evicted.append(self._open.pop(name))
+        return evicted
+
+    def open_names(self) -> list[str]:
+        with self._lock:
+            return list(self._open)
+
+    def close(self) -> None:
+        """Close every memory this registry opened (graphs saved, files closed)."""
+        with self._lock:
+            self._closed = True
+            tenants = list(self._open.values())
+            self._open.clear()
+        for tenant in tenants:
+            if tenant.owned:
+                tenant.memory.close()

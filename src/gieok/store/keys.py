@@ -1,0 +1,73 @@
+"""SQL for the API keys of `gieok serve` (schema v5). Like the conversation tables it shares
+the store's connection, lock and transactions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .sqlite import SQLiteStore
+
+__all__ = ["KeyRow", "KeyTable"]
+
+_COLUMNS = ("key_id", "prefix", "key_hash", "tenant", "role", "name", "created_at", "revoked_at", "last_used_at")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRow:
+    key_id: int
+    prefix: str
+    key_hash: str
+    tenant: str
+    role: str
+    name: str
+    created_at: float
+    revoked_at: float | None
+    last_used_at: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Everything but the hash: what `gieok keys list` and the keys API show."""
+        return {"id": self.key_id, "prefix": self.prefix, "tenant": self.tenant, "role": self.role,
+                "name": self.name, "created_at": self.created_at, "revoked_at": self.revoked_at,
+                "last_used_at": self.last_used_at}
+
+
+class KeyTable:
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+
+    def insert(self, prefix: str, key_hash: str, tenant: str, role: str, name: str, when: float) -> KeyRow:
+        with self.store._write() as conn:
+            cursor = conn.execute("INSERT INTO api_keys(prefix, key_hash, tenant, role, name, created_at) "
+                                  "VALUES (?, ?, ?, ?, ?, ?)", (prefix, key_hash, tenant, role, name, when))
+            key_id = int(cursor.lastrowid or 0)
+        return KeyRow(key_id, prefix, key_hash, tenant, role, name, when, None, None)
+
+    def by_prefix(self, prefix: str) -> KeyRow | None:
+        with self.store._lock:
+            row = self.store._query(f"SELECT {', '.join(_COLUMNS)} FROM api_keys WHERE prefix = ?",
+                                    (prefix,)).fetchone()
+        return KeyRow(*row) if row else None
+
+    def all(self, tenant: str | None = None) -> list[KeyRow]:
+        sql = f"SELECT {', '.join(_COLUMNS)} FROM api_keys"
+        params: tuple[Any, ...] = ()
+        if tenant is not None:
+            sql += " WHERE tenant = ?"
+            params = (tenant,)
+        with self.store._lock:
+            return [KeyRow(*row) for row in self.store._query(sql + " ORDER BY key_id", params)]
+
+    def revoke(self, key_id: int, when: float, tenant: str | None = None) -> bool:
+        """Revoke a live key (of `tenant`, when given); False if there is no such live key."""
+        sql = "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL"
+        params: list[Any] = [when, key_id]
+        if tenant is not None:
+            sql += " AND tenant = ?"
+            params.append(tenant)
+        with self.store._write() as conn:
+            return conn.execute(sql, params).rowcount > 0
+
+    def touch(self, key_id: int, when: float) -> None:
+        with self.store._write() as conn:
+            conn.execute("UPDATE api_keys SET last_used_at = ? WHERE key_id = ?", (when, key_id))
