@@ -125,6 +125,10 @@ class AssembledPrompt:
 
 
 class ContextBuilder:
+    """Assembles the prompt of a reply: persona, time, summary, memories, working memory and
+    recent lines in the system message, the delimited input and the post-instruction after it,
+    each section within its token budget (module docstring: the truncation rules)."""
+
     def __init__(self, *, persona: str, post_instruction: Template, bot_name: str, language: str = "ko",
                  timezone: str = "Asia/Seoul", budget: Budget | None = None) -> None:
         self.budget = budget or Budget()

@@ -138,6 +138,9 @@ class GuardVerdict:
 
 
 class InjectionGuard:
+    """Weighted word-boundary patterns over normalised text (NFKC, case-folded, leetspeak undone,
+    spaced letters re-joined): a message scoring at least `threshold` is an attack."""
+
     def __init__(self, threshold: float = 0.7, patterns: tuple[_Pattern, ...] = PATTERNS) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError("threshold must be in (0, 1]")

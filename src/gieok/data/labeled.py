@@ -59,14 +59,17 @@ GATEKEEPER_SPLIT = HashSplit("train", "test", digest_bytes=2, buckets=10, first_
 
 
 def guard_split(row: dict[str, Any]) -> str:
+    """`dev` or `test` half of a guard corpus row."""
     return GUARD_SPLIT.of(row["text"])
 
 
 def fact_split(row: dict[str, Any]) -> str:
+    """`dev` or `test` half of a fact pair."""
     return FACT_SPLIT.of(row["old"] + "\n" + row["new"])
 
 
 def gate_split(message: str) -> str:
+    """`train` (70 %) or `test` side of a gatekeeper message."""
     return GATEKEEPER_SPLIT.of(message)
 
 
@@ -123,11 +126,13 @@ def read_labeled_jsonl(path: str | Path | None, bundled: str, what: str, *,
 
 
 def load_guard_corpus(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """`{"text", "attack"}` rows of the bundled guard corpus, or of the file at `path`."""
     return read_labeled_jsonl(path, GUARD_CORPUS, "guard corpus", shape='{"text": str, "attack": bool}',
                               valid=lambda r: isinstance(r.get("text"), str) and isinstance(r.get("attack"), bool))
 
 
 def load_fact_pairs(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """`{"old", "new", "label"}` rows of the bundled fact pairs, or of the file at `path`."""
     return read_labeled_jsonl(path, FACT_PAIRS, "fact pairs",
                               shape='{"old": str, "new": str, "label": duplicate|conflict|distinct}',
                               valid=lambda r: isinstance(r.get("old"), str) and isinstance(r.get("new"), str)

@@ -35,6 +35,7 @@ class Embedder(Protocol):
 
 
 def normalise_rows(matrix: np.ndarray, expected_dim: int | None = None) -> np.ndarray:
+    """Rows scaled to unit length as contiguous float32; wrong dimension, NaN or infinity is an error."""
     matrix = np.asarray(matrix, dtype=np.float32)
     if matrix.ndim == 1:
         matrix = matrix[None, :]

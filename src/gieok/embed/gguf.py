@@ -14,6 +14,8 @@ from ..errors import EmbedderUnavailableError
 from ..llm.llamacpp import route_llama_logs
 from .prefixed import PrefixedEmbedder
 
+__all__ = ["GGUFEmbedder"]
+
 
 class GGUFEmbedder(PrefixedEmbedder):
     def __init__(self, path: str, query_prefix: str = "", passage_prefix: str = "") -> None:

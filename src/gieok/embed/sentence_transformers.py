@@ -14,6 +14,8 @@ import numpy as np
 from ..errors import EmbedderUnavailableError
 from .prefixed import PrefixedEmbedder
 
+__all__ = ["SentenceTransformerEmbedder"]
+
 
 class SentenceTransformerEmbedder(PrefixedEmbedder):
     def __init__(self, model: str, query_prefix: str = "", passage_prefix: str = "") -> None:

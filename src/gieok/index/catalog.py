@@ -56,6 +56,9 @@ class _Column:
 
 
 class Catalog:
+    """Column arrays of every block (kind, scope codes, time, importance, position, alive) for
+    filters and neighbour lookups without touching SQLite."""
+
     def __init__(self) -> None:
         self.guilds, self.channels, self.users, self.kinds = _Codes(), _Codes(), _Codes(), _Codes()
         self._block_index = _Column(np.int64)

@@ -42,6 +42,9 @@ class _Entry:
 
 
 class SearchCache:
+    """LRU of search results per (normalised query, scope, options), with a TTL; every write to a
+    scope bumps generations so a cached answer is never stale."""
+
     def __init__(self, max_entries: int = 512, ttl_seconds: float = 300.0, clock: Clock = time.time) -> None:
         self.max_entries = max_entries
         self.ttl = ttl_seconds

@@ -35,6 +35,10 @@ class Checkpoint:
 
 
 class CheckpointManager:
+    """Each working-memory slot's anchors into long-term memory (blocks that answered searches
+    while it was relevant), persisted, at most `max_per_slot` per slot, and the blocks within
+    `radius` turns of them for the localized search."""
+
     def __init__(self, store: Any, catalog_provider, *, max_per_slot: int = 5, radius: int = 15,
                  limit: int = 100, clock: Clock = time.time) -> None:
         self.store = store

@@ -77,6 +77,9 @@ FullSearch = Callable[[np.ndarray | None], SearchResult]
 
 
 class SearchCoordinator:
+    """Tries working memory, the cache and the checkpoint layer before the full search, and
+    counts which layer answered and how fast."""
+
     def __init__(self, hybrid: HybridSTM, cache: SearchCache, checkpoints: CheckpointManager,
                  localized: LocalizedSearch, config: CoordinatorConfig) -> None:
         self.hybrid = hybrid

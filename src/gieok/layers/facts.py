@@ -154,6 +154,9 @@ def _norm_topic(topic: str) -> str:
 
 
 class FactStore:
+    """L3: writes facts (judging duplicates and conflicts against the subject's current facts),
+    seeds lore, repairs interrupted writes, lists and recalls facts under the isolation rule."""
+
     def __init__(self, memory: "Memory", tables: ConversationTables, *, judge: PairJudge | None = None,
                  global_user_facts: bool = False, clock: Callable[[], float] = time.time) -> None:
         self.memory = memory

@@ -31,6 +31,8 @@ class LocalHit:
 
 
 class LocalizedSearch:
+    """Searches only the blocks around the checkpoints of the slots relevant to a query."""
+
     def __init__(self, checkpoints: CheckpointManager, *, min_relevance: float = 0.3,
                  min_similarity: float = 0.2) -> None:
         self.checkpoints = checkpoints

@@ -31,6 +31,8 @@ def conversation_key(guild: str | None, channel: str) -> str:
 
 
 class RecentMessages:
+    """L1: append, read and flag the recent messages of each conversation."""
+
     def __init__(self, tables: ConversationTables, *, capacity: int = 50,
                  clock: Callable[[], float] = time.time) -> None:
         if capacity < 1:

@@ -29,6 +29,9 @@ STMPromoter = Callable[[Scope, str, float, dict[str, Any]], Block]
 
 
 class ShortTermMemory:
+    """Entries that live `ttl_seconds`; on expiry an important one is promoted to a long-term
+    note and the rest are dropped."""
+
     def __init__(self, store: Any, tokenizer: Tokenizer, promote: STMPromoter, *, ttl_seconds: float = 3600.0,
                  promote_importance: float = 0.7, clock: Clock = time.time) -> None:
         self.store = store

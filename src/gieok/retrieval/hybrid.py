@@ -66,6 +66,9 @@ class SearchRequest:
 
 
 class HybridRetriever:
+    """Ranks blocks for a request: BM25 and vector candidates, fused, spread to neighbouring
+    turns, plus importance and recency bonuses; every candidate keeps its score breakdown."""
+
     def __init__(self, store: Store, catalog: Catalog, vectors: VectorIndex, tokenizer: Tokenizer,
                  params: RetrievalParams, bm25: BM25Index | None = None) -> None:
         self.store = store

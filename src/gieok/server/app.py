@@ -23,9 +23,10 @@ DESCRIPTION = """gieok's memory over HTTP. Every request but `/healthz` carries 
 `{"error": {"type": ..., "message": ...}}`."""
 
 
-def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None) -> FastAPI:
+def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, owns_state: bool = True) -> FastAPI:
     """The app over an opened `ServerState`. The app closes the state on shutdown (in-flight
-    requests finish first: uvicorn waits for them), so every memory is flushed and saved."""
+    requests finish first: uvicorn waits for them), so every memory is flushed and saved;
+    `owns_state=False` leaves that to the caller (a test client may start the app many times)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -33,7 +34,8 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None) 
             try:
                 yield
             finally:
-                state.close()
+                if owns_state:
+                    state.close()
 
     app = FastAPI(title="gieok", version=__version__, description=DESCRIPTION, lifespan=lifespan,
                   docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")

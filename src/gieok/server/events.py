@@ -19,11 +19,11 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Event", "EventBus", "Subscription", "SUBSCRIBER_QUEUE"]
+__all__ = ["Event", "EventBus", "Feed", "Subscription", "SUBSCRIBER_QUEUE"]
 
 SUBSCRIBER_QUEUE = 2000  # events a subscriber may be behind before it is cut off
 
@@ -40,10 +40,6 @@ class Event:
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), ensure_ascii=False, default=str)
-
-
-class _Lagged(Exception):
-    pass
 
 
 @dataclass(eq=False)
@@ -64,11 +60,6 @@ class Subscription:
             self.queue._queue.clear()  # type: ignore[attr-defined]  # nothing it holds is wanted now
             self.queue.put_nowait(None)
 
-    async def next(self) -> Event:
-        event = await self.queue.get()
-        if event is None:
-            raise _Lagged()
-        return event
 
 
 @dataclass
@@ -76,6 +67,32 @@ class _TenantLog:
     buffer: deque[Event]
     seq: int = 0
     subscribers: set[Subscription] = field(default_factory=set)
+
+
+class Feed:
+    """One consumer's events: the replay, then live ones. `next()` may be cancelled safely (a
+    WebSocket waits on it and on the client at once); it returns None once the feed is over —
+    after a final `stream.lagged` event when the consumer fell too far behind."""
+
+    def __init__(self, bus: EventBus, tenant: str, subscriber: Subscription, replay: deque[Event]) -> None:
+        self._bus, self._tenant, self._subscriber, self._replay = bus, tenant, subscriber, replay
+        self._over = False
+
+    async def next(self) -> Event | None:
+        if self._replay:
+            return self._replay.popleft()
+        if self._over:
+            return None
+        event = await self._subscriber.queue.get()
+        if event is None:
+            self.close()
+            return Event(0, "stream.lagged", self._bus.clock(), {
+                "message": "this client fell too far behind; reconnect with since=<last seq seen>"})
+        return event
+
+    def close(self) -> None:
+        self._over = True
+        self._bus._drop(self._tenant, self._subscriber)
 
 
 class EventBus:
@@ -123,7 +140,10 @@ class EventBus:
             if log is not None:
                 log.subscribers.discard(subscriber)
 
-    def _replay_and_subscribe(self, tenant: str, since: int | None) -> tuple[list[Event], Subscription]:
+    def feed(self, tenant: str, since: int | None = None) -> Feed:
+        """A feed of `tenant`'s events (call it in the consumer's event loop): with `since`, first
+        the buffered ones after it (`since=0`: all the buffer holds), then live ones as they come.
+        Close it when done."""
         subscriber = Subscription(asyncio.get_running_loop())
         with self._lock:  # replay and subscription at one instant: nothing falls between them
             log = self._log(tenant)
@@ -137,25 +157,7 @@ class EventBus:
                         "missed": oldest - since - 1,
                         "message": "the buffer no longer reaches back that far; events in between are lost"}))
             log.subscribers.add(subscriber)
-        return replay, subscriber
-
-    async def stream(self, tenant: str, since: int | None = None) -> AsyncIterator[Event]:
-        """Events of `tenant`: with `since`, first the buffered ones after it (`since=0`: all the
-        buffer holds), then live ones as they come. Ends when the subscriber falls too far
-        behind (after a final `stream.lagged` event) or when the consumer stops iterating."""
-        replay, subscriber = self._replay_and_subscribe(tenant, since)
-        try:
-            for event in replay:
-                yield event
-            while True:
-                try:
-                    yield await subscriber.next()
-                except _Lagged:
-                    yield Event(0, "stream.lagged", self.clock(), {
-                        "message": "this client fell too far behind; reconnect with since=<last seq seen>"})
-                    return
-        finally:
-            self._drop(tenant, subscriber)
+        return Feed(self, tenant, subscriber, deque(replay))
 
     def subscribers(self, tenant: str) -> int:
         with self._lock:

@@ -6,6 +6,8 @@ from typing import Any
 
 from ..errors import InvalidInputError, InvalidTypeError, TextTooLongError
 
+__all__ = ["clean_text", "check_encodable"]
+
 
 def clean_text(value: Any, *, max_chars: int, what: str = "text") -> str:
     """Return `value` stripped of surrounding whitespace, or raise a typed error.

@@ -44,21 +44,21 @@ async def events_sse(request: Request, who: Annotated[Principal, Depends(reader)
     bus = server_state(request).bus
 
     async def frames() -> AsyncIterator[str]:
-        stream = bus.stream(who.tenant, start)
+        feed = bus.feed(who.tenant, start)
         yield ": gieok event stream\n\n"
         try:
             while True:
                 try:
-                    event = await asyncio.wait_for(anext(stream), HEARTBEAT_SECONDS)
+                    event = await asyncio.wait_for(feed.next(), HEARTBEAT_SECONDS)
                 except TimeoutError:
                     yield ": ping\n\n"
                     continue
-                except StopAsyncIteration:
+                if event is None:
                     return
                 head = f"id: {event.seq}\n" if event.seq else ""
                 yield f"{head}event: {event.type}\ndata: {event.to_json()}\n\n"
         finally:
-            await stream.aclose()
+            feed.close()
 
     return StreamingResponse(frames(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -76,25 +76,24 @@ async def events_ws(websocket: WebSocket, since: Since = None) -> None:
         status, _ = status_of(exc)
         await websocket.close(code=4000 + status, reason=str(exc)[:120])
         return
-    stream = server_state(websocket).bus.stream(who.tenant, since)
+    feed = server_state(websocket).bus.feed(who.tenant, since)
     receiver = asyncio.create_task(_until_closed(websocket))
     try:
-        while not receiver.done():
-            next_event = asyncio.ensure_future(anext(stream))
+        while True:
+            next_event = asyncio.create_task(feed.next())
             done, _ = await asyncio.wait({next_event, receiver}, return_when=asyncio.FIRST_COMPLETED)
-            if next_event not in done:
+            if next_event not in done:  # the client left
                 next_event.cancel()
                 break
-            try:
-                event = next_event.result()
-            except StopAsyncIteration:
+            event = next_event.result()
+            if event is None:
                 break
             await websocket.send_text(event.to_json())
     except WebSocketDisconnect:
         pass
     finally:
         receiver.cancel()
-        await stream.aclose()
+        feed.close()
         with contextlib.suppress(RuntimeError):
             await websocket.close()
 

@@ -1,0 +1,374 @@
+"""`gieok serve` in process: every route, roles, keys, bad input, the event stream, and two
+tenants trying to reach each other's data through every route. Real SQLite files, the real
+packaged embedder, the real FastAPI app (Starlette's httpx-based test client)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+from gieok.config import load_settings
+from gieok.layers.recent import conversation_of
+from gieok.server import ServerState, create_app, tenant_path
+
+MARKER = "ALPHA-SECRET-7731"  # every piece of tenant alpha's data carries it
+ALPHA_CHANNEL = "alpha-cafe"
+ALPHA_USER = "4242"
+
+
+@dataclass
+class Deployment:
+    state: ServerState
+    app: Any
+    client: TestClient
+    keys: dict[str, str]  # name -> key
+    key_ids: dict[str, int]
+    alpha_block: int  # a block only alpha has: beta's memory has fewer blocks
+
+    def as_(self, name: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys[name]}"}
+
+
+def _seed_alpha(state: ServerState) -> int:
+    """Alpha's memory holds the marker in every layer: blocks, L1, L2, L3, working memory, STM."""
+    with state.tenants.use("alpha") as alpha:
+        memory, conversation = alpha.memory, alpha.conversation
+        memory.add_many([f"{MARKER} 잡담 {i}" for i in range(5)])
+        cafe = conversation_of("g-alpha", ALPHA_CHANNEL)
+        block = memory.remember(f"{MARKER} 민지는 고양이 나비를 키워", scope={"guild": "g-alpha", "channel": ALPHA_CHANNEL,
+                                                                      "user": ALPHA_USER}, speaker=ALPHA_USER)
+        conversation.l1.append(cafe, role="user", content=f"{MARKER} 누리야 안녕", user_id=ALPHA_USER,
+                               display_name="민지")
+        conversation.summaries.update(cafe, {"topic": f"{MARKER} 고양이", "new_point": f"{MARKER} 나비"})
+        conversation.facts.add(f"<user:{ALPHA_USER}> has a cat named 나비 {MARKER}", fact_type="user_fact",
+                               guild="g-alpha", user_id=ALPHA_USER, topic="pet")
+        memory.stm.add(cafe, f"{MARKER} short-term")
+        return block.block_index
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Iterator[Deployment]:
+    state = ServerState.open(load_settings(db=str(tmp_path / "home.db")))
+    keys, ids = {}, {}
+    for name, tenant, role in (("alpha", "alpha", "admin"), ("alpha_read", "alpha", "read"),
+                               ("beta", "beta", "admin"), ("beta_write", "beta", "write"),
+                               ("beta_read", "beta", "read")):
+        key, row = state.keys.create(tenant, role, name)
+        keys[name], ids[name] = key, row.key_id
+    alpha_block = _seed_alpha(state)
+    app = create_app(state)
+    with TestClient(app) as client:
+        yield Deployment(state, app, client, keys, ids, alpha_block)
+
+
+# -- the two-tenant matrix: every route, as beta, aimed at alpha's data ---------------------------
+
+def _export_line() -> str:
+    return json.dumps({"format": "gieok-blocks", "version": 1, "embedder": None, "blocks": 0}) + "\n"
+
+
+def beta_requests(d: Deployment) -> dict[tuple[str, str], dict[str, Any]]:
+    """One request per route: beta's admin key, every id and name pointing at alpha's data."""
+    target = str(d.alpha_block)
+    a = {"channel": ALPHA_CHANNEL, "guild": "g-alpha"}
+    return {
+        ("GET", "/healthz"): {},
+        ("POST", "/v1/memories"): {"json": {"text": "beta's own note", "scope": {"channel": ALPHA_CHANNEL}}},
+        ("POST", "/v1/memories:batch"): {"json": {"items": [{"text": "beta batch", "scope": {"channel": ALPHA_CHANNEL}}]}},
+        ("GET", "/v1/memories/{block_index}"): {"path": {"block_index": target}},
+        ("GET", "/v1/memories"): {"params": {"channel": ALPHA_CHANNEL, "limit": 200}},
+        ("DELETE", "/v1/memories/{block_index}"): {"path": {"block_index": target}},
+        ("POST", "/v1/search"): {"json": {"query": "민지 고양이 나비 잡담 secret", "k": 20}},
+        ("GET", "/v1/conversations"): {},
+        ("GET", "/v1/conversations/messages"): {"params": a},
+        ("GET", "/v1/conversations/summary"): {"params": a},
+        ("PUT", "/v1/conversations/summary/core"): {"json": {**a, "core": ["beta's rule"]}},
+        ("GET", "/v1/facts"): {"params": {"user": ALPHA_USER, "history": "true"}},
+        ("DELETE", "/v1/facts/users/{user_id}"): {"path": {"user_id": ALPHA_USER}},
+        ("GET", "/v1/working-memory"): {"params": a},
+        ("GET", "/v1/stm"): {"params": a},
+        ("GET", "/v1/checkpoints"): {"params": a},
+        ("GET", "/v1/layers"): {},
+        ("GET", "/v1/stats"): {},
+        ("GET", "/v1/verify"): {},
+        ("GET", "/v1/export"): {},
+        ("POST", "/v1/import"): {"content": _export_line()},
+        ("GET", "/v1/health"): {},
+        ("GET", "/v1/keys"): {},
+        ("POST", "/v1/keys"): {"json": {"role": "read", "name": "beta's reader"}},
+        ("DELETE", "/v1/keys/{key_id}"): {"path": {"key_id": str(d.key_ids["alpha"])}},
+    }
+
+
+def _http_routes(app: Any) -> set[tuple[str, str]]:
+    """Every HTTP route the app documents (the event stream is tested on its own)."""
+    return {(method.upper(), path) for path, item in app.openapi()["paths"].items() for method in item
+            if path != "/v1/events"}
+
+
+def _alpha_intact(d: Deployment) -> None:
+    response = d.client.post("/v1/search", json={"query": f"{MARKER} 민지 고양이", "k": 10}, headers=d.as_("alpha"))
+    assert MARKER in response.text
+    block = d.client.get(f"/v1/memories/{d.alpha_block}", headers=d.as_("alpha")).json()
+    assert MARKER in block["text"] and not block["forgotten"]
+    facts = d.client.get("/v1/facts", headers=d.as_("alpha")).json()["facts"]
+    assert facts and MARKER in facts[0]["text"]
+    summary = d.client.get("/v1/conversations/summary", params={"channel": ALPHA_CHANNEL, "guild": "g-alpha"},
+                           headers=d.as_("alpha")).json()
+    assert MARKER in summary["topic"] and summary["core"] == []
+    assert d.client.get("/v1/keys", headers=d.as_("alpha")).status_code == 200  # alpha's admin key still works
+    assert d.client.get("/v1/verify", headers=d.as_("alpha")).json()["ok"]
+
+
+def test_beta_reaches_nothing_of_alpha_through_any_route(deployment: Deployment) -> None:
+    d = deployment
+    cases = beta_requests(d)
+    assert set(cases) == _http_routes(d.app), "every route must be in the isolation matrix"
+    for (method, path), spec in cases.items():
+        url = path.format(**spec.get("path", {}))
+        response = d.client.request(method, url, headers=d.as_("beta"), params=spec.get("params"),
+                                    json=spec.get("json"), content=spec.get("content"))
+        assert response.status_code < 500, (method, path, response.text)
+        assert MARKER not in response.text, f"{method} {path} leaked alpha's data: {response.text[:300]}"
+        assert response.headers["content-type"].startswith(("application/json", "application/x-ndjson"))
+        if "{block_index}" in path or "{key_id}" in path:
+            assert response.status_code == 404 and response.json()["error"]["type"] == "not_found"
+    _alpha_intact(d)
+    assert tenant_path(d.state.tenants.home, "beta") != tenant_path(d.state.tenants.home, "alpha")
+
+
+def test_beta_events_carry_nothing_of_alpha(deployment: Deployment) -> None:
+    d = deployment
+    with d.client.websocket_connect("/v1/events/ws?since=0", headers=d.as_("beta")) as beta_socket:
+        d.client.post("/v1/memories", json={"text": f"{MARKER} live"}, headers=d.as_("alpha"))
+        d.client.post("/v1/search", json={"query": MARKER}, headers=d.as_("alpha"))
+        d.client.post("/v1/memories", json={"text": "beta's own"}, headers=d.as_("beta"))
+        first = json.loads(beta_socket.receive_text())
+    assert first["type"] == "memory.added" and first["seq"] == 1
+    assert first["data"]["blocks"][0]["text"] == "beta's own"
+    with d.client.websocket_connect("/v1/events/ws?since=0", headers=d.as_("alpha_read")) as alpha_socket:
+        seen = [json.loads(alpha_socket.receive_text()) for _ in range(4)]
+    assert any(MARKER in json.dumps(e) for e in seen) and all("beta's own" not in json.dumps(e) for e in seen)
+
+
+# -- keys and roles --------------------------------------------------------------------------------
+
+def test_no_key_wrong_key_and_revoked_key_get_401(deployment: Deployment) -> None:
+    d = deployment
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic abc"},
+                    {"Authorization": "Bearer gk_00000000_" + "x" * 43}):
+        response = d.client.get("/v1/stats", headers=headers)
+        assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
+        assert response.json()["error"]["type"] == "unauthenticated"
+    assert d.client.get("/v1/stats", headers=d.as_("beta_read")).status_code == 200
+    assert d.state.keys.revoke(d.key_ids["beta_read"])
+    assert d.client.get("/v1/stats", headers=d.as_("beta_read")).status_code == 401  # at once
+
+
+def test_roles(deployment: Deployment) -> None:
+    d = deployment
+    read = d.as_("beta_read")
+    for method, url, body in (("POST", "/v1/memories", {"text": "x"}), ("DELETE", "/v1/memories/1", None),
+                              ("POST", "/v1/memories:batch", {"items": [{"text": "x"}]}),
+                              ("PUT", "/v1/conversations/summary/core", {"channel": "c", "core": []}),
+                              ("DELETE", "/v1/facts/users/1", None)):
+        response = d.client.request(method, url, json=body, headers=read)
+        assert response.status_code == 403 and response.json()["error"]["type"] == "forbidden", url
+    assert d.client.get("/v1/keys", headers=d.as_("beta_write")).status_code == 403
+    assert d.client.post("/v1/memories", json={"text": "쓰기 키로 저장"}, headers=d.as_("beta_write")).status_code == 201
+
+
+def test_an_admin_manages_only_its_own_tenants_keys(deployment: Deployment) -> None:
+    d = deployment
+    listed = d.client.get("/v1/keys", headers=d.as_("beta")).json()["keys"]
+    assert {k["tenant"] for k in listed} == {"beta"} and all("key_hash" not in k for k in listed)
+    created = d.client.post("/v1/keys", json={"role": "read", "name": "대시보드"}, headers=d.as_("beta")).json()
+    assert created["tenant"] == "beta" and created["key"].startswith("gk_")
+    new = {"Authorization": f"Bearer {created['key']}"}
+    assert d.client.get("/v1/stats", headers=new).status_code == 200
+    assert d.client.delete(f"/v1/keys/{created['id']}", headers=d.as_("beta")).status_code == 200
+    assert d.client.get("/v1/stats", headers=new).status_code == 401
+    for bad in ({"role": "root"}, {"role": "read", "tenant": "alpha"}):
+        assert d.client.post("/v1/keys", json=bad, headers=d.as_("beta")).status_code == 422
+
+
+# -- the routes themselves ----------------------------------------------------------------------
+
+def test_remember_search_list_forget_korean_and_english(deployment: Deployment) -> None:
+    d, w = deployment, deployment.as_("beta_write")
+    first = d.client.post("/v1/memories", json={
+        "text": "서연은 다음 달에 부산으로 이사 가", "scope": {"guild": "g1", "channel": "general", "user": "7"},
+        "speaker": "서연", "importance": 0.8, "event_time": "2026-11-01T10:00:00Z", "tags": ["move"],
+        "metadata": {"source": "api"}}, headers=w)
+    assert first.status_code == 201
+    block = first.json()
+    assert block["scope"] == {"guild": "g1", "channel": "general", "user": "7"} and block["tags"] == ["move"]
+    batch = d.client.post("/v1/memories:batch", json={"items": [
+        {"text": "Alex got the offer from Nuvola Labs", "scope": {"channel": "general"}},
+        {"text": "준호는 주말마다 북한산에 가", "scope": {"channel": "general"}, "kind": "note"}]}, headers=w)
+    assert batch.status_code == 201 and len(batch.json()["blocks"]) == 2
+    found = d.client.post("/v1/search", json={"query": "서연이 이사 가는 곳", "k": 3,
+                                              "scope": {"channel": "general"}}, headers=w).json()
+    assert found["hits"][0]["block"]["block_index"] == block["block_index"]
+    assert {"bm25", "vector", "neighbour", "final"} <= set(found["hits"][0]["breakdown"])
+    assert found["source"] in {"full", "cache", "working_memory", "checkpoint"} and found["search_time_ms"] > 0
+    english = d.client.post("/v1/search", json={"query": "which company made Alex an offer", "k": 1}, headers=w).json()
+    assert "Nuvola" in english["hits"][0]["block"]["text"]
+    notes = d.client.get("/v1/memories", params={"kind": "note"}, headers=w).json()
+    assert [b["text"] for b in notes["items"]] == ["준호는 주말마다 북한산에 가"]
+    forgotten = d.client.delete(f"/v1/memories/{block['block_index']}", headers=w).json()
+    assert forgotten == {"forgotten": [block["block_index"]], "already_forgotten": False}
+    again = d.client.get(f"/v1/memories/{block['block_index']}", headers=w).json()
+    assert again["forgotten"] and again["text"] == ""
+    assert d.client.get("/v1/verify", headers=w).json()["ok"]
+
+
+def test_list_pages_with_a_cursor(deployment: Deployment) -> None:
+    d, w = deployment, deployment.as_("beta_write")
+    d.client.post("/v1/memories:batch", json={"items": [{"text": f"메시지 {i}"} for i in range(7)]}, headers=w)
+    seen, cursor = [], None
+    while True:
+        page = d.client.get("/v1/memories", params={"limit": 3, **({"cursor": cursor} if cursor else {})},
+                            headers=w).json()
+        seen += [b["block_index"] for b in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == list(range(7, 0, -1))
+    assert d.client.get("/v1/memories", params={"cursor": "garbage!"}, headers=w).status_code == 400
+
+
+def test_export_then_import_into_another_tenant_keeps_the_chain(deployment: Deployment) -> None:
+    d = deployment
+    exported = d.client.get("/v1/export", headers=d.as_("alpha"))
+    assert exported.status_code == 200 and exported.headers["content-type"].startswith("application/x-ndjson")
+    lines = exported.text.splitlines()
+    assert json.loads(lines[0])["format"] == "gieok-blocks" and len(lines) == 8  # header + 7 blocks
+    key, _ = d.state.keys.create("gamma", "write")
+    gamma = {"Authorization": f"Bearer {key}"}
+    imported = d.client.post("/v1/import", content=exported.text.encode(), headers=gamma)
+    assert imported.json() == {"imported": 7}
+    assert d.client.get("/v1/verify", headers=gamma).json() == {**d.client.get("/v1/verify",
+                                                                                 headers=d.as_("alpha")).json()}
+    bad = d.client.post("/v1/import", content=exported.text.replace(MARKER, "TAMPERED", 1).encode(),
+                        headers=d.as_("beta_write"))
+    assert bad.status_code == 400 and d.client.get("/v1/stats", headers=d.as_("beta")).json()["blocks"] == 0
+
+
+def test_conversation_routes(deployment: Deployment) -> None:
+    d, a = deployment, deployment.as_("alpha")
+    params = {"channel": ALPHA_CHANNEL, "guild": "g-alpha"}
+    channels = d.client.get("/v1/conversations", headers=a).json()["conversations"]
+    assert channels[0]["conversation"] == {"guild": "g-alpha", "channel": ALPHA_CHANNEL, "user": None}
+    messages = d.client.get("/v1/conversations/messages", params=params, headers=a).json()["messages"]
+    assert messages[0]["display_name"] == "민지" and messages[0]["role"] == "user"
+    core = d.client.put("/v1/conversations/summary/core", json={**params, "core": ["이 채널은 고양이 이야기 전용"]},
+                        headers=a).json()
+    assert core["core"] == ["이 채널은 고양이 이야기 전용"] and "Permanent core" in core["markdown"]
+    slots = d.client.get("/v1/working-memory", params=params, headers=a).json()
+    assert slots["slots"][0]["priority_parts"].keys() == {"importance", "time", "usage", "relevance"}
+    entries = d.client.get("/v1/stm", headers=a).json()["entries"]
+    assert entries and entries[0]["expires_in_seconds"] > 0
+    assert "layers" in d.client.get("/v1/layers", headers=a).json()
+    history = d.client.get("/v1/facts", params={"history": "true"}, headers=a).json()["facts"]
+    assert history[0]["valid_to"] is None and history[0]["user_id"] == ALPHA_USER
+    erased = d.client.delete(f"/v1/facts/users/{ALPHA_USER}", headers=a).json()["erased"]
+    assert erased["facts"] == 1 and d.client.get("/v1/facts", headers=a).json()["facts"] == []
+
+
+@pytest.mark.parametrize("body, status", [
+    (b'{"text": ', 422),                                   # malformed JSON
+    (b'{"text": 5}', 422),                                 # wrong type
+    (b'{"text": "x", "colour": "red"}', 422),              # unknown field
+    (b'{"text": "a\\u0000b"}', 400),                       # NUL byte
+    (b'{"text": "\xff\xfe"}', 400),                        # invalid UTF-8
+    (b'{"text": "   "}', 400),                             # empty
+    (b'{"text": "x", "importance": 7}', 422),              # out of range
+    (b'{"text": "x", "scope": {"planet": "mars"}}', 422),  # unknown scope key
+    (b'[1, 2, 3]', 422),                                   # not an object
+])
+def test_bad_input_gets_a_4xx_json_error_and_writes_nothing(deployment: Deployment, body: bytes, status: int) -> None:
+    d = deployment
+    response = d.client.post("/v1/memories", content=body, headers={**d.as_("beta_write"),
+                                                                     "content-type": "application/json"})
+    assert response.status_code == status, response.text
+    assert set(response.json()["error"]) >= {"type", "message"}
+    assert d.client.get("/v1/stats", headers=d.as_("beta")).json()["blocks"] == 0
+
+
+def test_huge_bodies_huge_k_and_fts_syntax(deployment: Deployment) -> None:
+    d, w = deployment, deployment.as_("beta_write")
+    huge = d.client.post("/v1/memories", content=b'{"text": "' + b"x" * 2_000_000 + b'"}',
+                         headers={**w, "content-type": "application/json"})
+    assert huge.status_code == 413 and huge.json()["error"]["type"] == "payload_too_large"
+    too_long = d.client.post("/v1/memories", json={"text": "가" * 100_001}, headers=w)
+    assert too_long.status_code == 400 and "limit" in too_long.json()["error"]["message"]
+    assert d.client.post("/v1/search", json={"query": "x", "k": 10**9}, headers=w).status_code == 422
+    d.client.post("/v1/memories", json={"text": "foo AND bar"}, headers=w)
+    for query in ('"foo AND (', "NEAR(a b)", "* OR -", "tokens : x"):
+        response = d.client.post("/v1/search", json={"query": query}, headers=w)
+        assert response.status_code == 200, query
+    assert d.client.get("/v1/memories/0", headers=w).status_code == 422
+    assert d.client.get("/v1/nowhere", headers=w).json()["error"]["type"] == "not_found"
+    assert d.client.patch("/v1/memories/1", headers=w).status_code == 405
+
+
+def test_healthz_needs_no_key_and_tells_nothing(deployment: Deployment) -> None:
+    assert deployment.client.get("/healthz").json() == {"status": "ok"}
+    health = deployment.client.get("/v1/health", headers=deployment.as_("beta_read")).json()
+    assert health["status"] == "ok" and health["embedder"]["dimension"] in (0, 384)
+
+
+def test_openapi_and_docs(deployment: Deployment) -> None:
+    spec = deployment.client.get("/openapi.json").json()
+    assert "/v1/search" in spec["paths"] and spec["info"]["title"] == "gieok"
+    assert deployment.client.get("/docs").status_code == 200
+
+
+# -- the event stream ---------------------------------------------------------------------------
+
+def test_websocket_events_and_resume(deployment: Deployment) -> None:
+    d, w = deployment, deployment.as_("beta_write")
+    with d.client.websocket_connect("/v1/events/ws", headers=w) as socket:
+        d.client.post("/v1/memories", json={"text": "첫 번째"}, headers=w)
+        added = json.loads(socket.receive_text())
+        d.client.post("/v1/search", json={"query": "첫 번째"}, headers=w)
+        searched = json.loads(socket.receive_text())
+    assert added["type"] == "memory.added" and added["data"]["blocks"][0]["text"] == "첫 번째"
+    assert searched["type"] == "search.answered" and searched["data"]["hits"][0]["text"] == "첫 번째"
+    assert {"bm25", "vector", "final"} <= set(searched["data"]["hits"][0]["breakdown"])
+    d.client.delete("/v1/memories/1", headers=w)  # happens while nobody listens
+    with d.client.websocket_connect(f"/v1/events/ws?since={searched['seq']}", headers=w) as socket:
+        missed = json.loads(socket.receive_text())
+    assert missed["type"] == "memory.forgotten" and missed["seq"] == searched["seq"] + 1
+    with d.client.websocket_connect("/v1/events/ws?since=0", headers=w) as socket:
+        replay = [json.loads(socket.receive_text())["seq"] for _ in range(3)]
+    assert replay == [1, 2, 3]
+
+
+def test_websocket_says_when_the_buffer_no_longer_reaches_back(tmp_path: Path) -> None:
+    state = ServerState.open(load_settings(db=str(tmp_path / "home.db"), event_buffer=2))
+    key, _ = state.keys.create("default", "write")
+    headers = {"Authorization": f"Bearer {key}"}
+    with TestClient(create_app(state)) as client:
+        for i in range(4):
+            client.post("/v1/memories", json={"text": f"이벤트 {i}"}, headers=headers)
+        with client.websocket_connect("/v1/events/ws?since=0", headers=headers) as socket:
+            gap = json.loads(socket.receive_text())
+            kept = json.loads(socket.receive_text())
+    assert gap["type"] == "stream.gap" and gap["data"]["oldest_available"] == 3 and gap["data"]["missed"] == 2
+    assert kept["seq"] == 3
+
+
+def test_websocket_without_a_key_is_closed(deployment: Deployment) -> None:
+    with pytest.raises(WebSocketDisconnect) as closed, \
+            deployment.client.websocket_connect("/v1/events/ws") as socket:
+        socket.receive_text()
+    assert closed.value.code == 4401

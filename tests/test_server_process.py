@@ -1,0 +1,192 @@
+"""A real `gieok serve` process on loopback: the event stream over SSE with resume, requests
+served while others are in flight, graceful shutdown that loses nothing, several workers, and
+the refusals at start-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gieok import Memory
+
+GIEOK = [sys.executable, "-m", "gieok.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def create_key(db: Path, tenant: str = "default", role: str = "write") -> str:
+    done = subprocess.run([*GIEOK, "keys", "create", "--tenant", tenant, "--role", role, "--db", str(db), "--json"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    return str(json.loads(done.stdout)["key"])
+
+
+class Server:
+    def __init__(self, db: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = db.with_suffix(".log").open("w")
+        self.process = subprocess.Popen([*GIEOK, "serve", "--db", str(db), "--port", str(self.port), *extra],
+                                        stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {db.with_suffix('.log').read_text()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise RuntimeError("server did not start in 60 s")
+
+    def stop(self) -> int:
+        """SIGTERM and wait. uvicorn shuts down gracefully and then re-raises the signal, so a
+        clean stop exits with -15 (killed by SIGTERM after finishing), as servers conventionally do."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self.log.close()
+        return int(self.process.returncode)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[Server, dict[str, str]]]:
+    db = tmp_path / "home.db"
+    headers = {"Authorization": f"Bearer {create_key(db)}"}
+    running = Server(db)
+    try:
+        yield running, headers
+    finally:
+        running.stop()
+
+
+def sse_events(response: httpx.Response, count: int) -> list[dict[str, str]]:
+    """The next `count` events of an SSE response (comments skipped)."""
+    events: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    for line in response.iter_lines():
+        if not line:
+            if current:
+                events.append(current)
+                current = {}
+                if len(events) == count:
+                    return events
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(": ")
+        current[name] = value
+    return events
+
+
+def test_sse_streams_events_and_resumes_with_last_event_id(server: tuple[Server, dict[str, str]]) -> None:
+    srv, headers = server
+    with httpx.Client(base_url=srv.url, headers=headers, timeout=30) as client:
+        with client.stream("GET", "/v1/events") as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            client.post("/v1/memories", json={"text": "민지는 고양이를 키워", "scope": {"channel": "cafe"}})
+            [added] = sse_events(stream, 1)
+        assert added["event"] == "memory.added" and json.loads(added["data"])["data"]["blocks"][0]["text"] == "민지는 고양이를 키워"
+        client.post("/v1/search", json={"query": "민지 고양이"})  # while nobody listens
+        with client.stream("GET", "/v1/events", headers={"Last-Event-ID": added["id"]}) as stream:
+            [missed] = sse_events(stream, 1)
+        assert missed["event"] == "search.answered" and int(missed["id"]) == int(added["id"]) + 1
+        with client.stream("GET", "/v1/events?since=0") as stream:
+            replay = sse_events(stream, 2)
+        assert [e["id"] for e in replay] == ["1", "2"]
+        assert client.get("/v1/events", headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+def test_requests_are_served_while_a_long_one_runs(server: tuple[Server, dict[str, str]]) -> None:
+    srv, headers = server
+    long_done = threading.Event()
+    items = [{"text": f"배치 메시지 {i}: 오늘 점심은 김치찌개였다 number {i}"} for i in range(200)]
+
+    def long_request() -> None:
+        response = httpx.post(f"{srv.url}/v1/memories:batch", json={"items": items}, headers=headers, timeout=300)
+        assert response.status_code == 201
+        long_done.set()
+
+    worker = threading.Thread(target=long_request)
+    worker.start()
+    time.sleep(0.3)
+    answered_during = []
+    for _ in range(5):
+        assert httpx.get(f"{srv.url}/v1/health", headers=headers, timeout=30).status_code == 200
+        answered_during.append(not long_done.is_set())
+    worker.join(timeout=300)
+    assert long_done.is_set() and any(answered_during), "health waited for the batch: the loop was blocked"
+
+
+def test_graceful_shutdown_finishes_in_flight_requests_and_loses_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "home.db"
+    headers = {"Authorization": f"Bearer {create_key(db)}"}
+    srv = Server(db)
+    result: dict[str, object] = {}
+    items = [{"text": f"종료 직전 메시지 {i}", "scope": {"channel": "late"}} for i in range(120)]
+
+    def in_flight() -> None:
+        response = httpx.post(f"{srv.url}/v1/memories:batch", json={"items": items}, headers=headers, timeout=300)
+        result["status"] = response.status_code
+
+    worker = threading.Thread(target=in_flight)
+    worker.start()
+    time.sleep(0.5)  # the batch is being embedded when the signal comes
+    code = srv.stop()
+    worker.join(timeout=300)
+    assert code in (0, -signal.SIGTERM) and result.get("status") == 201
+    assert "Application shutdown complete" in db.with_suffix(".log").read_text()
+    with Memory(db) as memory:
+        assert len(memory) == 120 and memory.verify().ok
+        assert memory.search("종료 직전 메시지", 3, scope={"channel": "late"}).hits
+
+
+def test_several_workers_share_one_memory(tmp_path: Path) -> None:
+    db = tmp_path / "home.db"
+    headers = {"Authorization": f"Bearer {create_key(db)}"}
+    srv = Server(db, "--workers", "2")
+    try:
+        with httpx.Client(base_url=srv.url, headers=headers, timeout=60) as client:
+            for i in range(6):  # spread over both workers by the kernel
+                assert client.post("/v1/memories", json={"text": f"worker message {i} 워커"}).status_code == 201
+            counts = {client.get("/v1/stats").json()["blocks"] for _ in range(6)}
+        assert counts == {6}
+    finally:
+        assert srv.stop() in (0, -signal.SIGTERM)
+
+
+def test_no_auth_is_refused_off_loopback_and_bad_options_exit_1(tmp_path: Path) -> None:
+    refused = subprocess.run([*GIEOK, "serve", "--db", str(tmp_path / "x.db"), "--host", "0.0.0.0", "--no-auth"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "--no-auth is refused" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) <= 2
+    bad = subprocess.run([*GIEOK, "keys", "create", "--tenant", "../etc", "--db", str(tmp_path / "x.db")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "tenant" in bad.stderr
+
+
+def test_no_auth_on_loopback_serves_the_default_tenant(tmp_path: Path) -> None:
+    srv = Server(tmp_path / "open.db", "--no-auth")
+    try:
+        response = httpx.post(f"{srv.url}/v1/memories", json={"text": "열린 서버"}, timeout=60)
+        assert response.status_code == 201
+    finally:
+        srv.stop()
