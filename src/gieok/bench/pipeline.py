@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from ..agent.pipeline import ConversationPipeline, IncomingMessage
 from ..demo import load_sample_conversation
 from ..llm.scripted import Request, ScriptedLLM
 from .fill import filled_memory
-from .report import median, percentile, progress_bar, write_json
+from .report import median, p50_p95, print_and_write, progress_bar, results_table, table_console
 
-__all__ = ["run_pipeline_bench"]
+__all__ = ["measure_pipeline", "print_pipeline", "run_pipeline_bench"]
 
 STAGES = ("embed_ms", "guard_ms", "l1_ms", "stage1_ms", "recall_ms", "context_ms")
 
@@ -55,9 +55,54 @@ def _brain(request: Request) -> dict[str, Any]:
             "suspicious": False}
 
 
-def run_pipeline_bench(blocks: int = 100_000, json_out: str | Path | None = None, *, turns: int = 300,
-                       workdir: Path | None = None, cache_dir: Path | None = None,
-                       classifier: bool = True, llm_ms: float = 0.0) -> dict[str, Any]:
+WARM_TURNS = 10  # the first turns warm caches and load models: not measured
+
+
+@dataclass
+class _Timings:
+    """Per measured message: plan overhead (all, explicit calls), record time, each stage."""
+
+    plan_ms: list[float] = field(default_factory=list)
+    explicit_ms: list[float] = field(default_factory=list)
+    record_ms: list[float] = field(default_factory=list)
+    stages: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in STAGES})
+    responded: int = 0
+
+    def add_plan(self, timings_ms: dict[str, float], explicit: bool) -> None:
+        self.plan_ms.append(timings_ms["overhead_ms"])
+        if explicit:
+            self.explicit_ms.append(timings_ms["overhead_ms"])
+        for name in STAGES:
+            if name in timings_ms:
+                self.stages[name].append(timings_ms[name])
+
+
+def _script(turns: int) -> list[tuple[str, str]]:
+    """(speaker, text) of the first `turns` messages of the bundled conversation."""
+    data = load_sample_conversation()
+    return [(t["speaker"], t["text"]) for s in data["sessions"] for t in s["turns"]][:turns]
+
+
+async def _play(pipeline: ConversationPipeline, script: list[tuple[str, str]], timings: _Timings, advance) -> None:
+    """Every message planned and recorded in one channel, every 3rd an explicit call."""
+    ids = {name: str(1000 + i) for i, name in enumerate(sorted({s for s, _ in script}))}
+    for i, (speaker, text) in enumerate(script):
+        message = IncomingMessage(text[:2000], user_id=ids[speaker], channel="bench", guild="bench-guild",
+                                  display_name=speaker, explicit=i % 3 == 0)
+        plan = await pipeline.plan(message)
+        if i >= WARM_TURNS:
+            timings.add_plan(plan.timings_ms, message.explicit)
+        timings.responded += plan.respond
+        t0 = time.perf_counter()
+        await pipeline.record(plan, "응 그렇구나!" if plan.respond else None)
+        if i >= WARM_TURNS:
+            timings.record_ms.append((time.perf_counter() - t0) * 1000)
+        advance()
+    await pipeline.drain()
+
+
+def measure_pipeline(blocks: int = 100_000, *, turns: int = 300, workdir: Path | None = None,
+                     cache_dir: Path | None = None, classifier: bool = True, llm_ms: float = 0.0) -> dict[str, Any]:
     memory = filled_memory("pipeline", blocks, workdir, cache_dir)
     try:
         stage1 = None
@@ -66,64 +111,43 @@ def run_pipeline_bench(blocks: int = 100_000, json_out: str | Path | None = None
 
             stage1 = ResponseClassifier.load(memory.embedder, memory.embedder.name)
         pipeline = ConversationPipeline(memory, llm=_SlowLLM(llm_ms / 1000), classifier=stage1)
-        data = load_sample_conversation()
-        script = [(t["speaker"], t["text"]) for s in data["sessions"] for t in s["turns"]][:turns]
-        ids = {name: str(1000 + i) for i, name in enumerate(sorted({s for s, _ in script}))}
+        script = _script(turns)
         memory.embedder.embed_queries(["워밍업 warm-up"])
-        plan_ms: list[float] = []
-        explicit_ms: list[float] = []
-        record_ms: list[float] = []
-        stages: dict[str, list[float]] = {name: [] for name in STAGES}
-        responded = 0
-
-        async def play(advance) -> None:
-            nonlocal responded
-            for i, (speaker, text) in enumerate(script):
-                message = IncomingMessage(text[:2000], user_id=ids[speaker], channel="bench", guild="bench-guild",
-                                          display_name=speaker, explicit=i % 3 == 0)
-                plan = await pipeline.plan(message)
-                if i >= 10:  # the first turns warm caches and load models
-                    plan_ms.append(plan.timings_ms["overhead_ms"])
-                    if message.explicit:
-                        explicit_ms.append(plan.timings_ms["overhead_ms"])
-                    for name in STAGES:
-                        if name in plan.timings_ms:
-                            stages[name].append(plan.timings_ms[name])
-                responded += plan.respond
-                t0 = time.perf_counter()
-                await pipeline.record(plan, "응 그렇구나!" if plan.respond else None)
-                if i >= 10:
-                    record_ms.append((time.perf_counter() - t0) * 1000)
-                advance()
-            await pipeline.drain()
-
+        timings = _Timings()
         with progress_bar(f"play {len(script)} messages into a {blocks:,}-block store", len(script)) as advance:
-            asyncio.run(play(advance))
+            asyncio.run(_play(pipeline, script, timings, advance))
         total_blocks = memory.stats().blocks
     finally:
         memory.close()
-    report = {
+    return {
         "blocks": total_blocks,
         "messages": len(script),
-        "responded": responded,
-        "overhead_ms": {"p50": round(median(plan_ms), 3), "p95": round(percentile(plan_ms, 95), 3)},
-        "explicit_overhead_ms": {"p50": round(median(explicit_ms), 3), "p95": round(percentile(explicit_ms, 95), 3)},
-        "record_ms": {"p50": round(median(record_ms), 3), "p95": round(percentile(record_ms, 95), 3)},
-        "stages_p50_ms": {name: round(median(v), 3) for name, v in stages.items() if v},
+        "responded": timings.responded,
+        "overhead_ms": p50_p95(timings.plan_ms),
+        "explicit_overhead_ms": p50_p95(timings.explicit_ms),
+        "record_ms": p50_p95(timings.record_ms),
+        "stages_p50_ms": {name: round(median(v), 3) for name, v in timings.stages.items() if v},
         "stage1": classifier,
         "llm_ms": llm_ms,
     }
-    table = Table(title=f"pipeline overhead without LLM calls, {total_blocks:,} blocks in the store "
-                        f"({len(script)} messages, stage-2 model answering in {llm_ms:g} ms, medians of one run)")
-    for column in ("what", "p50 ms", "p95 ms"):
-        table.add_column(column, justify="right")
-    table.add_row("plan (message in → prompt ready)", f"{report['overhead_ms']['p50']:.2f}",
-                  f"{report['overhead_ms']['p95']:.2f}")
-    table.add_row("plan, explicit calls (recall every time)", f"{report['explicit_overhead_ms']['p50']:.2f}",
-                  f"{report['explicit_overhead_ms']['p95']:.2f}")
-    table.add_row("record (after the reply)", f"{report['record_ms']['p50']:.2f}", f"{report['record_ms']['p95']:.2f}")
+
+
+def print_pipeline(report: dict[str, Any], console: Console | None = None) -> None:
+    table = results_table(f"pipeline overhead without LLM calls, {report['blocks']:,} blocks in the store "
+                          f"({report['messages']} messages, stage-2 model answering in {report['llm_ms']:g} ms, "
+                          f"medians of one run)", ("what", "p50 ms", "p95 ms"))
+    for what, key in (("plan (message in → prompt ready)", "overhead_ms"),
+                      ("plan, explicit calls (recall every time)", "explicit_overhead_ms"),
+                      ("record (after the reply)", "record_ms")):
+        table.add_row(what, f"{report[key]['p50']:.2f}", f"{report[key]['p95']:.2f}")
     for name, value in report["stages_p50_ms"].items():
         table.add_row(f"  stage {name.removesuffix('_ms')}", f"{value:.2f}", "")
-    Console(width=160).print(table)
-    write_json(json_out, report)
-    return report
+    table_console(console).print(table)
+
+
+def run_pipeline_bench(blocks: int = 100_000, json_out: str | Path | None = None, *, turns: int = 300,
+                       workdir: Path | None = None, cache_dir: Path | None = None,
+                       classifier: bool = True, llm_ms: float = 0.0) -> dict[str, Any]:
+    report = measure_pipeline(blocks, turns=turns, workdir=workdir, cache_dir=cache_dir, classifier=classifier,
+                              llm_ms=llm_ms)
+    return print_and_write(report, print_pipeline, json_out)

@@ -1,16 +1,21 @@
-"""Shared benchmark plumbing: rich progress bars, tables and JSON output."""
+"""Shared benchmark plumbing: rich progress bars, tables, percentiles and JSON output.
+
+A benchmark's `measure_…` returns its report; keys starting with "_" hold what only its
+`print_…` needs (examples it got wrong, the run's parameters) and are never written as JSON.
+"""
 
 from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
 
 console = Console(stderr=True)
 
@@ -36,9 +41,42 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
 
 
+def p50_p95(values: Sequence[float], suffix: str = "") -> dict[str, float]:
+    """{"p50<suffix>": median, "p95<suffix>": 95th percentile}, both rounded to 3 decimals."""
+    return {f"p50{suffix}": round(median(values), 3), f"p95{suffix}": round(percentile(values, 95), 3)}
+
+
+def table_console(console: Console | None = None) -> Console:
+    """Where a benchmark prints its tables: the given console, else stdout 160 columns wide."""
+    return console if console is not None else Console(width=160)
+
+
+def results_table(title: str, columns: Iterable[str], left: Iterable[str] = ()) -> Table:
+    """A table whose columns are right-aligned, but for the ones named in `left`."""
+    table = Table(title=title)
+    left = set(left)
+    for column in columns:
+        table.add_column(column, justify="left" if column in left else "right")
+    return table
+
+
+def published(report: dict[str, Any]) -> dict[str, Any]:
+    """The report without its printer-only ("_…") keys: what is written as JSON and returned."""
+    return {key: value for key, value in report.items() if not key.startswith("_")}
+
+
 def write_json(path: str | Path | None, payload: dict[str, Any]) -> None:
     if path is None:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(published(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def print_and_write(report: dict[str, Any], printer: Callable[[dict[str, Any]], None],
+                    json_out: str | Path | None) -> dict[str, Any]:
+    """What a benchmark command does with its measured report: print it, write it as JSON
+    (if asked) and return what was written."""
+    printer(report)
+    write_json(json_out, report)
+    return published(report)

@@ -23,16 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from ..agent.pipeline import ConversationPipeline
 from ..memory import Memory
 from ..runtime.core import BotCore, ChannelRef, InboundMessage
 from .fill import filled_memory
 from .loopback_llm import TAG, loopback_llm
-from .report import median, percentile, progress_bar, write_json
+from .report import median, p50_p95, print_and_write, progress_bar, results_table, table_console
 
-__all__ = ["run_runtime_bench"]
+__all__ = ["arrival_schedule", "measure_runtime", "print_runtime", "run_runtime_bench"]
 
 ARRIVALS = ("random", "even")
 QUESTIONS = ("오늘 뭐 해?", "점심 추천해줘", "what's up?", "내일 날씨 어때?", "any game tonight?", "주말 계획 있어?")
@@ -58,25 +57,6 @@ class _Outbox:
         return None
 
 
-def run_runtime_bench(blocks: int = 100_000, json_out: str | Path | None = None, *, channels: int = 50,
-                      duration: float = 60.0, rate: float = 1.0, arrivals: str = "random", seed: int = 7,
-                      workdir: Path | None = None, cache_dir: Path | None = None) -> dict[str, Any]:
-    if arrivals not in ARRIVALS:
-        raise ValueError(f"arrivals must be one of {', '.join(ARRIVALS)}, not {arrivals!r}")
-    schedule = arrival_schedule(channels, duration, rate, arrivals, seed)
-    memory = filled_memory("runtime", blocks, workdir, cache_dir)
-    try:
-        with loopback_llm() as url:
-            report = asyncio.run(_play(memory, url, channels, schedule, f"{channels} channels × {rate:g} msg/s "
-                                                                          f"× {duration:g} s ({arrivals})"))
-    finally:
-        memory.close()
-    report["arrivals"] = arrivals
-    _print(report, blocks, channels, duration, rate, arrivals)
-    write_json(json_out, report)
-    return report
-
-
 def arrival_schedule(channels: int, duration: float, rate: float, arrivals: str,
                      seed: int = 7) -> list[tuple[float, int, int]]:
     """(seconds from the start, channel, message number) for every message, in time order;
@@ -94,19 +74,29 @@ def arrival_schedule(channels: int, duration: float, rate: float, arrivals: str,
     return schedule
 
 
-async def _play(memory: Memory, url: str, channels: int, schedule: list[tuple[float, int, int]],
-                title: str) -> dict[str, Any]:
-    from ..llm import create_llm
+def measure_runtime(blocks: int = 100_000, *, channels: int = 50, duration: float = 60.0, rate: float = 1.0,
+                    arrivals: str = "random", seed: int = 7, workdir: Path | None = None,
+                    cache_dir: Path | None = None) -> dict[str, Any]:
+    if arrivals not in ARRIVALS:
+        raise ValueError(f"arrivals must be one of {', '.join(ARRIVALS)}, not {arrivals!r}")
+    schedule = arrival_schedule(channels, duration, rate, arrivals, seed)
+    memory = filled_memory("runtime", blocks, workdir, cache_dir)
+    try:
+        with loopback_llm() as url:
+            report = asyncio.run(_play(memory, url, channels, schedule, f"{channels} channels × {rate:g} msg/s "
+                                                                          f"× {duration:g} s ({arrivals})"))
+    finally:
+        memory.close()
+    report["arrivals"] = arrivals
+    return {**report, "_blocks": blocks, "_channels": channels, "_duration": duration, "_rate": rate}
 
-    settings = memory.settings.with_overrides(llm_chain="openai:bench-model", openai_base_url=url,
-                                              rate_limit_channel_seconds=0.0, rate_limit_global_seconds=0.0)
-    llm = create_llm(settings)
-    pipeline = ConversationPipeline(memory, settings=settings, llm=llm)
-    outbox = _Outbox()
-    core = BotCore(pipeline, llm, outbox=outbox, settings=settings)
+
+async def _send(core: BotCore, channels: int, schedule: list[tuple[float, int, int]], title: str,
+                engine: Any) -> tuple[dict[str, str], float, float]:
+    """Submit every message at its time in the schedule, then shut the runtime down. Returns
+    (tag -> channel of every message sent, seconds the last send was behind schedule, share
+    of the run the embedding engine was busy)."""
     refs = [ChannelRef(f"bench-{c:02d}", "bench-guild") for c in range(channels)]
-    memory.embedder.embed_queries(["워밍업 warm-up"])
-    engine = getattr(memory.embedder, "inner", None)
     busy_before = getattr(engine, "busy_seconds", 0.0)
     sent: dict[str, str] = {}  # tag -> channel
     started = time.monotonic()
@@ -126,13 +116,13 @@ async def _play(memory: Memory, url: str, channels: int, schedule: list[tuple[fl
         # than two cores can embed, and turns queue however they are scheduled.
         engine_share = (getattr(engine, "busy_seconds", 0.0) - busy_before) / max(time.monotonic() - started, 1e-9)
         await core.close()
-    aclose = getattr(llm, "aclose", None)
-    if aclose is not None:
-        await aclose()
-    turns = list(core.turn_log)
-    overheads = [t.turn_overhead_ms for t in turns if t.responded and t.to_first_token_ms > 0]
+    return sent, behind, engine_share
+
+
+def _delivery(memory: Memory, core: BotCore, sent: dict[str, str], bot_name: str) -> dict[str, int]:
+    """Messages lost (not stored), replies misrouted (a tag from another channel), messages answered."""
     found = {tag for block in memory.iter_blocks() if block.kind == "turn" for tag in TAG.findall(block.text)
-             if block.speaker != settings.bot_name}
+             if block.speaker != bot_name}
     misrouted = 0
     answered: set[str] = set()
     for reply in core.replies:
@@ -140,13 +130,33 @@ async def _play(memory: Memory, url: str, channels: int, schedule: list[tuple[fl
         answered |= tags
         if any(sent.get(tag) != reply.ref.channel for tag in tags):
             misrouted += 1
+    return {"lost": len(set(sent) - found), "misrouted": misrouted, "answered": len(answered & set(sent))}
+
+
+async def _play(memory: Memory, url: str, channels: int, schedule: list[tuple[float, int, int]],
+                title: str) -> dict[str, Any]:
+    from ..llm import create_llm
+
+    settings = memory.settings.with_overrides(llm_chain="openai:bench-model", openai_base_url=url,
+                                              rate_limit_channel_seconds=0.0, rate_limit_global_seconds=0.0)
+    llm = create_llm(settings)
+    pipeline = ConversationPipeline(memory, settings=settings, llm=llm)
+    core = BotCore(pipeline, llm, outbox=_Outbox(), settings=settings)
+    memory.embedder.embed_queries(["워밍업 warm-up"])
+    sent, behind, engine_share = await _send(core, channels, schedule, title, getattr(memory.embedder, "inner", None))
+    aclose = getattr(llm, "aclose", None)
+    if aclose is not None:
+        await aclose()
+    turns = list(core.turn_log)
+    overheads = [t.turn_overhead_ms for t in turns if t.responded and t.to_first_token_ms > 0]
+    delivery = _delivery(memory, core, sent, settings.bot_name)
     return {
-        "turn_overhead_ms": {"p50": round(median(overheads), 3), "p95": round(percentile(overheads, 95), 3)},
+        "turn_overhead_ms": p50_p95(overheads),
         "messages_sent": len(sent),
-        "messages_lost": len(set(sent) - found),
-        "misrouted_replies": misrouted,
+        "messages_lost": delivery["lost"],
+        "misrouted_replies": delivery["misrouted"],
         "replies": len(core.replies),
-        "messages_answered": len(answered & set(sent)),
+        "messages_answered": delivery["answered"],
         "turns_measured": len(overheads),
         "stages_p50_ms": {name: round(median([getattr(t, name) for t in turns if t.responded]), 3)
                           for name in ("overhead_ms", "stage2_ms", "recall_ms", "first_token_ms",
@@ -158,15 +168,23 @@ async def _play(memory: Memory, url: str, channels: int, schedule: list[tuple[fl
     }
 
 
-def _print(report: dict[str, Any], blocks: int, channels: int, duration: float, rate: float, arrivals: str) -> None:
-    table = Table(title=f"runtime: {channels} channels × {rate:g} msg/s × {duration:g} s ({arrivals} arrivals) "
-                        f"over {blocks:,} blocks "
-                        f"(loopback provider, medians of one run)")
-    for column in ("turn overhead p50", "p95", "sent", "lost", "misrouted", "replies", "answered"):
-        table.add_column(column, justify="right")
+def print_runtime(report: dict[str, Any], console: Console | None = None) -> None:
+    console = table_console(console)
+    table = results_table(f"runtime: {report['_channels']} channels × {report['_rate']:g} msg/s × "
+                          f"{report['_duration']:g} s ({report['arrivals']} arrivals) "
+                          f"over {report['_blocks']:,} blocks (loopback provider, medians of one run)",
+                          ("turn overhead p50", "p95", "sent", "lost", "misrouted", "replies", "answered"))
     table.add_row(f"{report['turn_overhead_ms']['p50']:.2f} ms", f"{report['turn_overhead_ms']['p95']:.2f} ms",
                   str(report["messages_sent"]), str(report["messages_lost"]), str(report["misrouted_replies"]),
                   str(report["replies"]), str(report["messages_answered"]))
-    Console(width=160).print(table)
-    Console(width=160).print("stage medians (ms): " + ", ".join(f"{k.removesuffix('_ms')} {v:.1f}"
-                                                                  for k, v in report["stages_p50_ms"].items()))
+    console.print(table)
+    console.print("stage medians (ms): " + ", ".join(f"{k.removesuffix('_ms')} {v:.1f}"
+                                                     for k, v in report["stages_p50_ms"].items()))
+
+
+def run_runtime_bench(blocks: int = 100_000, json_out: str | Path | None = None, *, channels: int = 50,
+                      duration: float = 60.0, rate: float = 1.0, arrivals: str = "random", seed: int = 7,
+                      workdir: Path | None = None, cache_dir: Path | None = None) -> dict[str, Any]:
+    report = measure_runtime(blocks, channels=channels, duration=duration, rate=rate, arrivals=arrivals, seed=seed,
+                             workdir=workdir, cache_dir=cache_dir)
+    return print_and_write(report, print_runtime, json_out)
