@@ -57,6 +57,30 @@ def serve(
     run_server(settings, host=host, port=port, workers=workers, auth=not no_auth)
 
 
+@server_commands.command("mcp")
+def mcp(
+    db: DbOption = None,
+    key: Annotated[str | None, typer.Option(
+        "--key", help="The API key to act with (gieok keys create); it decides the tenant and the role. "
+                      "Default: $GIEOK_API_KEY (api_key), which keeps it out of the process list.",
+        show_default=False)] = None,
+) -> None:
+    """Serve the memory to a local MCP client over stdio (Claude Desktop, IDEs, agents).
+
+    stdin/stdout carry the MCP protocol and nothing else; logs go to stderr.
+
+    The key is checked against the keys of --db before anything starts: without a valid one it exits 1.
+
+    Tools: remember, search_memory, get_memory, forget_memory, list_facts, conversation_summary.
+
+    Example: GIEOK_API_KEY=gk_… gieok mcp --db ~/gieok/chat.db
+    """
+    from .server.mcp import run_stdio  # the MCP SDK and FastAPI load only for this command
+
+    settings = load_settings(**({"db": str(db)} if db else {}))
+    run_stdio(settings, key if key is not None else settings.api_key)
+
+
 @keys_commands.command("create")
 def keys_create(
     tenant: Annotated[str, typer.Option(help="Whose memory the key opens (lowercase letters, digits, - and _; "

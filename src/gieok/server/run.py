@@ -14,7 +14,7 @@ from fastapi import FastAPI
 
 from ..config import Settings, load_settings
 from ..errors import ConfigError
-from .app import create_app
+from .mcp import create_app_with_mcp
 from .state import ServerState
 
 __all__ = ["serve", "worker_app", "is_loopback", "GRACEFUL_SHUTDOWN_SECONDS"]
@@ -54,13 +54,17 @@ def serve(settings: Settings, *, host: str | None = None, port: int | None = Non
     options = dict(host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
                    proxy_headers=False, server_header=False)
     if workers == 1:
-        uvicorn.run(create_app(ServerState.open(settings, auth=auth)), **options)  # type: ignore[arg-type]
+        app = create_app_with_mcp(ServerState.open(settings, auth=auth), host=host)
+        uvicorn.run(app, **options)  # type: ignore[arg-type]
         return
     os.environ["GIEOK_DB"] = str(settings.db_path())  # each worker loads the same settings
+    os.environ["GIEOK_SERVER_HOST"] = host  # …and knows the address MCP's Host check must accept
     os.environ[_NO_AUTH_VARIABLE] = "" if auth else "1"
     uvicorn.run("gieok.server.run:worker_app", factory=True, workers=workers, **options)  # type: ignore[arg-type]
 
 
 def worker_app() -> FastAPI:
     """The app of one worker process (uvicorn's factory)."""
-    return create_app(ServerState.open(load_settings(), auth=not os.environ.get(_NO_AUTH_VARIABLE)))
+    settings = load_settings()
+    return create_app_with_mcp(ServerState.open(settings, auth=not os.environ.get(_NO_AUTH_VARIABLE)),
+                               host=settings.server_host)

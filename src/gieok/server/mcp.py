@@ -1,0 +1,401 @@
+"""The MCP server: gieok's memory as tools a model can call, over stdio (`gieok mcp`) and over
+streamable HTTP at `/mcp` inside `gieok serve`.
+
+Who the caller is never comes from a tool argument. Over HTTP it comes from the bearer key: the
+SDK's bearer middleware hands every request's `Authorization` header to `KeyVerifier`, which asks
+the key table (so a revoked key is refused from its next request on) and returns an `AccessToken`
+whose claims carry the tenant and role; a tool reads them back with the SDK's `get_access_token()`.
+Over stdio there is no header: the key is checked once at start-up and its principal is fixed for
+the process (its revocation is still checked on every call). Either way the tenant is opened only
+through `state.tenants.use(...)`, in a worker thread: embedding and SQLite never block the loop.
+"""
+
+from __future__ import annotations
+
+import inspect
+import ipaddress
+import logging
+import sys
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio.to_thread
+from fastapi import FastAPI
+from mcp.server import MCPServer
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import ToolAnnotations
+from pydantic import AnyHttpUrl, Field
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from .. import __version__
+from ..config import Settings
+from ..errors import AuthenticationError, GieokError
+from ..layers.conversation import check_id
+from ..layers.recent import conversation_of
+from .app import create_app
+from .auth import ROLES, ApiKeys, Principal
+from .errors import status_of
+from .state import ServerState
+from .tenants import DEFAULT_TENANT, Tenant
+
+__all__ = ["MCP_PATH", "MAX_K", "build_mcp", "KeyVerifier", "principal_of_token", "transport_security",
+           "mcp_http_app", "mount_mcp", "create_app_with_mcp", "check_stdio_key", "run_stdio"]
+
+log = logging.getLogger("gieok.server.mcp")
+
+MCP_PATH = "/mcp"
+MAX_K = 50  # search_memory returns at most this many hits: more would flood a model's context
+MAX_FACTS = 200
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+INSTRUCTIONS = """gieok is a long-term memory for conversations (Korean, English or mixed). \
+Call search_memory before answering anything that depends on what was said or learned earlier \
+(people, preferences, plans, past events); call remember to keep something worth recalling later. \
+Every tool works on the memory of the API key you connected with: there is no way, and no need, to \
+name a tenant or an owner. Block indexes returned by search_memory and remember are what get_memory \
+and forget_memory take.
+gieok은 대화의 장기 기억입니다: 답하기 전에 search_memory로 찾고, 남길 만한 것은 remember로 저장하세요."""
+
+# -- tool parameters (module level: the SDK resolves their annotations in this module) -----------
+Kind = Literal["turn", "fact", "note", "summary"]
+Id = Annotated[str, Field(min_length=1, max_length=100)]
+Text = Annotated[str, Field(min_length=1, description=(
+    "What to remember: one self-contained statement (who, what, when), in the language it was said. "
+    "기억할 내용 (한 문장, 누가·무엇을·언제)."))]
+KindArg = Annotated[Kind, Field(description=(
+    "note (default): something to keep; fact: a lasting fact about someone or something; "
+    "turn: a conversation message; summary: a summary of a conversation."))]
+ChannelArg = Annotated[Id | None, Field(description="Channel (conversation) id it belongs to; omit for none. 채널 id.")]
+GuildArg = Annotated[Id | None, Field(description="Guild (server / workspace) id; omit in DMs or for none. 서버 id.")]
+SpeakerArg = Annotated[Id | None, Field(description="Who said or wrote it (a display name or user id).")]
+ImportanceArg = Annotated[float, Field(ge=0.0, le=1.0, description="0–1; higher ranks it higher in searches.")]
+TagsArg = Annotated[list[Annotated[str, Field(min_length=1, max_length=100)]] | None,
+                    Field(max_length=64, description="Optional labels, e.g. [\"todo\"].")]
+QueryArg = Annotated[str, Field(min_length=1, description=(
+    "What to look for, in natural language or keywords, Korean or English. 찾을 내용."))]
+KArg = Annotated[int, Field(description=f"How many hits (1–{MAX_K}; a larger number is cut to {MAX_K}).")]
+SearchChannel = Annotated[Id | None, Field(description="Only this channel's blocks. 이 채널만.")]
+SearchGuild = Annotated[Id | None, Field(description="Only this guild's blocks. 이 서버만.")]
+KindsArg = Annotated[list[Kind] | None, Field(max_length=4, description="Only these kinds of block.")]
+BlockIndexArg = Annotated[int, Field(ge=1, le=2**62, description=(
+    "A block_index from search_memory or remember. 블록 번호."))]
+UserArg = Annotated[Id | None, Field(description="Only facts about this user id (inside your memory). 이 사용자만.")]
+HistoryArg = Annotated[bool, Field(description="Also superseded facts, with when each was valid. 이전 사실 포함.")]
+FactGuild = Annotated[Id | None, Field(description="Only facts of this guild. 이 서버만.")]
+LimitArg = Annotated[int, Field(ge=1, le=MAX_FACTS, description=f"At most this many facts (1–{MAX_FACTS}).")]
+SummaryChannel = Annotated[Id, Field(description="The conversation's channel id. 채널 id.")]
+SummaryGuild = Annotated[Id | None, Field(description="Its guild id; omit for a DM. 서버 id (DM이면 생략).")]
+
+
+def _reads(title: str) -> ToolAnnotations:
+    return ToolAnnotations(title=title, read_only_hint=True, open_world_hint=False)
+
+
+def _writes(title: str, *, destructive: bool) -> ToolAnnotations:
+    return ToolAnnotations(title=title, read_only_hint=False, destructive_hint=destructive,
+                           idempotent_hint=destructive, open_world_hint=False)  # forgetting twice = once
+
+
+def principal_of_token(token: AccessToken) -> Principal:
+    """The principal `KeyVerifier` put into a token's claims (nothing else writes them)."""
+    claims = token.claims or {}
+    tenant, role = claims.get("tenant"), claims.get("role")
+    if not isinstance(tenant, str) or role not in ROLES:
+        raise AuthenticationError("this connection carries no gieok key")
+    return Principal(tenant, str(role), claims.get("key_id"), claims.get("key_prefix"))
+
+
+class KeyVerifier:
+    """The SDK's `TokenVerifier` over gieok's key table: a bearer token is a gieok API key.
+
+    Called by the SDK's bearer middleware on every HTTP request to /mcp; returning None makes the
+    SDK answer 401. The key lookup (SQLite) runs in a worker thread."""
+
+    def __init__(self, keys: ApiKeys) -> None:
+        self.keys = keys
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        try:
+            who = await anyio.to_thread.run_sync(self.keys.verify, token)
+        except AuthenticationError:
+            return None
+        granted = list(ROLES[: ROLES.index(who.role) + 1])  # a role may do what the ones before it may
+        return AccessToken(token=token, client_id=f"gk_{who.key_prefix}", scopes=granted, subject=who.tenant,
+                           claims={"tenant": who.tenant, "role": who.role, "key_id": who.key_id,
+                                   "key_prefix": who.key_prefix})
+
+
+def _tool_error(exc: GieokError) -> ToolError:
+    """A gieok error as a tool error the model can read: `<type>: <message>`."""
+    _, kind = status_of(exc)
+    return ToolError(f"{kind}: {exc}")
+
+
+def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServer:
+    """The MCP server over `state`'s tenants.
+
+    `fixed`: the principal of every call (stdio, where the key was checked at start-up). Without
+    it each call's principal is the one of the HTTP request's bearer key (or, on a `--no-auth`
+    loopback server, the default tenant's admin); with neither, every tool refuses."""
+    http_auth = fixed is None and state.auth
+    server: MCPServer = MCPServer(
+        name="gieok", title="gieok memory", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
+        token_verifier=KeyVerifier(state.keys) if http_auth else None,
+        # AuthSettings wants an OAuth issuer; gieok keys are not OAuth tokens, and with no
+        # resource_server_url and no provider nothing advertises it: the verifier alone decides.
+        auth=AuthSettings(issuer_url=AnyHttpUrl(_origin(state.settings.server_host, state.settings.server_port)),
+                          resource_server_url=None) if http_auth else None,
+    )
+
+    def caller() -> Principal:
+        if fixed is not None:
+            return fixed
+        if not state.auth:
+            return Principal(DEFAULT_TENANT, "admin")
+        token = get_access_token()
+        if token is None:
+            raise ToolError("unauthenticated: no API key came with this call")
+        try:
+            return principal_of_token(token)
+        except AuthenticationError as exc:
+            raise _tool_error(exc) from exc
+
+    def still_valid(who: Principal) -> None:
+        """A fixed (stdio) key revoked while the process runs is refused from the next call on."""
+        if fixed is None or who.key_prefix is None:
+            return
+        row = state.keys.table.by_prefix(who.key_prefix)
+        if row is None or row.revoked_at is not None or row.key_id != who.key_id:
+            raise AuthenticationError("this API key has been revoked")
+
+    def tool(annotations: ToolAnnotations) -> Callable[[F], F]:
+        """Register a tool; its description is its docstring without the source indentation."""
+        def register(fn: F) -> F:
+            server.add_tool(fn, description=inspect.cleandoc(fn.__doc__ or ""), annotations=annotations)
+            return fn
+
+        return register
+
+    async def in_tenant(role: str, work: Callable[[Tenant], T]) -> T:
+        """`work` on the caller's own tenant, in a worker thread, once their role allows it."""
+        who = caller()
+        if not who.can(role):
+            raise ToolError(f"forbidden: this key's role is {who.role}; {role} is needed")
+
+        def run() -> T:
+            still_valid(who)
+            with state.tenants.use(who.tenant) as tenant:
+                return work(tenant)
+
+        try:
+            return await anyio.to_thread.run_sync(run)
+        except GieokError as exc:
+            raise _tool_error(exc) from exc
+
+    @tool(_writes("Remember", destructive=False))
+    async def remember(text: Text, kind: KindArg = "note", channel: ChannelArg = None, guild: GuildArg = None,
+                       speaker: SpeakerArg = None, importance: ImportanceArg = 0.5,
+                       tags: TagsArg = None) -> dict[str, Any]:
+        """Store one piece of information in long-term memory so that search_memory finds it later.
+
+        Use it for things worth recalling in a later conversation: facts about people, preferences,
+        decisions, plans, events. One idea per call, written so it makes sense on its own. Returns the
+        stored block; its `block_index` is what get_memory and forget_memory take. Needs a key with
+        the write role. Text is at most the server's max_text_chars (100,000 by default).
+        장기 기억에 하나를 저장합니다 (사람·취향·약속·사건처럼 나중에 떠올릴 것, 한 번에 하나씩).
+        """
+        scope = {name: value for name, value in (("guild", guild), ("channel", channel)) if value is not None}
+        return await in_tenant("write", lambda t: t.memory.add(
+            text, kind=kind, scope=scope or None, speaker=speaker, importance=importance, tags=tags).as_dict())
+
+    @tool(_reads("Search memory"))
+    async def search_memory(query: QueryArg, k: KArg = 5, channel: SearchChannel = None, guild: SearchGuild = None,
+                            kinds: KindsArg = None) -> dict[str, Any]:
+        """Search long-term memory (hybrid: keywords and meaning, Korean and English alike).
+
+        Use it before answering anything that depends on earlier conversations or stored facts.
+        Returns `hits` (best first), each with its `score`, the score `breakdown` (bm25, vector,
+        fused, recency, importance …) and the `block` (text, scope, speaker, times, block_index);
+        `source` is the layer that answered (working_memory, cache, checkpoint or full) and
+        `search_time_ms` how long it took. An empty `hits` means nothing matched. k is 1–50.
+        장기 기억을 검색합니다 (키워드+의미, 한국어·영어). 결과: 점수 내역, 응답한 계층, 검색 시간.
+        """
+        k = max(1, min(MAX_K, k))
+        scope = {name: value for name, value in (("guild", guild), ("channel", channel)) if value is not None}
+        return await in_tenant("read", lambda t: t.memory.search(
+            query, k, scope=scope or None, kinds=kinds).as_dict())
+
+    @tool(_reads("Get a memory block"))
+    async def get_memory(block_index: BlockIndexArg) -> dict[str, Any]:
+        """Read one block of memory by its block_index (from search_memory or remember).
+
+        Returns the block: text, kind, scope (guild, channel, user), speaker, event and insert
+        times, importance, keywords, tags, and `forgotten` (true: its content was erased). A block
+        index that does not exist in your memory is an error saying it was not found.
+        블록 번호로 기억 하나를 읽습니다. 없는 번호면 찾을 수 없다는 오류입니다.
+        """
+        return await in_tenant("read", lambda t: t.memory.get(block_index).as_dict())
+
+    @tool(_writes("Forget a memory block", destructive=True))
+    async def forget_memory(block_index: BlockIndexArg) -> dict[str, Any]:
+        """Erase the content of one block (its text, speaker, keywords, tags, vector) for good.
+
+        Use it when someone asks for something to be forgotten or a stored memory is wrong. The
+        block's place in the hash chain stays, so the memory still verifies. Returns
+        `forgotten` (the indexes erased now) and `already_forgotten`. Cannot be undone. Needs a key
+        with the write role; an index not in your memory is a not-found error.
+        블록 하나의 내용을 영구히 지웁니다 (되돌릴 수 없음, write 권한 필요).
+        """
+        def forget(t: Tenant) -> dict[str, Any]:
+            erased = t.memory.forget([block_index])
+            return {"block_index": block_index, "forgotten": erased, "already_forgotten": not erased}
+
+        return await in_tenant("write", forget)
+
+    @tool(_reads("List facts"))
+    async def list_facts(user: UserArg = None, history: HistoryArg = False, guild: FactGuild = None,
+                         limit: LimitArg = 50) -> dict[str, Any]:
+        """List the facts (L3) learned from conversations: about users, guilds and the world.
+
+        Use it to see what is known about someone (`user`) without a search query. Returns `facts`,
+        each with its text, type, topic, user and guild, validity (`valid_from`, `valid_to`) and
+        whether it is current; with history=true superseded facts are included too. Newest first,
+        at most `limit` (1–200).
+        대화에서 알게 된 사실(L3) 목록입니다. user로 한 사람의 사실만, history로 지난 사실까지.
+        """
+        def facts(t: Tenant) -> dict[str, Any]:
+            found = t.conversation.facts.facts(user_id=check_id(user, "user", optional=True),
+                                               guild=check_id(guild, "guild", optional=True),
+                                               include_history=history, limit=limit)
+            return {"facts": [fact.as_dict() for fact in found], "count": len(found)}
+
+        return await in_tenant("read", facts)
+
+    @tool(_reads("Conversation summary"))
+    async def conversation_summary(channel: SummaryChannel, guild: SummaryGuild = None) -> dict[str, Any]:
+        """The rolling summary (L2) of one conversation, named by its channel (and guild).
+
+        Use it to catch up on a conversation: its topic, key points, open threads and the people in
+        it. Returns the summary's fields, the permanent core lines, display names and a `markdown`
+        rendering. A conversation with no summary yet returns empty fields.
+        대화 하나(채널)의 요약(L2)입니다: 주제, 요점, 참여자, 마크다운.
+        """
+        def summary(t: Tenant) -> dict[str, Any]:
+            conversation = conversation_of(check_id(guild, "guild", optional=True), str(check_id(channel, "channel")))
+            return t.conversation.summary_view(conversation)
+
+        return await in_tenant("read", summary)
+
+    return server
+
+
+# -- streamable HTTP inside `gieok serve` ---------------------------------------------------------
+
+def _origin(host: str, port: int) -> str:
+    name = host.strip("[]")
+    return f"http://[{name}]:{port}" if ":" in name else f"http://{name}:{port}"
+
+
+def _loopback(name: str) -> bool:
+    """A loopback address or `localhost` (no DNS lookup: this only picks the Host names to accept)."""
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def transport_security(host: str) -> TransportSecuritySettings:
+    """DNS-rebinding protection for the address the server listens on: the Host (and any Origin)
+    header must name it. On a loopback address every loopback name is accepted. On a wildcard
+    address (0.0.0.0, ::) the names clients use cannot be known here, so the check is off: there
+    every request needs a key anyway (`--no-auth` is refused off loopback), which is what a
+    rebinding page cannot have."""
+    name = host.strip().strip("[]")
+    if name in ("", "0.0.0.0", "::"):
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    names = {f"[{name}]" if ":" in name else name}
+    if _loopback(name):
+        names |= {"127.0.0.1", "localhost", "[::1]"}
+    hosts = sorted(names)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*hosts, *(f"{h}:*" for h in hosts)],
+        allowed_origins=[f"{scheme}://{h}{port}" for scheme in ("http", "https") for h in hosts for port in ("", ":*")],
+    )
+
+
+def mcp_http_app(server: MCPServer, host: str) -> Starlette:
+    """The SDK's streamable HTTP app for `server`, answering at MCP_PATH, with the bearer-key
+    middleware when the server has a verifier. Its session manager must be run by the host app.
+
+    Stateless, with JSON answers: every tool call is one self-contained POST, authenticated on
+    its own, so it works the same in any worker process of `gieok serve --workers N` (a session
+    kept in one worker's RAM would be unknown to the others), and there is nothing to expire.
+    gieok's tools need no server-to-client requests, the one thing sessions would add."""
+    return server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True,
+                                      transport_security=transport_security(host), host=host)
+
+
+def mount_mcp(app: FastAPI, endpoint: Starlette) -> None:
+    """Serve `endpoint` (from `mcp_http_app`) at exactly MCP_PATH: a route, not a Mount, so
+    `/mcp` needs no redirect to `/mcp/` and every other path keeps the REST app's JSON 404."""
+    app.router.routes.append(Route(MCP_PATH, endpoint=endpoint, name="mcp", include_in_schema=False))
+
+
+def create_app_with_mcp(state: ServerState, *, host: str | None = None) -> FastAPI:
+    """The app of `gieok serve`: REST v1 and events (`create_app`) plus MCP at /mcp. The SDK's
+    session manager (the task group MCP requests run in) is entered inside the app's lifespan:
+    it starts before the first request and stops before the state is closed."""
+    host = host or state.settings.server_host
+    server = build_mcp(state)
+    endpoint = mcp_http_app(server, host)
+
+    def sessions(_app: FastAPI) -> AbstractAsyncContextManager[None]:
+        return server.session_manager.run()
+
+    app = create_app(state, extra_lifespans=[sessions])
+    mount_mcp(app, endpoint)
+    return app
+
+
+# -- stdio: `gieok mcp` ----------------------------------------------------------------------------
+
+def check_stdio_key(state: ServerState, key: str | None) -> Principal:
+    """The principal of the key `gieok mcp` was started with (AuthenticationError otherwise)."""
+    if key is None or not key.strip():
+        raise AuthenticationError("no API key: pass --key or set GIEOK_API_KEY "
+                                  "(create one with `gieok keys create --tenant default --role write`)")
+    try:
+        return state.keys.verify(key.strip())
+    except AuthenticationError as exc:
+        message = str(exc).replace(" (Authorization: Bearer gk_…)", "")
+        raise AuthenticationError(f"{message}: checked against the keys of {state.tenants.home} "
+                                  f"(gieok keys list --db {state.tenants.home})") from None
+
+
+def run_stdio(settings: Settings, key: str | None) -> None:
+    """Serve MCP over stdin/stdout until the client closes stdin. stdout carries only the
+    protocol; logs go to stderr. The key is checked before anything is served."""
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    home = settings.db_path()
+    if not home.exists():
+        raise AuthenticationError(f"no memory at {home}: create it and a key first "
+                                  f"(gieok keys create --db {home} --tenant default --role write)")
+    state = ServerState.open(settings)
+    try:
+        principal = check_stdio_key(state, key)
+        log.info("serving tenant %s (role %s) over stdio", principal.tenant, principal.role)
+        build_mcp(state, fixed=principal).run("stdio")
+    finally:
+        state.close()
+

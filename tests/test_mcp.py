@@ -1,0 +1,613 @@
+"""gieok's MCP server through the official MCP client (the `mcp` SDK), nothing mocked:
+
+- in process (`Client(server)`): every tool, in Korean and English, roles, bad input, revocation;
+- over stdio against a real `gieok mcp --db … --key …` subprocess;
+- over streamable HTTP against a real `gieok serve` subprocess: no key, a read key, a revoked key,
+  and two tenants where the second tries every tool on the first one's data.
+
+Real SQLite files in tmp_path and the real packaged embedder. Every subprocess and every wait is
+bounded; servers are stopped in `finally`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult
+
+from gieok import Memory
+from gieok.config import load_settings
+from gieok.layers.recent import conversation_of
+from gieok.server import Principal, ServerState
+from gieok.server.mcp import MAX_K, build_mcp, transport_security
+
+TOOLS = {"remember", "search_memory", "get_memory", "forget_memory", "list_facts", "conversation_summary"}
+HANGUL = re.compile(r"[가-힣]")
+CALL_SECONDS = 120  # a first call loads the embedder in the server process
+MARKER = "ALPHA-SECRET-7731"  # every piece of tenant alpha's data carries it
+ALPHA_CHANNEL = "alpha-cafe"
+ALPHA_GUILD = "g-alpha"
+ALPHA_USER = "4242"
+
+
+def run(scenario: Callable[[], Awaitable[Any]], seconds: float = 300) -> Any:
+    async def bounded() -> Any:
+        with anyio.fail_after(seconds):
+            return await scenario()
+
+    return anyio.run(bounded)
+
+
+def text_of(result: CallToolResult) -> str:
+    return "\n".join(getattr(block, "text", "") for block in result.content)
+
+
+async def ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    result = await client.call_tool(tool, arguments or {})
+    assert not result.is_error, f"{tool} failed: {text_of(result)}"
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+async def refused(client: Client, tool: str, arguments: dict[str, Any], *words: str) -> str:
+    result = await client.call_tool(tool, arguments)
+    message = text_of(result)
+    assert result.is_error, f"{tool} should have failed: {message[:300]}"
+    for word in words:
+        assert word in message, message
+    return message
+
+
+def _subprocess_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIEOK_")}
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return {**env, **extra}
+
+
+# -- in process ------------------------------------------------------------------------------------
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[ServerState]:
+    opened = ServerState.open(load_settings(db=str(tmp_path / "home.db")))
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _principal(state: ServerState, tenant: str, role: str) -> tuple[Principal, int]:
+    key, row = state.keys.create(tenant, role, f"{tenant} {role}")
+    return state.keys.verify(key), row.key_id
+
+
+def test_tools_are_described_for_a_model(state: ServerState) -> None:
+    server = build_mcp(state, fixed=_principal(state, "default", "read")[0])
+
+    async def scenario() -> None:
+        async with Client(server) as client:
+            assert "search_memory" in (client.instructions or "")
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert set(tools) == TOOLS
+            for tool in tools.values():
+                assert tool.description and len(tool.description) > 150, tool.name
+                assert HANGUL.search(tool.description), f"{tool.name} has no Korean line"
+                assert "tenant" not in tool.input_schema["properties"]
+                for field in tool.input_schema["properties"].values():
+                    assert field.get("description"), tool.name
+            read_only = {name for name, tool in tools.items() if tool.annotations and tool.annotations.read_only_hint}
+            assert read_only == {"search_memory", "get_memory", "list_facts", "conversation_summary"}
+            assert tools["forget_memory"].annotations.destructive_hint
+            assert tools["search_memory"].input_schema["properties"]["k"]["default"] == 5
+
+    run(scenario)
+
+
+def test_every_tool_in_process_korean_and_english(state: ServerState) -> None:
+    who, _ = _principal(state, "default", "write")
+    cafe = conversation_of("g1", "cafe")
+    with state.tenants.use("default") as tenant:
+        facts = tenant.conversation.facts
+        facts.add("<user:1>의 고양이 이름은 나비다.", fact_type="user_fact", topic="반려동물", guild="g1", user_id="1")
+        facts.add("<user:2> has a golden retriever named Max.", fact_type="user_fact", topic="pets", guild="g1",
+                  user_id="2")
+        facts.add("<user:3>는 24살이다.", fact_type="user_fact", topic="나이", guild="g1", user_id="3", when=100.0)
+        facts.add("<user:3>는 25살이다.", fact_type="user_fact", topic="나이", guild="g1", user_id="3", when=200.0)
+        tenant.conversation.summaries.update(cafe, {"topic": "고양이 나비 이야기", "new_point": "민지가 나비 소개"})
+    server = build_mcp(state, fixed=who)
+
+    async def scenario() -> None:
+        async with Client(server) as client:
+            korean = await ok(client, "remember", {"text": "민지는 고양이 나비를 키워", "channel": "cafe",
+                                                   "guild": "g1", "speaker": "민지", "importance": 0.8,
+                                                   "tags": ["pet"]})
+            assert korean["kind"] == "note" and korean["scope"] == {"guild": "g1", "channel": "cafe", "user": None}
+            assert korean["speaker"] == "민지" and korean["tags"] == ["pet"]
+            english = await ok(client, "remember", {"text": "Alice adopted a golden retriever named Max last week",
+                                                    "kind": "fact", "channel": "lounge"})
+            assert english["kind"] == "fact" and english["block_index"] == korean["block_index"] + 1
+            await ok(client, "remember", {"text": "다음 주 화요일에 Python 스터디 모임이 있어", "kind": "turn"})
+
+            found = await ok(client, "search_memory", {"query": "민지 고양이 이름"})
+            assert found["hits"] and "나비" in found["hits"][0]["block"]["text"]
+            assert {"score", "breakdown", "block"} <= set(found["hits"][0])
+            assert {"bm25", "vector", "fused", "final"} <= set(found["hits"][0]["breakdown"])
+            assert found["source"] in ("working_memory", "cache", "checkpoint", "full")
+            assert isinstance(found["search_time_ms"], float)
+            dog = await ok(client, "search_memory", {"query": "What is the name of Alice's dog?", "k": 3})
+            assert "Max" in dog["hits"][0]["block"]["text"]
+            scoped = await ok(client, "search_memory", {"query": "고양이", "channel": "lounge"})
+            assert all(hit["block"]["scope"]["channel"] == "lounge" for hit in scoped["hits"])
+            kinds = await ok(client, "search_memory", {"query": "golden retriever", "kinds": ["fact"]})
+            assert kinds["hits"] and all(hit["block"]["kind"] == "fact" for hit in kinds["hits"])
+
+            block = await ok(client, "get_memory", {"block_index": korean["block_index"]})
+            assert block["text"] == "민지는 고양이 나비를 키워" and not block["forgotten"]
+            await refused(client, "get_memory", {"block_index": 9999}, "not_found", "9999")
+            await refused(client, "get_memory", {"block_index": 0})
+
+            gone = await ok(client, "forget_memory", {"block_index": english["block_index"]})
+            assert gone == {"block_index": english["block_index"], "forgotten": [english["block_index"]],
+                            "already_forgotten": False}
+            erased = await ok(client, "get_memory", {"block_index": english["block_index"]})
+            assert erased["forgotten"] and "Max" not in json.dumps(erased)
+            again = await ok(client, "forget_memory", {"block_index": english["block_index"]})
+            assert again["already_forgotten"] is True
+            await refused(client, "forget_memory", {"block_index": 9999}, "not_found")
+            after = await ok(client, "search_memory", {"query": "Alice adopted a golden retriever"})
+            assert english["block_index"] not in [hit["block"]["block_index"] for hit in after["hits"]]
+
+            listed = await ok(client, "list_facts")
+            texts = [fact["text"] for fact in listed["facts"]]
+            assert listed["count"] == len(texts) == 3  # the superseded age is history
+            assert any("나비" in text for text in texts) and any("Max" in text for text in texts)
+            minji = await ok(client, "list_facts", {"user": "1"})
+            assert [fact["text"] for fact in minji["facts"]] == ["<user:1>의 고양이 이름은 나비다."]
+            age = await ok(client, "list_facts", {"user": "3"})
+            assert [fact["text"] for fact in age["facts"]] == ["<user:3>는 25살이다."]
+            history = await ok(client, "list_facts", {"user": "3", "history": True})
+            assert sorted(fact["text"] for fact in history["facts"]) == ["<user:3>는 24살이다.", "<user:3>는 25살이다."]
+            assert [fact["valid_to"] for fact in history["facts"] if "24살" in fact["text"]] == [200.0]
+            assert (await ok(client, "list_facts", {"limit": 1}))["count"] == 1
+
+            summary = await ok(client, "conversation_summary", {"channel": "cafe", "guild": "g1"})
+            assert summary["topic"] == "고양이 나비 이야기" and "고양이 나비 이야기" in summary["markdown"]
+            empty = await ok(client, "conversation_summary", {"channel": "lounge"})
+            assert empty["topic"] == "" and empty["key_points"] == []
+
+            await refused(client, "remember", {"text": "x", "kind": "rumour"})
+            await refused(client, "remember", {"text": "x", "importance": 2})
+            await refused(client, "remember", {"text": "   "}, "invalid_input")
+            await refused(client, "conversation_summary", {"channel": "no spaces allowed"}, "invalid_input")
+            await refused(client, "list_facts", {"user": "gieok:lore"}, "invalid_input")
+
+    run(scenario)
+
+
+def test_search_k_is_capped(state: ServerState) -> None:
+    with state.tenants.use("default") as tenant:
+        tenant.memory.add_many([f"고양이 메모 {i}번: cat note number {i}" for i in range(MAX_K + 10)])
+    server = build_mcp(state, fixed=_principal(state, "default", "read")[0])
+
+    async def scenario() -> None:
+        async with Client(server) as client:
+            many = await ok(client, "search_memory", {"query": "고양이 cat note", "k": 1000})
+            assert many["result_count"] == MAX_K == len(many["hits"])
+            one = await ok(client, "search_memory", {"query": "고양이 cat note", "k": 0})
+            assert one["result_count"] == 1
+
+    run(scenario)
+
+
+def test_roles_and_revocation_in_process(state: ServerState) -> None:
+    reader, _ = _principal(state, "default", "read")
+    writer, writer_id = _principal(state, "default", "write")
+    with state.tenants.use("default") as tenant:
+        index = tenant.memory.add("준호는 주말마다 북한산에 등산을 가").block_index
+
+    async def scenario() -> None:
+        async with Client(build_mcp(state, fixed=reader)) as client:
+            await refused(client, "remember", {"text": "읽기 전용 키로 쓰기"}, "forbidden", "write")
+            await refused(client, "forget_memory", {"block_index": index}, "forbidden")
+            assert (await ok(client, "get_memory", {"block_index": index}))["forgotten"] is False
+            assert (await ok(client, "search_memory", {"query": "준호 등산"}))["hits"]
+        async with Client(build_mcp(state, fixed=writer)) as client:
+            await ok(client, "search_memory", {"query": "등산"})
+            assert state.keys.revoke(writer_id)
+            await refused(client, "search_memory", {"query": "등산"}, "revoked")
+            await refused(client, "remember", {"text": "after revocation"}, "revoked")
+
+    run(scenario)
+    with state.tenants.use("default") as tenant:
+        assert tenant.memory.stats().blocks == 1  # neither the reader nor the revoked key wrote
+
+
+def test_without_identity_every_tool_refuses(state: ServerState) -> None:
+    """An HTTP-style server (no fixed principal) reached without the bearer middleware — the
+    in-memory client — has no caller: nothing is served, rather than the default tenant."""
+    server = build_mcp(state)
+    calls = {"remember": {"text": "x"}, "search_memory": {"query": "x"}, "get_memory": {"block_index": 1},
+             "forget_memory": {"block_index": 1}, "list_facts": {}, "conversation_summary": {"channel": "c"}}
+    assert set(calls) == TOOLS
+
+    async def scenario() -> None:
+        async with Client(server) as client:
+            for tool, arguments in calls.items():
+                await refused(client, tool, arguments, "unauthenticated")
+
+    run(scenario)
+
+
+def test_no_auth_loopback_server_is_the_default_tenants_admin(tmp_path: Path) -> None:
+    """`gieok serve --no-auth` (loopback only): like REST, every caller is the default tenant's admin."""
+    opened = ServerState.open(load_settings(db=str(tmp_path / "open.db")), auth=False)
+    try:
+        async def scenario() -> None:
+            async with Client(build_mcp(opened)) as client:
+                block = await ok(client, "remember", {"text": "Dave meets the study group at 7pm"})
+                assert (await ok(client, "forget_memory", {"block_index": block["block_index"]}))["forgotten"]
+
+        run(scenario)
+        with opened.tenants.use("default") as tenant:
+            assert tenant.memory.get(1).forgotten
+    finally:
+        opened.close()
+
+def test_transport_security_names_the_listening_host() -> None:
+    loopback = transport_security("127.0.0.1")
+    assert loopback.enable_dns_rebinding_protection
+    assert {"127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1"} <= set(loopback.allowed_hosts)
+    named = transport_security("memory.example.com")
+    assert named.allowed_hosts == ["memory.example.com", "memory.example.com:*"]
+    assert "https://memory.example.com" in named.allowed_origins
+    assert "[2001:db8::1]:*" in transport_security("2001:db8::1").allowed_hosts
+    assert not transport_security("0.0.0.0").enable_dns_rebinding_protection
+
+
+# -- stdio: a real `gieok mcp` -----------------------------------------------------------------------
+
+def _keyed_home(tmp_path: Path, *keys: tuple[str, str]) -> tuple[Path, list[tuple[str, int]]]:
+    home = tmp_path / "home.db"
+    opened = ServerState.open(load_settings(db=str(home)))
+    try:
+        made = [opened.keys.create(tenant, role, f"{tenant} {role}") for tenant, role in keys]
+        return home, [(key, row.key_id) for key, row in made]
+    finally:
+        opened.close()
+
+
+def test_stdio_subprocess(tmp_path: Path) -> None:
+    home, [(key, _)] = _keyed_home(tmp_path, ("default", "write"))
+    params = StdioServerParameters(command=sys.executable, args=["-m", "gieok.cli", "mcp", "--db", str(home)],
+                                   env={"GIEOK_API_KEY": key, "OMP_WAIT_POLICY": "PASSIVE"}, cwd=str(tmp_path))
+
+    async def scenario() -> None:
+        async with Client(params, read_timeout_seconds=CALL_SECONDS) as client:
+            assert {tool.name for tool in (await client.list_tools()).tools} == TOOLS
+            block = await ok(client, "remember", {"text": "민지는 고양이 나비를 키워", "channel": "cafe"})
+            await ok(client, "remember", {"text": "Bob goes hiking in the mountains every Saturday"})
+            found = await ok(client, "search_memory", {"query": "민지 고양이 이름"})
+            assert found["hits"][0]["block"]["block_index"] == block["block_index"]
+            hiking = await ok(client, "search_memory", {"query": "Who goes hiking?"})
+            assert "Bob" in hiking["hits"][0]["block"]["text"]
+
+    run(scenario)
+    memory = Memory(home)  # the default tenant is the --db file itself
+    try:
+        assert memory.get(1).text == "민지는 고양이 나비를 키워"
+    finally:
+        memory.close()
+
+
+def test_stdio_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
+    """Raw JSON-RPC lines in, and every line out is JSON-RPC: loading the embedder, opening the
+    memory and logging print nothing on stdout."""
+    home, [(key, _)] = _keyed_home(tmp_path, ("default", "write"))
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "remember", "arguments": {"text": "Carol studies Python on Tuesdays"}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+         "params": {"name": "get_memory", "arguments": {"block_index": 42}}},
+    ]
+    process = subprocess.Popen([sys.executable, "-m", "gieok.cli", "mcp", "--db", str(home), "--key", key],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                               env=_subprocess_env(), cwd=tmp_path)
+    stdout = process.stdout
+    assert process.stdin is not None and stdout is not None
+    out: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:  # readline has no timeout: a thread reads, the test waits on the queue
+        for line in stdout:
+            out.put(line)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    lines: list[str] = []
+    try:
+        process.stdin.write("".join(json.dumps(message) + "\n" for message in messages))
+        process.stdin.flush()
+        while len(lines) < 3:  # stdin stays open until the three answers are in: EOF ends the server
+            lines.append(out.get(timeout=CALL_SECONDS))
+        process.stdin.close()
+        process.wait(timeout=60)
+        reader.join(timeout=10)
+        while not out.empty():
+            lines.append(out.get_nowait())
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    answers = [json.loads(line) for line in lines if line.strip()]
+    assert all(answer.get("jsonrpc") == "2.0" for answer in answers)
+    by_id = {answer["id"]: answer for answer in answers if "id" in answer}
+    assert by_id[1]["result"]["serverInfo"]["name"] == "gieok"
+    assert by_id[2]["result"]["structuredContent"]["text"] == "Carol studies Python on Tuesdays"
+    assert by_id[3]["result"]["isError"] and "not_found" in by_id[3]["result"]["content"][0]["text"]
+    assert process.returncode == 0
+
+def test_stdio_refuses_a_missing_or_bad_key_before_starting(tmp_path: Path) -> None:
+    home, [(key, key_id)] = _keyed_home(tmp_path, ("default", "write"))
+
+    def gieok_mcp(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gieok.cli", "mcp", *args], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, env=_subprocess_env(COLUMNS="300", **env), timeout=120,
+                              cwd=tmp_path)
+
+    missing = gieok_mcp("--db", str(home))
+    bad = gieok_mcp("--db", str(home), "--key", "gk_00000000_" + "x" * 43)
+    garbage = gieok_mcp("--db", str(home), GIEOK_API_KEY="not-a-key")
+    nowhere = gieok_mcp("--db", str(tmp_path / "absent.db"), "--key", key)
+    for result, words in ((missing, ("no API key", "GIEOK_API_KEY")), (bad, ("invalid or revoked",)),
+                          (garbage, ("malformed",)), (nowhere, ("no memory at",))):
+        assert result.returncode == 1, result.stderr
+        assert result.stdout == ""  # stdout is the protocol stream
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+        for word in words:
+            assert word in lines[0]
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "absent.db").exists()
+
+    revoked = subprocess.run([sys.executable, "-m", "gieok.cli", "keys", "revoke", str(key_id), "--db", str(home)],
+                             capture_output=True, text=True, env=_subprocess_env(), timeout=120)
+    assert revoked.returncode == 0, revoked.stderr
+    after = gieok_mcp("--db", str(home), "--key", key)
+    assert after.returncode == 1 and "revoked" in after.stderr and after.stdout == ""
+
+
+def test_mcp_help_has_an_example() -> None:
+    result = subprocess.run([sys.executable, "-m", "gieok.cli", "mcp", "--help"], capture_output=True, text=True,
+                            env=_subprocess_env(COLUMNS="200"), timeout=120)
+    assert result.returncode == 0 and "Example:" in result.stdout and "GIEOK_API_KEY" in result.stdout
+
+
+# -- streamable HTTP: a real `gieok serve` ------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def gieok_serve(home: Path, log: Path) -> Iterator[str]:
+    """A real `gieok serve` on a free loopback port; yields its base URL; always stopped."""
+    port = _free_port()
+    with log.open("wb") as sink:
+        process = subprocess.Popen([sys.executable, "-m", "gieok.cli", "serve", "--db", str(home), "--port", str(port)],
+                                   stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                                   env=_subprocess_env(), cwd=home.parent)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                assert process.poll() is None, f"gieok serve exited: {log.read_text(errors='replace')[-3000:]}"
+                try:
+                    if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, f"gieok serve did not start: {log.read_text(errors='replace')}"
+                time.sleep(0.2)
+            yield base
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+@asynccontextmanager
+async def mcp_client(base: str, key: str | None, mode: str = "auto") -> AsyncIterator[Client]:
+    """The SDK's streamable HTTP client with a bearer key; mode "legacy" speaks the initialize
+    handshake of the 2025 protocol versions (most desktop clients today), "auto" the newest."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with (httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=CALL_SECONDS)) as http,
+                Client(streamable_http_client(f"{base}/mcp", http_client=http), mode=mode,
+                       read_timeout_seconds=CALL_SECONDS) as client):
+        yield client
+
+
+def _mcp_errors(exc: BaseException) -> list[MCPError]:
+    if isinstance(exc, MCPError):
+        return [exc]
+    if isinstance(exc, BaseExceptionGroup):
+        return [found for inner in exc.exceptions for found in _mcp_errors(inner)]
+    return []
+
+
+@asynccontextmanager
+async def refused_by_server() -> AsyncIterator[None]:
+    """The block must fail with the SDK's error for a non-2xx answer (it maps a 401 to a generic
+    'Server returned an error response'; the raw HTTP checks show the 401 itself)."""
+    try:
+        yield
+    except BaseException as exc:  # the client raises inside its task groups
+        assert _mcp_errors(exc), repr(exc)
+    else:
+        raise AssertionError("the server served a client it should have refused")
+
+
+def _seed_alpha(home: Path) -> None:
+    """Alpha's memory: filler blocks (so alpha's block indexes are past any beta will have),
+    a summary and facts carrying the marker. Written before the server opens the files."""
+    opened = ServerState.open(load_settings(db=str(home)))
+    try:
+        with opened.tenants.use("alpha") as alpha:
+            alpha.memory.add_many([f"{MARKER} 잡담 {i}" for i in range(5)])
+            cafe = conversation_of(ALPHA_GUILD, ALPHA_CHANNEL)
+            alpha.conversation.summaries.update(cafe, {"topic": f"{MARKER} 고양이", "new_point": f"{MARKER} 나비"})
+            alpha.conversation.facts.add(f"<user:{ALPHA_USER}> has a cat named 나비 {MARKER}", fact_type="user_fact",
+                                         guild=ALPHA_GUILD, user_id=ALPHA_USER, topic="pet")
+    finally:
+        opened.close()
+
+
+class Recorder:
+    """Calls tools as one client and keeps what came back, minus the echoed search query."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.seen: list[str] = []
+        self.tried: set[str] = set()
+
+    async def __call__(self, tool: str, arguments: dict[str, Any]) -> CallToolResult:
+        self.tried.add(tool)
+        result = await self.client.call_tool(tool, arguments)
+        echoed = str(arguments.get("query", "\x00"))  # search_memory repeats its query
+        answer = text_of(result) + json.dumps(result.structured_content, ensure_ascii=False)
+        self.seen.append(answer.replace(json.dumps(echoed, ensure_ascii=False), "").replace(echoed, ""))
+        return result
+
+
+def own_only(result: CallToolResult) -> bool:
+    """A search that found nothing, or only beta's own notes."""
+    return not result.is_error and all(hit["block"]["text"].startswith("beta's own note")
+                                       for hit in result.structured_content["hits"])
+
+
+async def beta_tries_alpha(beta: Client, index: int, *, own_blocks: int) -> None:
+    """Beta's key through every tool, each argument naming alpha's block, channel, guild or user."""
+    assert {tool.name for tool in (await beta.list_tools()).tools} == TOOLS
+    call = Recorder(beta)
+    alpha_where = {"channel": ALPHA_CHANNEL, "guild": ALPHA_GUILD}
+    assert own_only(await call("search_memory", {"query": f"{MARKER} 민지 고양이 나비 잡담", "k": 50}))
+    for scope in (alpha_where, {"channel": ALPHA_CHANNEL}, {"guild": ALPHA_GUILD}):
+        assert own_only(await call("search_memory", {"query": "고양이 나비", **scope}))
+    got = await call("get_memory", {"block_index": index})
+    assert got.is_error and "not_found" in text_of(got)
+    for other in range(own_blocks + 1, index):  # every index alpha has and beta does not
+        assert (await call("get_memory", {"block_index": other})).is_error
+    forgot = await call("forget_memory", {"block_index": index})
+    assert forgot.is_error and "not_found" in text_of(forgot)
+    facts = await call("list_facts", {"user": ALPHA_USER, "history": True})
+    assert facts.structured_content["facts"] == []
+    everyone = await call("list_facts", {"history": True, "guild": ALPHA_GUILD})
+    assert everyone.structured_content["facts"] == []
+    summary = await call("conversation_summary", alpha_where)
+    assert not summary.is_error and summary.structured_content["topic"] == ""
+    own = await call("remember", {"text": "beta's own note about 고양이", **alpha_where})
+    assert not own.is_error and own.structured_content["block_index"] == own_blocks + 1  # in beta's memory
+    assert call.tried == TOOLS  # a new tool must join this matrix
+    assert not [answer for answer in call.seen if MARKER in answer]
+
+
+def test_streamable_http_against_gieok_serve(tmp_path: Path) -> None:
+    home, made = _keyed_home(tmp_path, ("alpha", "write"), ("beta", "admin"), ("beta", "read"), ("alpha", "read"))
+    (alpha_key, _), (beta_key, _), (beta_reader, _), (alpha_reader, alpha_reader_id) = made
+    _seed_alpha(home)
+    alpha_where = {"channel": ALPHA_CHANNEL, "guild": ALPHA_GUILD}
+
+    with gieok_serve(home, tmp_path / "serve.log") as base:
+        # no key, an unknown key, a malformed key: refused before any MCP handling
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                 "clientInfo": {"name": "test", "version": "0"}}}
+        accept = {"Accept": "application/json, text/event-stream"}
+        for headers in ({}, {"Authorization": "Bearer gk_00000000_" + "x" * 43}, {"Authorization": "Bearer nope"},
+                        {"Authorization": f"Basic {alpha_key}"}):
+            response = httpx.post(f"{base}/mcp", json=initialize, headers={**accept, **headers}, timeout=30)
+            assert response.status_code == 401, response.text
+            assert response.headers["www-authenticate"].startswith("Bearer")
+        # the REST app around it is unchanged
+        assert httpx.get(f"{base}/healthz", timeout=30).status_code == 200
+        missing = httpx.get(f"{base}/v1/nothing-here", timeout=30)
+        assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found"
+        # a foreign Host header (DNS rebinding) is refused even with a key
+        rebinding = httpx.post(f"{base}/mcp", json=initialize, timeout=30,
+                               headers={**accept, "Authorization": f"Bearer {alpha_key}", "Host": "evil.example:80"})
+        assert rebinding.status_code == 421
+
+        async def scenario() -> None:
+            async with refused_by_server(), mcp_client(base, None) as client:
+                await client.list_tools()
+
+            async with mcp_client(base, alpha_key) as alpha:
+                marker = await ok(alpha, "remember", {"text": f"{MARKER} 민지는 고양이 나비를 키워",
+                                                      **alpha_where, "speaker": "민지"})
+                index = marker["block_index"]
+                assert index == 7  # after the five filler blocks and the fact
+
+            async with mcp_client(base, beta_reader, "legacy") as reader:
+                await refused(reader, "remember", {"text": "a reader's note"}, "forbidden", "write")
+                await refused(reader, "forget_memory", {"block_index": 1}, "forbidden")
+                assert (await ok(reader, "search_memory", {"query": "a reader's note"}))["hits"] == []
+
+            # beta's admin key through every tool, every argument aimed at alpha's data, in both protocol eras
+            for round_, mode in enumerate(("auto", "legacy"), start=1):
+                async with mcp_client(base, beta_key, mode) as beta:
+                    await beta_tries_alpha(beta, index, own_blocks=round_ - 1)
+
+            # alpha's data is intact, and beta's note did not land in it
+            async with mcp_client(base, alpha_key) as alpha:
+                block = await ok(alpha, "get_memory", {"block_index": index})
+                assert MARKER in block["text"] and not block["forgotten"]
+                found = await ok(alpha, "search_memory", {"query": "민지 고양이 나비"})
+                assert MARKER in found["hits"][0]["block"]["text"]
+                assert all("beta" not in hit["block"]["text"] for hit in found["hits"])
+                facts = await ok(alpha, "list_facts", {"user": ALPHA_USER})
+                assert any(MARKER in fact["text"] for fact in facts["facts"])
+                summary = await ok(alpha, "conversation_summary", alpha_where)
+                assert MARKER in summary["topic"]
+
+            # a key revoked while its client is connected is refused from its next call on
+            async with mcp_client(base, alpha_reader) as reader:
+                assert (await ok(reader, "search_memory", {"query": "민지 고양이"}))["hits"]
+                revoke = await anyio.to_thread.run_sync(lambda: subprocess.run(
+                    [sys.executable, "-m", "gieok.cli", "keys", "revoke", str(alpha_reader_id), "--db", str(home)],
+                    capture_output=True, text=True, env=_subprocess_env(), timeout=120))
+                assert revoke.returncode == 0, revoke.stderr
+                async with refused_by_server():  # its next POST is answered 401
+                    await reader.call_tool("search_memory", {"query": "민지 고양이"})
+            async with refused_by_server(), mcp_client(base, alpha_reader) as reader:
+                await reader.list_tools()
+
+        run(scenario, seconds=600)
+        after = httpx.post(f"{base}/mcp", json=initialize, timeout=30,
+                           headers={**accept, "Authorization": f"Bearer {alpha_reader}"})
+        assert after.status_code == 401
