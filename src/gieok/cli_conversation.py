@@ -213,17 +213,23 @@ def bench_pipeline(
 
 
 @app.command()
-def bot(db: DbOption = None) -> None:
+def bot(
+    db: DbOption = None,
+    serve: Annotated[bool, typer.Option("--serve", help="Also run `gieok serve` in this process: the bot's memory "
+                                                        "as the default tenant, its events and health live.")] = False,
+    host: Annotated[Optional[str], typer.Option(help="With --serve: address (default 127.0.0.1).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="With --serve: port (default 8420).")] = None,
+) -> None:
     """Run the Discord bot: DISCORD_TOKEN plus a language model (Gemini key or an OpenAI-compatible chain).
 
-    Example: DISCORD_TOKEN=… GIEOK_GEMINI_API_KEY=… gieok bot --db bot.db
+    Example: DISCORD_TOKEN=… GIEOK_GEMINI_API_KEY=… gieok bot --db bot.db --serve
     """
     from .adapters.discord_bot import (
         run_discord_bot,  # discord.py takes ~0.5 s to import: only for `gieok bot`
     )
 
     settings = load_settings(**({"db": str(db)} if db else {}))
-    run_discord_bot(settings)
+    run_discord_bot(settings, serve=serve, host=host, port=port)
 
 
 @bench_app.command("runtime")

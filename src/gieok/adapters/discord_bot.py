@@ -9,6 +9,7 @@ lore. Shutting down flushes everything (queued turns, background extraction, pen
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -193,8 +194,6 @@ class GieokCommands(commands.Cog):
         if confirm.strip().lower() not in {"confirm", "yes", "확인"}:
             await ctx.reply(self.bot.texts["forget_ask"].format(prefix=self.bot.prefix), allowed_mentions=USERS_ONLY)
             return
-        import asyncio
-
         await self.core.pipeline.drain()  # an extraction still running would write facts back
         result = await asyncio.to_thread(self.core.pipeline.forget_user, str(ctx.author.id))
         await ctx.reply(self.bot.texts["forget_done"].format(**result), allowed_mentions=USERS_ONLY)
@@ -219,8 +218,6 @@ class GieokCommands(commands.Cog):
     @lore.command(name="reload")
     @commands.is_owner()
     async def lore_reload(self, ctx: commands.Context) -> None:
-        import asyncio
-
         lore_file = self.core.settings.lore_file
         if not lore_file:
             await ctx.reply(self.bot.texts["no_lore"], allowed_mentions=USERS_ONLY)
@@ -242,9 +239,11 @@ def discord_token(settings: Any) -> str:
     return token
 
 
-def run_discord_bot(settings: Any) -> None:
+def run_discord_bot(settings: Any, *, serve: bool = False, host: str | None = None, port: int | None = None) -> None:
     """`gieok bot`: memory → pipeline (stage 2 on the configured model) → runtime → Discord.
-    Checks the configuration before opening anything; Ctrl-C / SIGTERM shut down gracefully."""
+    Checks the configuration before opening anything; Ctrl-C / SIGTERM shut down gracefully.
+    `serve`: also run `gieok serve` in this process, the bot's memory as the default tenant, so
+    its events and health are visible live (keys as for `gieok serve`)."""
     token = discord_token(settings)
     require_llm(settings)
     owners = set(settings.discord_owner_ids)
@@ -253,7 +252,21 @@ def run_discord_bot(settings: Any) -> None:
         llm = create_llm(settings)
         pipeline = ConversationPipeline(memory, settings=settings, llm=llm)
         bot = GieokBot(prefix=settings.discord_prefix, owner_ids=owners, language=settings.language)
-        bot.attach(BotCore(pipeline, llm, outbox=bot.outbox, settings=settings, tools=default_tools(settings)))
-        bot.run(token, log_handler=None)  # discord.py closes the bot (and so the core) on Ctrl-C
+        core = BotCore(pipeline, llm, outbox=bot.outbox, settings=settings, tools=default_tools(settings))
+        bot.attach(core)
+        if not serve:
+            bot.run(token, log_handler=None)  # discord.py closes the bot (and so the core) on Ctrl-C
+            return
+        # the server's packages load only with --serve
+        from ..server import ServerState
+        from ..server.beside import attach_bot, serve_beside
+        from ..server.mcp import create_app_with_mcp
+
+        host = host or settings.server_host
+        state = ServerState.open(settings)
+        attach_bot(state, core)
+        discord.utils.setup_logging()
+        asyncio.run(serve_beside(create_app_with_mcp(state, host=host), bot.start(token), bot.close,
+                                 host=host, port=port or settings.server_port))
     finally:
         memory.close()

@@ -17,6 +17,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+__all__ = ["console", "progress_bar", "percentile", "median", "p50_p95", "table_console", "results_table",
+           "published", "write_json", "print_and_write"]
+
 console = Console(stderr=True)
 
 

@@ -13,12 +13,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
     AuthenticationError,
-    NotFoundError,
     EmbedderError,
     GieokError,
     InvalidInputError,
     InvalidTypeError,
     LLMError,
+    NotFoundError,
     PermissionDeniedError,
     StoreError,
 )

@@ -96,6 +96,9 @@ class Feed:
 
 
 class EventBus:
+    """Per-tenant sequences and ring buffers of events; `publish` from any thread, `feed` to
+    consume one tenant's events in an event loop."""
+
     def __init__(self, buffer: int = 10_000, *, clock: Callable[[], float] = time.time) -> None:
         self.buffer = max(1, buffer)
         self.clock = clock

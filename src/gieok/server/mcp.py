@@ -13,7 +13,6 @@ through `state.tenants.use(...)`, in a worker thread: embedding and SQLite never
 from __future__ import annotations
 
 import inspect
-import ipaddress
 import logging
 import sys
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from ..layers.recent import conversation_of
 from .app import create_app
 from .auth import ROLES, ApiKeys, Principal
 from .errors import status_of
+from .hosts import is_loopback
 from .state import ServerState
 from .tenants import DEFAULT_TENANT, Tenant
 
@@ -304,16 +304,6 @@ def _origin(host: str, port: int) -> str:
     return f"http://[{name}]:{port}" if ":" in name else f"http://{name}:{port}"
 
 
-def _loopback(name: str) -> bool:
-    """A loopback address or `localhost` (no DNS lookup: this only picks the Host names to accept)."""
-    if name.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
 def transport_security(host: str) -> TransportSecuritySettings:
     """DNS-rebinding protection for the address the server listens on: the Host (and any Origin)
     header must name it. On a loopback address every loopback name is accepted. On a wildcard
@@ -324,7 +314,7 @@ def transport_security(host: str) -> TransportSecuritySettings:
     if name in ("", "0.0.0.0", "::"):
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     names = {f"[{name}]" if ":" in name else name}
-    if _loopback(name):
+    if is_loopback(name, resolve=False):  # no DNS lookup: this only picks the Host names to accept
         names |= {"127.0.0.1", "localhost", "[::1]"}
     hosts = sorted(names)
     return TransportSecuritySettings(

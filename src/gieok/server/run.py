@@ -5,35 +5,21 @@ app's shutdown closes every memory."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import socket
 
 import uvicorn
 from fastapi import FastAPI
 
 from ..config import Settings, load_settings
 from ..errors import ConfigError
+from .hosts import is_loopback
 from .mcp import create_app_with_mcp
 from .state import ServerState
 
-__all__ = ["serve", "worker_app", "is_loopback", "GRACEFUL_SHUTDOWN_SECONDS"]
+__all__ = ["serve", "worker_app", "GRACEFUL_SHUTDOWN_SECONDS"]
 
 GRACEFUL_SHUTDOWN_SECONDS = 30  # in-flight requests get this long after Ctrl-C / SIGTERM
 _NO_AUTH_VARIABLE = "GIEOK_SERVE_NO_AUTH"  # passes --no-auth to worker processes
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` names this machine only (127.0.0.0/8, ::1, localhost)."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        try:
-            return all(ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(host, None))
-        except (OSError, ValueError):
-            return False
 
 
 def _check(host: str, port: int, auth: bool, workers: int) -> None:

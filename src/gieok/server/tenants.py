@@ -59,6 +59,9 @@ class Tenant:
 
 
 class TenantRegistry:
+    """Opens, shares and closes the tenants' memories (module docstring: where they live, how
+    many stay open)."""
+
     def __init__(self, home: Path, settings: Settings, *, max_open: int = 64,
                  listener: Callable[[str], EventListener | None] | None = None) -> None:
         self.home = Path(home)
