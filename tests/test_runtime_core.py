@@ -70,6 +70,8 @@ def test_a_message_that_reads_finished_is_answered_after_a_shorter_pause(memory:
         assert outbox.sent == []
         await vt.advance(0.2)
         await until(lambda: len(outbox.sent) == 1)
+        # the turn's timings are kept after it is recorded, a moment after the reply went out
+        await until(lambda: core._channel(CAFE).key in core.last_timings)
         assert core.last_timings[core._channel(CAFE).key].debounce_ms == pytest.approx(1500, abs=1)
         await until(core.idle)
         await core.submit(msg("그리고...", mid="t"))  # trails off: the full pause, then nothing more came
