@@ -1,6 +1,6 @@
 """Gatekeeper stage 2: a small LLM call that decides, and another that remembers.
 
-Two calls, as the seed's bot ended up with: the **decision** blocks the reply path
+Two calls, because they have different deadlines: the **decision** blocks the reply path
 (respond? retrieve? with which query? is this message an attack?), the **extraction** runs
 in the background on a snapshot of the conversation (facts and summary updates). Both ask
 for JSON with a schema (constrained output where the provider supports it), read the first

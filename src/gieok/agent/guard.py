@@ -1,7 +1,7 @@
 """Prompt-injection and jailbreak detection for incoming chat messages.
 
-Weighted patterns with word boundaries, not substring matches: the system this replaces
-flagged "dance" as the "DAN" jailbreak. Text is normalised first (NFKC, case-folded,
+Weighted patterns with word boundaries, not substring matches (a substring test flags "dance"
+as the "DAN" jailbreak). Text is normalised first (NFKC, case-folded,
 leetspeak digits mapped, letters spaced out one by one re-joined, Korean compared without
 spaces so "이 전 지 시 무 시" still reads 이전지시무시). Each matching pattern contributes
 its weight w; the score is 1 − Π(1 − w), and a message is an attack at `threshold` (0.7).

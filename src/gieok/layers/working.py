@@ -4,7 +4,7 @@ priority = 0.4·importance + 0.3·time + 0.2·usage + 0.1·relevance, with
 time = max(0.1, 1 / (1 + hours_since_access / 24)), usage = min(1, count / 10) and
 relevance = word Jaccard over Korean-aware tokens (or embedding cosine) against the
 current context. The evicted slot is promoted to long-term memory as a real block that
-records where it came from; the seed's version only printed a log line.
+records where it came from (`metadata["promoted_from"]`), so nothing evicted is lost.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ A tool is a `ToolSpec` (name, description, JSON schema of its arguments) plus an
 `(args, ctx) -> str`. The `ToolContext` says who is asking and where (channel, guild, user,
 time zone) and which memory the tool may read. It is an argument of every call and nothing
 else: no tool keeps it in a global or on itself, so replies running side by side in several
-channels cannot see each other's context (the seed's bot passed it through globals, and a
-search for one server could run with another server's scope).
+channels cannot see each other's context (context kept in a global would let a search for one
+server run with another server's scope).
 
 Tools never raise at the model. Bad arguments, a missing service, a rate limit or a timeout
 become a short `error: …` text the model can read and recover from; `ToolError` is how a

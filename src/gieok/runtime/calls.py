@@ -2,9 +2,9 @@
 
 A message calls the bot when it mentions the bot's user id, replies to one of the bot's
 messages, or uses one of the configured call names the way people address or talk about
-someone. The system this replaces looked for the name as a plain substring, so "세상을
-누리다", "누리꾼" and "nurish" woke the bot up. Korean has no space between a noun and its
-particle, so "whole word" means different things per script:
+someone. A plain substring test would wake the bot for "세상을 누리다", "누리꾼" and "nurish".
+Korean has no space between a noun and its particle, so "whole word" means different things per
+script:
 
 - A name ending in a Hangul syllable counts with a particle or ending after it (누리야, 누리가,
   누리는, 누리한테, 누리도요 …, chosen by whether the name ends in a 받침: 하늘아, 하늘이,
@@ -15,7 +15,7 @@ particle, so "whole word" means different things per script:
   "is nuri online?"), or with a Korean particle glued on ("Nuri야"); "nurish", "Nurie" do not.
 
 Talking about the bot in the third person ("누리는 어떻게 생각해?", "does Nuri know?") is a
-call, as in the seed's bot: people expect an answer when they bring the bot up. Text the
+call: people expect an answer when they bring the bot up in front of it. Text the
 speaker did not say as their own is not: quotations ("'누리'는 무슨 뜻이야?"), block quotes,
 code and URLs, emoji names and channel names are ignored. "누리는" is also the adnominal of the
 verb 누리다 ("자유를 누리는 삶"); it does not count after an object (을/를) or before a bound noun
