@@ -448,3 +448,17 @@ def test_bad_query_vector_is_refused(seeded, bad: Any) -> None:
     memory, _ = seeded
     with pytest.raises(InvalidInputError):
         memory.search("고양이", query_vector=bad)
+
+
+def test_neighbours_are_the_turns_around_a_turn_in_its_channel(seeded) -> None:
+    memory, blocks = seeded
+    cafe = [b for b in blocks if b.scope.channel == "cafe"]
+    around = memory.neighbours(cafe[2].block_index, window=1)
+    assert [b.block_index for b in around] == [b.block_index for b in cafe[1:4]]
+    assert all(b.scope.channel == "cafe" for b in memory.neighbours(cafe[0].block_index, window=10))
+    memory.forget(cafe[1].block_index)
+    assert cafe[1].block_index not in [b.block_index for b in memory.neighbours(cafe[2].block_index, 1)]
+    fact = next(b for b in blocks if b.kind == "fact")
+    assert [b.block_index for b in memory.neighbours(fact.block_index)] == [fact.block_index]
+    with pytest.raises(InvalidInputError):
+        memory.neighbours(cafe[0].block_index, window=500)

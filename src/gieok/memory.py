@@ -512,6 +512,21 @@ class Memory:
         filt = BM25Filter(Scope.of(scope), check_kinds(kinds), check_time(since, "since"), check_time(until, "until"))
         return self.store.list_blocks(filt, before=before, limit=check_k(limit))
 
+    def neighbours(self, block_index: int, window: int = 3) -> list[Block]:
+        """The turns around a turn in its conversation (±`window` positions, itself included),
+        in conversation order; a block that is not a turn has none but itself. Forgotten turns
+        are left out."""
+        block = self.get(block_index)
+        if isinstance(window, bool) or not isinstance(window, int) or not 0 <= window <= 50:
+            raise InvalidInputError(f"window must be an integer from 0 to 50, got {window!r}")
+        with self._lock:
+            self._sync()
+            row = self.catalog.row_of(block_index)
+            rows = [r for r, _ in self.catalog.neighbours(row, window)] if row is not None else []
+            indices = [int(i) for i in self.catalog.block_index_of(np.array(rows, dtype=np.int64))]
+        around = [b for b in self.store.get_many(indices).values() if not b.forgotten]
+        return sorted([*around, block], key=lambda b: (b.conv_pos or 0, b.block_index))
+
     def get(self, block_index: int) -> Block:
         self._check_open()
         if isinstance(block_index, bool) or not isinstance(block_index, int):
