@@ -137,6 +137,19 @@ class EventBus:
             log = self._logs.get(tenant)
             return log.seq if log else 0
 
+    def recent(self, tenant: str, type: str | None = None, n: int = 100) -> list[Event]:
+        """The tenant's last `n` buffered events (of one `type` when given), oldest first: what
+        the dashboard charts without subscribing (the search latencies of the last searches)."""
+        found: list[Event] = []
+        with self._lock:
+            log = self._logs.get(tenant)
+            for event in reversed(log.buffer if log else ()):
+                if len(found) >= n:
+                    break
+                if type is None or event.type == type:
+                    found.append(event)
+        return found[::-1]
+
     def _drop(self, tenant: str, subscriber: Subscription) -> None:
         with self._lock:
             log = self._logs.get(tenant)
