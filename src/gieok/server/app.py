@@ -15,6 +15,7 @@ from .errors import install_error_handlers
 from .limits import BodyLimit
 from .routes import ROUTERS
 from .state import ServerState
+from .web import install as install_dashboard
 
 __all__ = ["create_app"]
 
@@ -43,6 +44,7 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, 
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
+    install_dashboard(app)  # the web dashboard at / (server/web/)
     app.add_middleware(BodyLimit, default=state.settings.server_max_body_bytes,
                        larger={"/v1/import": state.settings.server_max_import_bytes})
     return app

@@ -1,0 +1,433 @@
+"""The dashboard's routes: five pages (overview, search, conversations, facts, live), a block
+with its neighbouring turns, the login form, and the small fragments htmx swaps into a page.
+
+Who the caller is comes from the same place as for the REST API (`deps.principal_of`: the
+session cookie, which holds their key) and their memory only from
+`state.tenants.use(principal.tenant)`; no page or form takes a tenant. A page request without a
+valid session is sent to /login (htmx requests get `HX-Redirect`); a refused one gets an HTML
+error page with the REST API's status (403, 404, 400). Read keys see everything of their tenant;
+write and admin keys may also forget a fact or a user and run verify. Forms that change
+anything are POSTs checked for this server's Origin (security.py).
+
+Handlers are plain functions, so FastAPI runs them in worker threads: SQLite, the embedder and
+template rendering never hold up the event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qs, urlencode
+from zoneinfo import ZoneInfo
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
+
+from ... import __version__
+from ...errors import AuthenticationError, GieokError, InvalidInputError, NotFoundError
+from ...layers.conversation import check_id
+from ..auth import Principal
+from ..deps import principal_of, server_state
+from ..errors import status_of
+from . import views
+from .security import SECURITY_HEADERS, check_origin, clear_session, safe_next, set_session
+
+__all__ = ["router", "PageRoute", "TEMPLATES_DIR", "STATIC_DIR", "render"]
+
+HERE = Path(__file__).parent
+TEMPLATES_DIR = HERE / "templates"
+STATIC_DIR = HERE / "static"
+MODES = ("hybrid", "bm25", "vector")
+KINDS = ("turn", "fact", "note", "summary")
+MAX_K = 50
+LIVE_BACKLOG = 200  # events the live page replays when it opens
+
+
+class PageRoute(APIRoute):
+    """A dashboard route: a caller without a session goes to the login page, and an engine
+    error becomes an HTML page with its status instead of the REST API's JSON body."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def page(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except AuthenticationError:
+                return _to_login(request)
+            except GieokError as exc:
+                status, _ = status_of(exc)
+                return render(request, "error.html", None, status=status, message=str(exc))
+            except RequestValidationError as exc:
+                problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}"
+                                     for e in exc.errors()[:5])
+                return render(request, "error.html", None, status=400, message=problems or "invalid request")
+
+        return page
+
+
+router = APIRouter(route_class=PageRoute, include_in_schema=False)
+
+
+# -- rendering -------------------------------------------------------------------------------------
+
+def _templates() -> Environment:
+    env = Environment(loader=FileSystemLoader(TEMPLATES_DIR), autoescape=select_autoescape(["html"]),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(size=_size, ms=_ms, pct=_pct, duration=_duration, mentions=_mentions, num=_num)
+    env.globals.update(version=__version__, BREAKDOWN=views.BREAKDOWN, TIMINGS=views.TIMINGS, MODES=MODES,
+                       KINDS=KINDS)
+    return env
+
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def _ms(value: Any) -> str:
+    value = float(value or 0.0)
+    return f"{value:.2f} ms" if value < 10 else f"{value:.0f} ms"
+
+
+def _pct(value: Any) -> str:
+    return f"{100 * float(value or 0.0):.0f}%"
+
+
+def _num(value: Any, places: int = 3) -> str:
+    return "–" if value is None else f"{float(value):.{places}f}"
+
+
+def _duration(seconds: Any) -> str:
+    s = max(0, int(float(seconds or 0)))
+    if s < 90:
+        return f"{s} s"
+    if s < 90 * 60:
+        return f"{round(s / 60)} min"
+    if s < 48 * 3600:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} d"
+
+
+def _mentions(text: Any) -> Markup:
+    """Escape the text, then show each `<user:ID>` (how facts and summaries name people) as a chip."""
+    out = str(escape(str(text or "")))
+    for raw in {part.split("&gt;", 1)[0] for part in out.split("&lt;user:")[1:]}:
+        out = out.replace(f"&lt;user:{raw}&gt;", f'<span class="mention">@{raw}</span>')
+    return Markup(out)
+
+
+def _clock(request: Request) -> Callable[[Any], str]:
+    try:
+        zone = ZoneInfo(server_state(request).settings.timezone)
+    except Exception:
+        zone = ZoneInfo("UTC")
+
+    def when(epoch: Any, seconds: bool = False) -> str:
+        if epoch in (None, ""):
+            return "–"
+        moment = datetime.fromtimestamp(float(epoch), zone)
+        return moment.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+    return when
+
+
+TEMPLATES = _templates()
+
+
+def render(request: Request, name: str, who: Principal | None, *, status: int = 200, **context: Any) -> HTMLResponse:
+    state = server_state(request)
+    html = TEMPLATES.get_template(name).render(
+        request=request, who=who, can_write=bool(who and who.can("write")), auth=state.auth,
+        when=_clock(request), path=request.url.path, **context)
+    return HTMLResponse(html, status_code=status, headers={**SECURITY_HEADERS, "Vary": "HX-Request, HX-Target"})
+
+
+def _fragment(request: Request, target: str) -> bool:
+    """Whether htmx asked for the part of the page with this id (a history restore wants it all)."""
+    headers = request.headers
+    return (headers.get("hx-request") == "true" and headers.get("hx-target") == target
+            and headers.get("hx-history-restore-request") != "true")
+
+
+def _to_login(request: Request) -> Response:
+    target = "/login"
+    if request.method == "GET" and request.url.path not in ("/", "/login"):
+        target += "?" + urlencode({"next": request.url.path + (f"?{request.url.query}" if request.url.query else "")})
+    if request.headers.get("hx-request") == "true":
+        return Response(status_code=401, headers={"HX-Redirect": target, **SECURITY_HEADERS})
+    return RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
+
+
+# -- who is asking --------------------------------------------------------------------------------
+
+def viewer(request: Request) -> Principal:
+    """Any valid session (or key); read is every role's."""
+    who = principal_of(request)
+    who.require("read")
+    return who
+
+
+def editor(request: Request, who: Annotated[Principal, Depends(viewer)]) -> Principal:
+    """A form that changes the memory: sent from this dashboard, by a write or admin key."""
+    check_origin(request)
+    who.require("write")
+    return who
+
+
+async def form_fields(request: Request) -> dict[str, str]:
+    """An urlencoded form body (bounded by the server's body limit), one value per field."""
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        raise InvalidInputError("expected a form (application/x-www-form-urlencoded)")
+    try:
+        text = (await request.body()).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInputError("the form is not UTF-8") from None
+    return {name: values[-1] for name, values in parse_qs(text, keep_blank_values=True).items()}
+
+
+Viewer = Annotated[Principal, Depends(viewer)]
+Editor = Annotated[Principal, Depends(editor)]
+Form = Annotated[dict[str, str], Depends(form_fields)]
+
+
+def _id(value: str | None, what: str) -> str | None:
+    value = (value or "").strip()
+    return check_id(value, what) if value else None
+
+
+def _int(value: str | None, what: str) -> int:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{what} must be a number") from None
+
+
+# -- login ----------------------------------------------------------------------------------------
+
+@router.get("/login")
+def login_page(request: Request, next: str = "/") -> Response:
+    state = server_state(request)
+    if not state.auth:
+        return RedirectResponse("/", status_code=303)
+    try:
+        principal_of(request)
+        return RedirectResponse(safe_next(next), status_code=303)  # already signed in
+    except AuthenticationError:
+        return render(request, "login.html", None, next=safe_next(next))
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    check_origin(request)  # login CSRF: no other site signs a browser in with its own key
+    fields = await form_fields(request)
+    next_path = safe_next(fields.get("next", "/"))
+    key = fields.get("key", "").strip()
+    state = server_state(request)
+    if not key:
+        return render(request, "login.html", None, status=401, next=next_path, error="Enter an API key.")
+    try:
+        await run_in_threadpool(state.keys.verify, key)
+    except AuthenticationError:
+        return render(request, "login.html", None, status=401, next=next_path,
+                      error="That key is not valid (wrong, malformed or revoked).")
+    response = RedirectResponse(next_path, status_code=303, headers=SECURITY_HEADERS)
+    set_session(response, request, key)
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request) -> Response:
+    check_origin(request)
+    response = RedirectResponse("/login", status_code=303, headers=SECURITY_HEADERS)
+    clear_session(response, request)
+    return response
+
+
+# -- overview -------------------------------------------------------------------------------------
+
+def _last_verify(request: Request, tenant: str) -> dict[str, Any] | None:
+    results: dict[str, dict[str, Any]] = getattr(request.app.state, "gieok_verified", {})
+    return results.get(tenant)
+
+
+@router.get("/")
+def overview(request: Request, who: Viewer) -> Response:
+    state = server_state(request)
+    with state.tenants.use(who.tenant) as t:
+        data = views.overview(t, state.bus, who.tenant)
+    return render(request, "overview.html", who, nav="overview", verify=_last_verify(request, who.tenant), **data)
+
+
+@router.post("/verify")
+def verify(request: Request, who: Editor) -> Response:
+    state = server_state(request)
+    with state.tenants.use(who.tenant) as t:
+        started = time.perf_counter()
+        report = t.memory.verify().as_dict()
+    report.update(at=time.time(), seconds=time.perf_counter() - started)
+    if not hasattr(request.app.state, "gieok_verified"):
+        request.app.state.gieok_verified = {}
+    request.app.state.gieok_verified[who.tenant] = report
+    if _fragment(request, "verify"):
+        return render(request, "_verify.html", who, verify=report)
+    return RedirectResponse("/#verify", status_code=303, headers=SECURITY_HEADERS)
+
+
+# -- search ---------------------------------------------------------------------------------------
+
+@router.get("/search")
+def search(request: Request, who: Viewer, q: str = "", channel: str = "", guild: str = "", user: str = "",
+           kind: str = "", k: int = 10, mode: str = "hybrid") -> Response:
+    form = {"q": q, "channel": channel, "guild": guild, "user": user, "kind": kind, "k": k, "mode": mode}
+    found: dict[str, Any] | None = None
+    error = None
+    if q.strip():
+        try:
+            if mode not in MODES:
+                raise InvalidInputError(f"mode must be one of {', '.join(MODES)}")
+            if kind and kind not in KINDS:
+                raise InvalidInputError(f"kind must be one of {', '.join(KINDS)}")
+            given = (("channel", _id(channel, "channel")), ("guild", _id(guild, "guild")), ("user", _id(user, "user")))
+            scope = {name: value for name, value in given if value}
+            state = server_state(request)
+            with state.tenants.use(who.tenant) as t:
+                found = views.search(t, q, max(1, min(MAX_K, k)), scope, kind or None, mode)
+        except GieokError as exc:
+            if isinstance(exc, AuthenticationError):
+                raise
+            error = str(exc)
+    name = "_results.html" if _fragment(request, "results") else "search.html"
+    return render(request, name, who, nav="search", form=form, found=found, error=error)
+
+
+@router.get("/blocks/{block_index}")
+def block(request: Request, block_index: int, who: Viewer, window: int = 3) -> Response:
+    if not 0 <= block_index <= 2**62:
+        raise NotFoundError(f"no block with index {block_index}")
+    state = server_state(request)
+    with state.tenants.use(who.tenant) as t:
+        data = views.context(t, block_index, max(0, min(10, window)))
+    name = "_context.html" if _fragment(request, "context") else "block.html"
+    return render(request, name, who, nav="search", **data)
+
+
+# -- conversations --------------------------------------------------------------------------------
+
+@router.get("/conversations")
+def conversations(request: Request, who: Viewer, channel: str = "", guild: str = "", page: int = 0) -> Response:
+    state = server_state(request)
+    picked = _id(channel, "channel")
+    guild_id = _id(guild, "guild")
+    page = max(0, min(page, views.MAX_SCAN // views.PAGE))
+    with state.tenants.use(who.tenant) as t:
+        listing = views.conversations(t, page)
+        chosen = views.conversation(t, guild_id, picked) if picked else None
+    if _fragment(request, "conversation"):
+        return render(request, "_conversation.html", who, conv=chosen)
+    return render(request, "conversations.html", who, nav="conversations", conv=chosen,
+                  selected={"channel": picked, "guild": guild_id}, **listing)
+
+
+# -- facts ----------------------------------------------------------------------------------------
+
+NOTICES = {"fact": "Fact #{block} forgotten.",
+           "user": "User {user} forgotten: {facts} facts and {messages} messages erased."}
+
+
+def _notice(request: Request) -> str | None:
+    params = request.query_params
+    template = NOTICES.get(params.get("done", ""))
+    if template is None:
+        return None
+    try:
+        return template.format(block=int(params.get("block", "0")), user=params.get("user", "")[:100],
+                               facts=int(params.get("facts", "0")), messages=int(params.get("messages", "0")))
+    except ValueError:
+        return None
+
+
+@router.get("/facts")
+def facts(request: Request, who: Viewer, user: str = "", guild: str = "", history: bool = True,
+          page: int = 0) -> Response:
+    state = server_state(request)
+    user_id, guild_id = _id(user, "user"), (guild.strip() or None)
+    page = max(0, min(page, views.MAX_SCAN // views.PAGE))
+    with state.tenants.use(who.tenant) as t:
+        data = views.facts(t, user=user_id, guild=guild_id, history=history, page=page)
+    here = "/facts?" + urlencode({"user": user_id or "", "guild": guild_id or "", "history": int(history),
+                                  "page": page})
+    return render(request, "facts.html", who, nav="facts", filters={"user": user_id or "", "guild": guild_id or "",
+                                                                      "history": history},
+                  here=here, notice=_notice(request), **data)
+
+
+def _back_to_facts(fields: dict[str, str], **notice: Any) -> Response:
+    back = safe_next(fields.get("back", "/facts"))
+    if not back.startswith("/facts"):
+        back = "/facts"
+    path, _, query = back.partition("?")
+    params = {k: v[-1] for k, v in parse_qs(query).items() if k in ("user", "guild", "history", "page")}
+    return RedirectResponse(f"{path}?{urlencode({**params, **notice})}", status_code=303, headers=SECURITY_HEADERS)
+
+
+@router.post("/facts/forget")
+def forget_fact(request: Request, who: Editor, fields: Form) -> Response:
+    index = _int(fields.get("block_index"), "block_index")
+    state = server_state(request)
+    with state.tenants.use(who.tenant) as t:
+        if index not in t.conversation.tables.facts_get([index]):
+            raise NotFoundError(f"no fact with index {index}")
+        t.memory.forget([index])
+    return _back_to_facts(fields, done="fact", block=index)
+
+
+@router.post("/facts/forget-user")
+def forget_user(request: Request, who: Editor, fields: Form) -> Response:
+    user_id = check_id(fields.get("user_id", "").strip(), "user")
+    state = server_state(request)
+    with state.tenants.use(who.tenant) as t:
+        erased = t.conversation.forget_user(str(user_id))
+    return _back_to_facts(fields, done="user", user=user_id, facts=erased["facts"], messages=erased["messages"])
+
+
+@router.get("/facts/{block_index}/source")
+def fact_source(request: Request, block_index: int, who: Viewer) -> Response:
+    state = server_state(request)
+    with state.tenants.use(who.tenant) as t:
+        found = views.find_source(t, block_index)
+    if found is None:
+        raise NotFoundError(f"the message fact #{block_index} came from is no longer stored (forgotten, or never "
+                            "written as a turn)")
+    return RedirectResponse(f"/blocks/{found}", status_code=303, headers=SECURITY_HEADERS)
+
+
+# -- live -----------------------------------------------------------------------------------------
+
+@router.get("/live")
+def live(request: Request, who: Viewer) -> Response:
+    state = server_state(request)
+    with state.tenants.use(who.tenant) as t:
+        health = views.health(t, state.bot)
+    since = max(0, state.bus.last_seq(who.tenant) - LIVE_BACKLOG)
+    return render(request, "live.html", who, nav="live", since=since, **health)
+
+
+@router.get("/live/health")
+def live_health(request: Request, who: Viewer) -> Response:
+    state = server_state(request)
+    with state.tenants.use(who.tenant) as t:
+        health = views.health(t, state.bot)
+    return render(request, "_health.html", who, **health)

@@ -1,0 +1,80 @@
+"""The dashboard's session and its defences.
+
+The login form takes an API key, checks it against the key table, and keeps it in the
+`gieok_session` cookie: `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's page
+makes the browser send it), `Path=/`, and `Secure` when the request came over https. The cookie is
+the key, so the session is exactly as alive as the key: revoking the key ends it on the next
+request, as for every REST client (`deps.principal_of` reads it).
+
+Every state-changing dashboard request is a POST whose `Origin` (or, without one, `Referer`) must
+be this server's own origin: a second defence beside SameSite against cross-site request
+forgery. Pages are sent with a content security policy that allows this origin's scripts, styles
+and connections only (no inline script, no framing), and are never cached.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from ...errors import PermissionDeniedError
+from ..deps import SESSION_COOKIE
+
+__all__ = ["SESSION_COOKIE", "SECURITY_HEADERS", "set_session", "clear_session", "check_origin", "safe_next"]
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                                "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
+                                "form-action 'self'; frame-ancestors 'none'"),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",  # pages hold the memory's contents: nothing keeps a copy
+}
+
+
+def _secure(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def set_session(response: Response, request: Request, key: str) -> None:
+    response.set_cookie(SESSION_COOKIE, key, httponly=True, samesite="strict", path="/", secure=_secure(request))
+
+
+def clear_session(response: Response, request: Request) -> None:
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict", secure=_secure(request))
+
+
+def _origin_of(url: str) -> str | None:
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.netloc:
+        return None
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def check_origin(request: Request) -> None:
+    """Refuse (403) a state-changing request that does not come from this server's own pages:
+    its Origin, or its Referer when a browser sent no Origin, must be this origin (the scheme and
+    the Host the request was sent to). A request with neither is refused too."""
+    host = request.headers.get("host", "")
+    expected = f"{request.url.scheme}://{host}".lower()
+    origin = request.headers.get("origin")
+    if origin is not None and origin != "null":
+        given: str | None = origin.strip().lower()
+    else:
+        referer = request.headers.get("referer")
+        given = _origin_of(referer) if referer and origin is None else None
+    if not host or given != expected:
+        raise PermissionDeniedError("this form was not sent from this dashboard (Origin check failed)")
+
+
+def safe_next(value: Any) -> str:
+    """Where to go after logging in: a path on this server only (never `//elsewhere`)."""
+    if not isinstance(value, str) or not value.startswith("/") or value.startswith(("//", "/\\")):
+        return "/"
+    if any(ch in value for ch in "\r\n\\") or len(value) > 500:
+        return "/"
+    return value
