@@ -16,14 +16,16 @@ bounded; the server is stopped in `finally`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -39,10 +41,16 @@ if not CHROMIUM.exists():
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra (pip install -e '.[dev]')")
 expect = sync_api.expect
 
+from gieok import Memory  # noqa: E402
+from gieok.agent.pipeline import ConversationPipeline  # noqa: E402
 from gieok.config import load_settings  # noqa: E402
 from gieok.demo import load_sample_conversation  # noqa: E402
 from gieok.layers.recent import conversation_of  # noqa: E402
-from gieok.server import ServerState  # noqa: E402
+from gieok.llm.router import LLMRouter, Route  # noqa: E402
+from gieok.runtime.core import BotCore, ChannelRef, InboundMessage  # noqa: E402
+from gieok.server import ServerState, create_app  # noqa: E402
+from gieok.server.beside import attach_bot, serve_beside  # noqa: E402
+from runtime_helpers import ChatModel, RecordingOutbox  # noqa: E402
 
 # Read at import: the suite's autouse fixture clears GIEOK_* variables and changes directory per test.
 SCREENSHOTS = Path(os.environ["GIEOK_SCREENSHOTS"]).resolve() if os.environ.get("GIEOK_SCREENSHOTS") else None
@@ -512,13 +520,122 @@ def test_screenshots(sessions: Any, served: Served) -> None:
         turn_hit = ".hit:has(.kind:text-is('turn')) .hit-link"
         shots = [("overview", "/", None), ("search", "/search?q=민지+고양이+이름+보리&k=5", turn_hit),
                  ("conversations", f"/conversations?channel={served.channel}&guild={served.guild}", None),
-                 ("facts", "/facts?user=minji", None), ("live", "/live", None)]
+                 ("facts", "/facts?user=minji", None)]  # the live page: with a bot, below
         for name, path, click in shots:
             page.goto(path)
             if click:
                 page.locator(click).first.click()
                 expect(page.locator("#context .turn").first).to_be_visible()
-            if name == "live":
-                expect(page.locator("#feed li").first).to_be_visible()
             page.wait_for_timeout(300)  # charts draw after load
             page.screenshot(path=str(SCREENSHOTS / f"{name}-{suffix}.png"), full_page=not phone)
+
+
+# -- a bot in the same process (`gieok bot --serve`): its turns and health on the Live page -------
+
+class SlowChatModel(ChatModel):
+    """The runtime tests' model, with a provider's pauses: a decision takes a while, and the
+    reply streams word by word, so the turn timings have something to show."""
+
+    async def chat(self, messages: Sequence[Any], **options: Any) -> Any:
+        await asyncio.sleep(0.06)
+        return await super().chat(messages, **options)
+
+    async def stream(self, messages: Sequence[Any], **options: Any) -> AsyncIterator[str]:
+        await asyncio.sleep(0.12)
+        async for piece in super().stream(messages, **options):
+            await asyncio.sleep(0.02)
+            yield piece
+
+
+def test_the_live_page_charts_a_bots_turns_and_shows_its_providers(browser: Any, tmp_path: Path) -> None:
+    memory = Memory(tmp_path / "bot.db", debounce_seconds=0.05, debounce_finished_seconds=0.05,
+                    rate_limit_channel_seconds=0.0, rate_limit_global_seconds=0.0, analysis_every=1)
+    model = SlowChatModel()
+    router = LLMRouter([Route("gemini:gemini-2.5-flash", [model, model], ["key 1", "key 2"])])
+    router.routes[0].keys[1].cooldown_until = time.monotonic() + 600  # as after a 429
+    router.routes[0].keys[1].cooldown_reason = "rate limited (429)"
+    core = BotCore(ConversationPipeline(memory, llm=router), router, outbox=RecordingOutbox(), bot_user_id="999")
+    state = ServerState.open(memory.settings)
+    keys = {"bot": state.keys.create("default", "read")[0], "elsewhere": state.keys.create("elsewhere", "read")[0]}
+    attach_bot(state, core)
+    port = _free_port()
+    served = Served(f"http://127.0.0.1:{port}", keys, {}, "g1", "cafe")
+    started, go, done = threading.Event(), threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+    cafe = ChannelRef("cafe", "g1")
+    lines = ["누리야 오늘 저녁 뭐 먹지?", "누리야 보리 사료 언제 샀더라", "누리야 제주 비행기 몇 시야?",
+             "누리야 Alex 이사 날짜 알려줘", "누리야 Emily 생일 선물 아이디어 줘", "누리야 지훈 부산 여행 어땠대?"]
+
+    async def chat() -> None:
+        while not go.is_set() and not done.is_set():
+            await asyncio.sleep(0.05)
+        core.set_active(cafe, True)
+        for number, line in enumerate(lines):
+            await core.submit(InboundMessage(cafe, "42", line, display_name="민지", message_id=f"m{number}"))
+            await asyncio.sleep(0.6)
+        while not done.is_set():
+            await asyncio.sleep(0.05)
+
+    async def stop_bot() -> None:
+        await core.close()
+
+    def run() -> None:
+        try:
+            asyncio.run(asyncio.wait_for(serve_beside(create_app(state), chat(), stop_bot, host="127.0.0.1",
+                                                      port=port, on_started=lambda _server: started.set()), 180))
+        except BaseException as exc:  # reported by the test below
+            failure.append(exc)
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=run, name="bot-and-server", daemon=True)
+    thread.start()
+    try:
+        assert started.wait(60) and not failure, failure
+        watcher = open_session(browser, served, "bot")
+        elsewhere = open_session(browser, served, "elsewhere")
+        try:
+            page = watcher.page
+            page.goto("/live")
+            expect(page.locator("#live-status")).to_contain_text("connected")
+            expect(page.locator("#timings-chart")).to_be_hidden()
+            health = page.locator("#health")
+            expect(health).to_contain_text("gemini:gemini-2.5-flash")
+            expect(health.locator("li", has_text="key 1")).to_contain_text("ready")
+            expect(health.locator("li", has_text="key 2")).to_contain_text("cooling down")
+            go.set()
+            expect(page.locator("#timings-chart")).to_be_visible(timeout=20_000)
+            expect(health).to_contain_text(f"{len(lines)} in", timeout=20_000)  # polled every 5 s
+            turns = page.locator("#feed li[data-type='turn.timings']")
+            assert turns.count() >= 3  # a message that comes while its sender's turn is planned joins that turn
+            page.select_option("#live-type", "turn.timings")
+            expect(page.locator("#feed li:visible")).to_have_count(turns.count())
+            page.select_option("#live-type", "")
+            if SCREENSHOTS is not None:
+                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(SCREENSHOTS / "live-desktop.png"), full_page=True)
+                phone = open_session(browser, served, "bot", phone=True)
+                try:
+                    phone.page.goto("/live")
+                    expect(phone.page.locator("#timings-chart")).to_be_visible()
+                    phone.page.wait_for_timeout(300)
+                    phone.page.screenshot(path=str(SCREENSHOTS / "live-phone.png"))
+                finally:
+                    phone.close()
+            # another tenant sees neither the bot nor its turns
+            other = elsewhere.page
+            other.goto("/live")
+            expect(other.locator("#live-status")).to_contain_text("connected")
+            expect(other.locator("#health")).to_contain_text("No bot runs")
+            expect(other.locator("#feed li")).to_have_count(0)
+            assert "gemini" not in shown(other) and "누리야" not in shown(other)
+            problems = watcher.problems + elsewhere.problems
+            assert not problems, problems
+        finally:
+            watcher.close()
+            elsewhere.close()
+    finally:
+        done.set()
+        thread.join(60)
+        memory.close()
+    assert not failure, failure
