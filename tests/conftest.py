@@ -14,13 +14,13 @@ import os
 # engine's shared library is loaded, hence at import time of the conftest.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from collections.abc import Callable, Iterator, Sequence  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
-import pytest  # noqa: E402
+import pytest
 
-from gieok import Block, Memory  # noqa: E402
+from gieok import Block, Memory
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCOMO_RELATIVE = Path("data") / "locomo" / "locomo_dev5.json"

@@ -78,7 +78,7 @@ def _handler(state: LLMServer) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):  # the client gave up first (timeout tests)
                 pass
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server naming
+        def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             body = json.loads(raw) if raw else None
             reply = state._next(Received("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body))

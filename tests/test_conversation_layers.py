@@ -68,7 +68,7 @@ def test_summary_merge_rules() -> None:
     assert (s.topic, s.mood, s.stage) == ("고양이", "즐거움", "ongoing")
     s = s.merge({"topic": "등산", "new_topic": "반려동물", "new_point": "민지는  고양이를 키운다!"})
     assert s.topic == "등산" and s.mood == "즐거움", "topic overwrites, mood stays"
-    assert s.ongoing_topics == ("반려동물",) and s.key_points == ("민지는  고양이를 키운다!",) or \
+    assert (s.ongoing_topics == ("반려동물",) and s.key_points == ("민지는  고양이를 키운다!",)) or \
         len(s.key_points) == 1, "duplicates are not appended twice"
     for i in range(12):
         s = s.merge({"new_topic": f"topic {i}", "new_point": f"point {i}"}, max_topics=5, max_points=10)

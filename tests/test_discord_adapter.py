@@ -9,12 +9,11 @@ import datetime
 import itertools
 from typing import Any
 
-from runtime_helpers import ChatModel, VirtualTime, until
-
 from gieok import Memory
 from gieok.adapters.discord_bot import GieokBot
 from gieok.agent.pipeline import ConversationPipeline
 from gieok.runtime.core import BotCore, ChannelRef
+from runtime_helpers import ChatModel, VirtualTime, until
 
 BOT_ID, GUILD, CHANNEL, ALICE, OWNER = 999, 111, 222, 333, 444
 
@@ -24,7 +23,7 @@ def user(uid: int, name: str, bot: bool = False) -> dict[str, Any]:
 
 
 def now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+    return datetime.datetime.now(datetime.UTC).isoformat()
 
 
 class DiscordHTTP:

@@ -128,7 +128,7 @@ def test_malformed_jsonl_writes_nothing(exported, tmp_path: Path, into: str) -> 
         ("nul-text", _dump(_tampered(rows, 2, text="a\x00b")), "line 3"),
         ("other-format", _dump(_tampered(rows, 0, format="something-else")), "unsupported export format"),
         ("newer-version", _dump(_tampered(rows, 0, version=2)), "unsupported export format"),
-        ("not-utf8", "".join(raw).encode("utf-8").replace("나비야".encode("utf-8"), b"\xff\xfe", 1), "not UTF-8"),
+        ("not-utf8", "".join(raw).encode("utf-8").replace("나비야".encode(), b"\xff\xfe", 1), "not UTF-8"),
     ]
     if into == "empty":  # the chain is only checked when it is imported exactly
         cases += [

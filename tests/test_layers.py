@@ -12,7 +12,6 @@ from gieok.layers.working import WorkingMemory, jaccard, time_factor, usage_fact
 from gieok.store.sqlite import SQLiteStore
 from gieok.text import get_tokenizer
 
-
 # The seed's thresholds (0.3 / 0.2) make every slot and block qualify with e5, which is what
 # these mechanics tests want; the shipped defaults are calibrated (see README "Layers").
 SEED = {"min_relevance_threshold": 0.3, "checkpoint_min_similarity": 0.2}

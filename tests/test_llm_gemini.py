@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from llm_servers import run, track, LLMServer, Reply, gemini_chunks, gemini_error, gemini_response, no_proxy, serve
 
 from gieok.errors import LLMAuthError, LLMError, LLMRateLimitError, LLMTransientError
 from gieok.llm import ChatMessage, ToolCall, ToolSpec
 from gieok.llm.gemini import GeminiLLM
+from llm_servers import LLMServer, Reply, gemini_chunks, gemini_error, gemini_response, no_proxy, run, serve, track
 
 MODEL = "gemini-2.5-flash"
 CHAT_PATH = f"/v1beta/models/{MODEL}:generateContent"

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from llm_servers import run, track, LLMServer, Reply, no_proxy, openai_chunks, openai_completion, openai_error, serve
 
 from gieok.errors import LLMAuthError, LLMError, LLMOutputError, LLMRateLimitError, LLMTransientError
 from gieok.llm import ChatMessage, ToolCall, ToolSpec
 from gieok.llm.openai_compat import OpenAICompatLLM
+from llm_servers import LLMServer, Reply, no_proxy, openai_chunks, openai_completion, openai_error, run, serve, track
 
 SCHEMA = {"title": "Reply plan!", "type": "object", "properties": {"respond": {"type": "boolean"}},
           "required": ["respond"], "additionalProperties": False}

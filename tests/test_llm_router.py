@@ -14,16 +14,28 @@ from contextlib import ExitStack
 from typing import Any
 
 import pytest
-from llm_servers import (LLMServer, Reply, gemini_chunks, gemini_error, gemini_response, no_proxy,
-                         openai_chunks, openai_completion, openai_error, run, serve, track)
 
 from gieok import load_settings
+from gieok.config import parse_chain
 from gieok.errors import ConfigError, LLMError, LLMUnavailableError
 from gieok.llm import LLM, ChatMessage, ToolSpec, create_llm
 from gieok.llm.gemini import GeminiLLM
 from gieok.llm.openai_compat import OpenAICompatLLM
-from gieok.config import parse_chain
 from gieok.llm.router import CONTINUE_INSTRUCTION, LLMRouter, ResumeFilter, Route, continuation_messages
+from llm_servers import (
+    LLMServer,
+    Reply,
+    gemini_chunks,
+    gemini_error,
+    gemini_response,
+    no_proxy,
+    openai_chunks,
+    openai_completion,
+    openai_error,
+    run,
+    serve,
+    track,
+)
 
 QUESTION = [ChatMessage("system", "You are 누리."), ChatMessage("user", "Tell me something.")]
 WALL = 1_700_000_000.0

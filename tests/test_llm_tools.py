@@ -15,7 +15,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from llm_servers import LLMServer, Received, Reply, no_proxy, openai_completion, run, serve, track
 
 from gieok import Memory
 from gieok.config import load_settings
@@ -24,10 +23,24 @@ from gieok.layers.facts import FactStore
 from gieok.llm import ChatMessage, ChatResponse, ScriptedLLM, ToolCall, ToolSpec
 from gieok.llm.openai_compat import OpenAICompatLLM
 from gieok.llm.tool_loop import ToolLoopResult, run_tool_loop, tool_loop_options
-from gieok.llm.tools import (SEARCH_EXTRA_HINT, UNTRUSTED_NOTE, Tool, ToolContext, ToolError, current_time_tool,
-                             ddgs_tools, default_tools, github_search_tool, load_ddgs, memory_search_tool,
-                             missing_tools, validate_arguments, wrap_result)
+from gieok.llm.tools import (
+    SEARCH_EXTRA_HINT,
+    UNTRUSTED_NOTE,
+    Tool,
+    ToolContext,
+    ToolError,
+    current_time_tool,
+    ddgs_tools,
+    default_tools,
+    github_search_tool,
+    load_ddgs,
+    memory_search_tool,
+    missing_tools,
+    validate_arguments,
+    wrap_result,
+)
 from gieok.store.conversation import ConversationTables
+from llm_servers import LLMServer, Received, Reply, no_proxy, openai_completion, run, serve, track
 
 NOON_UTC = 1_735_732_800.0  # 2025-01-01T12:00:00Z, a Wednesday
 CTX = ToolContext(channel="cafe", guild="g1", user_id="1")
@@ -299,7 +312,7 @@ def github(monkeypatch: pytest.MonkeyPatch) -> Iterator[GitHubServer]:
         def log_message(self, *args: Any) -> None:
             pass
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        def do_GET(self) -> None:
             parts = urlsplit(self.path)
             state.requests.append((parts.path, parse_qs(parts.query), {k.lower(): v for k, v in self.headers.items()}))
             status, body, headers = state.replies.pop(0)

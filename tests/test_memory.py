@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +118,7 @@ def test_kinds_filter(seeded, kinds, expected: set[int]) -> None:
 def test_since_until_filter(seeded) -> None:
     memory, blocks = seeded
     base, hour = blocks[0].event_time, 3600.0  # the seed puts block i at base + (i - 1) hours
-    assert base == datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp()
+    assert base == datetime(2024, 1, 1, tzinfo=UTC).timestamp()
     assert [b.event_time - base for b in blocks] == [i * hour for i in range(15)]
     since, until = base + 5 * hour, base + 9 * hour  # blocks 6..10, both ends inclusive
     expected = {b.block_index for b in blocks if since <= b.event_time <= until}
@@ -127,7 +127,7 @@ def test_since_until_filter(seeded) -> None:
     assert set(_indices(memory.search(BROAD_QUERY, k=50, since=since, until=until))) == expected
     # ISO strings and datetimes mean the same instants
     iso = memory.search(BROAD_QUERY, k=50, since="2024-01-01T05:00:00Z", until="2024-01-01T09:00:00+00:00")
-    dt = memory.search(BROAD_QUERY, k=50, since=datetime(2024, 1, 1, 5, tzinfo=timezone.utc),
+    dt = memory.search(BROAD_QUERY, k=50, since=datetime(2024, 1, 1, 5, tzinfo=UTC),
                        until=datetime(2024, 1, 1, 9))  # naive means UTC
     assert set(_indices(iso)) == set(_indices(dt)) == expected
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from gieok import Memory
-from gieok.layers.summary import SummaryStore
 from gieok.agent.pipeline import ConversationPipeline, IncomingMessage
 from gieok.errors import InvalidInputError, InvalidTypeError, TextTooLongError
 from gieok.layers.recent import conversation_of
+from gieok.layers.summary import SummaryStore
 from gieok.llm import ScriptedLLM
 from gieok.llm.scripted import Request
 

@@ -63,7 +63,7 @@ def _handler(state: FakeServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: Any) -> None:  # keep pytest output clean
             pass
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server naming
+        def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             body = json.loads(raw)
             state.requests.append(Received("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body))

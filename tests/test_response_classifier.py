@@ -11,8 +11,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from gieok.agent.response_classifier import (BUNDLED_MODEL, GateVerdict, ResponseClassifier, cached_model_path,
-                                             strip_speaker)
+from gieok.agent.response_classifier import (
+    BUNDLED_MODEL,
+    GateVerdict,
+    ResponseClassifier,
+    cached_model_path,
+    strip_speaker,
+)
 from gieok.data.labeled import GATEKEEPER_DATA, GateExample, data_digest
 from gieok.data.labeled import gate_split as split_of
 from gieok.data.labeled import load_gate_examples as load_examples

@@ -8,12 +8,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from runtime_helpers import ChatModel, RecordingOutbox, VirtualTime, until
 
 from gieok import Memory
 from gieok.agent.pipeline import ConversationPipeline
 from gieok.layers.recent import conversation_of
 from gieok.runtime.core import BotCore, ChannelRef, InboundMessage
+from runtime_helpers import ChatModel, RecordingOutbox, VirtualTime, until
 
 CAFE = ChannelRef("cafe", "g1")
 LOUNGE = ChannelRef("lounge", "g1")

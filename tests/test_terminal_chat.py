@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_servers import LLMServer, Received, Reply, no_proxy, openai_chunks, openai_completion, serve
 from rich.console import Console
 
 from gieok import Memory
 from gieok.adapters.terminal import LOCAL_USER, TerminalChat
 from gieok.config import load_settings
 from gieok.llm.configured import llm_configured
+from llm_servers import LLMServer, Received, Reply, no_proxy, openai_chunks, openai_completion, serve
 
 REPLY_PIECES = ["안녕, ", "민지! ", "보리는 ", "잘 지내?"]
 REPLY = "".join(REPLY_PIECES)

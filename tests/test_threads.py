@@ -32,7 +32,7 @@ def _guarded(errors: list[BaseException], fn: Callable[[], None]) -> Callable[[]
     def run() -> None:
         try:
             fn()
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:
             errors.append(exc)
     return run
 

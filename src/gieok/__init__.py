@@ -8,7 +8,7 @@
 """
 
 from .config import Settings, load_settings
-from .errors import *  # noqa: F401,F403 - the exception hierarchy is public
+from .errors import *  # noqa: F403 - the exception hierarchy is public
 from .errors import __all__ as _errors_all
 from .memory import Memory
 from .store.base import VerifyReport

@@ -56,12 +56,12 @@ def block_hash(
     return hashlib.sha256(canonical_json(header).encode("utf-8")).hexdigest()
 
 
-def digest_of(block: "Block") -> str:
+def digest_of(block: Block) -> str:
     """The content digest a live block should carry."""
     return content_digest(block.text, block.speaker, list(block.keywords), list(block.tags), block.metadata)
 
 
-def hash_of(block: "Block") -> str:
+def hash_of(block: Block) -> str:
     """The hash a block should carry, from its header and stored digest."""
     return block_hash(
         block_index=block.block_index, prev_hash=block.prev_hash, kind=block.kind, guild=block.scope.guild,

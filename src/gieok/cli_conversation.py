@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markdown import Markdown
@@ -37,7 +37,7 @@ def inspect_prompt(
     channel: Annotated[str, typer.Option("--channel", "-c", help="Channel id.")] = "general",
     user: UserRequired = "local",
     guild: GuildOpt = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="The speaker's display name.")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="The speaker's display name.")] = None,
     explicit: Annotated[bool, typer.Option("--explicit/--not-explicit", help="Treat it as a call to the bot.")] = True,
     db: DbOption = None,
     as_json: JsonFlag = False,
@@ -71,7 +71,7 @@ def inspect_prompt(
 def summary(
     channel: Annotated[str, typer.Option("--channel", "-c", help="Channel id.")],
     guild: GuildOpt = None,
-    set_core: Annotated[Optional[list[str]], typer.Option("--set-core", help="Operator: replace this channel's permanent core (repeat for several lines; pass '' to clear).")] = None,
+    set_core: Annotated[list[str] | None, typer.Option("--set-core", help="Operator: replace this channel's permanent core (repeat for several lines; pass '' to clear).")] = None,
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -93,7 +93,7 @@ def summary(
 
 @app.command()
 def facts(
-    user: Annotated[Optional[str], typer.Option("--user", "-u", help="Only facts about this user.")] = None,
+    user: Annotated[str | None, typer.Option("--user", "-u", help="Only facts about this user.")] = None,
     guild: GuildOpt = None,
     history: Annotated[bool, typer.Option("--history", help="Include superseded facts.")] = False,
     db: DbOption = None,
@@ -152,7 +152,7 @@ def forget_user(
 @app.command()
 def chat(
     db: DbOption = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Your display name (default: $USER).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Your display name (default: $USER).")] = None,
 ) -> None:
     """Talk to the bot in this terminal: the Discord bot's memory and runtime, for one local user.
 
@@ -169,11 +169,11 @@ def chat(
 
 @bench_app.command("facts")
 def bench_facts(
-    data: Annotated[Optional[Path], typer.Option("--data", help='JSONL of {"old", "new", "label": duplicate|conflict|distinct} (default: the bundled pairs).')] = None,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
+    data: Annotated[Path | None, typer.Option("--data", help='JSONL of {"old", "new", "label": duplicate|conflict|distinct} (default: the bundled pairs).')] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     split: Annotated[str, typer.Option(help="Bundled pairs half: test (held out), dev (tuned on) or all.")] = "test",
-    duplicate_threshold: Annotated[Optional[float], typer.Option(help="Override fact_duplicate_threshold.")] = None,
-    conflict_threshold: Annotated[Optional[float], typer.Option(help="Override fact_conflict_threshold.")] = None,
+    duplicate_threshold: Annotated[float | None, typer.Option(help="Override fact_duplicate_threshold.")] = None,
+    conflict_threshold: Annotated[float | None, typer.Option(help="Override fact_conflict_threshold.")] = None,
     db: DbOption = None,
 ) -> None:
     """Fact de-duplication: precision and recall of duplicate / conflict decisions on labeled pairs.
@@ -192,9 +192,9 @@ def bench_facts(
 def bench_pipeline(
     blocks: Annotated[int, typer.Option(help="Background blocks in the store.")] = 100_000,
     turns: Annotated[int, typer.Option(help="Messages played (from the bundled 300-turn conversation).")] = 300,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
-    workdir: Annotated[Optional[Path], typer.Option("--db", help="Directory for the benchmark database (recreated; default: a temp dir).")] = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark database (recreated; default: a temp dir).")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
     stage1: Annotated[bool, typer.Option("--stage1/--no-stage1", help="Use the stage-1 classifier.")] = True,
     llm_ms: Annotated[float, typer.Option(help="The scripted stage-2 model's answer time (0: nothing overlaps it).")] = 0.0,
 ) -> None:
@@ -217,8 +217,8 @@ def bot(
     db: DbOption = None,
     serve: Annotated[bool, typer.Option("--serve", help="Also run `gieok serve` in this process: the bot's memory "
                                                         "as the default tenant, its events and health live.")] = False,
-    host: Annotated[Optional[str], typer.Option(help="With --serve: address (default 127.0.0.1).")] = None,
-    port: Annotated[Optional[int], typer.Option(help="With --serve: port (default 8420).")] = None,
+    host: Annotated[str | None, typer.Option(help="With --serve: address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="With --serve: port (default 8420).")] = None,
 ) -> None:
     """Run the Discord bot: DISCORD_TOKEN plus a language model (Gemini key or an OpenAI-compatible chain).
 
@@ -242,9 +242,9 @@ def bench_runtime(
                                                "(people typing); even: all channels on one beat, their batches "
                                                "filling in the same second (a synchronised worst case).")] = "random",
     seed: Annotated[int, typer.Option(help="Seed of the random arrival times.")] = 7,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
-    workdir: Annotated[Optional[Path], typer.Option("--db", help="Directory for the benchmark database (recreated; default: a temp dir).")] = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark database (recreated; default: a temp dir).")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
 ) -> None:
     """The chat runtime under load: turn overhead to the first token, lost and misrouted messages.
 

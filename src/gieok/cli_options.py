@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,22 +17,22 @@ out = Console()
 err = Console(stderr=True)
 
 DbOption = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option("--db", help="Memory file. Default: $GIEOK_DB, else the per-user data directory.",
                  show_default=False),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-GuildOpt = Annotated[Optional[str], typer.Option("--guild", "-g", help="Guild (server) id.")]
-ChannelOpt = Annotated[Optional[str], typer.Option("--channel", "-c", help="Channel id (one conversation).")]
-UserOpt = Annotated[Optional[str], typer.Option("--user", "-u", help="User id.")]
+GuildOpt = Annotated[str | None, typer.Option("--guild", "-g", help="Guild (server) id.")]
+ChannelOpt = Annotated[str | None, typer.Option("--channel", "-c", help="Channel id (one conversation).")]
+UserOpt = Annotated[str | None, typer.Option("--user", "-u", help="User id.")]
 
 
-def _open(db: Optional[Path], **overrides: Any) -> Memory:
+def _open(db: Path | None, **overrides: Any) -> Memory:
     settings = load_settings()
     if db is not None:
         overrides["db"] = str(db)
     return Memory(settings=settings, **overrides)
 
 
-def _scope(guild: Optional[str], channel: Optional[str], user: Optional[str]) -> dict[str, str]:
+def _scope(guild: str | None, channel: str | None, user: str | None) -> dict[str, str]:
     return {k: v for k, v in (("guild", guild), ("channel", channel), ("user", user)) if v is not None}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from typing import Annotated, Optional
+from datetime import UTC, datetime
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -38,8 +38,8 @@ def _keys(db: DbOption) -> Iterator[ApiKeys]:
 @server_commands.command()
 def serve(
     db: DbOption = None,
-    host: Annotated[Optional[str], typer.Option(help="Address to listen on. Default: 127.0.0.1 (server_host).")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port. Default: 8420 (server_port).")] = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on. Default: 127.0.0.1 (server_host).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port. Default: 8420 (server_port).")] = None,
     workers: Annotated[int, typer.Option(help="Worker processes sharing the memory files.")] = 1,
     no_auth: Annotated[bool, typer.Option("--no-auth", help="No API keys: every caller is the default tenant's "
                                                             "admin. Refused unless the host is a loopback address.")] = False,
@@ -107,12 +107,12 @@ def keys_create(
 
 
 def _when(value: float | None) -> str:
-    return "-" if value is None else datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return "-" if value is None else datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 @keys_commands.command("list")
 def keys_list(
-    tenant: Annotated[Optional[str], typer.Option(help="Only this tenant's keys.")] = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:

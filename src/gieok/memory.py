@@ -182,11 +182,11 @@ class Memory:
                          for h in result.hits[:5]]})
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str] | None = None, **overrides: Any) -> "Memory":
+    def open(cls, path: str | os.PathLike[str] | None = None, **overrides: Any) -> Memory:
         return cls(path, **overrides)
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def __enter__(self) -> "Memory":
+    def __enter__(self) -> Memory:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -36,7 +36,7 @@ class Scope:
     user: str | None = None
 
     @classmethod
-    def of(cls, value: "Scope | Mapping[str, Any] | None") -> "Scope":
+    def of(cls, value: Scope | Mapping[str, Any] | None) -> Scope:
         """Accept a Scope, a mapping with guild/channel/user keys, or None."""
         if value is None:
             return cls()

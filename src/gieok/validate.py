@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from .errors import InvalidInputError, InvalidTypeError
@@ -65,7 +65,7 @@ def check_time(value: Any, what: str = "time") -> float | None:
             raise InvalidInputError(f"{what} {value!r} is not an ISO-8601 date/time") from None
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return value.timestamp()
     raise InvalidTypeError(f"{what} must be a datetime, ISO string or epoch seconds, not {type(value).__name__}")
 

@@ -199,7 +199,7 @@ class TerminalChat:
 
     def __init__(self, settings: Settings | None = None, *, db: str | Path | None = None,
                  user_name: str | None = None, input: Iterable[str] | None = None,
-                 console: Console | None = None, memory: "Memory | None" = None, llm: "LLM | None" = None,
+                 console: Console | None = None, memory: Memory | None = None, llm: LLM | None = None,
                  classifier: Any = "bundled") -> None:
         base = settings or (memory.settings if memory is not None else load_settings())
         if db is not None:

@@ -28,7 +28,7 @@ class EmbeddingClassifier:
 
     @classmethod
     def fit(cls, vectors: np.ndarray, labels: Sequence[bool], *, l2: float = 1e-2, steps: int = 3000,
-            learning_rate: float = 0.5) -> "EmbeddingClassifier":
+            learning_rate: float = 0.5) -> EmbeddingClassifier:
         """Full-batch gradient descent at a fixed `learning_rate` on the L2-regularised log loss."""
         xs, y, mean, scale = _standardise(vectors, labels)
         w = np.zeros(xs.shape[1])
@@ -42,7 +42,7 @@ class EmbeddingClassifier:
 
     @classmethod
     def fit_accelerated(cls, features: np.ndarray, labels: Sequence[bool], *, l2: float = 1e-3,
-                        steps: int = 1500) -> "EmbeddingClassifier":
+                        steps: int = 1500) -> EmbeddingClassifier:
         """The same model by Nesterov-accelerated gradient descent, for features whose scale
         makes a fixed learning rate unstable (kernel maps): the step is 1 / the largest
         eigenvalue of the features' second moment — the log loss's curvature is at most a
@@ -70,7 +70,7 @@ class EmbeddingClassifier:
                  meta=np.array(json.dumps(meta, ensure_ascii=False)))
 
     @classmethod
-    def load(cls, source: str | Path | IO[bytes]) -> tuple["EmbeddingClassifier", dict[str, Any]]:
+    def load(cls, source: str | Path | IO[bytes]) -> tuple[EmbeddingClassifier, dict[str, Any]]:
         with np.load(source, allow_pickle=False) as data:
             model = cls(data["weights"], float(data["bias"][0]), data["mean"], data["scale"])
             return model, json.loads(str(data["meta"]))

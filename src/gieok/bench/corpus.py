@@ -123,7 +123,7 @@ class _Slots(dict):
     ``{name}`` never resolves to the speaker of the message.
     """
 
-    __slots__ = ("_rng", "_vocab", "_speaker")
+    __slots__ = ("_rng", "_speaker", "_vocab")
 
     def __init__(self, rng: random.Random, vocab: dict[str, list[_W]], speaker: str = "") -> None:
         super().__init__()
@@ -161,14 +161,8 @@ def _endings(text: str) -> list[_W]:
 # Speakers, guilds, channels
 # ---------------------------------------------------------------------------
 
-_KO_NAMES = (
-    "민지 서연 지훈 도윤 하은 예준 수아 지우 현우 유나 "
-    "준호 소연 태민 은비 재원 나연 성민 다은 승우 혜진"
-).split()
-_EN_NAMES = (
-    "Alex Sam Jordan Emily Chris Taylor Mia Ethan Olivia Noah "
-    "Grace Ryan Chloe Daniel Sophie Jake Hannah Leo Nina Max"
-).split()
+_KO_NAMES = ["민지", "서연", "지훈", "도윤", "하은", "예준", "수아", "지우", "현우", "유나", "준호", "소연", "태민", "은비", "재원", "나연", "성민", "다은", "승우", "혜진"]
+_EN_NAMES = ["Alex", "Sam", "Jordan", "Emily", "Chris", "Taylor", "Mia", "Ethan", "Olivia", "Noah", "Grace", "Ryan", "Chloe", "Daniel", "Sophie", "Jake", "Hannah", "Leo", "Nina", "Max"]
 _SPEAKER_LANG: dict[str, str] = {**{n: "ko" for n in _KO_NAMES}, **{n: "en" for n in _EN_NAMES}}
 
 # guild -> (channels with relative activity weight, topic bias per channel)

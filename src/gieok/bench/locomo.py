@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ def _parse_session_time(value: str | None) -> float:
         return 0.0
     for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y"):
         try:
-            return datetime.strptime(value.strip(), fmt).replace(tzinfo=timezone.utc).timestamp()
+            return datetime.strptime(value.strip(), fmt).replace(tzinfo=UTC).timestamp()
         except ValueError:
             continue
     return 0.0

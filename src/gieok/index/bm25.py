@@ -21,7 +21,7 @@ __all__ = ["BM25Index"]
 
 
 class _Postings:
-    __slots__ = ("rows", "tf", "size")
+    __slots__ = ("rows", "size", "tf")
 
     def __init__(self) -> None:
         self.rows = np.empty(4, dtype=np.int64)

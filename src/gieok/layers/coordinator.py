@@ -49,7 +49,7 @@ class CoordinatorConfig:
     checkpoint_radius: int
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "CoordinatorConfig":
+    def from_settings(cls, settings: Settings) -> CoordinatorConfig:
         return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
 

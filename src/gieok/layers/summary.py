@@ -64,7 +64,7 @@ class ChannelSummary:
     updates: int = 0
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ChannelSummary":
+    def from_dict(cls, data: Mapping[str, Any]) -> ChannelSummary:
         known = {f: data[f] for f in cls.__dataclass_fields__ if f in data}
         for name in ("participants", "ongoing_topics", "key_points", "core"):
             if name in known:
@@ -77,7 +77,7 @@ class ChannelSummary:
             data[name] = list(data[name])
         return data
 
-    def merge(self, updates: Mapping[str, Any], *, max_topics: int = 5, max_points: int = 10) -> "ChannelSummary":
+    def merge(self, updates: Mapping[str, Any], *, max_topics: int = 5, max_points: int = 10) -> ChannelSummary:
         """Apply `summary_updates`. Unknown keys (including any attempt at `core`) are ignored."""
         if not isinstance(updates, Mapping):
             raise InvalidTypeError(f"summary_updates must be an object, not {type(updates).__name__}")
@@ -104,12 +104,12 @@ class ChannelSummary:
             return self
         return replace(self, **changes, updates=self.updates + 1)
 
-    def with_speaker(self, user_id: str) -> "ChannelSummary":
+    def with_speaker(self, user_id: str) -> ChannelSummary:
         participants = [p for p in self.participants if p != user_id] + [user_id]
         stage = "ongoing" if self.stage == "start" and len(participants) > 0 and self.last_speaker else self.stage
         return replace(self, participants=tuple(participants[-MAX_PARTICIPANTS:]), last_speaker=user_id, stage=stage)
 
-    def without_user(self, user_id: str) -> tuple["ChannelSummary", int]:
+    def without_user(self, user_id: str) -> tuple[ChannelSummary, int]:
         """"Forget me" for L2: the user leaves the participants, and every topic or point that
         names them (`<user:ID>`, as extraction writes users) is dropped. The operator's core
         stays. Returns the scrubbed summary and how many items were dropped."""

@@ -73,7 +73,7 @@ class ToolLoopResult:
         return sum(call.seconds for call in self.calls)
 
 
-def tool_loop_options(settings: "Settings") -> dict[str, Any]:
+def tool_loop_options(settings: Settings) -> dict[str, Any]:
     """`run_tool_loop` keyword arguments from the settings (`tool_rounds`, `tool_result_chars`,
     `tool_timeout_seconds`)."""
     return {"max_rounds": settings.tool_rounds, "result_chars": settings.tool_result_chars,
@@ -98,7 +98,7 @@ async def _run_call(call: ToolCall, tool: Tool | None, ctx: ToolContext, *, roun
             try:
                 result = str(await asyncio.wait_for(tool.handler(arguments, ctx), timeout))
                 ok = True
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 result = f"error: {tool.name} did not finish within {timeout:g} seconds"
             except ToolError as exc:
                 result = f"error: {exc}"

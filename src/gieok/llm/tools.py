@@ -95,8 +95,8 @@ class ToolContext:
     guild: str | None
     user_id: str | None
     timezone: str = DEFAULT_TIMEZONE
-    memory: "Memory | None" = None
-    facts: "FactStore | None" = None
+    memory: Memory | None = None
+    facts: FactStore | None = None
 
 
 class ToolError(GieokError):
@@ -128,9 +128,7 @@ _TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "num
 def _check_value(name: str, value: Any, schema: Mapping[str, Any]) -> tuple[Any, str | None]:
     kind = schema.get("type")
     if kind == "integer":  # models send 5.0 or "5" for 5 often enough to accept them
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        elif isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        if (isinstance(value, float) and value.is_integer()) or (isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value)):
             value = int(value)
     if kind == "number" and isinstance(value, str):
         try:
@@ -548,7 +546,7 @@ def ddgs_tools(ddgs_factory: Callable[[], Any] | None = None, *, region: str = "
 
 # -- the default set ---------------------------------------------------------------------------
 
-def default_tools(settings: "Settings | None" = None, *, clock: Callable[[], float] = time.time,
+def default_tools(settings: Settings | None = None, *, clock: Callable[[], float] = time.time,
                   ddgs_factory: Callable[[], Any] | None = None,
                   github_transport: httpx.AsyncBaseTransport | None = None,
                   exclude: Iterable[str] = ()) -> list[Tool]:

@@ -48,7 +48,7 @@ class RetrievalParams:
     importance_weight: float
 
     @classmethod
-    def from_settings(cls, settings: "Settings | None" = None) -> "RetrievalParams":
+    def from_settings(cls, settings: Settings | None = None) -> RetrievalParams:
         settings = settings or Settings()
         return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 

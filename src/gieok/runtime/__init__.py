@@ -16,10 +16,10 @@ from .postprocess import (
     MIN_CHUNK_LIMIT,
     EditThrottle,
     MessageOp,
+    SelfCorrector,
     StreamView,
     chunk_message,
     correct_self_reference,
-    SelfCorrector,
     render_mentions,
     stream_view,
 )

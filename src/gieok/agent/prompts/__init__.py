@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from string import Template
 
@@ -15,7 +15,7 @@ LANGUAGES = ("ko", "en")
 NAMES = ("persona", "post_instruction", "decision", "extraction", "repair")
 
 
-@lru_cache(maxsize=None)
+@cache
 def prompt(name: str, language: str) -> Template:
     if language not in LANGUAGES:
         raise ConfigError(f"language must be one of {', '.join(LANGUAGES)}, got {language!r}")
