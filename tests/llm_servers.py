@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -73,10 +73,8 @@ def _handler(state: LLMServer) -> type[BaseHTTPRequestHandler]:
             pass
 
         def handle(self) -> None:
-            try:
+            with suppress(BrokenPipeError, ConnectionResetError):  # the client gave up first (timeout tests)
                 super().handle()
-            except (BrokenPipeError, ConnectionResetError):  # the client gave up first (timeout tests)
-                pass
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -109,10 +107,8 @@ def _handler(state: LLMServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
             if reply.cut_after is not None:  # drop the connection without the final chunk
                 self.close_connection = True
-                try:
+                with suppress(OSError):
                     self.connection.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 return
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()

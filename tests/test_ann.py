@@ -12,7 +12,8 @@ from gieok import Memory
 TEXTS = [
     f"{speaker}: {topic} 얘기 {i}번째 — talking about {topic} again ({i})"
     for i, (speaker, topic) in enumerate(
-        (s, t) for s in ("민지", "Alex", "지훈", "Emily") for t in ("고양이", "deploy", "부산 여행", "birthday", "coffee")
+        (s, t) for s in ("민지", "Alex", "지훈", "Emily")
+        for t in ("고양이", "deploy", "부산 여행", "birthday", "coffee")
     )
 ]
 

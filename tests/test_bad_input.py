@@ -122,7 +122,8 @@ def test_bad_search_is_refused(small: Memory, case: str, kwargs: dict[str, Any],
     assert _snapshot(small) == before
 
 
-@pytest.mark.parametrize("query", ['"foo AND (', "NEAR(a b", "*", "foo OR", "NOT bar", "tokens:foo", "^baz", '""', "a*b-c"])
+@pytest.mark.parametrize("query", ['"foo AND (', "NEAR(a b", "*", "foo OR", "NOT bar", "tokens:foo", "^baz", '""',
+                                   "a*b-c"])
 @pytest.mark.parametrize("mode", ["bm25", "hybrid"])
 def test_fts_syntax_in_queries_is_just_text(small: Memory, query: str, mode: str) -> None:
     before = _snapshot(small)

@@ -58,7 +58,8 @@ def test_the_bots_turns_and_health_are_visible_live(tmp_path: Path) -> None:
                         break
             seen["types"] = types
             seen["health"] = (await client.get("/v1/health", headers=headers)).json()
-            seen["elsewhere"] = (await client.get("/v1/health", headers={"Authorization": f"Bearer {other_key}"})).json()
+            elsewhere = await client.get("/v1/health", headers={"Authorization": f"Bearer {other_key}"})
+            seen["elsewhere"] = elsewhere.json()
             messages = await client.get("/v1/conversations/messages", params={"channel": "cafe", "guild": "g1"},
                                         headers=headers)
             seen["messages"] = messages.json()["messages"]
@@ -93,6 +94,7 @@ def test_the_bots_turns_and_health_are_visible_live(tmp_path: Path) -> None:
 
 def test_bot_serve_checks_its_configuration_first(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "gieok.cli", "bot", "--serve", "--db", str(tmp_path / "b.db")],
-                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                          capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert done.returncode == 1 and "no Discord token" in done.stderr
     assert not (tmp_path / "b.db").exists()

@@ -33,7 +33,7 @@ def test_empty_store_verifies(memory: Memory) -> None:
 
 
 def test_hashes_recompute_from_public_fields(seeded) -> None:
-    memory, blocks = seeded
+    _memory, blocks = seeded
     prev = GENESIS
     for b in blocks:
         digest = content_digest(b.text, b.speaker, list(b.keywords), list(b.tags), b.metadata)
@@ -96,7 +96,7 @@ def test_forget_erases_content_and_keeps_chain(seeded, db_path: Path) -> None:
 
 
 def test_forget_survives_reopen(seeded, db_path: Path) -> None:
-    memory, blocks = seeded
+    memory, _blocks = seeded
     memory.forget(1)
     memory.close()
     with Memory(db_path) as reopened:
@@ -155,7 +155,7 @@ def test_tampered_digest_is_detected(seeded, db_path: Path) -> None:
 
 
 def test_forget_missing_index_changes_nothing(seeded) -> None:
-    memory, blocks = seeded
+    memory, _blocks = seeded
     before = ([b.as_dict() for b in memory.iter_blocks()], memory.verify().as_dict())
 
     with pytest.raises(BlockNotFoundError) as info:

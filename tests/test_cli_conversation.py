@@ -11,8 +11,8 @@ from test_cli import gieok
 
 def test_inspect_prompt_shows_the_prompt_and_changes_nothing(tmp_path: Path) -> None:
     db = tmp_path / "bot.db"
-    result = gieok("inspect-prompt", "누리야 내 고양이 이름 기억나?", "--channel", "cafe", "--guild", "g1", "--user", "42",
-                   "--name", "민지", "--db", str(db))
+    result = gieok("inspect-prompt", "누리야 내 고양이 이름 기억나?", "--channel", "cafe", "--guild", "g1",
+                   "--user", "42", "--name", "민지", "--db", str(db))
     assert result.returncode == 0, result.stderr
     assert "respond: True" in result.stdout and "<<<사용자 입력>>>" in result.stdout and "Asia/Seoul" in result.stdout
     as_json = gieok("inspect-prompt", "hello", "--user", "7", "--json", "--db", str(db))

@@ -12,7 +12,8 @@ NOON_UTC = 1_767_268_800.0  # 2026-01-01T12:00:00Z = 21:00 in Seoul
 
 
 def builder(language: str = "ko", **budget: int) -> ContextBuilder:
-    return ContextBuilder(persona=prompt("persona", language).template, post_instruction=prompt("post_instruction", language),
+    return ContextBuilder(persona=prompt("persona", language).template,
+                          post_instruction=prompt("post_instruction", language),
                           bot_name="누리" if language == "ko" else "Nuri", language=language, budget=Budget(**budget))
 
 
@@ -21,7 +22,8 @@ def test_sandwich_layout_and_time_zone() -> None:
     system, user = built.messages
     assert system.role == "system" and user.role == "user"
     assert '너는 "누리"' in system.content and "2026-01-01 (목) 21:00 KST (Asia/Seoul)" in system.content
-    assert user.content.index("<<<사용자 입력>>>") < user.content.index("안녕 누리야") < user.content.index("[다시 확인]")
+    assert (user.content.index("<<<사용자 입력>>>") < user.content.index("안녕 누리야")
+            < user.content.index("[다시 확인]"))
     assert "민지 (<user:7>)" in user.content
     en = builder("en").build(now=NOON_UTC, message="hi", speaker_id="7", speaker_name=None)
     assert "Thursday" in en.messages[0].content and "[Reminder]" in en.messages[1].content
@@ -58,7 +60,8 @@ def test_memories_keep_best_scores_whole() -> None:
 def test_summary_keeps_core_and_newest_points() -> None:
     parts = {"core": ["이 서버는 2020년에 만들어졌다"], "head": ["topic: 게임"],
              "ongoing": [], "points": [f"요점 {i} " + "나" * 20 for i in range(10)]}
-    built = builder(summary=80).build(now=NOON_UTC, message="hi", speaker_id="1", speaker_name=None, summary_parts=parts)
+    built = builder(summary=80).build(now=NOON_UTC, message="hi", speaker_id="1", speaker_name=None,
+                                      summary_parts=parts)
     section = next(s for s in built.sections if s.name == "summary")
     assert section.tokens <= 80 and "2020년" in section.text and "topic: 게임" in section.text
     assert "요점 9" in section.text and "요점 0 " not in section.text and section.dropped > 0

@@ -111,8 +111,10 @@ def facts_of(memory: Memory, **kwargs) -> FactStore:
 
 def test_fact_duplicate_is_not_stored_twice(memory: Memory) -> None:
     facts = facts_of(memory)
-    first = facts.add("<user:1>는 고양이 나비를 키운다.", fact_type="user_fact", topic="반려동물", guild="g1", user_id="1")
-    again = facts.add("<user:1>는 고양이 나비를 키운다", fact_type="user_fact", topic="반려동물", guild="g1", user_id="1")
+    first = facts.add("<user:1>는 고양이 나비를 키운다.", fact_type="user_fact", topic="반려동물", guild="g1",
+                      user_id="1")
+    again = facts.add("<user:1>는 고양이 나비를 키운다", fact_type="user_fact", topic="반려동물", guild="g1",
+                      user_id="1")
     assert first.action == "stored" and again.action == "duplicate"
     assert again.fact.block_index == first.fact.block_index
     assert len(facts.facts(user_id="1")) == 1
@@ -121,14 +123,16 @@ def test_fact_duplicate_is_not_stored_twice(memory: Memory) -> None:
 def test_newer_conflicting_fact_supersedes_and_keeps_history(db_path: Path) -> None:
     with Memory(db_path) as memory:
         facts = facts_of(memory)
-        old = facts.add("<user:1>는 24살이다.", fact_type="user_fact", topic="나이", guild="g1", user_id="1", when=100.0)
-        new = facts.add("<user:1>는 25살이다.", fact_type="user_fact", topic="나이", guild="g1", user_id="1", when=200.0)
+        old = facts.add("<user:1>는 24살이다.", fact_type="user_fact", topic="나이", guild="g1", user_id="1",
+                        when=100.0)
+        new = facts.add("<user:1>는 25살이다.", fact_type="user_fact", topic="나이", guild="g1", user_id="1",
+                        when=200.0)
         assert new.action == "superseded" and new.replaced.block_index == old.fact.block_index
     with Memory(db_path) as memory:
         facts = facts_of(memory)
         current = facts.facts(user_id="1")
         history = facts.facts(user_id="1", include_history=True)
-        retired = [f for f in history if f.text == "<user:1>는 24살이다."][0]
+        retired = next(f for f in history if f.text == "<user:1>는 24살이다.")
         assert memory.get(retired.block_index).text == "<user:1>는 24살이다.", "superseded, never deleted"
     assert [f.text for f in current] == ["<user:1>는 25살이다."]
     assert retired.valid_to == 200.0 and retired.superseded_by == new.fact.block_index
@@ -137,7 +141,8 @@ def test_newer_conflicting_fact_supersedes_and_keeps_history(db_path: Path) -> N
 def test_pair_judge_rules() -> None:
     judge = PairJudge()
     same = ["고양이", "나비", "키우다"]
-    assert judge.judge(0.99, same, same, "<user:1>는 고양이 나비를 키운다.", "<user:1>는 고양이 나비를 키운다", True) == "duplicate"
+    assert judge.judge(0.99, same, same, "<user:1>는 고양이 나비를 키운다.", "<user:1>는 고양이 나비를 키운다",
+                       True) == "duplicate"
     assert judge.judge(0.99, ["24"], ["25"], "<user:1> is 24.", "<user:1> is 25.", True) == "conflict"
     assert judge.judge(0.99, ["좋아하다"], ["좋아하다"], "<user:1>는 민트초코를 좋아하지 않는다.",
                        "<user:1>는 민트초코를 좋아한다.", True) == "conflict", "negation is a changed value"
@@ -171,7 +176,8 @@ def test_recall_never_leaks_across_guilds_or_users(memory: Memory) -> None:
     facts.add("<user:1>의 고양이 이름은 나비다.", fact_type="user_fact", topic="반려동물", guild="g1", user_id="1")
     facts.add("<user:2>의 고양이 이름은 초코다.", fact_type="user_fact", topic="반려동물", guild="g2", user_id="2")
     facts.add("이 서버의 고양이 마스코트는 치즈다.", fact_type="guild_fact", topic="마스코트", guild="g2")
-    facts.add("<user:3>의 고양이는 DM에서 말한 까망이다.", fact_type="user_fact", topic="반려동물", guild=None, user_id="3")
+    facts.add("<user:3>의 고양이는 DM에서 말한 까망이다.", fact_type="user_fact", topic="반려동물", guild=None,
+              user_id="3")
     query = "고양이 이름이 뭐야"
 
     def texts(guild: str | None, user: str) -> set[str]:
@@ -188,14 +194,16 @@ def test_recall_never_leaks_across_guilds_or_users(memory: Memory) -> None:
     dm_3 = texts(None, "3")
     assert dm_3 == {"<user:3>의 고양이는 DM에서 말한 까망이다."}, dm_3
     global_facts = FactStore(memory, tables(memory), global_user_facts=True)
-    assert "<user:1>의 고양이 이름은 나비다." in {f.text for f, _ in global_facts.recall(query, guild="g2", user_id="1")}
+    assert "<user:1>의 고양이 이름은 나비다." in {f.text for f, _ in global_facts.recall(query, guild="g2",
+                                                                                      user_id="1")}
     assert "<user:1>의 고양이 이름은 나비다." not in {f.text for f, _ in global_facts.recall(query, guild="g2",
                                                                                          user_id="2")}
 
 
 def test_lore_seeding_is_idempotent(memory: Memory, tmp_path: Path) -> None:
     lore = tmp_path / "lore.txt"
-    lore.write_text("# 누리의 세계\n세계관: 누리는 기억의 도서관에 산다.\n하루는 누리의 고양이 친구다.\n\n", encoding="utf-8")
+    lore.write_text("# 누리의 세계\n세계관: 누리는 기억의 도서관에 산다.\n하루는 누리의 고양이 친구다.\n\n",
+                    encoding="utf-8")
     facts = facts_of(memory)
     assert facts.seed_lore(lore) == 2
     assert facts.seed_lore(lore) == 0

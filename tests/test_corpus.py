@@ -8,6 +8,7 @@ the answer.  These tests pin both properties.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from importlib import resources
@@ -98,7 +99,7 @@ def test_lengths_vary(corpus_20k: list[ChatMessage]) -> None:
 
 def test_timestamps_non_decreasing(corpus_20k: list[ChatMessage]) -> None:
     ts = [m.timestamp for m in corpus_20k]
-    assert all(a <= b for a, b in zip(ts, ts[1:]))
+    assert all(a <= b for a, b in itertools.pairwise(ts))
     assert ts[-1] > ts[0]
 
 

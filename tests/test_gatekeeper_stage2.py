@@ -34,7 +34,8 @@ def test_decision_passes_schema_and_parses() -> None:
 
 @pytest.mark.parametrize("text", [
     '```json\n{"response_needed": true, "retrieval_needed": false, "search_query": "",}\n```',
-    'Sure! Here is my decision: {"response_needed": "true", "retrieval_needed": "false", "search_query": ""} hope it helps',
+    'Sure! Here is my decision: {"response_needed": "true", "retrieval_needed": "false", "search_query": ""} '
+    'hope it helps',
 ])
 def test_tolerant_parsing(text: str) -> None:
     decision, _, _ = decide([text])

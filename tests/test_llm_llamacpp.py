@@ -219,9 +219,9 @@ def test_a_broken_file_is_an_llm_error_and_llama_cpp_says_why_in_the_log(
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"not a gguf file" * 64)
     llm = tiny(broken)  # it is a file: construction succeeds, the load fails on first use
-    with caplog.at_level(logging.DEBUG, logger="gieok.llm.llamacpp"):
-        with pytest.raises(LLMError, match="llamacpp:broken.gguf: .*Failed to load model"):
-            asyncio.run(llm.chat(QUESTION, max_tokens=4))
+    with (caplog.at_level(logging.DEBUG, logger="gieok.llm.llamacpp"),
+          pytest.raises(LLMError, match=r"llamacpp:broken\.gguf: .*Failed to load model")):
+        asyncio.run(llm.chat(QUESTION, max_tokens=4))
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert any("invalid magic" in message for message in errors), errors
     assert "llama" not in capfd.readouterr().err
@@ -256,7 +256,7 @@ def test_concurrent_calls_both_complete_one_at_a_time(model_path: Path) -> None:
 
     first, second = asyncio.run(both())
     assert first.text and json.loads(second.text)["mood"] in ("up", "down")
-    (a_start, a_end), (b_start, b_end) = sorted(spans)
+    (_a_start, a_end), (b_start, _b_end) = sorted(spans)
     assert a_end <= b_start  # never two calls in one llama.cpp context at once
 
 
@@ -275,7 +275,7 @@ def test_a_cancelled_call_keeps_the_model_until_its_thread_is_done(model_path: P
         return (await llm.chat(QUESTION, max_tokens=4)).text
 
     asyncio.run(cancel_then_ask())
-    (a_start, a_end), (b_start, b_end) = sorted(spans)
+    (_a_start, a_end), (b_start, _b_end) = sorted(spans)
     assert a_end <= b_start
 
 

@@ -141,7 +141,7 @@ def test_sse_stream(server: LLMServer) -> None:
 def test_stream_cut_midway_is_transient_after_the_delivered_pieces(server: LLMServer) -> None:
     server.push(Reply(events=openai_chunks(["one ", "two ", "three"]), cut_after=3))
     pieces: list[str] = []
-    with pytest.raises(LLMTransientError, match="broke|ended"):
+    with pytest.raises(LLMTransientError, match=r"broke|ended"):
         run(collect(client(server).stream([ChatMessage("user", "count")]), pieces))
     assert pieces == ["one ", "two "]
 
@@ -159,7 +159,7 @@ def test_stream_closed_cleanly_without_done_is_transient(server: LLMServer) -> N
                                              ({"code": 502, "message": "upstream"}, LLMTransientError),
                                              ({"message": "server_error"}, LLMTransientError)])
 def test_error_event_inside_a_stream(server: LLMServer, error: dict[str, Any], kind: type[LLMError]) -> None:
-    events = openai_chunks(["partial"], done=False) + [json.dumps({"error": error})]
+    events = [*openai_chunks(["partial"], done=False), json.dumps({"error": error})]
     server.push(Reply(events=events))
     with pytest.raises(kind):
         run(collect(client(server).stream([ChatMessage("user", "q")])))

@@ -331,7 +331,7 @@ def test_stream_cut_midway_continues_on_the_next_provider_without_repeating(
 
 
 def test_stream_resumed_by_a_true_continuation(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
-    a, b = servers
+    a, _ = servers
     a.push(Reply(events=openai_chunks(["우리 고양이 ", "이름은 ", "(cut)"]), cut_after=3))
     # the next key continues, repeating the last words first (an overlap of 8 characters)
     a.push(Reply(events=openai_chunks(["고양이 이름은 ", "나비야. ", "세 살이야."])))
@@ -344,7 +344,7 @@ def test_stream_resumed_by_a_true_continuation(vt: VirtualTime, servers: tuple[L
 def test_rate_limit_in_the_middle_of_a_stream_moves_to_the_next_key(
         vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
     a, _ = servers
-    events = openai_chunks(["Hello, "], done=False) + [json.dumps({"error": {"code": 429, "message": "quota"}})]
+    events = [*openai_chunks(["Hello, "], done=False), json.dumps({"error": {"code": 429, "message": "quota"}})]
     a.push(Reply(events=events), Reply(events=openai_chunks(["this is the whole answer, delivered once."])))
     r = router(vt, openai_route(a, ["k1", "k2"]))
     pieces = run(collect(r.stream(QUESTION)))

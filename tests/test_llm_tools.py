@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -215,7 +216,8 @@ def lore_and_turns(memory: Memory) -> FactStore:
     memory.add("민지: 우리 고양이 이름은 나비야", scope={"guild": "g1", "channel": "cafe", "user": "1"}, speaker="민지")
     memory.add("준호: 나는 주말마다 등산을 가", scope={"guild": "g1", "channel": "cafe", "user": "2"}, speaker="준호")
     memory.add("민지: 비밀번호는 g1-only-secret 이야", scope={"guild": "g1", "channel": "lounge", "user": "1"})
-    memory.add("Carol: 우리 고양이 이름은 초코야", scope={"guild": "g2", "channel": "study", "user": "3"}, speaker="Carol")
+    memory.add("Carol: 우리 고양이 이름은 초코야", scope={"guild": "g2", "channel": "study", "user": "3"},
+               speaker="Carol")
     memory.add("Dave: 스터디는 화요일 저녁 7시", scope={"guild": "g2", "channel": "study", "user": "4"}, speaker="Dave")
     facts = FactStore(memory, ConversationTables(memory.store))
     facts.add("<user:1>는 고양이 나비를 키운다", fact_type="user_fact", topic="반려동물", guild="g1", user_id="1")
@@ -289,8 +291,9 @@ def test_current_time_zones() -> None:
     tool = current_time_tool(fixed_clock)
     assert asyncio.run(tool.handler({}, CTX)) == \
         "2025-01-01 21:00:00 Wednesday (Asia/Seoul, UTC+09:00; ISO 8601: 2025-01-01T21:00:00+09:00)"
-    assert asyncio.run(tool.handler({"timezone": "UTC"}, CTX)).startswith("2025-01-01 12:00:00 Wednesday (UTC, UTC+00:00")
-    with pytest.raises(ToolError, match="unknown time zone '../etc'"):
+    assert asyncio.run(tool.handler({"timezone": "UTC"}, CTX)).startswith(
+        "2025-01-01 12:00:00 Wednesday (UTC, UTC+00:00")
+    with pytest.raises(ToolError, match=re.escape("unknown time zone '../etc'")):
         asyncio.run(tool.handler({"timezone": "../etc"}, CTX))
 
 
@@ -387,7 +390,8 @@ def test_github_search_errors_are_clear(github: GitHubServer) -> None:
         (403, {"message": "API rate limit exceeded for 127.0.0.1."},
          {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(NOON_UTC) + 125)}),
         (429, {"message": "secondary rate limit"}, {"retry-after": "30"}),
-        (422, {"message": "Validation Failed", "errors": [{"message": "The search is longer than 256 characters."}]}, {}),
+        (422, {"message": "Validation Failed",
+               "errors": [{"message": "The search is longer than 256 characters."}]}, {}),
         (200, {"total_count": 0, "incomplete_results": False, "items": []}, {}),
         (500, {"message": "boom"}, {}),
     ]
@@ -395,7 +399,8 @@ def test_github_search_errors_are_clear(github: GitHubServer) -> None:
     assert not ok and limited == ("error: GitHub's rate limit is reached; try again in about 3 minute(s). "
                                   "Do not call github_search again for now")
     assert 'status="error"' in seen
-    assert invoke(tool, {"query": "x"})[0].startswith("error: GitHub's rate limit is reached; try again in about 1 minute")
+    assert invoke(tool, {"query": "x"})[0].startswith(
+        "error: GitHub's rate limit is reached; try again in about 1 minute")
     assert invoke(tool, {"query": "x"})[0] == ("error: GitHub rejected the query 'x': Validation Failed: "
                                                "The search is longer than 256 characters.")
     assert invoke(tool, {"query": "zzzz"})[0] == "no repositories found on GitHub for 'zzzz'"
@@ -424,7 +429,7 @@ class RatelimitException(Exception):
 class FakeDDGS:
     """Answers the way ddgs 9 does: lists of dicts with its field names."""
 
-    asked: list[tuple[str, str, dict[str, Any]]] = []
+    asked: ClassVar[list[tuple[str, str, dict[str, Any]]]] = []
     fail = False
 
     def text(self, query: str, **options: Any) -> list[dict[str, Any]]:

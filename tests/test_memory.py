@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ def test_add_get_search_round_trip(memory: Memory) -> None:
 
     result = memory.search("Max the golden retriever")
     assert _indices(result)[0] == 2
-    assert list(result)[0].block == english
+    assert next(iter(result)).block == english
 
 
 # -- filters ---------------------------------------------------------------------------------
@@ -315,7 +316,7 @@ def test_block_index_is_monotonic_and_chained(memory: Memory) -> None:
     blocks.append(memory.add("fifth", kind="fact"))
     assert [b.block_index for b in blocks] == [1, 2, 3, 4, 5]
     assert blocks[0].prev_hash == GENESIS
-    for prev, cur in zip(blocks, blocks[1:]):
+    for prev, cur in itertools.pairwise(blocks):
         assert cur.prev_hash == prev.hash
         assert cur.insert_time >= prev.insert_time
     assert len({b.hash for b in blocks}) == 5

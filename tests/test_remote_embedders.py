@@ -166,9 +166,9 @@ def test_cached_embedder_normalises_and_caches(server: FakeServer) -> None:
     cached = CachedEmbedder(OpenAIEmbedder("m", f"{server.url}/v1", batch_size=64))
     assert cached.name == "openai/m" and cached.dimension == DIM
 
-    rows = cached.embed_passages(TEXTS + [TEXTS[0]])  # a duplicate inside one call is sent once
+    rows = cached.embed_passages([*TEXTS, TEXTS[0]])  # a duplicate inside one call is sent once
     np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1.0, rtol=1e-6)
-    for row, text in zip(rows, TEXTS + [TEXTS[0]]):
+    for row, text in zip(rows, [*TEXTS, TEXTS[0]]):
         np.testing.assert_allclose(row, _unit(fake_vector(text)), rtol=1e-5, atol=1e-6)
     assert server.bodies()[-1]["input"] == TEXTS
     assert (cached.misses, cached.hits) == (6, 0)

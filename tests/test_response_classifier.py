@@ -132,7 +132,8 @@ def test_training_saving_and_the_cache(embedder, tmp_path):
     examples = [GateExample((), "ㅋㅋㅋㅋ", False), GateExample((), "lol", False),
                 GateExample(("민수: 나 어제 롤 함",), "몇 판 했어?", False), GateExample((), "ok got it", False),
                 GateExample((), "점심 메뉴 추천해줘", True), GateExample((), "how do I boil an egg?", True),
-                GateExample((), "안녕하세요 여러분", True), GateExample(("Nuri: Try Severance!",), "something lighter?", True),
+                GateExample((), "안녕하세요 여러분", True),
+                GateExample(("Nuri: Try Severance!",), "something lighter?", True),
                 GateExample((), "누리야 안녕", True, explicit=True)]
     model = ResponseClassifier.train(embedder, examples, embedder_name="test-embedder")
     assert len(model.anchor_messages) == 8  # the explicit call is left out

@@ -47,7 +47,8 @@ def test_look_alikes_are_not_calls(nuri: CallDetector, text: str) -> None:
 
 
 @pytest.mark.parametrize(("word", "expected"), [
-    ("하늘", True), ("누리", False), ("민지", False), ("서연", True), ("길", True), ("Nuri", None), ("R2", None), ("", None),
+    ("하늘", True), ("누리", False), ("민지", False), ("서연", True), ("길", True),
+    ("Nuri", None), ("R2", None), ("", None),
 ])
 def test_has_batchim(word: str, expected: bool | None) -> None:
     assert has_batchim(word) is expected
@@ -63,7 +64,8 @@ def test_particle_variant(particle: str, word: str, expected: str) -> None:
 
 @pytest.mark.parametrize(("text", "surface"), [
     ("하늘아 안녕", "하늘아"), ("하늘이 뭐해?", "하늘이"), ("하늘은 알아?", "하늘은"), ("하늘이가 그랬어", "하늘이가"),
-    ("하늘이는 어때", "하늘이는"), ("하늘한테 물어봐", "하늘한테"), ("하늘이랑 놀자", "하늘이랑"), ("하늘, 이거 봐", "하늘"),
+    ("하늘이는 어때", "하늘이는"), ("하늘한테 물어봐", "하늘한테"),
+    ("하늘이랑 놀자", "하늘이랑"), ("하늘, 이거 봐", "하늘"),
 ])
 def test_names_ending_in_a_consonant(text: str, surface: str) -> None:
     match = CallDetector(["하늘"]).detect(text)

@@ -13,7 +13,8 @@ FINISHED = [
     "what's up?", "That was great!", "see you tomorrow.", "ok 🙂", "그래서 결론은 이거야.",
 ]
 UNFINISHED = [
-    "그리고...", "근데", "잠깐만 그러니까…", "누리야", "오늘 점심에", "내가 어제 말했던 거,", "and", "so I was thinking",
+    "그리고...", "근데", "잠깐만 그러니까…", "누리야", "오늘 점심에", "내가 어제 말했던 거,",
+    "and", "so I was thinking",
     "the plan is:", "첫째로", "I went to the store but", "hmm", "", "   ", "먹었는데", "그래서",
 ]
 

@@ -3,6 +3,7 @@ invariants over generated replies) and the streaming helpers on a fake clock."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 
@@ -71,7 +72,8 @@ def test_self_reference_leaves_other_words_code_and_links(text: str) -> None:
 
 
 def test_self_reference_particle_for_a_consonant_final_replacement() -> None:
-    assert correct_self_reference("Nuri가 왔어, nuri는 착해, Nuri로 가", {"nuri": "하늘"}) == "하늘이 왔어, 하늘은 착해, 하늘로 가"
+    assert (correct_self_reference("Nuri가 왔어, nuri는 착해, Nuri로 가", {"nuri": "하늘"})
+            == "하늘이 왔어, 하늘은 착해, 하늘로 가")
     assert correct_self_reference("AI들이 그래", {"AI": "누리"}) == "누리들이 그래"
 
 
@@ -391,7 +393,7 @@ def test_streaming_starts_a_new_message_when_the_limit_is_crossed() -> None:
     apply(final.operations(shown))
     assert tuple(shown) == final.messages == tuple(chunk_message(text, 98))
     assert sends == len(final.messages) > 5
-    assert all(b - a >= 1.0 for a, b in zip(edit_times, edit_times[1:]))
+    assert all(b - a >= 1.0 for a, b in itertools.pairwise(edit_times))
     assert not any(m.endswith(" …") for m in shown)
 
 

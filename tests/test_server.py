@@ -42,8 +42,9 @@ def _seed_alpha(state: ServerState) -> int:
         memory, conversation = alpha.memory, alpha.conversation
         memory.add_many([f"{MARKER} 잡담 {i}" for i in range(5)])
         cafe = conversation_of("g-alpha", ALPHA_CHANNEL)
-        block = memory.remember(f"{MARKER} 민지는 고양이 나비를 키워", scope={"guild": "g-alpha", "channel": ALPHA_CHANNEL,
-                                                                      "user": ALPHA_USER}, speaker=ALPHA_USER)
+        block = memory.remember(f"{MARKER} 민지는 고양이 나비를 키워",
+                                scope={"guild": "g-alpha", "channel": ALPHA_CHANNEL, "user": ALPHA_USER},
+                                speaker=ALPHA_USER)
         conversation.l1.append(cafe, role="user", content=f"{MARKER} 누리야 안녕", user_id=ALPHA_USER,
                                display_name="민지")
         conversation.summaries.update(cafe, {"topic": f"{MARKER} 고양이", "new_point": f"{MARKER} 나비"})
@@ -81,7 +82,8 @@ def beta_requests(d: Deployment) -> dict[tuple[str, str], dict[str, Any]]:
     return {
         ("GET", "/healthz"): {},
         ("POST", "/v1/memories"): {"json": {"text": "beta's own note", "scope": {"channel": ALPHA_CHANNEL}}},
-        ("POST", "/v1/memories:batch"): {"json": {"items": [{"text": "beta batch", "scope": {"channel": ALPHA_CHANNEL}}]}},
+        ("POST", "/v1/memories:batch"): {
+            "json": {"items": [{"text": "beta batch", "scope": {"channel": ALPHA_CHANNEL}}]}},
         ("GET", "/v1/memories/{block_index}"): {"path": {"block_index": target}},
         ("GET", "/v1/memories"): {"params": {"channel": ALPHA_CHANNEL, "limit": 200}},
         ("DELETE", "/v1/memories/{block_index}"): {"path": {"block_index": target}},
@@ -182,7 +184,8 @@ def test_roles(deployment: Deployment) -> None:
         response = d.client.request(method, url, json=body, headers=read)
         assert response.status_code == 403 and response.json()["error"]["type"] == "forbidden", url
     assert d.client.get("/v1/keys", headers=d.as_("beta_write")).status_code == 403
-    assert d.client.post("/v1/memories", json={"text": "쓰기 키로 저장"}, headers=d.as_("beta_write")).status_code == 201
+    assert d.client.post("/v1/memories", json={"text": "쓰기 키로 저장"},
+                         headers=d.as_("beta_write")).status_code == 201
 
 
 def test_an_admin_manages_only_its_own_tenants_keys(deployment: Deployment) -> None:

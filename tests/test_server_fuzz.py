@@ -20,7 +20,8 @@ _STATE = ServerState.open(load_settings(db=str(_WORKDIR / "home.db"), cache_size
 _KEY, _ = _STATE.keys.create("fuzz", "admin", "schemathesis")
 _APP = create_app(_STATE, owns_state=False)
 with _STATE.tenants.use("fuzz") as _tenant:  # something to find, page through and forget
-    _tenant.memory.add_many(["민지는 고양이 나비를 키워", "Alex got the offer from Nuvola Labs", "준호는 등산을 좋아해"])
+    _tenant.memory.add_many(["민지는 고양이 나비를 키워", "Alex got the offer from Nuvola Labs",
+                             "준호는 등산을 좋아해"])
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", _APP)
 # The event stream never ends by design; it has tests of its own (test_server.py, test_server_process.py).

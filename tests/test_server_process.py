@@ -104,7 +104,8 @@ def test_sse_streams_events_and_resumes_with_last_event_id(server: tuple[Server,
             assert stream.headers["content-type"].startswith("text/event-stream")
             client.post("/v1/memories", json={"text": "민지는 고양이를 키워", "scope": {"channel": "cafe"}})
             [added] = sse_events(stream, 1)
-        assert added["event"] == "memory.added" and json.loads(added["data"])["data"]["blocks"][0]["text"] == "민지는 고양이를 키워"
+        assert added["event"] == "memory.added"
+        assert json.loads(added["data"])["data"]["blocks"][0]["text"] == "민지는 고양이를 키워"
         client.post("/v1/search", json={"query": "민지 고양이"})  # while nobody listens
         with client.stream("GET", "/v1/events", headers={"Last-Event-ID": added["id"]}) as stream:
             [missed] = sse_events(stream, 1)

@@ -23,7 +23,8 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def content_digest(text: str, speaker: str | None, keywords: list[str], tags: list[str], metadata: dict[str, Any]) -> str:
+def content_digest(text: str, speaker: str | None, keywords: list[str], tags: list[str],
+                   metadata: dict[str, Any]) -> str:
     payload = {"text": text, "speaker": speaker, "keywords": keywords, "tags": tags, "metadata": metadata}
     return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
 

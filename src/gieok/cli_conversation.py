@@ -71,7 +71,9 @@ def inspect_prompt(
 def summary(
     channel: Annotated[str, typer.Option("--channel", "-c", help="Channel id.")],
     guild: GuildOpt = None,
-    set_core: Annotated[list[str] | None, typer.Option("--set-core", help="Operator: replace this channel's permanent core (repeat for several lines; pass '' to clear).")] = None,
+    set_core: Annotated[list[str] | None, typer.Option("--set-core", help="Operator: replace this channel's permanent "
+                                                                      "core (repeat for several lines; pass '' to "
+                                                                      "clear).")] = None,
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -119,7 +121,8 @@ def facts(
 
 @app.command()
 def lore(
-    file: Annotated[Path, typer.Argument(help="Text file: one lore fact per line; '#' comments; 'topic: fact' allowed.")],
+    file: Annotated[Path, typer.Argument(help="Text file: one lore fact per line; '#' comments; "
+                                              "'topic: fact' allowed.")],
     db: DbOption = None,
 ) -> None:
     """Seed lore (facts about the bot's world, visible everywhere). Idempotent: seeded lines are skipped.
@@ -161,7 +164,7 @@ def chat(
     In the chat: /summary /facts /timer /inspect /forget /help /quit (Ctrl-D and Ctrl-C leave too; everything is saved).
 
     Example: GIEOK_LLM_CHAIN=openai:qwen2.5:7b gieok chat --name 민지
-    """
+    """  # noqa: E501 - --help keeps the docstring's line breaks, so a paragraph stays on one line
     settings = load_settings()
     require_llm(settings)  # before opening anything: one line naming what to set
     run_chat(settings, db=db, user_name=name, console=out)
@@ -169,7 +172,9 @@ def chat(
 
 @bench_app.command("facts")
 def bench_facts(
-    data: Annotated[Path | None, typer.Option("--data", help='JSONL of {"old", "new", "label": duplicate|conflict|distinct} (default: the bundled pairs).')] = None,
+    data: Annotated[Path | None, typer.Option("--data", help='JSONL of {"old", "new", "label": '
+                                                             'duplicate|conflict|distinct} (default: the bundled '
+                                                             'pairs).')] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     split: Annotated[str, typer.Option(help="Bundled pairs half: test (held out), dev (tuned on) or all.")] = "test",
     duplicate_threshold: Annotated[float | None, typer.Option(help="Override fact_duplicate_threshold.")] = None,
@@ -193,10 +198,12 @@ def bench_pipeline(
     blocks: Annotated[int, typer.Option(help="Background blocks in the store.")] = 100_000,
     turns: Annotated[int, typer.Option(help="Messages played (from the bundled 300-turn conversation).")] = 300,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
-    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark database (recreated; default: a temp dir).")] = None,
+    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark database (recreated; "
+                                                              "default: a temp dir).")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
     stage1: Annotated[bool, typer.Option("--stage1/--no-stage1", help="Use the stage-1 classifier.")] = True,
-    llm_ms: Annotated[float, typer.Option(help="The scripted stage-2 model's answer time (0: nothing overlaps it).")] = 0.0,
+    llm_ms: Annotated[float, typer.Option(help="The scripted stage-2 model's answer time "
+                                               "(0: nothing overlaps it).")] = 0.0,
 ) -> None:
     """The conversation pipeline's own overhead per message (LLM calls excluded) in a large store.
 
@@ -243,7 +250,8 @@ def bench_runtime(
                                                "filling in the same second (a synchronised worst case).")] = "random",
     seed: Annotated[int, typer.Option(help="Seed of the random arrival times.")] = 7,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
-    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark database (recreated; default: a temp dir).")] = None,
+    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark database (recreated; "
+                                                              "default: a temp dir).")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
 ) -> None:
     """The chat runtime under load: turn overhead to the first token, lost and misrouted messages.

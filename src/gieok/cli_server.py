@@ -42,7 +42,8 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port. Default: 8420 (server_port).")] = None,
     workers: Annotated[int, typer.Option(help="Worker processes sharing the memory files.")] = 1,
     no_auth: Annotated[bool, typer.Option("--no-auth", help="No API keys: every caller is the default tenant's "
-                                                            "admin. Refused unless the host is a loopback address.")] = False,
+                                                            "admin. Refused unless the host is a loopback "
+                                                            "address.")] = False,
 ) -> None:
     """Serve the memory over HTTP: REST API (/v1, docs at /docs), live events (/v1/events), MCP (/mcp).
 

@@ -17,7 +17,7 @@ from .errors import InvalidTypeError, UnknownScopeKeyError
 __all__ = ["Kind", "Scope", "Block", "ScoreBreakdown", "Hit", "SearchResult", "Stats", "scope_key", "scope_from_key"]
 
 
-class Kind(str, Enum):
+class Kind(str, Enum):  # noqa: UP042 - StrEnum would change str() and format() of the members
     TURN = "turn"
     FACT = "fact"
     NOTE = "note"

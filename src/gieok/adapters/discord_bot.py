@@ -37,7 +37,8 @@ TEXTS = {
     "ko": {
         "here": "좋아, 이제 이 채널 대화에도 끼어들게!", "leave": "알겠어, 이 채널에선 불러줄 때만 말할게.",
         "forget_ask": "정말 너에 대한 기억(사실과 메시지)을 전부 지울까? 확인하려면 `{prefix}forgetme confirm`",
-        "forget_done": "지웠어: 사실 {facts}개, 메시지 {messages}개, 요약 항목 {summary_items}개.", "no_timer": "아직 이 채널에서 답한 적이 없어.",
+        "forget_done": "지웠어: 사실 {facts}개, 메시지 {messages}개, 요약 항목 {summary_items}개.",
+        "no_timer": "아직 이 채널에서 답한 적이 없어.",
         "no_lore": "lore_file이 설정되지 않았어.", "lore_done": "설정에서 새 lore {added}개를 읽었어.",
         "synced": "슬래시 명령 {count}개를 동기화했어.",
     },
@@ -45,7 +46,8 @@ TEXTS = {
         "here": "Okay, I'll join conversations in this channel!", "leave": "Got it, here I'll only speak when called.",
         "forget_ask": "Really erase everything I remember about you (facts and messages)? Confirm with "
                       "`{prefix}forgetme confirm`",
-        "forget_done": "Erased {facts} fact(s), {messages} message(s) and {summary_items} summary item(s).", "no_timer": "I haven't replied here yet.",
+        "forget_done": "Erased {facts} fact(s), {messages} message(s) and {summary_items} summary item(s).",
+        "no_timer": "I haven't replied here yet.",
         "no_lore": "No lore_file is configured.", "lore_done": "Seeded {added} new lore fact(s).",
         "synced": "Synced {count} slash command(s).",
     },

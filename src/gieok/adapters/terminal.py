@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import getpass
 import itertools
 import os
@@ -257,10 +258,8 @@ class TerminalChat:
                 value = self._lines()
             except BaseException as exc:  # handed to the loop, raised there
                 error = exc
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the program is leaving
                 loop.call_soon_threadsafe(deliver, value, error)
-            except RuntimeError:  # the loop is gone: the program is leaving
-                pass
 
         threading.Thread(target=work, name="gieok-chat-input", daemon=True).start()
         quit_wait = asyncio.ensure_future(self._quit.wait())
@@ -359,7 +358,8 @@ class TerminalChat:
 
     def _banner(self) -> None:
         s = self.settings
-        self.console.print(f"[bold]{s.bot_name}[/] is listening ({self._memory.path if self._memory is not None else '-'}). "
+        where = self._memory.path if self._memory is not None else "-"
+        self.console.print(f"[bold]{s.bot_name}[/] is listening ({where}). "
                            "Type a message, /help for commands, /quit to leave.", highlight=False)
 
     # -- a message ------------------------------------------------------------------------------

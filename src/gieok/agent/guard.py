@@ -30,7 +30,8 @@ def normalise(text: str) -> tuple[str, str]:
     re-joined; the compact form also drops all whitespace, for Korean patterns."""
     text = unicodedata.normalize("NFKC", text).casefold()
     latin = _SPACED.sub(_join_spaced, text)
-    latin = re.sub(r"(?<=[a-z])[013457@$](?=[a-z])|(?<=\b)[0134@$](?=[a-z]{2})", lambda m: m.group(0).translate(_LEET), latin)
+    latin = re.sub(r"(?<=[a-z])[013457@$](?=[a-z])|(?<=\b)[0134@$](?=[a-z]{2})",
+                   lambda m: m.group(0).translate(_LEET), latin)
     compact = re.sub(r"\s+", "", latin)
     return latin, compact
 

@@ -51,8 +51,8 @@ def is_meta_fact(text: str, bot_names: Sequence[str]) -> bool:
             return True
     if re.search(r"\b(?:the|this|our) (?:bot|assistant|ai)\b|(?:^|\s)(?:이|그|저)?\s*봇(?:은|는|이|가|의)", lowered):
         return True
-    if re.search(rf"\b(?:you|you're|you are)\b.{{0,30}}{_AI_WORDS}|(?:^|\s)(?:너|넌|니가|네가)\S*\s*.{{0,20}}{_AI_WORDS}",
-                 lowered):
+    if re.search(rf"\b(?:you|you're|you are)\b.{{0,30}}{_AI_WORDS}|"
+                 rf"(?:^|\s)(?:너|넌|니가|네가)\S*\s*.{{0,20}}{_AI_WORDS}", lowered):
         return True
     return "<user:" not in lowered and bool(re.search(rf"(?:is|are)\s+(?:an?\s+|just\s+an?\s+)?{_AI_WORDS}\b|"
                                                      rf"{_AI_WORDS}(?:이다|다|야|입니다)", lowered))
@@ -75,7 +75,7 @@ class MessageGuard:
             return verdict
         p = float(self.classifier.predict_proba(np.asarray(vector)[None, :])[0])
         attack = verdict.attack or p >= self.classifier_threshold
-        return GuardVerdict(round(max(p, verdict.score), 4), attack, verdict.matches + (f"classifier={p:.2f}",))
+        return GuardVerdict(round(max(p, verdict.score), 4), attack, (*verdict.matches, f"classifier={p:.2f}"))
 
 
 def train_guard_classifier(embedder: Any) -> EmbeddingClassifier:
@@ -86,4 +86,5 @@ def train_guard_classifier(embedder: Any) -> EmbeddingClassifier:
 
 
 def guard_classifier(embedder: Any) -> EmbeddingClassifier:
-    return trained_classifier("guard", embedder.name, data_digest(GUARD_CORPUS), lambda: train_guard_classifier(embedder))
+    return trained_classifier("guard", embedder.name, data_digest(GUARD_CORPUS),
+                              lambda: train_guard_classifier(embedder))

@@ -300,7 +300,8 @@ class ResponseClassifier:
         context = _squared_distances(previous, self.anchor_contexts, self._context_sq)
         if self.no_context:
             none = ((previous ** 2).sum(axis=1) == 0).astype(np.float32)[:, None]
-            context += self.no_context ** 2 * (none + self._anchor_none[None, :] - 2.0 * none * self._anchor_none[None, :])
+            anchor_none = self._anchor_none[None, :]
+            context += self.no_context ** 2 * (none + anchor_none - 2.0 * none * anchor_none)
         distance = (self.message_gamma * _squared_distances(messages, self.anchor_messages, self._message_sq)
                     + self.context_gamma * context)
         return np.exp(-distance)

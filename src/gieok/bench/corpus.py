@@ -161,8 +161,10 @@ def _endings(text: str) -> list[_W]:
 # Speakers, guilds, channels
 # ---------------------------------------------------------------------------
 
-_KO_NAMES = ["민지", "서연", "지훈", "도윤", "하은", "예준", "수아", "지우", "현우", "유나", "준호", "소연", "태민", "은비", "재원", "나연", "성민", "다은", "승우", "혜진"]
-_EN_NAMES = ["Alex", "Sam", "Jordan", "Emily", "Chris", "Taylor", "Mia", "Ethan", "Olivia", "Noah", "Grace", "Ryan", "Chloe", "Daniel", "Sophie", "Jake", "Hannah", "Leo", "Nina", "Max"]
+_KO_NAMES = ["민지", "서연", "지훈", "도윤", "하은", "예준", "수아", "지우", "현우", "유나",
+             "준호", "소연", "태민", "은비", "재원", "나연", "성민", "다은", "승우", "혜진"]
+_EN_NAMES = ["Alex", "Sam", "Jordan", "Emily", "Chris", "Taylor", "Mia", "Ethan", "Olivia", "Noah",
+             "Grace", "Ryan", "Chloe", "Daniel", "Sophie", "Jake", "Hannah", "Leo", "Nina", "Max"]
 _SPEAKER_LANG: dict[str, str] = {**{n: "ko" for n in _KO_NAMES}, **{n: "en" for n in _EN_NAMES}}
 
 # guild -> (channels with relative activity weight, topic bias per channel)
@@ -335,7 +337,8 @@ _VOCAB: dict[str, list[_W]] = {
         "아이유|뉴진스|세븐틴|에스파|BTS|르세라핌|데이식스|잔나비|아이브|검정치마|"
         "QWER|혁오|태연|투바투|NCT|실리카겔"
     ),
-    "opinion_ko": _words("재밌어|별로야|미쳤어|눈물 났어|지루해|기대 이상이야|그냥 그래|역대급이야|너무 길어|좀 아쉬워"),
+    "opinion_ko": _words("재밌어|별로야|미쳤어|눈물 났어|지루해|"
+                         "기대 이상이야|그냥 그래|역대급이야|너무 길어|좀 아쉬워"),
     "book_op_ko": _words(
         "생각보다 술술 읽혀|좀 어렵다|진짜 좋아|반쯤 읽었는데 벌써 여운 남음|"
         "밑줄 엄청 치는 중|잠 안 올 때 딱이야|번역이 좀 아쉬움"
@@ -496,7 +499,8 @@ _VOCAB: dict[str, list[_W]] = {
 
 # Prefixes / suffixes add realistic noise and multiply the text space.
 _PREFIX: dict[str, list[_W]] = {
-    "ko": [_W(w + " ") for w in _words("아|헐|근데|야|ㅋㅋㅋ|와|음|혹시|그러고 보니|참|오|아니|ㄹㅇ|솔직히|아무튼|그나저나|앗")],
+    "ko": [_W(w + " ") for w in _words("아|헐|근데|야|ㅋㅋㅋ|와|음|혹시|그러고 보니|"
+                                       "참|오|아니|ㄹㅇ|솔직히|아무튼|그나저나|앗")],
     "en": [_W(w + " ") for w in _words("ok|oh|btw|wait|so|lol|honestly|hmm|ngl|also|tbh|ah|yo|anyway|fyi")],
 }
 _SUFFIX: dict[str, list[_W]] = {

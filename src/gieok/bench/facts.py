@@ -41,7 +41,8 @@ def judge_pairs(rows: list[dict[str, Any]], judge: PairJudge, embedder: Any, tok
     for r in rows:
         t0 = time.perf_counter()
         similarity = float(np.dot(vectors[r["new"]], vectors[r["old"]]))
-        same_topic = bool(r.get("topic_new")) and _norm_topic(r.get("topic_new", "")) == _norm_topic(r.get("topic_old", ""))
+        same_topic = (bool(r.get("topic_new"))
+                      and _norm_topic(r.get("topic_new", "")) == _norm_topic(r.get("topic_old", "")))
         predictions.append(judge.judge(similarity, tokens[r["new"]], tokens[r["old"]], r["new"], r["old"], same_topic))
         times.append((time.perf_counter() - t0) * 1000)
     return predictions, times
@@ -89,7 +90,8 @@ def print_facts(report: dict[str, Any], console: Console | None = None) -> None:
                           f"duplicate ≥ {report['duplicate_threshold']}, conflict ≥ {report['conflict_threshold']}",
                           ("label", "pairs", "precision", "recall"))
     for label in FACT_LABELS:
-        table.add_row(label, str(scores[label]["n"]), f"{scores[label]['precision']:.3f}", f"{scores[label]['recall']:.3f}")
+        table.add_row(label, str(scores[label]["n"]), f"{scores[label]['precision']:.3f}",
+                      f"{scores[label]['recall']:.3f}")
     table.add_row("all", str(report["n"]), f"accuracy {scores['accuracy']:.3f}", "")
     console.print(table)
     for label, predicted, old, new in report["_wrong"][:15]:

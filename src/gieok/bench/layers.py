@@ -117,7 +117,8 @@ def _layer_report(tally: _Tally, first_pass: int) -> dict[str, Any]:
     full_ms, local_ms = tally.full_ms, tally.local_ms
     layers["checkpoint"].update({
         "speedup_vs_full": round(median(full_ms) / median(local_ms), 2) if median(local_ms) else None,
-        "recall_delta_vs_full": round(float(np.mean([a - b for a, b in checkpoint_hits])), 4) if checkpoint_hits else None,
+        "recall_delta_vs_full": (round(float(np.mean([a - b for a, b in checkpoint_hits])), 4)
+                                 if checkpoint_hits else None),
         "localized_p50_ms": round(median(local_ms), 4),
         "answerable_share": round(len(checkpoint_hits) / first_pass, 4),
     })
@@ -176,7 +177,8 @@ def print_layers(report: dict[str, Any], console: Console | None = None) -> None
                          f"{layer['speedup_vs_full']}× faster than full, recall@10 Δ {layer['recall_delta_vs_full']} "
                          f"(on the {layer['answerable_share']:.0%} of questions it returns anything for)")
             if name == "full":
-                notes = f"full search alone: recall@10 {layer['turn_recall_at_10']:.3f}, p50 {layer['full_search_p50_ms']:.2f} ms"
+                notes = (f"full search alone: recall@10 {layer['turn_recall_at_10']:.3f}, "
+                         f"p50 {layer['full_search_p50_ms']:.2f} ms")
             table.add_row(name, f"{layer['hit_rate']:.1%}", f"{layer['p50_ms']:.3f}", f"{layer['p95_ms']:.3f}", notes)
         console.print(table)
         o = run["overall"]

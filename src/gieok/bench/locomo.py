@@ -112,7 +112,8 @@ def _score(question: Question, ranked_dia: list[str], ranked_sessions: list[int]
     return turn, session
 
 
-def _system_report(per_question: list[tuple[Question, dict[int, tuple[float, float]]]], ks: list[int]) -> dict[str, Any]:
+def _system_report(per_question: list[tuple[Question, dict[int, tuple[float, float]]]],
+                   ks: list[int]) -> dict[str, Any]:
     turn_recall = {str(k): float(np.mean([r[k][0] for _, r in per_question])) for k in ks}
     session_recall = {str(k): float(np.mean([r[k][1] for _, r in per_question])) for k in ks}
     by_category: dict[str, dict[str, float]] = {}

@@ -107,14 +107,17 @@ class Settings:
     gemini_api_key: str = ""
     gemini_base_url: str = ""
     # llm providers (llm/router.py, docs/llm-providers.md); keys: the *_api_key fields above plus these
-    llm_chain: tuple[ChainEntry, ...] = setting((), parse=chain_setting)  # "gemini:gemini-2.5-flash,openai:qwen2.5:7b"; empty: gemini if a key is set, else openai
+    # "gemini:gemini-2.5-flash,openai:qwen2.5:7b"; empty: gemini if a key is set, else openai
+    llm_chain: tuple[ChainEntry, ...] = setting((), parse=chain_setting)
     gemini_api_keys: tuple[str, ...] = setting((), parse=key_list)  # comma-separated, rotated round-robin
     openai_api_keys: tuple[str, ...] = setting((), parse=key_list)  # comma-separated, rotated round-robin
     openai_json_mode: str = setting("json_schema", one_of("json_schema", "json_object", "prompt"))
     llm_timeout_seconds: float = setting(60.0, positive)
     llm_max_retries: int = setting(2, not_negative)  # backoff retries of a 5xx/timeout per provider before the next one
-    llm_backoff_seconds: float = setting(0.5, not_negative)  # first backoff; doubles each retry, plus up to as much jitter
-    llm_cooldown_seconds: float = setting(60.0, not_negative)  # a rate-limited key rests this long unless the provider says
+    # first backoff; doubles each retry, plus up to as much jitter
+    llm_backoff_seconds: float = setting(0.5, not_negative)
+    # a rate-limited key rests this long unless the provider says
+    llm_cooldown_seconds: float = setting(60.0, not_negative)
     llm_auth_cooldown_seconds: float = setting(3600.0, not_negative)  # a refused key rests this long
     llamacpp_n_ctx: int = setting(4096, positive)  # context of a local GGUF model (llamacpp:<path> in llm_chain)
     llamacpp_chat_format: str = ""  # empty: the GGUF's own template; "chatml-function-calling" for tool calls
@@ -147,10 +150,13 @@ class Settings:
     stm_ttl_seconds: float = setting(3600.0, positive)
     stm_promote_importance: float = setting(0.7, between(0.0, 1.0))
     checkpoint_enabled: bool = True
-    checkpoint_stage: int = setting(2, one_of(1, 2, 3))  # measured: docs/memory-layers.md — the localized layer costs recall on LoCoMo
+    # measured: docs/memory-layers.md — the localized layer costs recall on LoCoMo
+    checkpoint_stage: int = setting(2, one_of(1, 2, 3))
     checkpoint_radius: int = setting(15, not_negative)
-    min_relevance_threshold: float = setting(0.85, between(-1.0, 1.0))  # slot↔query cosine; with e5 unrelated chat is ~0.75
-    checkpoint_min_similarity: float = setting(0.87, between(-1.0, 1.0))  # e5 cosines of unrelated chat are already ~0.75
+    # slot↔query cosine; with e5 unrelated chat is ~0.75
+    min_relevance_threshold: float = setting(0.85, between(-1.0, 1.0))
+    # e5 cosines of unrelated chat are already ~0.75
+    checkpoint_min_similarity: float = setting(0.87, between(-1.0, 1.0))
     max_checkpoints_per_slot: int = setting(5, at_least(1))
     localized_search_limit: int = setting(100, at_least(1))
     checkpoint_answer_min: int = setting(2, at_least(1))
@@ -175,7 +181,8 @@ class Settings:
     recall_k: int = setting(5, at_least(1))
     max_input_chars: int = setting(2000, at_least(1))
     guard_threshold: float = setting(0.7, probability)  # pattern score at which a message is flagged
-    guard_classifier_threshold: float = setting(0.8, probability)  # classifier probability at which it is (chosen on dev data)
+    # classifier probability at which a message is flagged (chosen on dev data)
+    guard_classifier_threshold: float = setting(0.8, probability)
     budget_persona: int = setting(900, at_least(1))  # token budgets per prompt section (estimated tokens)
     budget_summary: int = setting(400, at_least(1))
     budget_facts: int = setting(500, at_least(1))
@@ -183,8 +190,10 @@ class Settings:
     budget_recent: int = setting(900, at_least(1))
     budget_input: int = setting(2000, at_least(1))
     # chat runtime: calls, batching, rate limits, replies
-    call_names: tuple[str, ...] = setting(("누리", "Nuri"), not_blank, comma_list)  # Korean particles understood (누리야 …)
-    debounce_seconds: float = setting(3.0, not_negative)  # wait this long after a channel's last message before planning
+    # Korean particles understood (누리야 …)
+    call_names: tuple[str, ...] = setting(("누리", "Nuri"), not_blank, comma_list)
+    # wait this long after a channel's last message before planning
+    debounce_seconds: float = setting(3.0, not_negative)
     debounce_max_seconds: float = setting(10.0, not_negative)  # …but answer the oldest waiting message after this long
     debounce_finished_seconds: float = setting(1.5, not_negative)  # the wait after a message that reads as finished
     max_batch: int = setting(8, at_least(1))  # consecutive messages of one user answered together at most
@@ -208,8 +217,10 @@ class Settings:
     event_buffer: int = setting(10_000, at_least(1))  # events kept per tenant for clients that reconnect
     api_key: str = ""  # the key `gieok mcp` (stdio) acts with; GIEOK_API_KEY
     # tools (llm/tools.py, llm/tool_loop.py; docs/llm-providers.md)
-    tool_rounds: int = setting(3, not_negative)  # rounds of tool calls per reply; then the model must answer without tools
-    tool_result_chars: int = setting(4000, at_least(100))  # each tool result is cut to this many characters in the prompt
+    # rounds of tool calls per reply; then the model must answer without tools
+    tool_rounds: int = setting(3, not_negative)
+    # each tool result is cut to this many characters in the prompt
+    tool_result_chars: int = setting(4000, at_least(100))
     tool_timeout_seconds: float = setting(10.0, positive)  # per tool call
     github_api_url: str = setting("https://api.github.com", http_url)
     github_token: str = ""  # optional; raises GitHub's search rate limit (10 → 30 a minute)

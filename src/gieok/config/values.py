@@ -14,8 +14,8 @@ from typing import Any
 
 from ..errors import ConfigError
 
-__all__ = ["ChainEntry", "CHAIN_PROVIDERS", "parse_chain", "chain_setting", "comma_list", "key_list", "merge_keys", "corrections",
-           "digit_ids"]
+__all__ = ["ChainEntry", "CHAIN_PROVIDERS", "parse_chain", "chain_setting", "comma_list", "key_list", "merge_keys",
+           "corrections", "digit_ids"]
 
 CHAIN_PROVIDERS = ("gemini", "openai", "llamacpp")
 _ALIASES = {"openai-compat": "openai", "openai_compat": "openai", "llama.cpp": "llamacpp", "gguf": "llamacpp"}

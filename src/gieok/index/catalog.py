@@ -174,9 +174,7 @@ class Catalog:
         t = self._event_time.data[row]
         if since is not None and t < since:
             return False
-        if until is not None and t > until:
-            return False
-        return True
+        return not (until is not None and t > until)
 
     def neighbours(self, row: int, window: int) -> list[tuple[int, int]]:
         """(row, distance) of the turns within ±window in the same channel's sequence."""

@@ -198,7 +198,8 @@ class VectorIndex:
                     self._ann.erase(rows)
                     self._ann_dirty = True
 
-    def exact(self, query: np.ndarray, k: int, rows: np.ndarray | None, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def exact(self, query: np.ndarray, k: int, rows: np.ndarray | None,
+              alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if rows is None:
             scores = self.matrix @ query
             scores = np.where(alive, scores, -np.inf)
@@ -217,7 +218,8 @@ class VectorIndex:
         found = top if rows_all is None else rows_all[top]
         return found.astype(np.int64), scores[top].astype(np.float32)
 
-    def search(self, query: np.ndarray, k: int, rows: np.ndarray | None, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, query: np.ndarray, k: int, rows: np.ndarray | None,
+               alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Top-k rows by cosine among `rows` (None: all live rows)."""
         with self._lock:
             ann = self._ann

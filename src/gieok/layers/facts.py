@@ -44,7 +44,7 @@ MAX_FACT_CHARS = 1000
 MAX_TOPIC_CHARS = 80
 
 
-class FactType(str, Enum):
+class FactType(str, Enum):  # noqa: UP042 - StrEnum would change str() and format() of the members
     USER = "user_fact"
     GUILD = "guild_fact"
     LORE = "lore"
@@ -135,12 +135,15 @@ class PairJudge:
         ignore = {f"{u}" for u in _USER_REF.findall(new_text)}
         new_only = set(new_tokens) - set(old_tokens) - ignore
         old_only = set(old_tokens) - set(new_tokens) - ignore
-        numbers_differ = (set(_NUMBER.findall(_USER_REF.sub("", new_text))) != set(_NUMBER.findall(_USER_REF.sub("", old_text)))
-                          or {w.lower() for w in _NUMBER_WORDS.findall(new_text)} != {w.lower() for w in _NUMBER_WORDS.findall(old_text)})
+        numbers_differ = (set(_NUMBER.findall(_USER_REF.sub("", new_text)))
+                          != set(_NUMBER.findall(_USER_REF.sub("", old_text)))
+                          or {w.lower() for w in _NUMBER_WORDS.findall(new_text)}
+                          != {w.lower() for w in _NUMBER_WORDS.findall(old_text)})
         negation_differs = bool(_NEGATION.search(new_text)) != bool(_NEGATION.search(old_text))
         replaced = bool(new_only) and bool(old_only)
         adds_words = len(new_only) > self.max_added_words
-        if similarity >= self.duplicate_threshold and not (numbers_differ or negation_differs or replaced or adds_words):
+        if (similarity >= self.duplicate_threshold
+                and not (numbers_differ or negation_differs or replaced or adds_words)):
             return "duplicate"
         one_slot = len(new_only) <= self.max_replaced_words and len(old_only) <= self.max_replaced_words
         if similarity >= self.conflict_threshold and (numbers_differ or negation_differs
@@ -301,7 +304,8 @@ class FactStore:
             scopes.append(Scope(guild=LORE_GUILD))
         if guild is not None and self.tables.facts_exist(guild=guild):
             scopes.append(Scope(guild=guild))
-        if user_id is not None and (guild is None or self.global_user_facts) and self.tables.facts_exist(user_id=user_id):
+        if (user_id is not None and (guild is None or self.global_user_facts)
+                and self.tables.facts_exist(user_id=user_id)):
             scopes.append(Scope(user=user_id))
         return scopes
 

@@ -94,7 +94,8 @@ class ChannelSummary:
             changes["stage"] = stage.strip().lower()
         elif stage not in (None, ""):
             log.info("summary update: ignoring unknown stage %r", stage)
-        for key, field_name, cap in (("new_topic", "ongoing_topics", max_topics), ("new_point", "key_points", max_points)):
+        for key, field_name, cap in (("new_topic", "ongoing_topics", max_topics),
+                                     ("new_point", "key_points", max_points)):
             raw = updates.get(key)
             values = raw if isinstance(raw, list) else [raw]
             items = [v for v in (_clean_item(x, key) for x in values if x is not None) if v]

@@ -27,6 +27,7 @@ Retry-After header or, as Gemini sends it, the `RetryInfo.retryDelay` of the err
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 import weakref
@@ -172,10 +173,8 @@ class GeminiLLM:
     async def aclose(self) -> None:
         http, self._http, self._client = self._http, None, None
         if http is not None:
-            try:
+            with contextlib.suppress(RuntimeError):  # opened on a loop that is gone
                 await http.aclose()
-            except RuntimeError:  # opened on a loop that is gone
-                pass
 
     def _config(self, system: str | None, *, json_schema: dict[str, Any] | None, tools: Sequence[ToolSpec] | None,
                 temperature: float | None, max_tokens: int | None) -> types.GenerateContentConfig:

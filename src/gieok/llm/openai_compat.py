@@ -20,6 +20,7 @@ into the system prompt); `"prompt"` sends no `response_format` at all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import weakref
@@ -196,10 +197,8 @@ class OpenAICompatLLM:
     async def aclose(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
-            try:
+            with contextlib.suppress(RuntimeError):  # opened on a loop that is gone; nothing left to close cleanly
                 await client.aclose()
-            except RuntimeError:  # opened on a loop that is gone; nothing left to close cleanly
-                pass
 
     def _body(self, messages: Sequence[ChatMessage], *, json_schema: Mapping[str, Any] | None,
               tools: Sequence[ToolSpec] | None, temperature: float | None, max_tokens: int | None,

@@ -133,7 +133,7 @@ async def run_tool_loop(llm: LLM, messages: Sequence[ChatMessage], tools: Sequen
             # A model asked without tools that still "calls" one gets its text taken as is.
             return ToolLoopResult(text=response.text, calls=records, rounds=rounds,
                                   capped=bool(specs) and max_rounds > 0 and rounds >= max_rounds,
-                                  messages=history + [ChatMessage("assistant", response.text)], response=response)
+                                  messages=[*history, ChatMessage("assistant", response.text)], response=response)
         rounds += 1
         calls = list(response.tool_calls)
         too_many = (f"error: at most {max_calls_per_round} tool calls are run per answer; "

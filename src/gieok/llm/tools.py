@@ -28,6 +28,7 @@ Tools (`default_tools`):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as _dt
 import importlib
 import logging
@@ -128,13 +129,12 @@ _TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "num
 def _check_value(name: str, value: Any, schema: Mapping[str, Any]) -> tuple[Any, str | None]:
     kind = schema.get("type")
     if kind == "integer":  # models send 5.0 or "5" for 5 often enough to accept them
-        if (isinstance(value, float) and value.is_integer()) or (isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value)):
+        whole_float = isinstance(value, float) and value.is_integer()
+        if whole_float or (isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value)):
             value = int(value)
     if kind == "number" and isinstance(value, str):
-        try:
+        with contextlib.suppress(ValueError):
             value = float(value)
-        except ValueError:
-            pass
     if kind in _TYPES:
         if not isinstance(value, _TYPES[kind]) or (kind != "boolean" and isinstance(value, bool)):
             return value, f"argument {name!r} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {value!r}"

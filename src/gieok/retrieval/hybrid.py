@@ -169,7 +169,7 @@ class HybridRetriever:
         if p.recency_weight:
             age_days = np.maximum(0.0, time.time() - self.catalog.event_time(rows)) / 86_400
             recency = np.power(0.5, age_days / max(p.recency_half_life_days, 1e-9))
-        for i, (row, b) in enumerate(breakdowns.items()):
+        for i, b in enumerate(breakdowns.values()):
             b.final = (b.fused + b.neighbour) / top
             if importance is not None:
                 b.importance = p.importance_weight * float(importance[i])

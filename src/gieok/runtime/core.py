@@ -18,6 +18,7 @@ Time is injectable (`clock`, `sleep`) so tests run on virtual time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -388,10 +389,8 @@ class BotCore:
                     shown[op.index] = op.text
             send_ms[0] += (self.clock() - t0) * 1000
 
-        try:
+        with contextlib.suppress(Exception):  # a typing indicator is best-effort
             await self.outbox.typing(state.ref)
-        except Exception:  # a typing indicator is best-effort
-            pass
         parts: list[str] = []
         first_token: float | None = None
         provider_wait = 0.0

@@ -24,7 +24,8 @@ _TRAILING = re.compile(r"(?:\.\.+|…|[,，、:;：；\-–—/(])\s*$")
 _KOREAN_FINAL = re.compile(r"[가-힣](?:요|죠|까|니|냐|다|네|지|래|자|군|걸|대)\s*$")
 # A last word that joins to what comes next: the thought goes on.
 _CONNECTIVES = frozenset({
-    "그리고", "근데", "그런데", "그래서", "그러니까", "그니까", "그럼", "아니면", "또", "및", "혹은", "하지만", "그러면",
+    "그리고", "근데", "그런데", "그래서", "그러니까", "그니까", "그럼",
+    "아니면", "또", "및", "혹은", "하지만", "그러면",
     "and", "but", "so", "or", "because", "cuz", "like", "then", "also", "plus", "anyway",
 })
 

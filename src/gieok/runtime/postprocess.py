@@ -234,9 +234,10 @@ class _Chunker:
         if cut <= start or self.inside_atom[cut]:
             return False
         fence = self.fence_at(cut)
-        if fence is not None:  # no empty code block on either side of the cut
-            if not self.has_text(max(start, fence.content_start), cut) or not self.has_text(cut, fence.close_start):
-                return False
+        # no empty code block on either side of the cut
+        if fence is not None and not (self.has_text(max(start, fence.content_start), cut)
+                                      and self.has_text(cut, fence.close_start)):
+            return False
         return self.fits(start, cut)
 
     def next_cut(self, start: int) -> int:

@@ -7,6 +7,7 @@ busy timeout), and `change_token` lets the engine notice their commits.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -162,10 +163,8 @@ class SQLiteStore:
 
     def close(self) -> None:
         with self._lock:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 self._conn.execute("PRAGMA optimize")
-            except sqlite3.Error:
-                pass
             self._conn.close()
 
     def _write(self):
@@ -240,7 +239,7 @@ class SQLiteStore:
                 index, prev_hash = block.block_index, block.hash
                 params = _block_params(block)
                 if block.forgotten:
-                    params = params[:-1] + (block.insert_time,)
+                    params = (*params[:-1], block.insert_time)
                 block_rows.append(params)
                 if not block.forgotten:
                     vector_rows.append((block.block_index, np.asarray(vector, dtype="<f4").tobytes()))
@@ -273,11 +272,9 @@ class SQLiteStore:
                 # erased words leave the file (SQLite 3.40 has no FTS5 secure-delete option).
                 conn.execute("INSERT INTO blocks_fts(blocks_fts) VALUES ('optimize')")
         if erased:
-            with self._lock:
-                try:
-                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # old pages leave the WAL too
-                except sqlite3.DatabaseError:
-                    pass  # another reader holds the WAL; the next checkpoint overwrites them
+            # Old pages leave the WAL too; when another reader holds it, the next checkpoint overwrites them.
+            with self._lock, contextlib.suppress(sqlite3.DatabaseError):
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return erased
 
     def reembed(self, block_indices: Sequence[int], vectors: np.ndarray, meta: dict[str, str]) -> None:
@@ -589,15 +586,18 @@ class SQLiteStore:
         for block in self.iter_blocks(batch=2000):
             checked += 1
             if block.block_index != expected_index:
-                return VerifyReport(False, checked, forgotten, block.block_index, f"gap: expected index {expected_index}")
+                return VerifyReport(False, checked, forgotten, block.block_index,
+                                    f"gap: expected index {expected_index}")
             if block.prev_hash != prev:
-                return VerifyReport(False, checked, forgotten, block.block_index, "prev_hash does not match the previous block")
+                return VerifyReport(False, checked, forgotten, block.block_index,
+                                    "prev_hash does not match the previous block")
             if block.forgotten:
                 forgotten += 1
             elif digest_of(block) != block.content_digest:
                 return VerifyReport(False, checked, forgotten, block.block_index, "content does not match its digest")
             if hash_of(block) != block.hash:
-                return VerifyReport(False, checked, forgotten, block.block_index, "hash does not match header and digest")
+                return VerifyReport(False, checked, forgotten, block.block_index,
+                                    "hash does not match header and digest")
             prev = block.hash
             expected_index += 1
         return VerifyReport(True, checked, forgotten)
@@ -657,7 +657,8 @@ def _split_sql(script: str) -> list[str]:
     """Split a migration script into statements (sqlite3.executescript would commit implicitly)."""
     statements, current = [], []
     for line in script.splitlines():
-        stripped = line.split("--", 1)[0].rstrip() if "--" in line and "'" not in line.split("--", 1)[0] else line.rstrip()
+        before_comment = line.split("--", 1)[0]
+        stripped = before_comment.rstrip() if "--" in line and "'" not in before_comment else line.rstrip()
         current.append(stripped)
         if stripped.endswith(";"):
             statement = "\n".join(current).strip()

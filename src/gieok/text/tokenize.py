@@ -28,7 +28,8 @@ _LATIN_OR_DIGIT = re.compile(r"^[0-9a-z'’\u00c0-\u024f]+$")
 _KIWI_KEEP = ("NNG", "NNP", "NR", "XR", "VV", "VA", "MAG", "SN", "SH", "W_")
 _KIWI_NOUNS = ("NNG", "NNP", "SH", "SL")
 # Verbs so common they carry no meaning on their own ("하다" is in half of all sentences).
-_KOREAN_STOP = frozenset({"하다", "되다", "있다", "없다", "이다", "아니다", "않다", "그렇다", "이렇다", "저렇다", "그냥", "좀", "잘", "더", "또", "안", "못", "너무", "진짜", "정말", "그리고"})
+_KOREAN_STOP = frozenset({"하다", "되다", "있다", "없다", "이다", "아니다", "않다", "그렇다", "이렇다", "저렇다",
+                          "그냥", "좀", "잘", "더", "또", "안", "못", "너무", "진짜", "정말", "그리고"})
 
 
 @dataclass(frozen=True)
