@@ -264,7 +264,8 @@ class TerminalChat:
         threading.Thread(target=work, name="gieok-chat-input", daemon=True).start()
         quit_wait = asyncio.ensure_future(self._quit.wait())
         try:
-            await asyncio.wait({future, quit_wait}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Future[Any]] = {future, quit_wait}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:
             quit_wait.cancel()
         if not future.done():

@@ -37,7 +37,7 @@ DECISION_SCHEMA: dict[str, Any] = {
     "required": ["response_needed", "retrieval_needed", "search_query"],
 }
 
-_FACT = {"type": "object", "properties": {"fact": {"type": "string"}, "topic": {"type": "string"},
+_FACT: dict[str, Any] = {"type": "object", "properties": {"fact": {"type": "string"}, "topic": {"type": "string"},
                                           "keywords": {"type": "array", "items": {"type": "string"}}},
          "required": ["fact"]}
 EXTRACTION_SCHEMA: dict[str, Any] = {
@@ -139,8 +139,9 @@ def _fact_items(value: Any, with_user: bool, known_users: set[str], rejected: li
         if len(text) < 4:
             rejected.append(f"fact too short: {text!r}")
             continue
-        topic = item.get("topic") if isinstance(item.get("topic"), str) else ""
-        keywords = item.get("keywords") if isinstance(item.get("keywords"), list) else []
+        topic_value, keywords_value = item.get("topic"), item.get("keywords")
+        topic = topic_value if isinstance(topic_value, str) else ""
+        keywords = keywords_value if isinstance(keywords_value, list) else []
         user_id = None
         if with_user:
             raw = item.get("user_id")

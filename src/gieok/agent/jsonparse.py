@@ -59,7 +59,7 @@ def first_json_object(text: str) -> dict[str, Any]:
 
 
 def _brace_positions(text: str, limit: int = 200) -> list[int]:
-    out = []
+    out: list[int] = []
     start = text.find("{")
     while start != -1 and len(out) < limit:
         out.append(start)

@@ -260,7 +260,7 @@ class ConversationPipeline:
             plan.guard = verdict
             if verdict.attack and not plan.flagged:
                 plan.flagged = True
-                await asyncio.to_thread(lambda: [self.l1.flag(row) for row in plan.l1_rows])
+                await asyncio.to_thread(self._flag_rows, plan)
         plan.timings_ms["guard_ms"] = plan.timings_ms.get("guard_ms", 0.0) + (time.perf_counter() - t) * 1000
         if stage1:
             t = time.perf_counter()
@@ -303,6 +303,10 @@ class ConversationPipeline:
             speaker_name=message.display_name, summary_parts=summary.context_lines(self.summaries.global_core),
             memories=plan.recalled, working=working, recent=recent_lines, guard_note=note)
         plan.timings_ms["context_ms"] = (time.perf_counter() - t) * 1000
+
+    def _flag_rows(self, plan: Plan) -> None:
+        for row in plan.l1_rows:
+            self.l1.flag(row)
 
     def _turn_text(self, block: Any) -> str:
         when = time.strftime("%Y-%m-%d", time.localtime(block.event_time))

@@ -31,7 +31,8 @@ def _faiss(data: np.ndarray, m: int, ef_c: int):
     index.add(data)
 
     def search(q: np.ndarray, k: int, ef: int) -> np.ndarray:
-        _, ids = index.search(q[None, :], k, params=faiss.SearchParametersHNSW(efSearch=ef))
+        # faiss's bundled stubs omit SearchParametersHNSW, which the module has
+        _, ids = index.search(q[None, :], k, params=faiss.SearchParametersHNSW(efSearch=ef))  # type: ignore[attr-defined]
         return ids[0]
 
     return search
@@ -44,7 +45,8 @@ def _usearch(data: np.ndarray, m: int, ef_c: int):
     index.add(np.arange(data.shape[0]), data)
 
     def search(q: np.ndarray, k: int, ef: int) -> np.ndarray:
-        index.expansion_search = ef
+        # usearch declares this setter apart from its getter, so mypy sees a read-only property
+        index.expansion_search = ef  # type: ignore[misc]
         return np.asarray(index.search(q, k).keys)
 
     return search

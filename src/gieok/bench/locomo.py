@@ -236,7 +236,7 @@ def _tokenizer_ablation(data: LocomoData, memory: Memory, ks: list[int], workdir
         with fresh_memory(path, tokenizer=Tokenizer(options)) as m:
             index_of = _add_turns(m, data.turns, vectors, 512,
                                   lambda t: {"text": t.text, "scope": {"channel": t.conversation}})
-            scores = {k: [] for k in ks}
+            scores: dict[int, list[float]] = {k: [] for k in ks}
             for q in data.questions:
                 result = m.search(q.question, max(ks), scope={"channel": q.conversation}, mode="bm25", layers=False)
                 ranked = [index_of[h.block.block_index] for h in result.hits]

@@ -64,8 +64,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
             return
-        events = [{"choices": [{"index": 0, "delta": {"content": piece + " "}, "finish_reason": None}]}
-                  for piece in text.split(" ")]
+        events: list[dict[str, Any]] = [
+            {"choices": [{"index": 0, "delta": {"content": piece + " "}, "finish_reason": None}]}
+            for piece in text.split(" ")]
         events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
         data = "".join(f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events) + "data: [DONE]\n\n"
         raw = data.encode()

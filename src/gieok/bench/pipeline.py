@@ -39,7 +39,7 @@ class _SlowLLM(ScriptedLLM):
         super().__init__(_brain)
         self.delay_s = delay_s
 
-    async def chat(self, messages, **kwargs):  # type: ignore[override]
+    async def chat(self, messages, **kwargs):
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         return await super().chat(messages, **kwargs)

@@ -63,7 +63,7 @@ def arrival_schedule(channels: int, duration: float, rate: float, arrivals: str,
     each channel sends int(duration × rate) messages."""
     count = int(duration * rate)
     rng = random.Random(seed)
-    schedule = []
+    schedule: list[tuple[float, int, int]] = []
     for c in range(channels):
         if arrivals == "even":
             times = [(m + c / channels) / rate for m in range(count)]

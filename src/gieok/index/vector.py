@@ -93,7 +93,8 @@ class _FaissHNSW:
         self._faiss.write_index(self.index, str(path))
 
     def load(self, path: Path) -> None:
-        self.index = self._faiss.read_index(str(path))
+        # faiss's stubs return the base Index; the SWIG wrapper hands back the saved IndexHNSWFlat
+        self.index = self._faiss.read_index(str(path))  # type: ignore[assignment]
 
 
 class _USearchHNSW:

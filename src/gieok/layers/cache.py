@@ -30,8 +30,9 @@ def normalise_query(query: str) -> str:
 
 
 def _patterns(scope: Scope) -> list[tuple[str | None, str | None, str | None]]:
-    options = [(v, None) if v is not None else (None,) for v in (scope.guild, scope.channel, scope.user)]
-    return list(product(*options))
+    guilds, channels, users = ((v, None) if v is not None else (None,)
+                               for v in (scope.guild, scope.channel, scope.user))
+    return list(product(guilds, channels, users))
 
 
 @dataclass

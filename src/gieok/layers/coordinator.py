@@ -134,9 +134,8 @@ class SearchCoordinator:
         # Layer 3: checkpoint-localized search
         query_vector = embed() if mode != "bm25" else None
         local_hits = None
-        use_checkpoints = (cfg.checkpoint_enabled and cfg.checkpoint_stage >= 2 and conversation is not None
-                           and query_vector is not None and mode == "hybrid")
-        if use_checkpoints:
+        if (cfg.checkpoint_enabled and cfg.checkpoint_stage >= 2 and conversation is not None
+                and query_vector is not None and mode == "hybrid"):
             tried.append("checkpoint")
             slots = self.hybrid.working.slots(conversation)
             catalog, vectors = memory.catalog, memory.vectors

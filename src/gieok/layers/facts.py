@@ -70,7 +70,7 @@ class Fact:
 
     def as_dict(self) -> dict[str, Any]:
         return {name: (list(v) if isinstance(v, tuple) else v)
-                for name, v in ((n, getattr(self, n)) for n in self.__slots__)}  # type: ignore[attr-defined]
+                for name, v in ((n, getattr(self, n)) for n in self.__slots__)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -206,7 +206,8 @@ class GeminiLLM:
     def _api_error(self, exc: genai_errors.APIError) -> LLMError:
         details = exc.details if isinstance(exc.details, dict) else {}
         body = details.get("error", details) if isinstance(details.get("error", details), dict) else {}
-        detail_list = body.get("details") if isinstance(body.get("details"), list) else []
+        details_value = body.get("details")
+        detail_list = details_value if isinstance(details_value, list) else []
         message = str(exc.message or body.get("message") or exc)
         code = int(exc.code or 0)
         if code == 400 and any(isinstance(d, dict) and d.get("reason") == "API_KEY_INVALID" for d in detail_list):

@@ -324,7 +324,7 @@ class LLMRouter:
                 reraise=True,
             )
             try:
-                result = await retrying(self._try_keys, route, health, attempt)
+                result: T = await retrying(self._try_keys, route, health, attempt)
             except LLMError as exc:
                 last = exc
                 failures[route.label] = str(exc)

@@ -138,7 +138,7 @@ def _check_value(name: str, value: Any, schema: Mapping[str, Any]) -> tuple[Any,
     if kind in _TYPES:
         if not isinstance(value, _TYPES[kind]) or (kind != "boolean" and isinstance(value, bool)):
             return value, f"argument {name!r} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {value!r}"
-        if kind == "number" and not math.isfinite(value):
+        if kind == "number" and isinstance(value, (int, float)) and not math.isfinite(value):
             return value, f"argument {name!r} must be a finite number"
     if "enum" in schema and value not in schema["enum"]:
         return value, f"argument {name!r} must be one of {', '.join(map(repr, schema['enum']))}, got {value!r}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -91,6 +92,7 @@ class HybridRetriever:
         if request.mode in ("hybrid", "bm25"):
             started = time.perf_counter()
             tokens = self.tokenizer.tokens(request.query)
+            ranked_rows: Iterable[tuple[int | None, float]]
             if self.bm25 is not None:
                 found, scores = self.bm25.search(tokens, limit, self.catalog.alive(), rows)
                 ranked_rows = zip(found.tolist(), scores.tolist())

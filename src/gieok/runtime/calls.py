@@ -218,7 +218,7 @@ class _NamePattern:
 def _compile_name(name: str, folded: str) -> _NamePattern:
     body = r"\s+".join(re.escape(part) for part in folded.split())
     hangul = has_batchim(folded) is not None
-    alternatives = []
+    alternatives: list[str] = []
     for core in _cores(folded):
         core_body = body + re.escape(core[len(folded):])
         alternatives.append(rf"{core_body}(?P<p{len(alternatives)}>{_with_particle(core)})")

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..agent.context import AssembledPrompt
 from ..agent.pipeline import ConversationPipeline, IncomingMessage, Observation, Plan
 from ..config import Settings
 from ..errors import GieokError, LLMError
@@ -192,6 +193,7 @@ class BotCore:
         state.last_arrival = self.clock()
         if self._merges_into_plan(state, message.user_id):
             state.merge_requested = True
+            assert state.planning_task is not None  # _merges_into_plan checked it
             state.planning_task.cancel()
         state.wake.set()
         return observation
@@ -350,7 +352,7 @@ class BotCore:
                 self.health.rate_limited += 1
         reply_text = None
         if respond and plan.prompt is not None:
-            reply_text = await self._reply(state, plan, batch, timings)
+            reply_text = await self._reply(state, plan, plan.prompt, batch, timings)
             if reply_text is not None and not plan.message.explicit:
                 self.limiter.note_reply(state.key)
         timings.responded = reply_text is not None
@@ -369,7 +371,8 @@ class BotCore:
     def _finish_text(self, text: str) -> str:
         return render_mentions(self.corrector.correct(text))
 
-    async def _reply(self, state: _Channel, plan: Plan, batch: list[_Pending], timings: TurnTimings) -> str | None:
+    async def _reply(self, state: _Channel, plan: Plan, prompt: AssembledPrompt, batch: list[_Pending],
+                     timings: TurnTimings) -> str | None:
         started = self.clock()
         reply_to = batch[-1].message.message_id
         shown: list[str] = []
@@ -399,14 +402,14 @@ class BotCore:
                 parts.append(str(await self._custom_generate(plan)))
                 first_token = self.clock()
             elif self.tools and self.llm is not None:
-                parts.append(await self._with_tools(plan))
+                parts.append(await self._with_tools(plan, self.llm, prompt))
                 first_token = self.clock()
             else:
                 if self.llm is None:
                     raise LLMError("no language model configured")
                 throttle = EditThrottle(self.settings.stream_edit_seconds, self.clock)
                 request_started = self.clock()
-                async for piece in self.llm.stream(plan.prompt.messages):
+                async for piece in self.llm.stream(prompt.messages):
                     if first_token is None:
                         first_token = self.clock()
                         provider_wait = first_token - request_started
@@ -450,12 +453,12 @@ class BotCore:
         self.health.replies_out += 1
         return text
 
-    async def _with_tools(self, plan: Plan) -> str:
+    async def _with_tools(self, plan: Plan, llm: LLM, prompt: AssembledPrompt) -> str:
         message = plan.message
         context = ToolContext(channel=message.channel, guild=message.guild, user_id=message.user_id,
                               timezone=self.settings.timezone, memory=self.pipeline.memory,
                               facts=self.pipeline.facts)  # per call: parallel channels never share it
-        result = await run_tool_loop(self.llm, plan.prompt.messages, self.tools, context,
+        result = await run_tool_loop(llm, prompt.messages, self.tools, context,
                                      **tool_loop_options(self.settings))
         return result.text
 

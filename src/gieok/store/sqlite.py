@@ -430,7 +430,8 @@ class SQLiteStore:
 
     def list_blocks(self, filt: BM25Filter, *, before: int | None, limit: int) -> list[Block]:
         """Live blocks matching the filter, newest first, with indices below `before` (a cursor)."""
-        conditions, params = ["forgotten_at IS NULL"], []
+        conditions = ["forgotten_at IS NULL"]
+        params: list[str | int | float] = []
         for column, value in (("guild", filt.scope.guild), ("channel", filt.scope.channel),
                               ("user_id", filt.scope.user)):
             if value is not None:

@@ -32,7 +32,7 @@ def _conversation(guild: str | None, channel: str) -> Scope:
     return conversation_of(check_id(guild, "guild", optional=True), str(check_id(channel, "channel")))
 
 
-def _optional(guild: str | None, channel: str | None) -> dict[str, str]:
+def _optional(guild: str | None, channel: str | None) -> dict[str, str | None]:
     return {} if channel is None else _conversation(guild, channel).as_dict()
 
 

@@ -89,7 +89,7 @@ def health(request: Request, who: Reader, t: TenantDep) -> dict[str, Any]:
     }
     bot = state.bot
     if bot is not None and t.memory is bot.pipeline.memory:  # only the tenant that owns the bot sees it
-        llm_health = getattr(bot.llm, "health", None)
+        llm_health: Any = getattr(bot.llm, "health", None)
         payload["bot"] = {"health": bot.health.as_dict(),
                           "providers": llm_health.as_dict() if hasattr(llm_health, "as_dict") else None}
     return payload
