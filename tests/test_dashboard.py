@@ -17,6 +17,7 @@ bounded; the server is stopped in `finally`.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -33,6 +34,8 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect as ws_connect
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -327,6 +330,27 @@ def test_login_is_refused_without_a_key_and_with_a_wrong_one(sessions: Any, serv
     page.get_by_role("button", name="Log out").click()
     expect(page).to_have_url(f"{served.url}/login")
     assert not s.context.cookies()
+
+
+def test_the_session_cookie_changes_nothing_and_opens_no_event_stream_from_another_origin(served: Served) -> None:
+    """SameSite=Strict lets a page on another port of the same host send the cookie: requests the
+    cookie authenticates that could change something, and the event WebSocket, need this origin."""
+    other = "http://127.0.0.1:1"
+    line = json.dumps({"format": "gieok-blocks", "version": 1, "embedder": None, "blocks": 0}) + "\n"
+    cookies = {"gieok_session": served.keys["write"]}
+    refused = httpx.post(f"{served.url}/v1/import", content=line, cookies=cookies, headers={"Origin": other})
+    assert refused.status_code == 403 and refused.json()["error"]["type"] == "forbidden"
+    assert httpx.get(f"{served.url}/v1/stats", cookies=cookies, headers={"Origin": other}).status_code == 200
+    assert httpx.post(f"{served.url}/v1/import", content=line, cookies=cookies,
+                      headers={"Origin": served.url}).json() == {"imported": 0}
+    socket_url = served.url.replace("http://", "ws://") + "/v1/events/ws?since=0"
+    cookie = {"Cookie": f"gieok_session={served.keys['read']}"}
+    with ws_connect(socket_url, additional_headers={**cookie, "Origin": other}, open_timeout=10) as ws, \
+            pytest.raises(ConnectionClosed) as closed:
+        ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+    with ws_connect(socket_url, additional_headers={**cookie, "Origin": served.url}, open_timeout=10) as ws:
+        assert json.loads(ws.recv(timeout=10))["seq"] == 1
 
 
 def test_a_block_added_through_rest_appears_in_the_live_feed_within_a_second(sessions: Any, served: Served) -> None:

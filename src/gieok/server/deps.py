@@ -5,18 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
-from ..errors import AuthenticationError
+from ..errors import AuthenticationError, PermissionDeniedError
 from .auth import Principal
 from .state import ServerState
 from .tenants import DEFAULT_TENANT, Tenant
 
-__all__ = ["server_state", "principal", "reader", "writer", "admin", "tenant", "principal_of", "SESSION_COOKIE"]
+__all__ = ["server_state", "principal", "reader", "writer", "admin", "tenant", "principal_of", "same_origin",
+           "SESSION_COOKIE"]
 
 SESSION_COOKIE = "gieok_session"
+_SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 def server_state(connection: HTTPConnection) -> ServerState:
@@ -35,8 +38,28 @@ def principal_of(connection: HTTPConnection) -> Principal:
         return state.keys.verify(key.strip())
     cookie = connection.cookies.get(SESSION_COOKIE)
     if cookie:
-        return state.keys.verify(cookie)
+        who = state.keys.verify(cookie)
+        # A browser sends the cookie by itself: what it may change, or the event socket it may
+        # open, must come from this server's own pages (SameSite=Strict still lets another port
+        # of the same host through). Bearer keys are never sent by a browser on its own.
+        if (connection.scope["type"] == "websocket" or connection.scope.get("method") not in _SAFE_METHODS) \
+                and not same_origin(connection):
+            raise PermissionDeniedError("a request with the dashboard's session must come from its own pages "
+                                        "(Origin check failed)")
+        return who
     raise AuthenticationError("missing API key: send Authorization: Bearer gk_…")
+
+
+def same_origin(connection: HTTPConnection) -> bool:
+    """Whether the request's Origin (or, without one, its Referer) is this server's origin: the
+    scheme and the Host the request was sent to. Neither, or `Origin: null`, is not."""
+    host = connection.headers.get("host", "")
+    scheme = {"ws": "http", "wss": "https"}.get(connection.url.scheme, connection.url.scheme)
+    origin = connection.headers.get("origin")
+    if origin is None:
+        parts = urlsplit(connection.headers.get("referer", ""))
+        origin = f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else None
+    return bool(host) and origin is not None and origin.strip().lower() == f"{scheme}://{host}".lower()
 
 
 def principal(request: Request) -> Principal:

@@ -8,20 +8,22 @@ request, as for every REST client (`deps.principal_of` reads it).
 
 Every state-changing dashboard request is a POST whose `Origin` (or, without one, `Referer`) must
 be this server's own origin: a second defence beside SameSite against cross-site request
-forgery. Pages are sent with a content security policy that allows this origin's scripts, styles
-and connections only (no inline script, no framing), and are never cached.
+forgery (SameSite lets another port of the same host through). `deps.principal_of` applies the
+same rule to every request the cookie authenticates that could change something (any method but
+GET, HEAD, OPTIONS, e.g. `POST /v1/import`) and to the event WebSocket. Pages are sent with a
+content security policy that allows this origin's scripts, styles and connections only (no inline
+script, no framing), and are never cached.
 """
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from fastapi import Request
 from fastapi.responses import Response
 
 from ...errors import PermissionDeniedError
-from ..deps import SESSION_COOKIE
+from ..deps import SESSION_COOKIE, same_origin
 
 __all__ = ["SESSION_COOKIE", "SECURITY_HEADERS", "set_session", "clear_session", "check_origin", "safe_next"]
 
@@ -48,26 +50,11 @@ def clear_session(response: Response, request: Request) -> None:
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict", secure=_secure(request))
 
 
-def _origin_of(url: str) -> str | None:
-    parts = urlsplit(url)
-    if not parts.scheme or not parts.netloc:
-        return None
-    return f"{parts.scheme}://{parts.netloc}".lower()
-
-
 def check_origin(request: Request) -> None:
     """Refuse (403) a state-changing request that does not come from this server's own pages:
     its Origin, or its Referer when a browser sent no Origin, must be this origin (the scheme and
     the Host the request was sent to). A request with neither is refused too."""
-    host = request.headers.get("host", "")
-    expected = f"{request.url.scheme}://{host}".lower()
-    origin = request.headers.get("origin")
-    if origin is not None and origin != "null":
-        given: str | None = origin.strip().lower()
-    else:
-        referer = request.headers.get("referer")
-        given = _origin_of(referer) if referer and origin is None else None
-    if not host or given != expected:
+    if not same_origin(request):
         raise PermissionDeniedError("this form was not sent from this dashboard (Origin check failed)")
 
 
