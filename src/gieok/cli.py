@@ -479,6 +479,44 @@ def bench_ann(
     run_ann(n, json_out, m=m, ef_construction=ef_construction, cache_dir=cache_dir)
 
 
+@bench_app.command("server")
+def bench_server(
+    blocks: Annotated[int, typer.Option(help="Background blocks in the store.")] = 100_000,
+    clients: Annotated[str, typer.Option(
+        help="Concurrent HTTP clients per run, comma-separated (one connection each).")] = "1,16",
+    duration: Annotated[float, typer.Option(
+        help="Seconds of searches per run (adds: a quarter of it, at most 5 s; MCP: half, at most 10 s).")] = 20.0,
+    queries: Annotated[int, typer.Option(
+        help="At most this many requests per run (every query is used once in the whole benchmark).")] = 2000,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Path | None, typer.Option(
+        "--db", help="Directory for the database and the server's log (recreated; default: a temp dir).")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+) -> None:
+    """A real gieok serve (127.0.0.1) against Memory.search in-process: REST at each client count, MCP, targets.
+
+    Search p50/p95 and searches/s, add p50, errors; every query is new (no cache answers).
+
+    Example: gieok bench server --blocks 100000 --clients 1,16 --duration 20 --json server.json
+    """
+    from .bench.server import run_server_bench
+
+    try:
+        counts = sorted({int(part) for part in clients.split(",") if part.strip()})
+    except ValueError:
+        raise InvalidInputError(f"--clients must be a comma-separated list of integers, got {clients!r}") from None
+    if not counts or counts[0] < 1:
+        raise InvalidInputError("--clients needs integers >= 1")
+    if duration <= 0:
+        raise InvalidInputError("--duration must be > 0")
+    if blocks < 0:
+        raise InvalidInputError("--blocks must be >= 0")
+    if queries < 1:
+        raise InvalidInputError("--queries must be >= 1")
+    run_server_bench(blocks, json_out, clients=counts, duration=duration, queries=queries, workdir=workdir,
+                     cache_dir=cache_dir)
+
+
 app.add_typer(conversation_commands)
 app.add_typer(server_commands)
 app.add_typer(keys_commands, name="keys")
