@@ -188,3 +188,44 @@ def test_two_memories_opened_on_a_fresh_file(db_path: Path) -> None:
     finally:
         a.close()
         b.close()
+
+
+class _GatedEmbedder:
+    """The real embedder, but a query waits for `gate` first: the test holds a search in the
+    middle of its embedding to see what else can run meanwhile."""
+
+    def __init__(self, inner: object, gate: threading.Event, waiting: threading.Event) -> None:
+        self.inner, self.gate, self.waiting = inner, gate, waiting
+        self.name, self.dimension = inner.name, inner.dimension  # type: ignore[attr-defined]
+
+    def embed_passages(self, texts):  # type: ignore[no-untyped-def]
+        return self.inner.embed_passages(texts)  # type: ignore[attr-defined]
+
+    def embed_queries(self, texts):  # type: ignore[no-untyped-def]
+        self.waiting.set()
+        assert self.gate.wait(60), "the test never opened the gate"
+        return self.inner.embed_queries(texts)  # type: ignore[attr-defined]
+
+
+def test_a_search_waiting_for_its_query_vector_holds_nobody_else(memory: Memory) -> None:
+    """Embedding a query takes the engine ~15 ms; meanwhile other threads' writes and searches
+    must go on (the server serves many clients from one memory)."""
+    memory.add_many(["민지는 고양이 나비를 키워", "준호는 주말마다 등산을 가", "Alex got the offer from Nuvola Labs"])
+    gate, waiting = threading.Event(), threading.Event()
+    real = memory.embedder.inner
+    memory.embedder.inner = _GatedEmbedder(real, gate, waiting)  # type: ignore[assignment]
+    found: dict[str, SearchResult] = {}
+    searcher = threading.Thread(target=lambda: found.setdefault("r", memory.search("민지가 키우는 고양이", 2)))
+    searcher.start()
+    try:
+        assert waiting.wait(30), "the search never asked for its vector"
+        # this write would wait for a lock the gated search held
+        added = memory.add("서연은 다음 달에 부산으로 이사 가", scope={"channel": "general"})
+        other = memory.search("Nuvola", 1, mode="bm25")
+        assert added.block_index == 4 and other.hits[0].block.text.startswith("Alex")
+        assert searcher.is_alive(), "the gated search finished early: nothing was tested"
+    finally:
+        gate.set()
+        searcher.join(60)
+        memory.embedder.inner = real
+    assert found["r"].hits[0].block.text == "민지는 고양이 나비를 키워"

@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -582,7 +583,11 @@ class Memory:
         def embed() -> np.ndarray | None:
             if "vector" not in embedded:
                 t0 = time.perf_counter()
-                embedded["vector"] = self.embedder.embed_query(request.query)
+                # The coordinator asks for the vector while it holds the lock; the engine's ~15 ms
+                # must not hold every other search and write too, so the lock is let go meanwhile
+                # (the layers read their state after this returns, and the full search syncs again).
+                with _released(self._lock):
+                    embedded["vector"] = self.embedder.embed_query(request.query)
                 embedded["ms"] = (time.perf_counter() - t0) * 1000
             return embedded["vector"]
 
@@ -853,6 +858,16 @@ def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
     for stale in (graph, graph.with_name(graph.name + ".json")):
         stale.unlink(missing_ok=True)
     return len(live)
+
+
+@contextmanager
+def _released(lock: threading.RLock) -> Iterator[None]:
+    """Let go of a lock this thread holds (once) for the length of the block, then take it back."""
+    lock.release()
+    try:
+        yield
+    finally:
+        lock.acquire()
 
 
 def sidecar_path(path: str | os.PathLike[str]) -> Path:

@@ -3,11 +3,12 @@ tenant's memory. Every route reaches a memory only through `tenant`, so none can
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
 from ..errors import AuthenticationError, PermissionDeniedError
@@ -69,22 +70,33 @@ def principal(request: Request) -> Principal:
 Caller = Annotated[Principal, Depends(principal)]
 
 
-def reader(who: Caller) -> Principal:
+# The role checks and the tenant hand-out do no I/O once a tenant is open, so they run on the event
+# loop: each hop to a worker thread costs ~0.3 ms here, and a request used to make six. The key
+# lookup (`principal`, SQLite) and the handler itself still run in worker threads.
+
+async def reader(who: Caller) -> Principal:
     who.require("read")
     return who
 
 
-def writer(who: Caller) -> Principal:
+async def writer(who: Caller) -> Principal:
     who.require("write")
     return who
 
 
-def admin(who: Caller) -> Principal:
+async def admin(who: Caller) -> Principal:
     who.require("admin")
     return who
 
 
-def tenant(request: Request, who: Annotated[Principal, Depends(reader)]) -> Iterator[Tenant]:
-    """The caller's own tenant, open for the length of the request."""
-    with server_state(request).tenants.use(who.tenant) as opened:
+async def tenant(request: Request, who: Annotated[Principal, Depends(reader)]) -> AsyncIterator[Tenant]:
+    """The caller's own tenant, open for the length of the request (opened in a worker thread
+    the first time: opening a large memory takes seconds)."""
+    registry = server_state(request).tenants
+    opened = registry.acquire_open(who.tenant)
+    if opened is None:
+        opened = await run_in_threadpool(registry.acquire, who.tenant)
+    try:
         yield opened
+    finally:
+        registry.release(opened)

@@ -46,7 +46,10 @@ def serve(settings: Settings, *, host: str | None = None, port: int | None = Non
     os.environ["GIEOK_DB"] = str(settings.db_path())  # each worker loads the same settings
     os.environ["GIEOK_SERVER_HOST"] = host  # …and knows the address MCP's Host check must accept
     os.environ[_NO_AUTH_VARIABLE] = "" if auth else "1"
-    uvicorn.run("gieok.server.run:worker_app", factory=True, workers=workers, **options)  # type: ignore[arg-type]
+    # A worker loading a memory or the embedding model can hold the GIL for seconds on a busy machine;
+    # uvicorn's 5 s health check then kills it mid-request. 60 s still catches a hung worker.
+    uvicorn.run("gieok.server.run:worker_app", factory=True, workers=workers, timeout_worker_healthcheck=60,
+                **options)  # type: ignore[arg-type]
 
 
 def worker_app() -> FastAPI:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import Settings
+from ..errors import StoreError
 from ..layers.conversation import ConversationMemory
 from ..memory import EventListener, Memory
 from .auth import check_tenant
@@ -84,23 +85,35 @@ class TenantRegistry:
     @contextmanager
     def use(self, name: str) -> Iterator[Tenant]:
         """The tenant's open memory for the length of one request (it is not closed meanwhile)."""
-        tenant = self._acquire(name)
+        tenant = self.acquire(name)
         try:
             yield tenant
         finally:
-            with self._lock:
-                tenant.users -= 1
+            self.release(tenant)
 
-    def _acquire(self, name: str) -> Tenant:
+    def acquire_open(self, name: str) -> Tenant | None:
+        """The tenant if its memory is open already (no I/O: an event loop may call this), held
+        until `release`; None when it must be opened first (`acquire`, in a worker thread)."""
         check_tenant(name)
         with self._lock:
             if self._closed:
-                raise RuntimeError("the server is shutting down")
+                raise StoreError("the server is shutting down")
             tenant = self._open.get(name)
             if tenant is not None:
                 self._open.move_to_end(name)
                 tenant.users += 1
-                return tenant
+            return tenant
+
+    def release(self, tenant: Tenant) -> None:
+        with self._lock:
+            tenant.users -= 1
+
+    def acquire(self, name: str) -> Tenant:
+        """The tenant's memory, opened if need be (seconds for a large one), held until `release`."""
+        tenant = self.acquire_open(name)
+        if tenant is not None:
+            return tenant
+        with self._lock:
             opening = self._opening.setdefault(name, threading.Lock())
         with opening:  # one thread opens a tenant; the others wait for it, not for every tenant
             with self._lock:

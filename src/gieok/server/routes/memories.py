@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
@@ -12,6 +12,7 @@ from ...errors import InvalidInputError
 from ..auth import Principal
 from ..deps import reader, tenant, writer
 from ..models import MAX_ID, BatchIn, Kind, MemoryIn, SearchIn
+from ..responses import json_response
 from ..tenants import Tenant
 
 __all__ = ["router"]
@@ -41,19 +42,19 @@ def _before(cursor: str | None) -> int | None:
 
 
 @router.post("/memories", status_code=201, summary="Remember one block")
-def add_memory(body: MemoryIn, who: Writer, t: TenantDep) -> dict[str, Any]:
-    return t.memory.add(**body.as_item()).as_dict()
+def add_memory(body: MemoryIn, who: Writer, t: TenantDep) -> JSONResponse:
+    return json_response(t.memory.add(**body.as_item()).as_dict(), 201)
 
 
 @router.post("/memories:batch", status_code=201, summary="Remember up to 256 blocks in one transaction")
-def add_memories(body: BatchIn, who: Writer, t: TenantDep) -> dict[str, Any]:
+def add_memories(body: BatchIn, who: Writer, t: TenantDep) -> JSONResponse:
     blocks = t.memory.add_many([item.as_item() for item in body.items])  # every item checked before any write
-    return {"blocks": [block.as_dict() for block in blocks]}
+    return json_response({"blocks": [block.as_dict() for block in blocks]}, 201)
 
 
 @router.get("/memories/{block_index}", summary="One block")
-def get_memory(block_index: BlockIndex, who: Reader, t: TenantDep) -> dict[str, Any]:
-    return t.memory.get(block_index).as_dict()
+def get_memory(block_index: BlockIndex, who: Reader, t: TenantDep) -> JSONResponse:
+    return json_response(t.memory.get(block_index).as_dict())
 
 
 @router.get("/memories", summary="Blocks, newest first, filtered, a page at a time")
@@ -64,12 +65,13 @@ def list_memories(who: Reader, t: TenantDep,
                   kind: Annotated[list[Kind] | None, Query()] = None,
                   since: str | None = None, until: str | None = None,
                   cursor: Annotated[str | None, Query(max_length=64)] = None,
-                  limit: Annotated[int, Query(ge=1, le=200)] = 50) -> dict[str, Any]:
+                  limit: Annotated[int, Query(ge=1, le=200)] = 50) -> JSONResponse:
     scope = {k: v for k, v in (("guild", guild), ("channel", channel), ("user", user)) if v is not None}
     blocks = t.memory.list_blocks(scope=scope, kinds=kind, since=_time(since), until=_time(until),
                                   before=_before(cursor), limit=limit)
     more = len(blocks) == limit
-    return {"items": [b.as_dict() for b in blocks], "next_cursor": _cursor(blocks[-1].block_index) if more else None}
+    return json_response({"items": [b.as_dict() for b in blocks],
+                          "next_cursor": _cursor(blocks[-1].block_index) if more else None})
 
 
 def _time(value: str | None) -> float | str | None:
@@ -89,8 +91,8 @@ def forget_memory(block_index: BlockIndex, who: Writer, t: TenantDep) -> JSONRes
 
 
 @router.post("/search", summary="Hybrid search; hits with their score breakdown, the answering layer and the time")
-def search(body: SearchIn, who: Reader, t: TenantDep) -> dict[str, Any]:
+def search(body: SearchIn, who: Reader, t: TenantDep) -> JSONResponse:
     result = t.memory.search(body.query, body.k, scope=body.scope.as_mapping() if body.scope else None,
                              kinds=body.kinds, since=body.since, until=body.until, mode=body.mode,
                              neighbours=body.neighbours)
-    return result.as_dict()
+    return json_response(result.as_dict())

@@ -15,6 +15,7 @@ from ...errors import ImportFormatError, NotFoundError
 from ..auth import Principal
 from ..deps import admin, reader, server_state, tenant, writer
 from ..models import KeyIn
+from ..responses import json_response
 from ..tenants import Tenant
 
 __all__ = ["router", "public"]
@@ -29,21 +30,21 @@ Admin = Annotated[Principal, Depends(admin)]
 
 
 @public.get("/healthz", summary="Liveness: the process answers (no key needed, nothing about any tenant)")
-def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+def healthz() -> JSONResponse:
+    return json_response({"status": "ok"})
 
 
 @router.get("/stats", summary="Counts by kind, channels, embedder, index type, file size, layer counters")
-def stats(who: Reader, t: TenantDep) -> dict[str, Any]:
+def stats(who: Reader, t: TenantDep) -> JSONResponse:
     payload = t.memory.stats().as_dict()
     payload.pop("path", None)  # where the server keeps files is not the caller's business
     payload["layers"] = t.memory.layer_stats()
-    return payload
+    return json_response(payload)
 
 
 @router.get("/verify", summary="Walk the hash chain and every content digest")
-def verify(who: Reader, t: TenantDep) -> dict[str, Any]:
-    return t.memory.verify().as_dict()
+def verify(who: Reader, t: TenantDep) -> JSONResponse:
+    return json_response(t.memory.verify().as_dict())
 
 
 @router.get("/export", summary="Every block, tombstones included, as streamed NDJSON (the `gieok export` format)")
@@ -75,7 +76,7 @@ async def import_(request: Request, who: Writer) -> dict[str, Any]:
 
 
 @router.get("/health", summary="Engine, embedder and (when a bot runs here) bot and provider health")
-def health(request: Request, who: Reader, t: TenantDep) -> dict[str, Any]:
+def health(request: Request, who: Reader, t: TenantDep) -> JSONResponse:
     state = server_state(request)
     memory = t.memory.stats()
     queued = getattr(t.memory.embedder.inner, "queued", None) if memory.dimension else None
@@ -92,18 +93,18 @@ def health(request: Request, who: Reader, t: TenantDep) -> dict[str, Any]:
         llm_health: Any = getattr(bot.llm, "health", None)
         payload["bot"] = {"health": bot.health.as_dict(),
                           "providers": llm_health.as_dict() if hasattr(llm_health, "as_dict") else None}
-    return payload
+    return json_response(payload)
 
 
 @router.get("/keys", tags=["keys"], summary="This tenant's API keys (never the keys themselves)")
-def list_keys(request: Request, who: Admin) -> dict[str, Any]:
-    return {"keys": [row.as_dict() for row in server_state(request).keys.keys(who.tenant)]}
+def list_keys(request: Request, who: Admin) -> JSONResponse:
+    return json_response({"keys": [row.as_dict() for row in server_state(request).keys.keys(who.tenant)]})
 
 
 @router.post("/keys", tags=["keys"], status_code=201, summary="A new key for this tenant; shown once")
-def create_key(request: Request, body: KeyIn, who: Admin) -> dict[str, Any]:
+def create_key(request: Request, body: KeyIn, who: Admin) -> JSONResponse:
     key, row = server_state(request).keys.create(who.tenant, body.role, body.name)
-    return {"key": key, **row.as_dict()}
+    return json_response({"key": key, **row.as_dict()}, 201)
 
 
 @router.delete("/keys/{key_id}", tags=["keys"], summary="Revoke one of this tenant's keys, at once")
