@@ -17,7 +17,7 @@ import numpy as np
 from rich.console import Console
 
 from ..data.labeled import FACT_LABELS, fact_split, load_fact_pairs
-from ..layers.facts import PairJudge, _norm_topic
+from ..layers.facts import PairJudge
 from .report import median, print_and_write, progress_bar, results_table, table_console
 
 __all__ = ["judge_pairs", "measure_facts", "print_facts", "run_facts"]
@@ -41,9 +41,7 @@ def judge_pairs(rows: list[dict[str, Any]], judge: PairJudge, embedder: Any, tok
     for r in rows:
         t0 = time.perf_counter()
         similarity = float(np.dot(vectors[r["new"]], vectors[r["old"]]))
-        same_topic = (bool(r.get("topic_new"))
-                      and _norm_topic(r.get("topic_new", "")) == _norm_topic(r.get("topic_old", "")))
-        predictions.append(judge.judge(similarity, tokens[r["new"]], tokens[r["old"]], r["new"], r["old"], same_topic))
+        predictions.append(judge.judge(similarity, tokens[r["new"]], tokens[r["old"]], r["new"], r["old"]))
         times.append((time.perf_counter() - t0) * 1000)
     return predictions, times
 
