@@ -92,8 +92,9 @@ def test_bad_answers_fall_back_to_the_offline_judge_and_lose_nothing(memory: Mem
         fact("<user:42>는 INFP다.", action=["add"], ref={"x": 1}),  # wrong types
     ])
     talk(pipeline)
-    assert current(pipeline) == ["<user:42>의 고양이 이름은 나비다.", "<user:42>는 부산에 산다.", "<user:42>는 25살이다.",
-                                 "<user:42>는 피아노를 친다.", "<user:42>는 커피를 좋아한다.", "<user:42>는 등산을 좋아한다.",
+    assert current(pipeline) == ["<user:42>의 고양이 이름은 나비다.", "<user:42>는 부산에 산다.",
+                                 "<user:42>는 25살이다.", "<user:42>는 피아노를 친다.",
+                                 "<user:42>는 커피를 좋아한다.", "<user:42>는 등산을 좋아한다.",
                                  "<user:42>는 INFP다."], "every fact stored; the cat and the home untouched"
     assert [f.text for f in pipeline.facts.facts(user_id="7")] == ["<user:7>는 24살이다."]
     assert len(pipeline.facts.facts(guild="g1")) == 9, "the guild's fact untouched too"
@@ -122,3 +123,33 @@ def test_review_checks_ids_against_what_was_shown(memory: Memory) -> None:
     assert review(ExtractedFact("x", "", (), "7", "duplicate", "F1"), shown)[0] is None, "F1 is about 42"
     assert review(ExtractedFact("x", "", (), "42", None, None), shown) == (None, None), "no answer: offline"
     assert KnownFacts().render() == "-"
+
+
+def test_bench_replays_recorded_answers_through_the_model_path(tmp_path) -> None:
+    import json
+
+    from gieok.bench.facts import replay_pairs
+    from gieok.data.labeled import load_fact_answers
+    from gieok.layers.facts import PairJudge
+
+    rows = [{"old": "<user:1>는 부산에 산다.", "new": "<user:1>는 해운대 근처에 산다.", "label": "duplicate"},
+            {"old": "<user:1>는 24살이다.", "new": "<user:1>는 25살이다.", "label": "conflict"},
+            {"old": "<user:1>의 고양이 이름은 나비다.", "new": "<user:1>는 24살이다.", "label": "distinct"},
+            {"old": "<user:2> lives in Busan.", "new": "<user:2> is based in Busan.", "label": "duplicate"}]
+
+    def answer(row: dict[str, str], action: str, ref: str = "") -> str:
+        item = {"user_id": row["new"][6], "fact": row["new"], "action": action, "ref": ref}
+        return json.dumps({"guild_facts": [], "user_facts": [item], "summary_updates": {}}, ensure_ascii=False)
+
+    lines = ["# hand-written for this test",
+             json.dumps({"old": rows[0]["old"], "new": rows[0]["new"], "answer": "```json\n"
+                         + answer(rows[0], "duplicate of F1") + "\n```"}, ensure_ascii=False),
+             json.dumps({"old": rows[1]["old"], "new": rows[1]["new"], "answer": answer(rows[1], "replaces", "F7")},
+                        ensure_ascii=False),  # not shown: the offline judge decides (and supersedes)
+             json.dumps({"old": rows[2]["old"], "new": rows[2]["new"], "answer": answer(rows[2], "replaces", "F1")},
+                        ensure_ascii=False)]  # a wrong answer, applied as given: the model path is measured
+    path = tmp_path / "answers.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    predictions, judged, _ = replay_pairs(rows, PairJudge(), load_fact_answers(path))
+    assert predictions == ["duplicate", "conflict", "conflict", "lost"], "no answer recorded for the last pair"
+    assert judged[:3] == ["model", "fallback", "model"] and judged[3].startswith("scripted: script exhausted")
