@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from ..layers.facts import FactOutcome, FactStore, FactType, ModelVerdict
 from .gatekeeper import ExtractedFact
 
-__all__ = ["KnownFact", "KnownFacts", "list_known_facts", "review", "store_reviewed", "MAX_SHOWN_PER_SUBJECT", "MAX_SHOWN"]
+__all__ = ["KnownFact", "KnownFacts", "list_known_facts", "review", "store_reviewed", "MAX_SHOWN_PER_SUBJECT",
+           "MAX_SHOWN"]
 
 MAX_SHOWN_PER_SUBJECT = 20  # the newest facts of each user (and of the guild)
 MAX_SHOWN = 60  # in one prompt

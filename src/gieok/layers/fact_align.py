@@ -42,7 +42,8 @@ _LEADING_REF = re.compile(r"^\s*<user:(\d+)>")
 # are left out. General vocabulary for what facts are about, not a list of pairs.
 _CONCEPTS: dict[str, tuple[str, ...]] = {
     "@reside": ("산다", "거주한다", "거주지", "지낸다", "사는곳", "lives", "resides", "based", "stays"),
-    "@job": ("일한다", "근무한다", "재직", "직업", "직장", "다닌다", "종사한다", "works", "job", "employed", "occupation",
+    "@job": ("일한다", "근무한다", "재직", "직업", "직장", "다닌다", "종사한다", "works", "job", "employed",
+             "occupation",
              "profession", "career"),
     "@like": ("좋아한다", "좋다", "선호한다", "즐긴다", "애정한다", "사랑한다", "최애", "취미", "팬", "likes", "loves",
               "enjoys", "prefers", "fan", "fond", "favorite", "favourite", "hobby", "keen"),
@@ -89,9 +90,9 @@ _LIGHT = frozenset({
 })
 # Attributes holding one value at a time: a new value replaces the old one.
 # Words, not concepts: "works" shares a concept with "job" but a person works on many things.
-_SINGLE = frozenset({"살다", "거주", "거주지", "live", "resid", "base", "직업", "직장", "다니다", "job", "태어나다", "고향",
-                     "출신", "born", "hometown", "점수", "score", "이름", "name", "생일", "birthday", "나이", "age", "mbti",
-                     "main", "포지션", "position", "장", "owner", "주소", "address", "전공", "major"})
+_SINGLE = frozenset({"살다", "거주", "거주지", "live", "resid", "base", "직업", "직장", "다니다", "job", "태어나다",
+                     "고향", "출신", "born", "hometown", "점수", "score", "이름", "name", "생일", "birthday", "나이",
+                     "age", "mbti", "main", "포지션", "position", "장", "owner", "주소", "address", "전공", "major"})
 # Units that name an attribute by themselves.
 _UNIT_CONCEPTS = {"age": "@age", "score": "@score", "grade": "학년"}
 # A change of state: one side has it, the other does not.
@@ -114,8 +115,8 @@ _NUMBER_WORDS = {
     "네": 4, "다섯": 5, "여섯": 6, "일곱": 7, "여덟": 8, "아홉": 9, "열": 10, "열한": 11, "열두": 12, "스무": 20,
 }
 _KO_NATIVE = "열한|열두|하나|다섯|여섯|일곱|여덟|아홉|스무|둘|셋|넷|한|두|세|네|열"
-_KO_UNITS = ("년생", "주년", "학년", "시간", "살", "세", "시", "분", "점", "명", "마리", "개", "번", "회", "년", "월", "일",
-             "층", "교대", "kg", "cm")
+_KO_UNITS = ("년생", "주년", "학년", "시간", "살", "세", "시", "분", "점", "명", "마리", "개", "번", "회", "년", "월",
+             "일", "층", "교대", "kg", "cm")
 _UNIT_CANON = {"살": "age", "세": "age", "시": "time", "a.m.": "time", "p.m.": "time", "am": "time", "pm": "time",
                "o'clock": "time", "점": "score", "point": "score", "points": "score", "학년": "grade",
                "grade": "grade", "년생": "year", "년": "year", "times": "times", "time": "times", "번": "times",

@@ -206,7 +206,7 @@ class FactStore:
         else:
             pool = candidates if verdict is None else [c for c in candidates if c[0].block_index not in verdict.shown]
             found = self._judge_offline(text, pool, same_text=[c for c in candidates if c not in pool])
-            if found[0] == "duplicate" and found[1] is not None:
+            if found[0] == "duplicate" and found[1] is not None and found[2] is not None:
                 return FactOutcome("duplicate", self._fact(found[1], found[2]), similarity=found[3], note=note)
             replaced, similarity = found[1], found[3]
             judged_by = "model" if verdict is not None else "offline"
@@ -243,7 +243,8 @@ class FactStore:
         return verdict, None
 
     def _judge_offline(self, text: str, pool: list[tuple[FactRow, Block, Any]],
-                       same_text: Sequence[tuple[FactRow, Block, Any]] = ()) -> tuple[str, FactRow | None, Block | None, float]:
+                       same_text: Sequence[tuple[FactRow, Block, Any]] = ()
+                       ) -> tuple[str, FactRow | None, Block | None, float]:
         """The offline judge against `pool`: (duplicate | conflict | distinct, the fact it
         concerns, its block, cosine). `same_text` facts are checked for the very same text only
         (the facts a model was shown and said this one does not repeat)."""
