@@ -179,18 +179,24 @@ def bench_facts(
     split: Annotated[str, typer.Option(help="Bundled pairs half: test (held out), dev (tuned on) or all.")] = "test",
     duplicate_threshold: Annotated[float | None, typer.Option(help="Override fact_duplicate_threshold.")] = None,
     conflict_threshold: Annotated[float | None, typer.Option(help="Override fact_conflict_threshold.")] = None,
+    llm: Annotated[str, typer.Option(help="off: the offline judge; scripted: replay recorded extraction-model "
+                                          "answers through the model path (parse, validate, apply).")] = "off",
+    answers: Annotated[Path | None, typer.Option(help="JSONL of recorded answers for --llm scripted "
+                                                      "(default: the bundled, hand-recorded ones).")] = None,
     db: DbOption = None,
 ) -> None:
     """Fact de-duplication: precision and recall of duplicate / conflict decisions on labeled pairs.
 
-    Example: gieok bench facts --json facts.json
+    Example: gieok bench facts --llm scripted --json facts-scripted.json
     """
-    from .bench.facts import run_facts
+    from .bench.facts import LLM_MODES, run_facts
 
     if split not in ("test", "dev", "all"):
         raise InvalidInputError("--split must be test, dev or all")
+    if llm not in LLM_MODES:
+        raise InvalidInputError("--llm must be off or scripted")
     run_facts(data, json_out, split=split, duplicate_threshold=duplicate_threshold,
-              conflict_threshold=conflict_threshold)
+              conflict_threshold=conflict_threshold, llm=llm, answers=answers)
 
 
 @bench_app.command("pipeline")

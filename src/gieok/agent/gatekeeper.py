@@ -22,9 +22,14 @@ from .jsonparse import first_json_object
 from .prompts import prompt
 
 __all__ = ["Decision", "Extraction", "ExtractedFact", "Analyst", "DECISION_SCHEMA", "EXTRACTION_SCHEMA",
-           "looks_like_question"]
+           "FACT_ACTIONS", "looks_like_question", "parse_fact_action"]
 
 log = logging.getLogger(__name__)
+
+# What the extraction model says about each new fact, against the known facts it was shown.
+FACT_ACTIONS = ("add", "duplicate", "replaces", "ignore")
+_ACTION = re.compile(r"^\s*(add|ignore|duplicate|replaces?)(?:\s+(?:of\s+)?(\S+))?\s*$", re.IGNORECASE)
+_REF = re.compile(r"^[<\[(]?\s*F?(\d{1,4})\s*[>\])]?$", re.IGNORECASE)
 
 DECISION_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -38,7 +43,9 @@ DECISION_SCHEMA: dict[str, Any] = {
 }
 
 _FACT: dict[str, Any] = {"type": "object", "properties": {"fact": {"type": "string"}, "topic": {"type": "string"},
-                                          "keywords": {"type": "array", "items": {"type": "string"}}},
+                                          "keywords": {"type": "array", "items": {"type": "string"}},
+                                          "action": {"type": "string", "enum": list(FACT_ACTIONS)},
+                                          "ref": {"type": "string"}},
          "required": ["fact"]}
 EXTRACTION_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -92,6 +99,32 @@ class ExtractedFact:
     topic: str
     keywords: tuple[str, ...]
     user_id: str | None  # None for a guild fact
+    action: str | None = None  # add | duplicate | replaces | ignore; None: not given or not readable
+    ref: str | None = None  # "F3": the known fact it repeats or replaces, as shown to the model
+    problem: str | None = None  # why `action` / `ref` could not be read (the offline judge decides)
+
+
+def parse_fact_action(action: Any, ref: Any) -> tuple[str | None, str | None, str | None]:
+    """(action, ref, problem) from a fact item's "action" and "ref": the schema's form
+    (`"action": "duplicate", "ref": "F3"`) and the issue's wording in one string
+    (`"action": "duplicate of F3"`, `"replaces F2"`); refs as "F3", "f3", "[F3]" or "3". Never
+    raises: an unreadable answer is a problem, and the offline judge takes over for that fact."""
+    if action is None or (isinstance(action, str) and not action.strip()):
+        return None, None, None
+    if not isinstance(action, str):
+        return None, None, f"action is not a string: {action!r}"
+    match = _ACTION.match(action)
+    if match is None:
+        return None, None, f"unknown action {action[:40]!r}"
+    verb = match.group(1).lower()
+    verb = "replaces" if verb.startswith("replace") else verb
+    raw_ref = match.group(2) or (str(ref) if isinstance(ref, (str, int)) and not isinstance(ref, bool) else "")
+    if verb in ("add", "ignore"):
+        return verb, None, None
+    ref_match = _REF.match(raw_ref.strip()) if raw_ref.strip() else None
+    if ref_match is None:
+        return None, None, f"{verb} without a readable fact id ({raw_ref[:20]!r})"
+    return verb, f"F{int(ref_match.group(1))}", None
 
 
 @dataclass(frozen=True)
@@ -149,8 +182,10 @@ def _fact_items(value: Any, with_user: bool, known_users: set[str], rejected: li
             if user_id not in known_users:
                 rejected.append(f"fact about a user not in the conversation ({user_id!r}): {text}")
                 continue
+        action, ref, problem = parse_fact_action(item.get("action"), item.get("ref"))
         out.append(ExtractedFact(text[:1000], topic.strip()[:80],
-                                 tuple(str(k)[:40] for k in keywords if isinstance(k, (str, int)))[:5], user_id))
+                                 tuple(str(k)[:40] for k in keywords if isinstance(k, (str, int)))[:5], user_id,
+                                 action, ref, problem))
     return out
 
 
@@ -206,9 +241,13 @@ class Analyst:
             return Decision(response_needed=explicit, retrieval_needed=looks_like_question(message),
                             search_query=message[:MAX_QUERY_CHARS], source="fallback", error=str(exc))
 
-    async def extract(self, *, transcript: str, summary: str, known_users: set[str]) -> Extraction:
+    async def extract(self, *, transcript: str, summary: str, known_users: set[str],
+                      known_facts: str = "-") -> Extraction:
+        """`known_facts`: the current facts about the conversation's users and guild, one per
+        line with a short id ("F1 <user:42>: …", agent/fact_review.py), for the model to say
+        which new fact repeats or replaces which — in this same call, not another."""
         text = prompt("extraction", self.language).substitute(bot_name=self.bot_name, summary=summary or "-",
-                                                              transcript=transcript)
+                                                              transcript=transcript, known_facts=known_facts or "-")
         try:
             return await self._ask_json(text, EXTRACTION_SCHEMA, lambda d: parse_extraction(d, known_users))
         except LLMError as exc:

@@ -38,6 +38,7 @@ from ..llm.base import LLM
 from ..store.conversation import L1Row
 from ..types import Scope, scope_from_key, scope_key
 from .context import AssembledPrompt, Budget, ContextBuilder, MemoryLine, RecentLine
+from .fact_review import KnownFacts, list_known_facts, store_reviewed
 from .gatekeeper import Analyst, Decision, Extraction, looks_like_question
 from .guard import GuardVerdict, InjectionGuard
 from .guardrails import MessageGuard, check_raw_input, guard_classifier, is_meta_fact
@@ -503,13 +504,17 @@ class ConversationPipeline:
         known = {r.user_id for r in rows if r.role == "user" and r.user_id}
         summary_lines = self.summaries.get(plan.conversation).context_lines().values()
         summary = "\n".join(itertools.chain.from_iterable(summary_lines))
-        extraction = await self.analyst.extract(transcript=transcript, summary=summary, known_users=known)
+        # The facts the model judges new ones against, in this same call (agent/fact_review.py).
+        shown = await asyncio.to_thread(list_known_facts, self.facts, plan.message.guild, known)
+        extraction = await self.analyst.extract(transcript=transcript, summary=summary, known_users=known,
+                                                known_facts=shown.render())
         with embedding_priority(Priority.SOON):  # background, but ahead of write-behind: it holds a thread
-            await asyncio.to_thread(self._apply_extraction, plan, extraction, rows, names)
+            await asyncio.to_thread(self._apply_extraction, plan, extraction, rows, names, shown)
         return extraction
 
     def _apply_extraction(self, plan: Plan, extraction: Extraction, rows: list[L1Row],
-                          names: dict[str, str]) -> None:
+                          names: dict[str, str], shown: KnownFacts | None = None) -> None:
+        shown = shown or KnownFacts()
         for reason in extraction.rejected:
             self._event("fact_rejected", {"reason": reason})
         if extraction.summary_updates:
@@ -532,26 +537,26 @@ class ConversationPipeline:
             if self.guard.check(text).attack:
                 self._event("fact_dropped_by_guard", {"fact": text})
                 continue
+            if item.user_id is not None and f"<user:{item.user_id}>" not in text:
+                self._event("fact_rejected", {"reason": "does not name its user by <user:ID>", "fact": text})
+                continue
+            if item.user_id is None and guild is None:
+                continue  # a DM has no guild to hold guild facts
+            source = last_by_user.get(item.user_id) if item.user_id is not None else None
             try:
-                if item.user_id is not None:
-                    if f"<user:{item.user_id}>" not in text:
-                        self._event("fact_rejected", {"reason": "does not name its user by <user:ID>", "fact": text})
-                        continue
-                    source = last_by_user.get(item.user_id)
-                    outcome = self.facts.add(text, fact_type="user_fact", topic=item.topic, keywords=item.keywords,
-                                             guild=guild, user_id=item.user_id,
-                                             source_message=source.external_id or str(source.message_id)
-                                             if source else None)
-                else:
-                    if guild is None:
-                        continue  # a DM has no guild to hold guild facts
-                    outcome = self.facts.add(text, fact_type="guild_fact", topic=item.topic, keywords=item.keywords,
-                                             guild=guild)
+                outcome, problem = store_reviewed(self.facts, item, text, shown, guild=guild,
+                                                  source_message=source.external_id or str(source.message_id)
+                                                  if source else None)
             except (InvalidInputError, InvalidTypeError) as exc:
                 self._event("fact_rejected", {"reason": str(exc), "fact": text})
                 continue
+            if problem:
+                self._event("fact_verdict_invalid", {"reason": problem, "fact": text})
+            if outcome is None:
+                self._event("fact_ignored", {"fact": text})
+                continue
             self._event(f"fact_{outcome.action}", {"fact": text, "block": outcome.fact.block_index if outcome.fact
-                                                   else None})
+                                                   else None, "judged_by": outcome.judged_by})
 
     async def drain(self) -> None:
         """Wait for background extractions (graceful shutdown, tests)."""

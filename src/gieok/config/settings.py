@@ -173,8 +173,8 @@ class Settings:
     l1_prompt_messages: int = setting(5, at_least(1))
     summary_max_topics: int = setting(5, at_least(1))
     summary_max_points: int = setting(10, at_least(1))
-    fact_duplicate_threshold: float = setting(0.93, probability)  # tuned on the dev half of the labeled pairs
-    fact_conflict_threshold: float = setting(0.90, probability)
+    fact_duplicate_threshold: float = setting(0.85, probability)  # a cosine floor under the token judge
+    fact_conflict_threshold: float = setting(0.85, probability)
     global_user_facts: bool = False  # True: a user's facts follow them into every guild
     gatekeeper_threshold: float = setting(0.7, probability)
     analysis_every: int = setting(5, at_least(1))  # stage-2 analysis every N messages per channel (and on calls)

@@ -27,11 +27,13 @@ from ..errors import InvalidInputError
 __all__ = [
     "GUARD_CORPUS", "FACT_PAIRS", "GATEKEEPER_DATA", "FACT_LABELS", "HashSplit", "GUARD_SPLIT", "FACT_SPLIT",
     "GATEKEEPER_SPLIT", "GateExample", "read_labeled_jsonl", "data_digest", "load_guard_corpus",
-    "load_fact_pairs", "load_gate_examples", "guard_split", "fact_split", "gate_split",
+    "load_fact_pairs", "load_gate_examples", "guard_split", "fact_split", "gate_split", "FACT_ANSWERS",
+    "load_fact_answers",
 ]
 
 GUARD_CORPUS = "guard_corpus.jsonl"
 FACT_PAIRS = "fact_pairs.jsonl"
+FACT_ANSWERS = "fact_answers.jsonl"
 GATEKEEPER_DATA = "gatekeeper.jsonl"
 FACT_LABELS = ("duplicate", "conflict", "distinct")
 
@@ -137,6 +139,24 @@ def load_fact_pairs(path: str | Path | None = None) -> list[dict[str, Any]]:
                               shape='{"old": str, "new": str, "label": duplicate|conflict|distinct}',
                               valid=lambda r: isinstance(r.get("old"), str) and isinstance(r.get("new"), str)
                               and r.get("label") in FACT_LABELS)
+
+
+def load_fact_answers(path: str | Path | None = None) -> dict[tuple[str, str], str]:
+    """Recorded extraction-model answers for fact pairs, `{(old, new): answer text}`: each line
+    `{"old", "new", "answer"}` where `answer` is the raw text the model returned (the wire format
+    the extraction parser reads). Lines starting with `#` are the file's documentation."""
+    lines, source = _lines(path, FACT_ANSWERS, "fact answers")
+    answers: dict[tuple[str, str], str] = {}
+    for number, line in lines:
+        if line.lstrip().startswith("#"):
+            continue
+        row = _object(line, f"{source} line {number}")
+        if not all(isinstance(row.get(k), str) for k in ("old", "new", "answer")):
+            raise InvalidInputError(f'{source} line {number}: expected {{"old": str, "new": str, "answer": str}}')
+        answers[(row["old"], row["new"])] = row["answer"]
+    if not answers:
+        raise InvalidInputError(f"{source} has no answers")
+    return answers
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,12 @@ from ..errors import InvalidInputError, InvalidTypeError
 from ..store.conversation import ConversationTables, FactRow
 from ..types import Block, Scope
 from ..validate import clean_text
+from .fact_align import judge_shapes, shape_of
 
 if TYPE_CHECKING:
     from ..memory import Memory
 
-__all__ = ["FactType", "Fact", "FactOutcome", "FactStore", "PairJudge", "visible", "LORE_GUILD"]
+__all__ = ["FactType", "Fact", "FactOutcome", "FactStore", "ModelVerdict", "PairJudge", "visible", "LORE_GUILD"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,20 @@ class FactOutcome:
     fact: Fact | None  # the stored fact, or the existing one it duplicates
     replaced: Fact | None = None
     similarity: float = 0.0
+    judged_by: str = "offline"  # model | offline
+    note: str | None = None  # why a model's verdict was not used
+
+
+@dataclass(frozen=True, slots=True)
+class ModelVerdict:
+    """What the extraction model said about a new fact, by block index: `add` (nothing it was
+    shown repeats or changes it), `duplicate` of `target`, or `replaces` `target`. `shown`: the
+    subject's facts the model saw; an `add` is still checked by the offline judge against the
+    subject's facts it did not see."""
+
+    action: str
+    target: int | None = None
+    shown: frozenset[int] = frozenset()
 
 
 def visible(row: FactRow, *, guild: str | None, user_id: str | None, global_user_facts: bool = False) -> bool:
@@ -98,17 +113,6 @@ def visible(row: FactRow, *, guild: str | None, user_id: str | None, global_user
     return False
 
 
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
-_USER_REF = re.compile(r"<user:(\d+)>")
-# Negation and "it changed" words: a fact and its negation embed almost identically.
-_NEGATION = re.compile(
-    r"(?:\bnot\b|n't\b|\bno longer\b|\bnever\b|\bno\b|\bquit\b|\bstopp?(?:ed|s)?\b|\bgave up\b|"
-    r"\bgive up\b|\banymore\b|\bused to\b|\bformer(?:ly)?\b|않|안\s|못|아니|없|싫|끊|그만|접었|접고|더 이상|예전)",
-    re.IGNORECASE)
-_NUMBER_WORDS = re.compile(r"\b(?:one|two|three|four|five|six|seven|eight|nine|ten|once|twice|하나|둘|셋|넷|다섯|"
-                           r"한|두|세|네)\b", re.IGNORECASE)
-
-
 @dataclass(frozen=True)
 class PairJudge:
     """Is a new fact a duplicate of an older one about the same subject, a conflicting
@@ -116,44 +120,38 @@ class PairJudge:
 
     Embedding similarity only says "about the same thing": with e5 the cosine of "the cat
     is called 나비" and "the cat is called 초코" (0.97) is as high as that of two paraphrases.
-    So a pair is a duplicate only when it is similar AND no value differs: no number,
-    negation or user reference differs, and no word of one side was replaced by another
-    (a paraphrase that swaps words is then kept as a new fact: storing a near-duplicate
-    costs a line of prompt, dropping a changed fact loses it). A pair whose values differ
-    is a conflict (the newer supersedes) when it is similar and the change is one slot.
-    Thresholds measured on the dev half of the bundled labeled pairs (docs/benchmarks.md, "Fact judge")."""
+    So the decision is made on the tokens (layers/fact_align.py): the two facts are aligned and
+    only the changed span is judged — nothing changed (after folding synonyms, numbers and
+    negation agreeing) is a duplicate; another value of the same attribute is a conflict (the
+    newer supersedes); another attribute is distinct, even when a number changed ("24살"
+    never replaces "고양이 이름은 나비"). The cosines stay as a floor under both: a pair less
+    similar than `duplicate_threshold` / `conflict_threshold` is distinct. Thresholds chosen on
+    the dev half of the bundled labeled pairs (docs/benchmarks.md, "Fact judge")."""
 
-    duplicate_threshold: float = 0.93
-    conflict_threshold: float = 0.90
-    max_replaced_words: int = 1
-    max_added_words: int = 0
+    duplicate_threshold: float = 0.85
+    conflict_threshold: float = 0.85
 
     def judge(self, similarity: float, new_tokens: Sequence[str], old_tokens: Sequence[str], new_text: str,
-              old_text: str, same_topic: bool) -> str:
-        if set(_USER_REF.findall(new_text)) != set(_USER_REF.findall(old_text)):
-            return "distinct"  # about someone else: never the same fact
-        ignore = {f"{u}" for u in _USER_REF.findall(new_text)}
-        new_only = set(new_tokens) - set(old_tokens) - ignore
-        old_only = set(old_tokens) - set(new_tokens) - ignore
-        numbers_differ = (set(_NUMBER.findall(_USER_REF.sub("", new_text)))
-                          != set(_NUMBER.findall(_USER_REF.sub("", old_text)))
-                          or {w.lower() for w in _NUMBER_WORDS.findall(new_text)}
-                          != {w.lower() for w in _NUMBER_WORDS.findall(old_text)})
-        negation_differs = bool(_NEGATION.search(new_text)) != bool(_NEGATION.search(old_text))
-        replaced = bool(new_only) and bool(old_only)
-        adds_words = len(new_only) > self.max_added_words
-        if (similarity >= self.duplicate_threshold
-                and not (numbers_differ or negation_differs or replaced or adds_words)):
-            return "duplicate"
-        one_slot = len(new_only) <= self.max_replaced_words and len(old_only) <= self.max_replaced_words
-        if similarity >= self.conflict_threshold and (numbers_differ or negation_differs
-                                                       or (replaced and one_slot and same_topic)):
-            return "conflict"
-        return "distinct"
+              old_text: str, same_topic: bool = False) -> str:
+        """The label alone; `same_topic` is accepted for older callers and no longer decides
+        anything (the model's topic names differ for one attribute: "나이" / "출생연도")."""
+        return self.explain(similarity, new_tokens, old_tokens, new_text, old_text)[0]
+
+    def explain(self, similarity: float, new_tokens: Sequence[str], old_tokens: Sequence[str], new_text: str,
+                old_text: str) -> tuple[str, str]:
+        """(duplicate | conflict | distinct, why)."""
+        if _normal(new_text) == _normal(old_text):
+            return "duplicate", "the same text"
+        label, reason = judge_shapes(shape_of(old_text, old_tokens), shape_of(new_text, new_tokens))
+        if label == "duplicate" and similarity < self.duplicate_threshold:
+            return "distinct", f"{reason}, but cosine {similarity:.3f} < {self.duplicate_threshold}"
+        if label == "conflict" and similarity < self.conflict_threshold:
+            return "distinct", f"{reason}, but cosine {similarity:.3f} < {self.conflict_threshold}"
+        return label, reason
 
 
-def _norm_topic(topic: str) -> str:
-    return re.sub(r"[\W_]+", "", topic.casefold())
+def _normal(text: str) -> str:
+    return re.sub(r"[\W_]+", "", text.casefold())
 
 
 class FactStore:
@@ -172,7 +170,12 @@ class FactStore:
     # -- writing ------------------------------------------------------------------------------
     def add(self, text: str, *, fact_type: str | FactType, topic: str = "", keywords: Sequence[str] = (),
             guild: str | None = None, user_id: str | None = None, source_message: str | None = None,
-            when: float | None = None, lore_key: str | None = None) -> FactOutcome:
+            when: float | None = None, lore_key: str | None = None,
+            verdict: ModelVerdict | None = None) -> FactOutcome:
+        """Store a fact about a subject unless it repeats a current one; a fact that changes a
+        current one supersedes it. `verdict`: what the extraction model said about it, already
+        checked against the facts it was shown (agent/fact_review.py); without one, or when it
+        names a fact that is no longer current, the offline judge (`PairJudge`) decides."""
         fact_type = self._check_type(fact_type)
         text = clean_text(text, max_chars=MAX_FACT_CHARS, what="fact")
         if not isinstance(topic, str):
@@ -192,43 +195,82 @@ class FactStore:
         if fact_type == FactType.GUILD:
             user_id = None
         now = self.clock() if when is None else when
-
-        vector = self.memory.embedder.embed_passages([text])[0]
-        new_tokens = self.memory.tokenizer.analyze(text, want_keywords=False).tokens
-        best: tuple[float, FactRow, Block] | None = None
-        verdict = "distinct"
-        conflicts: list[tuple[float, FactRow]] = []
-        for row, block, old_vector in self._subject_facts(fact_type, guild, user_id):
-            similarity = float(np.dot(vector, old_vector)) if old_vector is not None else 0.0
-            old_tokens = self.memory.tokenizer.analyze(block.text, want_keywords=False).tokens
-            same_topic = bool(topic) and _norm_topic(topic) == _norm_topic(row.topic)
-            decision = self.judge.judge(similarity, new_tokens, old_tokens, text, block.text, same_topic)
-            if decision == "duplicate" and (best is None or similarity > best[0]):
-                best, verdict = (similarity, row, block), "duplicate"
-            elif decision == "conflict":
-                conflicts.append((similarity, row))
-        if verdict == "duplicate" and best is not None:
-            return FactOutcome("duplicate", self._fact(best[1], best[2]), similarity=best[0])
-
-        replaced_row = max(conflicts, key=lambda c: c[0])[1] if conflicts else None
+        candidates = list(self._subject_facts(fact_type, guild, user_id))
+        verdict, note = self._check_verdict(verdict, candidates)
+        if verdict is not None and verdict.action == "duplicate":
+            row, block, _ = next(c for c in candidates if c[0].block_index == verdict.target)
+            return FactOutcome("duplicate", self._fact(row, block), judged_by="model")
+        if verdict is not None and verdict.action == "replaces":
+            replaced: FactRow | None = next(c[0] for c in candidates if c[0].block_index == verdict.target)
+            similarity, judged_by = 0.0, "model"
+        else:
+            pool = candidates if verdict is None else [c for c in candidates if c[0].block_index not in verdict.shown]
+            found = self._judge_offline(text, pool, same_text=[c for c in candidates if c not in pool])
+            if found[0] == "duplicate" and found[1] is not None and found[2] is not None:
+                return FactOutcome("duplicate", self._fact(found[1], found[2]), similarity=found[3], note=note)
+            replaced, similarity = found[1], found[3]
+            judged_by = "model" if verdict is not None else "offline"
         metadata: dict[str, Any] = {"fact_type": fact_type.value, "topic": topic, "valid_from": now}
         if source_message:
             metadata["source_message"] = str(source_message)
-        if replaced_row is not None:
-            metadata["supersedes"] = replaced_row.block_index
-        scope = Scope(guild, None, user_id)
-        block = self.memory.add(text, kind="fact", scope=scope, event_time=now, importance=0.8,
+        if replaced is not None:
+            metadata["supersedes"] = replaced.block_index
+        block = self.memory.add(text, kind="fact", scope=Scope(guild, None, user_id), event_time=now, importance=0.8,
                                 keywords=keyword_list or None, metadata=metadata)
         row = FactRow(block.block_index, fact_type.value, topic, guild, user_id,
                       str(source_message) if source_message else None, now, None, None, lore_key)
-        self.tables.fact_insert(row, supersede=replaced_row.block_index if replaced_row else None, when=now)
+        self.tables.fact_insert(row, supersede=replaced.block_index if replaced else None, when=now)
         fact = self._fact(row, block)
-        if replaced_row is None:
-            return FactOutcome("stored", fact)
-        old = self.tables.facts_get([replaced_row.block_index])[replaced_row.block_index]
+        if replaced is None:
+            return FactOutcome("stored", fact, judged_by=judged_by, note=note)
+        old = self.tables.facts_get([replaced.block_index])[replaced.block_index]
         old_block = self.memory.store.get_many([old.block_index])[old.block_index]
-        return FactOutcome("superseded", fact, replaced=self._fact(old, old_block),
-                           similarity=max(c[0] for c in conflicts))
+        return FactOutcome("superseded", fact, replaced=self._fact(old, old_block), similarity=similarity,
+                           judged_by=judged_by, note=note)
+
+    @staticmethod
+    def _check_verdict(verdict: ModelVerdict | None, candidates: list[tuple[FactRow, Block, Any]]
+                       ) -> tuple[ModelVerdict | None, str | None]:
+        """A model's verdict naming a fact that is not (or no longer) a current fact of this
+        subject — superseded or forgotten since the model was shown it — is dropped: the
+        offline judge decides instead."""
+        if verdict is None or verdict.action == "add":
+            return verdict, None
+        if verdict.action not in ("duplicate", "replaces"):
+            return None, f"unknown verdict {verdict.action!r}; judged offline"
+        if verdict.target not in {row.block_index for row, _, _ in candidates}:
+            return None, f"fact {verdict.target} is not a current fact of this subject; judged offline"
+        return verdict, None
+
+    def _judge_offline(self, text: str, pool: list[tuple[FactRow, Block, Any]],
+                       same_text: Sequence[tuple[FactRow, Block, Any]] = ()
+                       ) -> tuple[str, FactRow | None, Block | None, float]:
+        """The offline judge against `pool`: (duplicate | conflict | distinct, the fact it
+        concerns, its block, cosine). `same_text` facts are checked for the very same text only
+        (the facts a model was shown and said this one does not repeat)."""
+        for row, block, _ in same_text:
+            if _normal(block.text) == _normal(text):
+                return "duplicate", row, block, 1.0
+        if not pool:
+            return "distinct", None, None, 0.0
+        vector = self.memory.embedder.embed_passages([text])[0]
+        new_tokens = self.memory.tokenizer.analyze(text, want_keywords=False).tokens
+        best: tuple[float, FactRow, Block] | None = None
+        conflicts: list[tuple[float, FactRow, Block]] = []
+        for row, block, old_vector in pool:
+            similarity = float(np.dot(vector, old_vector)) if old_vector is not None else 0.0
+            old_tokens = self.memory.tokenizer.analyze(block.text, want_keywords=False).tokens
+            decision = self.judge.judge(similarity, new_tokens, old_tokens, text, block.text)
+            if decision == "duplicate" and (best is None or similarity > best[0]):
+                best = (similarity, row, block)
+            elif decision == "conflict":
+                conflicts.append((similarity, row, block))
+        if best is not None:
+            return "duplicate", best[1], best[2], best[0]
+        if conflicts:
+            similarity, row, block = max(conflicts, key=lambda c: c[0])
+            return "conflict", row, block, similarity
+        return "distinct", None, None, 0.0
 
     def seed_lore(self, path: str | Path) -> int:
         """Seed lore from a text file (one fact a line; `#` comments; `topic: fact` optional).
@@ -277,6 +319,11 @@ class FactStore:
         return fixed
 
     # -- reading ------------------------------------------------------------------------------
+    def current_facts(self, fact_type: str | FactType, guild: str | None, user_id: str | None) -> list[Fact]:
+        """The current facts about one subject (a user in a guild, a guild, or the lore), oldest first."""
+        return [self._fact(row, block) for row, block, _ in self._subject_facts(self._check_type(fact_type), guild,
+                                                                                  user_id)]
+
     def _subject_facts(self, fact_type: FactType, guild: str | None, user_id: str | None):
         rows = self.tables.facts_current(fact_type.value, guild, user_id)
         blocks = self.memory.store.get_many([r.block_index for r in rows])
