@@ -194,8 +194,9 @@ def test_breakdown_matches_mode(seeded, query: str) -> None:
 
 
 def test_neighbour_expansion_stays_in_channel(db_path: Path, seed) -> None:
-    # One candidate per signal makes the neighbour-only hits easy to tell apart.
-    with Memory(db_path, candidates=1) as memory:  # k (2) bounds the candidates from below
+    # One candidate per signal makes the neighbour-only hits easy to tell apart; each turn
+    # embedded alone, so the vector search's one candidate is the turn that says it.
+    with Memory(db_path, candidates=1, embed_context_turns=0) as memory:  # k (2) bounds the candidates
         blocks = {b.block_index: b for b in seed(memory)}
         result = memory.search("adopted puppy shelter", k=2)
         got = _indices(result)
@@ -253,8 +254,11 @@ def test_korean_particles_match_through_bm25(memory: Memory) -> None:
         ("여동생 이사", "lounge", 10),
     ],
 )
-def test_cross_lingual_search_via_vectors(seeded, query: str, channel: str, expected: int) -> None:
-    memory, _ = seeded
+def test_cross_lingual_search_via_vectors(db_path: Path, seed, query: str, channel: str, expected: int) -> None:
+    # Each turn embedded alone: the turn that says it must come first. (With the default context
+    # of one turn, the turn after it shares its words in the vector: test_passages.py.)
+    memory = Memory(db_path, embed_context_turns=0)
+    seed(memory)
     scope = {"channel": channel}
     assert memory.search(query, scope=scope, mode="bm25").hits == []  # no shared token at all
     vector = memory.search(query, k=3, scope=scope, mode="vector")
@@ -263,6 +267,7 @@ def test_cross_lingual_search_via_vectors(seeded, query: str, channel: str, expe
     hybrid = memory.search(query, k=3, scope=scope, neighbours=False)
     assert _indices(hybrid) == _indices(vector)
     assert hybrid.hits[0].breakdown.vector_rank == 1
+    memory.close()
 
 
 # -- what add records ------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from .layers.localized import LocalizedSearch
 from .layers.stm import HybridSTM, ShortTermMemory
 from .layers.working import Slot, WorkingMemory
 from .retrieval.hybrid import MODES, HybridRetriever, RetrievalParams, SearchRequest
+from .retrieval.passages import PassageContext, PassageSource
 from .store.base import BM25Filter, IndexRows, NewBlock, VerifyReport
 from .store.conversation import ConversationTables
 from .store.sqlite import SQLiteStore
@@ -380,7 +381,8 @@ class Memory:
         blocks are embedded in batches and committed in chunks (each chunk one transaction).
 
         `vectors`: passage vectors already computed with this memory's embedder, one row per
-        item (e.g. kept from an earlier run: benchmarks reuse 100k of them); they are checked for
+        item, of the texts `passage_texts(items)` gives (e.g. kept from an earlier run:
+        benchmarks reuse 100k of them); they are checked for
         shape and finiteness, never for meaning — vectors from another model make search useless."""
         self._check_open()
         prepared = self._prepare_many(items)
@@ -404,6 +406,40 @@ class Memory:
         except EmbedderError as exc:
             raise InvalidInputError(f"vectors: {exc}") from None
 
+    def passage_texts(self, items: Iterable[str | Mapping[str, Any]]) -> list[str]:
+        """The texts `add_many` would embed for `items` if they were added now: a turn with the
+        turns just before it in its channel (retrieval/passages.py). A caller that embeds ahead
+        of time (the pipeline's write-behind, benchmarks with `vectors=`) embeds these."""
+        self._check_open()
+        sources = []
+        for position, fields in enumerate(self._checked_fields(items)):
+            try:
+                when = check_time(fields.get("event_time"), "event_time")
+                sources.append(PassageSource(fields["text"], check_kind(fields.get("kind", "turn")),
+                                             Scope.of(fields.get("scope")).channel,
+                                             when if when is not None else time.time()))
+            except (InvalidInputError, InvalidTypeError) as exc:
+                raise type(exc)(f"item {position}: {exc}") from None
+        return self._passage_context().texts_for(sources)
+
+    def _passage_texts(self, blocks: Sequence[NewBlock]) -> list[str]:
+        context = self._passage_context()
+        return context.texts_for([PassageSource(b.text, b.kind, b.scope.channel, b.event_time) for b in blocks])
+
+    def _passage_context(self, earlier: bool = True) -> PassageContext:
+        s = self.settings
+        return PassageContext(s.embed_context_turns, s.embed_context_gap_seconds,
+                              self._earlier_turns if earlier else None)
+
+    def _earlier_turns(self, channel: str) -> list[PassageSource]:
+        """The channel's last stored turns, oldest first (forgotten ones with no text)."""
+        with self._lock:
+            self._sync()
+            indices = self.catalog.last_turns(channel, self.settings.embed_context_turns)
+        found = self.store.get_many(indices)
+        return [PassageSource(b.text, b.kind, b.scope.channel, b.event_time)
+                for b in (found[i] for i in indices if i in found)]
+
     def _embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         size = self.settings.embed_batch_size
         parts = [self.embedder.embed_passages(texts[i : i + size]) for i in range(0, len(texts), size)]
@@ -411,7 +447,7 @@ class Memory:
 
     def _write(self, blocks: list[NewBlock], vectors: np.ndarray | None = None) -> list[Block]:
         if vectors is None:
-            vectors = self._embed_passages([b.text for b in blocks])
+            vectors = self._embed_passages(self._passage_texts(blocks))
         with self._lock:
             self._check_open()
             self._sync()
@@ -427,6 +463,19 @@ class Memory:
     def _prepare_many(self, items: Iterable[str | Mapping[str, Any]]) -> list[NewBlock]:
         """Validate every item (raising for the first bad one, naming its position), then
         tokenize all texts in one batch."""
+        fields_list = self._checked_fields(items)
+        analyses = self.tokenizer.analyze_many([f["text"] for f in fields_list],
+                                               keyword_limit=self.settings.max_keywords)
+        prepared = []
+        for position, (fields, analysis) in enumerate(zip(fields_list, analyses)):
+            try:
+                prepared.append(self._prepare(fields.pop("text"), analysis=analysis, **fields))
+            except (InvalidInputError, InvalidTypeError) as exc:
+                raise type(exc)(f"item {position}: {exc}") from None
+        return prepared
+
+    def _checked_fields(self, items: Iterable[str | Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Each item as a dict of known fields with its text cleaned (first bad one raises)."""
         fields_list: list[dict[str, Any]] = []
         for position, item in enumerate(items):
             try:
@@ -445,15 +494,7 @@ class Memory:
                 fields_list.append(fields)
             except (InvalidInputError, InvalidTypeError) as exc:
                 raise type(exc)(f"item {position}: {exc}") from None
-        analyses = self.tokenizer.analyze_many([f["text"] for f in fields_list],
-                                               keyword_limit=self.settings.max_keywords)
-        prepared = []
-        for position, (fields, analysis) in enumerate(zip(fields_list, analyses)):
-            try:
-                prepared.append(self._prepare(fields.pop("text"), analysis=analysis, **fields))
-            except (InvalidInputError, InvalidTypeError) as exc:
-                raise type(exc)(f"item {position}: {exc}") from None
-        return prepared
+        return fields_list
 
     def forget(self, block_indices: int | Iterable[int]) -> list[int]:
         """Erase the content of blocks (text, speaker, keywords, tags, metadata, vector,
@@ -794,18 +835,20 @@ class Memory:
         _ = self.embedder
         total = 0
         chunk: list[Block] = []
+        context = self._passage_context()
         for record in records:
             chunk.append(record)
             if len(chunk) == WRITE_CHUNK:
-                total += self._import_exact_chunk(chunk, progress)
+                total += self._import_exact_chunk(chunk, context, progress)
                 chunk = []
         if chunk:
-            total += self._import_exact_chunk(chunk, progress)
+            total += self._import_exact_chunk(chunk, context, progress)
         return total
 
-    def _import_exact_chunk(self, chunk: list[Block], progress: Progress | None) -> int:
-        live = [r for r in chunk if not r.forgotten]
-        vectors_live = self._embed_passages([r.text for r in live]) if live else None
+    def _import_exact_chunk(self, chunk: list[Block], context: PassageContext, progress: Progress | None) -> int:
+        texts = context.texts_for([_passage_source(r) for r in chunk])
+        live_texts = [text for record, text in zip(chunk, texts) if not record.forgotten]
+        vectors_live = self._embed_passages(live_texts) if live_texts else None
         vectors = np.zeros((len(chunk), self.embedder.dimension), dtype=np.float32)
         tokens: list[list[str]] = []
         j = 0
@@ -831,6 +874,10 @@ class Memory:
         return self.store.iter_blocks()
 
 
+def _passage_source(block: Block) -> PassageSource:
+    return PassageSource("" if block.forgotten else block.text, block.kind, block.scope.channel, block.event_time)
+
+
 def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
             settings: Settings | None = None, progress: Progress | None = None) -> int:
     """Re-embed every live block with `embedder_spec` (default: the configured one, else
@@ -841,12 +888,18 @@ def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
     try:
         spec = embedder_spec or settings.embedder or store.get_meta("embedder_spec") or DEFAULT_EMBEDDER
         embedder = create_embedder(spec, settings)
-        live = [b for b in store.iter_blocks() if not b.forgotten]
+        context = PassageContext(settings.embed_context_turns, settings.embed_context_gap_seconds)
+        live, texts = [], []
+        for block in store.iter_blocks():  # every block, in order: forgotten turns still end a context
+            text = context.text_for(_passage_source(block))
+            if not block.forgotten:
+                live.append(block)
+                texts.append(text)
         vectors = np.zeros((len(live), embedder.dimension), dtype=np.float32)
         size = settings.embed_batch_size
         for start in range(0, len(live), size):
-            chunk = live[start : start + size]
-            vectors[start : start + len(chunk)] = embedder.embed_passages([b.text for b in chunk])
+            chunk = texts[start : start + size]
+            vectors[start : start + len(chunk)] = embedder.embed_passages(chunk)
             if progress:
                 progress(len(chunk))
         store.reembed([b.block_index for b in live], vectors, {

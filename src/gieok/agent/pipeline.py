@@ -56,7 +56,8 @@ STREAM_NAMES = {"injection_detected": "guard.fired", "injection_flagged_by_llm":
 
 def block_text(content: str) -> str:
     """The text a message's turn block stores (the store strips it: text/validate.clean_text), and
-    so the text whose vector the guard, stage 1 and the block all share through the cache."""
+    the text whose vector the guard and stage 1 share through the cache. (The block's own vector
+    is of its passage text, with the turn before it: `Memory.passage_texts`.)"""
     return content.strip()
 
 
@@ -439,7 +440,8 @@ class ConversationPipeline:
     async def _commit_behind(self, conversation: Scope) -> None:
         waiting = await asyncio.to_thread(self.tables.l1_pending, scope_key(conversation))
         if waiting:  # vectors first, awaited without a thread, behind every turn's own work
-            await self.memory.embedder.aembed_passages([block_text(row.content) for row in waiting], Priority.LATER)
+            texts = await asyncio.to_thread(self.memory.passage_texts, self._turn_items(waiting))
+            await self.memory.embedder.aembed_passages(texts, Priority.LATER)
             await asyncio.to_thread(self.commit_pending, conversation, embedded_only=True)
 
     def _append_reply(self, plan: Plan, reply: str | None) -> None:
@@ -459,30 +461,36 @@ class ConversationPipeline:
         waiting = self.tables.l1_pending(key)
         if not waiting:
             return 0
-        if not embedded_only:
-            self.memory.embedder.embed_passages([block_text(row.content) for row in waiting])  # into the cache
+        if not embedded_only:  # into the cache, outside the lock
+            self.memory.embedder.embed_passages(self.memory.passage_texts(self._turn_items(waiting)))
         with self._commit_lock:
             pending = self.tables.l1_pending(key)  # again: another commit may have written some
+            items = self._turn_items(pending)
             if embedded_only:
-                pending = list(itertools.takewhile(lambda row: self.memory.embedder.has(block_text(row.content)),
-                                                   pending))
+                texts = self.memory.passage_texts(items)
+                ready = sum(1 for _ in itertools.takewhile(self.memory.embedder.has, texts))
+                pending, items = pending[:ready], items[:ready]
             if not pending:
                 return 0
-            items = []
-            for row in pending:
-                where = scope_from_key(row.scope_key)
-                metadata: dict[str, Any] = {"l1_message": row.message_id, "role": row.role}
-                if row.external_id:
-                    metadata["external_id"] = row.external_id
-                if row.flagged:
-                    metadata["flagged"] = True
-                items.append({"text": row.content, "scope": {"guild": where.guild, "channel": where.channel,
-                                                              "user": row.user_id},
-                              "speaker": row.user_id if row.role == "user" else self.settings.bot_name,
-                              "event_time": row.created_at, "metadata": metadata})
             blocks = self.memory.remember_many(items)
             self.tables.l1_set_blocks([(row.message_id, block.block_index) for row, block in zip(pending, blocks)])
             return len(pending)
+
+    def _turn_items(self, rows: Sequence[L1Row]) -> list[dict[str, Any]]:
+        """L1 messages as `Memory.add_many` items of their turn blocks."""
+        items = []
+        for row in rows:
+            where = scope_from_key(row.scope_key)
+            metadata: dict[str, Any] = {"l1_message": row.message_id, "role": row.role}
+            if row.external_id:
+                metadata["external_id"] = row.external_id
+            if row.flagged:
+                metadata["flagged"] = True
+            items.append({"text": row.content, "scope": {"guild": where.guild, "channel": where.channel,
+                                                          "user": row.user_id},
+                          "speaker": row.user_id if row.role == "user" else self.settings.bot_name,
+                          "event_time": row.created_at, "metadata": metadata})
+        return items
 
     def _snapshot(self, conversation: Scope) -> tuple[list[L1Row], int] | None:
         key = scope_key(conversation)

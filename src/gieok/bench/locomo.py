@@ -147,7 +147,7 @@ def _ingest(memory: Memory, data: LocomoData,
             embed_cache: Path | None) -> tuple[dict[int, str], np.ndarray | None, float]:
     """Every turn into the store (passage vectors from `embed_cache` if given):
     (block index -> turn id, the vectors read from the cache, seconds taken)."""
-    texts = [t.text for t in data.turns]
+    texts = memory.passage_texts([_turn_item(t) for t in data.turns])  # what add_many would embed
     started = time.perf_counter()
     with progress_bar("ingest turns", len(texts)) as advance:
         if embed_cache is not None:

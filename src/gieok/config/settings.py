@@ -135,8 +135,10 @@ class Settings:
     rrf_k: float = setting(60.0, positive)
     bm25_weight: float = setting(1.0, not_negative)
     vector_weight: float = setting(1.0, not_negative)
-    neighbour_weight: float = setting(0.6, not_negative)
+    neighbour_weight: float = setting(0.4, not_negative)
     neighbour_window: int = setting(2, not_negative)
+    embed_context_turns: int = setting(1, between(0, 8))  # earlier turns of the channel embedded with a turn
+    embed_context_gap_seconds: float = setting(3600.0, positive)  # ...if they came at most this long before
     recency_weight: float = setting(0.0, not_negative)
     recency_half_life_days: float = setting(30.0, positive)
     importance_weight: float = setting(0.0, not_negative)

@@ -176,6 +176,18 @@ class Catalog:
             return False
         return not (until is not None and t > until)
 
+    def last_turns(self, channel: str, n: int) -> list[int]:
+        """Block indices of the channel's last `n` turns, oldest first (forgotten ones too)."""
+        code = self.channels.lookup(channel)
+        rows = self._channel_rows.get(code, []) if code > 0 else []
+        found: list[int] = []
+        for row in reversed(rows):
+            if len(found) >= n:
+                break
+            if self._conv_pos.data[row] >= 0:
+                found.append(int(self._block_index.data[row]))
+        return found[::-1]
+
     def neighbours(self, row: int, window: int) -> list[tuple[int, int]]:
         """(row, distance) of the turns within ±window in the same channel's sequence."""
         code = int(self._channel.data[row])

@@ -1,0 +1,92 @@
+"""Contextual passages: a turn's vector is computed from the turn before it and itself, the
+same way whichever path (add, add_many, import, reindex) wrote it. Real SQLite, real embedder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gieok import Memory
+from gieok.errors import InvalidInputError
+from gieok.memory import reindex
+from gieok.retrieval.passages import PassageContext, PassageSource
+
+T0 = 1_704_067_200.0
+
+
+def _turn(text: str, channel: str | None = "c1", when: float = T0, kind: str = "turn") -> PassageSource:
+    return PassageSource(text, kind, channel, when)
+
+
+def test_a_turn_is_embedded_with_the_turn_before_it_in_its_channel() -> None:
+    context = PassageContext(1, 3600)
+    texts = context.texts_for([
+        _turn("Emily: finally!! what was it?"),
+        _turn("다른 채널 이야기", channel="c2", when=T0 + 10),
+        _turn("지훈: 시간대 문제였어", when=T0 + 30),
+        _turn("a note", channel="c1", when=T0 + 40, kind="note"),
+        _turn("민지: 헐", when=T0 + 60),
+    ])
+    assert texts == ["Emily: finally!! what was it?", "다른 채널 이야기",
+                     "Emily: finally!! what was it?\n지훈: 시간대 문제였어", "a note",
+                     "지훈: 시간대 문제였어\n민지: 헐"]
+
+
+def test_no_context_across_a_long_pause_without_a_channel_or_when_turned_off() -> None:
+    context = PassageContext(1, 3600)
+    assert context.texts_for([_turn("어제 얘기"), _turn("오늘 얘기", when=T0 + 7200)]) == ["어제 얘기", "오늘 얘기"]
+    assert PassageContext(1, 3600).texts_for([_turn("a", None), _turn("b", None)]) == ["a", "b"]
+    assert PassageContext(0, 3600).texts_for([_turn("a"), _turn("b", when=T0 + 1)]) == ["a", "b"]
+    two = PassageContext(2, 3600).texts_for([_turn("a"), _turn("b", when=T0 + 1), _turn("c", when=T0 + 2)])
+    assert two[-1] == "a\nb\nc"
+
+
+def test_forgotten_turns_give_no_context_but_still_take_their_place() -> None:
+    context = PassageContext(1, 3600)
+    assert context.texts_for([_turn("secret"), _turn("", when=T0 + 1), _turn("next", when=T0 + 2)])[-1] == "next"
+
+
+def _stored_vectors(memory: Memory) -> dict[int, np.ndarray]:
+    return {b.block_index: v for b, v in zip(memory.iter_blocks(), memory.vectors_of(
+        [b.block_index for b in memory.iter_blocks()])) if v is not None}
+
+
+ITEMS = [
+    {"text": "로그인 버그 원인 찾았어?", "scope": {"channel": "dev"}, "event_time": T0},
+    {"text": "응 시간대 설정 문제였어", "scope": {"channel": "dev"}, "event_time": T0 + 30},
+    {"text": "unrelated", "scope": {"channel": "other"}, "event_time": T0 + 40},
+    {"text": "서버 TZ를 UTC로 바꿨어", "scope": {"channel": "dev"}, "event_time": T0 + 60},
+]
+
+
+def test_every_write_path_gives_a_turn_the_same_vector(tmp_path: Path) -> None:
+    with Memory(tmp_path / "one.db") as one_by_one:
+        for item in ITEMS:
+            one_by_one.add(**item)
+        single = _stored_vectors(one_by_one)
+        expected = one_by_one.embedder.embed_passages(["로그인 버그 원인 찾았어?\n응 시간대 설정 문제였어"])[0]
+        assert np.allclose(single[2], expected, atol=1e-5)
+        export = tmp_path / "one.jsonl"
+        one_by_one.export_jsonl(export)
+    with Memory(tmp_path / "many.db") as together:
+        assert together.passage_texts(ITEMS)[3] == "응 시간대 설정 문제였어\n서버 TZ를 UTC로 바꿨어"
+        together.add_many(ITEMS)
+        batched = _stored_vectors(together)
+    with Memory(tmp_path / "imported.db") as imported:
+        imported.import_jsonl(export)
+        restored = _stored_vectors(imported)
+    reindex(tmp_path / "many.db")
+    with Memory(tmp_path / "many.db") as reindexed:
+        again = _stored_vectors(reindexed)
+    for index, vector in single.items():
+        for other in (batched, restored, again):
+            assert np.allclose(vector, other[index], atol=1e-5), index
+
+
+def test_passage_texts_checks_its_items(tmp_path: Path) -> None:
+    with Memory(tmp_path / "m.db") as memory:
+        with pytest.raises(InvalidInputError, match="item 1"):
+            memory.passage_texts([{"text": "ok"}, {"text": ""}])
+        assert memory.stats().blocks == 0
