@@ -16,7 +16,22 @@ from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["EmbeddingClassifier"]
+__all__ = ["EmbeddingClassifier", "MESSAGE_VECTORS", "embed_messages", "message_model_name"]
+
+# The classifiers read a chat message's e5 *query* vector: the same vector the search uses when
+# the message is its own query, so the reply path embeds a message once (docs/benchmarks.md,
+# "Conversation pipeline"). A turn's stored passage vector is computed apart, off the reply path.
+MESSAGE_VECTORS = "query"
+
+
+def embed_messages(embedder: Any, texts: Sequence[str]) -> np.ndarray:
+    """Messages as the classifiers read them (query vectors)."""
+    return np.asarray(embedder.embed_queries(list(texts)), dtype=np.float32)
+
+
+def message_model_name(embedder_name: str) -> str:
+    """The name a classifier trained on `embed_messages` vectors is kept under."""
+    return f"{embedder_name}+{MESSAGE_VECTORS}"
 
 
 @dataclass

@@ -20,7 +20,7 @@ import numpy as np
 from ..data.labeled import GUARD_CORPUS, data_digest, guard_split, load_guard_corpus
 from ..errors import InvalidInputError, InvalidTypeError, TextTooLongError
 from .bundled import trained_classifier
-from .classifier import EmbeddingClassifier
+from .classifier import EmbeddingClassifier, embed_messages, message_model_name
 from .guard import GuardVerdict, InjectionGuard
 
 __all__ = ["check_raw_input", "is_meta_fact", "MessageGuard", "guard_classifier", "train_guard_classifier"]
@@ -79,12 +79,12 @@ class MessageGuard:
 
 
 def train_guard_classifier(embedder: Any) -> EmbeddingClassifier:
-    """Logistic regression on passage embeddings of the dev half of the bundled guard corpus
-    (the test half stays held out for `gieok bench guard`)."""
+    """Logistic regression on the message vectors (`embed_messages`) of the dev half of the
+    bundled guard corpus (the test half stays held out for `gieok bench guard`)."""
     rows = [r for r in load_guard_corpus() if guard_split(r) == "dev"]
-    return EmbeddingClassifier.fit(embedder.embed_passages([r["text"] for r in rows]), [r["attack"] for r in rows])
+    return EmbeddingClassifier.fit(embed_messages(embedder, [r["text"] for r in rows]), [r["attack"] for r in rows])
 
 
 def guard_classifier(embedder: Any) -> EmbeddingClassifier:
-    return trained_classifier("guard", embedder.name, data_digest(GUARD_CORPUS),
+    return trained_classifier("guard", message_model_name(embedder.name), data_digest(GUARD_CORPUS),
                               lambda: train_guard_classifier(embedder))

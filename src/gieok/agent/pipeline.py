@@ -148,8 +148,7 @@ class ConversationPipeline:
         self.summaries = self.conversation.summaries
         self.facts = self.conversation.facts
         if classifier == "bundled":  # stage 1 shipped trained; None turns stage 1 off
-            classifier = ResponseClassifier.load(memory.embedder, memory.embedder.name,
-                                                 threshold=s.gatekeeper_threshold)
+            classifier = ResponseClassifier.load(memory.embedder, threshold=s.gatekeeper_threshold)
         self.classifier = classifier
         if guard is None:
             guard = MessageGuard(InjectionGuard(s.guard_threshold), guard_classifier(memory.embedder),
@@ -212,9 +211,9 @@ class ConversationPipeline:
                              external_id=message.message_id, when=message.timestamp)
         self.tables.channel_state_save(key, (state[0] if state else 0) + 1, state[1] if state else 0, self.clock())
         self.summaries.note_speaker(conversation, message.user_id)
-        # Its vector (guard, stage 1, turn block) is computed while the debounce runs, so the
-        # turn that answers it does not wait for it.
-        self.memory.embedder.prefetch_passages([block_text(row.content)], Priority.NOW if needed_now else None)
+        # Its message vector (guard, stage 1, and the search when the message is its own query)
+        # is computed while the debounce runs, so the turn that answers it does not wait for it.
+        self.memory.embedder.prefetch_queries([block_text(row.content)], Priority.NOW if needed_now else None)
         if verdict.attack:
             self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
                                                "score": verdict.score, "matches": list(verdict.matches)})
@@ -248,12 +247,13 @@ class ConversationPipeline:
         each on its own) and stage 1 (the last message, after the one before the batch; the
         classifier reads the previous message only: docs/conversation.md, "Gatekeeper"). The vectors were
         usually computed while the debounce ran (`observe` prefetches them), and they are
-        awaited without holding a thread; the turn blocks written at `record` reuse them."""
+        awaited without holding a thread. They are query vectors: a message that is its own
+        search query is not embedded again."""
         texts = [block_text(row.content) for row in plan.l1_rows] or [block_text(message.content)]
         stage1 = self.classifier is not None and not message.explicit
         context = [block_text(recent[-1].content)] if stage1 and recent else []
         t = time.perf_counter()
-        vectors = await self.memory.embedder.aembed_passages(texts + context)
+        vectors = await self.memory.embedder.aembed_queries(texts + context)  # classifiers read query vectors
         plan.timings_ms["embed_ms"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         if self.guard.classifier is not None:
@@ -367,7 +367,7 @@ class ConversationPipeline:
                 plan.retrieval, plan.search_query = decision.retrieval_needed, decision.search_query
             else:
                 plan.retrieval = looks_like_question(message.content) or message.explicit
-                plan.search_query = message.content
+                plan.search_query = block_text(message.content)  # the text whose query vector is cached
             if plan.respond:
                 if plan.retrieval and plan.search_query:  # the query vector, awaited without a thread
                     await self.memory.embedder.aembed_queries([plan.search_query])

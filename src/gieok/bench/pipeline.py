@@ -109,7 +109,7 @@ def measure_pipeline(blocks: int = 100_000, *, turns: int = 300, workdir: Path |
         if classifier:
             from ..agent.response_classifier import ResponseClassifier
 
-            stage1 = ResponseClassifier.load(memory.embedder, memory.embedder.name)
+            stage1 = ResponseClassifier.load(memory.embedder)
         pipeline = ConversationPipeline(memory, llm=_SlowLLM(llm_ms / 1000), classifier=stage1)
         script = _script(turns)
         memory.embedder.embed_queries(["워밍업 warm-up"])

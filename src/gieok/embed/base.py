@@ -112,23 +112,30 @@ class CachedEmbedder:
         when a turn is about to ask for them), without waiting; the vectors land in this cache.
         Only engines with a scheduler (local models) take work in advance; for others this does
         nothing. Returns how many texts were queued."""
+        return self._prefetch(texts, priority, is_query=False)
+
+    def prefetch_queries(self, texts: Sequence[str], priority: Priority | None = None) -> int:
+        """`prefetch_passages` for query vectors."""
+        return self._prefetch(texts, priority, is_query=True)
+
+    def _prefetch(self, texts: Sequence[str], priority: Priority | None, *, is_query: bool) -> int:
         submit = getattr(self.inner, "submit", None)
         if submit is None:
             return 0
         with self._lock:
-            missing = list(dict.fromkeys(t for t in texts if (False, t) not in self._cache))
+            missing = list(dict.fromkeys(t for t in texts if (is_query, t) not in self._cache))
         if not missing:
             return 0
         level = Priority.SOON if priority is None else priority
-        for text, future in zip(missing, submit(missing, is_query=False, priority=level)):
-            future.add_done_callback(lambda f, text=text: self._store_prefetched(text, f))
+        for text, future in zip(missing, submit(missing, is_query=is_query, priority=level)):
+            future.add_done_callback(lambda f, text=text: self._store_prefetched(text, f, is_query))
         return len(missing)
 
-    def _store_prefetched(self, text: str, future: Future[np.ndarray]) -> None:
+    def _store_prefetched(self, text: str, future: Future[np.ndarray], is_query: bool) -> None:
         if future.exception() is not None:
             return  # whoever needs the vector will ask again and see the error
         row = normalise_rows(future.result()[None, :], self.dimension)
-        self._remember([text], row, {text: []}, row, False, count=False)
+        self._remember([text], row, {text: []}, row, is_query, count=False)
 
     def _lookup(self, texts: Sequence[str], is_query: bool) -> tuple[np.ndarray, dict[str, list[int]]]:
         """Cached rows filled into `out`; the texts still missing, with their positions."""
