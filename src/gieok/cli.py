@@ -30,7 +30,7 @@ from .config import load_settings
 from .demo import run_demo
 from .errors import GieokError, InvalidInputError
 from .memory import reindex as run_reindex
-from .store.sqlite import SQLiteStore
+from .store.factory import open_store
 from .types import Scope
 
 __all__ = ["app", "main"]
@@ -328,16 +328,16 @@ def reindex(
     Example: gieok reindex --db chat.db --embedder use
     """
     settings = load_settings(**({"db": str(db)} if db else {}))
-    if not settings.db_path().is_file():
+    if not settings.uses_database_server() and not settings.db_path().is_file():
         raise InvalidInputError(f"{settings.db_path()} does not exist: nothing to re-embed")
-    store = SQLiteStore(settings.db_path())
+    store = open_store(settings.db_location(), busy_timeout_ms=settings.busy_timeout_ms)
     try:
         live = store.counts()
         total = live["blocks"] - live["forgotten"]
     finally:
         store.close()
     with _progress("re-embedding", total) as advance:
-        count = run_reindex(settings.db_path(), embedder, settings=settings, progress=advance)
+        count = run_reindex(settings.db_location(), embedder, settings=settings, progress=advance)
     out.print(f"re-embedded {count} blocks with {embedder or settings.embedder or 'the recorded embedder'}")
 
 
