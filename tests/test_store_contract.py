@@ -14,7 +14,7 @@ import pytest
 
 from gieok.chain import GENESIS
 from gieok.errors import CorruptDatabaseError, StoreError
-from gieok.store.base import BM25Filter, NewBlock, Store
+from gieok.store.base import BM25Filter, NewBlock, Store, VectorSearchStore
 from gieok.store.conversation import FactRow
 from gieok.types import Block, Scope, scope_key
 from store_backends import Backend
@@ -469,3 +469,52 @@ def test_memory_runs_on_a_given_store_and_embedder(backend: Backend) -> None:
         assert len(reopened) == 3 and reopened.store.get_meta("embedder") == embedder.name
         assert [s["content"] for s in reopened.working_slots({"guild": "g", "channel": "cafe"})] == [
             "준호: 나비는 세 살이야"]
+
+
+def test_several_memories_on_one_store_see_each_others_writes(backend: Backend) -> None:
+    from gieok import Memory
+
+    vectors = unit_vectors_384(4, seed=3)
+    with Memory(store=backend.open(), layers=False) as one, Memory(store=backend.open(), layers=False) as two:
+        one.add_many([{"text": "alpha note", "scope": {"channel": "c"}}], vectors=vectors[:1])
+        two.add_many([{"text": "beta note", "scope": {"channel": "c"}}], vectors=vectors[1:2])
+        found = one.search("beta", k=5, mode="vector", query_vector=vectors[1], neighbours=False)
+        assert found.hits[0].block.text == "beta note"  # written by the other memory, found at once
+        two.forget([1])
+        assert [h.block.text for h in one.search("alpha", k=5, mode="bm25").hits] == []
+        assert one.verify().ok and len(one) == 2
+
+
+def unit_vectors_384(n: int, seed: int = 0) -> np.ndarray:
+    rows = np.random.default_rng(seed).normal(size=(n, 384)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_the_vector_graph_answers_filtered_searches_with_k_rows(backend: Backend) -> None:
+    """Above `ann_threshold` a graph answers: faiss in the engine on SQLite, pgvector HNSW in the
+    database on PostgreSQL. Either way a filtered search returns k rows, all inside the filter,
+    and the nearest block comes first."""
+    from gieok import Memory
+
+    n = 600
+    vectors = unit_vectors_384(n, seed=5)
+    items = [{"text": f"block {i}", "scope": {"guild": "g", "channel": f"c{i % 3}"}, "kind": "note" if i % 50 else
+              "fact"} for i in range(n)]
+    with Memory(store=backend.open(), layers=False, ann_threshold=0) as memory:
+        memory.add_many(items, vectors=vectors)
+        assert memory.stats().vector_index in ("faiss-hnsw", "pgvector-hnsw")
+        query = vectors[123] + 0.05 * unit_vectors_384(1, seed=9)[0]
+        top = memory.search("q", k=5, mode="vector", query_vector=query, neighbours=False)
+        assert top.hits[0].block.block_index == 124
+        facts = memory.search("q", k=10, kinds="fact", mode="vector", query_vector=query, neighbours=False)
+        assert len(facts.hits) == 10 and {h.block.kind for h in facts.hits} == {"fact"}
+        exact = sorted(range(0, n, 50), key=lambda i: -float(vectors[i] @ (query / np.linalg.norm(query))))[:10]
+        assert [h.block.block_index - 1 for h in facts.hits] == exact
+    store = backend.open()
+    if isinstance(store, VectorSearchStore):  # the database's own graph, asked directly with a bitmap
+        allowed = np.zeros(n + 1, dtype=bool)
+        allowed[1::50] = True  # blocks 1, 51, 101, …: 2% of the rows
+        found, scores = store.vector_search(query / np.linalg.norm(query), 10,
+                                            np.packbits(allowed, bitorder="little").tobytes(), n)
+        assert [int(i) - 1 for i in found] == exact
+        assert np.all(np.diff(scores) <= 1e-6)

@@ -388,8 +388,9 @@ def bench_latency(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     queries: Annotated[int, typer.Option(help="Queries per size.")] = 200,
     cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
-    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark databases (recreated; "
-                                                              "default: a temp dir).")] = None,
+    workdir: Annotated[str | None, typer.Option("--db", help="Directory for the benchmark databases (recreated; "
+                                                             "default: a temp dir), or a postgresql:// URL (a "
+                                                             "schema per size, recreated).")] = None,
     ann_backend: Annotated[str | None, typer.Option(help="faiss | usearch")] = None,
 ) -> None:
     """Add throughput, search latency p50/p95 (with and without query embedding), ANN recall, RSS.

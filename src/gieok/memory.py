@@ -32,6 +32,7 @@ from .errors import (
 )
 from .index.bm25 import BM25Index
 from .index.catalog import Catalog
+from .index.store_ann import StoreANN
 from .index.vector import AnnParams, VectorIndex, limit_blas_threads
 from .layers.cache import SearchCache
 from .layers.checkpoints import CheckpointManager
@@ -40,7 +41,7 @@ from .layers.localized import LocalizedSearch
 from .layers.stm import HybridSTM, ShortTermMemory
 from .layers.working import Slot, WorkingMemory
 from .retrieval.hybrid import MODES, HybridRetriever, RetrievalParams, SearchRequest
-from .store.base import BM25Filter, IndexRows, NewBlock, Store, VerifyReport
+from .store.base import BM25Filter, IndexRows, NewBlock, Store, VectorSearchStore, VerifyReport
 from .store.factory import open_store
 from .text.tokenize import Analysis, Tokenizer, get_tokenizer
 from .types import (
@@ -101,7 +102,8 @@ class Memory:
             embedder = None
         self.settings = base.with_overrides(**overrides) if overrides else base
         self.store: Store = store if store is not None else open_store(
-            self.settings.db_location(), busy_timeout_ms=self.settings.busy_timeout_ms)
+            self.settings.db_location(), busy_timeout_ms=self.settings.busy_timeout_ms,
+            hnsw_ef_search=self.settings.hnsw_ef_search)
         self.path = Path(self.store.path)
         self.location = self.store.path  # a file path, or a database URL (without its password)
         self.tokenizer = tokenizer or get_tokenizer()
@@ -272,7 +274,8 @@ class Memory:
     def _load_indexes(self) -> None:
         assert self._dimension is not None
         self.catalog = Catalog()
-        self.vectors = VectorIndex(self._dimension, self._ann_params())
+        external = StoreANN(self.store, lambda: self.catalog) if isinstance(self.store, VectorSearchStore) else None
+        self.vectors = VectorIndex(self._dimension, self._ann_params(), external=external)
         rows = self.store.load_index_rows(0, self._dimension)
         self.catalog.extend(rows)
         self.vectors.extend(rows.vectors, build_ann=False)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..config import Settings
@@ -32,8 +31,8 @@ class ServerState:
     @classmethod
     def open(cls, settings: Settings, *, auth: bool = True) -> ServerState:
         """Open the deployment whose home memory is `settings.db` (created if new)."""
-        home = Path(settings.db_path())
-        store = open_store(home, busy_timeout_ms=settings.busy_timeout_ms)  # the key table lives in the home file
+        home = settings.db_location()
+        store = open_store(home, busy_timeout_ms=settings.busy_timeout_ms)  # the key table lives in the home memory
         bus = EventBus(settings.event_buffer)
         tenants = TenantRegistry(home, settings, max_open=settings.server_open_tenants, listener=bus.listener)
         return cls(settings, ApiKeys(store), tenants, bus, auth=auth, started=time.time(), _keys_store=store)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -24,7 +24,8 @@ from .conversation import ConversationStore
 from .keys import KeyStore
 from .layer_tables import LayerStore
 
-__all__ = ["Store", "BlockStore", "NewBlock", "IndexRows", "BM25Filter", "VerifyReport", "verify_chain"]
+__all__ = ["Store", "BlockStore", "VectorSearchStore", "NewBlock", "IndexRows", "BM25Filter", "VerifyReport",
+           "verify_chain"]
 
 
 @dataclass(slots=True)
@@ -173,3 +174,12 @@ class Store(BlockStore, Protocol):
     layers: LayerStore
     conversation: ConversationStore
     keys: KeyStore
+
+
+@runtime_checkable
+class VectorSearchStore(Protocol):
+    """A store that searches vectors itself (PostgreSQL: pgvector HNSW), so no process has to
+    build or keep a graph of its own. Scores are cosine similarities (rows are normalised)."""
+
+    def vector_search(self, query: np.ndarray, k: int, allowed: bytes | None,
+                      max_block_index: int) -> tuple[np.ndarray, np.ndarray]: ...

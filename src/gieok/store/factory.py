@@ -13,16 +13,15 @@ from .sqlite import SQLiteStore
 __all__ = ["open_store", "is_database_url"]
 
 
-def open_store(location: str | os.PathLike[str], *, busy_timeout_ms: int = 10_000) -> Store:
-    """Open (creating and migrating when new) the store at `location`."""
+def open_store(location: str | os.PathLike[str], *, busy_timeout_ms: int = 10_000,
+               hnsw_ef_search: int = 96) -> Store:
+    """Open (creating and migrating when new) the store at `location`. `hnsw_ef_search` is the
+    candidate list of PostgreSQL's HNSW searches (SQLite's graph lives in the engine instead)."""
     if is_database_url(location):
-        raise ConfigError(f"{_without_password(str(location))}: no PostgreSQL backend in this build")
+        try:  # psycopg is the `postgres` extra: only a PostgreSQL URL needs it
+            from .postgres import PostgresStore
+        except ImportError as exc:
+            raise ConfigError(f"a PostgreSQL db needs the postgres extra: pip install 'gieok[postgres]' "
+                              f"({exc.name} is missing)") from None
+        return PostgresStore(str(location), busy_timeout_ms=busy_timeout_ms, hnsw_ef_search=hnsw_ef_search)
     return SQLiteStore(location, busy_timeout_ms=busy_timeout_ms)
-
-
-def _without_password(url: str) -> str:
-    head, at, tail = url.rpartition("@")
-    if not at or ":" not in head.split("://", 1)[-1]:
-        return url
-    scheme, _, user_password = head.partition("://")
-    return f"{scheme}://{user_password.split(':', 1)[0]}:***@{tail}"
