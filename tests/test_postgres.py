@@ -110,3 +110,43 @@ def test_errors_say_what_is_wrong(url: str, pg_server: PostgresServer) -> None:
     with pytest.raises(SchemaTooNewError):
         open_store(url)
     assert display_url("postgresql://me:secret@db.example/x") == "postgresql://me:***@db.example/x"
+
+
+def test_migrate_copies_a_memory_to_postgres_and_back_with_the_same_chain(url: str, tmp_path) -> None:
+    from gieok.store.transfer import copy_store
+
+    source_path = tmp_path / "chat.db"
+    vectors = np.random.default_rng(1).normal(size=(6, 384)).astype(np.float32)
+    with Memory(source_path) as memory:
+        memory.add_many([{"text": f"민지 message {i}", "scope": {"guild": "g", "channel": "c"}} for i in range(6)],
+                        vectors=vectors)
+        memory.forget([2])
+        memory.store.conversation.l1_append('["g","c",null]', "user", "hi", "u1", "민지", 1.0, False, False, None, 50)
+        memory.store.keys.insert("abcd1234", "hash", "default", "write", "", 1.0)
+        memory.stm.add(memory_scope := __import__("gieok").Scope("g", "c"), "short-term", importance=0.9)
+        expected = [b.hash for b in memory.iter_blocks()]
+        query = memory.search("message 3", k=3, layers=False, query_vector=vectors[3])
+    del memory_scope
+    source, target = open_store(str(source_path)), open_store(url)
+    report = copy_store(source, target)
+    assert report.blocks == 6 and report.source.ok and report.target.ok and report.target.forgotten == 1
+    assert report.rows["l1_messages"] == 1 and report.rows["api_keys"] == 1 and report.rows["stm_entries"] == 1
+    source.close()
+    target.close()
+    with Memory(url) as moved:
+        assert [b.hash for b in moved.iter_blocks()] == expected
+        again = moved.search("message 3", k=3, layers=False, query_vector=vectors[3])
+        assert [h.block.block_index for h in again.hits] == [h.block.block_index for h in query.hits]
+        assert [round(h.score, 5) for h in again.hits] == [round(h.score, 5) for h in query.hits]
+        moved.store.conversation.l1_append('["g","c",null]', "user", "after", "u1", None, 2.0, False, False, None, 50)
+        moved.store.keys.insert("efgh5678", "hash2", "default", "read", "", 2.0)  # generated ids continue
+        moved.add("a new block after the move", scope={"channel": "c"})
+        assert moved.verify().ok
+    back = tmp_path / "back.db"
+    result = subprocess.run([sys.executable, "-m", "gieok.cli", "migrate", "--from", url, "--to", str(back), "--json"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["blocks"] == 7
+    refused = subprocess.run([sys.executable, "-m", "gieok.cli", "migrate", "--from", url, "--to", str(back)],
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1 and "already holds blocks" in refused.stderr

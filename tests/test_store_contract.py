@@ -518,3 +518,15 @@ def test_the_vector_graph_answers_filtered_searches_with_k_rows(backend: Backend
                                             np.packbits(allowed, bitorder="little").tobytes(), n)
         assert [int(i) - 1 for i in found] == exact
         assert np.all(np.diff(scores) <= 1e-6)
+
+
+def test_bm25_after_a_forget_when_a_word_is_in_every_block(backend: Backend) -> None:
+    """A forgotten block's postings stay in the engine's BM25 index (masked): they must not count
+    toward document frequency, or a word in every live block has df > N (a math domain error)."""
+    from gieok import Memory
+
+    with Memory(store=backend.open(), layers=False) as memory:
+        memory.add_many([{"text": f"coffee order {i}"} for i in range(4)], vectors=unit_vectors_384(4))
+        memory.forget([1])
+        hits = memory.search("coffee", k=5, mode="bm25").hits
+        assert sorted(h.block.block_index for h in hits) == [2, 3, 4]

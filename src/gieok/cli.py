@@ -27,6 +27,7 @@ from .cli_options import (
 )
 from .cli_server import keys_commands, server_commands
 from .config import load_settings
+from .config.settings import is_database_url
 from .demo import run_demo
 from .errors import GieokError, InvalidInputError
 from .memory import reindex as run_reindex
@@ -315,6 +316,43 @@ def import_cmd(
     with _open(db) as memory, _progress("importing (embedding each block)", max(0, lines - 1)) as advance:
         count = memory.import_jsonl(source, progress=advance)
     out.print(f"imported {count} blocks")
+
+
+@app.command()
+def migrate(
+    source: Annotated[str, typer.Option("--from", help="The memory to copy: a file or a postgresql:// URL.")],
+    target: Annotated[str, typer.Option("--to", help="An empty memory to copy it into: a file or a URL.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Copy a whole memory between backends (SQLite ⇄ PostgreSQL): every block with its vector and
+    tokens (the chain keeps its hashes), working memory, STM, the conversation tables and API keys.
+
+    Example: gieok migrate --from chat.db --to postgresql://gieok:secret@db.internal/gieok
+    """
+    from .store.transfer import copy_store
+
+    settings = load_settings()
+    if not is_database_url(source) and not Path(source).expanduser().is_file():
+        raise InvalidInputError(f"{source} does not exist: nothing to migrate")
+    src = open_store(settings.with_overrides(db=source).db_location(), busy_timeout_ms=settings.busy_timeout_ms)
+    try:
+        dst = open_store(settings.with_overrides(db=target).db_location(), busy_timeout_ms=settings.busy_timeout_ms)
+        try:
+            total = src.counts()["blocks"]
+            with _progress("copying blocks", total) as advance:
+                report = copy_store(src, dst, progress=advance)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    if as_json:
+        out.print_json(json.dumps(report.as_dict(), ensure_ascii=False))
+    else:
+        rows = ", ".join(f"{table} {count}" for table, count in report.rows.items() if count)
+        out.print(f"copied {report.blocks} blocks ({rows or 'no other rows'}); chain: source "
+                  f"{'ok' if report.source.ok else 'BROKEN'}, target {'ok' if report.target.ok else 'BROKEN'}")
+    if not (report.source.ok and report.target.ok):
+        raise typer.Exit(1)
 
 
 @app.command()

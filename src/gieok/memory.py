@@ -21,6 +21,7 @@ import numpy as np
 
 from .chain import GENESIS, digest_of, hash_of
 from .config import Settings, load_settings
+from .config.settings import is_database_url
 from .embed import CachedEmbedder, Embedder, create_embedder, normalise_rows
 from .errors import (
     BlockNotFoundError,
@@ -875,9 +876,10 @@ def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
         })
     finally:
         store.close()
-    graph = sidecar_path(path)  # built from the old vectors: rebuilt on next open
-    for stale in (graph, graph.with_name(graph.name + ".json")):
-        stale.unlink(missing_ok=True)
+    if not is_database_url(str(path)):  # PostgreSQL keeps its graph in the database, rebuilt by reembed
+        graph = sidecar_path(path)  # built from the old vectors: rebuilt on next open
+        for stale in (graph, graph.with_name(graph.name + ".json")):
+            stale.unlink(missing_ok=True)
     return len(live)
 
 

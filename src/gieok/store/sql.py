@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["SqlCursor", "SqlWriter", "SqlSession", "split_sql"]
 
@@ -38,6 +38,7 @@ class SqlWriter(Protocol):
     def executemany(self, sql: str, params: Iterable[Sequence[Any]], /) -> object: ...
 
 
+@runtime_checkable
 class SqlSession(Protocol):
     """A SQL database: `fetch` reads committed rows; `transaction()` is one atomic write (commit
     on success, rollback on any error, database errors raised as `StoreError` subclasses)."""

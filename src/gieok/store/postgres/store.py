@@ -131,6 +131,15 @@ class PostgresStore:
         tx.execute(f"CREATE INDEX embeddings_hnsw ON embeddings USING hnsw (vector vector_ip_ops) "
                    f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
 
+    def reset_generated_ids(self) -> None:
+        """After rows were copied in with their ids (`gieok migrate`), continue each generated id
+        after the highest one (SQLite does this by itself)."""
+        with self.db.transaction() as tx:
+            for table, column in (("stm_entries", "entry_id"), ("l1_messages", "message_id"),
+                                  ("api_keys", "key_id")):
+                tx.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), "
+                           f"coalesce((SELECT max({column}) FROM {table}), 0) + 1, false)")
+
     def schema_version(self) -> int:
         return int(self.get_meta("schema_version") or 0)
 
