@@ -104,6 +104,7 @@ class Memory:
         self.settings = base.with_overrides(**overrides) if overrides else base
         self.store: Store = store if store is not None else open_store(
             self.settings.db_location(), busy_timeout_ms=self.settings.busy_timeout_ms,
+            hnsw_m=self.settings.hnsw_m, hnsw_ef_construction=self.settings.hnsw_ef_construction,
             hnsw_ef_search=self.settings.hnsw_ef_search)
         self.path = Path(self.store.path)
         self.location = self.store.path  # a file path, or a database URL (without its password)

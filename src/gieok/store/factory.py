@@ -13,15 +13,16 @@ from .sqlite import SQLiteStore
 __all__ = ["open_store", "is_database_url"]
 
 
-def open_store(location: str | os.PathLike[str], *, busy_timeout_ms: int = 10_000,
-               hnsw_ef_search: int = 96) -> Store:
-    """Open (creating and migrating when new) the store at `location`. `hnsw_ef_search` is the
-    candidate list of PostgreSQL's HNSW searches (SQLite's graph lives in the engine instead)."""
+def open_store(location: str | os.PathLike[str], *, busy_timeout_ms: int = 10_000, hnsw_m: int = 32,
+               hnsw_ef_construction: int = 120, hnsw_ef_search: int = 96) -> Store:
+    """Open (creating and migrating when new) the store at `location`. The `hnsw_*` settings shape
+    PostgreSQL's pgvector index (SQLite's graph lives in the engine, which reads them itself)."""
     if is_database_url(location):
         try:  # psycopg is the `postgres` extra: only a PostgreSQL URL needs it
             from .postgres import PostgresStore
         except ImportError as exc:
             raise ConfigError(f"a PostgreSQL db needs the postgres extra: pip install 'gieok[postgres]' "
                               f"({exc.name} is missing)") from None
-        return PostgresStore(str(location), busy_timeout_ms=busy_timeout_ms, hnsw_ef_search=hnsw_ef_search)
+        return PostgresStore(str(location), busy_timeout_ms=busy_timeout_ms, hnsw_m=hnsw_m,
+                             hnsw_ef_construction=hnsw_ef_construction, hnsw_ef_search=hnsw_ef_search)
     return SQLiteStore(location, busy_timeout_ms=busy_timeout_ms)

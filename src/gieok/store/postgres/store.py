@@ -48,8 +48,6 @@ _BLOCK_COLUMNS = (
     "block_index, kind, guild, channel, user_id, speaker, text, event_time, insert_time, importance, "
     "keywords, tags, metadata, conv_pos, content_digest, prev_hash, hash, forgotten_at"
 )
-HNSW_M = 16
-HNSW_EF_CONSTRUCTION = 64
 
 
 def _row_to_block(row: Sequence[Any]) -> Block:
@@ -80,8 +78,8 @@ class PostgresStore:
     """A `Store` in one schema (`?schema=name` in the URL, default `gieok`) of a PostgreSQL
     database with pgvector. See the module docstring for how several processes share it."""
 
-    def __init__(self, url: str, *, busy_timeout_ms: int = 10_000, hnsw_ef_search: int = 96,
-                 pool_size: int = 8) -> None:
+    def __init__(self, url: str, *, busy_timeout_ms: int = 10_000, hnsw_m: int = 32, hnsw_ef_construction: int = 120,
+                 hnsw_ef_search: int = 96, pool_size: int = 8) -> None:
         conninfo, self.schema = split_url(url)
         self.path = display_url(url)
         timeout_s = max(1.0, busy_timeout_ms / 1000)
@@ -93,6 +91,7 @@ class PostgresStore:
         self.db = PgSession(conninfo, self.schema, extension_schema, where=self.path, timeout_s=timeout_s,
                             ef_search=hnsw_ef_search, max_size=pool_size)
         self._append_lock = _lock_key(self.schema)
+        self._hnsw = f"WITH (m = {int(hnsw_m)}, ef_construction = {int(hnsw_ef_construction)})"
         self.layers: LayerStore = LayerTables(self.db)
         self.conversation: ConversationStore = ConversationTables(self.db)
         self.keys: KeyStore = KeyTable(self.db)
@@ -128,8 +127,7 @@ class PostgresStore:
             return
         tx.execute("DROP INDEX IF EXISTS embeddings_hnsw")
         tx.execute(f"ALTER TABLE embeddings ALTER COLUMN vector TYPE vector({int(dimension)})")
-        tx.execute(f"CREATE INDEX embeddings_hnsw ON embeddings USING hnsw (vector vector_ip_ops) "
-                   f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
+        tx.execute(f"CREATE INDEX embeddings_hnsw ON embeddings USING hnsw (vector vector_ip_ops) {self._hnsw}")
 
     def reset_generated_ids(self) -> None:
         """After rows were copied in with their ids (`gieok migrate`), continue each generated id
@@ -231,8 +229,7 @@ class PostgresStore:
             tx.executemany("INSERT INTO embeddings(block_index, vector) VALUES (?, ?)",
                            [(int(i), np.asarray(v, dtype=np.float32)) for i, v in zip(block_indices, vectors)])
             if "dimension" in meta:
-                tx.execute(f"CREATE INDEX embeddings_hnsw ON embeddings USING hnsw (vector vector_ip_ops) "
-                           f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
+                tx.execute(f"CREATE INDEX embeddings_hnsw ON embeddings USING hnsw (vector vector_ip_ops) {self._hnsw}")
             tx.executemany("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
                            "SET value = excluded.value", list(meta.items()))
             tx.execute("UPDATE changes SET counter = counter + 1")
