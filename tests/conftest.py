@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from gieok import Block, Memory
+from store_backends import BACKENDS, Backend, PostgresServer, postgres_backend, postgres_server, sqlite_backend
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCOMO_RELATIVE = Path("data") / "locomo" / "locomo_dev5.json"
@@ -132,3 +133,22 @@ def locomo_path() -> Path:
         f"LoCoMo dev data not found at {' or '.join(map(str, candidates))}; "
         "set GIEOK_SHARED to the folder holding data/locomo/locomo_dev5.json"
     )
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """One throwaway PostgreSQL (with pgvector) for the whole session; each test takes a fresh database."""
+    yield from postgres_server()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Each store backend in turn (the contract suite runs unchanged on every one)."""
+    if request.param == "postgres":
+        chosen = postgres_backend(request.getfixturevalue("pg_server"))
+    else:
+        chosen = sqlite_backend(tmp_path)
+    try:
+        yield chosen
+    finally:
+        chosen.close_all()

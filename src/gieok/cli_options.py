@@ -17,9 +17,9 @@ out = Console()
 err = Console(stderr=True)
 
 DbOption = Annotated[
-    Path | None,
-    typer.Option("--db", help="Memory file. Default: $GIEOK_DB, else the per-user data directory.",
-                 show_default=False),
+    str | None,  # not a Path: a postgresql:// URL must keep its double slash
+    typer.Option("--db", help="Memory file, or a postgresql://user:pass@host/db URL. Default: $GIEOK_DB, else the "
+                              "per-user data directory.", show_default=False),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 GuildOpt = Annotated[str | None, typer.Option("--guild", "-g", help="Guild (server) id.")]
@@ -27,7 +27,7 @@ ChannelOpt = Annotated[str | None, typer.Option("--channel", "-c", help="Channel
 UserOpt = Annotated[str | None, typer.Option("--user", "-u", help="User id.")]
 
 
-def _open(db: Path | None, **overrides: Any) -> Memory:
+def _open(db: str | Path | None, **overrides: Any) -> Memory:
     settings = load_settings()
     if db is not None:
         overrides["db"] = str(db)

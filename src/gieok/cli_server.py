@@ -16,7 +16,7 @@ from .cli_options import DbOption, JsonFlag, err, out
 from .config import load_settings
 from .errors import InvalidInputError
 from .server.auth import ROLES, ApiKeys
-from .store.sqlite import SQLiteStore
+from .store.factory import open_store
 
 __all__ = ["server_commands", "keys_commands"]
 
@@ -28,7 +28,7 @@ keys_commands = typer.Typer(help="API keys of `gieok serve`: create, list, revok
 @contextmanager
 def _keys(db: DbOption) -> Iterator[ApiKeys]:
     settings = load_settings(**({"db": str(db)} if db else {}))
-    store = SQLiteStore(settings.db_path(), busy_timeout_ms=settings.busy_timeout_ms)
+    store = open_store(settings.db_location(), busy_timeout_ms=settings.busy_timeout_ms)
     try:
         yield ApiKeys(store)
     finally:

@@ -17,6 +17,7 @@ __all__ = [
     "StoreError",
     "DatabaseUnwritableError",
     "CorruptDatabaseError",
+    "DatabaseUnavailableError",
     "SchemaTooNewError",
     "EmbedderError",
     "EmbedderUnavailableError",
@@ -75,6 +76,10 @@ class DatabaseUnwritableError(StoreError):
 
 class CorruptDatabaseError(StoreError):
     """The file is not a gieok database or is damaged."""
+
+
+class DatabaseUnavailableError(StoreError):
+    """The database server cannot be reached, or refused the connection."""
 
 
 class SchemaTooNewError(StoreError):

@@ -21,7 +21,8 @@ import numpy as np
 
 from .chain import GENESIS, digest_of, hash_of
 from .config import Settings, load_settings
-from .embed import CachedEmbedder, create_embedder, normalise_rows
+from .config.settings import is_database_url
+from .embed import CachedEmbedder, Embedder, create_embedder, normalise_rows
 from .errors import (
     BlockNotFoundError,
     EmbedderError,
@@ -32,6 +33,7 @@ from .errors import (
 )
 from .index.bm25 import BM25Index
 from .index.catalog import Catalog
+from .index.store_ann import StoreANN
 from .index.vector import AnnParams, VectorIndex, limit_blas_threads
 from .layers.cache import SearchCache
 from .layers.checkpoints import CheckpointManager
@@ -41,9 +43,8 @@ from .layers.stm import HybridSTM, ShortTermMemory
 from .layers.working import Slot, WorkingMemory
 from .retrieval.hybrid import MODES, HybridRetriever, RetrievalParams, SearchRequest
 from .retrieval.passages import PassageContext, PassageSource
-from .store.base import BM25Filter, IndexRows, NewBlock, VerifyReport
-from .store.conversation import ConversationTables
-from .store.sqlite import SQLiteStore
+from .store.base import BM25Filter, IndexRows, NewBlock, Store, VectorSearchStore, VerifyReport
+from .store.factory import open_store
 from .text.tokenize import Analysis, Tokenizer, get_tokenizer
 from .types import (
     Block,
@@ -81,27 +82,40 @@ EVENT_TEXT_CHARS = 300  # text shown in an event: enough to recognise a block, n
 
 
 class Memory:
-    """Long-term memory in one SQLite file.
+    """Long-term memory in one SQLite file (or a PostgreSQL database: `db = "postgresql://…"`).
 
     >>> with Memory.open("chat.db") as memory:
     ...     memory.add("민지: 고양이 이름은 나비야", scope={"channel": "general"})
     ...     memory.search("민지 고양이 이름", scope={"channel": "general"})
+
+    `store`: a `Store` already open (it is closed with the memory; `path` and `db` are then
+    ignored). `embedder`: an `Embedder` to use instead of the one the settings name (its `name`
+    is recorded like any other's), or a spec string (the `embedder` setting, e.g. `"use"`).
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, settings: Settings | None = None,
-                 tokenizer: Tokenizer | None = None, **overrides: Any) -> None:
+                 tokenizer: Tokenizer | None = None, store: Store | None = None,
+                 embedder: Embedder | str | None = None, **overrides: Any) -> None:
         base = settings or load_settings()
         if path is not None:
             overrides["db"] = str(path)
+        if isinstance(embedder, str):  # the `embedder` setting: a spec such as "use"
+            overrides["embedder"] = embedder
+            embedder = None
         self.settings = base.with_overrides(**overrides) if overrides else base
-        self.path = self.settings.db_path()
-        self.store = SQLiteStore(self.path, busy_timeout_ms=self.settings.busy_timeout_ms)
+        self.store: Store = store if store is not None else open_store(
+            self.settings.db_location(), busy_timeout_ms=self.settings.busy_timeout_ms,
+            hnsw_m=self.settings.hnsw_m, hnsw_ef_construction=self.settings.hnsw_ef_construction,
+            hnsw_ef_search=self.settings.hnsw_ef_search)
+        self.path = Path(self.store.path)
+        self.location = self.store.path  # a file path, or a database URL (without its password)
         self.tokenizer = tokenizer or get_tokenizer()
         limit_blas_threads(self.settings.blas_threads)
         self._lock = threading.RLock()
         self._closed = False
         self.listener: EventListener | None = None
         self._embedder: CachedEmbedder | None = None
+        self._given_embedder = embedder
         try:
             self._embedder_spec = self._resolve_embedder_spec()
             recorded_dim = self.store.get_meta("dimension")
@@ -120,14 +134,15 @@ class Memory:
 
     def _init_layers(self) -> None:
         s = self.settings
-        self.working = WorkingMemory(self.store, self.tokenizer, self._promote_slot, slots=s.wm_slots,
+        self.working = WorkingMemory(self.store.layers, self.tokenizer, self._promote_slot, slots=s.wm_slots,
                                      relevance=s.wm_relevance,
                                      on_slot_freed=lambda slot: self.checkpoints.forget_slot(slot))
-        self.stm = ShortTermMemory(self.store, self.tokenizer, self._promote_stm, ttl_seconds=s.stm_ttl_seconds,
+        self.stm = ShortTermMemory(self.store.layers, self.tokenizer, self._promote_stm, ttl_seconds=s.stm_ttl_seconds,
                                    promote_importance=s.stm_promote_importance)
         self.hybrid = HybridSTM(self.working, self.stm, s.stm_mode)
-        self.checkpoints = CheckpointManager(self.store, lambda: self.catalog, max_per_slot=s.max_checkpoints_per_slot,
-                                             radius=s.checkpoint_radius, limit=s.localized_search_limit)
+        self.checkpoints = CheckpointManager(self.store.layers, lambda: self.catalog,
+                                             max_per_slot=s.max_checkpoints_per_slot, radius=s.checkpoint_radius,
+                                             limit=s.localized_search_limit)
         self.localized = LocalizedSearch(self.checkpoints, min_relevance=s.min_relevance_threshold,
                                          min_similarity=s.checkpoint_min_similarity)
         self.cache = SearchCache(s.cache_size, s.cache_ttl_seconds)
@@ -214,11 +229,12 @@ class Memory:
         wanted = self.settings.embedder
         if recorded and wanted and wanted != recorded:
             raise EmbedderMismatchError(
-                f"{self.path} was embedded with {recorded!r} but the configured embedder is {wanted!r}; "
-                f"run `gieok reindex --db {self.path} --embedder {wanted}` to re-embed it, "
+                f"{self.location} was embedded with {recorded!r} but the configured embedder is {wanted!r}; "
+                f"run `gieok reindex --db {self.location} --embedder {wanted}` to re-embed it, "
                 f"or unset GIEOK_EMBEDDER to use {recorded!r}"
             )
-        return recorded or wanted or DEFAULT_EMBEDDER
+        given = self._given_embedder.name if self._given_embedder is not None else None
+        return recorded or wanted or given or DEFAULT_EMBEDDER
 
     @property
     def embedder(self) -> CachedEmbedder:
@@ -226,15 +242,15 @@ class Memory:
         if self._embedder is None:
             with self._lock:
                 if self._embedder is None:
-                    embedder = create_embedder(self._embedder_spec, self.settings)
+                    embedder = self._create_embedder()
                     recorded_name = self.store.get_meta("embedder")
                     if recorded_name and self._dimension is None:
                         self._sync()  # another Memory on this file embedded first: load its state
                     if recorded_name and (recorded_name != embedder.name or self._dimension != embedder.dimension):
                         raise EmbedderMismatchError(
-                            f"{self.path} holds vectors from {recorded_name} ({self._dimension}-d) but "
+                            f"{self.location} holds vectors from {recorded_name} ({self._dimension}-d) but "
                             f"{self._embedder_spec!r} loads {embedder.name} ({embedder.dimension}-d); "
-                            f"run `gieok reindex --db {self.path}` to re-embed"
+                            f"run `gieok reindex --db {self.location}` to re-embed"
                         )
                     if not recorded_name:
                         self.store.set_meta({"embedder_spec": self._embedder_spec, "embedder": embedder.name,
@@ -243,6 +259,12 @@ class Memory:
                         self._load_indexes()
                     self._embedder = embedder
         return self._embedder
+
+    def _create_embedder(self) -> CachedEmbedder:
+        given = self._given_embedder
+        if given is None:
+            return create_embedder(self._embedder_spec, self.settings)
+        return given if isinstance(given, CachedEmbedder) else CachedEmbedder(given, self.settings.embed_cache_size)
 
     # -- in-memory indexes -------------------------------------------------------------------
     def _ann_params(self) -> AnnParams:
@@ -255,7 +277,8 @@ class Memory:
     def _load_indexes(self) -> None:
         assert self._dimension is not None
         self.catalog = Catalog()
-        self.vectors = VectorIndex(self._dimension, self._ann_params())
+        external = StoreANN(self.store, lambda: self.catalog) if isinstance(self.store, VectorSearchStore) else None
+        self.vectors = VectorIndex(self._dimension, self._ann_params(), external=external)
         rows = self.store.load_index_rows(0, self._dimension)
         self.catalog.extend(rows)
         self.vectors.extend(rows.vectors, build_ann=False)
@@ -532,9 +555,9 @@ class Memory:
         for slot in self.working.all_slots():
             if slot.block_index in erased:
                 self.working.discard(slot)
-        self.store.stm_delete_blocks(sorted(erased))
+        self.store.layers.stm_delete_blocks(sorted(erased))
         # ...nor in the conversation layers: L1 rows and fact rows of erased blocks go too.
-        tables = ConversationTables(self.store)
+        tables = self.store.conversation
         tables.l1_delete_blocks(sorted(erased))
         tables.facts_delete_blocks(sorted(erased))
 
@@ -748,9 +771,9 @@ class Memory:
     def stats(self) -> Stats:
         self._check_open()
         counts = self.store.counts()
-        size = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
+        size = self.store.size_bytes()
         return Stats(
-            path=str(self.path), blocks=counts["blocks"], live_blocks=counts["blocks"] - counts["forgotten"],
+            path=self.location, blocks=counts["blocks"], live_blocks=counts["blocks"] - counts["forgotten"],
             forgotten_blocks=counts["forgotten"], by_kind=counts["by_kind"], channels=counts["channels"],
             embedder=self.store.get_meta("embedder") or f"{self._embedder_spec} (not used yet)",
             dimension=self._dimension or 0,
@@ -884,7 +907,7 @@ def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
     the recorded one) and record it. Vectors are computed first and written in a single
     transaction, so a crash leaves the old, consistent state."""
     settings = settings or load_settings()
-    store = SQLiteStore(path, busy_timeout_ms=settings.busy_timeout_ms)
+    store = open_store(path, busy_timeout_ms=settings.busy_timeout_ms)
     try:
         spec = embedder_spec or settings.embedder or store.get_meta("embedder_spec") or DEFAULT_EMBEDDER
         embedder = create_embedder(spec, settings)
@@ -907,9 +930,10 @@ def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
         })
     finally:
         store.close()
-    graph = sidecar_path(path)  # built from the old vectors: rebuilt on next open
-    for stale in (graph, graph.with_name(graph.name + ".json")):
-        stale.unlink(missing_ok=True)
+    if not is_database_url(str(path)):  # PostgreSQL keeps its graph in the database, rebuilt by reembed
+        graph = sidecar_path(path)  # built from the old vectors: rebuilt on next open
+        for stale in (graph, graph.with_name(graph.name + ".json")):
+            stale.unlink(missing_ok=True)
     return len(live)
 
 

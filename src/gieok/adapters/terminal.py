@@ -359,7 +359,7 @@ class TerminalChat:
 
     def _banner(self) -> None:
         s = self.settings
-        where = self._memory.path if self._memory is not None else "-"
+        where = self._memory.location if self._memory is not None else "-"
         self.console.print(f"[bold]{s.bot_name}[/] is listening ({where}). "
                            "Type a message, /help for commands, /quit to leave.", highlight=False)
 

@@ -33,7 +33,6 @@ from ..agent.gatekeeper import Analyst
 from ..data.labeled import FACT_LABELS, fact_split, load_fact_answers, load_fact_pairs
 from ..layers.facts import FactStore, FactType, PairJudge
 from ..llm.scripted import ScriptedLLM
-from ..store.conversation import ConversationTables
 from .report import median, print_and_write, progress_bar, results_table, table_console
 
 __all__ = ["judge_pairs", "replay_pairs", "measure_facts", "print_facts", "run_facts", "LLM_MODES"]
@@ -105,7 +104,7 @@ def replay_pairs(rows: list[dict[str, Any]], judge: PairJudge, answers: dict[tup
 
     predictions, judged, times = [], [], []
     with tempfile.TemporaryDirectory() as folder, Memory.open(Path(folder) / "facts.db") as memory:
-        facts = FactStore(memory, ConversationTables(memory.store), judge=judge)
+        facts = FactStore(memory, memory.store.conversation, judge=judge)
         with progress_bar("replaying answers", len(rows)) if show_progress else _no_bar() as advance:
             for index, row in enumerate(rows):
                 t0 = time.perf_counter()

@@ -9,7 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..config.settings import is_database_url
 from ..memory import Memory, remove_memory_files
+from ..store.urls import with_schema
 from .corpus import ChatMessage, generate_messages
 from .embed_cache import corpus_vectors
 from .report import progress_bar
@@ -26,10 +28,31 @@ def bench_workdir(name: str, workdir: Path | None = None) -> Path:
     return workdir
 
 
-def fresh_memory(db: Path, **memory_options: Any) -> Memory:
-    """An empty benchmark database at `db` (whatever a previous run left there is removed)."""
-    remove_memory_files(db)
+def fresh_memory(db: Path | str, **memory_options: Any) -> Memory:
+    """An empty benchmark database at `db` (whatever a previous run left there is removed): a
+    file, or a `postgresql://` URL whose schema is dropped first."""
+    if is_database_url(str(db)):
+        from ..store.postgres import drop_memory  # psycopg: only for a PostgreSQL run
+
+        drop_memory(str(db))
+    else:
+        remove_memory_files(db)
     return Memory(db, **memory_options)
+
+
+def bench_location(workdir: Path | str, name: str) -> Path | str:
+    """Where a benchmark keeps database `name`: a file in `workdir`, or, when `workdir` is a
+    PostgreSQL URL, a schema of that database named after it."""
+    if is_database_url(str(workdir)):
+        return with_schema(str(workdir), "bench_" + "".join(c if c.isalnum() else "_" for c in name.lower()))
+    return Path(workdir) / name
+
+
+def bench_target(name: str, db: str | None) -> Path | str:
+    """A benchmark's `--db`: a PostgreSQL URL as given, else a (new) directory for its files."""
+    if db is not None and is_database_url(db):
+        return db
+    return bench_workdir(name, Path(db) if db else None)
 
 
 def corpus_items(messages: Sequence[ChatMessage], channel_prefix: str = "") -> list[dict[str, Any]]:

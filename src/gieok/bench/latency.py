@@ -18,9 +18,10 @@ import numpy as np
 from rich.console import Console
 
 from ..memory import Memory
+from ..types import Scope
 from .corpus import ChatMessage, generate_messages, generate_queries
 from .embed_cache import corpus_vectors
-from .fill import bench_workdir, corpus_items, fresh_memory
+from .fill import bench_location, bench_target, corpus_items, fresh_memory
 from .report import p50_p95, print_and_write, progress_bar, results_table, table_console
 
 __all__ = ["measure_latency", "print_latency", "run_latency"]
@@ -56,14 +57,22 @@ def _add_seconds(memory: Memory, messages: Sequence[ChatMessage], vectors: np.nd
     return add_seconds
 
 
-def _search_latencies(memory: Memory, n: int, query_texts: list[str]) -> tuple[list[float], list[float], list[float]]:
-    """(search ms on ready query vectors, search ms with query embedding, ANN recall@10 per query)."""
+def _rows_in(memory: Memory, scope: Scope) -> int:
+    rows = memory.catalog.candidate_rows(scope, (), None, None)
+    return len(memory.catalog) if rows is None else int(rows.shape[0])
+
+
+def _search_latencies(memory: Memory, n: int,
+                      query_texts: list[str]) -> tuple[list[float], list[float], list[float], list[float]]:
+    """(search ms on ready query vectors, search ms with query embedding, ANN recall@10 per query,
+    the same recall with a guild filter: the largest guild, a third of the blocks)."""
     embedder = memory.embedder
     warm = [f"{q} (warm-up)" for q in query_texts[:10]]  # not the measured texts: no cache hits
     warm_vectors = np.stack([embedder.embed_query(q) for q in warm])
     for q, qv in zip(warm, warm_vectors):
         memory.search(q, 10, layers=False, query_vector=qv)
-    plain_ms, full_ms, ann_recall = [], [], []
+    plain_ms, full_ms, ann_recall, filtered_recall = [], [], [], []
+    guild = max(memory.catalog.guilds.code_of, key=lambda g: _rows_in(memory, Scope(guild=g)))
     # Three separate passes: the exact scans that score ANN recall sweep the whole matrix
     # through the CPU caches and would slow whatever search came right after them.
     with progress_bar(f"search {n:,}", 3 * len(query_texts)) as advance:
@@ -85,14 +94,20 @@ def _search_latencies(memory: Memory, n: int, query_texts: list[str]) -> tuple[l
                 approx, _ = vectors_index.search(qv, 10, None, alive)
                 exact, _ = vectors_index.exact(qv, 10, None, alive)
                 ann_recall.append(len(set(approx.tolist()) & set(exact.tolist())) / max(1, len(exact)))
+                rows = memory.catalog.candidate_rows(Scope(guild=guild), (), None, None)
+                approx, _ = vectors_index.search(qv, 10, rows, alive)
+                exact, _ = vectors_index.exact(qv, 10, rows, alive)
+                filtered_recall.append(len(set(approx.tolist()) & set(exact.tolist())) / max(1, len(exact)))
             advance()
-    return plain_ms, full_ms, ann_recall
+    return plain_ms, full_ms, ann_recall, filtered_recall
 
 
 def measure_latency(sizes: list[int], *, queries: int = 200, cache_dir: Path | None = None,
-                    workdir: Path | None = None, settings_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+                    workdir: Path | str | None = None,
+                    settings_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`workdir`: a directory for the SQLite files, or a `postgresql://` URL (a schema per size)."""
     sizes = sorted(set(sizes))
-    workdir = bench_workdir("latency", workdir)
+    target = bench_target("latency", None if workdir is None else str(workdir))
     messages = generate_messages(sizes[-1])
     texts = [m.text for m in messages]
     query_texts = generate_queries(queries)
@@ -101,14 +116,14 @@ def measure_latency(sizes: list[int], *, queries: int = 200, cache_dir: Path | N
     results: list[dict[str, Any]] = []
     embed_per_s = 0.0
     for n in sizes:
-        memory = fresh_memory(workdir / f"latency-{n}.db", **overrides)
+        memory = fresh_memory(bench_location(target, f"latency-{n}.db"), **overrides)
         try:
             if not embed_per_s:
                 embed_per_s = _embed_per_s(memory.embedder, texts)
                 vectors = corpus_vectors(memory.embedder, texts, cache_dir)
             memory.tokenizer.tokens("워밍업 문장입니다 warm-up sentence")  # load kiwi's model outside the timing
             add_seconds = _add_seconds(memory, messages[:n], vectors)
-            plain_ms, full_ms, ann_recall = _search_latencies(memory, n, query_texts)
+            plain_ms, full_ms, ann_recall, filtered_recall = _search_latencies(memory, n, query_texts)
             index_kind = memory.vectors.kind if memory.vectors is not None else "exact"
         finally:
             memory.close()
@@ -119,6 +134,7 @@ def measure_latency(sizes: list[int], *, queries: int = 200, cache_dir: Path | N
             "search_ms": p50_p95(plain_ms),
             "search_with_embedding_ms": p50_p95(full_ms),
             "ann_recall_at_10": round(float(np.mean(ann_recall)), 4) if ann_recall else None,
+            "ann_recall_at_10_guild_filter": round(float(np.mean(filtered_recall)), 4) if filtered_recall else None,
             "rss_mb": round(_peak_rss_mb(), 1),
             "index": index_kind,
         })
@@ -147,7 +163,7 @@ def print_latency(report: dict[str, Any], console: Console | None = None) -> Non
 
 
 def run_latency(sizes: list[int], json_out: str | Path | None = None, *, queries: int = 200,
-                cache_dir: Path | None = None, workdir: Path | None = None,
+                cache_dir: Path | None = None, workdir: Path | str | None = None,
                 settings_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     report = measure_latency(sizes, queries=queries, cache_dir=cache_dir, workdir=workdir,
                              settings_overrides=settings_overrides)

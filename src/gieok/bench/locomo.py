@@ -24,7 +24,7 @@ from ..errors import InvalidInputError
 from ..memory import Memory
 from ..text.tokenize import Tokenizer, TokenizerOptions
 from .embed_cache import EmbeddingCache
-from .fill import bench_workdir, fresh_memory
+from .fill import bench_location, bench_target, bench_workdir, fresh_memory
 from .report import median, print_and_write, progress_bar, results_table, table_console
 
 __all__ = ["LocomoData", "load_locomo", "measure_locomo", "print_locomo", "run_locomo"]
@@ -200,8 +200,9 @@ def measure_locomo(data_path: str | Path, ks: list[int], *, db_dir: str | Path |
                    embed_cache: Path | None = None, ablation: bool = False,
                    settings_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     data = load_locomo(data_path)
-    workdir = bench_workdir("locomo", Path(db_dir) if db_dir else None)
-    memory = fresh_memory(workdir / "locomo.db", **dict(settings_overrides or {}))
+    target = bench_target("locomo", None if db_dir is None else str(db_dir))  # a directory, or a PostgreSQL URL
+    memory = fresh_memory(bench_location(target, "locomo.db"), **dict(settings_overrides or {}))
+    workdir = target if isinstance(target, Path) else bench_workdir("locomo")  # the ablation's files
     try:
         dia_of, vectors, ingest_seconds = _ingest(memory, data, embed_cache)
         query_vectors, embed_ms = _embed_questions(memory, data.questions)

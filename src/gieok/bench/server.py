@@ -144,10 +144,10 @@ def _create_key(db: Path) -> str:
     from ..config import load_settings
     from ..server.auth import ApiKeys
     from ..server.tenants import DEFAULT_TENANT
-    from ..store.sqlite import SQLiteStore
+    from ..store.factory import open_store
 
     settings = load_settings(db=str(db))
-    store = SQLiteStore(settings.db_path(), busy_timeout_ms=settings.busy_timeout_ms)
+    store = open_store(settings.db_location(), busy_timeout_ms=settings.busy_timeout_ms)
     try:
         key, _ = ApiKeys(store).create(DEFAULT_TENANT, "write", "bench server")
     finally:

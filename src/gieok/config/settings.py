@@ -32,7 +32,15 @@ from .values import (
     merge_keys,
 )
 
-__all__ = ["Settings", "load_settings", "default_db_path"]
+__all__ = ["Settings", "load_settings", "default_db_path", "is_database_url", "DATABASE_URL_SCHEMES"]
+
+# A `db` starting with one of these names a PostgreSQL database instead of a SQLite file.
+DATABASE_URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_database_url(location: object) -> bool:
+    """True when `location` names a database server rather than a file."""
+    return isinstance(location, str) and location.startswith(DATABASE_URL_SCHEMES)
 
 Check = Callable[[Any], str | None]  # returns what is wrong with a value, or None
 
@@ -237,7 +245,15 @@ class Settings:
                 raise ConfigError(f"{item.name} {problem}, got {_shown(value)}")
 
     def db_path(self) -> Path:
+        """The SQLite file (`db_location` for either backend)."""
         return Path(self.db).expanduser() if self.db else default_db_path()
+
+    def db_location(self) -> str:
+        """Where the memory lives: a `postgresql://` URL unchanged, else the SQLite file's path."""
+        return self.db if is_database_url(self.db) else str(self.db_path())
+
+    def uses_database_server(self) -> bool:
+        return is_database_url(self.db)
 
     def with_overrides(self, **overrides: Any) -> Settings:
         return replace(self, **_coerce_all(overrides, source="argument"))

@@ -116,7 +116,10 @@ class BM25Index:
                 postings = self._postings[term]
                 p_rows = postings.rows[: postings.size]
                 tf = postings.tf[: postings.size]
-                df = postings.size if in_scope is None else int(np.count_nonzero(in_scope[p_rows]))
+                # forgotten documents keep their postings (masked by `alive`): they must not count,
+                # or a term in every live document gets df > N and a negative log argument
+                counted = alive if in_scope is None else in_scope
+                df = int(np.count_nonzero(counted[p_rows]))
                 idf = max(1e-6, math.log((live - df + 0.5) / (df + 0.5)))  # as FTS5 computes it
                 norm = tf + self.k1 * (1.0 - self.b + self.b * doc_len[p_rows] / avgdl)
                 scores[p_rows] += (idf * (self.k1 + 1.0)) * tf / norm

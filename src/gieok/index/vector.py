@@ -12,10 +12,11 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
-__all__ = ["VectorIndex", "AnnParams", "limit_blas_threads"]
+__all__ = ["VectorIndex", "AnnParams", "ExternalANN", "limit_blas_threads"]
 
 _blas_limited = False
 
@@ -139,15 +140,33 @@ class _USearchHNSW:
         self.index.load(str(path))
 
 
-class VectorIndex:
-    """Row-aligned with the Catalog. Scores are cosine similarities (rows are normalised)."""
+class ExternalANN(Protocol):
+    """A graph kept outside the process (the store's: `index/store_ann.py`), used like ours."""
 
-    def __init__(self, dim: int, params: AnnParams | None = None) -> None:
+    name: str
+
+    @property
+    def size(self) -> int: ...
+
+    def add(self, vectors: np.ndarray) -> None: ...
+
+    def erase(self, rows: list[int]) -> None: ...
+
+    def search(self, query: np.ndarray, k: int,
+               allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class VectorIndex:
+    """Row-aligned with the Catalog. Scores are cosine similarities (rows are normalised).
+    `external`: a graph the store keeps (nothing is built, saved or loaded here for it)."""
+
+    def __init__(self, dim: int, params: AnnParams | None = None, external: ExternalANN | None = None) -> None:
         self.dim = dim
         self.params = params or AnnParams()
+        self.external = external
         self._matrix = np.zeros((1024, dim), dtype=np.float32)
         self._size = 0
-        self._ann: _FaissHNSW | _USearchHNSW | None = None
+        self._ann: _FaissHNSW | _USearchHNSW | ExternalANN | None = None
         self._ann_dirty = False
         self._lock = threading.RLock()
 
@@ -184,6 +203,9 @@ class VectorIndex:
         return _FaissHNSW(self.dim, self.params)
 
     def _build_ann(self) -> None:
+        if self.external is not None:  # the store indexed every vector when it wrote it
+            self._ann = self.external
+            return
         ann = self._new_ann()
         for start in range(0, self._size, 10_000):
             ann.add(self._matrix[start : min(self._size, start + 10_000)])
@@ -242,20 +264,21 @@ class VectorIndex:
     # -- persistence of the graph -----------------------------------------------------------
     def save(self, path: Path, embedder: str, last_block_index: int) -> None:
         with self._lock:
-            if self._ann is None or not self._ann_dirty:
-                return
+            ann = self._ann
+            if not isinstance(ann, (_FaissHNSW, _USearchHNSW)) or not self._ann_dirty:
+                return  # nothing built here, or the store keeps the graph
             tmp = path.with_name(path.name + ".tmp")
-            self._ann.save(tmp)
+            ann.save(tmp)
             os.replace(tmp, path)
-            info = {"embedder": embedder, "rows": self._ann.size, "last_block_index": last_block_index,
-                    "backend": self._ann.name, "m": self.params.m}
+            info = {"embedder": embedder, "rows": ann.size, "last_block_index": last_block_index,
+                    "backend": ann.name, "m": self.params.m}
             path.with_name(path.name + ".json").write_text(json.dumps(info))
             self._ann_dirty = False
 
     def try_load(self, path: Path, embedder: str) -> bool:
         """Load a saved graph if it matches this embedder and covers a prefix of our rows."""
         meta = path.with_name(path.name + ".json")
-        if not path.is_file() or not meta.is_file():
+        if self.external is not None or not path.is_file() or not meta.is_file():
             return False
         try:
             info = json.loads(meta.read_text())

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..index.catalog import Catalog
+from ..store.layer_tables import CheckpointRow, LayerStore
 from .working import Clock, Slot
 
 __all__ = ["Checkpoint", "CheckpointManager"]
@@ -29,9 +31,9 @@ class Checkpoint:
     created_at: float
     last_accessed: float
 
-    def as_row(self) -> dict[str, Any]:
-        return {"block_index": self.block_index, "relevance": self.relevance, "distance": self.distance,
-                "created_at": self.created_at, "last_accessed": self.last_accessed}
+    def as_row(self) -> CheckpointRow:
+        return CheckpointRow(block_index=self.block_index, relevance=self.relevance, distance=self.distance,
+                             created_at=self.created_at, last_accessed=self.last_accessed)
 
 
 class CheckpointManager:
@@ -39,8 +41,8 @@ class CheckpointManager:
     while it was relevant), persisted, at most `max_per_slot` per slot, and the blocks within
     `radius` turns of them for the localized search."""
 
-    def __init__(self, store: Any, catalog_provider, *, max_per_slot: int = 5, radius: int = 15,
-                 limit: int = 100, clock: Clock = time.time) -> None:
+    def __init__(self, store: LayerStore, catalog_provider: Callable[[], Catalog], *, max_per_slot: int = 5,
+                 radius: int = 15, limit: int = 100, clock: Clock = time.time) -> None:
         self.store = store
         self._catalog = catalog_provider  # callable: the catalog can be replaced on reindex
         self.max_per_slot = max_per_slot

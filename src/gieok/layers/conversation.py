@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config import Settings, read_text_file
 from ..errors import InvalidInputError, InvalidTypeError
-from ..store.conversation import ConversationTables
+from ..store.conversation import ConversationStore
 from ..types import Scope
 from .facts import FactStore, PairJudge
 from .recent import RecentMessages
@@ -53,7 +53,7 @@ class ConversationMemory:
         self.memory = memory
         self.settings = s
         self.clock = clock
-        self.tables = ConversationTables(memory.store)
+        self.tables: ConversationStore = memory.store.conversation
         self.l1 = RecentMessages(self.tables, capacity=s.l1_size, clock=clock)
         core = tuple(line.strip() for line in read_text_file(s.core_file, "core").splitlines()
                      if line.strip() and not line.startswith("#")) if s.core_file else ()

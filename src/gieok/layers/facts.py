@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InvalidInputError, InvalidTypeError
-from ..store.conversation import ConversationTables, FactRow
+from ..store.conversation import ConversationStore, FactRow
 from ..types import Block, Scope
 from ..validate import clean_text
 from .fact_align import judge_shapes, shape_of
@@ -158,7 +158,7 @@ class FactStore:
     """L3: writes facts (judging duplicates and conflicts against the subject's current facts),
     seeds lore, repairs interrupted writes, lists and recalls facts under the isolation rule."""
 
-    def __init__(self, memory: Memory, tables: ConversationTables, *, judge: PairJudge | None = None,
+    def __init__(self, memory: Memory, tables: ConversationStore, *, judge: PairJudge | None = None,
                  global_user_facts: bool = False, clock: Callable[[], float] = time.time) -> None:
         self.memory = memory
         self.tables = tables

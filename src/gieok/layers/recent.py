@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 
 from ..errors import InvalidInputError
-from ..store.conversation import ConversationTables, L1Row
+from ..store.conversation import ConversationStore, L1Row
 from ..types import Scope, scope_key
 
 __all__ = ["RecentMessages", "conversation_of", "conversation_key", "ROLES"]
@@ -33,7 +33,7 @@ def conversation_key(guild: str | None, channel: str) -> str:
 class RecentMessages:
     """L1: append, read and flag the recent messages of each conversation."""
 
-    def __init__(self, tables: ConversationTables, *, capacity: int = 50,
+    def __init__(self, tables: ConversationStore, *, capacity: int = 50,
                  clock: Callable[[], float] = time.time) -> None:
         if capacity < 1:
             raise InvalidInputError("L1 capacity must be at least 1")

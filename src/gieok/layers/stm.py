@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..store.layer_tables import LayerStore, STMEntry
 from ..text.tokenize import Tokenizer
 from ..types import Block, Scope, scope_from_key, scope_key
 from .working import Clock, WorkingMemory, jaccard
@@ -32,7 +33,7 @@ class ShortTermMemory:
     """Entries that live `ttl_seconds`; on expiry an important one is promoted to a long-term
     note and the rest are dropped."""
 
-    def __init__(self, store: Any, tokenizer: Tokenizer, promote: STMPromoter, *, ttl_seconds: float = 3600.0,
+    def __init__(self, store: LayerStore, tokenizer: Tokenizer, promote: STMPromoter, *, ttl_seconds: float = 3600.0,
                  promote_importance: float = 0.7, clock: Clock = time.time) -> None:
         self.store = store
         self.tokenizer = tokenizer
@@ -44,7 +45,7 @@ class ShortTermMemory:
         self.dropped = 0
         self._tokens: dict[int, frozenset[str]] = {}  # entry_id -> tokens; entries never change
 
-    def _entry_tokens(self, entry: dict[str, Any]) -> frozenset[str]:
+    def _entry_tokens(self, entry: STMEntry) -> frozenset[str]:
         tokens = self._tokens.get(entry["entry_id"])
         if tokens is None:
             tokens = frozenset(self.tokenizer.tokens(entry["text"]))
@@ -59,10 +60,10 @@ class ShortTermMemory:
         return self.store.stm_add(scope_key(scope), text, dict(metadata or {}), float(importance), now,
                                   now + (self.ttl if ttl_seconds is None else ttl_seconds), block_index)
 
-    def entries(self, scope: Scope | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+    def entries(self, scope: Scope | None = None, limit: int = 1000) -> list[STMEntry]:
         return self.store.stm_entries(None if scope is None else scope_key(scope), self.clock(), limit)
 
-    def describe(self, entry: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    def describe(self, entry: STMEntry, now: float | None = None) -> dict[str, Any]:
         """An entry as front-ends show it: its conversation instead of the key, and time left."""
         now = self.clock() if now is None else now
         return {"entry_id": entry["entry_id"], "conversation": scope_from_key(entry["scope_key"]).as_dict(),
@@ -71,7 +72,7 @@ class ShortTermMemory:
                 "expires_in_seconds": round(max(0.0, entry["expires_at"] - now), 3),
                 "block_index": entry["block_index"]}
 
-    def search(self, scope: Scope, query: str, k: int) -> list[tuple[dict[str, Any], float]]:
+    def search(self, scope: Scope, query: str, k: int) -> list[tuple[STMEntry, float]]:
         """Live entries of the scope by token overlap with the query, then recency."""
         query_tokens = frozenset(self.tokenizer.tokens(query))
         scored = []

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..errors import InvalidInputError, InvalidTypeError
-from ..store.conversation import ConversationTables
+from ..store.conversation import ConversationStore
 from ..types import Scope, scope_key
 
 __all__ = ["ChannelSummary", "SummaryStore", "STAGES"]
@@ -159,7 +159,7 @@ class ChannelSummary:
 
 @dataclass
 class SummaryStore:
-    tables: ConversationTables
+    tables: ConversationStore
     max_topics: int = 5
     max_points: int = 10
     global_core: tuple[str, ...] = ()

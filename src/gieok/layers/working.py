@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..store.layer_tables import CheckpointRow, LayerStore, SlotRow
 from ..text.tokenize import Tokenizer
 from ..types import Block, Scope, scope_from_key, scope_key
 
@@ -47,13 +48,13 @@ class Slot:
     def context_hash(self) -> str:
         return hashlib.sha256(self.context.encode("utf-8")).hexdigest()[:16]
 
-    def as_row(self) -> dict[str, Any]:
-        return {"scope_key": self.scope_key, "slot_id": self.slot_id, "context": self.context,
-                "content": self.content, "metadata": self.metadata, "embedding": self.embedding,
-                "importance": self.importance, "usage_count": self.usage_count, "created_at": self.created_at,
-                "last_access": self.last_access, "block_index": self.block_index, "context_hash": self.context_hash}
+    def as_row(self) -> SlotRow:
+        return SlotRow(scope_key=self.scope_key, slot_id=self.slot_id, context=self.context, content=self.content,
+                       metadata=self.metadata, embedding=self.embedding, importance=self.importance,
+                       usage_count=self.usage_count, created_at=self.created_at, last_access=self.last_access,
+                       block_index=self.block_index, context_hash=self.context_hash)
 
-    def as_dict(self, priority: SlotPriority, checkpoints: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    def as_dict(self, priority: SlotPriority, checkpoints: Sequence[CheckpointRow] = ()) -> dict[str, Any]:
         """The slot as front-ends show it: its conversation, content, priority and the parts that
         make it up, and its checkpoints (rows of `Checkpoint.as_row`). No embedding."""
         return {"conversation": scope_from_key(self.scope_key).as_dict(), "slot": self.slot_id,
@@ -100,7 +101,7 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 class WorkingMemory:
     """Slots for every scope, persisted through the store on each change (a restart restores them)."""
 
-    def __init__(self, store: Any, tokenizer: Tokenizer, promote: Promoter, *, slots: int = 4,
+    def __init__(self, store: LayerStore, tokenizer: Tokenizer, promote: Promoter, *, slots: int = 4,
                  relevance: str = "jaccard", clock: Clock = time.time,
                  on_slot_freed: Callable[[Slot], None] | None = None) -> None:
         if slots < 1:
@@ -121,7 +122,9 @@ class WorkingMemory:
         self.release_count = 0
         self._last_tokens: tuple[str, frozenset[str]] | None = None
         for row in store.load_slots():
-            slot = Slot(**{k: v for k, v in row.items() if k != "context_hash"})
+            slot = Slot(row["scope_key"], row["slot_id"], row["context"], row["content"], row["metadata"],
+                        row["embedding"], row["importance"], row["usage_count"], row["created_at"],
+                        row["last_access"], row["block_index"])
             slot.tokens = frozenset(tokenizer.tokens(slot.context))
             self._slots.setdefault(slot.scope_key, {})[slot.slot_id] = slot
 

@@ -11,7 +11,7 @@ from .app import create_app
 from .auth import ROLES, ApiKeys, Principal
 from .events import Event, EventBus
 from .state import ServerState
-from .tenants import DEFAULT_TENANT, TenantRegistry, tenant_path
+from .tenants import DEFAULT_TENANT, TenantRegistry, tenant_location, tenant_path
 
 __all__ = ["create_app", "ServerState", "ApiKeys", "Principal", "ROLES", "EventBus", "Event", "TenantRegistry",
-           "tenant_path", "DEFAULT_TENANT"]
+           "tenant_path", "tenant_location", "DEFAULT_TENANT"]

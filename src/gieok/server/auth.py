@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import AuthenticationError, InvalidInputError, InvalidTypeError, PermissionDeniedError
-from ..store.keys import KeyRow, KeyTable
-from ..store.sqlite import SQLiteStore
+from ..store.base import Store
+from ..store.keys import KeyRow, KeyStore
 
 __all__ = ["ROLES", "Principal", "ApiKeys", "check_tenant", "check_role", "TOUCH_EVERY_SECONDS"]
 
@@ -70,8 +70,8 @@ def _digest(key: str) -> str:
 class ApiKeys:
     """Create, list, revoke and verify keys kept in the store of the deployment's home memory."""
 
-    def __init__(self, store: SQLiteStore, *, clock: Callable[[], float] = time.time) -> None:
-        self.table = KeyTable(store)
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+        self.table: KeyStore = store.keys
         self.clock = clock
         self._touched: dict[int, float] = {}
         self._lock = threading.Lock()

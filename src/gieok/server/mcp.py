@@ -369,8 +369,8 @@ def check_stdio_key(state: ServerState, key: str | None) -> Principal:
         return state.keys.verify(key.strip())
     except AuthenticationError as exc:
         message = str(exc).replace(" (Authorization: Bearer gk_…)", "")
-        raise AuthenticationError(f"{message}: checked against the keys of {state.tenants.home} "
-                                  f"(gieok keys list --db {state.tenants.home})") from None
+        raise AuthenticationError(f"{message}: checked against the keys of {state.tenants.shown} "
+                                  f"(gieok keys list --db {state.tenants.shown})") from None
 
 
 def run_stdio(settings: Settings, key: str | None) -> None:
@@ -378,7 +378,7 @@ def run_stdio(settings: Settings, key: str | None) -> None:
     protocol; logs go to stderr. The key is checked before anything is served."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     home = settings.db_path()
-    if not home.exists():
+    if not settings.uses_database_server() and not home.exists():
         raise AuthenticationError(f"no memory at {home}: create it and a key first "
                                   f"(gieok keys create --db {home} --tenant default --role write)")
     state = ServerState.open(settings)

@@ -43,7 +43,7 @@ def serve(settings: Settings, *, host: str | None = None, port: int | None = Non
         app = create_app_with_mcp(ServerState.open(settings, auth=auth), host=host)
         uvicorn.run(app, **options)  # type: ignore[arg-type]
         return
-    os.environ["GIEOK_DB"] = str(settings.db_path())  # each worker loads the same settings
+    os.environ["GIEOK_DB"] = settings.db_location()  # each worker loads the same settings
     os.environ["GIEOK_SERVER_HOST"] = host  # …and knows the address MCP's Host check must accept
     os.environ[_NO_AUTH_VARIABLE] = "" if auth else "1"
     # A worker loading a memory or the embedding model can hold the GIL for seconds on a busy machine;

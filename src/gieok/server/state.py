@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..store.sqlite import SQLiteStore
+from ..store.base import Store
+from ..store.factory import open_store
 from .auth import ApiKeys
 from .events import EventBus
 from .tenants import TenantRegistry
@@ -26,13 +26,13 @@ class ServerState:
     auth: bool = True  # False only on a loopback address (`--no-auth`): every caller is the default tenant's admin
     bot: Any = None  # a BotCore sharing this process, for /v1/health
     started: float = 0.0
-    _keys_store: SQLiteStore | None = field(default=None, repr=False)
+    _keys_store: Store | None = field(default=None, repr=False)
 
     @classmethod
     def open(cls, settings: Settings, *, auth: bool = True) -> ServerState:
         """Open the deployment whose home memory is `settings.db` (created if new)."""
-        home = Path(settings.db_path())
-        store = SQLiteStore(home, busy_timeout_ms=settings.busy_timeout_ms)  # the key table lives in the home file
+        home = settings.db_location()
+        store = open_store(home, busy_timeout_ms=settings.busy_timeout_ms)  # the key table lives in the home memory
         bus = EventBus(settings.event_buffer)
         tenants = TenantRegistry(home, settings, max_open=settings.server_open_tenants, listener=bus.listener)
         return cls(settings, ApiKeys(store), tenants, bus, auth=auth, started=time.time(), _keys_store=store)

@@ -5,7 +5,9 @@ conversation tables. The `default` tenant is the deployment's home file (`--db`)
 Discord bot and the terminal chat use; every other tenant lives beside it in
 `<home stem>.tenants/<tenant>.db`. Isolation is physical: no query can reach another tenant's
 rows because they are in another file, and a request can name no file — the tenant comes from
-the caller's key (`auth.Principal`) and only this registry turns it into a memory.
+the caller's key (`auth.Principal`) and only this registry turns it into a memory. On
+PostgreSQL (`--db postgresql://…`) a tenant is a schema of the same database instead
+(`<home schema>_<tenant>`), with tables of its own and a hash chain of its own.
 
 Open memories are kept (their indexes are in RAM) up to `max_open`; beyond that the least
 recently used idle one is closed (its HNSW graph saved). The embedding engine is shared by all
@@ -22,12 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import Settings
+from ..config.settings import is_database_url
 from ..errors import StoreError
 from ..layers.conversation import ConversationMemory
 from ..memory import EventListener, Memory
+from ..store.urls import display_url, tenant_schema, with_schema
 from .auth import check_tenant
 
-__all__ = ["DEFAULT_TENANT", "Tenant", "TenantRegistry", "tenant_path"]
+__all__ = ["DEFAULT_TENANT", "Tenant", "TenantRegistry", "tenant_path", "tenant_location"]
 
 DEFAULT_TENANT = "default"
 
@@ -38,6 +42,16 @@ def tenant_path(home: Path, tenant: str) -> Path:
     if tenant == DEFAULT_TENANT:
         return home
     return home.with_name(f"{home.stem}.tenants") / f"{tenant}.db"
+
+
+def tenant_location(home: str, tenant: str) -> str:
+    """Where `tenant` lives in the deployment whose home memory is `home` (a file or a URL)."""
+    check_tenant(tenant)
+    if tenant == DEFAULT_TENANT:
+        return home
+    if is_database_url(home):
+        return with_schema(home, tenant_schema(home, tenant))
+    return str(tenant_path(Path(home), tenant))
 
 
 @dataclass
@@ -63,9 +77,11 @@ class TenantRegistry:
     """Opens, shares and closes the tenants' memories (module docstring: where they live, how
     many stay open)."""
 
-    def __init__(self, home: Path, settings: Settings, *, max_open: int = 64,
+    def __init__(self, home: str | Path, settings: Settings, *, max_open: int = 64,
                  listener: Callable[[str], EventListener | None] | None = None) -> None:
+        self.location = str(home)  # a file path or a database URL
         self.home = Path(home)
+        self.shown = display_url(self.location) if is_database_url(self.location) else self.location
         self.settings = settings
         self.max_open = max(1, max_open)
         self._listener = listener or (lambda tenant: None)
@@ -132,8 +148,7 @@ class TenantRegistry:
         return tenant
 
     def _open_memory(self, name: str) -> Memory:
-        path = tenant_path(self.home, name)
-        memory = Memory(path, settings=self.settings)
+        memory = Memory(tenant_location(self.location, name), settings=self.settings)
         memory.listener = self._listener(name)
         return memory
 

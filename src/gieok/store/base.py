@@ -1,18 +1,31 @@
-"""The Store port. All SQL lives behind it, so a PostgreSQL+pgvector backend can be
-added without touching the engine (`memory.py`, `retrieval/`, `index/`).
+"""The Store port: every persistent operation of the engine goes through it, so a backend
+(SQLite, PostgreSQL + pgvector) can be swapped without touching the engine (`memory.py`,
+`retrieval/`, `index/`, `layers/`).
+
+Split by area, as graphiti's driver operations are: `BlockStore` (the hash-chained blocks, their
+vectors and BM25 tokens; below) is implemented by each backend in its own module, because that is
+where backends differ; `LayerStore` (`layer_tables.py`), `ConversationStore` (`conversation.py`)
+and `KeyStore` (`keys.py`) are plain rows whose portable SQL is written once. A `Store` is all
+four: the block operations directly and the others as `store.layers`, `store.conversation` and
+`store.keys`. `tests/test_store_contract.py` runs the same behaviour checks against every backend.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..chain import GENESIS, digest_of, hash_of
 from ..types import Block, Scope
+from .conversation import ConversationStore
+from .keys import KeyStore
+from .layer_tables import LayerStore
 
-__all__ = ["Store", "NewBlock", "IndexRows", "BM25Filter", "VerifyReport"]
+__all__ = ["Store", "BlockStore", "VectorSearchStore", "NewBlock", "IndexRows", "BM25Filter", "VerifyReport",
+           "verify_chain"]
 
 
 @dataclass(slots=True)
@@ -76,8 +89,36 @@ class VerifyReport:
         }
 
 
-class Store(Protocol):
-    path: str
+def verify_chain(blocks: Iterable[Block]) -> VerifyReport:
+    """Walk blocks in index order: no gaps, each links to the one before, each live block's
+    content matches its digest and every header matches its hash (backends share this walk)."""
+    prev = GENESIS
+    checked = forgotten = 0
+    expected_index = 1
+    for block in blocks:
+        checked += 1
+        if block.block_index != expected_index:
+            return VerifyReport(False, checked, forgotten, block.block_index, f"gap: expected index {expected_index}")
+        if block.prev_hash != prev:
+            return VerifyReport(False, checked, forgotten, block.block_index,
+                                "prev_hash does not match the previous block")
+        if block.forgotten:
+            forgotten += 1
+        elif digest_of(block) != block.content_digest:
+            return VerifyReport(False, checked, forgotten, block.block_index, "content does not match its digest")
+        if hash_of(block) != block.hash:
+            return VerifyReport(False, checked, forgotten, block.block_index, "hash does not match header and digest")
+        prev = block.hash
+        expected_index += 1
+    return VerifyReport(True, checked, forgotten)
+
+
+class BlockStore(Protocol):
+    """The hash-chained long-term blocks with their vectors and BM25 tokens, and the store's
+    key/value metadata. Every write is one transaction; `append` gives consecutive indices and
+    links each block to the one before even when several processes append at once."""
+
+    path: str  # where it lives: a file path, or a database URL without its password
 
     def close(self) -> None: ...
 
@@ -85,6 +126,10 @@ class Store(Protocol):
     def get_meta(self, key: str) -> str | None: ...
 
     def set_meta(self, items: dict[str, str]) -> None: ...
+
+    def schema_version(self) -> int: ...
+
+    def size_bytes(self) -> int: ...
 
     # writes: each call is one transaction
     def append(self, blocks: Sequence[NewBlock], vectors: np.ndarray, insert_time: float) -> list[Block]: ...
@@ -98,13 +143,19 @@ class Store(Protocol):
     # reads
     def get_many(self, block_indices: Sequence[int]) -> dict[int, Block]: ...
 
-    def iter_blocks(self, batch: int = 1000) -> Iterator[Block]: ...
+    def list_blocks(self, filt: BM25Filter, *, before: int | None, limit: int) -> list[Block]: ...
+
+    def iter_blocks(self, batch: int = 1000, after: int = 0) -> Iterator[Block]: ...
 
     def bm25(self, tokens: Sequence[str], filt: BM25Filter, limit: int) -> list[tuple[int, float]]: ...
 
     def load_index_rows(self, after_block_index: int, dimension: int) -> IndexRows: ...
 
     def load_tokens(self, after_block_index: int) -> list[tuple[int, str]]: ...
+
+    def live_turns_of_user(self, user_id: str) -> list[int]: ...
+
+    def orphan_fact_blocks(self) -> list[int]: ...
 
     def forgotten_indices(self) -> set[int]: ...
 
@@ -115,3 +166,20 @@ class Store(Protocol):
     def change_token(self) -> int: ...
 
     def verify(self) -> VerifyReport: ...
+
+
+class Store(BlockStore, Protocol):
+    """A whole backend: the block operations, plus the other areas' ports."""
+
+    layers: LayerStore
+    conversation: ConversationStore
+    keys: KeyStore
+
+
+@runtime_checkable
+class VectorSearchStore(Protocol):
+    """A store that searches vectors itself (PostgreSQL: pgvector HNSW), so no process has to
+    build or keep a graph of its own. Scores are cosine similarities (rows are normalised)."""
+
+    def vector_search(self, query: np.ndarray, k: int, allowed: bytes | None,
+                      max_block_index: int) -> tuple[np.ndarray, np.ndarray]: ...

@@ -1,18 +1,22 @@
-"""SQL for the conversation layers (schema v3): L1 messages, L2 summaries, L3 fact
-validity and per-channel analysis state. Kept apart from the block store so that each
-file has one job; it shares the store's connection, lock and transactions."""
+"""The conversation tables (schemas v3 and v4): L1 messages, L2 summaries, L3 fact validity,
+per-channel analysis state and the bot's active channels.
+
+`ConversationStore` is the port the conversation layers (`layers/recent.py`, `summary.py`,
+`facts.py`, `conversation.py`) and the runtime are written against; `ConversationTables`
+implements it once in portable SQL over any `SqlSession` (SQLite and PostgreSQL alike), sharing
+the store's connection and transactions."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..types import Scope, scope_from_key
-from .sqlite import SQLiteStore
+from .sql import SqlSession
 
-__all__ = ["ConversationTables", "L1Row", "FactRow"]
+__all__ = ["ConversationStore", "ConversationTables", "L1Row", "FactRow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,34 +60,91 @@ _FACT_COLUMNS = ("block_index", "fact_type", "topic", "guild", "user_id", "sourc
                  "superseded_by", "lore_key")
 
 
-def _l1(row: tuple) -> L1Row:
+def _l1(row: tuple[Any, ...]) -> L1Row:
     values = dict(zip(_L1_COLUMNS, row))
     values["addressed"] = bool(values["addressed"])
     values["flagged"] = bool(values["flagged"])
     return L1Row(**values)
 
 
+class ConversationStore(Protocol):
+    """Persistence of the conversation layers. Each write is one transaction."""
+
+    def l1_append(self, scope_key: str, role: str, content: str, user_id: str | None, display_name: str | None,
+                  created_at: float, addressed: bool, flagged: bool, external_id: str | None, keep: int) -> L1Row: ...
+
+    def l1_recent(self, scope_key: str, limit: int) -> list[L1Row]: ...
+
+    def l1_since(self, scope_key: str, after_message_id: int, limit: int) -> list[L1Row]: ...
+
+    def l1_pending(self, scope_key: str | None = None, limit: int = 100_000) -> list[L1Row]: ...
+
+    def l1_set_blocks(self, pairs: Sequence[tuple[int, int]]) -> None: ...
+
+    def l1_flag(self, message_id: int) -> None: ...
+
+    def l1_delete_blocks(self, block_indices: Sequence[int]) -> None: ...
+
+    def l1_delete_user(self, user_id: str) -> int: ...
+
+    def l1_user_blocks(self, user_id: str) -> list[int]: ...
+
+    def l1_conversations(self, limit: int = 1000) -> list[tuple[Scope, int, float]]: ...
+
+    def l1_count(self, scope_key: str | None = None) -> int: ...
+
+    def summary_load(self, scope_key: str) -> dict[str, Any] | None: ...
+
+    def summary_save(self, scope_key: str, data: dict[str, Any], when: float) -> None: ...
+
+    def summary_keys(self) -> list[str]: ...
+
+    def fact_insert(self, row: FactRow, *, supersede: int | None = None, when: float | None = None) -> None: ...
+
+    def facts_get(self, block_indices: Sequence[int]) -> dict[int, FactRow]: ...
+
+    def facts_current(self, fact_type: str, guild: str | None, user_id: str | None) -> list[FactRow]: ...
+
+    def facts_where(self, *, user_id: str | None = None, guild: str | None = None, include_history: bool = False,
+                    limit: int = 1000) -> list[FactRow]: ...
+
+    def facts_exist(self, *, guild: str | None = None, user_id: str | None = None) -> bool: ...
+
+    def lore_keys(self) -> set[str]: ...
+
+    def facts_delete_blocks(self, block_indices: Sequence[int]) -> None: ...
+
+    def channel_state(self, scope_key: str) -> tuple[int, int] | None: ...
+
+    def channel_state_save(self, scope_key: str, since_analysis: int, last_message_id: int, when: float) -> None: ...
+
+    def active_keys(self) -> set[str]: ...
+
+    def set_active(self, scope_key: str, active: bool, when: float, by: str | None = None) -> None: ...
+
+
 class ConversationTables:
-    def __init__(self, store: SQLiteStore) -> None:
+    """`ConversationStore` in SQL that SQLite and PostgreSQL both speak. `ConversationTables(store)`
+    works on any SQL store; code that holds a `Store` uses `store.conversation`."""
+
+    def __init__(self, store: SqlSession) -> None:
         self.store = store
 
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        with self.store._lock:
-            return self.store._query(sql, params).fetchall()
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.store.fetch(sql, params)
 
     # -- L1 ---------------------------------------------------------------------------------
     def l1_append(self, scope_key: str, role: str, content: str, user_id: str | None, display_name: str | None,
                   created_at: float, addressed: bool, flagged: bool, external_id: str | None, keep: int) -> L1Row:
         """Insert a message and trim the conversation to its newest `keep` rows — but never
         drop a row whose turn block is not written yet (it would be lost)."""
-        with self.store._write() as conn:
-            cursor = conn.execute(
+        with self.store.transaction() as conn:
+            message_id = int(conn.execute(
                 "INSERT INTO l1_messages(scope_key, role, content, user_id, display_name, created_at, addressed, "
-                "flagged, external_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "flagged, external_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING message_id",
                 (scope_key, role, content, user_id, display_name, created_at, int(addressed), int(flagged),
                  external_id),
-            )
-            message_id = int(cursor.lastrowid)
+            ).fetchone()[0])
             conn.execute(
                 "DELETE FROM l1_messages WHERE scope_key = ? AND block_index IS NOT NULL AND message_id <= "
                 "(SELECT message_id FROM l1_messages WHERE scope_key = ? ORDER BY message_id DESC LIMIT 1 OFFSET ?)",
@@ -111,20 +172,20 @@ class ConversationTables:
         return [_l1(r) for r in self._rows(sql + " ORDER BY message_id LIMIT ?", [*params, limit])]
 
     def l1_set_blocks(self, pairs: Sequence[tuple[int, int]]) -> None:
-        with self.store._write() as conn:
+        with self.store.transaction() as conn:
             conn.executemany("UPDATE l1_messages SET block_index = ? WHERE message_id = ?",
                              [(block, message) for message, block in pairs])
 
     def l1_flag(self, message_id: int) -> None:
-        with self.store._write() as conn:
+        with self.store.transaction() as conn:
             conn.execute("UPDATE l1_messages SET flagged = 1 WHERE message_id = ?", (message_id,))
 
     def l1_delete_blocks(self, block_indices: Sequence[int]) -> None:
-        with self.store._write() as conn:
+        with self.store.transaction() as conn:
             conn.executemany("DELETE FROM l1_messages WHERE block_index = ?", [(i,) for i in block_indices])
 
     def l1_delete_user(self, user_id: str) -> int:
-        with self.store._write() as conn:
+        with self.store.transaction() as conn:
             return conn.execute("DELETE FROM l1_messages WHERE user_id = ?", (user_id,)).rowcount
 
     def l1_user_blocks(self, user_id: str) -> list[int]:
@@ -148,7 +209,7 @@ class ConversationTables:
         return json.loads(rows[0][0]) if rows else None
 
     def summary_save(self, scope_key: str, data: dict[str, Any], when: float) -> None:
-        with self.store._write() as conn:
+        with self.store.transaction() as conn:
             conn.execute("INSERT INTO summaries(scope_key, data, updated_at) VALUES (?, ?, ?) ON CONFLICT(scope_key) "
                          "DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at",
                          (scope_key, json.dumps(data, ensure_ascii=False), when))
@@ -159,9 +220,10 @@ class ConversationTables:
     # -- L3 ---------------------------------------------------------------------------------
     def fact_insert(self, row: FactRow, *, supersede: int | None = None, when: float | None = None) -> None:
         """Record a fact and, in the same transaction, close the one it supersedes."""
-        with self.store._write() as conn:
-            conn.execute(f"INSERT OR IGNORE INTO facts({', '.join(_FACT_COLUMNS)}) "
-                         f"VALUES ({', '.join('?' * len(_FACT_COLUMNS))})", [getattr(row, c) for c in _FACT_COLUMNS])
+        with self.store.transaction() as conn:
+            conn.execute(f"INSERT INTO facts({', '.join(_FACT_COLUMNS)}) "
+                         f"VALUES ({', '.join('?' * len(_FACT_COLUMNS))}) ON CONFLICT DO NOTHING",
+                         [getattr(row, c) for c in _FACT_COLUMNS])
             if supersede is not None:
                 conn.execute("UPDATE facts SET valid_to = ?, superseded_by = ? WHERE block_index = ? "
                              "AND valid_to IS NULL", (row.valid_from if when is None else when, row.block_index,
@@ -177,8 +239,9 @@ class ConversationTables:
 
     def facts_current(self, fact_type: str, guild: str | None, user_id: str | None) -> list[FactRow]:
         """Live facts about one subject (a user in a guild, a guild, or the lore)."""
-        rows = self._rows(f"SELECT {', '.join(_FACT_COLUMNS)} FROM facts WHERE fact_type = ? AND guild IS ? "
-                          "AND user_id IS ? AND valid_to IS NULL ORDER BY block_index", (fact_type, guild, user_id))
+        rows = self._rows(f"SELECT {', '.join(_FACT_COLUMNS)} FROM facts WHERE fact_type = ? "
+                          "AND guild IS NOT DISTINCT FROM ? AND user_id IS NOT DISTINCT FROM ? AND valid_to IS NULL "
+                          "ORDER BY block_index", (fact_type, guild, user_id))
         return [FactRow(*r) for r in rows]
 
     def facts_where(self, *, user_id: str | None = None, guild: str | None = None, include_history: bool = False,
@@ -206,7 +269,7 @@ class ConversationTables:
         return {r[0] for r in self._rows("SELECT lore_key FROM facts WHERE lore_key IS NOT NULL")}
 
     def facts_delete_blocks(self, block_indices: Sequence[int]) -> None:
-        with self.store._write() as conn:
+        with self.store.transaction() as conn:
             conn.executemany("DELETE FROM facts WHERE block_index = ?", [(i,) for i in block_indices])
 
     # -- analysis schedule --------------------------------------------------------------------
@@ -215,7 +278,7 @@ class ConversationTables:
         return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
     def channel_state_save(self, scope_key: str, since_analysis: int, last_message_id: int, when: float) -> None:
-        with self.store._write() as conn:
+        with self.store.transaction() as conn:
             conn.execute("INSERT INTO channel_state(scope_key, since_analysis, last_message_id, updated_at) "
                          "VALUES (?, ?, ?, ?) ON CONFLICT(scope_key) DO UPDATE SET since_analysis = "
                          "excluded.since_analysis, last_message_id = excluded.last_message_id, "
@@ -226,9 +289,10 @@ class ConversationTables:
         return {r[0] for r in self._rows("SELECT scope_key FROM active_channels")}
 
     def set_active(self, scope_key: str, active: bool, when: float, by: str | None = None) -> None:
-        with self.store._write() as conn:
+        with self.store.transaction() as conn:
             if active:
-                conn.execute("INSERT OR REPLACE INTO active_channels(scope_key, activated_at, activated_by) "
-                             "VALUES (?, ?, ?)", (scope_key, when, by))
+                conn.execute("INSERT INTO active_channels(scope_key, activated_at, activated_by) VALUES (?, ?, ?) "
+                             "ON CONFLICT(scope_key) DO UPDATE SET activated_at = excluded.activated_at, "
+                             "activated_by = excluded.activated_by", (scope_key, when, by))
             else:
                 conn.execute("DELETE FROM active_channels WHERE scope_key = ?", (scope_key,))

@@ -1,14 +1,15 @@
-"""SQL for the API keys of `gieok serve` (schema v5). Like the conversation tables it shares
-the store's connection, lock and transactions."""
+"""The API keys of `gieok serve` (schema v5). `KeyStore` is the port `server/auth.py` is written
+against; `KeyTable` implements it once in portable SQL over any `SqlSession`, sharing the
+store's connection and transactions like the conversation tables."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from .sqlite import SQLiteStore
+from .sql import SqlSession
 
-__all__ = ["KeyRow", "KeyTable"]
+__all__ = ["KeyRow", "KeyStore", "KeyTable"]
 
 _COLUMNS = ("key_id", "prefix", "key_hash", "tenant", "role", "name", "created_at", "revoked_at", "last_used_at")
 
@@ -32,22 +33,37 @@ class KeyRow:
                 "last_used_at": self.last_used_at}
 
 
+class KeyStore(Protocol):
+    """Persistence of API keys (only their SHA-256 and a visible prefix)."""
+
+    def insert(self, prefix: str, key_hash: str, tenant: str, role: str, name: str, when: float) -> KeyRow: ...
+
+    def by_prefix(self, prefix: str) -> KeyRow | None: ...
+
+    def all(self, tenant: str | None = None) -> list[KeyRow]: ...
+
+    def revoke(self, key_id: int, when: float, tenant: str | None = None) -> bool: ...
+
+    def touch(self, key_id: int, when: float) -> None: ...
+
+
 class KeyTable:
-    def __init__(self, store: SQLiteStore) -> None:
+    """`KeyStore` in SQL that SQLite and PostgreSQL both speak."""
+
+    def __init__(self, store: SqlSession) -> None:
         self.store = store
 
     def insert(self, prefix: str, key_hash: str, tenant: str, role: str, name: str, when: float) -> KeyRow:
-        with self.store._write() as conn:
-            cursor = conn.execute("INSERT INTO api_keys(prefix, key_hash, tenant, role, name, created_at) "
-                                  "VALUES (?, ?, ?, ?, ?, ?)", (prefix, key_hash, tenant, role, name, when))
-            key_id = int(cursor.lastrowid or 0)
+        """A new key row. A prefix that exists already is a `StoreError` (the column is unique)."""
+        with self.store.transaction() as conn:
+            key_id = int(conn.execute("INSERT INTO api_keys(prefix, key_hash, tenant, role, name, created_at) "
+                                      "VALUES (?, ?, ?, ?, ?, ?) RETURNING key_id",
+                                      (prefix, key_hash, tenant, role, name, when)).fetchone()[0])
         return KeyRow(key_id, prefix, key_hash, tenant, role, name, when, None, None)
 
     def by_prefix(self, prefix: str) -> KeyRow | None:
-        with self.store._lock:
-            row = self.store._query(f"SELECT {', '.join(_COLUMNS)} FROM api_keys WHERE prefix = ?",
-                                    (prefix,)).fetchone()
-        return KeyRow(*row) if row else None
+        rows = self.store.fetch(f"SELECT {', '.join(_COLUMNS)} FROM api_keys WHERE prefix = ?", (prefix,))
+        return KeyRow(*rows[0]) if rows else None
 
     def all(self, tenant: str | None = None) -> list[KeyRow]:
         sql = f"SELECT {', '.join(_COLUMNS)} FROM api_keys"
@@ -55,8 +71,7 @@ class KeyTable:
         if tenant is not None:
             sql += " WHERE tenant = ?"
             params = (tenant,)
-        with self.store._lock:
-            return [KeyRow(*row) for row in self.store._query(sql + " ORDER BY key_id", params)]
+        return [KeyRow(*row) for row in self.store.fetch(sql + " ORDER BY key_id", params)]
 
     def revoke(self, key_id: int, when: float, tenant: str | None = None) -> bool:
         """Revoke a live key (of `tenant`, when given); False if there is no such live key."""
@@ -65,9 +80,9 @@ class KeyTable:
         if tenant is not None:
             sql += " AND tenant = ?"
             params.append(tenant)
-        with self.store._write() as conn:
+        with self.store.transaction() as conn:
             return conn.execute(sql, params).rowcount > 0
 
     def touch(self, key_id: int, when: float) -> None:
-        with self.store._write() as conn:
+        with self.store.transaction() as conn:
             conn.execute("UPDATE api_keys SET last_used_at = ? WHERE key_id = ?", (when, key_id))

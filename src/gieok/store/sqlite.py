@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..chain import GENESIS, block_hash, content_digest, digest_of, hash_of
+from ..chain import GENESIS
 from ..errors import (
     CorruptDatabaseError,
     DatabaseUnwritableError,
@@ -28,8 +28,13 @@ from ..errors import (
     StoreError,
 )
 from ..types import Block, Scope
-from .base import BM25Filter, IndexRows, NewBlock, VerifyReport
+from .base import BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
+from .conversation import ConversationStore, ConversationTables
+from .keys import KeyStore, KeyTable
+from .layer_tables import LayerStore, LayerTables
+from .linking import link_blocks
 from .schema import MIGRATIONS, SCHEMA_VERSION
+from .sql import split_sql
 
 __all__ = ["SQLiteStore", "facet_tokens"]
 
@@ -87,12 +92,17 @@ def _row_to_block(row: sqlite3.Row | tuple) -> Block:
 
 
 class SQLiteStore:
-    """The embedded store: blocks, vectors, FTS5 tokens and every layer's tables in one file."""
+    """The embedded store: blocks, vectors, FTS5 tokens and every layer's tables in one file.
+    It is a `Store` (the block operations here; `layers`, `conversation` and `keys` share its
+    connection) and a `SqlSession` for those portable tables."""
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 10_000) -> None:
         self.path = str(path)
         self._lock = threading.RLock()
         self._conn = self._connect(Path(path), busy_timeout_ms)
+        self.layers: LayerStore = LayerTables(self)
+        self.conversation: ConversationStore = ConversationTables(self)
+        self.keys: KeyStore = KeyTable(self)
 
     # -- lifecycle ------------------------------------------------------------------------
     def _connect(self, path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
@@ -151,7 +161,7 @@ class SQLiteStore:
         for target in range(version + 1, SCHEMA_VERSION + 1):
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for statement in _split_sql(MIGRATIONS[target - 1]):
+                for statement in split_sql(MIGRATIONS[target - 1]):
                     conn.execute(statement)
                 if target == 1:
                     conn.execute("INSERT INTO meta(key, value) VALUES ('created_at', ?)", (str(time.time()),))
@@ -167,8 +177,21 @@ class SQLiteStore:
                 self._conn.execute("PRAGMA optimize")
             self._conn.close()
 
-    def _write(self):
+    # -- SqlSession -------------------------------------------------------------------------
+    def transaction(self) -> _Transaction:
+        """`with store.transaction() as tx:` — BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any error."""
         return _Transaction(self)
+
+    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return self._query(sql, params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise _translate(exc, self.path) from None
+
+    def size_bytes(self) -> int:
+        """The database file and its write-ahead log."""
+        return sum(p.stat().st_size for p in (Path(self.path), Path(f"{self.path}-wal")) if p.exists())
 
     # -- metadata -------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
@@ -177,7 +200,7 @@ class SQLiteStore:
         return row[0] if row else None
 
     def set_meta(self, items: dict[str, str]) -> None:
-        with self._write() as conn:
+        with self.transaction() as conn:
             conn.executemany(
                 "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 list(items.items()),
@@ -191,45 +214,24 @@ class SQLiteStore:
     def append(self, blocks: Sequence[NewBlock], vectors: np.ndarray, insert_time: float) -> list[Block]:
         if len(blocks) != len(vectors):
             raise StoreError("append: one vector per block is required")
-        out: list[Block] = []
-        with self._write() as conn:
+        with self.transaction() as conn:
             last = conn.execute("SELECT block_index, hash FROM blocks ORDER BY block_index DESC LIMIT 1").fetchone()
             index, prev_hash = (last[0], last[1]) if last else (0, GENESIS)
-            positions: dict[str, int] = {}
-            block_rows, vector_rows, fts_rows = [], [], []
-            for new, vector in zip(blocks, vectors):
-                index += 1
-                conv_pos = None
-                channel = new.scope.channel
-                if channel is not None and new.kind == "turn":  # only turns make up the conversation
-                    if channel not in positions:
-                        row = conn.execute(LAST_POSITION_SQL, (channel,)).fetchone()
-                        positions[channel] = row[0] or 0
-                    positions[channel] += 1
-                    conv_pos = positions[channel]
-                digest = content_digest(new.text, new.speaker, new.keywords, new.tags, new.metadata)
-                hash_ = block_hash(
-                    block_index=index, prev_hash=prev_hash, kind=new.kind, guild=new.scope.guild,
-                    channel=channel, user=new.scope.user, event_time=new.event_time, insert_time=insert_time,
-                    importance=new.importance, conv_pos=conv_pos, digest=digest,
-                )
-                block = Block(
-                    block_index=index, kind=new.kind, text=new.text, scope=new.scope, speaker=new.speaker,
-                    event_time=new.event_time, insert_time=insert_time, importance=new.importance,
-                    keywords=tuple(new.keywords), tags=tuple(new.tags), metadata=new.metadata, conv_pos=conv_pos,
-                    content_digest=digest, prev_hash=prev_hash, hash=hash_,
-                )
-                block_rows.append(_block_params(block))
-                vector_rows.append((index, np.asarray(vector, dtype="<f4").tobytes()))
-                fts_rows.append((index, " ".join(new.tokens), facet_tokens(new.scope, new.kind)))
-                out.append(block)
-                prev_hash = hash_
+
+            def last_position(channel: str) -> int:
+                return int(conn.execute(LAST_POSITION_SQL, (channel,)).fetchone()[0] or 0)
+
+            out = link_blocks(blocks, insert_time, index, prev_hash, last_position)
+            block_rows = [_block_params(block) for block in out]
+            vector_rows = [(b.block_index, np.asarray(v, dtype="<f4").tobytes()) for b, v in zip(out, vectors)]
+            fts_rows = [(b.block_index, " ".join(new.tokens), facet_tokens(b.scope, b.kind))
+                        for b, new in zip(out, blocks)]
             self._insert_rows(conn, block_rows, vector_rows, fts_rows)
         return out
 
     def append_exact(self, blocks: Sequence[Block], tokens: Sequence[list[str]], vectors: np.ndarray) -> None:
         """Insert blocks that already carry index and hash (import of a full chain)."""
-        with self._write() as conn:
+        with self.transaction() as conn:
             last = conn.execute("SELECT block_index, hash FROM blocks ORDER BY block_index DESC LIMIT 1").fetchone()
             index, prev_hash = (last[0], last[1]) if last else (0, GENESIS)
             block_rows, vector_rows, fts_rows = [], [], []
@@ -254,7 +256,7 @@ class SQLiteStore:
 
     def forget(self, block_indices: Sequence[int], when: float) -> list[int]:
         erased: list[int] = []
-        with self._write() as conn:
+        with self.transaction() as conn:
             for index in block_indices:
                 row = conn.execute("SELECT forgotten_at FROM blocks WHERE block_index = ?", (index,)).fetchone()
                 if row is None or row[0] is not None:
@@ -279,7 +281,7 @@ class SQLiteStore:
 
     def reembed(self, block_indices: Sequence[int], vectors: np.ndarray, meta: dict[str, str]) -> None:
         """Swap every vector and the recorded embedder in one transaction (reindex)."""
-        with self._write() as conn:
+        with self.transaction() as conn:
             conn.execute("DELETE FROM embeddings")
             conn.executemany(
                 "INSERT INTO embeddings(block_index, vector) VALUES (?, ?)",
@@ -289,124 +291,6 @@ class SQLiteStore:
                 "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 list(meta.items()),
             )
-
-    # -- working memory, checkpoints, short-term memory ---------------------------------------
-    _SLOT_COLUMNS = ("scope_key", "slot_id", "context", "content", "metadata", "embedding", "importance",
-                     "usage_count", "created_at", "last_access", "block_index", "context_hash")
-
-    def load_slots(self, scope_key: str | None = None) -> list[dict[str, Any]]:
-        sql = f"SELECT {', '.join(self._SLOT_COLUMNS)} FROM wm_slots"
-        params: tuple = ()
-        if scope_key is not None:
-            sql += " WHERE scope_key = ?"
-            params = (scope_key,)
-        with self._lock:
-            rows = self._query(sql + " ORDER BY scope_key, slot_id", params).fetchall()
-        out = []
-        for row in rows:
-            item = dict(zip(self._SLOT_COLUMNS, row))
-            item["metadata"] = json.loads(item["metadata"])
-            blob = item["embedding"]
-            item["embedding"] = np.frombuffer(blob, dtype="<f4").copy() if blob is not None else None
-            out.append(item)
-        return out
-
-    def save_slot(self, slot: dict[str, Any], checkpoints: list[dict[str, Any]] | None = None) -> None:
-        """Upsert one slot (and, when given, replace its checkpoints) in one transaction."""
-        values = dict(slot)
-        values["metadata"] = json.dumps(values["metadata"], ensure_ascii=False)
-        emb = values["embedding"]
-        values["embedding"] = np.asarray(emb, dtype="<f4").tobytes() if emb is not None else None
-        with self._write() as conn:
-            conn.execute(
-                f"INSERT OR REPLACE INTO wm_slots({', '.join(self._SLOT_COLUMNS)}) "
-                f"VALUES ({', '.join('?' * len(self._SLOT_COLUMNS))})",
-                [values[c] for c in self._SLOT_COLUMNS],
-            )
-            if checkpoints is not None:
-                conn.execute("DELETE FROM wm_checkpoints WHERE scope_key = ? AND slot_id = ?",
-                             (slot["scope_key"], slot["slot_id"]))
-                conn.executemany(
-                    "INSERT INTO wm_checkpoints(scope_key, slot_id, block_index, relevance, distance, created_at, "
-                    "last_accessed) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [(slot["scope_key"], slot["slot_id"], c["block_index"], c["relevance"], c["distance"],
-                      c["created_at"], c["last_accessed"]) for c in checkpoints],
-                )
-
-    def delete_slot(self, scope_key: str, slot_id: int) -> None:
-        with self._write() as conn:
-            conn.execute("DELETE FROM wm_slots WHERE scope_key = ? AND slot_id = ?", (scope_key, slot_id))
-            conn.execute("DELETE FROM wm_checkpoints WHERE scope_key = ? AND slot_id = ?", (scope_key, slot_id))
-
-    def load_checkpoints(self, scope_key: str | None = None) -> list[dict[str, Any]]:
-        sql = ("SELECT scope_key, slot_id, block_index, relevance, distance, created_at, last_accessed "
-               "FROM wm_checkpoints")
-        params: tuple = ()
-        if scope_key is not None:
-            sql += " WHERE scope_key = ?"
-            params = (scope_key,)
-        keys = ("scope_key", "slot_id", "block_index", "relevance", "distance", "created_at", "last_accessed")
-        with self._lock:
-            return [dict(zip(keys, row)) for row in self._query(sql + " ORDER BY relevance DESC", params)]
-
-    def touch_checkpoints(self, scope_key: str, slot_id: int, when: float) -> None:
-        with self._write() as conn:
-            conn.execute("UPDATE wm_checkpoints SET last_accessed = ? WHERE scope_key = ? AND slot_id = ?",
-                         (when, scope_key, slot_id))
-
-    _STM_COLUMNS = ("entry_id", "scope_key", "text", "metadata", "importance", "created_at", "expires_at",
-                    "block_index")
-
-    def stm_add(self, scope_key: str, text: str, metadata: dict[str, Any], importance: float, created_at: float,
-                expires_at: float, block_index: int | None) -> int:
-        with self._write() as conn:
-            cursor = conn.execute(
-                "INSERT INTO stm_entries(scope_key, text, metadata, importance, created_at, expires_at, block_index) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (scope_key, text, json.dumps(metadata, ensure_ascii=False), importance, created_at, expires_at,
-                 block_index),
-            )
-            return int(cursor.lastrowid)
-
-    def _stm_rows(self, rows: list[tuple]) -> list[dict[str, Any]]:
-        out = []
-        for row in rows:
-            item = dict(zip(self._STM_COLUMNS, row))
-            item["metadata"] = json.loads(item["metadata"])
-            out.append(item)
-        return out
-
-    def stm_entries(self, scope_key: str | None, now: float, limit: int = 1000) -> list[dict[str, Any]]:
-        """Live entries, newest first."""
-        sql = f"SELECT {', '.join(self._STM_COLUMNS)} FROM stm_entries WHERE expires_at > ?"
-        params: list[Any] = [now]
-        if scope_key is not None:
-            sql += " AND scope_key = ?"
-            params.append(scope_key)
-        sql += " ORDER BY created_at DESC, entry_id DESC LIMIT ?"
-        params.append(limit)
-        with self._lock:
-            return self._stm_rows(self._query(sql, params).fetchall())
-
-    def stm_take_expired(self, now: float) -> list[dict[str, Any]]:
-        """Remove and return every expired entry, atomically."""
-        with self._write() as conn:
-            rows = conn.execute(
-                f"SELECT {', '.join(self._STM_COLUMNS)} FROM stm_entries WHERE expires_at <= ? ORDER BY entry_id",
-                (now,),
-            ).fetchall()
-            conn.execute("DELETE FROM stm_entries WHERE expires_at <= ?", (now,))
-        return self._stm_rows(rows)
-
-    def stm_delete_blocks(self, block_indices: Sequence[int]) -> None:
-        if not block_indices:
-            return
-        with self._write() as conn:
-            conn.executemany("DELETE FROM stm_entries WHERE block_index = ?", [(i,) for i in block_indices])
-
-    def stm_count(self) -> int:
-        with self._lock:
-            return int(self._query("SELECT count(*) FROM stm_entries").fetchone()[0])
 
     # -- reads ----------------------------------------------------------------------------
     def _query(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
@@ -581,27 +465,7 @@ class SQLiteStore:
             return int(self._query("PRAGMA data_version").fetchone()[0])
 
     def verify(self) -> VerifyReport:
-        prev = GENESIS
-        checked = forgotten = 0
-        expected_index = 1
-        for block in self.iter_blocks(batch=2000):
-            checked += 1
-            if block.block_index != expected_index:
-                return VerifyReport(False, checked, forgotten, block.block_index,
-                                    f"gap: expected index {expected_index}")
-            if block.prev_hash != prev:
-                return VerifyReport(False, checked, forgotten, block.block_index,
-                                    "prev_hash does not match the previous block")
-            if block.forgotten:
-                forgotten += 1
-            elif digest_of(block) != block.content_digest:
-                return VerifyReport(False, checked, forgotten, block.block_index, "content does not match its digest")
-            if hash_of(block) != block.hash:
-                return VerifyReport(False, checked, forgotten, block.block_index,
-                                    "hash does not match header and digest")
-            prev = block.hash
-            expected_index += 1
-        return VerifyReport(True, checked, forgotten)
+        return verify_chain(self.iter_blocks(batch=2000))
 
 
 def _block_params(block: Block) -> tuple:
@@ -624,7 +488,7 @@ def _translate(exc: sqlite3.DatabaseError, path: str) -> Exception:
 
 
 class _Transaction:
-    """`with store._write() as conn:` — BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any error."""
+    """`with store.transaction() as conn:` — BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any error."""
 
     def __init__(self, store: SQLiteStore) -> None:
         self.store = store
@@ -652,21 +516,3 @@ class _Transaction:
                     raise _translate(exc, self.store.path) from exc
         finally:
             self.store._lock.release()
-
-
-def _split_sql(script: str) -> list[str]:
-    """Split a migration script into statements (sqlite3.executescript would commit implicitly)."""
-    statements, current = [], []
-    for line in script.splitlines():
-        before_comment = line.split("--", 1)[0]
-        stripped = before_comment.rstrip() if "--" in line and "'" not in before_comment else line.rstrip()
-        current.append(stripped)
-        if stripped.endswith(";"):
-            statement = "\n".join(current).strip()
-            if statement.strip(";").strip():
-                statements.append(statement)
-            current = []
-    tail = "\n".join(current).strip()
-    if tail:
-        statements.append(tail)
-    return statements

