@@ -11,6 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from gieok.agent.classifier import embed_messages
 from gieok.agent.response_classifier import (
     BUNDLED_MODEL,
     GateVerdict,
@@ -101,7 +102,7 @@ def test_clear_messages_in_both_languages(classifier):
 
 def test_vectors_and_text_agree_and_context_is_optional(classifier, embedder):
     message, context = "그럼 모레는?", ["민수: 오늘 날씨 어때?", "누리: 서울은 맑고 20도예요 ☀️"]
-    vectors = embedder.embed_passages([message, strip_speaker(context[-1])])
+    vectors = embed_messages(embedder, [message, strip_speaker(context[-1])])
     p = classifier.probability(vectors[0], vectors[1:])
     assert p == pytest.approx(classifier.probability_text(message, context), abs=1e-6)
     alone = classifier.probability(vectors[0], None)
