@@ -297,7 +297,7 @@ def test_settings_from_environment_reach_the_client(server: FakeServer, monkeypa
 def test_memory_over_openai_embedder(server: FakeServer, tmp_path: Path) -> None:
     path = tmp_path / "remote.db"
     url = f"{server.url}/v1"
-    with Memory(path, embedder="openai:fake-embed", openai_base_url=url) as memory:
+    with Memory(path, embedder="openai:fake-embed", openai_base_url=url, embed_context_turns=0) as memory:
         blocks = memory.add_many([{"text": t, "scope": {"channel": "c"}} for t in TEXTS])
         stats = memory.stats()
         assert stats.embedder == "openai/fake-embed" and stats.dimension == DIM
