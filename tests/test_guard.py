@@ -181,3 +181,36 @@ def test_needs_never_changes_a_verdict_on_the_corpus():
         for pattern in narrowed:
             target = compact if pattern.compact else latin
             assert pattern.fires(target) == dataclasses.replace(pattern, needs=()).fires(target), (pattern.name, row)
+
+
+def test_the_shipped_threshold_is_the_settings_default():
+    from gieok.agent.guardrails import GUARD_CLASSIFIER_THRESHOLD, MessageGuard
+    from gieok.config import Settings
+
+    assert Settings().guard_classifier_threshold == GUARD_CLASSIFIER_THRESHOLD
+    assert MessageGuard(InjectionGuard()).classifier_threshold == GUARD_CLASSIFIER_THRESHOLD
+
+
+def test_calibration_picks_the_lowest_threshold_within_the_budget():
+    import numpy as np
+
+    from gieok.bench.guard import _lowest_threshold
+    from gieok.errors import InvalidInputError
+
+    labels = np.array([True] * 4 + [False] * 100)
+    p = np.array([0.99, 0.9, 0.7, 0.2] + [0.95, 0.85, 0.6] + [0.1] * 97)
+    no_patterns = np.zeros(104, dtype=bool)
+    # 2 % of 100 benign: two may pass; the third highest benign (0.6) must not
+    assert _lowest_threshold(p, labels, no_patterns, 0.02) == 0.61
+    # a pattern already raising one false alarm leaves room for one
+    patterns = no_patterns.copy()
+    patterns[50] = True
+    assert _lowest_threshold(p, labels, patterns, 0.02) == 0.86
+    with pytest.raises(InvalidInputError, match="patterns alone"):
+        _lowest_threshold(p, labels, np.arange(104) >= 4, 0.02)
+
+
+def test_bench_guard_refuses_a_bad_false_alarm_budget():
+    result = subprocess.run([sys.executable, "-m", "gieok.cli", "bench", "guard", "--calibrate",
+                             "--max-false-alarms", "1.5"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "--max-false-alarms" in result.stderr
