@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from gieok.agent.classifier import embed_messages
 from gieok.agent.guard import InjectionGuard, normalise
 
 guard = InjectionGuard()

@@ -159,7 +159,7 @@ def test_messages_a_turn_answers_at_once_are_embedded_as_urgent_work(memory: Mem
         core.set_active(CAFE, True)
         embedder = core.pipeline.memory.embedder
         asked: list[tuple[str, Priority]] = []
-        prefetch = embedder.prefetch_queries
+        prefetch = embedder.prefetch_passages
 
         def recording(texts, priority=None):  # the real prefetch, with a note of what was asked
             asked.extend((text, Priority.SOON if priority is None else priority) for text in texts)
@@ -168,7 +168,7 @@ def test_messages_a_turn_answers_at_once_are_embedded_as_urgent_work(memory: Mem
         def replied(text: str) -> bool:
             return any(s.text.strip() == f"답장: {text}" for s in outbox.sent)
 
-        embedder.prefetch_queries = recording
+        embedder.prefetch_passages = recording
         await core.submit(msg("첫째", user="1"))
         await core.submit(msg("끼어든 사람", user="2"))  # another user's run is ahead: waits its turn
         await core.submit(msg("둘째", user="1"))

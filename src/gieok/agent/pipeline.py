@@ -211,9 +211,9 @@ class ConversationPipeline:
                              external_id=message.message_id, when=message.timestamp)
         self.tables.channel_state_save(key, (state[0] if state else 0) + 1, state[1] if state else 0, self.clock())
         self.summaries.note_speaker(conversation, message.user_id)
-        # Its message vector (guard, stage 1, and the search when the message is its own query)
-        # is computed while the debounce runs, so the turn that answers it does not wait for it.
-        self.memory.embedder.prefetch_queries([block_text(row.content)], Priority.NOW if needed_now else None)
+        # Its vector (guard, stage 1) is computed while the debounce runs, so the turn that
+        # answers it does not wait for it.
+        self.memory.embedder.prefetch_passages([block_text(row.content)], Priority.NOW if needed_now else None)
         if verdict.attack:
             self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
                                                "score": verdict.score, "matches": list(verdict.matches)})
@@ -247,13 +247,12 @@ class ConversationPipeline:
         each on its own) and stage 1 (the last message, after the one before the batch; the
         classifier reads the previous message only: docs/conversation.md, "Gatekeeper"). The vectors were
         usually computed while the debounce ran (`observe` prefetches them), and they are
-        awaited without holding a thread. They are query vectors: a message that is its own
-        search query is not embedded again."""
+        awaited without holding a thread."""
         texts = [block_text(row.content) for row in plan.l1_rows] or [block_text(message.content)]
         stage1 = self.classifier is not None and not message.explicit
         context = [block_text(recent[-1].content)] if stage1 and recent else []
         t = time.perf_counter()
-        vectors = await self.memory.embedder.aembed_queries(texts + context)  # classifiers read query vectors
+        vectors = await self.memory.embedder.aembed_passages(texts + context)  # as embed_messages reads them
         plan.timings_ms["embed_ms"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         if self.guard.classifier is not None:
