@@ -13,7 +13,7 @@ SOURCE = Path(gieok.__file__).parent
 # Rows of docs/architecture.md, bottom (0) to top.
 ROWS: dict[str, int] = {
     "types": 0, "errors": 0, "chain": 0, "config": 0, "data": 0,
-    "store": 1, "embed": 1, "index": 1, "text": 1, "llm": 1, "validate": 1,
+    "store": 1, "embed": 1, "index": 1, "text": 1, "llm": 1, "validate": 1, "coordination": 1,
     "layers": 2, "retrieval": 2,
     "memory": 3,
     "agent": 4,

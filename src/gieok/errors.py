@@ -19,6 +19,7 @@ __all__ = [
     "CorruptDatabaseError",
     "DatabaseUnavailableError",
     "SchemaTooNewError",
+    "CoordinationUnavailableError",
     "EmbedderError",
     "EmbedderUnavailableError",
     "EmbedderMismatchError",
@@ -84,6 +85,11 @@ class DatabaseUnavailableError(StoreError):
 
 class SchemaTooNewError(StoreError):
     """The database was written by a newer gieok than this one."""
+
+
+class CoordinationUnavailableError(GieokError):
+    """Redis (what several bot and server processes share: `redis` setting) cannot be reached,
+    or refused the connection."""
 
 
 class EmbedderError(GieokError):

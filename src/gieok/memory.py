@@ -705,11 +705,27 @@ class Memory:
                 out.append(self.vectors.matrix[row].copy() if row is not None and self.vectors is not None else None)
             return out
 
-    def working_slots(self, conversation: Scope | Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Working-memory slots of every conversation, or of one (its guild and channel), with
-        their priority parts and checkpoints, as the CLI, the server and the dashboard show them."""
+    def reload_conversation(self, conversation: Scope | Mapping[str, Any], *, drop_cache: bool = True) -> None:
+        """Read one conversation's working-memory slots and checkpoints from the store again and
+        drop cached answers: another process sharing the store (PostgreSQL, or one SQLite file)
+        may have run it since. The chat runtime calls this when it takes a channel over."""
         self._check_open()
         scope = Scope.of(conversation)
+        conversation = Scope(scope.guild, scope.channel)
+        with self._lock:
+            self.working.reload(conversation)
+            self.checkpoints.reload(conversation)
+            if drop_cache:
+                self.cache.clear()
+
+    def working_slots(self, conversation: Scope | Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Working-memory slots of every conversation, or of one (its guild and channel), with
+        their priority parts and checkpoints, as the CLI, the server and the dashboard show them.
+        One conversation's are read from the store (another process may have changed them)."""
+        self._check_open()
+        scope = Scope.of(conversation)
+        if scope.channel is not None:
+            self.reload_conversation(scope, drop_cache=False)
         chosen = (self.working.slots(Scope(scope.guild, scope.channel)) if scope.channel is not None
                   else self.working.all_slots())
         now = self.working.clock()

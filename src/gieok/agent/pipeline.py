@@ -138,7 +138,10 @@ class ConversationPipeline:
 
     def __init__(self, memory: Any, *, settings: Settings | None = None, llm: LLM | None = None,
                  classifier: Any = "bundled", guard: MessageGuard | None = None,
-                 clock: Callable[[], float] = time.time, conversation: ConversationMemory | None = None) -> None:
+                 clock: Callable[[], float] = time.time, conversation: ConversationMemory | None = None,
+                 recover: bool = True) -> None:
+        """`recover=False` leaves messages a crash left only in L1 to the caller: a runtime that
+        shares the store with other processes writes each channel's under that channel's lease."""
         self.memory = memory
         self.settings = s = settings or memory.settings
         self.clock = clock
@@ -165,13 +168,15 @@ class ConversationPipeline:
                           s.budget_input))
         self.bot_names = tuple({s.bot_name, "nuri" if s.bot_name == "누리" else s.bot_name})
         self._tasks: set[asyncio.Task] = set()
+        self._commits: dict[str, set[asyncio.Task]] = {}  # per conversation key: turn blocks being written behind
         self._commit_lock = self.conversation.commit_lock
         self._channel_locks: dict[str, asyncio.Lock] = {}
         if s.lore_file:
             added = self.facts.seed_lore(s.lore_file)
             if added:
                 log.info("lore: seeded %d fact(s) from %s", added, s.lore_file)
-        self.commit_pending()  # messages a crash left only in L1
+        if recover:
+            self.commit_pending()  # messages a crash left only in L1
 
     # -- events -------------------------------------------------------------------------------
     def _event(self, kind: str, data: dict[str, Any]) -> None:
@@ -421,8 +426,18 @@ class ConversationPipeline:
                 if snapshot is not None:
                     self._spawn(self._extract(plan, *snapshot))
         commit = self._spawn(self._commit_behind(plan.conversation))
+        commits = self._commits.setdefault(scope_key(plan.conversation), set())
+        commits.add(commit)
+        commit.add_done_callback(commits.discard)
         if wait:
             await commit
+
+    async def settle(self, conversation: Scope) -> None:
+        """Wait until the conversation's turn blocks written behind (`record(wait=False)`) are in
+        the store: a runtime hands a channel to another process only after this."""
+        commits = self._commits.get(scope_key(conversation))
+        while commits:
+            await asyncio.gather(*list(commits), return_exceptions=True)
 
     def _spawn(self, work: Any) -> asyncio.Task:
         task = asyncio.create_task(work)

@@ -80,6 +80,11 @@ def http_url(v: Any) -> str | None:
     return None if v.startswith(("http://", "https://")) else "must be an http(s) URL"
 
 
+def redis_url(v: Any) -> str | None:
+    return None if not v or v.startswith(("redis://", "rediss://", "unix://")) else \
+        "must be a redis://, rediss:// or unix:// URL (or empty: no Redis)"
+
+
 def not_blank(v: Any) -> str | None:
     return None if (v.strip() if isinstance(v, str) else v) else "must not be empty"
 
@@ -103,6 +108,10 @@ class Settings:
     # storage
     db: str = ""
     busy_timeout_ms: int = setting(10_000, not_negative)
+    # scale-out: what several bot and server processes share (coordination/, docs/scale-out.md)
+    redis: str = setting("", redis_url)  # redis://host:6379/0; empty: everything in one process
+    redis_namespace: str = setting("gieok", not_blank)  # prefix of every key: deployments sharing one Redis
+    redis_lease_seconds: float = setting(30.0, at_least(1.0))  # a dead process's channels are taken over after this
     # input limits
     max_text_chars: int = setting(100_000, positive)
     max_keywords: int = setting(8, not_negative)

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..index.catalog import Catalog
-from ..store.layer_tables import CheckpointRow, LayerStore
+from ..store.layer_tables import CheckpointRow, LayerStore, StoredCheckpoint
+from ..types import Scope, scope_key
 from .working import Clock, Slot
 
 __all__ = ["Checkpoint", "CheckpointManager"]
@@ -51,12 +52,25 @@ class CheckpointManager:
         self.clock = clock
         self._lock = threading.RLock()
         self._by_slot: dict[tuple[str, int], list[Checkpoint]] = {}
-        for row in store.load_checkpoints():
-            key = (row["scope_key"], row["slot_id"])
-            self._by_slot.setdefault(key, []).append(
+        self._add_rows(self._by_slot, store.load_checkpoints())
+        self.created = 0
+
+    @staticmethod
+    def _add_rows(by_slot: dict[tuple[str, int], list[Checkpoint]], rows: Iterable[StoredCheckpoint]) -> None:
+        for row in rows:
+            by_slot.setdefault((row["scope_key"], row["slot_id"]), []).append(
                 Checkpoint(row["block_index"], row["relevance"], row["distance"], row["created_at"],
                            row["last_accessed"]))
-        self.created = 0
+
+    def reload(self, scope: Scope) -> None:
+        """Read the scope's checkpoints from the store again (see `WorkingMemory.reload`)."""
+        key = scope_key(scope)
+        fresh: dict[tuple[str, int], list[Checkpoint]] = {}
+        self._add_rows(fresh, self.store.load_checkpoints(key))
+        with self._lock:
+            for stale in [k for k in self._by_slot if k[0] == key]:
+                del self._by_slot[stale]
+            self._by_slot.update(fresh)
 
     @property
     def catalog(self) -> Catalog:

@@ -122,11 +122,23 @@ class WorkingMemory:
         self.release_count = 0
         self._last_tokens: tuple[str, frozenset[str]] | None = None
         for row in store.load_slots():
-            slot = Slot(row["scope_key"], row["slot_id"], row["context"], row["content"], row["metadata"],
-                        row["embedding"], row["importance"], row["usage_count"], row["created_at"],
-                        row["last_access"], row["block_index"])
-            slot.tokens = frozenset(tokenizer.tokens(slot.context))
+            slot = self._slot_of(row)
             self._slots.setdefault(slot.scope_key, {})[slot.slot_id] = slot
+
+    def _slot_of(self, row: SlotRow) -> Slot:
+        slot = Slot(row["scope_key"], row["slot_id"], row["context"], row["content"], row["metadata"],
+                    row["embedding"], row["importance"], row["usage_count"], row["created_at"],
+                    row["last_access"], row["block_index"])
+        slot.tokens = frozenset(self.tokenizer.tokens(slot.context))
+        return slot
+
+    def reload(self, scope: Scope) -> None:
+        """Read the scope's slots from the store again: another process that shares the store
+        ran this conversation since (the chat runtime calls this when it takes a channel over)."""
+        key = scope_key(scope)
+        rows = self.store.load_slots(key)
+        with self._lock:
+            self._slots[key] = {slot.slot_id: slot for slot in map(self._slot_of, rows)}
 
     # -- arithmetic -----------------------------------------------------------------------
     def _tokens_of(self, text: str) -> frozenset[str]:

@@ -13,6 +13,14 @@ gives the core an `Outbox` to send and edit messages with. The core:
 - applies the rate limits to unsolicited replies, streams the reply with throttled edits,
   post-processes it (mentions, self-reference, ≤ 2,000-character chunks) and records the turn.
 Time is injectable (`clock`, `sleep`) so tests run on virtual time.
+
+With `shared` (a `coordination.SharedChannels` on the deployment's Redis), several processes —
+Discord shards or replicas — run one bot: a message is claimed by the first process that sees
+it, observed there, and put in its channel's shared inbox; whichever process holds the channel's
+lease drains the inbox into its debounce and runs the channel's turns, one at a time; a lease is
+renewed while held and released when the channel has nothing left to do, so the next message may
+be answered by any process; a dead process's lease expires and the others take its channels.
+Rate limits and active channels are shared too. Without `shared`, all of it is in this process.
 """
 
 from __future__ import annotations
@@ -29,16 +37,19 @@ from typing import Any, Protocol
 from ..agent.context import AssembledPrompt
 from ..agent.pipeline import ConversationPipeline, IncomingMessage, Observation, Plan
 from ..config import Settings
+from ..coordination import WAKE_ACTIVE, WAKE_INBOX, SharedChannels
 from ..errors import GieokError, LLMError
-from ..layers.recent import conversation_key
+from ..layers.recent import conversation_key, conversation_of
 from ..llm.base import LLM
 from ..llm.tool_loop import run_tool_loop, tool_loop_options
 from ..llm.tools import ToolContext
+from ..types import scope_from_key
 from .calls import CallDetector
 from .health import Health, TurnTimings
 from .pause import reads_finished
 from .postprocess import EditThrottle, SelfCorrector, render_mentions, stream_view
 from .ratelimit import RateLimiter
+from .shared import from_payload, to_payload
 
 __all__ = ["BotCore", "InboundMessage", "Outbox", "ChannelRef", "Reply"]
 
@@ -107,6 +118,7 @@ class _Channel:
     planning_task: asyncio.Task | None = None
     merge_requested: bool = False
     busy: bool = False
+    drain_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # shared inbox drained in order
 
 
 class BotCore:
@@ -116,7 +128,8 @@ class BotCore:
     def __init__(self, pipeline: ConversationPipeline, llm: LLM | None, *, outbox: Outbox,
                  settings: Settings | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, bot_user_id: str | None = None,
-                 generate: Callable[[Plan], Awaitable[Any]] | None = None, tools: Sequence[Any] | None = None) -> None:
+                 generate: Callable[[Plan], Awaitable[Any]] | None = None, tools: Sequence[Any] | None = None,
+                 shared: SharedChannels | None = None) -> None:
         self.pipeline = pipeline
         self.llm = llm
         self.outbox = outbox
@@ -133,7 +146,13 @@ class BotCore:
         self.last_plans: dict[str, Plan] = {}  # per channel key: the last turn's plan (prompt inspection)
         self.replies: list[Reply] = []  # bounded log for inspection and tests
         self._channels: dict[str, _Channel] = {}
-        self._active = pipeline.tables.active_keys()
+        self.shared = shared
+        self._leases: set[str] = set()  # channel keys whose lease this process holds
+        self._services: list[asyncio.Task] = []  # shared mode: wake-ups, lease upkeep
+        self._chores: set[asyncio.Task] = set()  # shared mode: inbox drains, active-set reloads
+        self._started = False
+        stored = pipeline.tables.active_keys()
+        self._active = shared.seed_active(stored) if shared is not None else stored
         self._closing = False
         self._closing_event = asyncio.Event()
         self._executor: Any = None
@@ -153,25 +172,35 @@ class BotCore:
 
     def set_active(self, ref: ChannelRef, active: bool, by: str | None = None) -> None:
         key = conversation_key(ref.guild, ref.channel)
-        self.pipeline.tables.set_active(key, active, time.time(), by)
+        self.pipeline.tables.set_active(key, active, time.time(), by)  # the durable record
+        if self.shared is not None:
+            self.shared.set_active(key, active)  # every process, at once
         (self._active.add if active else self._active.discard)(key)
 
     # -- intake ---------------------------------------------------------------------------------
-    def _channel(self, ref: ChannelRef) -> _Channel:
+    def _state(self, ref: ChannelRef) -> _Channel:
         key = conversation_key(ref.guild, ref.channel)
         state = self._channels.get(key)
         if state is None:
             state = self._channels[key] = _Channel(ref, key)
+        return state
+
+    def _start_worker(self, state: _Channel) -> None:
         if state.worker is None or state.worker.done():
-            state.worker = asyncio.create_task(self._run(state), name=f"gieok-channel-{key}")
+            state.worker = asyncio.create_task(self._run(state), name=f"gieok-channel-{state.key}")
+
+    def _channel(self, ref: ChannelRef) -> _Channel:
+        state = self._state(ref)
+        self._start_worker(state)
         return state
 
     def explicit(self, message: InboundMessage) -> bool:
         return self.calls.detect(message.content, mentions=message.mentions,
                                  reply_to_bot=message.reply_to_bot) is not None
 
-    async def submit(self, message: InboundMessage) -> Observation:
-        """Take a message in now (observed, stored); the reply, if any, comes after the debounce."""
+    async def submit(self, message: InboundMessage) -> Observation | None:
+        """Take a message in now (observed, stored); the reply, if any, comes after the debounce.
+        Shared mode: None when another process (a replica) already took this message in."""
         if self._closing:
             raise GieokError("the bot is shutting down")
         self._ensure_executor()
@@ -180,7 +209,15 @@ class BotCore:
                                    guild=message.ref.guild, display_name=message.display_name, explicit=explicit,
                                    active=self.is_active(message.ref), timestamp=message.timestamp,
                                    message_id=message.message_id)
-        state = self._channel(message.ref)
+        if self.shared is not None:
+            state = self._state(message.ref)
+            await self.start()
+            if message.message_id and not await self._shared_step(
+                    self.shared.claim_message(state.key, message.message_id)):
+                self.health.duplicates += 1
+                return None
+        else:
+            state = self._channel(message.ref)
         try:
             observation = await asyncio.to_thread(functools.partial(
                 self.pipeline.observe, incoming, needed_now=self._fills_batch(state, message.user_id)))
@@ -189,14 +226,172 @@ class BotCore:
             raise
         self.health.ok("observe")
         self.health.messages_in += 1
-        state.pending.append(_Pending(message, observation, explicit, self.clock()))
+        if self.shared is None:
+            self._arrive(state, _Pending(message, observation, explicit, self.clock()))
+        else:
+            await self._shared_step(self.shared.enqueue(state.key, to_payload(message, observation, explicit)))
+            await self._take_or_wake(state)
+        return observation
+
+    def _arrive(self, state: _Channel, pending: _Pending) -> None:
+        """A message joins the channel's debounce (in the process that runs the channel)."""
+        state.pending.append(pending)
         state.last_arrival = self.clock()
-        if self._merges_into_plan(state, message.user_id):
+        if self._merges_into_plan(state, pending.message.user_id):
             state.merge_requested = True
             assert state.planning_task is not None  # _merges_into_plan checked it
             state.planning_task.cancel()
         state.wake.set()
-        return observation
+
+    # -- shared mode: inboxes, leases, wake-ups ------------------------------------------------
+    async def _shared_step(self, step: Awaitable[Any]) -> Any:
+        try:
+            result = await step
+        except Exception as exc:
+            self.health.failed("shared", exc)
+            raise
+        self.health.ok("shared")
+        return result
+
+    async def _take_or_wake(self, state: _Channel) -> None:
+        """After a message went into the channel's inbox: run the channel here if no process
+        does, else tell the process that does (this one included) to drain its inbox."""
+        assert self.shared is not None
+        if state.key in self._leases:
+            self._drain_soon(state)
+        elif await self._shared_step(self.shared.try_lease(state.key)):
+            await self._took(state)
+        else:
+            await self._shared_step(self.shared.notify(WAKE_INBOX, state.key))
+
+    async def _took(self, state: _Channel) -> None:
+        """This process now runs the channel: what another process changed in its working
+        memory since is read again, then its inbox is drained into the debounce."""
+        self._leases.add(state.key)
+        await asyncio.to_thread(self.pipeline.memory.reload_conversation,
+                                conversation_of(state.ref.guild, state.ref.channel))
+        self._start_worker(state)
+        self._drain_soon(state)
+
+    def _drain_soon(self, state: _Channel) -> None:
+        self._chore(self._drain(state))
+
+    def _chore(self, work: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(work)
+        self._chores.add(task)
+        task.add_done_callback(self._chore_done)
+
+    def _chore_done(self, task: asyncio.Task) -> None:
+        self._chores.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("shared runtime chore failed: %r", task.exception())
+
+    async def _drain(self, state: _Channel) -> None:
+        """Move the channel's inbox into its debounce, in order (while this process holds it)."""
+        assert self.shared is not None
+        async with state.drain_lock:
+            if state.key not in self._leases:
+                return
+            for payload in await self._shared_step(self.shared.drain(state.key)):
+                try:
+                    fields, observation, explicit = from_payload(payload)
+                    message = InboundMessage(ChannelRef(fields.pop("channel"), fields.pop("guild")), **fields)
+                except (ValueError, TypeError, KeyError) as exc:  # stored, but cannot be answered here
+                    log.error("a queued message in %s could not be read: %s", state.key, exc)
+                    self.health.failed("shared", exc)
+                    continue
+                self._arrive(state, _Pending(message, observation, explicit, self.clock()))
+
+    async def _release_or_continue(self, state: _Channel) -> bool:
+        """The channel has nothing pending here: hand it back, unless work arrived meanwhile.
+        Why no message is stranded: a sender enqueues, then tries the lease, and wakes the holder
+        if that fails; the holder, before releasing, lets its turn blocks finish (so the next
+        holder never writes the same L1 rows), drains once more, releases, and then looks at the
+        inbox again — a message enqueued before that look is seen by it, and one enqueued after
+        it finds the lease free for its sender."""
+        assert self.shared is not None
+        await self.pipeline.settle(conversation_of(state.ref.guild, state.ref.channel))
+        await self._drain(state)
+        if state.pending:
+            return True
+        await self._shared_step(self.shared.release(state.key))
+        self._leases.discard(state.key)
+        if (not self._closing and await self._shared_step(self.shared.queued(state.key))
+                and await self._shared_step(self.shared.try_lease(state.key))):
+            await self._took(state)
+            await self._drain(state)
+            return True
+        return False
+
+    async def _hand_back(self, state: _Channel) -> None:
+        """The lease was lost (not renewed in time): what this process had not yet answered goes
+        back to the head of the inbox for the process that holds the channel now."""
+        assert self.shared is not None
+        waiting, state.pending = state.pending, []
+        await self._shared_step(self.shared.requeue_front(
+            state.key, [to_payload(p.message, p.observation, p.explicit) for p in waiting]))
+        await self._shared_step(self.shared.notify(WAKE_INBOX, state.key))
+        log.warning("lost the lease of %s; %d message(s) handed back", state.key, len(waiting))
+
+    def _on_wake(self, kind: str, key: str) -> None:
+        if kind == WAKE_INBOX and key in self._leases and key in self._channels:
+            self._drain_soon(self._channels[key])
+        elif kind == WAKE_ACTIVE:
+            self._chore(self._reload_active())
+
+    async def _reload_active(self) -> None:
+        assert self.shared is not None
+        self._active = await self._shared_step(self.shared.active_keys())
+
+    async def start(self) -> None:
+        """Shared mode: join the deployment — listen for wake-ups, keep leases alive, take over
+        channels nobody runs (a process died), and write what a crash left only in L1, each
+        channel under its lease. Called by the first `submit`, or by the adapter at start-up.
+        Nothing to do in one process."""
+        if self.shared is None or self._started or self._closing:
+            return
+        self._started = True
+        ready = asyncio.Event()
+        self._services.append(asyncio.create_task(self.shared.listen(self._on_wake, ready), name="gieok-wake"))
+        await asyncio.wait_for(ready.wait(), timeout=self.shared.connection.timeout_seconds)
+        await self._recover()
+        self._services.append(asyncio.create_task(self._upkeep(), name="gieok-leases"))
+
+    async def _recover(self) -> None:
+        """Messages a crash left only in L1, written as turn blocks by whoever holds the channel."""
+        assert self.shared is not None
+        keys = {row.scope_key for row in await asyncio.to_thread(self.pipeline.tables.l1_pending, None)}
+        for key in sorted(keys - self._leases):
+            if await self._shared_step(self.shared.try_lease(key)):
+                try:
+                    await asyncio.to_thread(self.pipeline.commit_pending, scope_from_key(key))
+                finally:
+                    await self._shared_step(self.shared.release(key))
+
+    async def _upkeep(self) -> None:
+        """Every third of a lease: renew ours (a lost one makes its worker hand its messages
+        back), take channels with waiting messages that nobody holds, reload active channels."""
+        assert self.shared is not None
+        interval = self.shared.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                for key in await self.shared.renew(set(self._leases)):
+                    self._leases.discard(key)
+                    if key in self._channels:
+                        self._channels[key].wake.set()
+                if self._closing:
+                    continue
+                for key in sorted(await self.shared.waiting() - self._leases):
+                    if await self.shared.try_lease(key):
+                        where = scope_from_key(key)
+                        assert where.channel is not None
+                        await self._took(self._state(ChannelRef(where.channel, where.guild)))
+                self._active = await self.shared.active_keys()
+                self.health.ok("shared")
+            except Exception as exc:  # Redis away for a moment: try again next round
+                self.health.failed("shared", exc)
+                log.warning("lease upkeep failed: %s", exc)
 
     def _ensure_executor(self) -> None:
         """Blocking work (SQLite, embedding hand-off) runs in worker threads. asyncio's default
@@ -211,8 +406,19 @@ class BotCore:
     # -- the channel worker ----------------------------------------------------------------------
     async def _run(self, state: _Channel) -> None:
         while True:
+            if self.shared is not None:
+                if state.key not in self._leases:
+                    await self._hand_back(state)
+                    state.worker = None
+                    return
+                await self._drain(state)
             if not state.pending:
                 state.busy = False
+                if self.shared is not None:
+                    if await self._release_or_continue(state) or state.key in self._leases:
+                        continue  # more work, or this process took the channel again meanwhile
+                    state.worker = None
+                    return
                 if self._closing:
                     return
                 state.wake.clear()
@@ -346,7 +552,7 @@ class BotCore:
         respond = plan.respond
         if respond and not plan.message.explicit:
             confident = plan.stage1 is not None and plan.stage1.probability >= self.settings.rate_bypass_confidence
-            if not self.limiter.allows(state.key, bypass=confident):
+            if not await self._reply_allowed(state.key, bypass=confident):
                 respond = False
                 timings.reason = "rate limited (the message is kept in memory)"
                 self.health.rate_limited += 1
@@ -354,7 +560,7 @@ class BotCore:
         if respond and plan.prompt is not None:
             reply_text = await self._reply(state, plan, plan.prompt, batch, timings)
             if reply_text is not None and not plan.message.explicit:
-                self.limiter.note_reply(state.key)
+                await self._note_reply(state.key)
         timings.responded = reply_text is not None
         try:
             await self.pipeline.record(plan, reply_text, wait=False)  # blocks are written behind
@@ -366,6 +572,23 @@ class BotCore:
         self.pipeline.memory.emit("turn.timings", {"guild": state.ref.guild, **timings.as_dict()})
         self.turn_log.append(timings)
         del self.turn_log[:-10_000]
+
+    async def _reply_allowed(self, key: str, *, bypass: bool) -> bool:
+        """The rate limits (runtime/ratelimit.py): this process's, or the deployment's, where
+        the window is reserved at once so two processes cannot both take it."""
+        if bypass or self.shared is None:
+            return self.limiter.allows(key, bypass=bypass)
+        s = self.settings
+        return bool(await self._shared_step(self.shared.reserve_reply(
+            key, s.rate_limit_channel_seconds, s.rate_limit_global_seconds)))
+
+    async def _note_reply(self, key: str) -> None:
+        if self.shared is None:
+            self.limiter.note_reply(key)
+        else:
+            s = self.settings
+            await self._shared_step(self.shared.note_reply(key, s.rate_limit_channel_seconds,
+                                                           s.rate_limit_global_seconds))
 
     # -- replying -----------------------------------------------------------------------------
     def _finish_text(self, text: str) -> str:
@@ -469,7 +692,9 @@ class BotCore:
 
     async def close(self) -> None:
         """Graceful shutdown: answer what is queued (no further debounce), record everything,
-        finish background extraction, write anything still only in L1."""
+        finish background extraction, write anything still only in L1. Shared mode: the
+        channels this process runs are answered and handed back; the L1 rows of channels other
+        processes run are theirs to write."""
         self._closing = True
         self._closing_event.set()
         for state in self._channels.values():
@@ -477,4 +702,11 @@ class BotCore:
         workers = [c.worker for c in self._channels.values() if c.worker is not None]
         await asyncio.gather(*workers, return_exceptions=True)
         await self.pipeline.drain()
-        await asyncio.to_thread(self.pipeline.commit_pending)
+        if self.shared is None:
+            await asyncio.to_thread(self.pipeline.commit_pending)
+            return
+        await asyncio.gather(*list(self._chores), return_exceptions=True)
+        for task in self._services:
+            task.cancel()
+        await asyncio.gather(*self._services, return_exceptions=True)
+        await self.shared.aclose()

@@ -10,7 +10,7 @@ from typing import Any
 
 __all__ = ["Health", "StageHealth", "TurnTimings", "STAGES"]
 
-STAGES = ("observe", "gatekeeper", "recall", "generation", "send", "record")
+STAGES = ("observe", "gatekeeper", "recall", "generation", "send", "record", "shared")
 
 
 @dataclass
@@ -35,6 +35,7 @@ class Health:
     replies_out: int = 0
     rate_limited: int = 0
     merged: int = 0  # plans redone because the same user wrote again while planning
+    duplicates: int = 0  # messages another process (a replica) had already taken in
 
     def ok(self, stage: str) -> None:
         entry = self.stages[stage]
@@ -50,6 +51,7 @@ class Health:
     def as_dict(self) -> dict[str, Any]:
         return {"uptime_s": round(self.clock() - self.started, 1), "messages_in": self.messages_in,
                 "replies_out": self.replies_out, "rate_limited": self.rate_limited, "merged": self.merged,
+                "duplicates": self.duplicates,
                 "stages": {name: s.as_dict() for name, s in self.stages.items()}}
 
 

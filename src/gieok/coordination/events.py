@@ -1,0 +1,89 @@
+"""The live event stream shared by every process of a deployment: one Redis stream per tenant.
+
+Each event gets the tenant's next sequence number and is appended under the stream id
+`<seq>-0` in one script, so the order is the same for every reader and `since=N` maps onto
+`XRANGE`/`XREAD` from `N`. The stream is capped (`MAXLEN ~ buffer`): a reader that asks for
+events older than what it holds is told how many it missed, as the in-process ring buffer does.
+Any process appends (a bot's memory, a server's tenants); every server's `/v1/events` reads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .connection import RedisConnection, redis_errors
+
+__all__ = ["SharedEventLog", "LoggedEvent"]
+
+# KEYS: stream, sequence counter · ARGV: max length, event JSON
+_APPEND = """
+local seq = redis.call('INCR', KEYS[2])
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], seq .. '-0', 'e', ARGV[2])
+return seq
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedEvent:
+    seq: int
+    type: str
+    time: float
+    data: dict[str, Any]
+
+
+def _parse(entry: tuple[str, dict[str, str]]) -> LoggedEvent:
+    stream_id, fields = entry
+    body = json.loads(fields["e"])
+    return LoggedEvent(int(stream_id.split("-", 1)[0]), body["type"], float(body["time"]), body["data"])
+
+
+class SharedEventLog:
+    """Per-tenant event streams in Redis (module docstring)."""
+
+    def __init__(self, connection: RedisConnection, buffer: int = 10_000) -> None:
+        self.connection = connection
+        self.buffer = max(1, buffer)
+        self._errors = redis_errors()
+
+    def _stream(self, tenant: str) -> str:
+        return self.connection.key("events", tenant)
+
+    def _sync(self, work: Any) -> Any:
+        try:
+            return work(self.connection.client)
+        except self._errors as exc:
+            raise self.connection.unavailable(exc) from None
+
+    def append(self, tenant: str, type: str, time: float, data: dict[str, Any]) -> int:
+        body = json.dumps({"type": type, "time": time, "data": data}, ensure_ascii=False, default=str)
+        keys = [self._stream(tenant), self.connection.key("events", tenant, "seq")]
+        return int(self._sync(lambda r: r.eval(_APPEND, 2, *keys, self.buffer, body)))
+
+    def last_seq(self, tenant: str) -> int:
+        value = self._sync(lambda r: r.get(self.connection.key("events", tenant, "seq")))
+        return int(value) if value else 0
+
+    def oldest_seq(self, tenant: str) -> int | None:
+        first = self._sync(lambda r: r.xrange(self._stream(tenant), "-", "+", count=1))
+        return _parse(first[0]).seq if first else None
+
+    def after(self, tenant: str, since: int, count: int | None = None) -> list[LoggedEvent]:
+        """The held events with a sequence above `since`, oldest first."""
+        entries = self._sync(lambda r: r.xrange(self._stream(tenant), f"({since}-0" if since > 0 else "-", "+",
+                                                count=count))
+        return [_parse(entry) for entry in entries]
+
+    def latest(self, tenant: str, n: int) -> list[LoggedEvent]:
+        """The last `n` held events, newest first."""
+        return [_parse(entry) for entry in self._sync(lambda r: r.xrevrange(self._stream(tenant), count=n))]
+
+    async def read_after(self, client: Any, tenant: str, since: int, block_ms: int,
+                         count: int = 500) -> list[LoggedEvent]:
+        """Events after `since`, waiting up to `block_ms` for the first (on an asyncio client of
+        the caller's loop: `connection.async_client`)."""
+        try:
+            reply = await client.xread({self._stream(tenant): f"{since}-0"}, count=count, block=block_ms)
+        except self._errors as exc:
+            raise self.connection.unavailable(exc) from None
+        return [_parse(entry) for _, entries in reply or () for entry in entries]
