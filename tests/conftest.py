@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from gieok import Block, Memory
+from gieok.bench.redis_server import redis_server_binary, throwaway_redis
 from store_backends import BACKENDS, Backend, PostgresServer, postgres_backend, postgres_server, sqlite_backend
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -152,3 +153,23 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         yield chosen
     finally:
         chosen.close_all()
+
+
+@pytest.fixture(scope="session")
+def redis_server_url() -> Iterator[str]:
+    """One throwaway redis-server (Debian's) for the whole session; tests keep apart by namespace."""
+    if redis_server_binary() is None:
+        pytest.skip("redis-server is not installed: apt-get install redis-server (.ci/run installs it)")
+    with throwaway_redis() as url:
+        yield url
+
+
+@pytest.fixture
+def redis_url(redis_server_url: str) -> str:
+    return redis_server_url
+
+
+@pytest.fixture
+def redis_namespace(request: pytest.FixtureRequest) -> str:
+    """A namespace of this test's own in the shared Redis."""
+    return f"t{os.getpid()}-{abs(hash(request.node.nodeid)) % 10**10}"

@@ -166,6 +166,11 @@ class BotCore:
         self.bot_user_id = user_id
         self.calls = CallDetector(self.settings.call_names, user_id)
 
+    @property
+    def held_channels(self) -> frozenset[str]:
+        """Shared mode: the channels this process runs now (holds the lease of)."""
+        return frozenset(self._leases)
+
     # -- active channels ------------------------------------------------------------------------
     def is_active(self, ref: ChannelRef) -> bool:
         return ref.guild is None or conversation_key(ref.guild, ref.channel) in self._active
@@ -204,6 +209,7 @@ class BotCore:
         if self._closing:
             raise GieokError("the bot is shutting down")
         self._ensure_executor()
+        await self.start()
         explicit = self.explicit(message)
         incoming = IncomingMessage(message.content, user_id=message.user_id, channel=message.ref.channel,
                                    guild=message.ref.guild, display_name=message.display_name, explicit=explicit,
@@ -211,7 +217,6 @@ class BotCore:
                                    message_id=message.message_id)
         if self.shared is not None:
             state = self._state(message.ref)
-            await self.start()
             if message.message_id and not await self._shared_step(
                     self.shared.claim_message(state.key, message.message_id)):
                 self.health.duplicates += 1
@@ -354,6 +359,7 @@ class BotCore:
         ready = asyncio.Event()
         self._services.append(asyncio.create_task(self.shared.listen(self._on_wake, ready), name="gieok-wake"))
         await asyncio.wait_for(ready.wait(), timeout=self.shared.connection.timeout_seconds)
+        await self._reload_active()  # changed since this process read them, before it listened
         await self._recover()
         self._services.append(asyncio.create_task(self._upkeep(), name="gieok-leases"))
 

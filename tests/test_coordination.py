@@ -1,0 +1,219 @@
+"""What several processes share in Redis, against a real redis-server: claims, inboxes, leases,
+wake-ups, active channels, rate-limit windows and the per-tenant event streams. Two
+`RedisConnection`s stand for two processes (each has its own owner identity)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gieok.coordination import WAKE_ACTIVE, WAKE_INBOX, RedisConnection, SharedChannels, SharedEventLog
+from gieok.errors import ConfigError, CoordinationUnavailableError, InvalidInputError
+
+
+@pytest.fixture
+def pair(redis_url: str, redis_namespace: str) -> Iterator[tuple[SharedChannels, SharedChannels]]:
+    first, second = RedisConnection(redis_url, redis_namespace), RedisConnection(redis_url, redis_namespace)
+    try:
+        yield (SharedChannels(first, lease_seconds=1.0), SharedChannels(second, lease_seconds=1.0))
+    finally:
+        first.close()
+        second.close()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_two_processes_have_different_owner_identities(pair: tuple[SharedChannels, SharedChannels]) -> None:
+    a, b = pair
+    assert a.owner != b.owner
+
+
+def test_a_message_is_claimed_once_per_channel(pair: tuple[SharedChannels, SharedChannels]) -> None:
+    a, b = pair
+
+    async def scenario() -> None:
+        assert await a.claim_message("g1/cafe", "m1")
+        assert not await b.claim_message("g1/cafe", "m1"), "the replica that comes second gets nothing"
+        assert not await a.claim_message("g1/cafe", "m1")
+        assert await b.claim_message("g1/lounge", "m1"), "ids are per channel"
+        await a.aclose()
+        await b.aclose()
+
+    run(scenario())
+
+
+def test_inbox_keeps_order_across_processes_and_drains_once(pair: tuple[SharedChannels, SharedChannels]) -> None:
+    a, b = pair
+
+    async def scenario() -> None:
+        await a.enqueue("k", {"n": 1, "text": "첫 번째"})
+        await b.enqueue("k", {"n": 2, "text": "second"})
+        await a.enqueue("k", {"n": 3})
+        assert await b.queued("k") == 3
+        assert await a.waiting() == {"k"}
+        drained = await b.drain("k")
+        assert [item["n"] for item in drained] == [1, 2, 3]
+        assert drained[0]["text"] == "첫 번째"
+        assert await a.drain("k") == [], "drained items are gone"
+        assert await a.waiting() == set(), "an empty inbox is not waiting"
+        await a.requeue_front("k", drained[1:])
+        await a.enqueue("k", {"n": 4})
+        assert [item["n"] for item in await b.drain("k")] == [2, 3, 4], "handed-back messages go first"
+        await a.aclose()
+        await b.aclose()
+
+    run(scenario())
+
+
+def test_a_lease_is_exclusive_renewable_and_released_only_by_its_holder(
+        pair: tuple[SharedChannels, SharedChannels]) -> None:
+    a, b = pair
+
+    async def scenario() -> None:
+        assert await a.try_lease("k")
+        assert await a.try_lease("k"), "the holder may take it again (extends it)"
+        assert not await b.try_lease("k")
+        await b.release("k")  # not b's: nothing happens
+        assert await a.lease_holder("k") == a.owner
+        assert await a.renew(["k"]) == set()
+        assert await b.renew(["k"]) == {"k"}, "b does not hold it"
+        await a.release("k")
+        assert await a.lease_holder("k") is None
+        assert await b.try_lease("k")
+        await a.aclose()
+        await b.aclose()
+
+    run(scenario())
+
+
+def test_a_lease_that_is_not_renewed_expires(pair: tuple[SharedChannels, SharedChannels]) -> None:
+    a, b = pair  # leases of 1 s
+
+    async def scenario() -> None:
+        assert await a.try_lease("k")
+        await asyncio.sleep(0.6)
+        assert await a.renew(["k"]) == set()
+        await asyncio.sleep(0.6)
+        assert not await b.try_lease("k"), "renewed 0.6 s ago: still a's"
+        await asyncio.sleep(1.1)
+        assert await b.try_lease("k"), "a stopped renewing (its process died): b takes over"
+        assert await a.renew(["k"]) == {"k"}, "a learns it lost the channel"
+        await a.aclose()
+        await b.aclose()
+
+    run(scenario())
+
+
+def test_wake_ups_reach_every_listener(pair: tuple[SharedChannels, SharedChannels]) -> None:
+    a, b = pair
+
+    async def scenario() -> None:
+        got: list[tuple[str, str]] = []
+        ready = asyncio.Event()
+        listener = asyncio.create_task(b.listen(lambda kind, key: got.append((kind, key)), ready))
+        await asyncio.wait_for(ready.wait(), 5)
+        await a.notify(WAKE_INBOX, "g1/cafe")
+        a.set_active("g1/lounge", True)
+        deadline = time.monotonic() + 5
+        while len(got) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+        assert got == [(WAKE_INBOX, "g1/cafe"), (WAKE_ACTIVE, "g1/lounge")]
+        await a.aclose()
+        await b.aclose()
+
+    run(scenario())
+
+
+def test_active_channels_are_seeded_once_from_the_store_then_shared(
+        pair: tuple[SharedChannels, SharedChannels]) -> None:
+    a, b = pair
+    assert a.seed_active(["g1/cafe"]) == {"g1/cafe"}
+    assert b.seed_active(["g9/stale"]) == {"g1/cafe"}, "the second process reads what is shared"
+    b.set_active("g1/lounge", True)
+    a.set_active("g1/cafe", False)
+
+    async def scenario() -> None:
+        assert await a.active_keys() == {"g1/lounge"}
+        await a.aclose()
+
+    run(scenario())
+
+
+def test_rate_limit_windows_are_taken_by_one_process(pair: tuple[SharedChannels, SharedChannels]) -> None:
+    a, b = pair
+
+    async def scenario() -> None:
+        assert await a.reserve_reply("g1/cafe", 5.0, 0.3)
+        assert not await b.reserve_reply("g1/cafe", 5.0, 0.3), "the channel's window is taken"
+        assert not await b.reserve_reply("g1/lounge", 5.0, 0.3), "the global window is taken too"
+        await asyncio.sleep(0.4)
+        assert await b.reserve_reply("g1/lounge", 5.0, 0.3), "the global window passed; lounge is free"
+        assert not await a.reserve_reply("g1/cafe", 5.0, 0.0), "cafe's own window still runs"
+        await asyncio.sleep(0.4)  # past the global window b took
+        await b.note_reply("g1/dm", 0.0, 0.0)  # no windows configured: nothing to mark
+        assert await a.reserve_reply("g1/dm", 0.0, 0.0)
+        assert await b.reserve_reply("g1/dm", 0.0, 0.0), "without windows every reply is allowed"
+        await a.aclose()
+        await b.aclose()
+
+    run(scenario())
+
+
+def test_event_streams_number_each_tenant_on_its_own_and_cap_their_length(redis_url: str,
+                                                                          redis_namespace: str) -> None:
+    one, two = RedisConnection(redis_url, redis_namespace), RedisConnection(redis_url, redis_namespace)
+    try:
+        log_a, log_b = SharedEventLog(one, buffer=100), SharedEventLog(two, buffer=100)
+        assert log_a.last_seq("acme") == 0 and log_a.oldest_seq("acme") is None
+        seqs = [(log_a if i % 2 else log_b).append("acme", "memory.added", 1.0 + i, {"i": i, "말": "기억"})
+                for i in range(5)]
+        assert seqs == [1, 2, 3, 4, 5], "two processes append to one sequence"
+        assert log_b.append("globex", "search.answered", 9.0, {}) == 1, "each tenant counts from 1"
+        events = log_b.after("acme", 2)
+        assert [e.seq for e in events] == [3, 4, 5]
+        assert events[0].data == {"i": 2, "말": "기억"} and events[0].type == "memory.added"
+        assert [e.seq for e in log_a.latest("acme", 2)] == [5, 4]
+        for i in range(400):
+            log_a.append("acme", "memory.added", 10.0 + i, {"i": i})
+        assert log_a.last_seq("acme") == 405
+        oldest = log_a.oldest_seq("acme")
+        assert oldest is not None and 1 < oldest <= 405 - 100 + 1, "trimmed to about the buffer, never below it"
+        assert [e.seq for e in log_a.after("acme", 0)][-1] == 405
+
+        async def blocking_read() -> None:
+            client = one.async_client(blocking_seconds=2)
+            waiting = asyncio.create_task(log_a.read_after(client, "acme", 405, block_ms=2000))
+            await asyncio.sleep(0.2)
+            log_b.append("acme", "fact.added", 11.0, {"fact": "보리"})
+            got = await waiting
+            assert [(e.seq, e.type) for e in got] == [(406, "fact.added")]
+            await client.aclose()
+
+        run(blocking_read())
+    finally:
+        one.close()
+        two.close()
+
+
+def test_unreachable_redis_and_bad_urls_are_clear_errors() -> None:
+    with pytest.raises(CoordinationUnavailableError, match=r"cannot reach Redis at redis://:\*\*\*@127.0.0.1:9/0"):
+        RedisConnection("redis://:secret@127.0.0.1:9/0", timeout_seconds=0.5)
+    with pytest.raises(InvalidInputError, match="redis://"):
+        RedisConnection("http://127.0.0.1:6379")
+    with pytest.raises(InvalidInputError, match="namespace"):
+        RedisConnection("redis://127.0.0.1:9/0", "has space")
+
+
+def test_settings_check_the_redis_url() -> None:
+    from gieok.config import Settings
+
+    assert Settings(redis="redis://cache:6379/1").redis == "redis://cache:6379/1"
+    with pytest.raises(ConfigError, match="redis"):
+        Settings(redis="cache:6379")

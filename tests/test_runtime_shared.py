@@ -1,0 +1,249 @@
+"""Two bot processes sharing one store and one Redis (`BotCore(shared=…)`): every message is
+answered once, in its own channel, whichever process received it; batches gather messages
+received by both; a replica's copy of a message is taken in once; a dead process's channel is
+taken over; rate limits and active channels hold across processes; turn blocks are written
+once. Each "process" is a Memory, pipeline and BotCore of its own on the same database (a SQLite
+file, or PostgreSQL when the test server is installed) and a RedisConnection of its own (its own
+lease identity) on a real redis-server. Real time, with short debounces."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gieok import Memory
+from gieok.agent.pipeline import ConversationPipeline
+from gieok.coordination import RedisConnection, SharedChannels
+from gieok.layers.recent import conversation_key, conversation_of
+from gieok.runtime.core import BotCore, ChannelRef, InboundMessage
+from runtime_helpers import ChatModel, RecordingOutbox, until
+from store_backends import BACKENDS
+
+CAFE = ChannelRef("cafe", "g1")
+LOUNGE = ChannelRef("lounge", "g1")
+TAG = re.compile(r"\[t\d+\]")
+FAST = {"debounce_seconds": 0.3, "debounce_finished_seconds": 0.2, "debounce_max_seconds": 2.0,
+        "rate_limit_channel_seconds": 0.0, "rate_limit_global_seconds": 0.0, "analysis_every": 1}
+
+
+@dataclass
+class Process:
+    memory: Memory
+    core: BotCore
+    outbox: RecordingOutbox
+    model: ChatModel
+    connection: RedisConnection
+
+
+@pytest.fixture(params=BACKENDS)
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_server").new_database())
+    return str(tmp_path / "shared.db")
+
+
+@pytest.fixture
+def spawn(location: str, redis_url: str, redis_namespace: str) -> Iterator[Any]:
+    made: list[Process] = []
+
+    def make(**overrides: Any) -> Process:
+        memory = Memory(location, redis=redis_url, redis_namespace=redis_namespace, redis_lease_seconds=1.0)
+        settings = memory.settings.with_overrides(**{**FAST, **overrides})
+        model, outbox = ChatModel(), RecordingOutbox()
+        connection = RedisConnection(redis_url, redis_namespace)
+        pipeline = ConversationPipeline(memory, settings=settings, llm=model, recover=False)
+        core = BotCore(pipeline, model, outbox=outbox, settings=settings, bot_user_id="999",
+                       shared=SharedChannels(connection, lease_seconds=settings.redis_lease_seconds))
+        process = Process(memory, core, outbox, model, connection)
+        made.append(process)
+        return process
+
+    yield make
+    for process in made:
+        process.connection.close()
+        process.memory.close()
+
+
+def msg(text: str, mid: str, user: str = "1", ref: ChannelRef = CAFE) -> InboundMessage:
+    return InboundMessage(ref, user, text, display_name=f"user{user}", message_id=mid)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def replies(*processes: Process) -> list[tuple[ChannelRef, str]]:
+    return [(sent.ref, sent.text) for p in processes for sent in p.outbox.sent]
+
+
+def tag_counts(*processes: Process) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for _, text in replies(*processes):
+        for tag in TAG.findall(text):
+            counts[tag] = counts.get(tag, 0) + 1
+    return counts
+
+
+async def settled(*processes: Process, replies_expected: int, timeout: float = 30.0) -> None:
+    await until(lambda: len(replies(*processes)) >= replies_expected, timeout)
+    await until(lambda: all(p.core.idle() for p in processes), timeout)
+
+
+async def handed_back(*processes: Process, replies_expected: int, timeout: float = 30.0) -> None:
+    """Every turn so far answered and every channel handed back (nobody holds a lease)."""
+    await settled(*processes, replies_expected=replies_expected, timeout=timeout)
+    await until(lambda: not any(p.core.held_channels for p in processes), timeout)
+
+
+async def close_all(*processes: Process) -> None:
+    for process in processes:
+        await process.core.close()
+
+
+def turn_blocks(memory: Memory) -> list[str]:
+    return [block.text for block in memory.iter_blocks() if block.kind == "turn"]
+
+
+def test_each_message_is_answered_once_in_its_own_channel(spawn: Any) -> None:
+    a, b = spawn(), spawn()
+
+    async def scenario() -> None:
+        sent: dict[str, ChannelRef] = {}
+        for i in range(8):
+            ref = CAFE if i % 2 == 0 else LOUNGE
+            tag = f"[t{i}]"
+            sent[tag] = ref
+            target = a if (i // 2) % 2 == 0 else b  # both channels reach both processes
+            await target.core.submit(msg(f"누리야 {tag} 오늘 뭐 해?", f"m{i}", user=str(10 + i), ref=ref))
+            await handed_back(a, b, replies_expected=i + 1)  # each its own turn; any process may take the next
+        await settled(a, b, replies_expected=8)
+        counts = tag_counts(a, b)
+        assert counts == {tag: 1 for tag in sent}, counts
+        for ref, text in replies(a, b):
+            assert all(sent[tag] == ref for tag in TAG.findall(text)), f"misrouted: {text!r} in {ref}"
+        assert replies(a) and replies(b), "both processes answered some turns"
+        await close_all(a, b)
+        blocks = turn_blocks(a.memory)
+        for tag in sent:
+            assert sum(tag in text for text in blocks) == 2, f"{tag}: one user turn and one reply, written once"
+        assert a.memory.verify().ok
+
+    run(scenario())
+
+
+def test_a_batch_gathers_one_users_messages_received_by_both_processes(spawn: Any) -> None:
+    a, b = spawn(), spawn()
+
+    async def scenario() -> None:
+        await a.core.submit(msg("누리야 [t1] 안녕", "m1"))
+        await b.core.submit(msg("[t2] 그리고 오늘 뭐해", "m2"))  # trails off: the full debounce after it
+        await settled(a, b, replies_expected=1)
+        await asyncio.sleep(0.5)
+        assert len(replies(a, b)) == 1, replies(a, b)
+        text = replies(a, b)[0][1]
+        assert "[t1] 안녕" in text and "[t2] 그리고 오늘 뭐해" in text, text
+        await close_all(a, b)
+
+    run(scenario())
+
+
+def test_a_replicas_copy_of_a_message_is_taken_in_once(spawn: Any) -> None:
+    a, b = spawn(), spawn()
+
+    async def scenario() -> None:
+        first = await a.core.submit(msg("누리야 [t1] 점심 추천해줘", "same-id"))
+        second = await b.core.submit(msg("누리야 [t1] 점심 추천해줘", "same-id"))
+        assert first is not None and second is None
+        assert b.core.health.duplicates == 1
+        await settled(a, b, replies_expected=1)
+        await asyncio.sleep(0.5)
+        assert tag_counts(a, b) == {"[t1]": 1}
+        rows = a.core.pipeline.l1.recent(conversation_of("g1", "cafe"))
+        assert [r.content for r in rows if r.role == "user"] == ["누리야 [t1] 점심 추천해줘"]
+        await close_all(a, b)
+
+    run(scenario())
+
+
+def test_a_dead_processs_channel_is_taken_over_after_its_lease(spawn: Any, redis_url: str,
+                                                               redis_namespace: str) -> None:
+    b = spawn()
+    dead = SharedChannels(RedisConnection(redis_url, redis_namespace), lease_seconds=1.0)
+
+    async def scenario() -> None:
+        key = conversation_key("g1", "cafe")
+        assert await dead.try_lease(key), "a process takes the channel, then dies without a word"
+        await b.core.submit(msg("누리야 [t1] 거기 누구 있어?", "m1"))
+        await asyncio.sleep(0.5)
+        assert replies(b) == [], "the channel is someone else's for now"
+        await settled(b, replies_expected=1, timeout=15)
+        assert tag_counts(b) == {"[t1]": 1}
+        assert await dead.renew([key]) == {key}, "the dead process's lease is gone"
+        await close_all(b)
+        await dead.aclose()
+
+    try:
+        run(scenario())
+    finally:
+        dead.connection.close()
+
+
+def test_rate_limits_hold_across_processes(spawn: Any) -> None:
+    limits = {"rate_limit_channel_seconds": 60.0, "rate_limit_global_seconds": 0.0, "rate_bypass_confidence": 1.0}
+    a, b = spawn(**limits), spawn(**limits)
+
+    async def scenario() -> None:
+        a.core.set_active(CAFE, True)
+        await a.core.submit(msg("[t1] 오늘 날씨 진짜 좋다!", "m1"))  # not a call: an unsolicited reply
+        await handed_back(a, b, replies_expected=1)
+        await b.core.submit(msg("[t2] 주말에 어디 갈까?", "m2", user="2"))
+        await until(lambda: a.core.health.rate_limited + b.core.health.rate_limited == 1, 15)
+        assert tag_counts(a, b) == {"[t1]": 1}, "the second unsolicited reply waits out the shared window"
+        await b.core.submit(msg("누리야 [t3] 대답해줘", "m3", user="2"))  # a call is never limited
+        await settled(a, b, replies_expected=2)
+        assert tag_counts(a, b) == {"[t1]": 1, "[t3]": 1}
+        await close_all(a, b)
+
+    run(scenario())
+
+
+def test_active_channels_follow_a_change_made_in_another_process(spawn: Any) -> None:
+    a, b = spawn(), spawn()
+
+    async def scenario() -> None:
+        await a.core.start()
+        await b.core.start()
+        assert not b.core.is_active(CAFE)
+        a.core.set_active(CAFE, True)
+        await until(lambda: b.core.is_active(CAFE), 5)
+        b.core.set_active(CAFE, False)
+        await until(lambda: not a.core.is_active(CAFE), 5)
+        assert a.core.pipeline.tables.active_keys() == set(), "the store keeps the durable record"
+        await close_all(a, b)
+
+    run(scenario())
+
+
+def test_the_next_owner_reads_the_working_memory_the_last_one_left(spawn: Any) -> None:
+    a, b = spawn(), spawn()
+    conversation = conversation_of("g1", "cafe")
+
+    async def scenario() -> None:
+        await a.core.submit(msg("누리야 [t1] 우리 고양이 이름은 보리야", "m1"))
+        await settled(a, b, replies_expected=1)
+        await handed_back(a, b, replies_expected=1)
+        assert a.memory.working.slots(conversation), "a's turn fed its working memory"
+        assert not b.memory.working.slots(conversation), "b has not run this channel yet"
+        await b.core.submit(msg("누리야 [t2] 내 고양이 이름 기억나?", "m2"))
+        await settled(a, b, replies_expected=2)
+        seen_by_b = {slot.content for slot in b.memory.working.slots(conversation)}
+        assert any("보리" in content for content in seen_by_b), seen_by_b
+        await close_all(a, b)
+
+    run(scenario())
