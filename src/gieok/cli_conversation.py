@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markdown import Markdown
@@ -15,7 +15,7 @@ from rich.table import Table
 
 from .adapters.terminal import run_chat
 from .agent.pipeline import ConversationPipeline, IncomingMessage
-from .cli_options import DbOption, GuildOpt, JsonFlag, _open, out
+from .cli_options import DbOption, GuildOpt, JsonFlag, RedisOption, _open, given, out
 from .config import load_settings
 from .errors import InvalidInputError
 from .layers.conversation import ConversationMemory
@@ -232,16 +232,28 @@ def bot(
                                                         "as the default tenant, its events and health live.")] = False,
     host: Annotated[str | None, typer.Option(help="With --serve: address (default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="With --serve: port (default 8420).")] = None,
+    redis: RedisOption = None,
+    shard_id: Annotated[int | None, typer.Option(help="This process's shard (0 … --shard-count - 1).")] = None,
+    shard_count: Annotated[int | None, typer.Option(help="Processes the bot's guilds are split over.")] = None,
 ) -> None:
     """Run the Discord bot: DISCORD_TOKEN plus a language model (Gemini key or an OpenAI-compatible chain).
 
+    Several processes run one bot when they share a PostgreSQL --db and a --redis: as shards
+    (--shard-id/--shard-count) or as replicas of the same shard (each message answered once).
+
     Example: DISCORD_TOKEN=… GIEOK_GEMINI_API_KEY=… gieok bot --db bot.db --serve
+    Example: gieok bot --db postgresql://bot@db/gieok --redis redis://cache:6379/0 --shard-id 0 --shard-count 2
     """
     from .adapters.discord_bot import (
         run_discord_bot,  # discord.py takes ~0.5 s to import: only for `gieok bot`
     )
 
-    settings = load_settings(**({"db": str(db)} if db else {}))
+    overrides: dict[str, Any] = dict(given(db, redis))
+    if shard_id is not None:
+        overrides["discord_shard_id"] = shard_id
+    if shard_count is not None:
+        overrides["discord_shard_count"] = shard_count
+    settings = load_settings(**overrides)
     run_discord_bot(settings, serve=serve, host=host, port=port)
 
 

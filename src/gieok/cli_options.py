@@ -11,7 +11,8 @@ from rich.console import Console
 from .config import load_settings
 from .memory import Memory
 
-__all__ = ["out", "err", "DbOption", "JsonFlag", "GuildOpt", "ChannelOpt", "UserOpt", "_open", "_scope"]
+__all__ = ["out", "err", "DbOption", "RedisOption", "JsonFlag", "GuildOpt", "ChannelOpt", "UserOpt", "_open", "_scope",
+           "given"]
 
 out = Console()
 err = Console(stderr=True)
@@ -20,6 +21,12 @@ DbOption = Annotated[
     str | None,  # not a Path: a postgresql:// URL must keep its double slash
     typer.Option("--db", help="Memory file, or a postgresql://user:pass@host/db URL. Default: $GIEOK_DB, else the "
                               "per-user data directory.", show_default=False),
+]
+RedisOption = Annotated[
+    str | None,
+    typer.Option("--redis", help="redis://host:6379/0 shared by several bot and server processes (queues, leases, "
+                                 "rate limits, active channels, live events). Default: $GIEOK_REDIS, else none: "
+                                 "everything in this process.", show_default=False),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 GuildOpt = Annotated[str | None, typer.Option("--guild", "-g", help="Guild (server) id.")]
@@ -32,6 +39,11 @@ def _open(db: str | Path | None, **overrides: Any) -> Memory:
     if db is not None:
         overrides["db"] = str(db)
     return Memory(settings=settings, **overrides)
+
+
+def given(db: str | Path | None = None, redis: str | None = None) -> dict[str, str]:
+    """The settings overrides the --db and --redis options make (only those given)."""
+    return {name: str(value) for name, value in (("db", db), ("redis", redis)) if value}
 
 
 def _scope(guild: str | None, channel: str | None, user: str | None) -> dict[str, str]:

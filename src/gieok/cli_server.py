@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .cli_options import DbOption, JsonFlag, err, out
+from .cli_options import DbOption, JsonFlag, RedisOption, err, given, out
 from .config import load_settings
 from .errors import InvalidInputError
 from .server.auth import ROLES, ApiKeys
@@ -44,17 +44,19 @@ def serve(
     no_auth: Annotated[bool, typer.Option("--no-auth", help="No API keys: every caller is the default tenant's "
                                                             "admin. Refused unless the host is a loopback "
                                                             "address.")] = False,
+    redis: RedisOption = None,
 ) -> None:
     """Serve the memory over HTTP: REST API (/v1, docs at /docs), live events (/v1/events), MCP (/mcp).
 
     Every request carries `Authorization: Bearer <key>` (gieok keys create). The --db file is the
-    default tenant's memory; other tenants' memories live beside it in <name>.tenants/.
+    default tenant's memory; other tenants' memories live beside it in <name>.tenants/. With
+    --redis, every worker and every bot process on the same Redis feeds one event stream.
 
     Example: gieok keys create --tenant default --role write && gieok serve --db chat.db --port 8420
     """
     from .server.run import serve as run_server  # uvicorn and FastAPI load only for this command
 
-    settings = load_settings(**({"db": str(db)} if db else {}))
+    settings = load_settings(**given(db, redis))
     run_server(settings, host=host, port=port, workers=workers, auth=not no_auth)
 
 

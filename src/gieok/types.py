@@ -14,7 +14,11 @@ from typing import Any
 
 from .errors import InvalidTypeError, UnknownScopeKeyError
 
-__all__ = ["Kind", "Scope", "Block", "ScoreBreakdown", "Hit", "SearchResult", "Stats", "scope_key", "scope_from_key"]
+__all__ = ["Kind", "Scope", "Block", "ScoreBreakdown", "Hit", "SearchResult", "Stats", "scope_key", "scope_from_key",
+           "DEFAULT_TENANT"]
+
+# The tenant of a deployment's home memory (`--db`): the one a bot runs on (server/tenants.py).
+DEFAULT_TENANT = "default"
 
 
 class Kind(str, Enum):  # noqa: UP042 - StrEnum would change str() and format() of the members

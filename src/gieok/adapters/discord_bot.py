@@ -19,12 +19,14 @@ import discord
 from discord.ext import commands
 
 from ..agent.pipeline import ConversationPipeline
+from ..coordination import RedisConnection, SharedChannels, SharedEventLog
 from ..errors import ConfigError
 from ..layers.recent import conversation_key, conversation_of
 from ..llm import create_llm, require_llm
 from ..llm.tools import default_tools
 from ..memory import Memory
 from ..runtime.core import BotCore, ChannelRef, InboundMessage
+from ..types import DEFAULT_TENANT
 
 __all__ = ["GieokBot", "DiscordOutbox", "USERS_ONLY", "inbound_from", "ref_of"]
 
@@ -104,11 +106,15 @@ class GieokBot(commands.Bot):
     """A discord.py bot whose conversation is the gieok runtime. `core` is built by the caller
     with this bot's `DiscordOutbox` (see `create_core` in `gieok bot`)."""
 
-    def __init__(self, *, prefix: str = "!", owner_ids: set[int] | None = None, language: str = "ko") -> None:
+    def __init__(self, *, prefix: str = "!", owner_ids: set[int] | None = None, language: str = "ko",
+                 shard_id: int | None = None, shard_count: int | None = None) -> None:
         intents = discord.Intents.default()
         intents.message_content = True  # a conversation bot must read messages
+        sharding: dict[str, Any] = {}
+        if shard_count is not None and shard_count > 1:  # this process is one shard of several
+            sharding = {"shard_id": shard_id or 0, "shard_count": shard_count}
         super().__init__(command_prefix=commands.when_mentioned_or(prefix), intents=intents,
-                         allowed_mentions=USERS_ONLY, owner_ids=owner_ids or None, help_command=None)
+                         allowed_mentions=USERS_ONLY, owner_ids=owner_ids or None, help_command=None, **sharding)
         self.prefix = prefix
         self.texts = TEXTS[language]
         self.core: BotCore | None = None
@@ -120,6 +126,8 @@ class GieokBot(commands.Bot):
 
     async def setup_hook(self) -> None:
         await self.add_cog(GieokCommands(self))
+        if self.core is not None:
+            await self.core.start()  # with Redis: join the other processes before the first message
 
     async def on_ready(self) -> None:
         if self.user is not None and self.core is not None:
@@ -250,13 +258,25 @@ def run_discord_bot(settings: Any, *, serve: bool = False, host: str | None = No
     its events and health are visible live (keys as for `gieok serve`)."""
     token = discord_token(settings)
     require_llm(settings)
+    if settings.discord_shard_id >= settings.discord_shard_count:
+        raise ConfigError(f"discord_shard_id must be below discord_shard_count ({settings.discord_shard_count}), "
+                          f"got {settings.discord_shard_id}")
     owners = set(settings.discord_owner_ids)
+    redis = RedisConnection(settings.redis, settings.redis_namespace) if settings.redis else None
     memory = Memory(settings=settings)
     try:
         llm = create_llm(settings)
-        pipeline = ConversationPipeline(memory, settings=settings, llm=llm)
-        bot = GieokBot(prefix=settings.discord_prefix, owner_ids=owners, language=settings.language)
-        core = BotCore(pipeline, llm, outbox=bot.outbox, settings=settings, tools=default_tools(settings))
+        # with Redis, what a crash left in L1 is written channel by channel under each lease (BotCore.start)
+        pipeline = ConversationPipeline(memory, settings=settings, llm=llm, recover=redis is None)
+        bot = GieokBot(prefix=settings.discord_prefix, owner_ids=owners, language=settings.language,
+                       shard_id=settings.discord_shard_id, shard_count=settings.discord_shard_count)
+        shared = None
+        if redis is not None:
+            shared = SharedChannels(redis, lease_seconds=settings.redis_lease_seconds)
+            if not serve:  # the bot's events still reach every server's /v1/events
+                memory.listener = SharedEventLog(redis, settings.event_buffer).listener(DEFAULT_TENANT)
+        core = BotCore(pipeline, llm, outbox=bot.outbox, settings=settings, tools=default_tools(settings),
+                       shared=shared)
         bot.attach(core)
         if not serve:
             bot.run(token, log_handler=None)  # discord.py closes the bot (and so the core) on Ctrl-C
@@ -274,3 +294,5 @@ def run_discord_bot(settings: Any, *, serve: bool = False, host: str | None = No
                                  host=host, port=port or settings.server_port))
     finally:
         memory.close()
+        if redis is not None:
+            redis.close()

@@ -227,6 +227,9 @@ class Settings:
     discord_token: str = ""
     discord_prefix: str = setting("!", not_blank)
     discord_owner_ids: tuple[int, ...] = setting((), parse=digit_ids)  # user ids allowed to run sync / lore reload
+    # several `gieok bot` processes, each one shard of the bot's guilds (with `redis` so they share limits)
+    discord_shard_count: int = setting(1, at_least(1))
+    discord_shard_id: int = setting(0, not_negative)  # this process's shard: 0 … discord_shard_count - 1
     # server (`gieok serve`, `gieok mcp`; docs/server.md)
     server_host: str = setting("127.0.0.1", not_blank)
     server_port: int = setting(8420, between(1, 65535))

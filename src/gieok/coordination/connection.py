@@ -22,6 +22,7 @@ _SCHEMES = ("redis", "rediss", "unix")
 
 
 def check_redis_url(url: str) -> str:
+    """`url` if it names a Redis server (redis://, rediss:// or unix://), else InvalidInputError."""
     if not isinstance(url, str) or urlsplit(url).scheme not in _SCHEMES:
         raise InvalidInputError(f"a Redis URL starts with redis://, rediss:// or unix://, "
                                 f"got {display_redis_url(url)!r}")

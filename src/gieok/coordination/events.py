@@ -9,6 +9,8 @@ Any process appends (a bot's memory, a server's tenants); every server's `/v1/ev
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +28,8 @@ return seq
 
 @dataclass(frozen=True, slots=True)
 class LoggedEvent:
+    """One event as the shared log holds it: the tenant's sequence number, type, time and data."""
+
     seq: int
     type: str
     time: float
@@ -59,6 +63,14 @@ class SharedEventLog:
         body = json.dumps({"type": type, "time": time, "data": data}, ensure_ascii=False, default=str)
         keys = [self._stream(tenant), self.connection.key("events", tenant, "seq")]
         return int(self._sync(lambda r: r.eval(_APPEND, 2, *keys, self.buffer, body)))
+
+    def listener(self, tenant: str, clock: Callable[[], float] = time.time) -> Callable[[str, dict[str, Any]], None]:
+        """What a memory calls (`Memory.listener`) to publish into the tenant's stream: a bot
+        process without a server of its own still feeds every server's `/v1/events`."""
+        def publish(type: str, data: dict[str, Any]) -> None:
+            self.append(tenant, type, clock(), data)
+
+        return publish
 
     def last_seq(self, tenant: str) -> int:
         value = self._sync(lambda r: r.get(self.connection.key("events", tenant, "seq")))

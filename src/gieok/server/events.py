@@ -7,6 +7,10 @@ numbers how busy another tenant is. Publishing is thread-safe and never blocks: 
 from worker threads; each subscriber is an asyncio queue fed through its loop, and one that
 falls too far behind is cut off (it reconnects with `since`) rather than holding memory.
 
+With Redis (the `redis` setting) the log is shared instead: every process appends to the
+tenant's Redis stream (`coordination.SharedEventLog`) and every feed reads it, so a client of any
+`gieok serve` worker sees the events of every worker and every bot process, with one sequence.
+
 Event types: memory.added, memory.forgotten, memory.promoted, search.answered, summary.updated,
 fact.added, fact.superseded, fact.duplicate, guard.fired, turn.timings, pipeline.* (other
 pipeline events), and stream.gap (sent to a subscriber only).
@@ -23,7 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Event", "EventBus", "Feed", "Subscription", "SUBSCRIBER_QUEUE"]
+from ..coordination import LoggedEvent, SharedEventLog
+from ..errors import CoordinationUnavailableError
+
+__all__ = ["Event", "EventBus", "Feed", "SharedFeed", "Subscription", "SUBSCRIBER_QUEUE"]
+
+SHARED_WAIT_MS = 1000  # a shared feed's blocking read: how soon it notices it was closed
+SHARED_RECENT_SCAN = 5000  # events `recent` looks through for one type in a shared log
 
 SUBSCRIBER_QUEUE = 2000  # events a subscriber may be behind before it is cut off
 
@@ -95,15 +105,74 @@ class Feed:
         self._bus._drop(self._tenant, self._subscriber)
 
 
+def _gap(since: int, oldest: int, now: float) -> Event:
+    return Event(0, "stream.gap", now, {
+        "requested_since": since, "oldest_available": oldest, "missed": oldest - since - 1,
+        "message": "the buffer no longer reaches back that far; events in between are lost"})
+
+
+class SharedFeed:
+    """One consumer's events from the shared log: a task reads the tenant's Redis stream after
+    the last sequence seen and queues what it finds (so `next()` may be cancelled safely). A jump
+    in the sequence — events trimmed before this reader got to them — becomes a `stream.gap`
+    event; Redis going away ends the feed after a `stream.lagged` event (the client resumes with
+    `since`)."""
+
+    def __init__(self, bus: EventBus, tenant: str, after: int) -> None:
+        assert bus.shared is not None
+        self._bus, self._tenant, self._log = bus, tenant, bus.shared
+        self._queue: asyncio.Queue[Event | None] = asyncio.Queue(SUBSCRIBER_QUEUE)
+        self._over = False
+        self._task = asyncio.get_running_loop().create_task(self._pump(after))
+
+    async def _pump(self, after: int) -> None:
+        client = self._log.connection.async_client(blocking_seconds=SHARED_WAIT_MS / 1000)
+        try:
+            while True:
+                for logged in await self._log.read_after(client, self._tenant, after, SHARED_WAIT_MS):
+                    if logged.seq > after + 1:
+                        await self._queue.put(_gap(after, logged.seq, self._bus.clock()))
+                    await self._queue.put(_event_of(logged))
+                    after = logged.seq
+        except CoordinationUnavailableError as exc:
+            await self._queue.put(Event(0, "stream.lagged", self._bus.clock(), {
+                "message": f"the shared event log is unreachable ({exc}); reconnect with since=<last seq seen>"}))
+            await self._queue.put(None)
+        finally:
+            await client.aclose()
+
+    async def next(self) -> Event | None:
+        if self._over:
+            return None
+        event = await self._queue.get()
+        if event is None:
+            self.close()
+        return event
+
+    def close(self) -> None:
+        if not self._over:
+            self._over = True
+            self._task.cancel()
+            self._bus._feed_closed(self._tenant)
+
+
+def _event_of(logged: LoggedEvent) -> Event:
+    return Event(logged.seq, logged.type, logged.time, logged.data)
+
+
 class EventBus:
     """Per-tenant sequences and ring buffers of events; `publish` from any thread, `feed` to
-    consume one tenant's events in an event loop."""
+    consume one tenant's events in an event loop. With `shared`, the sequences and buffers are
+    the deployment's Redis streams instead (module docstring)."""
 
-    def __init__(self, buffer: int = 10_000, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, buffer: int = 10_000, *, clock: Callable[[], float] = time.time,
+                 shared: SharedEventLog | None = None) -> None:
         self.buffer = max(1, buffer)
         self.clock = clock
+        self.shared = shared
         self._logs: dict[str, _TenantLog] = {}
         self._lock = threading.Lock()
+        self._shared_feeds: dict[str, int] = {}  # tenant -> open shared feeds in this process
 
     def _log(self, tenant: str) -> _TenantLog:
         log = self._logs.get(tenant)
@@ -112,6 +181,9 @@ class EventBus:
         return log
 
     def publish(self, tenant: str, type: str, data: dict[str, Any]) -> Event:
+        if self.shared is not None:
+            now = self.clock()
+            return Event(self.shared.append(tenant, type, now, data), type, now, data)
         with self._lock:
             log = self._log(tenant)
             log.seq += 1
@@ -133,6 +205,8 @@ class EventBus:
         return publish
 
     def last_seq(self, tenant: str) -> int:
+        if self.shared is not None:
+            return self.shared.last_seq(tenant)
         with self._lock:
             log = self._logs.get(tenant)
             return log.seq if log else 0
@@ -141,6 +215,10 @@ class EventBus:
         """The tenant's last `n` buffered events (of one `type` when given), oldest first: what
         the dashboard charts without subscribing (the search latencies of the last searches)."""
         found: list[Event] = []
+        if self.shared is not None:
+            scanned = self.shared.latest(tenant, n if type is None else SHARED_RECENT_SCAN)
+            found = [_event_of(e) for e in scanned if type is None or e.type == type][:n]
+            return found[::-1]
         with self._lock:
             log = self._logs.get(tenant)
             for event in reversed(log.buffer if log else ()):
@@ -156,10 +234,15 @@ class EventBus:
             if log is not None:
                 log.subscribers.discard(subscriber)
 
-    def feed(self, tenant: str, since: int | None = None) -> Feed:
+    def feed(self, tenant: str, since: int | None = None) -> Feed | SharedFeed:
         """A feed of `tenant`'s events (call it in the consumer's event loop): with `since`, first
         the buffered ones after it (`since=0`: all the buffer holds), then live ones as they come.
         Close it when done."""
+        if self.shared is not None:
+            after = self.shared.last_seq(tenant) if since is None else since
+            with self._lock:
+                self._shared_feeds[tenant] = self._shared_feeds.get(tenant, 0) + 1
+            return SharedFeed(self, tenant, after)
         subscriber = Subscription(asyncio.get_running_loop())
         with self._lock:  # replay and subscription at one instant: nothing falls between them
             log = self._log(tenant)
@@ -175,7 +258,14 @@ class EventBus:
             log.subscribers.add(subscriber)
         return Feed(self, tenant, subscriber, deque(replay))
 
-    def subscribers(self, tenant: str) -> int:
+    def _feed_closed(self, tenant: str) -> None:
         with self._lock:
+            self._shared_feeds[tenant] = max(0, self._shared_feeds.get(tenant, 0) - 1)
+
+    def subscribers(self, tenant: str) -> int:
+        """Feeds of `tenant` open in this process."""
+        with self._lock:
+            if self.shared is not None:
+                return self._shared_feeds.get(tenant, 0)
             log = self._logs.get(tenant)
             return len(log.subscribers) if log else 0

@@ -44,6 +44,9 @@ def serve(settings: Settings, *, host: str | None = None, port: int | None = Non
         uvicorn.run(app, **options)  # type: ignore[arg-type]
         return
     os.environ["GIEOK_DB"] = settings.db_location()  # each worker loads the same settings
+    if settings.redis:  # …and shares the event stream through the same Redis
+        os.environ["GIEOK_REDIS"] = settings.redis
+        os.environ["GIEOK_REDIS_NAMESPACE"] = settings.redis_namespace
     os.environ["GIEOK_SERVER_HOST"] = host  # …and knows the address MCP's Host check must accept
     os.environ[_NO_AUTH_VARIABLE] = "" if auth else "1"
     # A worker loading a memory or the embedding model can hold the GIL for seconds on a busy machine;

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
+from ..coordination import RedisConnection, SharedEventLog
 from ..store.base import Store
 from ..store.factory import open_store
 from .auth import ApiKeys
@@ -27,18 +28,30 @@ class ServerState:
     bot: Any = None  # a BotCore sharing this process, for /v1/health
     started: float = 0.0
     _keys_store: Store | None = field(default=None, repr=False)
+    redis: RedisConnection | None = field(default=None, repr=False)  # with the `redis` setting: shared events
 
     @classmethod
     def open(cls, settings: Settings, *, auth: bool = True) -> ServerState:
         """Open the deployment whose home memory is `settings.db` (created if new)."""
         home = settings.db_location()
-        store = open_store(home, busy_timeout_ms=settings.busy_timeout_ms)  # the key table lives in the home memory
-        bus = EventBus(settings.event_buffer)
+        redis = RedisConnection(settings.redis, settings.redis_namespace) if settings.redis else None
+        try:
+            store = open_store(home, busy_timeout_ms=settings.busy_timeout_ms)  # the key table lives in the home memory
+        except BaseException:
+            if redis is not None:
+                redis.close()
+            raise
+        bus = EventBus(settings.event_buffer,
+                       shared=SharedEventLog(redis, settings.event_buffer) if redis is not None else None)
         tenants = TenantRegistry(home, settings, max_open=settings.server_open_tenants, listener=bus.listener)
-        return cls(settings, ApiKeys(store), tenants, bus, auth=auth, started=time.time(), _keys_store=store)
+        return cls(settings, ApiKeys(store), tenants, bus, auth=auth, started=time.time(), _keys_store=store,
+                   redis=redis)
 
     def close(self) -> None:
         self.tenants.close()
         if self._keys_store is not None:
             self._keys_store.close()
             self._keys_store = None
+        if self.redis is not None:
+            self.redis.close()
+            self.redis = None

@@ -29,11 +29,11 @@ from ..errors import StoreError
 from ..layers.conversation import ConversationMemory
 from ..memory import EventListener, Memory
 from ..store.urls import display_url, tenant_schema, with_schema
+from ..types import DEFAULT_TENANT
 from .auth import check_tenant
 
 __all__ = ["DEFAULT_TENANT", "Tenant", "TenantRegistry", "tenant_path", "tenant_location"]
 
-DEFAULT_TENANT = "default"
 
 
 def tenant_path(home: Path, tenant: str) -> Path:
