@@ -56,14 +56,18 @@ def test_inbox_keeps_order_across_processes_and_drains_once(pair: tuple[SharedCh
         await a.enqueue("k", {"n": 3})
         assert await b.queued("k") == 3
         assert await a.waiting() == {"k"}
+        assert await b.drain("k") is None, "only the lease holder drains"
+        assert await b.try_lease("k")
+        assert await a.drain("k") is None
         drained = await b.drain("k")
-        assert [item["n"] for item in drained] == [1, 2, 3]
+        assert drained is not None and [item["n"] for item in drained] == [1, 2, 3]
         assert drained[0]["text"] == "첫 번째"
-        assert await a.drain("k") == [], "drained items are gone"
+        assert await b.drain("k") == [], "drained items are gone"
         assert await a.waiting() == set(), "an empty inbox is not waiting"
         await a.requeue_front("k", drained[1:])
         await a.enqueue("k", {"n": 4})
-        assert [item["n"] for item in await b.drain("k")] == [2, 3, 4], "handed-back messages go first"
+        again = await b.drain("k")
+        assert again is not None and [item["n"] for item in again] == [2, 3, 4], "handed-back messages go first"
         await a.aclose()
         await b.aclose()
 

@@ -31,13 +31,15 @@ from .fill import filled_memory
 from .loopback_llm import TAG, loopback_llm
 from .report import median, p50_p95, print_and_write, progress_bar, results_table, table_console
 
-__all__ = ["arrival_schedule", "measure_runtime", "print_runtime", "run_runtime_bench"]
+__all__ = ["BenchOutbox", "arrival_schedule", "measure_runtime", "print_runtime", "run_runtime_bench"]
 
 ARRIVALS = ("random", "even")
 QUESTIONS = ("오늘 뭐 해?", "점심 추천해줘", "what's up?", "내일 날씨 어때?", "any game tonight?", "주말 계획 있어?")
 
 
-class _Outbox:
+class BenchOutbox:
+    """Replies as the channel would show them: what was sent where, and each message's final text."""
+
     def __init__(self) -> None:
         self.sent: list[tuple[ChannelRef, str]] = []
         self.texts: dict[str, str] = {}
@@ -141,7 +143,7 @@ async def _play(memory: Memory, url: str, channels: int, schedule: list[tuple[fl
                                               rate_limit_channel_seconds=0.0, rate_limit_global_seconds=0.0)
     llm = create_llm(settings)
     pipeline = ConversationPipeline(memory, settings=settings, llm=llm)
-    core = BotCore(pipeline, llm, outbox=_Outbox(), settings=settings)
+    core = BotCore(pipeline, llm, outbox=BenchOutbox(), settings=settings)
     memory.embedder.embed_queries(["워밍업 warm-up"])
     sent, behind, engine_share = await _send(core, channels, schedule, title, getattr(memory.embedder, "inner", None))
     aclose = getattr(llm, "aclose", None)

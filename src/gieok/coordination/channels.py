@@ -40,8 +40,11 @@ redis.call('RPUSH', KEYS[1], ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[1])
 return 1
 """
-# KEYS: inbox, waiting set · ARGV: channel key — everything queued, and the channel off the waiting set
+# KEYS: inbox, waiting set, lease · ARGV: channel key, owner — everything queued, and the channel off
+# the waiting set; nothing (false) unless the caller holds the lease, so a process that lost it
+# while stalled cannot take messages from the one that holds it now
 _DRAIN = """
+if redis.call('GET', KEYS[3]) ~= ARGV[2] then return false end
 local items = redis.call('LRANGE', KEYS[1], 0, -1)
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[2], ARGV[1])
@@ -139,12 +142,12 @@ class SharedChannels:
         keys = [self._inbox(channel_key), self._key("waiting")]
         await self._call(lambda r: r.eval(_ENQUEUE, 2, *keys, channel_key, data))
 
-    async def drain(self, channel_key: str) -> list[dict[str, Any]]:
-        """Everything in the channel's inbox, oldest first; the inbox is empty after (only the
-        lease holder drains)."""
-        keys = [self._inbox(channel_key), self._key("waiting")]
-        items = await self._call(lambda r: r.eval(_DRAIN, 2, *keys, channel_key))
-        return [json.loads(item) for item in items]
+    async def drain(self, channel_key: str) -> list[dict[str, Any]] | None:
+        """Everything in the channel's inbox, oldest first, and the inbox empty after; None when
+        this process does not hold the channel's lease (any more)."""
+        keys = [self._inbox(channel_key), self._key("waiting"), self._lease(channel_key)]
+        items = await self._call(lambda r: r.eval(_DRAIN, 3, *keys, channel_key, self.owner))
+        return None if items is None else [json.loads(item) for item in items]
 
     async def requeue_front(self, channel_key: str, payloads: list[dict[str, Any]]) -> None:
         """Put drained messages back at the head of the inbox (a lease lost before their turn)."""

@@ -60,15 +60,21 @@ class RedisConnection:
     made per event loop on demand, the key namespace, and this process's identity (`owner`:
     what its channel leases are held under)."""
 
-    def __init__(self, url: str, namespace: str = "gieok", *, timeout_seconds: float = 5.0) -> None:
+    def __init__(self, url: str, namespace: str = "gieok", *, timeout_seconds: float = 5.0,
+                 command_seconds: float = 30.0) -> None:
         self.url = check_redis_url(url)
         if not namespace or any(c.isspace() for c in namespace) or len(namespace) > 64:
             raise InvalidInputError(f"redis_namespace must be 1–64 characters without spaces, got {namespace!r}")
         self.namespace = namespace
-        self.timeout_seconds = timeout_seconds
+        self.timeout_seconds = timeout_seconds  # to connect, and to hear a first answer
+        # A command's answer may be read late when the process is starved of CPU (a busy machine,
+        # a long GIL hold): a short read timeout would fail a command that Redis already carried
+        # out, and a drained inbox would be lost with it. Dead servers are found by the connect
+        # timeout and the connection errors, not by this.
+        self.command_seconds = max(command_seconds, timeout_seconds)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._module = _redis()
-        self.client = self._module.Redis.from_url(url, socket_timeout=timeout_seconds,
+        self.client = self._module.Redis.from_url(url, socket_timeout=self.command_seconds,
                                                   socket_connect_timeout=timeout_seconds, decode_responses=True)
         try:
             self.client.ping()
@@ -87,7 +93,7 @@ class RedisConnection:
         belong to one loop). `blocking_seconds`: the longest blocking read it will do (XREAD
         BLOCK), added to the socket timeout so the wait itself is not an error."""
         return self._module.asyncio.Redis.from_url(
-            self.url, socket_timeout=self.timeout_seconds + blocking_seconds,
+            self.url, socket_timeout=self.command_seconds + blocking_seconds,
             socket_connect_timeout=self.timeout_seconds, decode_responses=True)
 
     def close(self) -> None:

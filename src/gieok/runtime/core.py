@@ -30,6 +30,7 @@ import contextlib
 import functools
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -119,6 +120,9 @@ class _Channel:
     merge_requested: bool = False
     busy: bool = False
     drain_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # shared inbox drained in order
+    # L1 rows of the messages drained lately: a send retried after a dropped connection may have
+    # queued a message twice, and it must still be answered once
+    drained: deque[int] = field(default_factory=lambda: deque(maxlen=1000))
 
 
 class BotCore:
@@ -297,7 +301,12 @@ class BotCore:
         async with state.drain_lock:
             if state.key not in self._leases:
                 return
-            for payload in await self._shared_step(self.shared.drain(state.key)):
+            drained = await self._shared_step(self.shared.drain(state.key))
+            if drained is None:  # the lease expired while this process stalled: another runs it now
+                self._leases.discard(state.key)
+                state.wake.set()
+                return
+            for payload in drained:
                 try:
                     fields, observation, explicit = from_payload(payload)
                     message = InboundMessage(ChannelRef(fields.pop("channel"), fields.pop("guild")), **fields)
@@ -305,6 +314,9 @@ class BotCore:
                     log.error("a queued message in %s could not be read: %s", state.key, exc)
                     self.health.failed("shared", exc)
                     continue
+                if observation.row.message_id in state.drained:
+                    continue
+                state.drained.append(observation.row.message_id)
                 self._arrive(state, _Pending(message, observation, explicit, self.clock()))
 
     async def _release_or_continue(self, state: _Channel) -> bool:
@@ -333,6 +345,9 @@ class BotCore:
         back to the head of the inbox for the process that holds the channel now."""
         assert self.shared is not None
         waiting, state.pending = state.pending, []
+        for pending in waiting:  # if this process takes the channel again, they are new to it
+            with contextlib.suppress(ValueError):
+                state.drained.remove(pending.observation.row.message_id)
         await self._shared_step(self.shared.requeue_front(
             state.key, [to_payload(p.message, p.observation, p.explicit) for p in waiting]))
         await self._shared_step(self.shared.notify(WAKE_INBOX, state.key))
@@ -441,6 +456,9 @@ class BotCore:
             # The debounce ended at its deadline (a clock read a few loop turns later would
             # add scheduling noise to the measured wait).
             ready = min(self.clock(), self._debounce_deadline(state))
+            if self.shared is not None and await self._shared_step(self.shared.renew([state.key])):
+                self._leases.discard(state.key)  # lost while debouncing: the holder answers these
+                continue
             try:
                 await self._turn(state, ready)
             except asyncio.CancelledError:
