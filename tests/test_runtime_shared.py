@@ -247,3 +247,25 @@ def test_the_next_owner_reads_the_working_memory_the_last_one_left(spawn: Any) -
         await close_all(a, b)
 
     run(scenario())
+
+
+def test_messages_a_process_holds_when_its_lease_is_lost_are_handed_back(spawn: Any, redis_url: str,
+                                                                         redis_namespace: str) -> None:
+    a = spawn(debounce_seconds=2.0, debounce_finished_seconds=2.0)
+    b = spawn(debounce_seconds=2.0, debounce_finished_seconds=2.0)
+    key = conversation_key("g1", "cafe")
+
+    async def scenario() -> None:
+        await b.core.start()
+        await a.core.submit(msg("누리야 [t1] 잠깐만...", "m1"))
+        inbox = f"{redis_namespace}:inbox:{key}"
+        await until(lambda: key in a.core.held_channels and a.connection.client.llen(inbox) == 0, 5)
+        await asyncio.sleep(0.2)  # a holds the message in its debounce
+        # a stalls past its lease (as a process starved of CPU would): the lease is gone
+        assert a.connection.client.delete(f"{redis_namespace}:lease:{key}") == 1
+        await settled(a, b, replies_expected=1, timeout=20)
+        assert tag_counts(a, b) == {"[t1]": 1}
+        assert replies(b) and not replies(a), "the message went back to the inbox and b answered it"
+        await close_all(a, b)
+
+    run(scenario())

@@ -430,6 +430,8 @@ class BotCore:
             if self.shared is not None:
                 if state.key not in self._leases:
                     await self._hand_back(state)
+                    if state.key in self._leases:
+                        continue  # this process took the channel again meanwhile: go on running it
                     state.worker = None
                     return
                 await self._drain(state)
