@@ -44,13 +44,17 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
 from ..text.tokenize import get_tokenizer
 
-__all__ = ["FactShape", "Alignment", "shape_of", "align", "judge_shapes", "romanize"]
+__all__ = ["FactShape", "Alignment", "Paraphrase", "shape_of", "align", "judge_shapes", "romanize", "changed_spans"]
+
+# Do two short spans of words mean the same? (the packaged embedder's cosine against a threshold:
+# layers/facts.py `PairJudge`). Asked only about what is left of the changed spans after the rules.
+Paraphrase = Callable[[str, str], bool]
 
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 USER_REF = re.compile(r"<user:(\d+)>")
@@ -296,6 +300,9 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
         negated = False
     markers = frozenset({c for c in concepts if c in _MARKERS} | ({"used to"} if _USED_TO.search(plain) else set()))
     adverbs, names, verbs, surface = _word_roles(plain, concept_of)
+    for token in tokens:  # a concept's own word, for embedding a changed span ("@like" was "좋아하다")
+        if concept_of.get(token, token) != token:
+            surface.setdefault(concept_of[token], token)
     relations = frozenset(c for c in concepts if c in _relation_tokens())
     return FactShape(subject, tuple(concepts), frozenset(single), numbers, negated, markers,
                      adverbs=frozenset(adverbs - _MARKERS), relations=relations, names=frozenset(names),
@@ -517,8 +524,46 @@ def _plain_word(shape: FactShape, token: str) -> bool:
                 or token in _PREDICATES or token in _MARKERS)
 
 
-def judge_shapes(old: FactShape, new: FactShape) -> tuple[str, str]:
-    """(duplicate | conflict | distinct, the reason in a few words)."""
+_NEGATING_PREFIXES = ("un", "non", "dis", "in", "im", "ir", "il", "비", "불", "무", "미")
+
+
+def _contrasting(a: str, b: str) -> bool:
+    """Two words of one form that usually say opposite or sibling things: one is the other with
+    a negating prefix ("smoker" / "nonsmoker", "공개" / "비공개"), or they differ in one letter
+    or syllable only ("내향적" / "외향적", "남동생" / "여동생", "3월" / "4월")."""
+    short, long = sorted((a, b), key=len)
+    if any(long == prefix + short for prefix in _NEGATING_PREFIXES):
+        return True
+    return len(a) == len(b) and len(a) >= 2 and sum(x != y for x, y in zip(a, b)) == 1
+
+
+def changed_spans(old: FactShape, new: FactShape) -> tuple[str, str] | None:
+    """The words left changed on each side once the rules have set aside what is no change, as
+    short texts for the embedder ("kids" / "children"), or None when what is left is not a
+    pair of short spans that could mean the same: an empty side, more than two words a side,
+    a name, a user, another person on one side only, or two words of one form that contrast."""
+    if old.subject != new.subject:
+        return None
+    content = align(old.content(), new.content())
+    old_rest, new_rest, _ = _residue(old, new, content)
+    if not (1 <= len(old_rest) <= 2 and 1 <= len(new_rest) <= 2):
+        return None
+    for shape, rest in ((old, old_rest), (new, new_rest)):
+        if any(t.startswith("<") or t in shape.names for t in rest):
+            return None
+    if any(t in old.relations for t in old_rest) != any(t in new.relations for t in new_rest):
+        return None  # a person on one side only: a fact about them ("kids" / "children" is one)
+    words_old = [old.word(t).lstrip("@") for t in old_rest]
+    words_new = [new.word(t).lstrip("@") for t in new_rest]
+    if any(_contrasting(a, b) for a in words_old for b in words_new):
+        return None
+    return " ".join(words_old), " ".join(words_new)
+
+
+def judge_shapes(old: FactShape, new: FactShape, paraphrase: Paraphrase | None = None) -> tuple[str, str]:
+    """(duplicate | conflict | distinct, the reason in a few words). `paraphrase`, when given,
+    is asked whether the words left changed mean the same (`changed_spans`); it is asked only
+    once numbers, negation, change words and modality agree and no rule has decided."""
     if old.subject != new.subject:
         return "distinct", "about someone else"
     content = align(old.content(), new.content())
@@ -539,12 +584,16 @@ def judge_shapes(old: FactShape, new: FactShape) -> tuple[str, str]:
         return "duplicate", f"the same after setting aside {', '.join(why)}"
     slot = (len(content.old_spans) == 1 and len(content.new_spans) == 1
             and len(content.old_changed) == len(content.new_changed) <= 2)
-    if slot and values_equal and old.negated == new.negated and not _translated(content):
-        if _same_kind_of_value(content.old_changed, content.new_changed):
-            return "conflict", "the opposite value"
-        if _shared_single(old, new):
-            return "conflict", "a single-valued attribute got another value"
+    slot_conflict = slot and values_equal and old.negated == new.negated and not _translated(content)
+    if slot_conflict and _same_kind_of_value(content.old_changed, content.new_changed):
+        return "conflict", "the opposite value"
     anchored = any(c not in _LIGHT and c not in _PREDICATES and c not in old.adverbs for c in content.shared)
+    if same_terms and (anchored or old.numbers) and paraphrase is not None:  # "three kids" / "3 children"
+        spans = changed_spans(old, new)
+        if spans is not None and paraphrase(*spans):
+            return "duplicate", f"the changed words mean the same ({spans[0]} / {spans[1]})"
+    if slot_conflict and _shared_single(old, new):
+        return "conflict", "a single-valued attribute got another value"
     if new.markers - old.markers and anchored and len(content.old_changed) <= 2 and not old.negated:
         return "conflict", "a change of state"
     if same_terms and (anchored or any(w != "an adverb" for w in why)):  # a word both say, in one form or another
