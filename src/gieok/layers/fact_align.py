@@ -144,9 +144,15 @@ _RELATION_WORDS = (
     "fiance", "fiancee",
 )
 # Wanting, planning, trying: "wants to buy a boat" is not "bought a boat".
-_MODAL = re.compile(r"(?:싶|예정|계획|려고|고자|언젠가|\bwants?\b|\bwanted\b|\bwish|\bhope|\bplan(?:s|ning|ned)?\b"
+# Hardly, rarely: near-negations, kept apart from "never" / "안" so that they stop a duplicate
+# without making a conflict by themselves.
+_MODAL = re.compile(r"(?:싶|예정|계획|려고|고자|언젠가|거의|\bwants?\b|\bwanted\b|\bwish|\bhope|\bplan(?:s|ning|ned)?\b"
                     r"|\bdream|\bgoing to\b|\bthinking of\b|\bconsider|\bwould like\b|\bwill\b|\bsomeday\b"
-                    r"|\btr(?:y|ies|ying|ied)\b)", re.IGNORECASE)
+                    r"|\btr(?:y|ies|ying|ied)\b|\bhardly\b|\brarely\b|\bseldom\b|\bbarely\b)", re.IGNORECASE)
+# Saying one thing against another ("tea instead of coffee", "커피보다 차"): the words of such a fact
+# are not all asserted, so a shorter fact made of some of them is not its repetition.
+_CONTRAST = re.compile(r"(?:대신|보다|말고|지만|제외|\binstead\b|\brather\b|\bthan\b|\bbut\b|\bexcept\b"
+                       r"|\bunlike\b|\bover\b|\bprefer\w*\b[^.]*\bto\b)", re.IGNORECASE)
 # How often: set aside like an adverb when one side only has it ("매일 아침" / "아침마다").
 _FREQUENCY = frozenset({"every", "everi", "each", "매일", "매주", "매달", "매년", "매번", "daily", "weekly", "monthly",
                         "@daily"})
@@ -194,7 +200,8 @@ class FactShape:
     relations: frozenset[str] = frozenset()  # concepts naming another person (wife, 형, friend)
     names: frozenset[str] = frozenset()  # concepts written as names (capitalised mid-sentence, NNP, SH)
     verbs: frozenset[str] = frozenset()  # concepts read as verbs: kiwi's VV / VA, an English past tense
-    modal: bool = False  # wants / plans / tries / 싶다 / 예정: not (yet) a fact about the subject
+    modal: bool = False  # wants / plans / tries / 싶다 / 예정 / rarely: not (yet, or hardly) so
+    contrast: bool = False  # "instead of", "rather than", "보다", "대신": not every word is asserted
     surface: tuple[tuple[str, str], ...] = ()  # (concept, the word it was read from) for Latin words
 
     def content(self) -> tuple[str, ...]:
@@ -306,7 +313,8 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
     relations = frozenset(c for c in concepts if c in _relation_tokens())
     return FactShape(subject, tuple(concepts), frozenset(single), numbers, negated, markers,
                      adverbs=frozenset(adverbs - _MARKERS), relations=relations, names=frozenset(names),
-                     verbs=frozenset(verbs), modal=bool(_MODAL.search(plain)), surface=tuple(surface.items()))
+                     verbs=frozenset(verbs), modal=bool(_MODAL.search(plain)), contrast=bool(_CONTRAST.search(plain)),
+                     surface=tuple(surface.items()))
 
 
 def _word_roles(plain: str, concept_of: dict[str, str]
@@ -475,6 +483,9 @@ def _same_word(old: FactShape, a: str, new: FactShape, b: str) -> str | None:
     return "derived" if _derived(a, b) or _derived(wa, wb) else None
 
 
+_WHY = {"romanised": "a romanised name", "derived": "a derived word", "abbreviated": "an abbreviation"}
+
+
 def _residue(old: FactShape, new: FactShape, content: Alignment) -> tuple[list[str], list[str], list[str]]:
     """The changed spans less what is not a change: adverbs one side only has, tokens paired
     off as one word in another form, words split or joined by spacing. (old rest, new rest,
@@ -487,7 +498,7 @@ def _residue(old: FactShape, new: FactShape, content: Alignment) -> tuple[list[s
             if reason:
                 old_rest.remove(a)
                 new_rest.remove(b)
-                why.append(reason)
+                why.append(_WHY[reason])
                 break
     old_adverbs = [t for t in old_rest if t in old.adverbs]
     new_adverbs = [t for t in new_rest if t in new.adverbs]
@@ -581,7 +592,7 @@ def judge_shapes(old: FactShape, new: FactShape, paraphrase: Paraphrase | None =
             return "conflict", "a change of state"
     old_rest, new_rest, why = _residue(old, new, content)
     if same_terms and not old_rest and not new_rest:
-        return "duplicate", f"the same after setting aside {', '.join(why)}"
+        return "duplicate", f"the same once {', '.join(why)} is set aside"
     slot = (len(content.old_spans) == 1 and len(content.new_spans) == 1
             and len(content.old_changed) == len(content.new_changed) <= 2)
     slot_conflict = slot and values_equal and old.negated == new.negated and not _translated(content)
@@ -596,7 +607,7 @@ def judge_shapes(old: FactShape, new: FactShape, paraphrase: Paraphrase | None =
         return "conflict", "a single-valued attribute got another value"
     if new.markers - old.markers and anchored and len(content.old_changed) <= 2 and not old.negated:
         return "conflict", "a change of state"
-    if same_terms and (anchored or any(w != "an adverb" for w in why)):  # a word both say, in one form or another
+    if same_terms and not old.contrast and not new.contrast and (anchored or any(w != "an adverb" for w in why)):
         if not new_rest and not any(t in old.relations for t in old_rest):
             return "duplicate", "the new fact says less than the old one"
         if not old_rest and len(new_rest) == 1 and _plain_word(new, new_rest[0]):
