@@ -30,7 +30,11 @@ they are, so that wording the lexicon never saw still lines up:
   Civic" → "X drives a Civic") or the two differ in a number, negation, change word or
   modality ("wants to", "싶다", "예정");
 - a new fact that adds one common word to the old one ("a nurse" → "a nurse at a hospital")
-  is a duplicate when that word is not a name, a number, another person or a change word.
+  is a duplicate when that word is not a name, a number, another person, a verb or a change word;
+- last, the one or two words left changed on each side (`changed_spans`) may be handed to a
+  `Paraphrase` test — the packaged embedder's cosine of those words alone, against a high bar
+  (layers/facts.py `PairJudge.span_test`): "kids" / "children" mean the same, "married" /
+  "engaged" do not.
 
 A paraphrase none of this covers stays "distinct" (stored twice): that costs a line of prompt,
 while a false duplicate would lose a fact and a false conflict would retire one. The lexicon

@@ -124,7 +124,9 @@ class PairJudge:
     only the changed span is judged — nothing changed (after folding synonyms, numbers and
     negation agreeing) is a duplicate; another value of the same attribute is a conflict (the
     newer supersedes); another attribute is distinct, even when a number changed ("24살"
-    never replaces "고양이 이름은 나비"). The cosines stay as a floor under both: a pair less
+    never replaces "고양이 이름은 나비"). Words that changed only in form (an adverb, a romanised
+    name, a derivation, spacing) are set aside, and what is left may be compared by the
+    embedder on those words alone (`span_test`). The cosines stay as a floor under both: a pair less
     similar than `duplicate_threshold` / `conflict_threshold` is distinct. Thresholds chosen on
     the dev half of the bundled labeled pairs (docs/benchmarks.md, "Fact judge")."""
 
