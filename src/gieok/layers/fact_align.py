@@ -50,7 +50,7 @@ import difflib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from ..text.tokenize import get_tokenizer
 
@@ -310,7 +310,8 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
         concepts = ["@dislike" if c == "@like" else c for c in concepts]
         negated = False
     markers = frozenset({c for c in concepts if c in _MARKERS} | ({"used to"} if _USED_TO.search(plain) else set()))
-    adverbs, names, verbs, surface = _word_roles(plain, concept_of)
+    adverbs, names, verbs, latin = _word_roles(plain)
+    surface = dict(latin)
     for token in tokens:  # a concept's own word, for embedding a changed span ("@like" was "좋아하다")
         if concept_of.get(token, token) != token:
             surface.setdefault(concept_of[token], token)
@@ -321,13 +322,14 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
                      surface=tuple(surface.items()))
 
 
-def _word_roles(plain: str, concept_of: dict[str, str]
-                ) -> tuple[set[str], set[str], set[str], dict[str, str]]:
+@lru_cache(maxsize=4096)
+def _word_roles(plain: str) -> tuple[frozenset[str], frozenset[str], frozenset[str], tuple[tuple[str, str], ...]]:
     """(adverbs, names, verbs, Latin surface words) of a fact, by concept. Adverbs: kiwi's MAG,
     an English word ending in "-ly", a "how often" word. Names: kiwi's NNP / SH, a capitalised
     Latin word. Verbs: kiwi's VV / VA, an English past tense ("-ed", a few irregular ones).
-    Surface: the word a Latin stem was read from ("bassist" for "bassist")."""
-    tokenizer = get_tokenizer()
+    Surface: the word a Latin stem was read from ("bassist" for "bassist"). Cached: a subject's
+    current facts are read again on every new fact about it."""
+    tokenizer, concept_of = get_tokenizer(), _concept_of()
     adverbs: set[str] = set()
     names: set[str] = set()
     verbs: set[str] = set()
@@ -353,7 +355,7 @@ def _word_roles(plain: str, concept_of: dict[str, str]
             adverbs.add(concept)
         if word.lower().endswith("ed") or word.lower() in _IRREGULAR_PAST:
             verbs.add(concept)
-    return adverbs, names, verbs, surface
+    return frozenset(adverbs), frozenset(names), frozenset(verbs), tuple(surface.items())
 
 
 def align(old: Sequence[str], new: Sequence[str]) -> Alignment:
