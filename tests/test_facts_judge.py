@@ -91,3 +91,78 @@ def test_add_is_still_judged_against_facts_the_model_did_not_see(memory: Memory)
     assert outcome.action == "superseded" and outcome.replaced.block_index == unseen.block_index
     same = add(facts, "<user:1>는 커피를 좋아한다", verdict=ModelVerdict("add", None, frozenset({seen.block_index})))
     assert same.action == "duplicate", "the very same text is never stored twice"
+
+
+def test_changed_words_in_another_form_are_no_change() -> None:
+    """The changed span is judged by the form of its words, not by the lexicon: wording it never
+    listed still lines up (Korean and English)."""
+    assert label("<user:1>는 아침마다 조깅을 한다.", "<user:1>는 매일 아침 조깅한다.") == "duplicate", "adverb"
+    assert label("<user:1>는 커피를 하루에 세 잔 마신다.", "<user:1>는 하루에 커피 3잔을 마신다.") == "duplicate"
+    assert label("<user:1>는 던파를 한다.", "<user:1>는 던전앤파이터를 한다.") == "duplicate", "abbreviation"
+    assert label("<user:1> lives in Incheon.", "<user:1>는 인천에 산다.") == "duplicate", "romanised"
+    assert label("<user:1>는 강아지 보리를 키운다.", "<user:1> has a dog named Bori.") == "duplicate"
+    assert label("<user:1> is left-handed.", "<user:1> is a lefty.") == "duplicate", "derived word"
+    # the new fact says less than the old one, or adds one common word
+    assert label("<user:1>는 닌텐도 스위치를 가지고 있다.", "<user:1>는 스위치를 가지고 있다.") == "duplicate"
+    assert label("<user:1> works at Google on the Maps team.", "<user:1> works at Google.") == "duplicate"
+    assert label("<user:1> is a nurse in Busan.", "<user:1> is a nurse at a hospital in Busan.") == "duplicate"
+    assert label("<user:1>는 판교 스타트업의 개발자다.", "<user:1>는 판교 스타트업에서 개발자로 일한다.") == "duplicate"
+
+
+def test_what_a_word_adds_or_leaves_out_can_still_be_news() -> None:
+    """Guards on the rules above: another person, wanting, a new verb, a contrast, a name, a
+    near-negation, and names that only share a prefix are never duplicates."""
+    assert label("<user:1> drives a Civic.", "<user:1>'s wife drives a Civic.") == "distinct"
+    assert label("<user:1>는 배그를 한다.", "<user:1>의 동생은 배그를 한다.") == "distinct"
+    assert label("<user:1>는 낚싯배를 샀다.", "<user:1>는 낚싯배를 사고 싶어 한다.") != "duplicate"
+    assert label("<user:1> bought a boat.", "<user:1> wants to buy a boat.") != "duplicate"
+    assert label("<user:1>는 낚싯배를 산다.", "<user:1>는 낚싯배를 사고 싶어 한다.") != "duplicate", "modality"
+    assert label("<user:1>는 여자친구가 있다.", "<user:1>는 여자친구와 헤어졌다.") != "duplicate"
+    assert label("<user:1> has a dog.", "<user:1> lost the dog.") != "duplicate"
+    assert label("<user:1>는 커피 대신 차를 마신다.", "<user:1>는 커피를 마신다.") != "duplicate"
+    assert label("<user:1> prefers tea to coffee.", "<user:1> likes coffee.") != "duplicate"
+    assert label("<user:1> has a cat.", "<user:1> has a cat named Nabi.") != "duplicate", "a name is news"
+    assert label("<user:1> drinks beer.", "<user:1> rarely drinks beer.") != "duplicate"
+    assert label("<user:1>는 서울에 산다.", "<user:1>는 서울대에 다닌다.") != "duplicate"
+    assert label("<user:1>는 남동생이 있다.", "<user:1>는 여동생이 있다.") != "duplicate"
+
+
+def test_the_embedder_judges_only_the_words_left_changed(memory: Memory) -> None:
+    """With the packaged e5: synonyms left after the rules are a duplicate, siblings and
+    opposites are not; threshold 1 turns the look off."""
+    tokenizer = get_tokenizer()
+
+    def judged(old: str, new: str, judge: PairJudge | None = None) -> str:
+        judge = judge or PairJudge()
+        paraphrase = judge.span_test(memory.embedder)
+        return judge.judge(0.99, tokenizer.tokens(new), tokenizer.tokens(old), new, old, paraphrase=paraphrase)
+
+    assert judged("<user:1> has three kids.", "<user:1> has 3 children.") == "duplicate"
+    assert judged("<user:1> is afraid of spiders.", "<user:1> has a fear of spiders.") == "duplicate"
+    assert judged("<user:1> has three kids.", "<user:1> has 3 children.", PairJudge(span_threshold=1.0)) == "distinct"
+    assert judged("<user:1> is an introvert.", "<user:1> is an extrovert.") != "duplicate"
+    assert judged("<user:1>는 내향적이다.", "<user:1>는 외향적이다.") != "duplicate"
+    assert judged("<user:1>는 월요일에 운동한다.", "<user:1>는 금요일에 운동한다.") != "duplicate"
+    assert judged("<user:1> is married.", "<user:1> is engaged.") != "duplicate"
+    assert judged("<user:1> speaks Spanish.", "<user:1> speaks Portuguese.") != "duplicate"
+
+
+def test_fact_store_keeps_one_copy_of_a_paraphrase_and_supersedes_a_change(memory: Memory) -> None:
+    """End to end on a real SQLite file and the packaged embedder: a paraphrase is not stored,
+    a changed value supersedes and the old fact stays in the history (Korean and English)."""
+    facts = facts_of(memory)
+    kids = add(facts, "<user:1> has three kids.")
+    again = add(facts, "<user:1> has 3 children.")
+    assert again.action == "duplicate" and again.fact.block_index == kids.fact.block_index
+    jog = add(facts, "<user:1>는 아침마다 조깅을 한다.")
+    assert add(facts, "<user:1>는 매일 아침 조깅한다.").action == "duplicate"
+    home = add(facts, "<user:1> lives in Incheon.")
+    assert add(facts, "<user:1>는 인천에 산다.").action == "duplicate"
+    assert add(facts, "<user:1>'s wife lives in Incheon.").action == "stored"
+    moved = add(facts, "<user:1> now lives in Suwon.")
+    assert moved.action == "superseded" and moved.replaced.block_index == home.fact.block_index
+    assert current(facts) == ["<user:1> has three kids.", "<user:1>는 아침마다 조깅을 한다.",
+                              "<user:1>'s wife lives in Incheon.", "<user:1> now lives in Suwon."]
+    history = {f.block_index: f for f in facts.facts(user_id="1", include_history=True)}
+    assert history[home.fact.block_index].superseded_by == moved.fact.block_index
+    assert jog.fact.block_index in history and len(history) == 5

@@ -179,6 +179,7 @@ def bench_facts(
     split: Annotated[str, typer.Option(help="Bundled pairs half: test (held out), dev (tuned on) or all.")] = "test",
     duplicate_threshold: Annotated[float | None, typer.Option(help="Override fact_duplicate_threshold.")] = None,
     conflict_threshold: Annotated[float | None, typer.Option(help="Override fact_conflict_threshold.")] = None,
+    span_threshold: Annotated[float | None, typer.Option(help="Override fact_span_threshold (1 = off).")] = None,
     llm: Annotated[str, typer.Option(help="off: the offline judge; scripted: replay recorded extraction-model "
                                           "answers through the model path (parse, validate, apply).")] = "off",
     answers: Annotated[Path | None, typer.Option(help="JSONL of recorded answers for --llm scripted "
@@ -195,8 +196,12 @@ def bench_facts(
         raise InvalidInputError("--split must be test, dev or all")
     if llm not in LLM_MODES:
         raise InvalidInputError("--llm must be off or scripted")
+    for name, value in (("--duplicate-threshold", duplicate_threshold), ("--conflict-threshold", conflict_threshold),
+                        ("--span-threshold", span_threshold)):
+        if value is not None and not 0 <= value <= 1:
+            raise InvalidInputError(f"{name} must be between 0 and 1, got {value}")
     run_facts(data, json_out, split=split, duplicate_threshold=duplicate_threshold,
-              conflict_threshold=conflict_threshold, llm=llm, answers=answers)
+              conflict_threshold=conflict_threshold, llm=llm, answers=answers, span_threshold=span_threshold)
 
 
 @bench_app.command("pipeline")

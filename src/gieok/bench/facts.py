@@ -55,11 +55,13 @@ def judge_pairs(rows: list[dict[str, Any]], judge: PairJudge, embedder: Any, tok
     else:
         vectors.update(zip(texts, embedder.embed_passages(texts)))
     tokens = {t: tokenizer.analyze(t, want_keywords=False).tokens for t in texts}
+    paraphrase = judge.span_test(embedder)
     predictions, times = [], []
     for r in rows:
         t0 = time.perf_counter()
         similarity = float(np.dot(vectors[r["new"]], vectors[r["old"]]))
-        predictions.append(judge.judge(similarity, tokens[r["new"]], tokens[r["old"]], r["new"], r["old"]))
+        predictions.append(judge.judge(similarity, tokens[r["new"]], tokens[r["old"]], r["new"], r["old"],
+                                       paraphrase=paraphrase))
         times.append((time.perf_counter() - t0) * 1000)
     return predictions, times
 
@@ -140,7 +142,7 @@ def _scores(rows: list[dict[str, Any]], predictions: list[str]) -> dict[str, Any
 
 def measure_facts(data: str | Path | None = None, *, split: str = "test", duplicate_threshold: float | None = None,
                   conflict_threshold: float | None = None, llm: str = "off",
-                  answers: str | Path | None = None) -> dict[str, Any]:
+                  answers: str | Path | None = None, span_threshold: float | None = None) -> dict[str, Any]:
     from ..config import load_settings
     from ..embed import create_embedder
     from ..text.tokenize import get_tokenizer
@@ -150,7 +152,8 @@ def measure_facts(data: str | Path | None = None, *, split: str = "test", duplic
     if data is None and split != "all":
         rows = [r for r in rows if fact_split(r) == split]
     judge = PairJudge(duplicate_threshold if duplicate_threshold is not None else settings.fact_duplicate_threshold,
-                      conflict_threshold if conflict_threshold is not None else settings.fact_conflict_threshold)
+                      conflict_threshold if conflict_threshold is not None else settings.fact_conflict_threshold,
+                      span_threshold if span_threshold is not None else settings.fact_span_threshold)
     extra: dict[str, Any] = {}
     if llm == "scripted":
         recorded = load_fact_answers(answers)
@@ -168,6 +171,7 @@ def measure_facts(data: str | Path | None = None, *, split: str = "test", duplic
             "accuracy": scores["accuracy"], "n": len(rows), "split": split if data is None else "file",
             "p50_ms": round(median(times), 4),
             "duplicate_threshold": judge.duplicate_threshold, "conflict_threshold": judge.conflict_threshold,
+            "span_threshold": judge.span_threshold,
             **extra, "_scores": scores,
             "_source": f"{split} split of the bundled pairs" if data is None else str(data),
             "_wrong": [(r["label"], p, r["old"], r["new"]) for r, p in zip(rows, predictions) if r["label"] != p]}
@@ -177,7 +181,8 @@ def print_facts(report: dict[str, Any], console: Console | None = None) -> None:
     console = table_console(console)
     scores = report["_scores"]
     table = results_table(f"fact judge ({report['mode']}) on {report['n']} pairs ({report['_source']}); "
-                          f"duplicate ≥ {report['duplicate_threshold']}, conflict ≥ {report['conflict_threshold']}",
+                          f"duplicate ≥ {report['duplicate_threshold']}, conflict ≥ {report['conflict_threshold']}, "
+                          f"changed words ≥ {report['span_threshold']}",
                           ("label", "pairs", "precision", "recall"))
     for label in FACT_LABELS:
         table.add_row(label, str(scores[label]["n"]), f"{scores[label]['precision']:.3f}",
@@ -193,7 +198,8 @@ def print_facts(report: dict[str, Any], console: Console | None = None) -> None:
 
 def run_facts(data: str | Path | None = None, json_out: str | Path | None = None, *, split: str = "test",
               duplicate_threshold: float | None = None, conflict_threshold: float | None = None, llm: str = "off",
-              answers: str | Path | None = None) -> dict[str, Any]:
+              answers: str | Path | None = None, span_threshold: float | None = None) -> dict[str, Any]:
     report = measure_facts(data, split=split, duplicate_threshold=duplicate_threshold,
-                           conflict_threshold=conflict_threshold, llm=llm, answers=answers)
+                           conflict_threshold=conflict_threshold, llm=llm, answers=answers,
+                           span_threshold=span_threshold)
     return print_and_write(report, print_facts, json_out)

@@ -194,6 +194,8 @@ class Settings:
     summary_max_points: int = setting(10, at_least(1))
     fact_duplicate_threshold: float = setting(0.85, probability)  # a cosine floor under the token judge
     fact_conflict_threshold: float = setting(0.85, probability)
+    # cosine of the words left changed (e5 queries) at which they mean the same; 1 = off (dev-calibrated)
+    fact_span_threshold: float = setting(0.96, probability)
     global_user_facts: bool = False  # True: a user's facts follow them into every guild
     gatekeeper_threshold: float = setting(0.7, probability)
     analysis_every: int = setting(5, at_least(1))  # stage-2 analysis every N messages per channel (and on calls)

@@ -59,7 +59,8 @@ class ConversationMemory:
                      if line.strip() and not line.startswith("#")) if s.core_file else ()
         self.summaries = SummaryStore(self.tables, s.summary_max_topics, s.summary_max_points, core, clock)
         self.facts = FactStore(memory, self.tables, judge=PairJudge(s.fact_duplicate_threshold,
-                                                                    s.fact_conflict_threshold),
+                                                                    s.fact_conflict_threshold,
+                                                                    s.fact_span_threshold),
                                global_user_facts=s.global_user_facts, clock=clock)
         self.commit_lock = threading.Lock()
 

@@ -15,23 +15,50 @@ Korean word order is free. What is left is the *changed span* on each side:
 - anything else — another attribute, more than one slot, a value of a many-valued attribute
   ("also speaks Chinese") → distinct: both are kept.
 
-A paraphrase whose changed span the lexicon does not cover stays "distinct" (stored twice):
-that costs a line of prompt, while a false duplicate would lose a fact and a false conflict
-would retire one. The lexicon lists words, not pairs: it was written from what facts are
-about (home, work, likes, family …), and checked on the dev half of the labeled pairs.
+Before a changed span counts as a change, what the words *are* is looked at, not which words
+they are, so that wording the lexicon never saw still lines up:
+
+- an adverb on one side only (kiwi's MAG, an English "-ly" word, "every"/"매주") says how
+  often or how much, not what — it is set aside; two different adverbs still differ;
+- numbers are read with Korean counters ("세 잔" = "3잔" = 3), and the counter is set aside;
+- tokens are paired off across the sides by their form: a Hangul word and its romanisation
+  ("나비" / "Nabi", "부산" / "Busan"), an English word and its derivation ("bass" / "bassist",
+  "fluent" / "fluently"), a Korean abbreviation made of its word's syllables in order
+  ("배그" / "배틀그라운드"), words split or joined by spacing ("컴퓨터공학" / "컴퓨터 공학");
+- a new fact that says *less* than the old one (its every content word is in the old one) adds
+  nothing: a duplicate, unless what it leaves out names another person ("X's wife drives a
+  Civic" → "X drives a Civic") or the two differ in a number, negation, change word or
+  modality ("wants to", "싶다", "예정");
+- a new fact that adds one common word to the old one ("a nurse" → "a nurse at a hospital")
+  is a duplicate when that word is not a name, a number, another person, a verb or a change word;
+- last, the one or two words left changed on each side (`changed_spans`) may be handed to a
+  `Paraphrase` test — the packaged embedder's cosine of those words alone, against a high bar
+  (layers/facts.py `PairJudge.span_test`): "kids" / "children" mean the same, "married" /
+  "engaged" do not.
+
+A paraphrase none of this covers stays "distinct" (stored twice): that costs a line of prompt,
+while a false duplicate would lose a fact and a false conflict would retire one. The lexicon
+lists words, not pairs: it was written from what facts are about (home, work, likes, family …),
+and checked on the dev half of the labeled pairs; the rules above are about the form of words
+(part of speech, script, spelling), not about any word list, except two closed classes: words
+for another person (family, partners, friends) and for wanting or planning.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from ..text.tokenize import get_tokenizer
 
-__all__ = ["FactShape", "Alignment", "shape_of", "align", "judge_shapes"]
+__all__ = ["FactShape", "Alignment", "Paraphrase", "shape_of", "align", "judge_shapes", "romanize", "changed_spans"]
+
+# Do two short spans of words mean the same? (the packaged embedder's cosine against a threshold:
+# layers/facts.py `PairJudge`). Asked only about what is left of the changed spans after the rules.
+Paraphrase = Callable[[str, str], bool]
 
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 USER_REF = re.compile(r"<user:(\d+)>")
@@ -109,6 +136,38 @@ _OPPOSITE = frozenset({frozenset({"@like", "@dislike"}), frozenset({"@married", 
 _WEEKDAYS = frozenset({"월요일", "화요일", "수요일", "목요일", "금요일", "토요일", "일요일", "monday", "tuesday",
                        "wednesday", "thursday", "friday", "saturday", "sunday"})
 
+# Words naming another person: a fact that adds or drops one is about that person, not its subject.
+# A closed class (family, partners, friends, colleagues), read through the tokenizer like the concepts.
+_RELATION_WORDS = (
+    "아내", "남편", "와이프", "여친", "남친", "여자친구", "남자친구", "애인", "엄마", "아빠", "어머니", "아버지",
+    "부모", "형", "누나", "오빠", "언니", "동생", "남동생", "여동생", "아들", "딸", "자녀", "친구", "룸메이트",
+    "동료", "상사", "사촌", "할머니", "할아버지", "삼촌", "이모", "고모",
+    "wife", "husband", "partner", "girlfriend", "boyfriend", "mother", "father", "mom", "dad", "parent", "parents",
+    "sister", "brother", "sibling", "son", "daughter", "child", "children", "kid", "kids", "friend", "roommate",
+    "coworker", "colleague", "boss", "cousin", "uncle", "aunt", "grandmother", "grandfather", "grandma", "grandpa",
+    "fiance", "fiancee",
+)
+# Wanting, planning, trying: "wants to buy a boat" is not "bought a boat".
+# Hardly, rarely: near-negations, kept apart from "never" / "안" so that they stop a duplicate
+# without making a conflict by themselves.
+_MODAL = re.compile(r"(?:싶|예정|계획|려고|고자|언젠가|거의|\bwants?\b|\bwanted\b|\bwish|\bhope|\bplan(?:s|ning|ned)?\b"
+                    r"|\bdream|\bgoing to\b|\bthinking of\b|\bconsider|\bwould like\b|\bwill\b|\bsomeday\b"
+                    r"|\btr(?:y|ies|ying|ied)\b|\bhardly\b|\brarely\b|\bseldom\b|\bbarely\b)", re.IGNORECASE)
+# Saying one thing against another ("tea instead of coffee", "커피보다 차"): the words of such a fact
+# are not all asserted, so a shorter fact made of some of them is not its repetition.
+_CONTRAST = re.compile(r"(?:대신|보다|말고|지만|제외|\binstead\b|\brather\b|\bthan\b|\bbut\b|\bexcept\b"
+                       r"|\bunlike\b|\bover\b|\bprefer\w*\b[^.]*\bto\b)", re.IGNORECASE)
+# How often: set aside like an adverb when one side only has it ("매일 아침" / "아침마다").
+_FREQUENCY = frozenset({"every", "everi", "each", "매일", "매주", "매달", "매년", "매번", "daily", "weekly", "monthly",
+                        "@daily"})
+# Endings that make another word of the same stem (bass → bassist, fluent → fluently, left → lefty).
+_DERIVATIONS = ("i", "y", "li", "ly", "ist", "er", "ed", "ing", "s", "es", "e")
+_NOT_ADVERBS = frozenset({"family", "italy", "july", "reply", "supply", "jelly", "belly", "bully", "holy", "ugly",
+                          "lonely", "friendly", "lovely", "elderly", "assembly", "butterfly"})
+_IRREGULAR_PAST = frozenset({"lost", "broke", "left", "sold", "got", "became", "went", "began", "fell", "gave", "took",
+                              "won", "met", "bought", "found", "made", "ran", "quit"})
+_LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z'’]*")
+
 _NUMBER_WORDS = {
     "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
     "eleven": 11, "twelve": 12, "once": 1, "twice": 2, "하나": 1, "둘": 2, "셋": 3, "넷": 4, "한": 1, "두": 2, "세": 3,
@@ -116,14 +175,14 @@ _NUMBER_WORDS = {
 }
 _KO_NATIVE = "열한|열두|하나|다섯|여섯|일곱|여덟|아홉|스무|둘|셋|넷|한|두|세|네|열"
 _KO_UNITS = ("년생", "주년", "학년", "시간", "살", "세", "시", "분", "점", "명", "마리", "개", "번", "회", "년", "월",
-             "일", "층", "교대", "kg", "cm")
+             "일", "층", "교대", "kg", "cm", "잔", "권", "대", "장", "켤레", "그릇", "곡", "벌", "채", "가지", "군데")
 _UNIT_CANON = {"살": "age", "세": "age", "시": "time", "a.m.": "time", "p.m.": "time", "am": "time", "pm": "time",
                "o'clock": "time", "점": "score", "point": "score", "points": "score", "학년": "grade",
                "grade": "grade", "년생": "year", "년": "year", "times": "times", "time": "times", "번": "times",
                "회": "times"}
 _NUMBER = re.compile(
     rf"(?<![\w.])(?P<n>\d+(?:[.,]\d+)?|{'|'.join(w for w in _NUMBER_WORDS if w.isascii())}"
-    rf"|(?:{_KO_NATIVE})(?=\s*(?:{'|'.join(_KO_UNITS)}))|하나(?=\s|$|[.,!?]))"
+    rf"|(?:{_KO_NATIVE})(?=\s*(?:{'|'.join(_KO_UNITS)}))|(?:하나|둘|셋|넷)(?=\s|$|[.,!?]))"
     rf"\s*(?P<unit>{'|'.join(_KO_UNITS)}|(?:[A-Za-z][A-Za-z.']*)(?:\s+old)?)?",
     re.IGNORECASE)
 _USED_TO = re.compile(r"\bused to\b", re.IGNORECASE)
@@ -141,10 +200,21 @@ class FactShape:
     numbers: frozenset[tuple[float, str]]  # (value, unit); unit "" when none was read
     negated: bool
     markers: frozenset[str]  # change-of-state words
+    adverbs: frozenset[str] = frozenset()  # concepts read as adverbs or "how often" words
+    relations: frozenset[str] = frozenset()  # concepts naming another person (wife, 형, friend)
+    names: frozenset[str] = frozenset()  # concepts written as names (capitalised mid-sentence, NNP, SH)
+    verbs: frozenset[str] = frozenset()  # concepts read as verbs: kiwi's VV / VA, an English past tense
+    modal: bool = False  # wants / plans / tries / 싶다 / 예정 / rarely: not (yet, or hardly) so
+    contrast: bool = False  # "instead of", "rather than", "보다", "대신": not every word is asserted
+    surface: tuple[tuple[str, str], ...] = ()  # (concept, the word it was read from) for Latin words
 
     def content(self) -> tuple[str, ...]:
         """The concepts that must agree for a duplicate (light words and change words left out)."""
         return tuple(c for c in self.concepts if c not in _LIGHT and c not in _MARKERS)
+
+    def word(self, concept: str) -> str:
+        """The word a concept was read from (its stem when none was recorded)."""
+        return dict(self.surface).get(concept, concept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +242,18 @@ def _concept_of() -> dict[str, str]:
             if len(tokens) == 1:
                 folded.setdefault(tokens[0], concept)
     return folded
+
+
+@cache
+def _relation_tokens() -> frozenset[str]:
+    """The relation words as concepts ("girlfriend" is folded with "여친" onto "@girlfriend")."""
+    tokenizer, concept_of = get_tokenizer(), _concept_of()
+    found = set()
+    for word in _RELATION_WORDS:
+        tokens = tokenizer.tokens(word)
+        if len(tokens) == 1:
+            found.add(concept_of.get(tokens[0], tokens[0]))
+    return frozenset(found)
 
 
 def _is_number_token(token: str) -> bool:
@@ -207,16 +289,18 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
     values = set(USER_REF.findall(text)) - {subject}
     plain = USER_REF.sub(" ", text)
     concept_of = _concept_of()
+    numbers = _numbers(plain)
+    counters = {m.group("unit") for m in _NUMBER.finditer(plain) if m.group("unit") and _HANGUL.search(m.group("unit"))}
     concepts: list[str] = []
     single: set[str] = set()
     for token in tokens:
-        if token == "user" or token == subject or (_is_number_token(token) and token not in values):
+        if (token == "user" or token == subject or (_is_number_token(token) and token not in values)
+                or token in counters):
             continue
         concept = f"<user:{token}>" if token in values else concept_of.get(token, token)
         concepts.append(concept)
         if token in _SINGLE:
             single.add(concept)
-    numbers = _numbers(plain)
     for unit in sorted({u for _, u in numbers} & set(_UNIT_CONCEPTS)):
         concepts.append(_UNIT_CONCEPTS[unit])  # "24살" says "age" as much as "나이" does
     if "년생" in plain:
@@ -226,7 +310,52 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
         concepts = ["@dislike" if c == "@like" else c for c in concepts]
         negated = False
     markers = frozenset({c for c in concepts if c in _MARKERS} | ({"used to"} if _USED_TO.search(plain) else set()))
-    return FactShape(subject, tuple(concepts), frozenset(single), numbers, negated, markers)
+    adverbs, names, verbs, latin = _word_roles(plain)
+    surface = dict(latin)
+    for token in tokens:  # a concept's own word, for embedding a changed span ("@like" was "좋아하다")
+        if concept_of.get(token, token) != token:
+            surface.setdefault(concept_of[token], token)
+    relations = frozenset(c for c in concepts if c in _relation_tokens())
+    return FactShape(subject, tuple(concepts), frozenset(single), numbers, negated, markers,
+                     adverbs=frozenset(adverbs - _MARKERS), relations=relations, names=frozenset(names),
+                     verbs=frozenset(verbs), modal=bool(_MODAL.search(plain)), contrast=bool(_CONTRAST.search(plain)),
+                     surface=tuple(surface.items()))
+
+
+@lru_cache(maxsize=4096)
+def _word_roles(plain: str) -> tuple[frozenset[str], frozenset[str], frozenset[str], tuple[tuple[str, str], ...]]:
+    """(adverbs, names, verbs, Latin surface words) of a fact, by concept. Adverbs: kiwi's MAG,
+    an English word ending in "-ly", a "how often" word. Names: kiwi's NNP / SH, a capitalised
+    Latin word. Verbs: kiwi's VV / VA, an English past tense ("-ed", a few irregular ones).
+    Surface: the word a Latin stem was read from ("bassist" for "bassist"). Cached: a subject's
+    current facts are read again on every new fact about it."""
+    tokenizer, concept_of = get_tokenizer(), _concept_of()
+    adverbs: set[str] = set()
+    names: set[str] = set()
+    verbs: set[str] = set()
+    for token, tag in tokenizer.tagged(plain):
+        concept = concept_of.get(token, token)
+        if tag == "MAG" or concept in _FREQUENCY:
+            adverbs.add(concept)
+        elif tag in ("NNP", "SH"):
+            names.add(concept)
+        elif tag.startswith(("VV", "VA")):
+            verbs.add(concept)
+    surface: dict[str, str] = {}
+    for match in _LATIN_WORD.finditer(plain):
+        word = match.group(0)
+        stems = tokenizer.tokens(word)
+        if len(stems) != 1:
+            continue
+        concept = concept_of.get(stems[0], stems[0])
+        surface.setdefault(concept, word.lower())
+        if word[0].isupper():
+            names.add(concept)
+        elif len(word) >= 5 and word.lower().endswith("ly") and word.lower() not in _NOT_ADVERBS:
+            adverbs.add(concept)
+        if word.lower().endswith("ed") or word.lower() in _IRREGULAR_PAST:
+            verbs.add(concept)
+    return frozenset(adverbs), frozenset(names), frozenset(verbs), tuple(surface.items())
 
 
 def align(old: Sequence[str], new: Sequence[str]) -> Alignment:
@@ -281,14 +410,184 @@ def _shared_single(old: FactShape, new: FactShape) -> bool:
     return bool(old.single & new.single & set(old.concepts) & set(new.concepts))
 
 
-def judge_shapes(old: FactShape, new: FactShape) -> tuple[str, str]:
-    """(duplicate | conflict | distinct, the reason in a few words)."""
+def romanize(hangul: str) -> str:
+    """Revised Romanization of a Hangul word, syllable by syllable ("부산" → "busan", "나비" →
+    "nabi"): enough to see that a name was written in the other script, not a full transcriber."""
+    out = []
+    for ch in hangul:
+        code = ord(ch) - 0xAC00
+        if not 0 <= code < 11172:
+            out.append(ch.lower())
+            continue
+        out.append(_CHO[code // 588] + _JUNG[(code % 588) // 28] + _JONG[code % 28])
+    return "".join(out)
+
+
+_CHO = ("g", "kk", "n", "d", "tt", "r", "m", "b", "pp", "s", "ss", "", "j", "jj", "ch", "k", "t", "p", "h")
+_JUNG = ("a", "ae", "ya", "yae", "eo", "e", "yeo", "ye", "o", "wa", "wae", "oe", "yo", "u", "wo", "we", "wi", "yu",
+         "eu", "ui", "i")
+_JONG = ("", "k", "k", "k", "n", "n", "n", "t", "l", "k", "m", "p", "l", "l", "p", "l", "m", "p", "p", "t", "t", "ng",
+         "t", "t", "k", "t", "p", "t")
+# Spellings of one sound in romanised names (Busan / Pusan, Chicago / 시카고 → "sikago").
+_SOUNDS = (("eo", "o"), ("eu", "u"), ("oo", "u"), ("ee", "i"), ("ae", "e"), ("ch", "j"), ("sh", "s"), ("ph", "p"),
+           ("g", "k"), ("c", "k"), ("q", "k"), ("b", "p"), ("d", "t"), ("r", "l"), ("v", "p"), ("f", "p"), ("z", "j"))
+
+
+def _sound(word: str) -> str:
+    word = re.sub(r"[^a-z]", "", word.lower())
+    for spelling, sound in _SOUNDS:
+        word = word.replace(spelling, sound)
+    return re.sub(r"(.)\1+", r"\1", word)
+
+
+def _edits_at_most_one(a: str, b: str) -> bool:
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b)) <= 1
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+
+
+def _romanised(hangul: str, latin: str) -> bool:
+    """Is `latin` the Hangul word written in Latin letters ("나비" / "Nabi", "시카고" / "Chicago")?"""
+    a, b = _sound(romanize(hangul)), _sound(latin)
+    return len(a) >= 3 and len(b) >= 3 and (a == b or (min(len(a), len(b)) >= 5 and _edits_at_most_one(a, b)))
+
+
+def _derived(a: str, b: str) -> bool:
+    """One English word made from the other by an ending ("bass" / "bassist", "fluent" / "fluently")."""
+    short, long = sorted((a, b), key=len)
+    return len(short) >= 4 and long.startswith(short) and long[len(short):] in _DERIVATIONS
+
+
+def _abbreviated(a: str, b: str) -> bool:
+    """A Korean abbreviation made of its word's syllables in order, skipping some ("배그" /
+    "배틀그라운드", "마크" / "마인크래프트"); a plain prefix ("서울" / "서울대") is another word."""
+    short, long = sorted((a, b), key=len)
+    if not (2 <= len(short) <= 3 and len(long) >= len(short) + 2 and short[0] == long[0]
+            and all(_HANGUL.match(ch) for ch in short + long)) or long.startswith(short):
+        return False
+    position = 0
+    for ch in short[1:]:
+        position = long.find(ch, position + 1)
+        if position < 0:
+            return False
+    return True
+
+
+def _same_word(old: FactShape, a: str, new: FactShape, b: str) -> str | None:
+    """Why token `a` of the older fact and `b` of the newer are one word in another form, or None."""
+    if a.startswith(("@", "<")) or b.startswith(("@", "<")):
+        return None
+    wa, wb = old.word(a), new.word(b)
+    korean_a, korean_b = bool(_HANGUL.search(a)), bool(_HANGUL.search(b))
+    if korean_a != korean_b:
+        return "romanised" if _romanised(a if korean_a else b, wb if korean_a else wa) else None
+    if korean_a:
+        return "abbreviated" if _abbreviated(a, b) else None
+    return "derived" if _derived(a, b) or _derived(wa, wb) else None
+
+
+_WHY = {"romanised": "a romanised name", "derived": "a derived word", "abbreviated": "an abbreviation"}
+
+
+def _residue(old: FactShape, new: FactShape, content: Alignment) -> tuple[list[str], list[str], list[str]]:
+    """The changed spans less what is not a change: adverbs one side only has, tokens paired
+    off as one word in another form, words split or joined by spacing. (old rest, new rest,
+    why each part was set aside)."""
+    old_rest, new_rest = list(content.old_changed), list(content.new_changed)
+    why: list[str] = []
+    for a in list(old_rest):
+        for b in new_rest:
+            reason = _same_word(old, a, new, b)
+            if reason:
+                old_rest.remove(a)
+                new_rest.remove(b)
+                why.append(_WHY[reason])
+                break
+    old_adverbs = [t for t in old_rest if t in old.adverbs]
+    new_adverbs = [t for t in new_rest if t in new.adverbs]
+    if old_adverbs and not new_adverbs:
+        old_rest = [t for t in old_rest if t not in old.adverbs]
+        why.append("an adverb")
+    elif new_adverbs and not old_adverbs:
+        new_rest = [t for t in new_rest if t not in new.adverbs]
+        why.append("an adverb")
+    for one, other in ((old_rest, new_rest), (new_rest, old_rest)):
+        for width in (2, 3):
+            for i in range(len(one) - width + 1):
+                joined = "".join(one[i:i + width])
+                if joined in other and all(not t.startswith(("@", "<")) for t in one[i:i + width]):
+                    del one[i:i + width]
+                    other.remove(joined)
+                    why.append("spacing")
+                    break
+    return old_rest, new_rest, why
+
+
+# Relations an added word may state without making a new fact ("a nurse" → "works as a nurse",
+# "has a dog named Bori" → "강아지 보리를 키운다").
+_ADDABLE_PREDICATES = frozenset({"@job", "@reside", "@play", "@speak", "@daily", "@raise"})
+
+
+def _plain_word(shape: FactShape, token: str) -> bool:
+    """A common word: not a name, a user, another person, a verb or change word ("헤어졌다",
+    "lost"), or a relation that states something new ("likes", "owns", "learns"); "works"
+    and "lives" only say what the other words already did ("a nurse" → "works as a nurse")."""
+    if token in _ADDABLE_PREDICATES:
+        return True
+    return not (token in shape.names or token in shape.relations or token.startswith("<") or token in shape.verbs
+                or token in _PREDICATES or token in _MARKERS)
+
+
+_NEGATING_PREFIXES = ("un", "non", "dis", "in", "im", "ir", "il", "비", "불", "무", "미")
+
+
+def _contrasting(a: str, b: str) -> bool:
+    """Two words of one form that usually say opposite or sibling things: one is the other with
+    a negating prefix ("smoker" / "nonsmoker", "공개" / "비공개"), or they differ in one letter
+    or syllable only ("내향적" / "외향적", "남동생" / "여동생", "3월" / "4월")."""
+    short, long = sorted((a, b), key=len)
+    if any(long == prefix + short for prefix in _NEGATING_PREFIXES):
+        return True
+    return len(a) == len(b) and len(a) >= 2 and sum(x != y for x, y in zip(a, b)) == 1
+
+
+def changed_spans(old: FactShape, new: FactShape) -> tuple[str, str] | None:
+    """The words left changed on each side once the rules have set aside what is no change, as
+    short texts for the embedder ("kids" / "children"), or None when what is left is not a
+    pair of short spans that could mean the same: an empty side, more than two words a side,
+    a name, a user, another person on one side only, or two words of one form that contrast."""
+    if old.subject != new.subject:
+        return None
+    content = align(old.content(), new.content())
+    old_rest, new_rest, _ = _residue(old, new, content)
+    if not (1 <= len(old_rest) <= 2 and 1 <= len(new_rest) <= 2):
+        return None
+    for shape, rest in ((old, old_rest), (new, new_rest)):
+        if any(t.startswith("<") or t in shape.names for t in rest):
+            return None
+    if any(t in old.relations for t in old_rest) != any(t in new.relations for t in new_rest):
+        return None  # a person on one side only: a fact about them ("kids" / "children" is one)
+    words_old = [old.word(t).lstrip("@") for t in old_rest]
+    words_new = [new.word(t).lstrip("@") for t in new_rest]
+    if any(_contrasting(a, b) for a in words_old for b in words_new):
+        return None
+    return " ".join(words_old), " ".join(words_new)
+
+
+def judge_shapes(old: FactShape, new: FactShape, paraphrase: Paraphrase | None = None) -> tuple[str, str]:
+    """(duplicate | conflict | distinct, the reason in a few words). `paraphrase`, when given,
+    is asked whether the words left changed mean the same (`changed_spans`); it is asked only
+    once numbers, negation, change words and modality agree and no rule has decided."""
     if old.subject != new.subject:
         return "distinct", "about someone else"
     content = align(old.content(), new.content())
     values_equal = _values(old.numbers) == _values(new.numbers)
+    same_terms = values_equal and old.negated == new.negated and old.markers == new.markers and old.modal == new.modal
     unchanged = not content.old_changed and not content.new_changed
-    if unchanged and values_equal and old.negated == new.negated and old.markers == new.markers:
+    if unchanged and same_terms:
         return "duplicate", "nothing changed"
     if unchanged:
         if _number_changed(old, new):
@@ -297,14 +596,26 @@ def judge_shapes(old: FactShape, new: FactShape) -> tuple[str, str]:
             return "conflict", "negated"
         if values_equal and old.markers != new.markers:
             return "conflict", "a change of state"
+    old_rest, new_rest, why = _residue(old, new, content)
+    if same_terms and not old_rest and not new_rest:
+        return "duplicate", f"the same once {', '.join(why)} is set aside"
     slot = (len(content.old_spans) == 1 and len(content.new_spans) == 1
             and len(content.old_changed) == len(content.new_changed) <= 2)
-    if slot and values_equal and old.negated == new.negated and not _translated(content):
-        if _same_kind_of_value(content.old_changed, content.new_changed):
-            return "conflict", "the opposite value"
-        if _shared_single(old, new):
-            return "conflict", "a single-valued attribute got another value"
-    anchored = any(c not in _LIGHT and c not in _PREDICATES for c in content.shared)
+    slot_conflict = slot and values_equal and old.negated == new.negated and not _translated(content)
+    if slot_conflict and _same_kind_of_value(content.old_changed, content.new_changed):
+        return "conflict", "the opposite value"
+    anchored = any(c not in _LIGHT and c not in _PREDICATES and c not in old.adverbs for c in content.shared)
+    if same_terms and (anchored or old.numbers) and paraphrase is not None:  # "three kids" / "3 children"
+        spans = changed_spans(old, new)
+        if spans is not None and paraphrase(*spans):
+            return "duplicate", f"the changed words mean the same ({spans[0]} / {spans[1]})"
+    if slot_conflict and _shared_single(old, new):
+        return "conflict", "a single-valued attribute got another value"
     if new.markers - old.markers and anchored and len(content.old_changed) <= 2 and not old.negated:
         return "conflict", "a change of state"
+    if same_terms and not old.contrast and not new.contrast and (anchored or any(w != "an adverb" for w in why)):
+        if not new_rest and not any(t in old.relations for t in old_rest):
+            return "duplicate", "the new fact says less than the old one"
+        if not old_rest and len(new_rest) == 1 and _plain_word(new, new_rest[0]):
+            return "duplicate", f"one common word added ({new.word(new_rest[0])})"
     return "distinct", "another attribute, or more than one slot changed"
