@@ -432,6 +432,7 @@ class BotCore:
                     await self._hand_back(state)
                     if state.key in self._leases:
                         continue  # this process took the channel again meanwhile: go on running it
+                    state.busy = False
                     state.worker = None
                     return
                 await self._drain(state)
