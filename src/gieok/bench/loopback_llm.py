@@ -22,6 +22,8 @@ from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .children import stop_child
+
 __all__ = ["loopback_llm", "TAG"]
 
 TAG = re.compile(r"\[c\d+-m\d+\]")
@@ -88,11 +90,7 @@ def loopback_llm() -> Iterator[str]:
             raise RuntimeError(f"the loopback LLM server did not start (exit code {child.poll()})")
         yield url
     finally:
-        child.terminate()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
+        stop_child(child)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import ConfigError
+from .children import stop_child
 
 __all__ = ["throwaway_redis", "redis_server_binary"]
 
@@ -65,10 +66,5 @@ def throwaway_redis(start_seconds: float = 10.0) -> Iterator[str]:
     try:
         yield f"redis://127.0.0.1:{port}/0"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_child(process)
         shutil.rmtree(root, ignore_errors=True)

@@ -5,7 +5,7 @@ of this is used and everything works in one process."""
 
 from .channels import WAKE_ACTIVE, WAKE_INBOX, SharedChannels
 from .connection import RedisConnection, check_redis_url, display_redis_url
-from .events import LoggedEvent, SharedEventLog
+from .events import Event, SharedEventLog
 
 __all__ = ["RedisConnection", "check_redis_url", "display_redis_url", "SharedChannels", "WAKE_INBOX", "WAKE_ACTIVE",
-           "SharedEventLog", "LoggedEvent"]
+           "SharedEventLog", "Event"]

@@ -16,7 +16,7 @@ from typing import Any
 
 from .connection import RedisConnection, redis_errors
 
-__all__ = ["SharedEventLog", "LoggedEvent"]
+__all__ = ["SharedEventLog", "Event"]
 
 # KEYS: stream, sequence counter · ARGV: max length, event JSON
 _APPEND = """
@@ -27,19 +27,26 @@ return seq
 
 
 @dataclass(frozen=True, slots=True)
-class LoggedEvent:
-    """One event as the shared log holds it: the tenant's sequence number, type, time and data."""
+class Event:
+    """One event of a tenant's live stream: its sequence number in the tenant's stream (0 for the
+    notices a feed adds, such as stream.gap), type, time and data. The server streams these."""
 
     seq: int
     type: str
     time: float
     data: dict[str, Any]
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "type": self.type, "time": self.time, "data": self.data}
 
-def _parse(entry: tuple[str, dict[str, str]]) -> LoggedEvent:
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), ensure_ascii=False, default=str)
+
+
+def _parse(entry: tuple[str, dict[str, str]]) -> Event:
     stream_id, fields = entry
     body = json.loads(fields["e"])
-    return LoggedEvent(int(stream_id.split("-", 1)[0]), body["type"], float(body["time"]), body["data"])
+    return Event(int(stream_id.split("-", 1)[0]), body["type"], float(body["time"]), body["data"])
 
 
 class SharedEventLog:
@@ -80,18 +87,18 @@ class SharedEventLog:
         first = self._sync(lambda r: r.xrange(self._stream(tenant), "-", "+", count=1))
         return _parse(first[0]).seq if first else None
 
-    def after(self, tenant: str, since: int, count: int | None = None) -> list[LoggedEvent]:
+    def after(self, tenant: str, since: int, count: int | None = None) -> list[Event]:
         """The held events with a sequence above `since`, oldest first."""
         entries = self._sync(lambda r: r.xrange(self._stream(tenant), f"({since}-0" if since > 0 else "-", "+",
                                                 count=count))
         return [_parse(entry) for entry in entries]
 
-    def latest(self, tenant: str, n: int) -> list[LoggedEvent]:
+    def latest(self, tenant: str, n: int) -> list[Event]:
         """The last `n` held events, newest first."""
         return [_parse(entry) for entry in self._sync(lambda r: r.xrevrange(self._stream(tenant), count=n))]
 
     async def read_after(self, client: Any, tenant: str, since: int, block_ms: int,
-                         count: int = 500) -> list[LoggedEvent]:
+                         count: int = 500) -> list[Event]:
         """Events after `since`, waiting up to `block_ms` for the first (on an asyncio client of
         the caller's loop: `connection.async_client`)."""
         try:

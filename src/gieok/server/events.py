@@ -19,7 +19,6 @@ pipeline events), and stream.gap (sent to a subscriber only).
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from collections import deque
@@ -27,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..coordination import LoggedEvent, SharedEventLog
+from ..coordination import Event, SharedEventLog
 from ..errors import CoordinationUnavailableError
 
 __all__ = ["Event", "EventBus", "Feed", "SharedFeed", "Subscription", "SUBSCRIBER_QUEUE"]
@@ -36,20 +35,6 @@ SHARED_WAIT_MS = 1000  # a shared feed's blocking read: how soon it notices it w
 SHARED_RECENT_SCAN = 5000  # events `recent` looks through for one type in a shared log
 
 SUBSCRIBER_QUEUE = 2000  # events a subscriber may be behind before it is cut off
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    seq: int
-    type: str
-    time: float
-    data: dict[str, Any]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"seq": self.seq, "type": self.type, "time": self.time, "data": self.data}
-
-    def to_json(self) -> str:
-        return json.dumps(self.as_dict(), ensure_ascii=False, default=str)
 
 
 @dataclass(eq=False)
@@ -132,7 +117,7 @@ class SharedFeed:
                 for logged in await self._log.read_after(client, self._tenant, after, SHARED_WAIT_MS):
                     if logged.seq > after + 1:
                         await self._queue.put(_gap(after, logged.seq, self._bus.clock()))
-                    await self._queue.put(_event_of(logged))
+                    await self._queue.put(logged)
                     after = logged.seq
         except CoordinationUnavailableError as exc:
             await self._queue.put(Event(0, "stream.lagged", self._bus.clock(), {
@@ -154,10 +139,6 @@ class SharedFeed:
             self._over = True
             self._task.cancel()
             self._bus._feed_closed(self._tenant)
-
-
-def _event_of(logged: LoggedEvent) -> Event:
-    return Event(logged.seq, logged.type, logged.time, logged.data)
 
 
 class EventBus:
@@ -217,7 +198,7 @@ class EventBus:
         found: list[Event] = []
         if self.shared is not None:
             scanned = self.shared.latest(tenant, n if type is None else SHARED_RECENT_SCAN)
-            found = [_event_of(e) for e in scanned if type is None or e.type == type][:n]
+            found = [e for e in scanned if type is None or e.type == type][:n]
             return found[::-1]
         with self._lock:
             log = self._logs.get(tenant)
