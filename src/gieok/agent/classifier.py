@@ -1,4 +1,4 @@
-"""A small logistic-regression classifier over sentence embeddings.
+"""The classifiers' encoder, and a small logistic-regression classifier over sentence embeddings.
 
 No packaged Korean classifier exists offline, so judgement calls on chat messages (is this
 an injection attempt? does this need a reply?) are learned from labeled examples the
@@ -16,26 +16,34 @@ from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["EmbeddingClassifier", "MESSAGE_VECTORS", "embed_messages", "message_model_name"]
+__all__ = ["EmbeddingClassifier", "CLASSIFIER_ENCODER", "classifier_encoder", "embed_messages", "message_model_name"]
 
-# The classifiers read a chat message's e5 *passage* vector. Query vectors were tried (the search
-# could then reuse the message's vector when the message is its own query, one embedding fewer
-# per reply) and cost the guard detection on held-out data (0.789 → 0.762 at its calibrated
-# threshold; docs/benchmarks.md, "Conversation pipeline"), so they are not used. The choice is
-# made here only: every classifier, its training and its benchmark embed through this function.
-MESSAGE_VECTORS = "passage"
-
-
-def embed_messages(embedder: Any, texts: Sequence[str]) -> np.ndarray:
-    """Messages as the classifiers read them."""
-    method = embedder.embed_queries if MESSAGE_VECTORS == "query" else embedder.embed_passages
-    return np.asarray(method(list(texts)), dtype=np.float32)
+# The classifiers (guard, gatekeeper stage 1) read a chat message through their own encoder,
+# USE multilingual (~1 ms a message here), not through the memory's embedder (e5: 10–21 ms):
+# e5 is then spent on a reply only for its search query, and a message nobody answers costs no
+# e5 at all. With character n-grams beside the vector (kernel_classifier.py) the classifiers
+# are as accurate as they were on e5 passage vectors or better (docs/benchmarks.md). Tried and
+# not kept: e5 query vectors (guard held-out detection 0.789 → 0.762). The choice is made here
+# only: every classifier, its training and its benchmark embed through these functions.
+CLASSIFIER_ENCODER = "use"
 
 
-def message_model_name(embedder_name: str) -> str:
-    """The name a classifier trained on `embed_messages` vectors is kept under (the embedder's own
-    name for passage vectors, the default kind)."""
-    return embedder_name if MESSAGE_VECTORS == "passage" else f"{embedder_name}+{MESSAGE_VECTORS}"
+def classifier_encoder(settings: Any = None) -> Any:
+    """The classifiers' encoder (one engine per process, cached like any embedder)."""
+    from ..config import load_settings
+    from ..embed import create_embedder
+
+    return create_embedder(CLASSIFIER_ENCODER, settings or load_settings())
+
+
+def embed_messages(encoder: Any, texts: Sequence[str]) -> np.ndarray:
+    """Messages as the classifiers read them (the encoder is symmetric: one kind of vector)."""
+    return np.asarray(encoder.embed_passages(list(texts)), dtype=np.float32)
+
+
+def message_model_name(encoder_name: str) -> str:
+    """The name a classifier trained on `embed_messages` vectors is kept under."""
+    return encoder_name
 
 
 @dataclass

@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ..agent.classifier import classifier_encoder
 from ..agent.pipeline import ConversationPipeline, IncomingMessage
 from ..demo import load_sample_conversation
 from ..llm.scripted import Request, ScriptedLLM
@@ -109,7 +110,7 @@ def measure_pipeline(blocks: int = 100_000, *, turns: int = 300, workdir: Path |
         if classifier:
             from ..agent.response_classifier import ResponseClassifier
 
-            stage1 = ResponseClassifier.load(memory.embedder)
+            stage1 = ResponseClassifier.load(classifier_encoder(memory.settings))
         pipeline = ConversationPipeline(memory, llm=_SlowLLM(llm_ms / 1000), classifier=stage1)
         script = _script(turns)
         memory.embedder.embed_queries(["워밍업 warm-up"])
