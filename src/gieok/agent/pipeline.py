@@ -377,8 +377,10 @@ class ConversationPipeline:
                 plan.retrieval = looks_like_question(message.content) or message.explicit
                 plan.search_query = block_text(message.content)  # the text whose query vector is cached
             if plan.respond:
-                if plan.retrieval and plan.search_query:  # the query vector, awaited without a thread
+                if plan.retrieval and plan.search_query:  # the query vector (e5), awaited without a thread
+                    t = time.perf_counter()
                     await self.memory.embedder.aembed_queries([plan.search_query])
+                    plan.timings_ms["query_embed_ms"] = (time.perf_counter() - t) * 1000
                 await asyncio.to_thread(self._recall_and_assemble, message, plan, prep["recent"])
         plan.timings_ms["total_ms"] = (time.perf_counter() - started) * 1000
         plan.timings_ms["overhead_ms"] = plan.timings_ms["total_ms"] - llm_ms
