@@ -8,8 +8,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gieok.text.dates import MonthDay, question_dates, resolve_zone
-from gieok.text.romanize import latin_name_keys, name_key, romanize
+from gieok.text.dates import MonthDay, asks_when, mentions_time, question_dates, resolve_zone
+from gieok.text.romanize import hangul_name_keys, latin_name_keys, name_key, romanize
+from gieok.text.tokenize import get_tokenizer
 
 NOW = datetime(2026, 3, 18, 12, 0, tzinfo=UTC).timestamp()  # a Wednesday
 
@@ -82,6 +83,15 @@ def test_korean_names_meet_their_romanisations(hangul: str, latin: str) -> None:
     assert name_key(hangul) in latin_name_keys(f"What did {latin}'s team say?")
 
 
+@pytest.mark.parametrize(("hangul", "latin"), [
+    ("다니엘은", "Daniel"), ("소피가", "Sophie"), ("케빈이", "Kevin"), ("에밀리", "Emily"), ("알렉스", "Alex"),
+])
+def test_english_names_written_in_hangul(hangul: str, latin: str) -> None:
+    # a particle may follow the name: the Hangul word's key starts with the Latin name's
+    assert any(k.startswith(name_key(latin)) for k in hangul_name_keys(f"{hangul} 요즘 어디 살아?"))
+    assert not any(k.startswith(name_key(latin)) for k in hangul_name_keys("민지 요즘 어디 살아?"))
+
+
 def test_romanize_leaves_other_text() -> None:
     assert romanize("민지: ok") == "minji: ok"
     assert name_key("민지") != name_key("지민")
@@ -92,3 +102,21 @@ def test_korean_weekends() -> None:
     assert _days("이번 주말에 뭐해") == [(date(2026, 3, 21), date(2026, 3, 23))]
     assert _days("지난 주말에 뭐했어") == [(date(2026, 3, 14), date(2026, 3, 16))]
     assert _days("last weekend?") == [(date(2026, 3, 14), date(2026, 3, 16))]
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("When is Jihoon going to Busan?", True), ("Emily 생일이 언제야?", True), ("몇 월에 이사해?", True),
+    ("How long has Tim played piano?", True), ("What date did they meet?", True), ("결혼식 날짜 잡았어?", True),
+    ("What is Minji's favourite food?", False), ("민지 고양이 이름이 뭐였지?", False),
+])
+def test_questions_that_ask_when(query: str, expected: bool) -> None:
+    assert asks_when(query) is expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("저 다음 달에 성수동으로 이사 가요! 6월 20일에 이사해요", True), ("my birthday is May 9", True),
+    ("we went camping last weekend", True), ("어제 피자 먹었어", True),
+    ("ㅋㅋㅋ 진짜 웃기다", False), ("I love pottery and painting", False),
+])
+def test_texts_that_name_a_time(text: str, expected: bool) -> None:
+    assert mentions_time(get_tokenizer().tokens(text)) is expected

@@ -59,6 +59,9 @@ def test_speaker_named_in_either_script(chat: Memory) -> None:
     romanised = _features_of(chat, "What is Minji's cat called?")  # 민지 written in Latin letters
     assert {t for t, row in romanised.items() if row[F["speaker_named"]]} == {
         t for t in romanised if t.startswith("민지:")}
+    in_hangul = _features_of(chat, "알렉스는 부산에서 뭐 사 오래?")  # Alex written in Hangul, with a particle
+    assert {t for t, row in in_hangul.items() if row[F["speaker_named"]]} == {
+        t for t in in_hangul if t.startswith("Alex:")}
     # the query's script scales the ko* copies: all-Hangul query → equal, all-Latin → 0
     row = korean[next(iter(korean))]
     assert row[F["ko*length"]] == pytest.approx(row[F["length"]])
@@ -83,6 +86,14 @@ def test_neighbour_length_and_script_features(chat: Memory) -> None:
             assert row[F["script_gap"]] == pytest.approx(1.0)  # a Korean query, an English turn
     assert found.features.shape == (len(found.block_indices), len(FEATURES))
     assert found.first_stage.shape == found.block_indices.shape
+
+
+def test_time_answer_marks_turns_naming_a_time_when_asked_when(chat: Memory) -> None:
+    asked = _features_of(chat, "지훈이 부산 언제 가?")
+    assert asked["지훈: 나는 다음 주에 부산 가"][F["time_answer"]] == 1.0  # "다음 주": a time
+    assert asked["지훈: 헐 대박 이름은?"][F["time_answer"]] == 0.0
+    not_asked = _features_of(chat, "지훈이 부산에서 뭐 해?")
+    assert all(row[F["time_answer"]] == 0.0 for row in not_asked.values())
 
 
 def test_date_named_lifts_the_turn_of_that_month(db_path: Path) -> None:

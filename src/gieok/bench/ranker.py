@@ -41,6 +41,7 @@ NEGATIVES = 60
 # What `--ablation` drops, one group at a time.
 FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
     "dates named": ("date_named",),
+    "time answers": ("time_answer",),
     "speaker named": ("speaker_named", "ko*speaker_named"),
     "neighbours": ("before_2", "before_1", "after_1", "after_2", "ko*before_1", "ko*after_1"),
     "length": ("length", "short", "ko*length"),

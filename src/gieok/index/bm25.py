@@ -18,6 +18,8 @@ from collections import Counter
 
 import numpy as np
 
+from ..text.dates import mentions_time
+
 __all__ = ["BM25Index", "hangul_share"]
 
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
@@ -69,6 +71,7 @@ class BM25Index:
         self._postings: dict[str, _Postings] = {}
         self._doc_len = np.zeros(1024, dtype=np.float32)
         self._hangul = np.full(1024, 0.5, dtype=np.float32)
+        self._time = np.zeros(1024, dtype=bool)
         self._size = 0
         self._total_len = 0.0
         self._lock = threading.RLock()
@@ -88,10 +91,14 @@ class BM25Index:
                 grown = np.full(capacity, 0.5, dtype=np.float32)
                 grown[: self._size] = self._hangul[: self._size]
                 self._hangul = grown
+                grown_time = np.zeros(capacity, dtype=bool)
+                grown_time[: self._size] = self._time[: self._size]
+                self._time = grown_time
             batch: dict[str, tuple[list[int], list[int]]] = {}
             for row, tokens in zip(rows, token_lists):
                 self._doc_len[row] = len(tokens)
                 self._hangul[row] = hangul_share(tokens)
+                self._time[row] = mentions_time(tokens)
                 self._total_len += len(tokens)
                 for term, count in Counter(tokens).items():
                     entry = batch.get(term)
@@ -113,6 +120,15 @@ class BM25Index:
             inside = rows < self._size
             out = np.zeros(rows.shape[0], dtype=np.float32)
             out[inside] = self._doc_len[rows[inside]]
+            return out
+
+    def time_mentions(self, rows: np.ndarray) -> np.ndarray:
+        """`mentions_time` of each row's tokens (False for a row never indexed)."""
+        with self._lock:
+            rows = np.asarray(rows, dtype=np.int64)
+            inside = rows < self._size
+            out = np.zeros(rows.shape[0], dtype=bool)
+            out[inside] = self._time[rows[inside]]
             return out
 
     def hangul_shares(self, rows: np.ndarray) -> np.ndarray:

@@ -37,8 +37,8 @@ import numpy as np
 
 from ..index.bm25 import BM25Index
 from ..index.catalog import Catalog
-from ..text.dates import DateQuery, question_dates
-from ..text.romanize import latin_name_keys, name_key
+from ..text.dates import DateQuery, asks_when, question_dates
+from ..text.romanize import hangul_name_keys, latin_name_keys, name_key
 
 __all__ = ["FEATURES", "Contributions", "LearnedRanker", "QueryContext", "candidate_features", "display_scores",
            "fit_pairwise", "query_context", "shipped_ranker"]
@@ -61,6 +61,7 @@ FEATURES: tuple[str, ...] = (
     "short",           # 1 if at most two tokens ("ㅋㅋㅋ", "lol", "헐 대박")
     "speaker_named",   # 1 if the turn's speaker is named in the query
     "date_named",      # 1 if the turn's time lies in a time the query names
+    "time_answer",     # 1 if the query asks when and the turn names a time (a number, "yesterday", "주말")
     "script_gap",      # |Hangul share of the query − Hangul share of the turn's tokens|
     "vector_script_rank",  # 1 / vector rank among the vector candidates written in the turn's script
     *(f"ko*{name}" for name in _SCRIPT_SCALED),
@@ -79,38 +80,48 @@ class QueryContext:
 
     folded: str          # casefolded text, for names
     latin_names: frozenset[str]  # name_key of each Latin word, for Korean names written in Latin
+    hangul_names: tuple[str, ...]  # name_key of each Hangul word, for Latin names written in Hangul
     hangul_share: float  # Hangul letters / (Hangul + Latin letters); 0.5 when neither
     dates: DateQuery
+    asks_when: bool
     zone: tzinfo
 
 
 def query_context(text: str, now: float, zone: tzinfo) -> QueryContext:
     hangul, latin = len(_HANGUL.findall(text)), len(_LATIN.findall(text))
     share = hangul / (hangul + latin) if hangul + latin else 0.5
-    return QueryContext(text.casefold(), frozenset(latin_name_keys(text)), share,
-                        question_dates(text, now, zone), zone)
+    return QueryContext(text.casefold(), frozenset(latin_name_keys(text) if latin else ()),
+                        tuple(hangul_name_keys(text) if hangul else ()), share, question_dates(text, now, zone),
+                        asks_when(text), zone)
 
 
 @lru_cache(maxsize=65536)
-def _speaker_forms(name: str) -> tuple[str, str | None]:
-    """A speaker's name as matched in queries: casefolded, and its romanised key if Korean
-    ("" when too short to be matched safely)."""
+def _speaker_forms(name: str) -> tuple[str, str | None, str | None]:
+    """A speaker's name as matched in queries: casefolded ("" when too short to match safely),
+    the key a Korean name has in Latin letters, the key a Latin name (four letters or more)
+    has in Hangul."""
     folded = name.casefold().strip()
     if len(folded) < 2:
-        return "", None
-    return folded, name_key(folded) if _HANGUL.search(folded) else None
+        return "", None, None
+    if _HANGUL.search(folded):
+        return folded, name_key(folded), None
+    key = name_key(folded)
+    return folded, None, key if len(key) >= 4 and _LATIN.search(folded) else None
 
 
 def _named_speakers(codes: np.ndarray, catalog: Catalog, query: QueryContext) -> np.ndarray:
-    """1.0 where the row's speaker (two characters or more) occurs in the query, as written or,
-    for a Korean name, romanised ("Minji" for 민지)."""
+    """1.0 where the row's speaker (two characters or more) occurs in the query, as written or
+    in the other script ("Minji" for 민지, "다니엘은" for Daniel)."""
     out = np.zeros(codes.shape[0], dtype=np.float64)
     names = catalog.speakers.values
     for code in set(codes.tolist()):
         if not code:
             continue
-        folded, key = _speaker_forms(names[code])
-        if folded and (folded in query.folded or (key is not None and key in query.latin_names)):
+        folded, korean_key, latin_key = _speaker_forms(names[code])
+        if not folded:
+            continue
+        if (folded in query.folded or (korean_key is not None and korean_key in query.latin_names)
+                or (latin_key is not None and any(k.startswith(latin_key) for k in query.hangul_names))):
             out[codes == code] = 1.0
     return out
 
@@ -171,6 +182,8 @@ def candidate_features(rows: np.ndarray, bm25_scores: np.ndarray, bm25_rank: np.
     x[:, _INDEX["speaker_named"]] = _named_speakers(catalog.speaker_codes(rows), catalog, query)
     if query.dates:
         x[:, _INDEX["date_named"]] = _in_named_time(catalog.event_time(rows), query.dates, query.zone)
+    if query.asks_when:
+        x[:, _INDEX["time_answer"]] = bm25.time_mentions(rows)
     x[:, _SCALED_COLUMNS] = query.hangul_share * x[:, _SCALE_SOURCES]
     return x
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["DateQuery", "MonthDay", "question_dates", "resolve_zone"]
+__all__ = ["DateQuery", "MonthDay", "asks_when", "mentions_time", "question_dates", "resolve_zone"]
 
 _MONTHS = {
     name: number
@@ -284,3 +284,28 @@ def question_dates(text: str, now: float, zone: tzinfo = UTC) -> DateQuery:
     finder.scan(_KO_RELATIVE_YEAR, lambda m: absolute or finder.add_relative_year_ko(m.group(1), m.group(2)))
     finder.scan(_KO_RELATIVE, lambda m: absolute or finder.add_relative_ko(m.group(1)))
     return DateQuery(tuple(finder.ranges), tuple(finder.patterns))
+
+
+# Index tokens (gieok's tokenizer: Snowball stems, kiwi lemmas) that say when something happens.
+_TIME_TOKENS = frozenset({
+    "yesterday", "today", "tomorrow", "tonight", "morn", "morning", "afternoon", "even", "evening", "night",
+    "week", "weekend", "month", "year", "ago", "last", "next", "earlier", "later", "soon", "date", "day",
+    "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "januari", "februari",
+    "march", "april", "may", "june", "juli", "august", "septemb", "octob", "novemb", "decemb",
+    "spring", "summer", "autumn", "fall", "winter", "birthday", "anniversari",
+    "어제", "그제", "그저께", "오늘", "내일", "모레", "주말", "평일", "작년", "올해", "내년", "지난주", "다음주",
+    "이번주", "지난달", "다음달", "저녁", "아침", "점심", "새벽", "밤", "오전", "오후", "월요일", "화요일", "수요일",
+    "목요일", "금요일", "토요일", "일요일", "봄", "여름", "가을", "겨울", "생일", "날짜", "요일", "달", "주",
+})
+_ASKS_WHEN = re.compile(r"\bwhen\b|\bwhat (?:date|day|time|month|year)\b|\bhow long\b|\bwhich (?:day|month|year)\b|"
+                        r"언제|며칠|몇\s*(?:월|일|시|년|주|개월|시간|분)|날짜|무슨\s*요일", re.I)
+
+
+def asks_when(text: str) -> bool:
+    """Whether a question asks for a time ("When is Jihoon going to Busan?", "생일이 언제야?")."""
+    return bool(_ASKS_WHEN.search(text))
+
+
+def mentions_time(tokens: list[str]) -> bool:
+    """Whether a text's index tokens name a time: a number ("6월 20일" → 6, 20) or a time word."""
+    return any(t.isdigit() or t in _TIME_TOKENS for t in tokens)
