@@ -194,13 +194,15 @@ def _embed_questions(memory: Memory, questions: list[Question],
 
 
 def _recall_by_system(memory: Memory, data: LocomoData, query_vectors: list[np.ndarray], ks: list[int],
-                      dia_of: dict[int, str]) -> tuple[dict[str, dict[str, Any]], list[float]]:
+                      dia_of: dict[int, str], modes: tuple[tuple[str, str], ...] = (
+                          ("gieok", "hybrid"), ("bm25", "bm25"), ("vector", "vector")),
+                      ) -> tuple[dict[str, dict[str, Any]], list[float]]:
     """Turn and session recall@k of hybrid search (gieok), BM25 alone and vectors alone; and
     the hybrid search's ms per question (query vectors ready)."""
     kmax = max(ks)
     systems: dict[str, dict[str, Any]] = {}
     search_ms: list[float] = []
-    for system, mode in (("gieok", "hybrid"), ("bm25", "bm25"), ("vector", "vector")):
+    for system, mode in modes:
         per_question = []
         with progress_bar(f"search {system}", len(data.questions)) as advance:
             for q, qv in zip(data.questions, query_vectors):
@@ -235,11 +237,33 @@ def measure_locomo(data_path: str | Path, ks: list[int], *, db_dir: str | Path |
             "search_ms_p50": round(median(search_ms), 3),
         }
         ablation_rows = _tokenizer_ablation(data, memory, ks, workdir, vectors) if ablation else None
+        if ablation:
+            report["ranking_ablation"] = _ranking_ablation(bench_location(target, "locomo.db"), data, query_vectors,
+                                                           ks, dia_of, settings_overrides)
     finally:
         memory.close()
     return {**report, "_ks": list(ks), "_turns": len(data.turns), "_skipped_questions": data.skipped_questions,
             "_embed_p50_ms": median(embed_ms) if embed_ms else None, "_cached": embed_cache is not None,
             "_ablation": ablation_rows}
+
+
+# The ranking steps `--ablation` undoes, newest first: each row is the hybrid search with the
+# settings of the step before (the learned ranker off; then the neighbour spreading it replaced).
+RANKING_STEPS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("fusion (ranker = fusion)", {"ranker": "fusion"}),
+    ("fusion, 40 neighbour sources (before the learned ranker)", {"ranker": "fusion", "neighbour_sources": 40}),
+)
+
+
+def _ranking_ablation(location: Path | str, data: LocomoData, query_vectors: list[np.ndarray], ks: list[int],
+                      dia_of: dict[int, str], overrides: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The same stored conversations ranked with earlier ranking settings (RANKING_STEPS)."""
+    rows = {}
+    for label, step in RANKING_STEPS:
+        with Memory(location, **bench_settings({**dict(overrides or {}), **step})) as other:
+            systems, _ = _recall_by_system(other, data, query_vectors, ks, dia_of, modes=((label, "hybrid"),))
+        rows[label] = systems[label]
+    return rows
 
 
 def _tokenizer_ablation(data: LocomoData, memory: Memory, ks: list[int], workdir: Path,
@@ -291,6 +315,15 @@ def print_locomo(report: dict[str, Any], console: Console | None = None) -> None
             for k in ks
         ])
     out.print(cats)
+    if report.get("ranking_ablation"):
+        ranking = results_table("ranking ablation: the hybrid search with earlier ranking settings",
+                                ("ranking", *(f"turn@{k}" for k in ks), *(f"session@{k}" for k in ks)),
+                                left=("ranking",))
+        rows = {"gieok (learned ranker)": report["systems"]["gieok"], **report["ranking_ablation"]}
+        for label, sysrep in rows.items():
+            ranking.add_row(label, *[f"{sysrep['turn_recall'][str(k)]:.3f}" for k in ks],
+                            *[f"{sysrep['session_recall'][str(k)]:.3f}" for k in ks])
+        out.print(ranking)
     if report["_ablation"]:
         ab = _recall_table("tokenizer ablation: BM25 alone, turn recall", "tokenizer", ks)
         for label, values in report["_ablation"]:
