@@ -85,6 +85,23 @@ def test_run_locomo_on_a_small_slice(locomo_path: Path, tmp_path: Path) -> None:
         assert memory.verify().ok
 
 
+def test_ranking_ablation_rows(locomo_path: Path, tmp_path: Path) -> None:
+    # --ablation also ranks the same stored turns with the settings before each ranking step;
+    # with the question and passage vectors cached, a second run reads them back
+    slice_path = tmp_path / "locomo_slice.json"
+    _slice(locomo_path, slice_path)
+    cache = tmp_path / "cache"
+    first = run_locomo(slice_path, KS, db_dir=tmp_path / "db", embed_cache=cache, ablation=True)
+    assert len(list(cache.glob("*-query-*.npy"))) == 1 and len(list(cache.glob("*-passage-*.npy"))) == 1
+    again = run_locomo(slice_path, KS, db_dir=tmp_path / "db2", embed_cache=cache, ablation=True)
+    assert again["systems"] == first["systems"]
+    rows = first["ranking_ablation"]
+    assert set(rows) == {"fusion (ranker = fusion)", "fusion, 40 neighbour sources (before the learned ranker)"}
+    for system in rows.values():
+        assert all(0.0 <= v <= 1.0 for v in system["turn_recall"].values())
+        assert system["turn_recall"]["5"] <= system["turn_recall"]["10"]
+
+
 def test_locomo_loader_rejects_missing_and_bad_files(tmp_path: Path) -> None:
     from gieok import InvalidInputError
 

@@ -143,14 +143,16 @@ def test_since_until_filter(seeded) -> None:
 
 # -- score breakdowns ------------------------------------------------------------------------
 
-def _check_common(result: SearchResult) -> None:
+BREAKDOWN_KEYS = {"bm25", "bm25_rank", "vector", "vector_rank", "fused", "neighbour", "recency", "importance", "final"}
+
+
+def _check_common(result: SearchResult, learned: bool = False) -> None:
     scores = [h.score for h in result]
     assert scores == sorted(scores, reverse=True)
     for h in result:
         assert h.score == h.breakdown.final
         assert h.breakdown.recency == 0.0 and h.breakdown.importance == 0.0  # both weights default to 0
-        assert set(h.breakdown.as_dict()) == {"bm25", "bm25_rank", "vector", "vector_rank", "fused", "neighbour",
-                                              "recency", "importance", "final"}
+        assert set(h.breakdown.as_dict()) == (BREAKDOWN_KEYS | {"learned", "parts"} if learned else BREAKDOWN_KEYS)
 
 
 @pytest.mark.parametrize("query", ["민지가 키우는 고양이", "golden retriever puppy", "스터디 study group"])
@@ -178,25 +180,47 @@ def test_breakdown_matches_mode(seeded, query: str) -> None:
         assert b.neighbour == 0.0
     assert [h.breakdown.vector_rank for h in vector] == list(range(1, 11))
 
+    # the learned ranker (the default): the score is the sum of the features' contributions,
+    # mapped into (0, 1] with the best hit at 1
     hybrid = memory.search(query, k=10)
-    _check_common(hybrid)
-    assert hybrid.hits[0].score == pytest.approx(1.0)  # final is normalised to the best hit
-    best = max(h.breakdown.fused + h.breakdown.neighbour for h in hybrid)
+    _check_common(hybrid, learned=True)
+    assert hybrid.hits[0].score == pytest.approx(1.0)
+    learned = [h.breakdown.learned for h in hybrid]
+    assert learned == sorted(learned, reverse=True)
     for h in hybrid:
         b = h.breakdown
         assert b.bm25_rank is not None or b.vector_rank is not None or b.neighbour > 0
         assert (b.bm25_rank is None) == (b.bm25 == 0.0)
         assert 0.0 <= b.fused <= 2.0
-        assert b.final == pytest.approx((b.fused + b.neighbour) / best)
+        assert 0.0 < b.final <= 1.0
+        assert b.parts and sum(b.parts.values()) == pytest.approx(b.learned)
+        assert b.as_dict()["parts"] == pytest.approx(dict(b.parts), abs=1e-6)
 
     plain = memory.search(query, k=10, neighbours=False)
     assert all(h.breakdown.neighbour == 0.0 for h in plain)
 
 
+@pytest.mark.parametrize("query", ["민지가 키우는 고양이", "golden retriever puppy"])
+def test_fusion_ranking_breakdown(db_path: Path, seed, query: str) -> None:
+    # ranker = "fusion": fused score plus neighbour shares over the best, no learned parts
+    with Memory(db_path, ranker="fusion") as memory:
+        seed(memory)
+        hybrid = memory.search(query, k=10)
+        _check_common(hybrid)
+        assert hybrid.hits[0].score == pytest.approx(1.0)
+        best = max(h.breakdown.fused + h.breakdown.neighbour for h in hybrid)
+        for h in hybrid:
+            b = h.breakdown
+            assert b.learned is None and b.parts is None
+            assert b.final == pytest.approx((b.fused + b.neighbour) / best)
+
+
 def test_neighbour_expansion_stays_in_channel(db_path: Path, seed) -> None:
     # One candidate per signal makes the neighbour-only hits easy to tell apart; each turn
-    # embedded alone, so the vector search's one candidate is the turn that says it.
-    with Memory(db_path, candidates=1, embed_context_turns=0) as memory:  # k (2) bounds the candidates
+    # embedded alone, so the vector search's one candidate is the turn that says it. Fusion
+    # ranks here, so that the shares spread are what orders the hits (the learned ranker's
+    # view of neighbours: test_ranker.py).
+    with Memory(db_path, candidates=1, embed_context_turns=0, ranker="fusion") as memory:
         blocks = {b.block_index: b for b in seed(memory)}
         result = memory.search("adopted puppy shelter", k=2)
         got = _indices(result)
@@ -257,17 +281,22 @@ def test_korean_particles_match_through_bm25(memory: Memory) -> None:
 def test_cross_lingual_search_via_vectors(db_path: Path, seed, query: str, channel: str, expected: int) -> None:
     # Each turn embedded alone: the turn that says it must come first. (With the default context
     # of one turn, the turn after it shares its words in the vector: test_passages.py.)
-    memory = Memory(db_path, embed_context_turns=0)
+    memory = Memory(db_path, embed_context_turns=0, ranker="fusion")
     seed(memory)
     scope = {"channel": channel}
     assert memory.search(query, scope=scope, mode="bm25").hits == []  # no shared token at all
     vector = memory.search(query, k=3, scope=scope, mode="vector")
     assert _indices(vector)[0] == expected
-    # hybrid without neighbour spreading is the vector ranking when BM25 finds nothing
+    # fused hybrid without neighbour spreading is the vector ranking when BM25 finds nothing
     hybrid = memory.search(query, k=3, scope=scope, neighbours=False)
     assert _indices(hybrid) == _indices(vector)
     assert hybrid.hits[0].breakdown.vector_rank == 1
     memory.close()
+    # the learned ranker also weighs length and neighbours: in these five-turn channels the
+    # turn that says it stays in the top two ("등산 다녀온 사람": the golden retriever turn, longer
+    # and between two found turns, comes first)
+    with Memory(db_path, embed_context_turns=0) as learned:
+        assert expected in _indices(learned.search(query, k=2, scope=scope))
 
 
 # -- what add records ------------------------------------------------------------------------

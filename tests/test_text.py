@@ -97,6 +97,27 @@ def test_analyze_returns_both(tok: Tokenizer) -> None:
     assert tok.analyze("민지는 고양이를 키워", want_keywords=False).keywords == []
 
 
+def test_multiword_proper_nouns_become_single_words(tok: Tokenizer, tmp_path) -> None:
+    # kiwi names "오로라 프로젝트" as one NNP morpheme; stored tokens are space-joined, so a token
+    # with a space would split on reload and a fresh and a reopened memory would rank apart
+    text = "정우: 이번 분기 메인은 오로라 프로젝트입니다. release 목표는 10월"
+    tokens = tok.tokens(text)
+    assert all(" " not in t for t in tokens)
+    assert {"오로라", "프로젝트"} <= set(tokens)
+    assert tok.tokens(text) == tok.analyze_many([text])[0].tokens
+
+    from gieok.memory import Memory
+
+    path = tmp_path / "m.db"
+    with Memory(path) as memory:
+        memory.add_many([{"text": text, "scope": {"channel": "c"}},
+                         {"text": "다은: 오로라 보러 아이슬란드 가고 싶다", "scope": {"channel": "c"}}])
+        fresh = [(h.block.block_index, h.score) for h in memory.search("오로라 프로젝트 일정", mode="bm25")]
+    with Memory(path) as memory:
+        reopened = [(h.block.block_index, h.score) for h in memory.search("오로라 프로젝트 일정", mode="bm25")]
+    assert fresh == reopened and fresh[0][0] == 1
+
+
 def test_tokenizer_options_differ() -> None:
     text = "The cats were running 민지는 고양이를 키워"
     default = Tokenizer(TokenizerOptions())

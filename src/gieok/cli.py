@@ -426,6 +426,34 @@ def bench_locomo(
         run_locomo(data, _ks(k), json_out, db_dir=target, embed_cache=embed_cache, ablation=ablation)
 
 
+@bench_app.command("ranker")
+def bench_ranker(
+    data: Annotated[list[Path], typer.Option("--data", help="LoCoMo-format dev set (repeat for several; each "
+                                                            "weighs the same in training).")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    embed_cache: Annotated[Path | None, typer.Option(help="Reuse passage and question vectors from this "
+                                                          "directory.")] = None,
+    save_model: Annotated[Path | None, typer.Option(
+        "--save-model", help="Also save the model trained on every conversation (how "
+                             "src/gieok/data/ranker.npz is made).")] = None,
+    ablation: Annotated[bool, typer.Option(help="Also cross-validate without each feature group.")] = False,
+    drop: Annotated[list[str] | None, typer.Option("--drop", help="Train without this feature (repeatable).")] = None,
+    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark databases (default: a "
+                                                              "temp dir, removed).")] = None,
+) -> None:
+    """Learned ranker: turn recall of fusion vs the learned model, out of fold and in sample.
+
+    Example: gieok bench ranker --data ../shared/data/locomo/locomo_dev5.json --data src/gieok/data/locomo_ko_dev.json
+    """
+    from .bench.ranker import run_ranker
+
+    try:
+        run_ranker(data, json_out, embed_cache=embed_cache, save_model=save_model, ablation=ablation,
+                   drop=drop or (), workdir=workdir)
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
+
+
 @bench_app.command("latency")
 def bench_latency(
     sizes: Annotated[str, typer.Option("--sizes", help="Store sizes, comma-separated.")] = "1000,10000,100000",

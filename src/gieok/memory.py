@@ -41,10 +41,12 @@ from .layers.coordinator import CoordinatorConfig, SearchCoordinator
 from .layers.localized import LocalizedSearch
 from .layers.stm import HybridSTM, ShortTermMemory
 from .layers.working import Slot, WorkingMemory
-from .retrieval.hybrid import MODES, HybridRetriever, RetrievalParams, SearchRequest
+from .retrieval.hybrid import MODES, HybridRetriever, RankingCandidates, RetrievalParams, SearchRequest
 from .retrieval.passages import PassageContext, PassageSource
+from .retrieval.ranker import shipped_ranker
 from .store.base import BM25Filter, IndexRows, NewBlock, Store, VectorSearchStore, VerifyReport
 from .store.factory import open_store
+from .text.dates import resolve_zone
 from .text.tokenize import Analysis, Tokenizer, get_tokenizer
 from .types import (
     Block,
@@ -290,7 +292,9 @@ class Memory:
         if dead:  # a saved graph may predate a forget made elsewhere: erase again, it is cheap
             self.vectors.zero_rows(dead)
         self._retriever = HybridRetriever(self.store, self.catalog, self.vectors, self.tokenizer,
-                                          self.retrieval_params(), self.bm25)
+                                          self.retrieval_params(), self.bm25,
+                                          ranker=shipped_ranker() if self.settings.ranker == "learned" else None,
+                                          zone=resolve_zone(self.settings.timezone))
 
     def _load_tokens(self, after_block_index: int) -> None:
         if self.bm25 is None:
@@ -350,6 +354,7 @@ class Memory:
             guild=[b.scope.guild for b in blocks],
             channel=[b.scope.channel for b in blocks],
             user=[b.scope.user for b in blocks],
+            speaker=[b.speaker for b in blocks],
             event_time=np.fromiter((b.event_time for b in blocks), np.float64, n),
             importance=np.fromiter((b.importance for b in blocks), np.float32, n),
             conv_pos=np.fromiter((b.conv_pos if b.conv_pos is not None else -1 for b in blocks), np.int64, n),
@@ -640,6 +645,24 @@ class Memory:
             result = self._search_prepared(request, query_vector, embed_ms, started)
         self._search_event(result, k)
         return result
+
+    def ranking_candidates(self, query: str, *, scope: Scope | Mapping[str, Any] | None = None,
+                           query_vector: np.ndarray | None = None) -> RankingCandidates:
+        """Every candidate a hybrid search for `query` considers, with its ranking features —
+        what `gieok bench ranker` trains the learned ranker on. No layers, no cache."""
+        self._check_open()
+        query = clean_text(query, max_chars=self.settings.max_text_chars, what="query")
+        request = SearchRequest(query=query, k=1, scope=Scope.of(scope))
+        if query_vector is None:
+            query_vector = self.embedder.embed_query(query)
+        with self._lock:
+            self._sync()
+            if self._retriever is None:
+                raise InvalidInputError("nothing stored yet: no candidates to rank")
+            try:
+                return self._retriever.ranking_candidates(request, query_vector)
+            except ValueError as exc:
+                raise InvalidInputError(str(exc)) from None
 
     def _search_layered(self, request: SearchRequest, started: float, given: np.ndarray | None) -> SearchResult:
         embedded: dict[str, Any] = {} if given is None else {"vector": given}

@@ -143,9 +143,11 @@ class ScoreBreakdown:
     recency: float = 0.0
     importance: float = 0.0
     final: float = 0.0
+    learned: float | None = None  # the learned ranker's raw score, when it ranked
+    parts: Mapping[str, float] | None = None  # each ranking feature's contribution to `learned`
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "bm25": round(self.bm25, 6),
             "bm25_rank": self.bm25_rank,
             "vector": round(self.vector, 6),
@@ -156,6 +158,10 @@ class ScoreBreakdown:
             "importance": round(self.importance, 6),
             "final": round(self.final, 6),
         }
+        if self.learned is not None:
+            out["learned"] = round(self.learned, 6)
+            out["parts"] = {name: round(v, 6) for name, v in (self.parts or {}).items()}
+        return out
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -112,6 +112,12 @@ def _score(question: Question, ranked_dia: list[str], ranked_sessions: list[int]
     return turn, session
 
 
+def bench_settings(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Settings of a LoCoMo-format run: session times are read as UTC (the files give local
+    times without a zone), so dates named in questions are resolved in UTC too."""
+    return {"timezone": "UTC", **dict(overrides or {})}
+
+
 def _system_report(per_question: list[tuple[Question, dict[int, tuple[float, float]]]],
                    ks: list[int]) -> dict[str, Any]:
     turn_recall = {str(k): float(np.mean([r[k][0] for _, r in per_question])) for k in ks}
@@ -159,27 +165,44 @@ def _ingest(memory: Memory, data: LocomoData,
     return dia_of, vectors, time.perf_counter() - started
 
 
-def _embed_questions(memory: Memory, questions: list[Question]) -> tuple[list[np.ndarray], list[float]]:
-    """Query vectors of the questions, and the ms each took to embed."""
-    query_vectors = []
-    embed_ms = []
-    with progress_bar("embed questions", len(questions)) as advance:
-        for q in questions:
+def _embed_questions(memory: Memory, questions: list[Question],
+                     embed_cache: Path | None = None) -> tuple[list[np.ndarray], list[float]]:
+    """Query vectors of the questions (each embedded alone, as a search does), and the ms each
+    took to embed; with `embed_cache`, vectors computed by an earlier run are read back and no
+    time is reported for them."""
+    embed_ms: list[float] = []
+
+    def embed(texts: Sequence[str]) -> np.ndarray:
+        out = []
+        for text in texts:
             t0 = time.perf_counter()
-            query_vectors.append(memory.embedder.embed_query(q.question))
+            out.append(memory.embedder.embed_query(text))
             embed_ms.append((time.perf_counter() - t0) * 1000)
             advance()
-    return query_vectors, embed_ms
+        return np.stack(out)
+
+    texts = [q.question for q in questions]
+    with progress_bar("embed questions", len(texts)) as advance:
+        if embed_cache is None:
+            vectors = embed(texts)
+        else:
+            cache = EmbeddingCache(embed_cache, memory.embedder.name)
+            vectors, cached = cache.get_or_compute(texts, "query", embed, batch=len(texts) or 1)
+            if cached:
+                advance(len(texts))
+    return list(vectors), embed_ms
 
 
 def _recall_by_system(memory: Memory, data: LocomoData, query_vectors: list[np.ndarray], ks: list[int],
-                      dia_of: dict[int, str]) -> tuple[dict[str, dict[str, Any]], list[float]]:
+                      dia_of: dict[int, str], modes: tuple[tuple[str, str], ...] = (
+                          ("gieok", "hybrid"), ("bm25", "bm25"), ("vector", "vector")),
+                      ) -> tuple[dict[str, dict[str, Any]], list[float]]:
     """Turn and session recall@k of hybrid search (gieok), BM25 alone and vectors alone; and
     the hybrid search's ms per question (query vectors ready)."""
     kmax = max(ks)
     systems: dict[str, dict[str, Any]] = {}
     search_ms: list[float] = []
-    for system, mode in (("gieok", "hybrid"), ("bm25", "bm25"), ("vector", "vector")):
+    for system, mode in modes:
         per_question = []
         with progress_bar(f"search {system}", len(data.questions)) as advance:
             for q, qv in zip(data.questions, query_vectors):
@@ -201,11 +224,11 @@ def measure_locomo(data_path: str | Path, ks: list[int], *, db_dir: str | Path |
                    settings_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     data = load_locomo(data_path)
     target = bench_target("locomo", None if db_dir is None else str(db_dir))  # a directory, or a PostgreSQL URL
-    memory = fresh_memory(bench_location(target, "locomo.db"), **dict(settings_overrides or {}))
+    memory = fresh_memory(bench_location(target, "locomo.db"), **bench_settings(settings_overrides))
     workdir = target if isinstance(target, Path) else bench_workdir("locomo")  # the ablation's files
     try:
         dia_of, vectors, ingest_seconds = _ingest(memory, data, embed_cache)
-        query_vectors, embed_ms = _embed_questions(memory, data.questions)
+        query_vectors, embed_ms = _embed_questions(memory, data.questions, embed_cache)
         systems, search_ms = _recall_by_system(memory, data, query_vectors, ks, dia_of)
         report: dict[str, Any] = {
             "questions": len(data.questions),
@@ -214,10 +237,33 @@ def measure_locomo(data_path: str | Path, ks: list[int], *, db_dir: str | Path |
             "search_ms_p50": round(median(search_ms), 3),
         }
         ablation_rows = _tokenizer_ablation(data, memory, ks, workdir, vectors) if ablation else None
+        if ablation:
+            report["ranking_ablation"] = _ranking_ablation(bench_location(target, "locomo.db"), data, query_vectors,
+                                                           ks, dia_of, settings_overrides)
     finally:
         memory.close()
     return {**report, "_ks": list(ks), "_turns": len(data.turns), "_skipped_questions": data.skipped_questions,
-            "_embed_p50_ms": median(embed_ms), "_cached": embed_cache is not None, "_ablation": ablation_rows}
+            "_embed_p50_ms": median(embed_ms) if embed_ms else None, "_cached": embed_cache is not None,
+            "_ablation": ablation_rows}
+
+
+# The ranking steps `--ablation` undoes, newest first: each row is the hybrid search with the
+# settings of the step before (the learned ranker off; then the neighbour spreading it replaced).
+RANKING_STEPS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("fusion (ranker = fusion)", {"ranker": "fusion"}),
+    ("fusion, 40 neighbour sources (before the learned ranker)", {"ranker": "fusion", "neighbour_sources": 40}),
+)
+
+
+def _ranking_ablation(location: Path | str, data: LocomoData, query_vectors: list[np.ndarray], ks: list[int],
+                      dia_of: dict[int, str], overrides: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The same stored conversations ranked with earlier ranking settings (RANKING_STEPS)."""
+    rows = {}
+    for label, step in RANKING_STEPS:
+        with Memory(location, **bench_settings({**dict(overrides or {}), **step})) as other:
+            systems, _ = _recall_by_system(other, data, query_vectors, ks, dia_of, modes=((label, "hybrid"),))
+        rows[label] = systems[label]
+    return rows
 
 
 def _tokenizer_ablation(data: LocomoData, memory: Memory, ks: list[int], workdir: Path,
@@ -269,6 +315,15 @@ def print_locomo(report: dict[str, Any], console: Console | None = None) -> None
             for k in ks
         ])
     out.print(cats)
+    if report.get("ranking_ablation"):
+        ranking = results_table("ranking ablation: the hybrid search with earlier ranking settings",
+                                ("ranking", *(f"turn@{k}" for k in ks), *(f"session@{k}" for k in ks)),
+                                left=("ranking",))
+        rows = {"gieok (learned ranker)": report["systems"]["gieok"], **report["ranking_ablation"]}
+        for label, sysrep in rows.items():
+            ranking.add_row(label, *[f"{sysrep['turn_recall'][str(k)]:.3f}" for k in ks],
+                            *[f"{sysrep['session_recall'][str(k)]:.3f}" for k in ks])
+        out.print(ranking)
     if report["_ablation"]:
         ab = _recall_table("tokenizer ablation: BM25 alone, turn recall", "tokenizer", ks)
         for label, values in report["_ablation"]:
@@ -276,7 +331,8 @@ def print_locomo(report: dict[str, Any], console: Console | None = None) -> None
         out.print(ab)
     out.print(f"ingest {report['ingest_seconds']:.1f} s{' (embeddings from cache)' if report['_cached'] else ''} · "
               f"search p50 {report['search_ms_p50']:.2f} ms without query embedding · "
-              f"query embedding p50 {report['_embed_p50_ms']:.2f} ms")
+              + (f"query embedding p50 {report['_embed_p50_ms']:.2f} ms" if report["_embed_p50_ms"] is not None
+                 else "query embeddings from cache"))
 
 
 def run_locomo(data_path: str | Path, ks: list[int], json_out: str | Path | None = None, *,

@@ -149,11 +149,13 @@ class Settings:
     bm25_engine: str = setting("memory", one_of("memory", "fts5"))  # numpy postings built from FTS5 | SQL per query
     candidates: int = setting(40, positive)
     fusion: str = setting("weighted", one_of("rrf", "weighted"))  # tuned on LoCoMo dev: docs/benchmarks.md
+    ranker: str = setting("learned", one_of("learned", "fusion"))  # learned: shipped weights over ranking features
     rrf_k: float = setting(60.0, positive)
     bm25_weight: float = setting(1.0, not_negative)
     vector_weight: float = setting(1.0, not_negative)
     neighbour_weight: float = setting(0.4, not_negative)
     neighbour_window: int = setting(2, not_negative)
+    neighbour_sources: int = setting(10, not_negative)  # the best candidates whose neighbours join the pool
     embed_context_turns: int = setting(1, between(0, 8))  # earlier turns of the channel embedded with a turn
     embed_context_gap_seconds: float = setting(3600.0, positive)  # ...if they came at most this long before
     recency_weight: float = setting(0.0, not_negative)

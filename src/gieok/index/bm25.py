@@ -12,12 +12,30 @@ two engines rank alike.
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections import Counter
 
 import numpy as np
 
-__all__ = ["BM25Index"]
+from ..text.dates import mentions_time
+
+__all__ = ["BM25Index", "hangul_share"]
+
+_HANGUL = re.compile(r"[\uac00-\ud7a3]")
+_LATIN = re.compile(r"[a-z]")
+
+
+def hangul_share(tokens: list[str]) -> float:
+    """Hangul tokens / (Hangul + Latin tokens): which language a document is written in, as the
+    ranker sees it (0.5 when it has neither, e.g. only numbers or emoji)."""
+    hangul = latin = 0
+    for token in tokens:
+        if _HANGUL.match(token):
+            hangul += 1
+        elif _LATIN.match(token):
+            latin += 1
+    return hangul / (hangul + latin) if hangul + latin else 0.5
 
 
 class _Postings:
@@ -52,6 +70,8 @@ class BM25Index:
         self.scoped_statistics = scoped_statistics
         self._postings: dict[str, _Postings] = {}
         self._doc_len = np.zeros(1024, dtype=np.float32)
+        self._hangul = np.full(1024, 0.5, dtype=np.float32)
+        self._time = np.zeros(1024, dtype=bool)
         self._size = 0
         self._total_len = 0.0
         self._lock = threading.RLock()
@@ -64,12 +84,21 @@ class BM25Index:
         with self._lock:
             top = max(rows) + 1 if rows else self._size
             if top > self._doc_len.shape[0]:
-                grown = np.zeros(max(top, self._doc_len.shape[0] * 2), dtype=np.float32)
+                capacity = max(top, self._doc_len.shape[0] * 2)
+                grown = np.zeros(capacity, dtype=np.float32)
                 grown[: self._size] = self._doc_len[: self._size]
                 self._doc_len = grown
+                grown = np.full(capacity, 0.5, dtype=np.float32)
+                grown[: self._size] = self._hangul[: self._size]
+                self._hangul = grown
+                grown_time = np.zeros(capacity, dtype=bool)
+                grown_time[: self._size] = self._time[: self._size]
+                self._time = grown_time
             batch: dict[str, tuple[list[int], list[int]]] = {}
             for row, tokens in zip(rows, token_lists):
                 self._doc_len[row] = len(tokens)
+                self._hangul[row] = hangul_share(tokens)
+                self._time[row] = mentions_time(tokens)
                 self._total_len += len(tokens)
                 for term, count in Counter(tokens).items():
                     entry = batch.get(term)
@@ -83,6 +112,33 @@ class BM25Index:
                     postings = self._postings[term] = _Postings()
                 postings.extend(term_rows, tfs)
             self._size = max(self._size, top)
+
+    def doc_lengths(self, rows: np.ndarray) -> np.ndarray:
+        """Token counts of `rows` (0 for a row never indexed or forgotten)."""
+        with self._lock:
+            rows = np.asarray(rows, dtype=np.int64)
+            inside = rows < self._size
+            out = np.zeros(rows.shape[0], dtype=np.float32)
+            out[inside] = self._doc_len[rows[inside]]
+            return out
+
+    def time_mentions(self, rows: np.ndarray) -> np.ndarray:
+        """`mentions_time` of each row's tokens (False for a row never indexed)."""
+        with self._lock:
+            rows = np.asarray(rows, dtype=np.int64)
+            inside = rows < self._size
+            out = np.zeros(rows.shape[0], dtype=bool)
+            out[inside] = self._time[rows[inside]]
+            return out
+
+    def hangul_shares(self, rows: np.ndarray) -> np.ndarray:
+        """`hangul_share` of each row's tokens (0.5 for a row never indexed)."""
+        with self._lock:
+            rows = np.asarray(rows, dtype=np.int64)
+            inside = rows < self._size
+            out = np.full(rows.shape[0], 0.5, dtype=np.float32)
+            out[inside] = self._hangul[rows[inside]]
+            return out
 
     def remove(self, row: int) -> None:
         """A forgotten document stops counting toward lengths; `alive` masks its postings."""

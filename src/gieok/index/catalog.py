@@ -15,10 +15,11 @@ __all__ = ["Catalog"]
 
 
 class _Codes:
-    """Interns strings (guild, channel, user, kind) as small ints; 0 means "none"."""
+    """Interns strings (guild, channel, user, speaker, kind) as small ints; 0 means "none"."""
 
     def __init__(self) -> None:
         self.code_of: dict[str, int] = {}
+        self.values: list[str] = [""]  # values[code]
 
     def encode(self, value: str | None) -> int:
         if value is None:
@@ -26,6 +27,7 @@ class _Codes:
         code = self.code_of.get(value)
         if code is None:
             code = self.code_of[value] = len(self.code_of) + 1
+            self.values.append(value)
         return code
 
     def lookup(self, value: str) -> int:
@@ -56,15 +58,17 @@ class _Column:
 
 
 class Catalog:
-    """Column arrays of every block (kind, scope codes, time, importance, position, alive) for
-    filters and neighbour lookups without touching SQLite."""
+    """Column arrays of every block (kind, scope codes, speaker, time, importance, position,
+    alive) for filters, neighbour lookups and ranking features without touching SQLite."""
 
     def __init__(self) -> None:
         self.guilds, self.channels, self.users, self.kinds = _Codes(), _Codes(), _Codes(), _Codes()
+        self.speakers = _Codes()
         self._block_index = _Column(np.int64)
         self._guild = _Column(np.int32)
         self._channel = _Column(np.int32)
         self._user = _Column(np.int32)
+        self._speaker = _Column(np.int32)
         self._kind = _Column(np.int16)
         self._event_time = _Column(np.float64)
         self._importance = _Column(np.float32)
@@ -92,6 +96,7 @@ class Catalog:
         self._guild.extend(np.fromiter((self.guilds.encode(g) for g in rows.guild), dtype=np.int32, count=n))
         self._channel.extend(channel_codes)
         self._user.extend(np.fromiter((self.users.encode(u) for u in rows.user), dtype=np.int32, count=n))
+        self._speaker.extend(np.fromiter((self.speakers.encode(s) for s in rows.speaker), dtype=np.int32, count=n))
         self._kind.extend(np.fromiter((self.kinds.encode(k) for k in rows.kind), dtype=np.int16, count=n))
         self._event_time.extend(rows.event_time)
         self._importance.extend(rows.importance)
@@ -132,6 +137,18 @@ class Catalog:
 
     def event_time(self, rows: np.ndarray) -> np.ndarray:
         return self._event_time.view[rows]
+
+    def speaker_codes(self, rows: np.ndarray) -> np.ndarray:
+        """Interned speakers of `rows` (0 where none); `speakers.values[code]` is the name."""
+        return self._speaker.view[rows]
+
+    def sequence_keys(self, rows: np.ndarray) -> np.ndarray:
+        """One int per row that orders a channel's turns and steps by one between neighbours
+        (channel code · 2^40 + position); -1 for rows outside any channel's sequence. Turns at
+        offset d of row r have key keys[r] + d, which lets ranking look neighbours up in bulk."""
+        channel = self._channel.view[rows].astype(np.int64)
+        pos = self._conv_pos.view[rows]
+        return np.where((channel > 0) & (pos >= 0), (channel << 40) + pos, -1)
 
     def candidate_rows(
         self, scope: Scope, kinds: tuple[str, ...], since: float | None, until: float | None
@@ -176,6 +193,24 @@ class Catalog:
             return False
         return not (until is not None and t > until)
 
+    def passes_many(self, rows: np.ndarray, scope: Scope, kinds: tuple[str, ...], since: float | None,
+                    until: float | None) -> np.ndarray:
+        """`passes` for many rows at once: a boolean mask over `rows`."""
+        keep = self._alive.view[rows].copy()
+        if scope.guild is not None:
+            keep &= self._guild.view[rows] == self.guilds.lookup(scope.guild)
+        if scope.channel is not None:
+            keep &= self._channel.view[rows] == self.channels.lookup(scope.channel)
+        if scope.user is not None:
+            keep &= self._user.view[rows] == self.users.lookup(scope.user)
+        if kinds:
+            keep &= np.isin(self._kind.view[rows], [self.kinds.lookup(k) for k in kinds])
+        if since is not None:
+            keep &= self._event_time.view[rows] >= since
+        if until is not None:
+            keep &= self._event_time.view[rows] <= until
+        return keep
+
     def last_turns(self, channel: str, n: int) -> list[int]:
         """Block indices of the channel's last `n` turns, oldest first (forgotten ones too)."""
         code = self.channels.lookup(channel)
@@ -202,6 +237,27 @@ class Catalog:
                 if other is not None:
                     out.append((other, distance))
         return out
+
+    def neighbour_rows(self, rows: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`neighbours` of many rows: (index into `rows`, neighbour row, distance) arrays."""
+        sources: list[int] = []
+        found: list[int] = []
+        distances: list[int] = []
+        steps = [(d, s) for d in range(1, window + 1) for s in (-d, d)]
+        codes = self._channel.data[rows].tolist()
+        positions_of = self._conv_pos.data[rows].tolist()
+        for i, (code, pos) in enumerate(zip(codes, positions_of)):
+            positions = self._position.get(code) if code and pos >= 0 else None
+            if not positions:
+                continue
+            for distance, step in steps:
+                other = positions.get(pos + step)
+                if other is not None:
+                    sources.append(i)
+                    found.append(other)
+                    distances.append(distance)
+        return (np.array(sources, dtype=np.int64), np.array(found, dtype=np.int64),
+                np.array(distances, dtype=np.int64))
 
     def _channel_array(self, code: int) -> np.ndarray:
         cached = self._channel_rows_cache.get(code)

@@ -1,4 +1,4 @@
-"""Hybrid retrieval: BM25 + vectors, fused, spread to neighbouring turns, re-weighted."""
+"""Hybrid retrieval: BM25 + vectors, fused, spread to neighbouring turns, ordered by the learned ranker."""
 
 from .hybrid import HybridRetriever, RetrievalParams, SearchRequest
 

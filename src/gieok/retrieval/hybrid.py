@@ -2,21 +2,30 @@
 
 1. BM25 over pre-tokenized text (FTS5) and cosine over embeddings each give a
    candidate list; both respect the same filters (scope, kinds, time range).
-2. Fusion: reciprocal-rank (default; robust to score scales) or weighted scores.
+2. Fusion: weighted scores (default: BM25 over the best BM25, cosine min-max scaled) or
+   reciprocal rank.
 3. Neighbour spreading: a conversation turn is often answered by the turn before or
    after it ("what did she adopt?" → "we got a puppy!" → "his name is Max"), so each
    candidate passes a share of its fused score to turns within ±window in the same
-   channel's sequence.
-4. Importance and recency are added as small, configurable terms.
+   channel's sequence (and the turns it reaches become candidates).
+4. The learned ranker (ranker.py, setting `ranker = "learned"`, the default) scores every
+   candidate from its features — both signals' scores and ranks, its neighbours' fused
+   scores, its length, its speaker named in the query, a date the query names, the query's
+   script — with weights trained on the dev sets. With `ranker = "fusion"` the fused score
+   plus the neighbour shares rank instead.
+5. Importance and recency are added as small, configurable terms.
 Every hit keeps its score breakdown so a user can see why it ranked.
+
+The candidates of one search travel as column arrays (`_Pool`), not one object each: a
+search at 100k blocks has ~2 ms in all, and fusing, spreading and ranking ~200 candidates
+must stay a fraction of it. Breakdown objects are made only for the hits returned.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from datetime import UTC, tzinfo
 
 import numpy as np
 
@@ -27,8 +36,9 @@ from ..index.vector import VectorIndex
 from ..store.base import BM25Filter, Store
 from ..text.tokenize import Tokenizer
 from ..types import Scope, ScoreBreakdown
+from .ranker import FEATURES, LearnedRanker, candidate_features, display_scores, query_context
 
-__all__ = ["HybridRetriever", "RetrievalParams", "SearchRequest"]
+__all__ = ["HybridRetriever", "RankingCandidates", "RetrievalParams", "SearchRequest"]
 
 MODES = ("hybrid", "bm25", "vector")
 
@@ -44,6 +54,7 @@ class RetrievalParams:
     vector_weight: float
     neighbour_weight: float
     neighbour_window: int
+    neighbour_sources: int
     recency_weight: float
     recency_half_life_days: float
     importance_weight: float
@@ -52,6 +63,18 @@ class RetrievalParams:
     def from_settings(cls, settings: Settings | None = None) -> RetrievalParams:
         settings = settings or Settings()
         return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class RankingCandidates:
+    """Every candidate of one hybrid search with its ranking features, for training the
+    learned ranker: block indices, the (candidates × FEATURES) matrix, the first-stage score
+    (fused + neighbour shares) each would have without the ranker."""
+
+    block_indices: np.ndarray
+    features: np.ndarray
+    first_stage: np.ndarray
+    names: tuple[str, ...] = FEATURES
 
 
 @dataclass
@@ -66,119 +89,219 @@ class SearchRequest:
     neighbours: bool = True
 
 
+@dataclass
+class _Pool:
+    """The candidates of one search as columns; `rows` (catalog rows) ascending, ranks 0
+    where a signal did not find the row."""
+
+    rows: np.ndarray
+    bm25: np.ndarray
+    bm25_rank: np.ndarray
+    vector: np.ndarray
+    vector_rank: np.ndarray
+    fused: np.ndarray
+    neighbour: np.ndarray
+
+    @classmethod
+    def of(cls, bm25_rows: np.ndarray, bm25_scores: np.ndarray, vector_rows: np.ndarray,
+           vector_scores: np.ndarray) -> _Pool:
+        """Each signal's results, best first, merged by row."""
+        rows = np.union1d(bm25_rows, vector_rows).astype(np.int64)
+        n = rows.shape[0]
+        pool = cls(rows, np.zeros(n), np.zeros(n, np.int64), np.zeros(n), np.zeros(n, np.int64), np.zeros(n),
+                   np.zeros(n))
+        at = np.searchsorted(rows, bm25_rows)
+        pool.bm25[at] = bm25_scores
+        pool.bm25_rank[at] = np.arange(1, at.shape[0] + 1)
+        at = np.searchsorted(rows, vector_rows)
+        pool.vector[at] = vector_scores
+        pool.vector_rank[at] = np.arange(1, at.shape[0] + 1)
+        return pool
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+    def add_rows(self, new_rows: np.ndarray) -> None:
+        """Rows found by no signal (turns next to the best candidates), with zero scores."""
+        if new_rows.shape[0] == 0:
+            return
+        rows = np.concatenate([self.rows, new_rows])
+        order = np.argsort(rows, kind="stable")
+        self.rows = rows[order]
+        m = new_rows.shape[0]
+        for name in ("bm25", "bm25_rank", "vector", "vector_rank", "fused", "neighbour"):
+            column = getattr(self, name)
+            setattr(self, name, np.concatenate([column, np.zeros(m, dtype=column.dtype)])[order])
+
+    def breakdown(self, i: int) -> ScoreBreakdown:
+        return ScoreBreakdown(
+            bm25=float(self.bm25[i]), bm25_rank=int(self.bm25_rank[i]) or None,
+            vector=float(self.vector[i]), vector_rank=int(self.vector_rank[i]) or None,
+            fused=float(self.fused[i]), neighbour=float(self.neighbour[i]),
+        )
+
+
 class HybridRetriever:
     """Ranks blocks for a request: BM25 and vector candidates, fused, spread to neighbouring
-    turns, plus importance and recency bonuses; every candidate keeps its score breakdown."""
+    turns, scored by the learned ranker (or fused + neighbour shares), plus importance and
+    recency bonuses; every hit keeps its score breakdown."""
 
     def __init__(self, store: Store, catalog: Catalog, vectors: VectorIndex, tokenizer: Tokenizer,
-                 params: RetrievalParams, bm25: BM25Index | None = None) -> None:
+                 params: RetrievalParams, bm25: BM25Index | None = None, *,
+                 ranker: LearnedRanker | None = None, zone: tzinfo = UTC) -> None:
         self.store = store
         self.bm25 = bm25
         self.catalog = catalog
         self.vectors = vectors
         self.tokenizer = tokenizer
         self.params = params
+        # The ranker reads token counts from the in-memory BM25 index; without it, fusion ranks.
+        self.ranker = ranker if bm25 is not None else None
+        self.zone = zone
 
     def rank(self, request: SearchRequest, query_vector: np.ndarray | None,
              timings: dict[str, float] | None = None, slack: int = 0) -> list[tuple[int, ScoreBreakdown]]:
         """Return (block_index, breakdown) best first, at most request.k + slack (the caller
         may drop duplicates)."""
-        p = self.params
         timings = timings if timings is not None else {}
-        breakdowns: dict[int, ScoreBreakdown] = {}  # keyed by catalog row
-
-        rows = self.catalog.candidate_rows(request.scope, request.kinds, request.since, request.until)
-        limit = max(p.candidates, request.k)  # never fewer candidates than hits asked for
-        if request.mode in ("hybrid", "bm25"):
-            started = time.perf_counter()
-            tokens = self.tokenizer.tokens(request.query)
-            ranked_rows: Iterable[tuple[int | None, float]]
-            if self.bm25 is not None:
-                found, scores = self.bm25.search(tokens, limit, self.catalog.alive(), rows)
-                ranked_rows = zip(found.tolist(), scores.tolist())
-            else:
-                filt = BM25Filter(request.scope, request.kinds, request.since, request.until)
-                ranked_rows = ((self.catalog.row_of(bi), score) for bi, score in self.store.bm25(tokens, filt, limit))
-            rank = 0
-            for row, score in ranked_rows:
-                if row is None:
-                    continue
-                rank += 1
-                b = breakdowns.setdefault(row, ScoreBreakdown())
-                b.bm25, b.bm25_rank = score, rank
-            timings["bm25_ms"] = (time.perf_counter() - started) * 1000
-
-        if request.mode in ("hybrid", "vector") and query_vector is not None:
-            started = time.perf_counter()
-            found, scores = self.vectors.search(query_vector, limit, rows, self.catalog.alive())
-            for rank, (row, score) in enumerate(zip(found.tolist(), scores.tolist()), start=1):
-                b = breakdowns.setdefault(row, ScoreBreakdown())
-                b.vector, b.vector_rank = score, rank
-            timings["vector_ms"] = (time.perf_counter() - started) * 1000
-
-        if not breakdowns:
+        pool = self._candidates(request, query_vector, timings)
+        if not len(pool):
             return []
         started = time.perf_counter()
-        self._fuse(breakdowns, request.mode)
-        if request.neighbours and request.mode == "hybrid" and p.neighbour_weight > 0 and p.neighbour_window > 0:
-            self._spread_to_neighbours(breakdowns, request)
-        ranked = self._finalise(breakdowns)
-        top = ranked[: request.k + slack]
-        block_indices = self.catalog.block_index_of(np.asarray([row for row, _ in top], dtype=np.int64))
+        self._fuse(pool, request.mode)
+        self._spread(pool, request)
+        learned = features = None
+        if self.ranker is not None and request.mode == "hybrid":
+            features = self._features(pool, request)
+            learned = self.ranker.scores(features)
+        top = self._finalise(pool, learned, request.k + slack)
+        if features is not None:
+            assert self.ranker is not None
+            for (_, b), parts in zip(top, self.ranker.parts(features[[i for i, _ in top]])):
+                b.parts = parts
+        block_indices = self.catalog.block_index_of(pool.rows[[i for i, _ in top]])
         timings["fuse_ms"] = (time.perf_counter() - started) * 1000
         return [(int(bi), b) for bi, (_, b) in zip(block_indices.tolist(), top)]
 
+    def ranking_candidates(self, request: SearchRequest, query_vector: np.ndarray | None) -> RankingCandidates:
+        """Every hybrid candidate of `request` with its features (see RankingCandidates)."""
+        if self.bm25 is None:
+            raise ValueError("ranking features need the in-memory BM25 index (bm25_engine = memory)")
+        pool = self._candidates(request, query_vector, {})
+        self._fuse(pool, request.mode)
+        self._spread(pool, request)
+        features = self._features(pool, request)
+        return RankingCandidates(self.catalog.block_index_of(pool.rows).astype(np.int64), features,
+                                 pool.fused + pool.neighbour)
+
     # -- steps ------------------------------------------------------------------------------
-    def _fuse(self, breakdowns: dict[int, ScoreBreakdown], mode: str) -> None:
+    def _candidates(self, request: SearchRequest, query_vector: np.ndarray | None,
+                    timings: dict[str, float]) -> _Pool:
+        """BM25 and vector candidates with their scores and ranks."""
+        p = self.params
+        rows = self.catalog.candidate_rows(request.scope, request.kinds, request.since, request.until)
+        limit = max(p.candidates, request.k)  # never fewer candidates than hits asked for
+        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
+        bm25_found, vector_found = empty, empty
+        if request.mode in ("hybrid", "bm25"):
+            started = time.perf_counter()
+            tokens = self.tokenizer.tokens(request.query)
+            if self.bm25 is not None:
+                bm25_found = self.bm25.search(tokens, limit, self.catalog.alive(), rows)
+            else:
+                filt = BM25Filter(request.scope, request.kinds, request.since, request.until)
+                pairs = [(row, score) for row, score in
+                         ((self.catalog.row_of(bi), score) for bi, score in self.store.bm25(tokens, filt, limit))
+                         if row is not None]
+                bm25_found = (np.asarray([r for r, _ in pairs], dtype=np.int64),
+                              np.asarray([s for _, s in pairs], dtype=np.float64))
+            timings["bm25_ms"] = (time.perf_counter() - started) * 1000
+        if request.mode in ("hybrid", "vector") and query_vector is not None:
+            started = time.perf_counter()
+            vector_found = self.vectors.search(query_vector, limit, rows, self.catalog.alive())
+            timings["vector_ms"] = (time.perf_counter() - started) * 1000
+        return _Pool.of(np.asarray(bm25_found[0], dtype=np.int64), np.asarray(bm25_found[1], dtype=np.float64),
+                        np.asarray(vector_found[0], dtype=np.int64), np.asarray(vector_found[1], dtype=np.float64))
+
+    def _fuse(self, pool: _Pool, mode: str) -> None:
         p = self.params
         wb = p.bm25_weight if mode != "vector" else 0.0
         wv = p.vector_weight if mode != "bm25" else 0.0
         if mode != "hybrid":
             wb, wv = (1.0, 0.0) if mode == "bm25" else (0.0, 1.0)
+        found_b = pool.bm25_rank > 0
+        found_v = pool.vector_rank > 0
         if p.fusion == "rrf":
-            for b in breakdowns.values():
-                b.fused = (wb / (p.rrf_k + b.bm25_rank) if b.bm25_rank else 0.0) + (
-                    wv / (p.rrf_k + b.vector_rank) if b.vector_rank else 0.0
-                )
+            pool.fused = (np.where(found_b, wb / (p.rrf_k + pool.bm25_rank), 0.0)
+                          + np.where(found_v, wv / (p.rrf_k + pool.vector_rank), 0.0))
+            return
+        bm25_max = float(pool.bm25.max(initial=0.0)) or 1.0
+        if found_v.any():
+            v_lo, v_hi = float(pool.vector[found_v].min()), float(pool.vector[found_v].max())
         else:
-            bm25_max = max((b.bm25 for b in breakdowns.values()), default=0.0) or 1.0
-            vecs = [b.vector for b in breakdowns.values() if b.vector_rank]
-            v_lo, v_hi = (min(vecs), max(vecs)) if vecs else (0.0, 1.0)
-            span = (v_hi - v_lo) or 1.0
-            for b in breakdowns.values():
-                nb = b.bm25 / bm25_max if b.bm25_rank else 0.0
-                nv = (b.vector - v_lo) / span if b.vector_rank else 0.0
-                b.fused = wb * nb + wv * nv
+            v_lo, v_hi = 0.0, 1.0
+        span = (v_hi - v_lo) or 1.0
+        pool.fused = (wb * np.where(found_b, pool.bm25 / bm25_max, 0.0)
+                      + wv * np.where(found_v, (pool.vector - v_lo) / span, 0.0))
 
-    def _spread_to_neighbours(self, breakdowns: dict[int, ScoreBreakdown], request: SearchRequest) -> None:
+    def _spread(self, pool: _Pool, request: SearchRequest) -> None:
+        """Each of the `neighbour_sources` best candidates by fused score passes
+        neighbour_weight · fused / distance to the turns within ±neighbour_window of it; turns
+        it reaches that pass the filters join the pool."""
         p = self.params
-        sources = sorted(breakdowns.items(), key=lambda item: -item[1].fused)[: p.candidates]
-        for row, source in sources:
-            for other, distance in self.catalog.neighbours(row, p.neighbour_window):
-                target = breakdowns.get(other)
-                if target is None:
-                    if not self.catalog.passes(other, request.scope, request.kinds, request.since, request.until):
-                        continue
-                    target = breakdowns[other] = ScoreBreakdown()
-                target.neighbour += p.neighbour_weight * source.fused / distance
+        if not (request.neighbours and request.mode == "hybrid" and p.neighbour_weight > 0
+                and p.neighbour_window > 0):
+            return
+        sources = np.lexsort((pool.rows, -pool.fused))[: p.neighbour_sources]
+        source_at, targets, distance = self.catalog.neighbour_rows(pool.rows[sources], p.neighbour_window)
+        if targets.shape[0] == 0:
+            return
+        shares = p.neighbour_weight * pool.fused[sources][source_at] / distance
+        at = np.minimum(np.searchsorted(pool.rows, targets), len(pool) - 1)
+        known = pool.rows[at] == targets
+        if not known.all():
+            new = np.unique(targets[~known])
+            new = new[self.catalog.passes_many(new, request.scope, request.kinds, request.since, request.until)]
+            if new.shape[0]:
+                pool.add_rows(new)
+                at = np.minimum(np.searchsorted(pool.rows, targets), len(pool) - 1)
+                known = pool.rows[at] == targets
+        np.add.at(pool.neighbour, at[known], shares[known])
 
-    def _finalise(self, breakdowns: dict[int, ScoreBreakdown]) -> list[tuple[int, ScoreBreakdown]]:
+    def _features(self, pool: _Pool, request: SearchRequest) -> np.ndarray:
+        assert self.bm25 is not None
+        query = query_context(request.query, time.time(), self.zone)
+        return candidate_features(pool.rows, pool.bm25, pool.bm25_rank, pool.vector_rank, pool.fused,
+                                  self.catalog, self.bm25, query)
+
+    def _finalise(self, pool: _Pool, learned: np.ndarray | None, limit: int) -> list[tuple[int, ScoreBreakdown]]:
+        """The `limit` best (pool index, breakdown): scored by the learned ranker (mapped into
+        (0, 1]) when given, else fused + neighbour shares over the best; then the importance and
+        recency terms. Ties go to the older block."""
         p = self.params
-        top = max((b.fused + b.neighbour for b in breakdowns.values()), default=0.0) or 1.0
-        rows = np.fromiter(breakdowns.keys(), dtype=np.int64, count=len(breakdowns))
-        importance = self.catalog.importance(rows) if p.importance_weight else None
-        recency = None
+        if learned is not None:
+            final = display_scores(learned)
+        else:
+            base = pool.fused + pool.neighbour
+            final = base / (float(base.max(initial=0.0)) or 1.0)
+        importance = recency = None
+        if p.importance_weight:
+            importance = p.importance_weight * self.catalog.importance(pool.rows).astype(np.float64)
+            final = final + importance
         if p.recency_weight:
-            age_days = np.maximum(0.0, time.time() - self.catalog.event_time(rows)) / 86_400
-            recency = np.power(0.5, age_days / max(p.recency_half_life_days, 1e-9))
-        for i, b in enumerate(breakdowns.values()):
-            b.final = (b.fused + b.neighbour) / top
+            age_days = np.maximum(0.0, time.time() - self.catalog.event_time(pool.rows)) / 86_400
+            recency = p.recency_weight * np.power(0.5, age_days / max(p.recency_half_life_days, 1e-9))
+            final = final + recency
+        final = np.where(np.isfinite(final), final, 0.0)
+        out = []
+        for i in np.lexsort((pool.rows, -final))[:limit].tolist():
+            b = pool.breakdown(i)
+            b.final = float(final[i])
+            if learned is not None:
+                b.learned = float(learned[i])
             if importance is not None:
-                b.importance = p.importance_weight * float(importance[i])
-                b.final += b.importance
+                b.importance = float(importance[i])
             if recency is not None:
-                b.recency = p.recency_weight * float(recency[i])
-                b.final += b.recency
-            if not math.isfinite(b.final):
-                b.final = 0.0
-        return sorted(breakdowns.items(), key=lambda item: (-item[1].final, item[0]))
+                b.recency = float(recency[i])
+            out.append((i, b))
+        return out

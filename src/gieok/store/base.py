@@ -53,6 +53,7 @@ class IndexRows:
     guild: list[str | None]
     channel: list[str | None]
     user: list[str | None]
+    speaker: list[str | None]
     event_time: np.ndarray  # float64
     importance: np.ndarray  # float32
     conv_pos: np.ndarray  # int64, -1 where none

@@ -172,12 +172,15 @@ class Tokenizer:
             if not tag.startswith(_KIWI_KEEP):
                 continue
             lemma = m.lemma if tag.startswith(("VV", "VA")) else m.form
-            lemma = lemma.lower()
-            if self.options.stopwords and lemma in _KOREAN_STOP:
-                continue
-            tokens.append(lemma)
-            if tag.startswith(_KIWI_NOUNS) and (len(lemma) > 1 or tag == "NNP"):
-                keys.append(lemma)
+            # kiwi may name a multi-word proper noun as one morpheme ("오로라 프로젝트"); stored
+            # tokens are space-joined, so such a token would come back as two on reload and
+            # the query's one-piece token would match nothing: index its words instead.
+            for word in lemma.lower().split():
+                if self.options.stopwords and word in _KOREAN_STOP:
+                    continue
+                tokens.append(word)
+                if tag.startswith(_KIWI_NOUNS) and (len(word) > 1 or tag == "NNP"):
+                    keys.append(word)
 
     def _word_pass(self, text: str, tokens: list[str], keys: list[str]) -> None:
         for match in _WORD.finditer(text.lower()):

@@ -296,7 +296,7 @@ class PostgresStore:
         with self.db.connection() as conn, conn.cursor(binary=True) as cursor:
             rows = cursor.execute(
                 "SELECT b.block_index, b.kind, b.guild, b.channel, b.user_id, b.event_time, b.importance, "
-                "b.conv_pos, b.forgotten_at IS NULL, e.vector FROM blocks b LEFT JOIN embeddings e "
+                "b.conv_pos, b.forgotten_at IS NULL, e.vector, b.speaker FROM blocks b LEFT JOIN embeddings e "
                 "ON e.block_index = b.block_index WHERE b.block_index > %s ORDER BY b.block_index",
                 (after_block_index,)).fetchall()
         n = len(rows)
@@ -312,7 +312,7 @@ class PostgresStore:
         return IndexRows(
             block_index=np.fromiter((r[0] for r in rows), dtype=np.int64, count=n),
             kind=[r[1] for r in rows], guild=[r[2] for r in rows], channel=[r[3] for r in rows],
-            user=[r[4] for r in rows],
+            user=[r[4] for r in rows], speaker=[r[10] for r in rows],
             event_time=np.fromiter((r[5] for r in rows), dtype=np.float64, count=n),
             importance=np.fromiter((r[6] for r in rows), dtype=np.float32, count=n),
             conv_pos=np.fromiter((r[7] if r[7] is not None else -1 for r in rows), dtype=np.int64, count=n),
