@@ -12,6 +12,7 @@ across all processes (duplicate replies), and every reply only in its own channe
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -31,11 +32,16 @@ __all__ = ["measure_shared_runtime"]
 START_SECONDS = 300.0  # a worker loading the model and its indexes on a busy machine
 
 
-def _start_worker(db: str, redis: str, namespace: str, llm_url: str, lease_seconds: float) -> subprocess.Popen[str]:
+def _start_worker(db: str, redis: str, namespace: str, llm_url: str, lease_seconds: float,
+                  processes: int) -> subprocess.Popen[str]:
+    # Each process embeds with OpenMP threads, one per core by default: several processes on one
+    # machine oversubscribe the cores and OpenMP's barriers collapse (as for `gieok serve --workers`).
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // processes))
     return subprocess.Popen(
         [sys.executable, "-m", "gieok.bench.scale_worker", "--db", db, "--redis", redis, "--namespace", namespace,
          "--llm-url", llm_url, "--lease-seconds", str(lease_seconds)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8")
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8",
+        env={**os.environ, "OMP_NUM_THREADS": threads})
 
 
 def _wait_ready(worker: subprocess.Popen[str]) -> None:
@@ -68,7 +74,7 @@ def measure_shared_runtime(db: str, redis: str, *, processes: int = 2, channels:
     sent: dict[str, str] = {}  # tag -> channel
     reports: list[dict[str, Any]] = []
     with loopback_llm() as llm_url:
-        workers = [_start_worker(db, redis, namespace, llm_url, lease_seconds) for _ in range(processes)]
+        workers = [_start_worker(db, redis, namespace, llm_url, lease_seconds, processes) for _ in range(processes)]
         try:
             for worker in workers:
                 _wait_ready(worker)
