@@ -686,8 +686,8 @@ def bench_pgindex(
         raise InvalidInputError("--backend must be postgres: this benchmark measures pgvector")
     if db is not None and not is_database_url(db):
         raise InvalidInputError(f"--db must be a postgresql:// URL, got {db!r}")
-    if n < 1000 or base < 1000:
-        raise InvalidInputError("--n and --base must be >= 1000")
+    if n < 1000 or base < 100:
+        raise InvalidInputError("--n must be >= 1000 and --base >= 100")
     if queries < 1 or timeout <= 0 or workers < 0:
         raise InvalidInputError("--queries >= 1, --timeout > 0 and --workers >= 0 are needed")
     with backend_database(backend, db, {"shared_buffers": shared_buffers}) as url:
