@@ -105,8 +105,9 @@ def _load(conn: Any, data: np.ndarray, guilds: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def _watch_build(conninfo: str, pid: int, total: int, done: threading.Event) -> None:
-    """A progress bar fed by pg_stat_progress_create_index of the building backend."""
+def _watch_build(conninfo: str, pid: int, total: int, done: threading.Event, seen: dict[str, int]) -> None:
+    """A progress bar fed by pg_stat_progress_create_index of the building backend; the last
+    tuple count it saw is left in `seen`."""
     import psycopg
 
     with psycopg.connect(conninfo, autocommit=True) as watcher, progress_bar(
@@ -117,8 +118,7 @@ def _watch_build(conninfo: str, pid: int, total: int, done: threading.Event) -> 
                                   (pid,)).fetchone()
             if row and row[0] and int(row[0]) > shown:
                 advance(int(row[0]) - shown)
-                shown = int(row[0])
-        advance(total - shown)
+                shown = seen["tuples_done"] = int(row[0])
 
 
 def _peak_rss_mb(pid: int) -> float | None:
@@ -146,7 +146,8 @@ def _build(conn: Any, conninfo: str, n: int, m: int, ef_construction: int, maint
     conn.execute(f"SET statement_timeout = {int(timeout_s * 1000)}")
     pid = int(_one(conn, "SELECT pg_backend_pid()")[0])
     done = threading.Event()
-    watcher = threading.Thread(target=_watch_build, args=(conninfo, pid, n, done), daemon=True)
+    seen = {"tuples_done": 0}
+    watcher = threading.Thread(target=_watch_build, args=(conninfo, pid, n, done, seen), daemon=True)
     watcher.start()
     started = time.perf_counter()
     finished = True
@@ -159,7 +160,8 @@ def _build(conn: Any, conninfo: str, n: int, m: int, ef_construction: int, maint
         done.set()
         watcher.join()
         conn.execute("SET statement_timeout = 0")
-    return {"finished": finished, "seconds": round(seconds, 1), "maintenance_work_mem": maintenance_work_mem,
+    return {"finished": finished, "seconds": round(seconds, 1), "tuples_done": n if finished else seen["tuples_done"],
+            "maintenance_work_mem": maintenance_work_mem,
             "parallel_workers": workers, "timeout_s": timeout_s, "backend_peak_rss_mb": _peak_rss_mb(pid),
             "graph_exceeded_maintenance_work_mem": any("no longer fits" in n for n in notices)}
 
@@ -276,7 +278,8 @@ def print_pgindex(report: dict[str, Any], console: Console | None = None) -> Non
                           ("what", "value"), left=("what",))
     table.add_row("COPY (binary)", f"{report['load_s']:.1f} s")
     table.add_row("CREATE INDEX", f"{build['seconds']:.1f} s" + ("" if build["finished"] else
-                                                                 f" — NOT finished (timeout {build['timeout_s']:g} s)"))
+                                                                 f" — NOT finished (timeout {build['timeout_s']:g} s, "
+                                                                 f"{build['tuples_done']:,} tuples in)"))
     table.add_row("maintenance_work_mem / parallel workers",
                   f"{build['maintenance_work_mem']} / {build['parallel_workers']}"
                   + (" (graph overflowed it)" if build["graph_exceeded_maintenance_work_mem"] else ""))
