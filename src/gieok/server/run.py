@@ -49,6 +49,10 @@ def serve(settings: Settings, *, host: str | None = None, port: int | None = Non
         os.environ["GIEOK_REDIS_NAMESPACE"] = settings.redis_namespace
     os.environ["GIEOK_SERVER_HOST"] = host  # …and knows the address MCP's Host check must accept
     os.environ[_NO_AUTH_VARIABLE] = "" if auth else "1"
+    # Each worker embeds with OpenMP threads, one per core by default: w workers would run w × cores
+    # threads, and OpenMP's barriers collapse when oversubscribed (`gieok bench scale`, 2 workers on
+    # 2 cores: 14 searches/s against one worker's 59). Split the cores unless the user chose.
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     # A worker loading a memory or the embedding model can hold the GIL for seconds on a busy machine;
     # uvicorn's 5 s health check then kills it mid-request. 60 s still catches a hung worker.
     uvicorn.run("gieok.server.run:worker_app", factory=True, workers=workers, timeout_worker_healthcheck=60,

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg import sql as pgsql
 
 from ...chain import GENESIS
 from ...errors import CorruptDatabaseError, StoreError
@@ -41,6 +40,7 @@ from ..urls import display_url, split_url
 from .bm25 import bm25_query
 from .migrate import migrate
 from .session import PgSession, translate
+from .vectors import hnsw_index_sql, vector_search_sql
 
 __all__ = ["PostgresStore"]
 
@@ -91,7 +91,8 @@ class PostgresStore:
         self.db = PgSession(conninfo, self.schema, extension_schema, where=self.path, timeout_s=timeout_s,
                             ef_search=hnsw_ef_search, max_size=pool_size)
         self._append_lock = _lock_key(self.schema)
-        self._hnsw = f"WITH (m = {int(hnsw_m)}, ef_construction = {int(hnsw_ef_construction)})"
+        self._hnsw = (int(hnsw_m), int(hnsw_ef_construction))
+        self._search_sql = {filtered: vector_search_sql("embeddings", filtered=filtered) for filtered in (False, True)}
         self.layers: LayerStore = LayerTables(self.db)
         self.conversation: ConversationStore = ConversationTables(self.db)
         self.keys: KeyStore = KeyTable(self.db)
@@ -127,7 +128,7 @@ class PostgresStore:
             return
         tx.execute("DROP INDEX IF EXISTS embeddings_hnsw")
         tx.execute(f"ALTER TABLE embeddings ALTER COLUMN vector TYPE vector({int(dimension)})")
-        tx.execute(f"CREATE INDEX embeddings_hnsw ON embeddings USING hnsw (vector vector_ip_ops) {self._hnsw}")
+        tx.execute(hnsw_index_sql("embeddings_hnsw", "embeddings", *self._hnsw))
 
     def reset_generated_ids(self) -> None:
         """After rows were copied in with their ids (`gieok migrate`), continue each generated id
@@ -229,7 +230,7 @@ class PostgresStore:
             tx.executemany("INSERT INTO embeddings(block_index, vector) VALUES (?, ?)",
                            [(int(i), np.asarray(v, dtype=np.float32)) for i, v in zip(block_indices, vectors)])
             if "dimension" in meta:
-                tx.execute(f"CREATE INDEX embeddings_hnsw ON embeddings USING hnsw (vector vector_ip_ops) {self._hnsw}")
+                tx.execute(hnsw_index_sql("embeddings_hnsw", "embeddings", *self._hnsw))
             tx.executemany("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
                            "SET value = excluded.value", list(meta.items()))
             tx.execute("UPDATE changes SET counter = counter + 1")
@@ -277,17 +278,12 @@ class PostgresStore:
         """Top-k (block indices, cosine) from the HNSW index, among blocks whose bit is set in
         `allowed` (bit i of byte i // 8, least significant first) when given, and never past
         `max_block_index` (what the caller's catalog knows). The graph is walked iteratively, so a
-        selective filter still yields k rows when that many pass it."""
-        vector = np.asarray(query, dtype=np.float32)
-        where = "block_index <= %s"
-        params: list[Any] = [max_block_index]
+        selective filter still yields k rows when that many pass it (`vectors.py`)."""
+        params: dict[str, Any] = {"query": np.asarray(query, dtype=np.float32), "last": max_block_index, "k": k}
         if allowed is not None:
-            where += " AND get_bit(%s::bytea, block_index::int) = 1"
-            params.append(allowed)
-        statement = pgsql.SQL(f"SELECT block_index, (vector <#> %s) * -1 FROM embeddings WHERE {where} "
-                              "ORDER BY vector <#> %s LIMIT %s")
+            params["allowed"] = allowed
         with self.db.connection() as conn:
-            rows = conn.execute(statement, [vector, *params, vector, k]).fetchall()
+            rows = conn.execute(self._search_sql[allowed is not None], params).fetchall()
         rows.sort(key=lambda r: (-float(r[1]), int(r[0])))  # relaxed_order may return near-ties out of order
         return (np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
                 np.fromiter((r[1] for r in rows), dtype=np.float32, count=len(rows)))
