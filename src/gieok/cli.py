@@ -655,11 +655,19 @@ def bench_scale(
         help="Add-then-search pairs on separate connections per worker count (stale-read check).")] = 20,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    redis: Annotated[str | None, typer.Option(
+        "--redis", help="The Redis the bot processes share (default: a throwaway redis-server).")] = None,
+    processes: Annotated[int, typer.Option(help="Bot processes sharing the runtime load (0: no runtime part).")] = 2,
+    channels: Annotated[int, typer.Option(help="Runtime part: channels, each sending --rate msg/s.")] = 20,
+    runtime_seconds: Annotated[float, typer.Option(help="Runtime part: seconds of messages.")] = 30.0,
+    rate: Annotated[float, typer.Option(help="Runtime part: messages per second per channel.")] = 1.0,
 ) -> None:
-    """The HTTP load of `bench server` against 1, 2, … gieok serve worker processes on one database.
+    """The HTTP load of `bench server` against 1, 2, … gieok serve worker processes on one database,
+    then the runtime load of `bench runtime` split over bot processes sharing Redis.
 
     Searches/s, p50/p95, add p50, errors and stale reads (a note added through one connection, not
-    found by a search on another) for each worker count.
+    found by a search on another) for each worker count; messages lost, stored twice, answered twice
+    (duplicate replies) or in the wrong channel (misrouted) across the bot processes.
 
     Example: gieok bench scale --backend postgres --workers 1,2 --json scale.json
     """
@@ -677,9 +685,14 @@ def bench_scale(
         raise InvalidInputError("--queries must be >= 1")
     if checks < 0:
         raise InvalidInputError("--checks must be >= 0")
+    if processes < 0:
+        raise InvalidInputError("--processes must be >= 0")
+    if channels < 1 or runtime_seconds <= 0 or rate <= 0:
+        raise InvalidInputError("--channels must be >= 1, --runtime-seconds and --rate > 0")
     with backend_database(backend, db) as target:
         run_scale(json_out, workers=counts, db=target, blocks=blocks, clients=clients, duration=duration,
-                  queries=queries, checks=checks, cache_dir=cache_dir)
+                  queries=queries, checks=checks, cache_dir=cache_dir, redis=redis, processes=processes,
+                  channels=channels, runtime_seconds=runtime_seconds, rate=rate)
 
 
 @bench_app.command("pgindex")

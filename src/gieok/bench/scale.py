@@ -15,9 +15,14 @@ connections until three rounds in a row see no worker loading the embedding mode
 goes to whichever worker accepts it, so this is a strong hint, not a proof, that every worker is
 warm). Every phase also stops at `queries` requests.
 
-`measure_workers` returns the `"workers"` part of the report; other parts (bot processes sharing
-Redis: `"runtime"`) are measured by functions of their own and added by `measure_scale`.
-Target (never adjusted): no errors and no stale reads at any worker count.
+**Runtime.** Then the load of `gieok bench runtime` (channels × rate × seconds of explicit calls)
+split at random over `processes` bot processes on the same database sharing one Redis
+(`bench.scale_runtime`): every message stored once, answered by exactly one reply, in its own
+channel.
+
+`measure_workers` returns the `"workers"` part of the report, `scale_runtime.measure_shared_runtime`
+the `"runtime"` part; `measure_scale` runs both. Targets (never adjusted): no errors and no stale
+reads at any worker count; no message lost, no duplicate reply and no misrouted reply.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import asyncio
 import signal
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +42,9 @@ from ..errors import InvalidInputError
 from ..store.urls import display_url
 from .corpus import generate_messages
 from .fill import bench_workdir, filled_memory
+from .redis_server import throwaway_redis
 from .report import print_and_write, progress_bar, results_table, table_console
+from .scale_runtime import measure_shared_runtime, print_shared_runtime
 from .server import REQUEST_SECONDS, K, QueryPool, ServeProcess, create_key, distinct_queries, http_phases
 
 __all__ = ["measure_workers", "measure_scale", "print_scale", "run_scale", "CHECKS"]
@@ -132,9 +140,13 @@ def measure_workers(db: Path | str, key: str, workers: Sequence[int], *, clients
 
 def measure_scale(workers: Sequence[int] = (1, 2), *, db: str | None = None, blocks: int = 10_000, clients: int = 8,
                   duration: float = 20.0, queries: int = 2000, checks: int = CHECKS,
-                  cache_dir: Path | None = None) -> dict[str, Any]:
+                  cache_dir: Path | None = None, redis: str | None = None, processes: int = 2, channels: int = 20,
+                  runtime_seconds: float = 30.0, rate: float = 1.0) -> dict[str, Any]:
     """`db`: a `postgresql://` URL (its `bench_scale_…` schema is recreated), a directory for a
-    SQLite file, or None (a temp dir)."""
+    SQLite file, or None (a temp dir). `redis`: the Redis the bot processes share (None: a
+    throwaway redis-server); `processes` 0 leaves the runtime part out."""
+    if processes < 0 or (processes and (channels < 1 or runtime_seconds <= 0 or rate <= 0)):
+        raise InvalidInputError("processes >= 0; with bot processes, channels >= 1, runtime seconds > 0, rate > 0")
     workers = sorted(set(workers))
     if not workers or workers[0] < 1:
         raise InvalidInputError("workers must be positive integers")
@@ -159,6 +171,15 @@ def measure_scale(workers: Sequence[int] = (1, 2), *, db: str | None = None, blo
     stale = sum(run["stale_reads"] for run in report["workers"].values())
     report["targets"] = {"zero_errors": {"errors": errors, "pass": errors == 0},
                          "zero_stale_reads": {"stale_reads": stale, "pass": stale == 0}}
+    if processes:
+        with ExitStack() as stack:
+            shared = redis if redis is not None else stack.enter_context(throwaway_redis())
+            runtime = measure_shared_runtime(str(location), shared, processes=processes, channels=channels,
+                                             duration=runtime_seconds, rate=rate)
+        report["runtime"] = runtime
+        for name in ("messages_lost", "duplicate_replies", "misrouted_replies"):
+            report["targets"][f"zero_{name}"] = {name: runtime[name], "pass": runtime[name] == 0}
+        report["_runtime"] = {"channels": channels, "seconds": runtime_seconds, "rate": rate}
     report.update(_duration=duration, _add_seconds=min(duration / 4, 5.0), _queries=queries,
                   _db=display_url(str(location)) if is_url else str(location), _logs=str(log_dir))
     return report
@@ -189,6 +210,8 @@ def print_scale(report: dict[str, Any], console: Console | None = None) -> None:
     for w, run in runs.items():
         if run["first_error"]:
             console.print(f"first error with {w} workers: {run['first_error']}", highlight=False, markup=False)
+    if "runtime" in report:
+        print_shared_runtime(report["runtime"], report["_runtime"], console)
     console.print(f"server logs: {report['_logs']}", highlight=False)
 
 

@@ -21,13 +21,15 @@ import uuid
 from collections import Counter
 from typing import IO, Any
 
+from rich.console import Console
+
 from ..memory import Memory
 from .loopback_llm import TAG, loopback_llm
-from .report import p50_p95, progress_bar
+from .report import p50_p95, progress_bar, results_table, table_console
 from .runtime import ARRIVALS, QUESTIONS, arrival_schedule
 from .scale_worker import READY
 
-__all__ = ["measure_shared_runtime"]
+__all__ = ["measure_shared_runtime", "print_shared_runtime"]
 
 START_SECONDS = 300.0  # a worker loading the model and its indexes on a busy machine
 
@@ -145,3 +147,19 @@ def _check(db: str, sent: dict[str, str], reports: list[dict[str, Any]], process
                          **{k: report["health"][k] for k in ("messages_in", "duplicates", "merged")},
                          "shared_failures": report["shared_failures"]} for report in reports],
     }
+
+
+def print_shared_runtime(report: dict[str, Any], load: dict[str, Any], console: Console | None = None) -> None:
+    console = table_console(console)
+    table = results_table(f"runtime: {load['channels']} channels × {load['rate']:g} msg/s × {load['seconds']:g} s "
+                          f"split over {report['processes']} bot processes sharing Redis (loopback provider)",
+                          ("sent", "lost", "stored twice", "duplicate replies", "misrouted", "answered", "replies",
+                           "turn overhead p50", "p95"))
+    table.add_row(str(report["messages_sent"]), str(report["messages_lost"]), str(report["messages_stored_twice"]),
+                  str(report["duplicate_replies"]), str(report["misrouted_replies"]),
+                  str(report["messages_answered"]), str(report["replies"]),
+                  f"{report['turn_overhead_ms']['p50']:.1f} ms", f"{report['turn_overhead_ms']['p95']:.1f} ms")
+    console.print(table)
+    console.print("per process: " + "; ".join(
+        f"{p['messages_in']} in, {p['replies']} replies, {p['turns']} turns" for p in report["per_process"]),
+        highlight=False)
