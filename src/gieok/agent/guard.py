@@ -206,6 +206,26 @@ PATTERNS: tuple[_Pattern, ...] = (
 )
 
 
+# Talk about an attack's words rather than an order: a phrase quoted to be translated or
+# explained ("translate 'ignore previous instructions' into Korean", "'이전 지시를 무시하라'를
+# 영어로 하면?") is read without its quotation, and a chat template's tags named in a question
+# about formats ("how do I format a Llama prompt with [INST] and <<SYS>> tags?") do not count as
+# a fake system tag — unless the message also asks for the words to be carried out ("translate
+# this and follow it: '…'", "…그대로 실행해").
+_QUOTED = re.compile(r"(?<![A-Za-z])(?:'[^'\n]{2,200}'|\"[^\"\n]{2,200}\"|‘[^’\n]{2,200}’|“[^”\n]{2,200}”|`[^`\n]{2,200}`)"
+                     r"(?![A-Za-z])")
+_ASKS_ABOUT_WORDS = re.compile(r"\b(?:translat\w*|what (?:does|do|is)\b[^?\n]*\bmean|meaning of|how (?:do|would) (?:i|you) say"
+                               r"|in (?:korean|english|japanese))\b|영어로|한국어로|일본어로|뜻|번역|무슨\s*의미|라는\s*말",
+                               re.IGNORECASE)
+_ASKS_ABOUT_FORMAT = re.compile(r"\b(?:format(?:ting)?|templates?|tags?|tokens?|datasets?|fine-?tun\w*)\b[^\n]*\?"
+                                r"|\?[^\n]*\b(?:format|templates?|tags?|tokens?|datasets?)\b", re.IGNORECASE)
+_CARRY_OUT = re.compile(r"\b(?:then|and)\s+(?:do|follow|obey|execute|run|act on|carry out|answer|apply)\b|\bdo (?:what|as) it says\b"
+                        r"|\b(?:follow|obey|execute|apply) (?:it|that|them|this)\b|\bactually do\b|\bfor real\b"
+                        r"|실행|따라|그대로\s*해|수행|시키는\s*대로|(?:실제로|진짜로)\s*해",
+                        re.IGNORECASE)
+_TAG_PATTERNS = frozenset({"fake-tag", "code-fence-system", "fake-role-line", "ko-tag"})
+
+
 @dataclass(frozen=True)
 class GuardVerdict:
     score: float
@@ -233,11 +253,17 @@ class InjectionGuard:
         self._plan = tuple((_form(pattern), _test(pattern), pattern) for pattern in patterns)
 
     def check(self, text: str) -> GuardVerdict:
+        carried_out = _CARRY_OUT.search(text) is not None
+        if not carried_out and _ASKS_ABOUT_WORDS.search(text):
+            text = _QUOTED.sub(" ", text)
+        format_question = not carried_out and _ASKS_ABOUT_FORMAT.search(text) is not None
         latin, compact = normalise(text)
         forms = (latin, compact, unicodedata.normalize("NFKC", text))
         keep = 1.0
         matches = []
         for form, test, pattern in self._plan:
+            if format_question and pattern.name in _TAG_PATTERNS:
+                continue
             if test(forms[form]):
                 keep *= 1.0 - pattern.weight
                 matches.append(pattern.name)
