@@ -91,6 +91,15 @@ def test_bench_guard_json_shape(tmp_path):
     report = json.loads(out.read_text())
     assert set(report) == {"detection_rate", "false_alarm_rate", "n"}
     assert report == {"detection_rate": 1.0, "false_alarm_rate": 0.0, "n": 10}
+    # --split picks a half of a --data file by the corpus's hash rule (an older copy of the corpus
+    # scored on its own held-out half); without it a --data file is scored whole.
+    from gieok.data.labeled import guard_split
+
+    dev = sum(guard_split({"text": t}) == "dev" for t in ATTACKS[:5] + LOOK_ALIKES[:5])
+    halved = subprocess.run([sys.executable, "-m", "gieok.cli", "bench", "guard", "--data", str(data), "--split", "dev",
+                             "--method", "regex", "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert halved.returncode == 0, halved.stderr
+    assert json.loads(out.read_text())["n"] == dev
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": 1}\n', encoding="utf-8")
     failed = subprocess.run([sys.executable, "-m", "gieok.cli", "bench", "guard", "--data", str(bad)],
