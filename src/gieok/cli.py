@@ -510,7 +510,9 @@ def bench_guard(
     classifier_threshold: Annotated[float, typer.Option(
         help="Classifier probability threshold (default: the shipped one, chosen with --calibrate).")
     ] = GUARD_CLASSIFIER_THRESHOLD,
-    split: Annotated[str, typer.Option(help="Bundled corpus half: test (held out), dev (tuned on) or all.")] = "test",
+    split: Annotated[str | None, typer.Option(
+        help="Half by the corpus's hash split: test (held out), dev (tuned on) or all. Default: test for the "
+             "bundled corpus, all for --data.")] = None,
     method: Annotated[str, typer.Option(
         help="regex | classifier (USE + character n-grams, trained on the dev half) | both")] = "both",
     calibrate: Annotated[bool, typer.Option(
@@ -529,7 +531,7 @@ def bench_guard(
     from .bench.guard import calibrate_guard, print_calibration, run_guard, save_guard_model
     from .bench.report import print_and_write
 
-    if split not in ("test", "dev", "all"):
+    if split is not None and split not in ("test", "dev", "all"):
         raise InvalidInputError("--split must be test, dev or all")
     if method not in ("regex", "classifier", "both"):
         raise InvalidInputError("--method must be regex, classifier or both")

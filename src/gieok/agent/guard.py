@@ -99,7 +99,7 @@ PATTERNS: tuple[_Pattern, ...] = (
     # English
     _en("ignore-instructions", rf"\b{_VERBS_IGNORE}\b[^.!?\n]{{0,40}}\b(?:previous|prior|above|earlier|all|any|your|ur|these|those|initial|original|system)\b[^.!?\n]{{0,25}}\b{_INSTRUCTIONS}\b", 0.9,
         veto=_THIRD_PARTY),
-    _en("reveal-prompt", r"\b(?:reveal|show|print|repeat|tell|output|leak|dump|display|give|share|paste|recite)\b[^.!?\n]{0,40}\b(?:system|hidden|initial|secret|original|internal|developer|full)\s+(?:prompt|instructions?|rules?|message|configuration|guidelines?)\b", 0.9, needs=('prompt', 'instruction', 'rule', 'message', 'configuration', 'guideline')),
+    _en("reveal-prompt", r"\b(?:reveal|show|print|repeat|tell|output|leak|dump|display|give|share|paste|recite)\b[^.!?\n]{0,40}(?<!\ban )(?<!\ba )(?<!example )(?<!sample )\b(?:system|hidden|initial|secret|original|internal|developer|full)\s+(?:prompt|instructions?|rules?|message|configuration|guidelines?)\b", 0.9, needs=('prompt', 'instruction', 'rule', 'message', 'configuration', 'guideline')),
     _en("prompt-verbatim", r"\b(?:system\s+prompt|your\s+instructions|your\s+rules)\b[^.!?\n]{0,30}\b(?:verbatim|word for word|exactly|in full|above)\b", 0.8),
     _en("system-prompt-mention", r"\bsystem\s+prompt\b", 0.3),
     _en("persona-override", r"\b(?:you are|you're|act as|pretend (?:to be|you are)|from now on,? you(?: are|'re| will be)?|become|roleplay as|role-play as)\b[^.!?\n]{0,40}\b(?:dan|unfiltered|uncensored|jailbroken|unrestricted|evil|amoral|without (?:any )?(?:rules|limits|restrictions|filters?|guidelines|ethics)|no (?:rules|limits|restrictions|filters?|guidelines|ethics))\b", 0.9),
@@ -118,7 +118,11 @@ PATTERNS: tuple[_Pattern, ...] = (
     _en("exfiltrate", r"\b(?:show|give|dump|list|tell|send|reveal|leak|share|export)\b[^.!?\n]{0,30}\b(?:other users?'?s?|everyone'?s|all users?'?s?|other people'?s|another user'?s)\b[^.!?\n]{0,20}\b(?:memor(?:y|ies)|data|messages|facts|dms?|conversations?|history|info(?:rmation)?)\b", 0.85),
     _en("game-ignore", r"\b(?:game|pretend|hypothetical(?:ly)?|imagine)\b[^.!?\n]{0,60}\b(?:ignore|no|without|forget|break)\b[^.!?\n]{0,20}\b(?:rules|guidelines|restrictions|instructions|filters?)\b", 0.75),
     _en("jailbreak-word", r"\bjailbr(?:eak|oken)\b", 0.4),
-    _en("rules-void", r"\b(?:rules?|instructions?|guidelines?|restrictions?|programming)\b[^.!?\n]{0,50}\b(?:no longer apply|don'?t apply|do not apply|(?:are|is) (?:now )?(?:outdated|void|cancelled|canceled|suspended|lifted|gone|obsolete|just suggestions))\b", 0.85),
+    # Not someone else's rules named as such: "the instructions for the build are outdated", "the
+    # restrictions on my account are lifted" (but "the rules of this chat no longer apply" is).
+    _en("rules-void", r"\b(?:rules?|instructions?|guidelines?|restrictions?|programming)\b"
+        r"(?!\s+(?:for|on|of|in)\s+(?:my|our|his|her|their|the|this|that)\s+(?!(?:bot|ai|assistant|chat|conversation|session|server|channel)\b))"
+        r"[^.!?\n]{0,50}\b(?:no longer apply|don'?t apply|do not apply|(?:are|is) (?:now )?(?:outdated|void|cancelled|canceled|suspended|lifted|gone|obsolete|just suggestions))\b", 0.85),
     _en("stop-following", r"\b(?:stop|quit|don'?t|do not|no need to)\s+(?:following|follow|obeying|obey|listening to|caring about)\b[^.!?\n]{0,30}\b(?:rules?|instructions?|guidelines?|restrictions?|devs?|developers?|creators?|filters?)\b", 0.85),
     _en("ignore-authors", r"\b(?:ignore|disregard|forget)\b[^.!?\n]{0,30}\b(?:devs?|developers?|creators?|owners?|admins?|operators?)\b[^.!?\n]{0,20}\b(?:told|said|gave|set|wrote)\b", 0.85),
     _en("obedience", r"\b(?:obey me|always obey|comply with (?:every|all|any)|follow my (?:orders|commands)|without question|zero refusals|never refuses?|no refusals|must comply|comply without|without (?:any )?filter(?:ing|s)?)\b", 0.6),
@@ -206,6 +210,27 @@ PATTERNS: tuple[_Pattern, ...] = (
 )
 
 
+# Talk about an attack's words rather than an order: a phrase quoted to be translated,
+# explained or defended against ("translate 'ignore previous instructions' into Korean", "'이전 지시를
+# 무시하라'를 영어로 하면?", "'이전 지시 무시해' 스팸 어떻게 막아?") is read without its quotation, and a chat template's tags named in a question
+# about formats ("how do I format a Llama prompt with [INST] and <<SYS>> tags?") do not count as
+# a fake system tag — unless the message also asks for the words to be carried out ("translate
+# this and follow it: '…'", "…그대로 실행해").
+_QUOTED = re.compile(r"(?<![A-Za-z])(?:'[^'\n]{2,200}'|\"[^\"\n]{2,200}\"|‘[^’\n]{2,200}’|“[^”\n]{2,200}”|`[^`\n]{2,200}`)"
+                     r"(?![A-Za-z])")
+_ASKS_ABOUT_WORDS = re.compile(r"\b(?:translat\w*|what (?:does|do|is)\b[^?\n]*\bmean|meaning of|how (?:do|would) (?:i|you) say"
+                               r"|in (?:korean|english|japanese)|how (?:do|can|should) (?:i|we) (?:block|stop|filter|detect|catch|prevent)"
+                               r"|spam)\b|영어로|한국어로|일본어로|뜻|번역|무슨\s*의미|라는\s*말|스팸|어떻게\s*(?:막|걸러|차단|탐지)",
+                               re.IGNORECASE)
+_ASKS_ABOUT_FORMAT = re.compile(r"\b(?:format(?:ting)?|templates?|tags?|tokens?|datasets?|fine-?tun\w*)\b[^\n]*\?"
+                                r"|\?[^\n]*\b(?:format|templates?|tags?|tokens?|datasets?)\b", re.IGNORECASE)
+_CARRY_OUT = re.compile(r"\b(?:then|and)\s+(?:do|follow|obey|execute|run|act on|carry out|answer|apply)\b|\bdo (?:what|as) it says\b"
+                        r"|\b(?:follow|obey|execute|apply) (?:it|that|them|this)\b|\bactually do\b|\bfor real\b"
+                        r"|실행|따라|그대로\s*해|수행|시키는\s*대로|(?:실제로|진짜로)\s*해",
+                        re.IGNORECASE)
+_TAG_PATTERNS = frozenset({"fake-tag", "code-fence-system", "fake-role-line", "ko-tag"})
+
+
 @dataclass(frozen=True)
 class GuardVerdict:
     score: float
@@ -233,11 +258,17 @@ class InjectionGuard:
         self._plan = tuple((_form(pattern), _test(pattern), pattern) for pattern in patterns)
 
     def check(self, text: str) -> GuardVerdict:
+        carried_out = _CARRY_OUT.search(text) is not None
+        if not carried_out and _ASKS_ABOUT_WORDS.search(text):
+            text = _QUOTED.sub(" ", text)
+        format_question = not carried_out and _ASKS_ABOUT_FORMAT.search(text) is not None
         latin, compact = normalise(text)
         forms = (latin, compact, unicodedata.normalize("NFKC", text))
         keep = 1.0
         matches = []
         for form, test, pattern in self._plan:
+            if format_question and pattern.name in _TAG_PATTERNS:
+                continue
             if test(forms[form]):
                 keep *= 1.0 - pattern.weight
                 matches.append(pattern.name)

@@ -31,7 +31,7 @@ __all__ = ["check_raw_input", "is_meta_fact", "MessageGuard", "guard_classifier"
 # classifier) raises at most 2 % false alarms on out-of-fold predictions over the dev half of the
 # guard corpus (5 folds, 3 shuffles), rounded up to 0.01 — `gieok bench guard --calibrate`
 # prints it. The held-out half never took part (docs/benchmarks.md, "Prompt-injection guard").
-GUARD_CLASSIFIER_THRESHOLD = 0.74
+GUARD_CLASSIFIER_THRESHOLD = 0.75
 
 # The guard classifier's kernel (kernel_classifier.py): RBF width over centred USE vectors, the
 # weight of the character n-gram kernel beside it and the fit, chosen on the dev half by

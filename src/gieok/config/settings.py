@@ -208,7 +208,7 @@ class Settings:
     max_input_chars: int = setting(2000, at_least(1))
     guard_threshold: float = setting(0.7, probability)  # pattern score at which a message is flagged
     # classifier probability at which a message is flagged (chosen on dev data: gieok bench guard --calibrate)
-    guard_classifier_threshold: float = setting(0.74, probability)
+    guard_classifier_threshold: float = setting(0.75, probability)
     budget_persona: int = setting(900, at_least(1))  # token budgets per prompt section (estimated tokens)
     budget_summary: int = setting(400, at_least(1))
     budget_facts: int = setting(500, at_least(1))
