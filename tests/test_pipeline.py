@@ -310,3 +310,25 @@ def test_e5_is_spent_on_a_reply_only_for_its_search_query(memory: Memory) -> Non
         run(pipeline.record(answered, "음 생각해볼게"))
         run(pipeline.drain())
         assert any(name.endswith("embed_passages") for name, _ in asked), "the turn blocks' vectors, after the reply"
+
+
+def test_recall_knows_the_people_in_the_channel_by_name(memory: Memory) -> None:
+    """Turn blocks name their speaker by user id (display names stay in L1). A question that
+    names someone ("민지가 추천한 …") is searched with the names of the people in L1, so the
+    ranker sees that the turn's speaker is named — as it does in the dev sets it learned on."""
+    old = 1_700_000_000.0
+    memory.add_many([
+        {"text": "을지로에 라구라는 파스타집 있는데 진짜 맛있어", "speaker": "42",
+         "scope": {"guild": "g1", "channel": "cafe", "user": "42"}, "event_time": old},
+        {"text": "난 강남 알덴테 파스타집 추천", "speaker": "7",
+         "scope": {"guild": "g1", "channel": "cafe", "user": "7"}, "event_time": old + 60},
+    ])
+    pipeline = ConversationPipeline(memory, llm=ScriptedLLM(Brain()))
+    run(exchange(pipeline, msg("오늘 날씨 좋다", user="42", name="민지", explicit=False)))
+    searches: list[dict[str, Any]] = []
+    memory.listener = lambda kind, data: searches.append(data) if kind == "search.answered" else None
+    plan = run(exchange(pipeline, msg("누리야 민지가 추천한 파스타집 이름 뭐였지?", user="7", name="지수")))
+    assert plan.retrieval and "라구" in plan.recalled[0].text
+    top = searches[-1]["hits"][0]
+    assert "라구" in top["text"] and "speaker_named" in top["breakdown"]["parts"], top
+    assert "<user:42>" in plan.recalled[0].text, "recalled turns still name the speaker by id"

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gieok import Memory
-from gieok.errors import InvalidInputError
+from gieok.errors import InvalidInputError, InvalidTypeError
 from gieok.retrieval.ranker import FEATURES, LearnedRanker, fit_pairwise, shipped_ranker
 from test_cli import gieok
 
@@ -66,6 +66,37 @@ def test_speaker_named_in_either_script(chat: Memory) -> None:
     row = korean[next(iter(korean))]
     assert row[F["ko*length"]] == pytest.approx(row[F["length"]])
     assert all(r[F["ko*length"]] == 0.0 for r in romanised.values())
+
+
+def test_speaker_named_through_the_names_a_bot_knows(db_path: Path) -> None:
+    """A chat bot stores user ids as speakers (display names stay in L1); the names it passes
+    for them (`speaker_names`) let a question naming a person mark that person's turns, in
+    either script and with a particle, and the search ranks them up by it."""
+    ids = {"민지": "1001", "지훈": "1002", "Alex": "1003"}
+    turns = [{**t, "speaker": ids[t["speaker"]], "text": t["text"].split(": ", 1)[1]} for t in _turns(CHAT)]
+    names = {uid: name for name, uid in ids.items()}
+    with Memory(db_path) as memory:
+        memory.add_many(turns)
+        by_speaker = {b.block_index: b.speaker for b in memory.list_blocks(scope={"channel": "room"})}
+
+        def marked(query: str, known: dict[str, str] | None) -> set[str]:
+            found = memory.ranking_candidates(query, scope={"channel": "room"}, speaker_names=known)
+            return {by_speaker[int(bi)] for bi, row in zip(found.block_indices, found.features)
+                    if row[F["speaker_named"]]}
+
+        assert marked("민지가 입양한 고양이 이름은?", None) == set(), "ids alone name nobody"
+        assert marked("민지가 입양한 고양이 이름은?", names) == {"1001"}
+        assert marked("What did Minji name her cat?", names) == {"1001"}
+        assert marked("알렉스는 부산에서 뭐 사 오래?", names) == {"1003"}
+        assert marked("<user:1002> 부산 언제 가?", None) == {"1002"}, "an id written in the query still counts"
+        hits = memory.search("민지가 뭐라고 지었어?", k=3, scope={"channel": "room"}, speaker_names=names).hits
+        assert hits[0].block.speaker == "1001" and "speaker_named" in hits[0].breakdown.parts
+        with pytest.raises(InvalidTypeError):
+            memory.search("민지", speaker_names=["민지"])
+        with pytest.raises(InvalidInputError):
+            memory.search("민지", speaker_names={"1001": ""})
+        with pytest.raises(InvalidInputError):
+            memory.search("민지", speaker_names={str(i): "x" for i in range(1001)})
 
 
 def test_neighbour_length_and_script_features(chat: Memory) -> None:

@@ -64,6 +64,7 @@ from .validate import (
     check_kinds,
     check_metadata,
     check_speaker,
+    check_speaker_names,
     check_time,
     check_words,
     clean_text,
@@ -609,12 +610,15 @@ class Memory:
     def search(self, query: str, k: int = 10, *, scope: Scope | Mapping[str, Any] | None = None,
                kinds: Iterable[str] | str | None = None, since: Any = None, until: Any = None,
                mode: str = "hybrid", neighbours: bool = True, layers: bool | None = None,
-               query_vector: np.ndarray | None = None) -> SearchResult:
+               query_vector: np.ndarray | None = None,
+               speaker_names: Mapping[str, str] | None = None) -> SearchResult:
         """Search. `scope` filters by guild / channel / user (each optional). With layers on
         (the default, setting `layers`), working memory, the cache and the checkpoint layer
         may answer before the full hybrid search; `result.source` says which did.
         `query_vector`: the query's vector from this memory's embedder, when the caller already
-        has it (benchmarks time the search apart from the embedding)."""
+        has it (benchmarks time the search apart from the embedding).
+        `speaker_names`: names for speakers stored under an id (user id → display name), so that
+        a query naming someone ("민지가 추천한 식당") ranks their turns as if it named the id."""
         self._check_open()
         query = clean_text(query, max_chars=self.settings.max_text_chars, what="query")
         k = check_k(k)
@@ -623,7 +627,7 @@ class Memory:
         request = SearchRequest(
             query=query, k=k, scope=Scope.of(scope), kinds=check_kinds(kinds),
             since=check_time(since, "since"), until=check_time(until, "until"), mode=mode,
-            neighbours=bool(neighbours),
+            neighbours=bool(neighbours), speaker_names=check_speaker_names(speaker_names),
         )
         given = None
         if query_vector is not None:
@@ -647,12 +651,15 @@ class Memory:
         return result
 
     def ranking_candidates(self, query: str, *, scope: Scope | Mapping[str, Any] | None = None,
-                           query_vector: np.ndarray | None = None) -> RankingCandidates:
+                           query_vector: np.ndarray | None = None,
+                           speaker_names: Mapping[str, str] | None = None) -> RankingCandidates:
         """Every candidate a hybrid search for `query` considers, with its ranking features —
-        what `gieok bench ranker` trains the learned ranker on. No layers, no cache."""
+        what `gieok bench ranker` trains the learned ranker on. No layers, no cache.
+        `speaker_names` as in `search`."""
         self._check_open()
         query = clean_text(query, max_chars=self.settings.max_text_chars, what="query")
-        request = SearchRequest(query=query, k=1, scope=Scope.of(scope))
+        request = SearchRequest(query=query, k=1, scope=Scope.of(scope),
+                                speaker_names=check_speaker_names(speaker_names))
         if query_vector is None:
             query_vector = self.embedder.embed_query(query)
         with self._lock:
@@ -682,7 +689,8 @@ class Memory:
             return self._search_prepared(request, query_vector, embedded.get("ms", 0.0), started)
 
         filt = BM25Filter(request.scope, request.kinds, request.since, request.until)
-        extra = (request.k, request.kinds, request.since, request.until, request.mode, request.neighbours)
+        extra = (request.k, request.kinds, request.since, request.until, request.mode, request.neighbours,
+                 tuple(sorted(request.speaker_names.items())))
         with self._lock:
             self._sync()
             layered = self.coordinator.search(query=request.query, k=request.k, scope=request.scope, filt=filt,

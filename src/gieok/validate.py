@@ -13,11 +13,12 @@ from .text.validate import check_encodable, clean_text
 from .types import Kind
 
 __all__ = ["check_kind", "check_kinds", "check_importance", "check_time", "check_words", "check_metadata",
-           "check_speaker", "check_k", "clean_text"]
+           "check_speaker", "check_speaker_names", "check_k", "clean_text"]
 
 _KINDS = {k.value for k in Kind}
 MAX_WORD_CHARS = 200
 MAX_WORDS = 64
+MAX_SPEAKER_NAMES = 1000
 
 
 def check_kind(value: Any) -> str:
@@ -115,6 +116,19 @@ def check_speaker(value: Any) -> str | None:
     if value is None:
         return None
     return clean_text(value, max_chars=MAX_WORD_CHARS, what="speaker")
+
+
+def check_speaker_names(value: Any) -> dict[str, str]:
+    """Stored speaker → the name people call them by (see `Memory.search`)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidTypeError(f"speaker_names must be a mapping of speaker to name, not {type(value).__name__}")
+    if len(value) > MAX_SPEAKER_NAMES:
+        raise InvalidInputError(f"speaker_names has {len(value):,} entries; the limit is {MAX_SPEAKER_NAMES:,}")
+    return {clean_text(speaker, max_chars=MAX_WORD_CHARS, what="each speaker in speaker_names"):
+            clean_text(name, max_chars=MAX_WORD_CHARS, what="each name in speaker_names")
+            for speaker, name in value.items()}
 
 
 def check_k(value: Any) -> int:

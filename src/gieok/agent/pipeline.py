@@ -31,13 +31,14 @@ from typing import Any
 
 from ..config import Settings, read_text_file
 from ..embed.priority import Priority, embedding_priority
-from ..errors import InvalidInputError, InvalidTypeError
+from ..errors import GieokError, InvalidInputError, InvalidTypeError
 from ..layers.conversation import ConversationMemory, check_id
 from ..layers.facts import Fact
 from ..layers.recent import conversation_of
 from ..llm.base import LLM
 from ..store.conversation import L1Row
 from ..types import Scope, scope_from_key, scope_key
+from ..validate import check_speaker_names
 from .classifier import classifier_encoder
 from .context import AssembledPrompt, Budget, ContextBuilder, MemoryLine, RecentLine
 from .fact_review import KnownFacts, list_known_facts, store_reviewed
@@ -291,8 +292,11 @@ class ConversationPipeline:
             plan.facts = [f for f, _ in facts]
             lines = [MemoryLine(f.text, score, "fact", f.valid_from) for f, score in facts]
             in_prompt = {r.block_index for r in recent if r.block_index is not None}
+            # Turn blocks name their speaker by user id (display names live only in L1): the
+            # names of the people in L1 let a question that names one rank their turns up.
+            names = _speaker_names(recent)
             turns = self.memory.search(plan.search_query, k=s.recall_k, scope=plan.conversation,
-                                       kinds=("turn", "note"))
+                                       kinds=("turn", "note"), speaker_names=names)
             for hit in turns:
                 if hit.block.block_index in in_prompt or hit.block.block_index == 0:
                     continue
@@ -600,3 +604,16 @@ class ConversationPipeline:
         """`ConversationMemory.forget_user`: a caller with background work running (extraction
         could write a fact back) awaits `drain()` first, as the chat front-ends do."""
         return self.conversation.forget_user(user_id)
+
+
+def _speaker_names(rows: Sequence[L1Row]) -> dict[str, str]:
+    """User id → display name from L1 rows, the newest name winning; a name the search would
+    refuse (blank, control characters) is left out rather than failing the reply."""
+    names: dict[str, str] = {}
+    for row in rows:
+        if row.user_id and row.display_name:
+            try:
+                names.update(check_speaker_names({row.user_id: row.display_name}))
+            except GieokError:
+                continue
+    return names

@@ -24,6 +24,7 @@ must stay a fraction of it. Breakdown objects are made only for the hits returne
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, tzinfo
 
@@ -87,6 +88,7 @@ class SearchRequest:
     until: float | None = None
     mode: str = "hybrid"
     neighbours: bool = True
+    speaker_names: Mapping[str, str] = field(default_factory=dict)  # stored speaker → name (the ranker)
 
 
 @dataclass
@@ -270,7 +272,7 @@ class HybridRetriever:
 
     def _features(self, pool: _Pool, request: SearchRequest) -> np.ndarray:
         assert self.bm25 is not None
-        query = query_context(request.query, time.time(), self.zone)
+        query = query_context(request.query, time.time(), self.zone, request.speaker_names)
         return candidate_features(pool.rows, pool.bm25, pool.bm25_rank, pool.vector_rank, pool.fused,
                                   self.catalog, self.bm25, query)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from functools import lru_cache
 from importlib import resources
@@ -85,14 +85,18 @@ class QueryContext:
     dates: DateQuery
     asks_when: bool
     zone: tzinfo
+    # Names the caller knows for speakers stored under an id (a chat bot stores user ids as
+    # speakers and keeps display names out of long-term memory): stored speaker → name.
+    speaker_names: Mapping[str, str] = field(default_factory=dict)
 
 
-def query_context(text: str, now: float, zone: tzinfo) -> QueryContext:
+def query_context(text: str, now: float, zone: tzinfo,
+                  speaker_names: Mapping[str, str] | None = None) -> QueryContext:
     hangul, latin = len(_HANGUL.findall(text)), len(_LATIN.findall(text))
     share = hangul / (hangul + latin) if hangul + latin else 0.5
     return QueryContext(text.casefold(), frozenset(latin_name_keys(text) if latin else ()),
                         tuple(hangul_name_keys(text) if hangul else ()), share, question_dates(text, now, zone),
-                        asks_when(text), zone)
+                        asks_when(text), zone, dict(speaker_names or {}))
 
 
 @lru_cache(maxsize=65536)
@@ -110,20 +114,27 @@ def _speaker_forms(name: str) -> tuple[str, str | None, str | None]:
 
 
 def _named_speakers(codes: np.ndarray, catalog: Catalog, query: QueryContext) -> np.ndarray:
-    """1.0 where the row's speaker (two characters or more) occurs in the query, as written or
-    in the other script ("Minji" for 민지, "다니엘은" for Daniel)."""
+    """1.0 where the row's speaker (two characters or more), or the name the caller gave for
+    it, occurs in the query, as written or in the other script ("Minji" for 민지, "다니엘은" for
+    Daniel)."""
     out = np.zeros(codes.shape[0], dtype=np.float64)
     names = catalog.speakers.values
     for code in set(codes.tolist()):
         if not code:
             continue
-        folded, korean_key, latin_key = _speaker_forms(names[code])
-        if not folded:
-            continue
-        if (folded in query.folded or (korean_key is not None and korean_key in query.latin_names)
-                or (latin_key is not None and any(k.startswith(latin_key) for k in query.hangul_names))):
+        stored = names[code]
+        alias = query.speaker_names.get(stored)
+        if any(_names_in_query(name, query) for name in ((stored, alias) if alias else (stored,))):
             out[codes == code] = 1.0
     return out
+
+
+def _names_in_query(name: str, query: QueryContext) -> bool:
+    folded, korean_key, latin_key = _speaker_forms(name)
+    if not folded:
+        return False
+    return (folded in query.folded or (korean_key is not None and korean_key in query.latin_names)
+            or (latin_key is not None and any(k.startswith(latin_key) for k in query.hangul_names)))
 
 
 def _in_named_time(times: np.ndarray, dates: DateQuery, zone: tzinfo) -> np.ndarray:
