@@ -187,7 +187,17 @@ _NUMBER = re.compile(
     re.IGNORECASE)
 _USED_TO = re.compile(r"\bused to\b", re.IGNORECASE)
 _NEGATION = re.compile(
-    r"(?:\bnot\b|n't\b|\bnever\b|\bno\b|않|(?:^|\s)안\s|(?:^|\s)못|아니|없)", re.IGNORECASE)
+    r"(?:\bnot\b|n't\b|\bnever\b|\bno\b|\bunable\b|않|(?:^|\s)안\s|(?:^|\s)못|아니|없|줄\s*(?:모르|모른|몰))",
+    re.IGNORECASE)
+# Can / cannot: the grammar of ability, not a word of the fact ("할 줄 안다" = "할 수 있다" = "can",
+# "탈 줄 모른다" = "못 탄다" = "can't"). The verbs it is built with ("알다" / "모르다", "know how
+# to", "able") are set aside, and a fact that states an ability is not repeated by one that states
+# a habit ("can drive" / "drives to work").
+_ABLE = re.compile(r"(?:줄\s*(?:알|안|아|모르|모른|몰)|(?:^|\s)수\s*(?:있|없)|(?:^|\s)못\s|\bcan\b|\bcannot\b"
+                   r"|\bcan't\b|\bcould\b|\b(?:un)?able to\b|\bknows? how to\b)", re.IGNORECASE)
+_ABLE_WORDS = re.compile(r"줄\s*(?:알|안|아|모르|모른|몰)|\bknows? how\b|\b(?:un)?able\b", re.IGNORECASE)
+# "X의 여동생은", "X's dog": the new fact's subject is what follows the possessive, not X.
+_POSSESSED = re.compile(r"^\s*<user:\d+>\s*(?:의|'s|’s)\s*([^\s.,!?]+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +216,9 @@ class FactShape:
     verbs: frozenset[str] = frozenset()  # concepts read as verbs: kiwi's VV / VA, an English past tense
     modal: bool = False  # wants / plans / tries / 싶다 / 예정 / rarely: not (yet, or hardly) so
     contrast: bool = False  # "instead of", "rather than", "보다", "대신": not every word is asserted
+    able: bool = False  # states an ability: "can", "할 줄 안다", "할 수 있다", "못 한다"
+    possessed: str | None = None  # the concept after the subject's possessive ("X의 여동생은", "X's dog")
+    head: str | None = None  # a Korean fact's last content concept: its predicate ("선생님이다", "키운다")
     surface: tuple[tuple[str, str], ...] = ()  # (concept, the word it was read from) for Latin words
 
     def content(self) -> tuple[str, ...]:
@@ -256,6 +269,14 @@ def _relation_tokens() -> frozenset[str]:
     return frozenset(found)
 
 
+@cache
+def _ability_tokens() -> frozenset[str]:
+    """The tokens the grammar of ability is written with ("알다", "모르다", "know", "able")."""
+    tokenizer = get_tokenizer()
+    return frozenset(t for word in ("알다", "모르다", "안다", "know", "knows", "able", "unable")
+                     for t in tokenizer.tokens(word))
+
+
 def _is_number_token(token: str) -> bool:
     return token.replace(".", "").replace(",", "").isdigit() or token in _NUMBER_WORDS
 
@@ -291,11 +312,13 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
     concept_of = _concept_of()
     numbers = _numbers(plain)
     counters = {m.group("unit") for m in _NUMBER.finditer(plain) if m.group("unit") and _HANGUL.search(m.group("unit"))}
+    able = bool(_ABLE.search(plain))
+    ability_words = _ability_tokens() if _ABLE_WORDS.search(plain) else frozenset()
     concepts: list[str] = []
     single: set[str] = set()
     for token in tokens:
         if (token == "user" or token == subject or (_is_number_token(token) and token not in values)
-                or token in counters):
+                or token in counters or token in ability_words):
             continue
         concept = f"<user:{token}>" if token in values else concept_of.get(token, token)
         concepts.append(concept)
@@ -316,10 +339,14 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
         if concept_of.get(token, token) != token:
             surface.setdefault(concept_of[token], token)
     relations = frozenset(c for c in concepts if c in _relation_tokens())
+    possessed = _POSSESSED.match(text)
+    possessed_tokens = get_tokenizer().tokens(possessed.group(1)) if possessed else []
     return FactShape(subject, tuple(concepts), frozenset(single), numbers, negated, markers,
                      adverbs=frozenset(adverbs - _MARKERS), relations=relations, names=frozenset(names),
                      verbs=frozenset(verbs), modal=bool(_MODAL.search(plain)), contrast=bool(_CONTRAST.search(plain)),
-                     surface=tuple(surface.items()))
+                     surface=tuple(surface.items()), able=able,
+                     possessed=concept_of.get(possessed_tokens[0], possessed_tokens[0]) if possessed_tokens else None,
+                     head=concepts[-1] if concepts and _HANGUL.search(plain) else None)
 
 
 @lru_cache(maxsize=4096)
@@ -541,6 +568,29 @@ def _plain_word(shape: FactShape, token: str) -> bool:
                 or token in _PREDICATES or token in _MARKERS)
 
 
+def _without_stated_predicate(old_rest: list[str], new_rest: list[str]) -> tuple[list[str], list[str]]:
+    """"works as a nurse" says what "is a nurse" says: "works" / "일한다" on one side only is set
+    aside, unless the other side has a predicate of its own ("lives in Seoul" / "works in Seoul"
+    differ). Only this one: "plays" or "speaks" say more ("has a guitar" / "plays guitar")."""
+    if any(t in _PREDICATES for t in old_rest) and any(t in _PREDICATES for t in new_rest):
+        return old_rest, new_rest
+    return [t for t in old_rest if t != "@job"], [t for t in new_rest if t != "@job"]
+
+
+def _about_another(old: FactShape, new: FactShape, content: Alignment, added: str) -> bool:
+    """Is a word the new fact adds about someone or something the old fact only mentions? "X는
+    여동생이 있다" → "X의 여동생은 고등학생이다", "X has a car" → "X's car is red": the new fact's
+    subject is what follows the possessive; a Korean fact whose predicate is the added word
+    ("영어를 잘한다" → "영어 선생님이다": "잘하다" is not a token) says something else of it;
+    and a word added to a fact about another person
+    ("X has a brother" → "X has a brother in the army") most likely describes that person."""
+    if new.possessed is not None and new.possessed != old.possessed and new.possessed in old.concepts:
+        return True
+    if old.head is not None and new.head == added and added not in _ADDABLE_PREDICATES:
+        return True  # Korean is head-final: a word added as the predicate says what the subject is or does
+    return any(t in old.relations for t in content.shared)
+
+
 _NEGATING_PREFIXES = ("un", "non", "dis", "in", "im", "ir", "il", "비", "불", "무", "미")
 
 
@@ -613,9 +663,12 @@ def judge_shapes(old: FactShape, new: FactShape, paraphrase: Paraphrase | None =
         return "conflict", "a single-valued attribute got another value"
     if new.markers - old.markers and anchored and len(content.old_changed) <= 2 and not old.negated:
         return "conflict", "a change of state"
-    if same_terms and not old.contrast and not new.contrast and (anchored or any(w != "an adverb" for w in why)):
+    loose = same_terms and old.able == new.able and not old.contrast and not new.contrast
+    if loose and (anchored or any(w != "an adverb" for w in why)):
+        old_rest, new_rest = _without_stated_predicate(old_rest, new_rest)
         if not new_rest and not any(t in old.relations for t in old_rest):
             return "duplicate", "the new fact says less than the old one"
-        if not old_rest and len(new_rest) == 1 and _plain_word(new, new_rest[0]):
+        if (not old_rest and len(new_rest) == 1 and _plain_word(new, new_rest[0])
+                and not _about_another(old, new, content, new_rest[0])):
             return "duplicate", f"one common word added ({new.word(new_rest[0])})"
     return "distinct", "another attribute, or more than one slot changed"
