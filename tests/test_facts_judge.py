@@ -139,7 +139,9 @@ def test_the_embedder_judges_only_the_words_left_changed(memory: Memory) -> None
 
     assert judged("<user:1> has three kids.", "<user:1> has 3 children.") == "duplicate"
     assert judged("<user:1> is afraid of spiders.", "<user:1> has a fear of spiders.") == "duplicate"
-    assert judged("<user:1> has three kids.", "<user:1> has 3 children.", PairJudge(span_threshold=1.0)) == "distinct"
+    # kids / children is in the lexicon now (the span test is not needed for it); afraid / fear is not
+    assert judged("<user:1> is afraid of spiders.", "<user:1> has a fear of spiders.",
+                  PairJudge(span_threshold=1.0)) == "distinct"
     assert judged("<user:1> is an introvert.", "<user:1> is an extrovert.") != "duplicate"
     assert judged("<user:1>는 내향적이다.", "<user:1>는 외향적이다.") != "duplicate"
     assert judged("<user:1>는 월요일에 운동한다.", "<user:1>는 금요일에 운동한다.") != "duplicate"
