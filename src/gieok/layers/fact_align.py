@@ -110,7 +110,7 @@ _CONCEPTS: dict[str, tuple[str, ...]] = {
     # Round two: general vocabulary of what people state about themselves (family, body, routine,
     # school and work, food and drink, languages), Korean and English, written from the topics
     # rather than from pairs; a word with two common senses is left out ("차" car / tea, "run").
-    "@child": ("자녀", "애", "kid", "kids", "child", "children"),
+    "@child": ("자녀", "아이가", "애", "kid", "kids", "child", "children"),
     "@sibling": ("형제", "남매", "sibling", "siblings"),
     "@parent": ("부모", "부모님", "parent", "parents"),
     "@wife": ("아내", "와이프", "부인", "wife"),
@@ -227,11 +227,14 @@ _NUMBER_WORDS = {
 }
 _KO_NATIVE = "열한|열두|하나|다섯|여섯|일곱|여덟|아홉|스무|둘|셋|넷|한|두|세|네|열"
 _KO_UNITS = ("년생", "주년", "학년", "시간", "살", "세", "시", "분", "점", "명", "마리", "개", "번", "회", "년", "월",
-             "일", "층", "교대", "kg", "cm", "잔", "권", "대", "장", "켤레", "그릇", "곡", "벌", "채", "가지", "군데")
+             "일", "층", "교대", "센티", "센치", "킬로", "kg", "cm", "잔", "권", "대", "장", "켤레", "그릇", "곡", "벌", "채", "가지", "군데")
 _UNIT_CANON = {"살": "age", "세": "age", "시": "time", "a.m.": "time", "p.m.": "time", "am": "time", "pm": "time",
                "o'clock": "time", "점": "score", "point": "score", "points": "score", "학년": "grade",
                "grade": "grade", "년생": "year", "년": "year", "times": "times", "time": "times", "번": "times",
-               "회": "times"}
+               "회": "times", "센티": "cm", "센치": "cm", "centimeter": "cm", "centimeters": "cm", "킬로": "kg",
+               "kilo": "kg", "kilos": "kg", "kilogram": "kg", "kilograms": "kg"}
+# Units of measure written in Latin letters: set aside like Korean counters once read with their number.
+_MEASURES = frozenset({"cm", "kg", "km", "mm", "ml", "lb", "lbs", "ft", "centimet", "kilogram", "kilo"})
 _NUMBER = re.compile(
     rf"(?<![\w.])(?P<n>\d+(?:[.,]\d+)?|{'|'.join(w for w in _NUMBER_WORDS if w.isascii())}"
     rf"|(?:{_KO_NATIVE})(?=\s*(?:{'|'.join(_KO_UNITS)}))|(?:하나|둘|셋|넷)(?=\s|$|[.,!?]))"
@@ -364,6 +367,8 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
     concept_of = _concept_of()
     numbers = _numbers(plain)
     counters = {m.group("unit") for m in _NUMBER.finditer(plain) if m.group("unit") and _HANGUL.search(m.group("unit"))}
+    counters |= {t for t in tokens if t in _MEASURES} if any(u in _MEASURES
+                                                               for _, u in numbers) else set()
     able = bool(_ABLE.search(plain))
     ability_words = _ability_tokens() if _ABLE_WORDS.search(plain) else frozenset()
     concepts: list[str] = []
