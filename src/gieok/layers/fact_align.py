@@ -165,7 +165,7 @@ _CONCEPTS: dict[str, tuple[str, ...]] = {
 _LIGHT = frozenset({
     "주로", "보통", "평소", "현재", "전혀", "아예", "항상", "늘", "원래", "이름", "매주", "열리다", "음식", "받다",
     "usual", "typic", "current", "name", "call", "also", "alway", "languag", "main", "most", "hold", "realli",
-    "year", "old", "@own",
+    "year", "old", "@own", "시간", "time", "날짜", "date",
 })
 # Attributes holding one value at a time: a new value replaces the old one.
 # Words, not concepts: "works" shares a concept with "job" but a person works on many things.
@@ -634,6 +634,13 @@ def _without_stated_predicate(old_rest: list[str], new_rest: list[str]) -> tuple
     return [t for t in old_rest if t != "@job"], [t for t in new_rest if t != "@job"]
 
 
+def _names_the_attribute(new: FactShape, added: str) -> bool:
+    """"X is INFP" → "X's MBTI is INFP", "X는 부산에 산다" → "X의 거주지는 부산이다": the one word
+    added is the possessive head, and it names a single-valued attribute (`_SINGLE`: 이름, 나이,
+    직업, MBTI …), not a new subject ("X's team", "X의 여동생")."""
+    return added == new.possessed and added in new.single and added not in new.relations
+
+
 def _about_another(old: FactShape, new: FactShape, content: Alignment, added: str) -> bool:
     """Is a word the new fact adds about someone or something the old fact only mentions? "X는
     여동생이 있다" → "X의 여동생은 고등학생이다", "X has a car" → "X's car is red": the new fact's
@@ -642,7 +649,7 @@ def _about_another(old: FactShape, new: FactShape, content: Alignment, added: st
     and a word added to a fact about another person
     ("X has a brother" → "X has a brother in the army") most likely describes that person."""
     if new.possessed is not None and new.possessed != old.possessed and new.possessed in old.concepts:
-        return True
+        return True  # the possessed, which the old fact only mentioned, is the new fact's subject
     if old.head is not None and new.head == added and added not in _ADDABLE_PREDICATES:
         return True  # Korean is head-final: a word added as the predicate says what the subject is or does
     return any(t in old.relations for t in content.shared)
@@ -725,6 +732,8 @@ def judge_shapes(old: FactShape, new: FactShape, paraphrase: Paraphrase | None =
         old_rest, new_rest = _without_stated_predicate(old_rest, new_rest)
         if not new_rest and not any(t in old.relations for t in old_rest):
             return "duplicate", "the new fact says less than the old one"
+        if not old_rest and len(new_rest) == 1 and _names_the_attribute(new, new_rest[0]):
+            return "duplicate", f"the attribute named ({new.word(new_rest[0])})"
         if (not old_rest and len(new_rest) == 1 and _plain_word(new, new_rest[0])
                 and not _about_another(old, new, content, new_rest[0])):
             return "duplicate", f"one common word added ({new.word(new_rest[0])})"
