@@ -227,7 +227,8 @@ _NUMBER_WORDS = {
 }
 _KO_NATIVE = "열한|열두|하나|다섯|여섯|일곱|여덟|아홉|스무|둘|셋|넷|한|두|세|네|열"
 _KO_UNITS = ("년생", "주년", "학년", "시간", "살", "세", "시", "분", "점", "명", "마리", "개", "번", "회", "년", "월",
-             "일", "층", "교대", "센티", "센치", "킬로", "kg", "cm", "잔", "권", "대", "장", "켤레", "그릇", "곡", "벌", "채", "가지", "군데")
+             "일", "층", "교대", "센티", "센치", "킬로", "kg", "cm",
+             "잔", "권", "대", "장", "켤레", "그릇", "곡", "벌", "채", "가지", "군데")
 _UNIT_CANON = {"살": "age", "세": "age", "시": "time", "a.m.": "time", "p.m.": "time", "am": "time", "pm": "time",
                "o'clock": "time", "점": "score", "point": "score", "points": "score", "학년": "grade",
                "grade": "grade", "년생": "year", "년": "year", "times": "times", "time": "times", "번": "times",
@@ -340,6 +341,8 @@ def _unit(raw: str | None, value: str) -> str:
     if not raw:
         return "year" if len(value) == 4 and value.isdigit() else ""
     unit = raw.lower()
+    if unit.endswith(".") and unit not in _UNIT_CANON:  # "180 centimeters." — the sentence's full stop
+        unit = unit.rstrip(".")
     if unit.endswith(" old") or unit.startswith("year-old"):
         return "age"
     if len(value) == 4 and value.isdigit() and unit not in _KO_UNITS:
