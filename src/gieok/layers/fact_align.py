@@ -20,7 +20,13 @@ they are, so that wording the lexicon never saw still lines up:
 
 - an adverb on one side only (kiwi's MAG, an English "-ly" word, "every"/"매주") says how
   often or how much, not what — it is set aside; two different adverbs still differ;
-- numbers are read with Korean counters ("세 잔" = "3잔" = 3), and the counter is set aside;
+- numbers are read with Korean counters ("세 잔" = "3잔" = 3) and units of measure ("180cm" =
+  "180센티"), and the counter or unit is set aside;
+- the grammar of ability is read as such, not as words: "할 줄 안다" = "할 수 있다" = "can" =
+  "is able to" = "knows how to", "탈 줄 모른다" = "못 탄다" = "can't"; an ability and a habit
+  ("can drive" / "drives to work") are not one fact;
+- "works as" / "일한다" on one side only says what "is a" says ("works as a nurse" / "is a nurse
+  at a hospital"), unless the other side has a predicate of its own ("lives" / "works");
 - tokens are paired off across the sides by their form: a Hangul word and its romanisation
   ("나비" / "Nabi", "부산" / "Busan"), an English word and its derivation ("bass" / "bassist",
   "fluent" / "fluently"), a Korean abbreviation made of its word's syllables in order
@@ -30,7 +36,13 @@ they are, so that wording the lexicon never saw still lines up:
   Civic" → "X drives a Civic") or the two differ in a number, negation, change word or
   modality ("wants to", "싶다", "예정");
 - a new fact that adds one common word to the old one ("a nurse" → "a nurse at a hospital")
-  is a duplicate when that word is not a name, a number, another person, a verb or a change word;
+  is a duplicate when that word is not a name, a number, another person, a verb or a change word,
+  and is not about someone or something else: not when the new fact's subject is a possessive
+  head the old fact only mentions ("X는 여동생이 있다" → "X의 여동생은 고등학생이다", "X has a car"
+  → "X's car is red"), not when the old fact is about another person ("X has a brother" → "X has
+  a brother in the army"), not when the word is a Korean fact's predicate (Korean is head-final:
+  "영어를 잘한다" → "영어 선생님이다"); the word may be a possessive head that names a single-valued
+  attribute ("X는 INFP다" → "X의 MBTI는 INFP이다");
 - last, the one or two words left changed on each side (`changed_spans`) may be handed to a
   `Paraphrase` test — the packaged embedder's cosine of those words alone, against a high bar
   (layers/facts.py `PairJudge.span_test`): "kids" / "children" mean the same, "married" /
