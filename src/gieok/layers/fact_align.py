@@ -20,7 +20,13 @@ they are, so that wording the lexicon never saw still lines up:
 
 - an adverb on one side only (kiwi's MAG, an English "-ly" word, "every"/"매주") says how
   often or how much, not what — it is set aside; two different adverbs still differ;
-- numbers are read with Korean counters ("세 잔" = "3잔" = 3), and the counter is set aside;
+- numbers are read with Korean counters ("세 잔" = "3잔" = 3) and units of measure ("180cm" =
+  "180센티"), and the counter or unit is set aside;
+- the grammar of ability is read as such, not as words: "할 줄 안다" = "할 수 있다" = "can" =
+  "is able to" = "knows how to", "탈 줄 모른다" = "못 탄다" = "can't"; an ability and a habit
+  ("can drive" / "drives to work") are not one fact;
+- "works as" / "일한다" on one side only says what "is a" says ("works as a nurse" / "is a nurse
+  at a hospital"), unless the other side has a predicate of its own ("lives" / "works");
 - tokens are paired off across the sides by their form: a Hangul word and its romanisation
   ("나비" / "Nabi", "부산" / "Busan"), an English word and its derivation ("bass" / "bassist",
   "fluent" / "fluently"), a Korean abbreviation made of its word's syllables in order
@@ -30,7 +36,13 @@ they are, so that wording the lexicon never saw still lines up:
   Civic" → "X drives a Civic") or the two differ in a number, negation, change word or
   modality ("wants to", "싶다", "예정");
 - a new fact that adds one common word to the old one ("a nurse" → "a nurse at a hospital")
-  is a duplicate when that word is not a name, a number, another person, a verb or a change word;
+  is a duplicate when that word is not a name, a number, another person, a verb or a change word,
+  and is not about someone or something else: not when the new fact's subject is a possessive
+  head the old fact only mentions ("X는 여동생이 있다" → "X의 여동생은 고등학생이다", "X has a car"
+  → "X's car is red"), not when the old fact is about another person ("X has a brother" → "X has
+  a brother in the army"), not when the word is a Korean fact's predicate (Korean is head-final:
+  "영어를 잘한다" → "영어 선생님이다"); the word may be a possessive head that names a single-valued
+  attribute ("X는 INFP다" → "X의 MBTI는 INFP이다");
 - last, the one or two words left changed on each side (`changed_spans`) may be handed to a
   `Paraphrase` test — the packaged embedder's cosine of those words alone, against a high bar
   (layers/facts.py `PairJudge.span_test`): "kids" / "children" mean the same, "married" /
@@ -90,7 +102,7 @@ _CONCEPTS: dict[str, tuple[str, ...]] = {
     "@age": ("나이", "age"),
     "@married": ("결혼", "기혼", "married", "wed"),
     "@divorced": ("이혼", "divorced"),
-    "@play": ("플레이한다", "plays"),
+    "@play": ("플레이한다", "친다", "plays"),
     "@daily": ("매일", "daily", "everyday"),
     "@gym": ("헬스", "체육관", "gym", "workout"),
     "@phone": ("폰", "핸드폰", "휴대폰", "스마트폰", "phone", "smartphone", "cellphone"),
@@ -107,13 +119,65 @@ _CONCEPTS: dict[str, tuple[str, ...]] = {
     "@pubg": ("배그", "배틀그라운드", "pubg"),
     "@university": ("대학", "university", "college"),
     "@vegetarian": ("채식주의자", "vegetarian", "veggie"),
+    # Round two: general vocabulary of what people state about themselves (family, body, routine,
+    # school and work, food and drink, languages), Korean and English, written from the topics
+    # rather than from pairs; a word with two common senses is left out ("차" car / tea, "run").
+    "@child": ("자녀", "아이가", "애", "kid", "kids", "child", "children"),
+    "@sibling": ("형제", "남매", "sibling", "siblings"),
+    "@parent": ("부모", "부모님", "parent", "parents"),
+    "@wife": ("아내", "와이프", "부인", "wife"),
+    "@husband": ("남편", "husband"),
+    "@car": ("자동차", "차량", "car", "vehicle"),
+    "@bike": ("자전거", "bike", "bicycle"),
+    "@birthday": ("생일", "birthday"),
+    "@height": ("키", "신장", "height", "tall"),
+    "@weight": ("몸무게", "체중", "weight", "weighs"),
+    "@sleep": ("잔다", "잠든다", "취침", "sleeps", "asleep"),
+    "@wake": ("일어난다", "기상", "wakes"),
+    "@alcohol": ("술", "음주", "alcohol", "booze"),
+    "@smoke": ("담배", "흡연", "피운다", "smokes", "smoking", "cigarettes"),
+    "@exercise": ("운동", "exercise", "exercises"),
+    "@jog": ("조깅", "달리기", "러닝", "jogging", "jogs"),
+    "@book": ("책", "도서", "book", "books"),
+    "@travel": ("여행", "travel", "trip"),
+    "@company": ("회사", "company", "firm"),
+    "@commute": ("출근", "통근", "commute", "commutes"),
+    "@hospital": ("병원", "hospital"),
+    "@teacher": ("선생님", "교사", "teacher"),
+    "@doctor": ("의사", "doctor", "physician"),
+    "@developer": ("개발자", "프로그래머", "developer", "programmer"),
+    "@morning": ("아침", "오전", "morning"),
+    "@evening": ("저녁", "evening"),
+    "@weekend": ("주말", "weekend", "weekends"),
+    "@week": ("일주일", "week"),
+    "@pet": ("반려동물", "애완동물", "pet", "pets"),
+    "@apartment": ("아파트", "apartment"),
+    "@graduate": ("졸업", "graduated", "graduate", "alumnus"),
+    "@major": ("전공", "major", "majored"),
+    "@student": ("학생", "student"),
+    "@school": ("학교", "school"),
+    "@meat": ("고기", "육류", "meat"),
+    "@music": ("음악", "music"),
+    "@song": ("노래", "song", "songs"),
+    "@game": ("게임", "game", "games", "gaming"),
+    "@midnight": ("자정", "midnight"),
+    "@drink": ("마신다", "drinks"),
+    "@eat": ("먹는다", "eats"),
+    "@alone": ("혼자", "alone"),
+    "@guitar": ("기타", "guitar"),
+    "@coffee": ("커피", "coffee"),
+    "@beer": ("맥주", "beer"),
+    "@english": ("영어", "english"),
+    "@japanese": ("일본어", "japanese"),
+    "@chinese": ("중국어", "chinese"),
+    "@korean": ("한국어", "korean"),
 }
 # Words that add nothing to what a fact states about its attribute (how often, how strongly,
 # "its name is"): left out when deciding whether anything changed.
 _LIGHT = frozenset({
     "주로", "보통", "평소", "현재", "전혀", "아예", "항상", "늘", "원래", "이름", "매주", "열리다", "음식", "받다",
     "usual", "typic", "current", "name", "call", "also", "alway", "languag", "main", "most", "hold", "realli",
-    "year", "old", "@own",
+    "year", "old", "@own", "시간", "time", "날짜", "date",
 })
 # Attributes holding one value at a time: a new value replaces the old one.
 # Words, not concepts: "works" shares a concept with "job" but a person works on many things.
@@ -175,11 +239,15 @@ _NUMBER_WORDS = {
 }
 _KO_NATIVE = "열한|열두|하나|다섯|여섯|일곱|여덟|아홉|스무|둘|셋|넷|한|두|세|네|열"
 _KO_UNITS = ("년생", "주년", "학년", "시간", "살", "세", "시", "분", "점", "명", "마리", "개", "번", "회", "년", "월",
-             "일", "층", "교대", "kg", "cm", "잔", "권", "대", "장", "켤레", "그릇", "곡", "벌", "채", "가지", "군데")
+             "일", "층", "교대", "센티", "센치", "킬로", "kg", "cm",
+             "잔", "권", "대", "장", "켤레", "그릇", "곡", "벌", "채", "가지", "군데")
 _UNIT_CANON = {"살": "age", "세": "age", "시": "time", "a.m.": "time", "p.m.": "time", "am": "time", "pm": "time",
                "o'clock": "time", "점": "score", "point": "score", "points": "score", "학년": "grade",
                "grade": "grade", "년생": "year", "년": "year", "times": "times", "time": "times", "번": "times",
-               "회": "times"}
+               "회": "times", "센티": "cm", "센치": "cm", "centimeter": "cm", "centimeters": "cm", "킬로": "kg",
+               "kilo": "kg", "kilos": "kg", "kilogram": "kg", "kilograms": "kg"}
+# Units of measure written in Latin letters: set aside like Korean counters once read with their number.
+_MEASURES = frozenset({"cm", "kg", "km", "mm", "ml", "lb", "lbs", "ft", "centimet", "kilogram", "kilo"})
 _NUMBER = re.compile(
     rf"(?<![\w.])(?P<n>\d+(?:[.,]\d+)?|{'|'.join(w for w in _NUMBER_WORDS if w.isascii())}"
     rf"|(?:{_KO_NATIVE})(?=\s*(?:{'|'.join(_KO_UNITS)}))|(?:하나|둘|셋|넷)(?=\s|$|[.,!?]))"
@@ -187,7 +255,17 @@ _NUMBER = re.compile(
     re.IGNORECASE)
 _USED_TO = re.compile(r"\bused to\b", re.IGNORECASE)
 _NEGATION = re.compile(
-    r"(?:\bnot\b|n't\b|\bnever\b|\bno\b|않|(?:^|\s)안\s|(?:^|\s)못|아니|없)", re.IGNORECASE)
+    r"(?:\bnot\b|n't\b|\bnever\b|\bno\b|\bunable\b|않|(?:^|\s)안\s|(?:^|\s)못|아니|없|줄\s*(?:모르|모른|몰))",
+    re.IGNORECASE)
+# Can / cannot: the grammar of ability, not a word of the fact ("할 줄 안다" = "할 수 있다" = "can",
+# "탈 줄 모른다" = "못 탄다" = "can't"). The verbs it is built with ("알다" / "모르다", "know how
+# to", "able") are set aside, and a fact that states an ability is not repeated by one that states
+# a habit ("can drive" / "drives to work").
+_ABLE = re.compile(r"(?:줄\s*(?:알|안|아|모르|모른|몰)|(?:^|\s)수\s*(?:있|없)|(?:^|\s)못\s|\bcan\b|\bcannot\b"
+                   r"|\bcan't\b|\bcould\b|\b(?:un)?able to\b|\bknows? how to\b)", re.IGNORECASE)
+_ABLE_WORDS = re.compile(r"줄\s*(?:알|안|아|모르|모른|몰)|\bknows? how\b|\b(?:un)?able\b", re.IGNORECASE)
+# "X의 여동생은", "X's dog": the new fact's subject is what follows the possessive, not X.
+_POSSESSED = re.compile(r"^\s*<user:\d+>\s*(?:의|'s|’s)\s*([^\s.,!?]+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +284,9 @@ class FactShape:
     verbs: frozenset[str] = frozenset()  # concepts read as verbs: kiwi's VV / VA, an English past tense
     modal: bool = False  # wants / plans / tries / 싶다 / 예정 / rarely: not (yet, or hardly) so
     contrast: bool = False  # "instead of", "rather than", "보다", "대신": not every word is asserted
+    able: bool = False  # states an ability: "can", "할 줄 안다", "할 수 있다", "못 한다"
+    possessed: str | None = None  # the concept after the subject's possessive ("X의 여동생은", "X's dog")
+    head: str | None = None  # a Korean fact's last content concept: its predicate ("선생님이다", "키운다")
     surface: tuple[tuple[str, str], ...] = ()  # (concept, the word it was read from) for Latin words
 
     def content(self) -> tuple[str, ...]:
@@ -256,6 +337,14 @@ def _relation_tokens() -> frozenset[str]:
     return frozenset(found)
 
 
+@cache
+def _ability_tokens() -> frozenset[str]:
+    """The tokens the grammar of ability is written with ("알다", "모르다", "know", "able")."""
+    tokenizer = get_tokenizer()
+    return frozenset(t for word in ("알다", "모르다", "안다", "know", "knows", "able", "unable")
+                     for t in tokenizer.tokens(word))
+
+
 def _is_number_token(token: str) -> bool:
     return token.replace(".", "").replace(",", "").isdigit() or token in _NUMBER_WORDS
 
@@ -264,6 +353,8 @@ def _unit(raw: str | None, value: str) -> str:
     if not raw:
         return "year" if len(value) == 4 and value.isdigit() else ""
     unit = raw.lower()
+    if unit.endswith(".") and unit not in _UNIT_CANON:  # "180 centimeters." — the sentence's full stop
+        unit = unit.rstrip(".")
     if unit.endswith(" old") or unit.startswith("year-old"):
         return "age"
     if len(value) == 4 and value.isdigit() and unit not in _KO_UNITS:
@@ -291,11 +382,15 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
     concept_of = _concept_of()
     numbers = _numbers(plain)
     counters = {m.group("unit") for m in _NUMBER.finditer(plain) if m.group("unit") and _HANGUL.search(m.group("unit"))}
+    counters |= {t for t in tokens if t in _MEASURES} if any(u in _MEASURES
+                                                               for _, u in numbers) else set()
+    able = bool(_ABLE.search(plain))
+    ability_words = _ability_tokens() if _ABLE_WORDS.search(plain) else frozenset()
     concepts: list[str] = []
     single: set[str] = set()
     for token in tokens:
         if (token == "user" or token == subject or (_is_number_token(token) and token not in values)
-                or token in counters):
+                or token in counters or token in ability_words):
             continue
         concept = f"<user:{token}>" if token in values else concept_of.get(token, token)
         concepts.append(concept)
@@ -316,10 +411,14 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
         if concept_of.get(token, token) != token:
             surface.setdefault(concept_of[token], token)
     relations = frozenset(c for c in concepts if c in _relation_tokens())
+    possessed = _POSSESSED.match(text)
+    possessed_tokens = get_tokenizer().tokens(possessed.group(1)) if possessed else []
     return FactShape(subject, tuple(concepts), frozenset(single), numbers, negated, markers,
                      adverbs=frozenset(adverbs - _MARKERS), relations=relations, names=frozenset(names),
                      verbs=frozenset(verbs), modal=bool(_MODAL.search(plain)), contrast=bool(_CONTRAST.search(plain)),
-                     surface=tuple(surface.items()))
+                     surface=tuple(surface.items()), able=able,
+                     possessed=concept_of.get(possessed_tokens[0], possessed_tokens[0]) if possessed_tokens else None,
+                     head=concepts[-1] if concepts and _HANGUL.search(plain) else None)
 
 
 @lru_cache(maxsize=4096)
@@ -541,6 +640,36 @@ def _plain_word(shape: FactShape, token: str) -> bool:
                 or token in _PREDICATES or token in _MARKERS)
 
 
+def _without_stated_predicate(old_rest: list[str], new_rest: list[str]) -> tuple[list[str], list[str]]:
+    """"works as a nurse" says what "is a nurse" says: "works" / "일한다" on one side only is set
+    aside, unless the other side has a predicate of its own ("lives in Seoul" / "works in Seoul"
+    differ). Only this one: "plays" or "speaks" say more ("has a guitar" / "plays guitar")."""
+    if any(t in _PREDICATES for t in old_rest) and any(t in _PREDICATES for t in new_rest):
+        return old_rest, new_rest
+    return [t for t in old_rest if t != "@job"], [t for t in new_rest if t != "@job"]
+
+
+def _names_the_attribute(new: FactShape, added: str) -> bool:
+    """"X is INFP" → "X's MBTI is INFP", "X는 부산에 산다" → "X의 거주지는 부산이다": the one word
+    added is the possessive head, and it names a single-valued attribute (`_SINGLE`: 이름, 나이,
+    직업, MBTI …), not a new subject ("X's team", "X의 여동생")."""
+    return added == new.possessed and added in new.single and added not in new.relations
+
+
+def _about_another(old: FactShape, new: FactShape, content: Alignment, added: str) -> bool:
+    """Is a word the new fact adds about someone or something the old fact only mentions? "X는
+    여동생이 있다" → "X의 여동생은 고등학생이다", "X has a car" → "X's car is red": the new fact's
+    subject is what follows the possessive; a Korean fact whose predicate is the added word
+    ("영어를 잘한다" → "영어 선생님이다": "잘하다" is not a token) says something else of it;
+    and a word added to a fact about another person
+    ("X has a brother" → "X has a brother in the army") most likely describes that person."""
+    if new.possessed is not None and new.possessed != old.possessed and new.possessed in old.concepts:
+        return True  # the possessed, which the old fact only mentioned, is the new fact's subject
+    if old.head is not None and new.head == added and added not in _ADDABLE_PREDICATES:
+        return True  # Korean is head-final: a word added as the predicate says what the subject is or does
+    return any(t in old.relations for t in content.shared)
+
+
 _NEGATING_PREFIXES = ("un", "non", "dis", "in", "im", "ir", "il", "비", "불", "무", "미")
 
 
@@ -613,9 +742,14 @@ def judge_shapes(old: FactShape, new: FactShape, paraphrase: Paraphrase | None =
         return "conflict", "a single-valued attribute got another value"
     if new.markers - old.markers and anchored and len(content.old_changed) <= 2 and not old.negated:
         return "conflict", "a change of state"
-    if same_terms and not old.contrast and not new.contrast and (anchored or any(w != "an adverb" for w in why)):
+    loose = same_terms and old.able == new.able and not old.contrast and not new.contrast
+    if loose and (anchored or any(w != "an adverb" for w in why)):
+        old_rest, new_rest = _without_stated_predicate(old_rest, new_rest)
         if not new_rest and not any(t in old.relations for t in old_rest):
             return "duplicate", "the new fact says less than the old one"
-        if not old_rest and len(new_rest) == 1 and _plain_word(new, new_rest[0]):
+        if not old_rest and len(new_rest) == 1 and _names_the_attribute(new, new_rest[0]):
+            return "duplicate", f"the attribute named ({new.word(new_rest[0])})"
+        if (not old_rest and len(new_rest) == 1 and _plain_word(new, new_rest[0])
+                and not _about_another(old, new, content, new_rest[0])):
             return "duplicate", f"one common word added ({new.word(new_rest[0])})"
     return "distinct", "another attribute, or more than one slot changed"
