@@ -218,6 +218,27 @@ def test_fit_pairwise_learns_which_feature_marks_evidence() -> None:
         fit_pairwise([(np.ones((3, 2)), np.zeros(3))])
 
 
+def test_fit_pairwise_pairs_the_best_negatives_or_all_of_them() -> None:
+    # Feature 0 separates the evidence from the hard negatives (the ones the first stage ranks
+    # high); feature 1 only from the weak tail. Paired with the hardest negative alone, the model
+    # leans on feature 0; paired with every candidate, feature 1 counts as well.
+    rng = np.random.default_rng(3)
+    groups, order_by = [], []
+    for _ in range(40):
+        hard = np.column_stack([rng.normal(-1.0, 0.3, 3), rng.normal(1.0, 0.3, 3)])
+        tail = np.column_stack([rng.normal(0.0, 0.3, 30), rng.normal(-2.0, 0.3, 30)])
+        x = np.vstack([[[1.0, 1.0]], hard, tail])
+        groups.append((x, np.r_[1.0, np.zeros(33)]))
+        order_by.append(np.r_[0.0, np.full(3, 1.0), np.zeros(30)])
+    hardest = fit_pairwise(groups, negatives=3, order_by=order_by)
+    every = fit_pairwise(groups, negatives=None, order_by=order_by)
+    assert hardest[0] > 0 and every[1] > hardest[1]
+    assert np.allclose(every, fit_pairwise(groups, negatives=1000, order_by=order_by))
+    assert np.allclose(every, fit_pairwise(groups, negatives=3))  # without an order, every candidate
+    # A stronger L2 penalty shrinks the weights.
+    assert np.linalg.norm(fit_pairwise(groups, l2=0.3)) < np.linalg.norm(fit_pairwise(groups, l2=1e-3))
+
+
 _EVIDENCE = re.compile(r"^D(\d+):\d+$")
 
 
@@ -257,6 +278,17 @@ def test_bench_ranker_cross_validates_and_saves(tmp_path: Path) -> None:
 
     refused = gieok("bench", "ranker", "--data", str(data), "--drop", "no_such_feature")
     assert refused.returncode == 1 and refused.stderr.startswith("error:") and refused.stderr.count("\n") == 1
+
+    # The training settings can be changed for an experiment, and are written down.
+    result = gieok("bench", "ranker", "--data", str(data), "--json", str(out), "--save-model", str(model),
+                   "--l2", "0.03", "--negatives", "0", "--db", str(tmp_path / "work2"))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["l2"] == 0.03 and report["negatives"] == "all"
+    assert LearnedRanker.load(model).meta["l2"] == 0.03 and "L2 0.03, negatives all" in result.stdout
+    for bad in (("--l2", "-1"), ("--l2", "nan"), ("--negatives", "-5")):
+        refused = gieok("bench", "ranker", "--data", str(data), *bad)
+        assert refused.returncode == 1 and refused.stderr.startswith("error:") and refused.stderr.count("\n") == 1
 
 
 def test_catalog_bulk_lookups_agree_with_the_single_ones(db_path: Path, seed) -> None:

@@ -440,16 +440,22 @@ def bench_ranker(
     drop: Annotated[list[str] | None, typer.Option("--drop", help="Train without this feature (repeatable).")] = None,
     workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark databases (default: a "
                                                               "temp dir, removed).")] = None,
+    l2: Annotated[float | None, typer.Option("--l2", help="L2 penalty on the standardised weights (default: the "
+                                                          "shipped model's, 0.001).")] = None,
+    negatives: Annotated[int | None, typer.Option(
+        "--negatives", help="Pair each evidence turn with this many other candidates, the best first (0: all; "
+                            "default: the shipped model's, 60).")] = None,
 ) -> None:
     """Learned ranker: turn recall of fusion vs the learned model, out of fold and in sample.
 
     Example: gieok bench ranker --data ../shared/data/locomo/locomo_dev5.json --data src/gieok/data/locomo_ko_dev.json
     """
-    from .bench.ranker import run_ranker
+    from .bench.ranker import L2, NEGATIVES, run_ranker
 
     try:
         run_ranker(data, json_out, embed_cache=embed_cache, save_model=save_model, ablation=ablation,
-                   drop=drop or (), workdir=workdir)
+                   drop=drop or (), workdir=workdir, l2=L2 if l2 is None else l2,
+                   negatives=NEGATIVES if negatives is None else (negatives or None))
     except ValueError as exc:
         raise InvalidInputError(str(exc)) from None
 

@@ -35,8 +35,12 @@ from .report import print_and_write, progress_bar, results_table, table_console
 __all__ = ["FEATURE_GROUPS", "measure_ranker", "print_ranker", "run_ranker"]
 
 KS = (5, 10, 20)
+# The shipped model's training settings: the L2 penalty on the standardised weights, and how
+# many of a question's other candidates (the best by first-stage score) each evidence turn is
+# paired with. `--l2` / `--negatives` change them for an experiment; docs/benchmarks.md
+# ("Learned ranker") has what other values gave, and why the shipped ones stay.
 L2 = 1e-3
-NEGATIVES = 60
+NEGATIVES: int | None = 60
 
 # What `--ablation` drops, one group at a time.
 FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
@@ -100,9 +104,10 @@ def _balanced(questions: Sequence[QuestionCandidates]) -> list[float]:
     return [len(questions) / (len(counts) * counts[q.dataset]) for q in questions]
 
 
-def _train(questions: Sequence[QuestionCandidates], columns: np.ndarray) -> np.ndarray:
+def _train(questions: Sequence[QuestionCandidates], columns: np.ndarray, l2: float = L2,
+           negatives: int | None = NEGATIVES) -> np.ndarray:
     return fit_pairwise([(q.features[:, columns], q.labels) for q in questions], group_weights=_balanced(questions),
-                        l2=L2, negatives=NEGATIVES, order_by=[q.first_stage for q in questions])
+                        l2=l2, negatives=negatives, order_by=[q.first_stage for q in questions])
 
 
 _SESSION = re.compile(r"^D(\d+):")
@@ -130,11 +135,12 @@ def _recall(questions: Sequence[QuestionCandidates], scores: Sequence[np.ndarray
                             for c, ks in sorted(by_category.items())}}
 
 
-def _out_of_fold(questions: Sequence[QuestionCandidates], columns: np.ndarray) -> list[np.ndarray]:
+def _out_of_fold(questions: Sequence[QuestionCandidates], columns: np.ndarray, l2: float = L2,
+                 negatives: int | None = NEGATIVES) -> list[np.ndarray]:
     scores: list[np.ndarray | None] = [None] * len(questions)
     for fold in sorted({q.fold for q in questions}):
         train = [q for q in questions if q.fold != fold]
-        weights = _train(train, columns)
+        weights = _train(train, columns, l2, negatives)
         for i, q in enumerate(questions):
             if q.fold == fold:
                 scores[i] = q.features[:, columns] @ weights
@@ -149,7 +155,12 @@ def _per_dataset(questions: Sequence[QuestionCandidates], scores: Sequence[np.nd
 
 def measure_ranker(paths: Sequence[str | Path], *, embed_cache: Path | None = None,
                    save_model: str | Path | None = None, ablation: bool = False,
-                   drop: Sequence[str] = (), workdir: Path | None = None) -> dict[str, Any]:
+                   drop: Sequence[str] = (), workdir: Path | None = None, l2: float = L2,
+                   negatives: int | None = NEGATIVES) -> dict[str, Any]:
+    if not (np.isfinite(l2) and l2 >= 0):
+        raise ValueError(f"l2 must be a finite number >= 0, not {l2}")
+    if negatives is not None and negatives < 1:
+        raise ValueError(f"negatives must be at least 1 (or every candidate), not {negatives}")
     unknown = [d for d in drop if d not in FEATURES]
     if unknown:
         raise ValueError(f"unknown features: {', '.join(unknown)} (known: {', '.join(FEATURES)})")
@@ -160,11 +171,12 @@ def measure_ranker(paths: Sequence[str | Path], *, embed_cache: Path | None = No
     questions = collected.questions
     datasets = [d["name"] for d in collected.datasets]
     started = time.perf_counter()
-    weights = _train(questions, columns)
+    paired = negatives if negatives is not None else "all"
+    weights = _train(questions, columns, l2, negatives)
     train_seconds = time.perf_counter() - started
     results = {
         "fusion": _per_dataset(questions, [q.first_stage for q in questions], datasets),
-        "learned, out of fold": _per_dataset(questions, _out_of_fold(questions, columns), datasets),
+        "learned, out of fold": _per_dataset(questions, _out_of_fold(questions, columns, l2, negatives), datasets),
         "learned, in sample": _per_dataset(questions, [q.features[:, columns] @ weights for q in questions],
                                            datasets),
     }
@@ -172,12 +184,13 @@ def measure_ranker(paths: Sequence[str | Path], *, embed_cache: Path | None = No
     if ablation:
         for group, members in FEATURE_GROUPS.items():
             kept = np.asarray([c for c, n in zip(columns, names) if n not in members], dtype=np.int64)
-            ablations[f"without {group}"] = _per_dataset(questions, _out_of_fold(questions, kept), datasets)
+            ablations[f"without {group}"] = _per_dataset(questions, _out_of_fold(questions, kept, l2, negatives),
+                                                         datasets)
     report: dict[str, Any] = {
         "datasets": collected.datasets,
         "features": names,
         "weights": {n: round(float(w), 6) for n, w in zip(names, weights)},
-        "l2": L2, "negatives": NEGATIVES,
+        "l2": l2, "negatives": paired,
         "folds": len({q.fold for q in questions}),
         "train_seconds": round(train_seconds, 3),
         "results": results,
@@ -187,7 +200,7 @@ def measure_ranker(paths: Sequence[str | Path], *, embed_cache: Path | None = No
         oof = results["learned, out of fold"]
         LearnedRanker(names, weights, {
             "trained_on": [{k: d[k] for k in ("name", "questions", "conversations")} for d in collected.datasets],
-            "l2": L2, "negatives": NEGATIVES, "balanced": "each dataset weighs the same",
+            "l2": l2, "negatives": paired, "balanced": "each dataset weighs the same",
             "out_of_fold_turn_recall": {n: r["turn_recall"] for n, r in oof.items()},
         }).save(save_model)
         report["saved"] = str(save_model)
@@ -210,7 +223,8 @@ def print_ranker(report: dict[str, Any], console: Console | None = None) -> None
         out.print(table)
     top = sorted(report["weights"].items(), key=lambda kv: -abs(kv[1]))
     out.print("weights (per unit of each feature): " + ", ".join(f"{n} {w:+.3f}" for n, w in top))
-    out.print(f"{report['folds']} folds (one conversation held out each); training on everything took "
+    out.print(f"{report['folds']} folds (one conversation held out each); L2 {report['l2']:g}, negatives "
+              f"{report['negatives']}; training on everything took "
               f"{report['train_seconds']:.2f} s")
     if "saved" in report:
         out.print(f"saved the model trained on every conversation to {report['saved']}")
@@ -218,7 +232,7 @@ def print_ranker(report: dict[str, Any], console: Console | None = None) -> None
 
 def run_ranker(paths: Sequence[str | Path], json_out: str | Path | None = None, *, embed_cache: Path | None = None,
                save_model: str | Path | None = None, ablation: bool = False, drop: Sequence[str] = (),
-               workdir: Path | None = None) -> dict[str, Any]:
+               workdir: Path | None = None, l2: float = L2, negatives: int | None = NEGATIVES) -> dict[str, Any]:
     report = measure_ranker(paths, embed_cache=embed_cache, save_model=save_model, ablation=ablation, drop=drop,
-                            workdir=workdir)
+                            workdir=workdir, l2=l2, negatives=negatives)
     return print_and_write(report, print_ranker, json_out)

@@ -271,13 +271,13 @@ def shipped_ranker() -> LearnedRanker:
 
 
 def fit_pairwise(groups: Sequence[tuple[np.ndarray, np.ndarray]], *, group_weights: Sequence[float] | None = None,
-                 l2: float = 1e-3, negatives: int = 60,
+                 l2: float = 1e-3, negatives: int | None = 60,
                  order_by: Sequence[np.ndarray] | None = None) -> np.ndarray:
     """Linear weights minimising the logistic loss of (evidence − other) score differences.
 
     `groups`: one (features, labels) pair per question. Each evidence candidate is paired with
     the question's `negatives` highest non-evidence candidates by `order_by` (the first-stage
-    score; all of them when not given), every question counting `group_weights[i]` in total.
+    score; all of them when either is None), every question counting `group_weights[i]` in total.
     Newton's method on standardised differences with an L2 penalty: a few exact steps, no
     learning rate to tune, the same weights every run."""
     diffs: list[np.ndarray] = []
@@ -287,7 +287,7 @@ def fit_pairwise(groups: Sequence[tuple[np.ndarray, np.ndarray]], *, group_weigh
         neg = np.flatnonzero(y <= 0)
         if not len(pos) or not len(neg):
             continue
-        if order_by is not None and len(neg) > negatives:
+        if order_by is not None and negatives is not None and len(neg) > negatives:
             neg = neg[np.argsort(-order_by[i][neg], kind="stable")[:negatives]]
         d = (x[pos][:, None, :] - x[neg][None, :, :]).reshape(-1, x.shape[1])
         diffs.append(d)
