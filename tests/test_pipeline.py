@@ -331,4 +331,5 @@ def test_recall_knows_the_people_in_the_channel_by_name(memory: Memory) -> None:
     assert plan.retrieval and "라구" in plan.recalled[0].text
     top = searches[-1]["hits"][0]
     assert "라구" in top["text"] and "speaker_named" in top["breakdown"]["parts"], top
-    assert "<user:42>" in plan.recalled[0].text, "recalled turns still name the speaker by id"
+    assert "민지 (<user:42>): 을지로에" in plan.recalled[0].text, "named as in the recent lines, id kept"
+    assert any("지수 (<user:7>): 난 강남" in line.text for line in plan.recalled)

@@ -293,14 +293,16 @@ class ConversationPipeline:
             lines = [MemoryLine(f.text, score, "fact", f.valid_from) for f, score in facts]
             in_prompt = {r.block_index for r in recent if r.block_index is not None}
             # Turn blocks name their speaker by user id (display names live only in L1): the
-            # names of the people in L1 let a question that names one rank their turns up.
-            names = _speaker_names(recent)
+            # names of the people in L1 (and of who is speaking now) let a question that names
+            # one rank their turns up.
+            names = _speaker_names([*recent, *plan.l1_rows])
             turns = self.memory.search(plan.search_query, k=s.recall_k, scope=plan.conversation,
                                        kinds=("turn", "note"), speaker_names=names)
             for hit in turns:
                 if hit.block.block_index in in_prompt or hit.block.block_index == 0:
                     continue
-                lines.append(MemoryLine(self._turn_text(hit.block), hit.score, hit.block.kind, hit.block.event_time))
+                lines.append(MemoryLine(self._turn_text(hit.block, names), hit.score, hit.block.kind,
+                                        hit.block.event_time))
             lines.sort(key=lambda m: -m.score)
             plan.recalled = lines[: s.recall_k]
         plan.timings_ms["recall_ms"] = (time.perf_counter() - t) * 1000
@@ -326,10 +328,17 @@ class ConversationPipeline:
         for row in plan.l1_rows:
             self.l1.flag(row)
 
-    def _turn_text(self, block: Any) -> str:
+    def _turn_text(self, block: Any, names: dict[str, str]) -> str:
+        """A recalled turn as the prompt shows it: date, speaker (named as in the recent lines
+        when they are in L1), text."""
         when = time.strftime("%Y-%m-%d", time.localtime(block.event_time))
-        who = self.settings.bot_name if block.metadata.get("role") == "assistant" else (
-            f"<user:{block.speaker}>" if block.speaker else "")
+        if block.metadata.get("role") == "assistant":
+            who = self.settings.bot_name
+        elif block.speaker:
+            name = names.get(block.speaker)
+            who = f"{name} (<user:{block.speaker}>)" if name else f"<user:{block.speaker}>"
+        else:
+            who = ""
         return f"({when}) {who}: {block.text}" if who else f"({when}) {block.text}"
 
     def _lock(self, conversation: Scope) -> asyncio.Lock:
