@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gieok import Memory
-from gieok.bench.locomo import load_locomo, run_locomo
+from gieok.bench.locomo import BOT_STORAGE, BOT_STORAGE_NO_NAMES, load_locomo, run_locomo
 
 SESSIONS = (1, 2)
 KS = [5, 10]
@@ -92,14 +92,26 @@ def test_ranking_ablation_rows(locomo_path: Path, tmp_path: Path) -> None:
     _slice(locomo_path, slice_path)
     cache = tmp_path / "cache"
     first = run_locomo(slice_path, KS, db_dir=tmp_path / "db", embed_cache=cache, ablation=True)
-    assert len(list(cache.glob("*-query-*.npy"))) == 1 and len(list(cache.glob("*-passage-*.npy"))) == 1
+    # passages: the turns as stored, and as the bot stores them (the bot-storage rows below)
+    assert len(list(cache.glob("*-query-*.npy"))) == 1 and len(list(cache.glob("*-passage-*.npy"))) == 2
     again = run_locomo(slice_path, KS, db_dir=tmp_path / "db2", embed_cache=cache, ablation=True)
     assert again["systems"] == first["systems"]
     rows = first["ranking_ablation"]
-    assert set(rows) == {"fusion (ranker = fusion)", "fusion, 40 neighbour sources (before the learned ranker)"}
+    assert set(rows) == {"fusion (ranker = fusion)", "fusion, 40 neighbour sources (before the learned ranker)",
+                         BOT_STORAGE, BOT_STORAGE_NO_NAMES}
     for system in rows.values():
         assert all(0.0 <= v <= 1.0 for v in system["turn_recall"].values())
         assert system["turn_recall"]["5"] <= system["turn_recall"]["10"]
+    # the bot-storage rows: the same turns stored as the chat bot stores them (no name in the
+    # text, the speaker as an id)
+    loaded = load_locomo(slice_path)
+    with Memory(tmp_path / "db" / "locomo-bot.db") as memory:
+        blocks = list(memory.iter_blocks())
+        assert len(blocks) == len(loaded.turns)
+        speakers = {t.speaker for t in loaded.turns}
+        assert all(re.fullmatch(r"u\d+", b.speaker or "") for b in blocks)
+        assert not any(b.text.startswith(f"{name}: ") for b in blocks for name in speakers)
+    assert again["ranking_ablation"] == rows
 
 
 def test_locomo_loader_rejects_missing_and_bad_files(tmp_path: Path) -> None:

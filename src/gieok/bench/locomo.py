@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -196,9 +196,11 @@ def _embed_questions(memory: Memory, questions: list[Question],
 def _recall_by_system(memory: Memory, data: LocomoData, query_vectors: list[np.ndarray], ks: list[int],
                       dia_of: dict[int, str], modes: tuple[tuple[str, str], ...] = (
                           ("gieok", "hybrid"), ("bm25", "bm25"), ("vector", "vector")),
+                      speaker_names: Mapping[str, str] | None = None,
                       ) -> tuple[dict[str, dict[str, Any]], list[float]]:
     """Turn and session recall@k of hybrid search (gieok), BM25 alone and vectors alone; and
-    the hybrid search's ms per question (query vectors ready)."""
+    the hybrid search's ms per question (query vectors ready). `speaker_names` goes to every
+    search (see Memory.search)."""
     kmax = max(ks)
     systems: dict[str, dict[str, Any]] = {}
     search_ms: list[float] = []
@@ -208,7 +210,7 @@ def _recall_by_system(memory: Memory, data: LocomoData, query_vectors: list[np.n
             for q, qv in zip(data.questions, query_vectors):
                 result = memory.search(q.question, kmax, scope={"channel": q.conversation}, mode=mode,
                                        neighbours=(mode == "hybrid"), layers=False,
-                                       query_vector=qv if mode != "bm25" else None)
+                                       query_vector=qv if mode != "bm25" else None, speaker_names=speaker_names)
                 if system == "gieok":
                     search_ms.append(result.search_time_ms)
                 ranked = [dia_of[h.block.block_index] for h in result.hits]
@@ -240,6 +242,8 @@ def measure_locomo(data_path: str | Path, ks: list[int], *, db_dir: str | Path |
         if ablation:
             report["ranking_ablation"] = _ranking_ablation(bench_location(target, "locomo.db"), data, query_vectors,
                                                            ks, dia_of, settings_overrides)
+            report["ranking_ablation"].update(_bot_storage_ablation(
+                bench_location(target, "locomo-bot.db"), data, query_vectors, ks, embed_cache, settings_overrides))
     finally:
         memory.close()
     return {**report, "_ks": list(ks), "_turns": len(data.turns), "_skipped_questions": data.skipped_questions,
@@ -263,6 +267,41 @@ def _ranking_ablation(location: Path | str, data: LocomoData, query_vectors: lis
         with Memory(location, **bench_settings({**dict(overrides or {}), **step})) as other:
             systems, _ = _recall_by_system(other, data, query_vectors, ks, dia_of, modes=((label, "hybrid"),))
         rows[label] = systems[label]
+    return rows
+
+
+BOT_STORAGE = "bot storage: speakers as ids, text without names, names passed (speaker_names)"
+BOT_STORAGE_NO_NAMES = "bot storage, no names passed"
+
+
+def _bot_storage_ablation(location: Path | str, data: LocomoData, query_vectors: list[np.ndarray], ks: list[int],
+                          embed_cache: Path | None, overrides: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The conversations stored as the chat bot stores them — a turn's text without its
+    speaker's name, the speaker as a user id (display names stay in L1) — and searched with the
+    names passed as `speaker_names`, as the bot's recall does, and without them."""
+    ids = {name: f"u{i}" for i, name in enumerate(sorted({t.speaker for t in data.turns}))}
+
+    def item(turn: Turn) -> dict[str, Any]:
+        prefix = f"{turn.speaker}: "
+        text = turn.text[len(prefix):] if turn.text.startswith(prefix) else turn.text
+        return {"text": text, "scope": {"channel": turn.conversation}, "speaker": ids[turn.speaker],
+                "event_time": turn.event_time, "metadata": {"dia_id": turn.dia_id}}
+
+    rows: dict[str, dict[str, Any]] = {}
+    with fresh_memory(location, **bench_settings(overrides)) as memory:
+        vectors = None
+        if embed_cache is not None:
+            texts = memory.passage_texts([item(t) for t in data.turns])
+            with progress_bar("embed turns without names", len(texts)) as advance:
+                vectors, _ = EmbeddingCache(embed_cache, memory.embedder.name).get_or_compute(
+                    texts, "passage", memory.embedder.inner.embed_passages, progress=advance)
+        with progress_bar("ingest turns without names", len(data.turns)) as advance:
+            dia_of = _add_turns(memory, data.turns, vectors, 256, item, advance)
+        names = {uid: name for name, uid in ids.items()}
+        for label, known in ((BOT_STORAGE, names), (BOT_STORAGE_NO_NAMES, None)):
+            systems, _ = _recall_by_system(memory, data, query_vectors, ks, dia_of, modes=((label, "hybrid"),),
+                                           speaker_names=known)
+            rows[label] = systems[label]
     return rows
 
 
