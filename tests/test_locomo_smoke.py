@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from gieok import Memory
-from gieok.bench.locomo import BOT_STORAGE, BOT_STORAGE_NO_NAMES, load_locomo, run_locomo
+from gieok.bench.locomo import (
+    BOT_STORAGE,
+    BOT_STORAGE_NAME_FREE_VECTORS,
+    BOT_STORAGE_NO_NAMES,
+    load_locomo,
+    run_locomo,
+)
 
 SESSIONS = (1, 2)
 KS = [5, 10]
@@ -98,19 +104,21 @@ def test_ranking_ablation_rows(locomo_path: Path, tmp_path: Path) -> None:
     assert again["systems"] == first["systems"]
     rows = first["ranking_ablation"]
     assert set(rows) == {"fusion (ranker = fusion)", "fusion, 40 neighbour sources (before the learned ranker)",
-                         BOT_STORAGE, BOT_STORAGE_NO_NAMES}
+                         BOT_STORAGE, BOT_STORAGE_NAME_FREE_VECTORS, BOT_STORAGE_NO_NAMES}
     for system in rows.values():
         assert all(0.0 <= v <= 1.0 for v in system["turn_recall"].values())
         assert system["turn_recall"]["5"] <= system["turn_recall"]["10"]
     # the bot-storage rows: the same turns stored as the chat bot stores them (no name in the
     # text, the speaker as an id)
     loaded = load_locomo(slice_path)
-    with Memory(tmp_path / "db" / "locomo-bot.db") as memory:
-        blocks = list(memory.iter_blocks())
-        assert len(blocks) == len(loaded.turns)
-        speakers = {t.speaker for t in loaded.turns}
-        assert all(re.fullmatch(r"u\d+", b.speaker or "") for b in blocks)
-        assert not any(b.text.startswith(f"{name}: ") for b in blocks for name in speakers)
+    speakers = {t.speaker for t in loaded.turns}
+    for name, named in (("locomo-bot.db", False), ("locomo-bot-named.db", True)):
+        with Memory(tmp_path / "db" / name) as memory:
+            blocks = list(memory.iter_blocks())
+            assert len(blocks) == len(loaded.turns)
+            assert all(re.fullmatch(r"u\d+", b.speaker or "") for b in blocks)
+            assert not any(b.text.startswith(f"{who}: ") for b in blocks for who in speakers)
+            assert all((b.metadata.get("speaker_name") in speakers) == named for b in blocks)
     assert again["ranking_ablation"] == rows
 
 

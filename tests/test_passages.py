@@ -43,6 +43,21 @@ def test_no_context_across_a_long_pause_without_a_channel_or_when_turned_off() -
     assert two[-1] == "a\nb\nc"
 
 
+def test_a_named_speaker_is_embedded_with_the_turn_and_its_context() -> None:
+    """The chat bot keeps names out of a turn's text; `speaker_name` in its metadata puts the
+    name into the vector's text only, for the turn and for the turns after it that see it."""
+    context = PassageContext(1, 3600)
+    texts = context.texts_for([
+        PassageSource("을지로 라구 파스타 맛있어", "turn", "c1", T0, "민지"),
+        PassageSource("어디쯤이야?", "turn", "c1", T0 + 30, "Alex"),
+        PassageSource("역 바로 앞", "turn", "c1", T0 + 60),
+        PassageSource("공지", "note", "c1", T0 + 70, "민지"),
+    ])
+    assert texts == ["민지: 을지로 라구 파스타 맛있어", "민지: 을지로 라구 파스타 맛있어\nAlex: 어디쯤이야?",
+                     "Alex: 어디쯤이야?\n역 바로 앞", "공지"]
+    assert PassageContext(0, 3600).texts_for([PassageSource("hi", "turn", None, T0, "민지")]) == ["민지: hi"]
+
+
 def test_forgotten_turns_give_no_context_but_still_take_their_place() -> None:
     context = PassageContext(1, 3600)
     assert context.texts_for([_turn("secret"), _turn("", when=T0 + 1), _turn("next", when=T0 + 2)])[-1] == "next"
@@ -80,6 +95,36 @@ def test_every_write_path_gives_a_turn_the_same_vector(tmp_path: Path) -> None:
     reindex(tmp_path / "many.db")
     with Memory(tmp_path / "many.db") as reindexed:
         again = _stored_vectors(reindexed)
+    for index, vector in single.items():
+        for other in (batched, restored, again):
+            assert np.allclose(vector, other[index], atol=1e-5), index
+
+
+def test_every_write_path_embeds_the_speaker_name_from_the_metadata(tmp_path: Path) -> None:
+    named = [{**item, "speaker": f"u{i}", "metadata": {"speaker_name": name}}
+             for i, (item, name) in enumerate(zip(ITEMS, ["지훈", "민지", "Alex", "민지"]))]
+    with Memory(tmp_path / "one.db") as one_by_one:
+        for item in named:
+            one_by_one.add(**item)
+        single = _stored_vectors(one_by_one)
+        expected = one_by_one.embedder.embed_passages(
+            ["지훈: 로그인 버그 원인 찾았어?\n민지: 응 시간대 설정 문제였어"])[0]
+        assert np.allclose(single[2], expected, atol=1e-5)
+        assert all("민지" not in b.text for b in one_by_one.iter_blocks()), "the text stays the message"
+        export = tmp_path / "one.jsonl"
+        one_by_one.export_jsonl(export)
+    with Memory(tmp_path / "many.db") as together:
+        assert together.passage_texts(named)[3] == "민지: 응 시간대 설정 문제였어\n민지: 서버 TZ를 UTC로 바꿨어"
+        together.add_many(named)
+        batched = _stored_vectors(together)
+    with Memory(tmp_path / "imported.db") as imported:
+        imported.import_jsonl(export)
+        restored = _stored_vectors(imported)
+    reindex(tmp_path / "many.db")
+    with Memory(tmp_path / "many.db") as reindexed:
+        again = _stored_vectors(reindexed)
+        reindexed.forget([2])  # forgetting erases the metadata: the name is gone with the text
+        assert reindexed.get(2).metadata == {}
     for index, vector in single.items():
         for other in (batched, restored, again):
             assert np.allclose(vector, other[index], atol=1e-5), index

@@ -86,7 +86,9 @@ def test_end_to_end_remembers_and_recalls(memory: Memory) -> None:
     turns = [b for b in memory.iter_blocks() if b.kind == "turn"]
     assert [b.text for b in turns][:2] == ["누리야 나 고양이 키워. 이름은 나비야", "오 나비 귀엽겠다!"]
     assert turns[0].speaker == "42" and turns[0].scope.user == "42"
-    assert all("민지" not in b.text and b.speaker != "민지" for b in memory.iter_blocks()), "names stay in L1"
+    assert all("민지" not in b.text and b.speaker != "민지" for b in memory.iter_blocks()), "text and speaker: no name"
+    # the name rides in the metadata, for the turn's vector only (retrieval/passages.py)
+    assert turns[0].metadata["speaker_name"] == "민지" and turns[1].metadata["speaker_name"] == "누리"
 
 
 def test_every_channel_message_enters_l1_and_memory(memory: Memory) -> None:

@@ -42,7 +42,7 @@ from .layers.localized import LocalizedSearch
 from .layers.stm import HybridSTM, ShortTermMemory
 from .layers.working import Slot, WorkingMemory
 from .retrieval.hybrid import MODES, HybridRetriever, RankingCandidates, RetrievalParams, SearchRequest
-from .retrieval.passages import PassageContext, PassageSource
+from .retrieval.passages import PassageContext, PassageSource, speaker_name_of
 from .retrieval.ranker import shipped_ranker
 from .store.base import BM25Filter, IndexRows, NewBlock, Store, VectorSearchStore, VerifyReport
 from .store.factory import open_store
@@ -444,16 +444,19 @@ class Memory:
         for position, fields in enumerate(self._checked_fields(items)):
             try:
                 when = check_time(fields.get("event_time"), "event_time")
+                metadata = fields.get("metadata")
                 sources.append(PassageSource(fields["text"], check_kind(fields.get("kind", "turn")),
                                              Scope.of(fields.get("scope")).channel,
-                                             when if when is not None else time.time()))
+                                             when if when is not None else time.time(),
+                                             speaker_name_of(metadata if isinstance(metadata, Mapping) else None)))
             except (InvalidInputError, InvalidTypeError) as exc:
                 raise type(exc)(f"item {position}: {exc}") from None
         return self._passage_context().texts_for(sources)
 
     def _passage_texts(self, blocks: Sequence[NewBlock]) -> list[str]:
         context = self._passage_context()
-        return context.texts_for([PassageSource(b.text, b.kind, b.scope.channel, b.event_time) for b in blocks])
+        return context.texts_for([PassageSource(b.text, b.kind, b.scope.channel, b.event_time,
+                                                speaker_name_of(b.metadata)) for b in blocks])
 
     def _passage_context(self, earlier: bool = True) -> PassageContext:
         s = self.settings
@@ -466,8 +469,7 @@ class Memory:
             self._sync()
             indices = self.catalog.last_turns(channel, self.settings.embed_context_turns)
         found = self.store.get_many(indices)
-        return [PassageSource(b.text, b.kind, b.scope.channel, b.event_time)
-                for b in (found[i] for i in indices if i in found)]
+        return [_passage_source(b) for b in (found[i] for i in indices if i in found)]
 
     def _embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         size = self.settings.embed_batch_size
@@ -945,7 +947,8 @@ class Memory:
 
 
 def _passage_source(block: Block) -> PassageSource:
-    return PassageSource("" if block.forgotten else block.text, block.kind, block.scope.channel, block.event_time)
+    return PassageSource("" if block.forgotten else block.text, block.kind, block.scope.channel, block.event_time,
+                         None if block.forgotten else speaker_name_of(block.metadata))
 
 
 def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,

@@ -36,6 +36,7 @@ from ..layers.conversation import ConversationMemory, check_id
 from ..layers.facts import Fact
 from ..layers.recent import conversation_of
 from ..llm.base import LLM
+from ..retrieval.passages import SPEAKER_NAME_KEY
 from ..store.conversation import L1Row
 from ..types import Scope, scope_from_key, scope_key
 from ..validate import check_speaker_names
@@ -523,6 +524,12 @@ class ConversationPipeline:
                 metadata["external_id"] = row.external_id
             if row.flagged:
                 metadata["flagged"] = True
+            # The author's name goes into the block's metadata for its vector only (the text and
+            # the speaker field stay name-free): a vector that saw the name finds the turns of
+            # the person a question names (docs/benchmarks.md, "Speakers as the chat bot stores them").
+            name = self.settings.bot_name if row.role != "user" else _speaker_names([row]).get(row.user_id or "")
+            if name:
+                metadata[SPEAKER_NAME_KEY] = name
             items.append({"text": row.content, "scope": {"guild": where.guild, "channel": where.channel,
                                                           "user": row.user_id},
                           "speaker": row.user_id if row.role == "user" else self.settings.bot_name,

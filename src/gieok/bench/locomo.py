@@ -22,6 +22,7 @@ from rich.table import Table
 
 from ..errors import InvalidInputError
 from ..memory import Memory
+from ..retrieval.passages import SPEAKER_NAME_KEY
 from ..text.tokenize import Tokenizer, TokenizerOptions
 from .embed_cache import EmbeddingCache
 from .fill import bench_location, bench_target, bench_workdir, fresh_memory
@@ -242,8 +243,10 @@ def measure_locomo(data_path: str | Path, ks: list[int], *, db_dir: str | Path |
         if ablation:
             report["ranking_ablation"] = _ranking_ablation(bench_location(target, "locomo.db"), data, query_vectors,
                                                            ks, dia_of, settings_overrides)
-            report["ranking_ablation"].update(_bot_storage_ablation(
-                bench_location(target, "locomo-bot.db"), data, query_vectors, ks, embed_cache, settings_overrides))
+            for names_in_vectors in (True, False):
+                report["ranking_ablation"].update(_bot_storage_ablation(
+                    bench_location(target, f"locomo-bot{'-named' if names_in_vectors else ''}.db"), data,
+                    query_vectors, ks, embed_cache, settings_overrides, names_in_vectors=names_in_vectors))
     finally:
         memory.close()
     return {**report, "_ks": list(ks), "_turns": len(data.turns), "_skipped_questions": data.skipped_questions,
@@ -270,35 +273,45 @@ def _ranking_ablation(location: Path | str, data: LocomoData, query_vectors: lis
     return rows
 
 
-BOT_STORAGE = "bot storage: speakers as ids, text without names, names passed (speaker_names)"
-BOT_STORAGE_NO_NAMES = "bot storage, no names passed"
+BOT_STORAGE = "bot storage: names only in the metadata for the vectors, names passed (the bot now)"
+BOT_STORAGE_NAME_FREE_VECTORS = "bot storage, vectors without names, names passed"
+BOT_STORAGE_NO_NAMES = "bot storage, no names anywhere (the bot before)"
 
 
 def _bot_storage_ablation(location: Path | str, data: LocomoData, query_vectors: list[np.ndarray], ks: list[int],
-                          embed_cache: Path | None, overrides: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """The conversations stored as the chat bot stores them — a turn's text without its
-    speaker's name, the speaker as a user id (display names stay in L1) — and searched with the
-    names passed as `speaker_names`, as the bot's recall does, and without them."""
+                          embed_cache: Path | None, overrides: dict[str, Any] | None,
+                          names_in_vectors: bool) -> dict[str, dict[str, Any]]:
+    """The conversations stored as the chat bot stores them: a turn's text without its
+    speaker's name and the speaker as a user id (display names are kept out of the text and the
+    speaker field). `names_in_vectors`: the name in the metadata's `speaker_name`, which only
+    the passage vector reads (the bot does this now) — searched with the names passed as
+    `speaker_names`, as the bot's recall does. Otherwise vectors without names, searched with
+    and without the names passed."""
     ids = {name: f"u{i}" for i, name in enumerate(sorted({t.speaker for t in data.turns}))}
 
     def item(turn: Turn) -> dict[str, Any]:
         prefix = f"{turn.speaker}: "
         text = turn.text[len(prefix):] if turn.text.startswith(prefix) else turn.text
+        metadata: dict[str, Any] = {"dia_id": turn.dia_id}
+        if names_in_vectors:
+            metadata[SPEAKER_NAME_KEY] = turn.speaker
         return {"text": text, "scope": {"channel": turn.conversation}, "speaker": ids[turn.speaker],
-                "event_time": turn.event_time, "metadata": {"dia_id": turn.dia_id}}
+                "event_time": turn.event_time, "metadata": metadata}
 
     rows: dict[str, dict[str, Any]] = {}
     with fresh_memory(location, **bench_settings(overrides)) as memory:
         vectors = None
         if embed_cache is not None:
             texts = memory.passage_texts([item(t) for t in data.turns])
-            with progress_bar("embed turns without names", len(texts)) as advance:
+            with progress_bar("embed turns as the bot stores them", len(texts)) as advance:
                 vectors, _ = EmbeddingCache(embed_cache, memory.embedder.name).get_or_compute(
                     texts, "passage", memory.embedder.inner.embed_passages, progress=advance)
-        with progress_bar("ingest turns without names", len(data.turns)) as advance:
+        with progress_bar("ingest turns as the bot stores them", len(data.turns)) as advance:
             dia_of = _add_turns(memory, data.turns, vectors, 256, item, advance)
         names = {uid: name for name, uid in ids.items()}
-        for label, known in ((BOT_STORAGE, names), (BOT_STORAGE_NO_NAMES, None)):
+        runs = ((BOT_STORAGE, names),) if names_in_vectors else (
+            (BOT_STORAGE_NAME_FREE_VECTORS, names), (BOT_STORAGE_NO_NAMES, None))
+        for label, known in runs:
             systems, _ = _recall_by_system(memory, data, query_vectors, ks, dia_of, modes=((label, "hybrid"),),
                                            speaker_names=known)
             rows[label] = systems[label]

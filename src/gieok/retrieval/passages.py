@@ -7,6 +7,11 @@ search find answers that share no words with the question. Measured on LoCoMo de
 Korean dev set: docs/benchmarks.md, "Contextual passages". BM25 and the stored text are the
 turn's own words only; the context changes nothing but the vector.
 
+A turn whose metadata names its speaker (`speaker_name`: the chat bot stores the author's display
+name there, since its text and speaker field carry no name) is embedded as "name: text", and so is
+each context turn that has one: questions name people ("민지가 추천한 식당"), and a vector that saw
+the name finds their turns (docs/benchmarks.md, "Speakers as the chat bot stores them").
+
 Every path that embeds blocks — adding, importing, `gieok reindex` — walks blocks in order
 through one `PassageContext`, so a block gets the same vector whichever path wrote it.
 """
@@ -14,10 +19,19 @@ through one `PassageContext`, so a block gets the same vector whichever path wro
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["PassageContext", "PassageSource"]
+__all__ = ["PassageContext", "PassageSource", "SPEAKER_NAME_KEY", "speaker_name_of"]
+
+SPEAKER_NAME_KEY = "speaker_name"  # the metadata key of the name a turn's vector is embedded with
+
+
+def speaker_name_of(metadata: Mapping[str, Any] | None) -> str | None:
+    """The speaker's name in a block's metadata, if it holds a non-blank string there."""
+    name = (metadata or {}).get(SPEAKER_NAME_KEY)
+    return name.strip() or None if isinstance(name, str) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +42,11 @@ class PassageSource:
     kind: str
     channel: str | None
     event_time: float
+    name: str | None = None  # the speaker's name from the metadata (speaker_name_of)
+
+    @property
+    def line(self) -> str:
+        return f"{self.name}: {self.text}" if self.name and self.text else self.text
 
 
 EarlierTurns = Callable[[str], Sequence[PassageSource]]
@@ -46,13 +65,15 @@ class PassageContext:
 
     def text_for(self, block: PassageSource) -> str:
         """The passage text of `block`; turns are then remembered for the blocks after it."""
-        if self.turns == 0 or block.kind != "turn" or block.channel is None:
+        if block.kind != "turn":
             return block.text
+        if self.turns == 0 or block.channel is None:
+            return block.line
         recent = self._channel(block.channel)
-        context = [t.text for t in recent
+        context = [t.line for t in recent
                    if t.text and abs(block.event_time - t.event_time) <= self.gap_seconds]
         recent.append(block)
-        return "\n".join([*context, block.text]) if context else block.text
+        return "\n".join([*context, block.line]) if context else block.line
 
     def texts_for(self, blocks: Sequence[PassageSource]) -> list[str]:
         return [self.text_for(b) for b in blocks]
