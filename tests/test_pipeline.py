@@ -324,6 +324,8 @@ def test_recall_knows_the_people_in_the_channel_by_name(memory: Memory) -> None:
          "scope": {"guild": "g1", "channel": "cafe", "user": "42"}, "event_time": old},
         {"text": "난 강남 알덴테 파스타집 추천", "speaker": "7",
          "scope": {"guild": "g1", "channel": "cafe", "user": "7"}, "event_time": old + 60},
+        {"text": "나는 홍대 파스타집 별로였어", "speaker": "9", "metadata": {"speaker_name": "소피"},
+         "scope": {"guild": "g1", "channel": "cafe", "user": "9"}, "event_time": old + 120},
     ])
     pipeline = ConversationPipeline(memory, llm=ScriptedLLM(Brain()))
     run(exchange(pipeline, msg("오늘 날씨 좋다", user="42", name="민지", explicit=False)))
@@ -335,3 +337,4 @@ def test_recall_knows_the_people_in_the_channel_by_name(memory: Memory) -> None:
     assert "라구" in top["text"] and "speaker_named" in top["breakdown"]["parts"], top
     assert "민지 (<user:42>): 을지로에" in plan.recalled[0].text, "named as in the recent lines, id kept"
     assert any("지수 (<user:7>): 난 강남" in line.text for line in plan.recalled)
+    assert any("소피 (<user:9>): 나는 홍대" in line.text for line in plan.recalled), "not in L1: the turn's own name"

@@ -36,7 +36,7 @@ from ..layers.conversation import ConversationMemory, check_id
 from ..layers.facts import Fact
 from ..layers.recent import conversation_of
 from ..llm.base import LLM
-from ..retrieval.passages import SPEAKER_NAME_KEY
+from ..retrieval.passages import SPEAKER_NAME_KEY, speaker_name_of
 from ..store.conversation import L1Row
 from ..types import Scope, scope_from_key, scope_key
 from ..validate import check_speaker_names
@@ -330,13 +330,13 @@ class ConversationPipeline:
             self.l1.flag(row)
 
     def _turn_text(self, block: Any, names: dict[str, str]) -> str:
-        """A recalled turn as the prompt shows it: date, speaker (named as in the recent lines
-        when they are in L1), text."""
+        """A recalled turn as the prompt shows it: date, speaker (named as in the recent lines:
+        the name in L1, else the one the turn was written with), text."""
         when = time.strftime("%Y-%m-%d", time.localtime(block.event_time))
         if block.metadata.get("role") == "assistant":
             who = self.settings.bot_name
         elif block.speaker:
-            name = names.get(block.speaker)
+            name = names.get(block.speaker) or speaker_name_of(block.metadata)  # L1's name is the newest
             who = f"{name} (<user:{block.speaker}>)" if name else f"<user:{block.speaker}>"
         else:
             who = ""
