@@ -76,18 +76,17 @@ ITEMS = [
 ]
 
 
-def test_every_write_path_gives_a_turn_the_same_vector(tmp_path: Path) -> None:
+def _vectors_on_every_path(tmp_path: Path, items: list[dict]) -> list[dict[int, np.ndarray]]:
+    """The stored vectors of `items` written one by one, in one add_many, imported from the
+    first one's export, and after `gieok reindex` of the second."""
     with Memory(tmp_path / "one.db") as one_by_one:
-        for item in ITEMS:
+        for item in items:
             one_by_one.add(**item)
         single = _stored_vectors(one_by_one)
-        expected = one_by_one.embedder.embed_passages(["로그인 버그 원인 찾았어?\n응 시간대 설정 문제였어"])[0]
-        assert np.allclose(single[2], expected, atol=1e-5)
         export = tmp_path / "one.jsonl"
         one_by_one.export_jsonl(export)
     with Memory(tmp_path / "many.db") as together:
-        assert together.passage_texts(ITEMS)[3] == "응 시간대 설정 문제였어\n서버 TZ를 UTC로 바꿨어"
-        together.add_many(ITEMS)
+        together.add_many(items)
         batched = _stored_vectors(together)
     with Memory(tmp_path / "imported.db") as imported:
         imported.import_jsonl(export)
@@ -98,36 +97,29 @@ def test_every_write_path_gives_a_turn_the_same_vector(tmp_path: Path) -> None:
     for index, vector in single.items():
         for other in (batched, restored, again):
             assert np.allclose(vector, other[index], atol=1e-5), index
+    return [single, batched, restored, again]
+
+
+def test_every_write_path_gives_a_turn_the_same_vector(tmp_path: Path) -> None:
+    with Memory(tmp_path / "fresh.db") as fresh:
+        assert fresh.passage_texts(ITEMS)[3] == "응 시간대 설정 문제였어\n서버 TZ를 UTC로 바꿨어"
+        expected = fresh.embedder.embed_passages(["로그인 버그 원인 찾았어?\n응 시간대 설정 문제였어"])[0]
+    single = _vectors_on_every_path(tmp_path, ITEMS)[0]
+    assert np.allclose(single[2], expected, atol=1e-5)
 
 
 def test_every_write_path_embeds_the_speaker_name_from_the_metadata(tmp_path: Path) -> None:
     named = [{**item, "speaker": f"u{i}", "metadata": {"speaker_name": name}}
              for i, (item, name) in enumerate(zip(ITEMS, ["지훈", "민지", "Alex", "민지"]))]
-    with Memory(tmp_path / "one.db") as one_by_one:
-        for item in named:
-            one_by_one.add(**item)
-        single = _stored_vectors(one_by_one)
-        expected = one_by_one.embedder.embed_passages(
-            ["지훈: 로그인 버그 원인 찾았어?\n민지: 응 시간대 설정 문제였어"])[0]
-        assert np.allclose(single[2], expected, atol=1e-5)
-        assert all("민지" not in b.text for b in one_by_one.iter_blocks()), "the text stays the message"
-        export = tmp_path / "one.jsonl"
-        one_by_one.export_jsonl(export)
-    with Memory(tmp_path / "many.db") as together:
-        assert together.passage_texts(named)[3] == "민지: 응 시간대 설정 문제였어\n민지: 서버 TZ를 UTC로 바꿨어"
-        together.add_many(named)
-        batched = _stored_vectors(together)
-    with Memory(tmp_path / "imported.db") as imported:
-        imported.import_jsonl(export)
-        restored = _stored_vectors(imported)
-    reindex(tmp_path / "many.db")
-    with Memory(tmp_path / "many.db") as reindexed:
-        again = _stored_vectors(reindexed)
-        reindexed.forget([2])  # forgetting erases the metadata: the name is gone with the text
-        assert reindexed.get(2).metadata == {}
-    for index, vector in single.items():
-        for other in (batched, restored, again):
-            assert np.allclose(vector, other[index], atol=1e-5), index
+    with Memory(tmp_path / "fresh.db") as fresh:
+        assert fresh.passage_texts(named)[3] == "민지: 응 시간대 설정 문제였어\n민지: 서버 TZ를 UTC로 바꿨어"
+        expected = fresh.embedder.embed_passages(["지훈: 로그인 버그 원인 찾았어?\n민지: 응 시간대 설정 문제였어"])[0]
+    single = _vectors_on_every_path(tmp_path, named)[0]
+    assert np.allclose(single[2], expected, atol=1e-5)
+    with Memory(tmp_path / "many.db") as stored:
+        assert all("민지" not in b.text for b in stored.iter_blocks()), "the text stays the message"
+        stored.forget([2])  # forgetting erases the metadata: the name is gone with the text
+        assert stored.get(2).metadata == {}
 
 
 def test_passage_texts_checks_its_items(tmp_path: Path) -> None:

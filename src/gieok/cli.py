@@ -619,12 +619,7 @@ def bench_server(
     """
     from .bench.server import run_server_bench
 
-    try:
-        counts = sorted({int(part) for part in clients.split(",") if part.strip()})
-    except ValueError:
-        raise InvalidInputError(f"--clients must be a comma-separated list of integers, got {clients!r}") from None
-    if not counts or counts[0] < 1:
-        raise InvalidInputError("--clients needs integers >= 1")
+    counts = _counts(clients, "--clients")
     if duration <= 0:
         raise InvalidInputError("--duration must be > 0")
     if blocks < 0:

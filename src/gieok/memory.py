@@ -444,11 +444,10 @@ class Memory:
         for position, fields in enumerate(self._checked_fields(items)):
             try:
                 when = check_time(fields.get("event_time"), "event_time")
-                metadata = fields.get("metadata")
                 sources.append(PassageSource(fields["text"], check_kind(fields.get("kind", "turn")),
                                              Scope.of(fields.get("scope")).channel,
                                              when if when is not None else time.time(),
-                                             speaker_name_of(metadata if isinstance(metadata, Mapping) else None)))
+                                             speaker_name_of(fields.get("metadata"))))
             except (InvalidInputError, InvalidTypeError) as exc:
                 raise type(exc)(f"item {position}: {exc}") from None
         return self._passage_context().texts_for(sources)

@@ -527,7 +527,7 @@ class ConversationPipeline:
             # The author's name goes into the block's metadata for its vector only (the text and
             # the speaker field stay name-free): a vector that saw the name finds the turns of
             # the person a question names (docs/benchmarks.md, "Speakers as the chat bot stores them").
-            name = self.settings.bot_name if row.role != "user" else _speaker_names([row]).get(row.user_id or "")
+            name = self.settings.bot_name if row.role != "user" else _display_name(row)
             if name:
                 metadata[SPEAKER_NAME_KEY] = name
             items.append({"text": row.content, "scope": {"guild": where.guild, "channel": where.channel,
@@ -623,13 +623,16 @@ class ConversationPipeline:
 
 
 def _speaker_names(rows: Sequence[L1Row]) -> dict[str, str]:
-    """User id → display name from L1 rows, the newest name winning; a name the search would
-    refuse (blank, control characters) is left out rather than failing the reply."""
-    names: dict[str, str] = {}
-    for row in rows:
-        if row.user_id and row.display_name:
-            try:
-                names.update(check_speaker_names({row.user_id: row.display_name}))
-            except GieokError:
-                continue
-    return names
+    """User id → display name from L1 rows, the newest name winning."""
+    return {row.user_id: name for row in rows if row.user_id and (name := _display_name(row))}
+
+
+def _display_name(row: L1Row) -> str | None:
+    """The row's display name as a search accepts it; one it would refuse (blank, control
+    characters) is left out rather than failing the reply."""
+    if not (row.user_id and row.display_name):
+        return None
+    try:
+        return check_speaker_names({row.user_id: row.display_name})[row.user_id]
+    except GieokError:
+        return None

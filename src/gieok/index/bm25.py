@@ -15,6 +15,7 @@ import math
 import re
 import threading
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
@@ -115,29 +116,24 @@ class BM25Index:
 
     def doc_lengths(self, rows: np.ndarray) -> np.ndarray:
         """Token counts of `rows` (0 for a row never indexed or forgotten)."""
-        with self._lock:
-            rows = np.asarray(rows, dtype=np.int64)
-            inside = rows < self._size
-            out = np.zeros(rows.shape[0], dtype=np.float32)
-            out[inside] = self._doc_len[rows[inside]]
-            return out
+        return self._per_row("_doc_len", rows, 0.0, np.float32)
 
     def time_mentions(self, rows: np.ndarray) -> np.ndarray:
         """`mentions_time` of each row's tokens (False for a row never indexed)."""
-        with self._lock:
-            rows = np.asarray(rows, dtype=np.int64)
-            inside = rows < self._size
-            out = np.zeros(rows.shape[0], dtype=bool)
-            out[inside] = self._time[rows[inside]]
-            return out
+        return self._per_row("_time", rows, False, bool)
 
     def hangul_shares(self, rows: np.ndarray) -> np.ndarray:
         """`hangul_share` of each row's tokens (0.5 for a row never indexed)."""
+        return self._per_row("_hangul", rows, 0.5, np.float32)
+
+    def _per_row(self, column: str, rows: np.ndarray, missing: float | bool, dtype: Any) -> np.ndarray:
+        """The per-row array named `column` read at `rows`, `missing` where a row was never
+        indexed. Looked up under the lock: `add` replaces the arrays when it grows them."""
         with self._lock:
             rows = np.asarray(rows, dtype=np.int64)
             inside = rows < self._size
-            out = np.full(rows.shape[0], 0.5, dtype=np.float32)
-            out[inside] = self._hangul[rows[inside]]
+            out = np.full(rows.shape[0], missing, dtype=dtype)
+            out[inside] = getattr(self, column)[rows[inside]]
             return out
 
     def remove(self, row: int) -> None:

@@ -28,9 +28,10 @@ __all__ = ["PassageContext", "PassageSource", "SPEAKER_NAME_KEY", "speaker_name_
 SPEAKER_NAME_KEY = "speaker_name"  # the metadata key of the name a turn's vector is embedded with
 
 
-def speaker_name_of(metadata: Mapping[str, Any] | None) -> str | None:
-    """The speaker's name in a block's metadata, if it holds a non-blank string there."""
-    name = (metadata or {}).get(SPEAKER_NAME_KEY)
+def speaker_name_of(metadata: Any) -> str | None:
+    """The speaker's name in a block's metadata (a mapping; anything else has none), if it
+    holds a non-blank string there."""
+    name = metadata.get(SPEAKER_NAME_KEY) if isinstance(metadata, Mapping) else None
     return name.strip() or None if isinstance(name, str) else None
 
 
