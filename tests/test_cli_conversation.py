@@ -89,6 +89,21 @@ def test_bench_runtime_loses_and_misroutes_nothing(tmp_path: Path) -> None:
     assert refused.returncode == 1 and "--arrivals" in refused.stderr
 
 
+def test_bench_pipeline_plays_the_conversation_with_and_without_a_debounce(tmp_path: Path) -> None:
+    """A small run of the real benchmark: every message after the warm-up planned and measured,
+    both ways (planned at once, or observed and planned after a debounce as the runtime does)."""
+    for extra in ([], ["--debounce-ms", "30"]):
+        out = tmp_path / f"pipeline{len(extra)}.json"
+        result = gieok("bench", "pipeline", "--blocks", "0", "--turns", "16", *extra, "--json", str(out),
+                       "--db", str(tmp_path / f"bench{len(extra)}"))
+        assert result.returncode == 0, result.stderr
+        report = json.loads(out.read_text(encoding="utf-8"))
+        assert report["measured"] == 6 and report["responded"] >= 6 and report["debounce_ms"] == (30 if extra else 0)
+        assert report["searched"] >= 1 and "query_embed_ms" in report["stages_p50_ms"]
+    refused = gieok("bench", "pipeline", "--debounce-ms", "-5")
+    assert refused.returncode == 1 and "--debounce-ms" in refused.stderr
+
+
 def test_runtime_bench_arrival_schedules() -> None:
     from gieok.bench.runtime import arrival_schedule
 

@@ -11,6 +11,7 @@ import pytest
 
 from gieok import Memory
 from gieok.agent.pipeline import ConversationPipeline, IncomingMessage
+from gieok.embed import Priority
 from gieok.errors import InvalidInputError, InvalidTypeError, TextTooLongError
 from gieok.layers.recent import conversation_of
 from gieok.layers.summary import SummaryStore
@@ -305,13 +306,43 @@ def test_e5_is_spent_on_a_reply_only_for_its_search_query(memory: Memory) -> Non
         run(pipeline.record(silent, None))
         run(pipeline.drain())
         asked.clear()
+        engine = embedder.inner
+        embedded = engine.texts_embedded
         answered = run(pipeline.plan(msg(question, user="7", explicit=False)))
         assert answered.respond and answered.retrieval and answered.stage1 is not None, answered.reason
-        assert asked == [("aembed_queries", (question,))], asked
+        # The query vector is asked for when the message arrives (observe: during the debounce),
+        # promoted when the turn starts, and awaited by recall: one engine call for the three.
+        assert asked == [("prefetch_queries", (question,)), ("prefetch_queries", (question,)),
+                         ("aembed_queries", (question,))], asked
+        assert engine.texts_embedded - embedded == 1
         asked.clear()
         run(pipeline.record(answered, "음 생각해볼게"))
         run(pipeline.drain())
         assert any(name.endswith("embed_passages") for name, _ in asked), "the turn blocks' vectors, after the reply"
+
+
+def test_a_likely_search_query_is_embedded_while_the_debounce_runs(memory: Memory) -> None:
+    """`observe` starts the e5 query vector of a message a reply would search with (its own text:
+    a question or a call, where the bot may speak), so the turn after the debounce finds it
+    cached. Nothing is embedded for chatter, for a channel the bot only answers when called, or
+    for an explicit call when a model will write the query itself (stage 2). Korean and English."""
+    embedder = memory.embedder
+    plain = ConversationPipeline(memory)
+    with_model = ConversationPipeline(memory, llm=ScriptedLLM(Brain()))
+
+    def observed(pipeline: ConversationPipeline, message: IncomingMessage) -> bool:
+        pipeline.observe(message)
+        # A background request queued after the prefetch (prefetches are SOON, this LATER) ends after it.
+        run(embedder.aembed_passages([f"배리어 {message.content}"], Priority.LATER))
+        return embedder.has(message.content, is_query=True)
+
+    assert observed(plain, msg("누리야 어제 민지가 추천한 파스타집 어디였지?", explicit=False))
+    assert observed(plain, msg("what was the pasta place Minji liked?", explicit=False))
+    assert observed(plain, msg("누리야 안녕", explicit=True)), "a call is answered, with a search"
+    assert not observed(plain, msg("ㅋㅋㅋ 진짜 웃기다", explicit=False)), "chatter: no search"
+    assert not observed(plain, msg("다들 주말에 뭐 했어?", explicit=False, active=False)), "not spoken to here"
+    assert not observed(with_model, msg("누리야 지난주에 뭐 먹었지?", explicit=True)), "stage 2 writes the query"
+    assert observed(with_model, msg("anyone know a good ramen place?", explicit=False))
 
 
 def test_recall_knows_the_people_in_the_channel_by_name(memory: Memory) -> None:

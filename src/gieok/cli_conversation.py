@@ -215,19 +215,22 @@ def bench_pipeline(
     stage1: Annotated[bool, typer.Option("--stage1/--no-stage1", help="Use the stage-1 classifier.")] = True,
     llm_ms: Annotated[float, typer.Option(help="The scripted stage-2 model's answer time "
                                                "(0: nothing overlaps it).")] = 0.0,
+    debounce_ms: Annotated[float, typer.Option(help="Plan each message this long after it arrived, as the runtime "
+                                                    "does after its debounce (0: at once).")] = 0.0,
 ) -> None:
     """The conversation pipeline's own overhead per message (LLM calls excluded) in a large store.
 
     Example: gieok bench pipeline --blocks 100000 --json pipeline.json
+    (add --debounce-ms 300 for the overhead once a debounce has passed, as in the runtime)
     """
     from .bench.pipeline import run_pipeline_bench
 
     if blocks < 0 or not 1 <= turns <= 300:
         raise InvalidInputError("--blocks must be >= 0 and --turns between 1 and 300")
-    if llm_ms < 0:
-        raise InvalidInputError("--llm-ms must not be negative")
+    if llm_ms < 0 or not 0 <= debounce_ms <= 10_000:
+        raise InvalidInputError("--llm-ms must not be negative and --debounce-ms must be between 0 and 10000")
     run_pipeline_bench(blocks, json_out, turns=turns, workdir=workdir, cache_dir=cache_dir, classifier=stage1,
-                       llm_ms=llm_ms)
+                       llm_ms=llm_ms, debounce_ms=debounce_ms)
 
 
 @app.command()

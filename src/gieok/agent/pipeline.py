@@ -209,6 +209,19 @@ class ConversationPipeline:
     def _needs_vector(self, message: IncomingMessage) -> bool:
         return self.guard.classifier is not None or (self.classifier is not None and not message.explicit)
 
+    def _likely_search_query(self, message: IncomingMessage) -> str | None:
+        """The search query a reply to this message will use unless a model writes another: its
+        own text, when the bot may speak, and the message calls it or reads as a question (the
+        retrieval rule of `plan` without stage 2). None for an explicit call when a model is
+        configured: stage 2 always runs for those and writes the query itself."""
+        if not (message.explicit or message.active):
+            return None
+        if message.explicit and self.analyst.llm is not None:
+            return None
+        if not (message.explicit or looks_like_question(message.content)):
+            return None
+        return block_text(message.content)
+
     def observe(self, message: IncomingMessage, *, needed_now: bool = False) -> Observation:
         """Take a message in: validate, pattern-guard, append to L1, count it for the stage-2
         schedule. Cheap and synchronous, so a runtime calls it the moment a message arrives —
@@ -229,6 +242,11 @@ class ConversationPipeline:
         # that answers it does not wait for it.
         if self.encoder is not None and self._needs_vector(message):
             self.encoder.prefetch_passages([block_text(row.content)], Priority.NOW if needed_now else None)
+        # So is the e5 vector of the search query a reply would most likely use: the one
+        # embedding on a reply's path (~15 ms here) then runs during the debounce, not after it.
+        query = self._likely_search_query(message)
+        if query:
+            self.memory.embedder.prefetch_queries([query], Priority.NOW if needed_now else None)
         if verdict.attack:
             self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
                                                "score": verdict.score, "matches": list(verdict.matches)})
@@ -365,6 +383,9 @@ class ConversationPipeline:
                         l1_row=prep["row"], l1_rows=prep["rows"], timings_ms=prep["timings"])
             may_speak = message.explicit or message.active
             use_llm = self.analyst.llm is not None and may_speak
+            query = self._likely_search_query(message)
+            if query:  # the debounce is over: a turn waits (observe queued it; a batch's text is new)
+                self.memory.embedder.prefetch_queries([query], Priority.NOW)
             judged = None
             if self._needs_vector(message):
                 judged = asyncio.create_task(self._judge_vector(message, plan, prep["recent"]))
