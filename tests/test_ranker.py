@@ -286,7 +286,15 @@ def test_bench_ranker_cross_validates_and_saves(tmp_path: Path) -> None:
     report = json.loads(out.read_text(encoding="utf-8"))
     assert report["l2"] == 0.03 and report["negatives"] == "all"
     assert LearnedRanker.load(model).meta["l2"] == 0.03 and "L2 0.03, negatives all" in result.stdout
-    for bad in (("--l2", "-1"), ("--l2", "nan"), ("--negatives", "-5")):
+    # Stored the chat bot's way too: the same conversations twice, a fold holding one out of both.
+    result = gieok("bench", "ranker", "--data", str(data), "--json", str(out), "--storage", "both",
+                   "--db", str(tmp_path / "work3"))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert [d["storage"] for d in report["datasets"]] == ["text", "bot"] and report["folds"] == 2
+    bot = report["results"]["learned, out of fold"]["ko_slice (bot storage)"]["turn_recall"]
+    assert 0.0 < bot["5"] <= bot["10"] <= 1.0 and report["storage"] == "both"
+    for bad in (("--l2", "-1"), ("--l2", "nan"), ("--negatives", "-5"), ("--storage", "paper")):
         refused = gieok("bench", "ranker", "--data", str(data), *bad)
         assert refused.returncode == 1 and refused.stderr.startswith("error:") and refused.stderr.count("\n") == 1
 

@@ -445,6 +445,10 @@ def bench_ranker(
     negatives: Annotated[int | None, typer.Option(
         "--negatives", help="Pair each evidence turn with this many other candidates, the best first (0: all; "
                             "default: the shipped model's, 60).")] = None,
+    storage: Annotated[str, typer.Option(
+        "--storage", help="How turns are stored: text (the name in the text, as in the files), bot (as the chat "
+                          "bot stores them: the name only in the metadata, names passed to the search), or both "
+                          "(each set twice).")] = "text",
 ) -> None:
     """Learned ranker: turn recall of fusion vs the learned model, out of fold and in sample.
 
@@ -455,7 +459,7 @@ def bench_ranker(
     try:
         run_ranker(data, json_out, embed_cache=embed_cache, save_model=save_model, ablation=ablation,
                    drop=drop or (), workdir=workdir, l2=L2 if l2 is None else l2,
-                   negatives=NEGATIVES if negatives is None else (negatives or None))
+                   negatives=NEGATIVES if negatives is None else (negatives or None), storage=storage)
     except ValueError as exc:
         raise InvalidInputError(str(exc)) from None
 

@@ -28,7 +28,7 @@ from .embed_cache import EmbeddingCache
 from .fill import bench_location, bench_target, bench_workdir, fresh_memory
 from .report import median, print_and_write, progress_bar, results_table, table_console
 
-__all__ = ["LocomoData", "load_locomo", "measure_locomo", "print_locomo", "run_locomo"]
+__all__ = ["LocomoData", "ingest_as_bot", "load_locomo", "measure_locomo", "print_locomo", "run_locomo"]
 
 _DIA = re.compile(r"^D(\d+):(\d+)$")
 
@@ -278,15 +278,13 @@ BOT_STORAGE_NAME_FREE_VECTORS = "bot storage, vectors without names, names passe
 BOT_STORAGE_NO_NAMES = "bot storage, no names anywhere (the bot before)"
 
 
-def _bot_storage_ablation(location: Path | str, data: LocomoData, query_vectors: list[np.ndarray], ks: list[int],
-                          embed_cache: Path | None, overrides: dict[str, Any] | None,
-                          names_in_vectors: bool) -> dict[str, dict[str, Any]]:
+def ingest_as_bot(memory: Memory, data: LocomoData, embed_cache: Path | None,
+                  names_in_vectors: bool = True) -> tuple[dict[int, str], dict[str, str]]:
     """The conversations stored as the chat bot stores them: a turn's text without its
     speaker's name and the speaker as a user id (display names are kept out of the text and the
     speaker field). `names_in_vectors`: the name in the metadata's `speaker_name`, which only
-    the passage vector reads (the bot does this now) — searched with the names passed as
-    `speaker_names`, as the bot's recall does. Otherwise vectors without names, searched with
-    and without the names passed."""
+    the passage vector reads (the bot does this now). Returns block index -> turn id, and user
+    id -> name (what the bot's recall passes as `speaker_names`)."""
     ids = {name: f"u{i}" for i, name in enumerate(sorted({t.speaker for t in data.turns}))}
 
     def item(turn: Turn) -> dict[str, Any]:
@@ -298,17 +296,26 @@ def _bot_storage_ablation(location: Path | str, data: LocomoData, query_vectors:
         return {"text": text, "scope": {"channel": turn.conversation}, "speaker": ids[turn.speaker],
                 "event_time": turn.event_time, "metadata": metadata}
 
+    vectors = None
+    if embed_cache is not None:
+        texts = memory.passage_texts([item(t) for t in data.turns])
+        with progress_bar("embed turns as the bot stores them", len(texts)) as advance:
+            vectors, _ = EmbeddingCache(embed_cache, memory.embedder.name).get_or_compute(
+                texts, "passage", memory.embedder.inner.embed_passages, progress=advance)
+    with progress_bar("ingest turns as the bot stores them", len(data.turns)) as advance:
+        dia_of = _add_turns(memory, data.turns, vectors, 256, item, advance)
+    return dia_of, {uid: name for name, uid in ids.items()}
+
+
+def _bot_storage_ablation(location: Path | str, data: LocomoData, query_vectors: list[np.ndarray], ks: list[int],
+                          embed_cache: Path | None, overrides: dict[str, Any] | None,
+                          names_in_vectors: bool) -> dict[str, dict[str, Any]]:
+    """Recall with the conversations stored the bot's way (`ingest_as_bot`): with names in the
+    vectors, searched with the names passed as `speaker_names`, as the bot's recall does;
+    otherwise vectors without names, searched with and without the names passed."""
     rows: dict[str, dict[str, Any]] = {}
     with fresh_memory(location, **bench_settings(overrides)) as memory:
-        vectors = None
-        if embed_cache is not None:
-            texts = memory.passage_texts([item(t) for t in data.turns])
-            with progress_bar("embed turns as the bot stores them", len(texts)) as advance:
-                vectors, _ = EmbeddingCache(embed_cache, memory.embedder.name).get_or_compute(
-                    texts, "passage", memory.embedder.inner.embed_passages, progress=advance)
-        with progress_bar("ingest turns as the bot stores them", len(data.turns)) as advance:
-            dia_of = _add_turns(memory, data.turns, vectors, 256, item, advance)
-        names = {uid: name for name, uid in ids.items()}
+        dia_of, names = ingest_as_bot(memory, data, embed_cache, names_in_vectors)
         runs = ((BOT_STORAGE, names),) if names_in_vectors else (
             (BOT_STORAGE_NAME_FREE_VECTORS, names), (BOT_STORAGE_NO_NAMES, None))
         for label, known in runs:

@@ -11,6 +11,11 @@ labelled by whether they are an evidence turn. The pairwise model is then scored
 
 `--save-model` writes the all-conversations model (how src/gieok/data/ranker.npz is made);
 `--ablation` repeats the out-of-fold run without each feature group.
+
+`--storage` says how the turns are stored: `text` as in the dev files ("Caroline: …", the
+speaker's name in the text), `bot` as the chat bot stores them (the name only in the metadata
+its passage vector reads, searched with the display names passed: `locomo.ingest_as_bot`), or
+`both` (each dev set twice; a fold holds a conversation out of both at once).
 """
 
 from __future__ import annotations
@@ -29,12 +34,14 @@ from rich.console import Console
 
 from ..retrieval.ranker import FEATURES, LearnedRanker, fit_pairwise
 from .fill import fresh_memory
-from .locomo import Question, _embed_questions, _ingest, bench_settings, load_locomo
+from .locomo import Question, _embed_questions, _ingest, bench_settings, ingest_as_bot, load_locomo
 from .report import print_and_write, progress_bar, results_table, table_console
 
-__all__ = ["FEATURE_GROUPS", "measure_ranker", "print_ranker", "run_ranker"]
+__all__ = ["FEATURE_GROUPS", "STORAGES", "measure_ranker", "print_ranker", "run_ranker"]
 
 KS = (5, 10, 20)
+STORAGES = ("text", "bot", "both")
+BOT_SUFFIX = " (bot storage)"
 # The shipped model's training settings: the L2 penalty on the standardised weights, and how
 # many of a question's other candidates (the best by first-stage score) each evidence turn is
 # paired with. `--l2` / `--negatives` change them for an experiment; docs/benchmarks.md
@@ -64,8 +71,8 @@ class QuestionCandidates:
     turn_ids: list[str]
 
     @property
-    def fold(self) -> str:
-        return f"{self.dataset}:{self.question.conversation}"
+    def fold(self) -> str:  # one conversation, however it was stored
+        return f"{self.dataset.removesuffix(BOT_SUFFIX)}:{self.question.conversation}"
 
 
 @dataclass
@@ -74,26 +81,33 @@ class _Collected:
     datasets: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _collect(paths: Sequence[Path], embed_cache: Path | None, workdir: Path) -> _Collected:
+def _collect(paths: Sequence[Path], embed_cache: Path | None, workdir: Path, storage: str = "text") -> _Collected:
     out = _Collected()
+    ways = {"text": (False,), "bot": (True,), "both": (False, True)}[storage]
     for path in paths:
         data = load_locomo(path)
-        name = path.stem
-        with fresh_memory(workdir / f"{name}.db", **bench_settings({"ranker": "fusion"})) as memory:
-            dia_of, _, _ = _ingest(memory, data, embed_cache)
-            vectors, _ = _embed_questions(memory, data.questions, embed_cache)
-            with progress_bar(f"candidates {name}", len(data.questions)) as advance:
-                for q, vector in zip(data.questions, vectors):
-                    found = memory.ranking_candidates(q.question, scope={"channel": q.conversation},
-                                                      query_vector=vector)
-                    ids = [dia_of[int(bi)] for bi in found.block_indices]
-                    evidence = set(q.evidence)
-                    out.questions.append(QuestionCandidates(
-                        name, q, found.features, np.asarray([t in evidence for t in ids], dtype=np.float64),
-                        found.first_stage, ids))
-                    advance()
-        out.datasets.append({"name": name, "file": str(path), "questions": len(data.questions),
-                             "conversations": len({q.conversation for q in data.questions})})
+        for as_bot in ways:
+            name = path.stem + (BOT_SUFFIX if as_bot else "")
+            db = workdir / f"{path.stem}{'-bot' if as_bot else ''}.db"
+            with fresh_memory(db, **bench_settings({"ranker": "fusion"})) as memory:
+                if as_bot:
+                    dia_of, names = ingest_as_bot(memory, data, embed_cache)
+                else:
+                    (dia_of, _, _), names = _ingest(memory, data, embed_cache), None
+                vectors, _ = _embed_questions(memory, data.questions, embed_cache)
+                with progress_bar(f"candidates {name}", len(data.questions)) as advance:
+                    for q, vector in zip(data.questions, vectors):
+                        found = memory.ranking_candidates(q.question, scope={"channel": q.conversation},
+                                                          query_vector=vector, speaker_names=names)
+                        ids = [dia_of[int(bi)] for bi in found.block_indices]
+                        evidence = set(q.evidence)
+                        out.questions.append(QuestionCandidates(
+                            name, q, found.features, np.asarray([t in evidence for t in ids], dtype=np.float64),
+                            found.first_stage, ids))
+                        advance()
+            out.datasets.append({"name": name, "file": str(path), "storage": "bot" if as_bot else "text",
+                                 "questions": len(data.questions),
+                                 "conversations": len({q.conversation for q in data.questions})})
     return out
 
 
@@ -156,7 +170,9 @@ def _per_dataset(questions: Sequence[QuestionCandidates], scores: Sequence[np.nd
 def measure_ranker(paths: Sequence[str | Path], *, embed_cache: Path | None = None,
                    save_model: str | Path | None = None, ablation: bool = False,
                    drop: Sequence[str] = (), workdir: Path | None = None, l2: float = L2,
-                   negatives: int | None = NEGATIVES) -> dict[str, Any]:
+                   negatives: int | None = NEGATIVES, storage: str = "text") -> dict[str, Any]:
+    if storage not in STORAGES:
+        raise ValueError(f"storage must be one of {', '.join(STORAGES)}, not {storage!r}")
     if not (np.isfinite(l2) and l2 >= 0):
         raise ValueError(f"l2 must be a finite number >= 0, not {l2}")
     if negatives is not None and negatives < 1:
@@ -167,7 +183,7 @@ def measure_ranker(paths: Sequence[str | Path], *, embed_cache: Path | None = No
     names = [n for n in FEATURES if n not in drop]
     columns = np.asarray([FEATURES.index(n) for n in names], dtype=np.int64)
     with tempfile.TemporaryDirectory(prefix="gieok-ranker-") as tmp:
-        collected = _collect([Path(p) for p in paths], embed_cache, workdir or Path(tmp))
+        collected = _collect([Path(p) for p in paths], embed_cache, workdir or Path(tmp), storage)
     questions = collected.questions
     datasets = [d["name"] for d in collected.datasets]
     started = time.perf_counter()
@@ -190,7 +206,7 @@ def measure_ranker(paths: Sequence[str | Path], *, embed_cache: Path | None = No
         "datasets": collected.datasets,
         "features": names,
         "weights": {n: round(float(w), 6) for n, w in zip(names, weights)},
-        "l2": l2, "negatives": paired,
+        "l2": l2, "negatives": paired, "storage": storage,
         "folds": len({q.fold for q in questions}),
         "train_seconds": round(train_seconds, 3),
         "results": results,
@@ -200,7 +216,7 @@ def measure_ranker(paths: Sequence[str | Path], *, embed_cache: Path | None = No
         oof = results["learned, out of fold"]
         LearnedRanker(names, weights, {
             "trained_on": [{k: d[k] for k in ("name", "questions", "conversations")} for d in collected.datasets],
-            "l2": l2, "negatives": paired, "balanced": "each dataset weighs the same",
+            "l2": l2, "negatives": paired, "storage": storage, "balanced": "each dataset weighs the same",
             "out_of_fold_turn_recall": {n: r["turn_recall"] for n, r in oof.items()},
         }).save(save_model)
         report["saved"] = str(save_model)
@@ -232,7 +248,8 @@ def print_ranker(report: dict[str, Any], console: Console | None = None) -> None
 
 def run_ranker(paths: Sequence[str | Path], json_out: str | Path | None = None, *, embed_cache: Path | None = None,
                save_model: str | Path | None = None, ablation: bool = False, drop: Sequence[str] = (),
-               workdir: Path | None = None, l2: float = L2, negatives: int | None = NEGATIVES) -> dict[str, Any]:
+               workdir: Path | None = None, l2: float = L2, negatives: int | None = NEGATIVES,
+               storage: str = "text") -> dict[str, Any]:
     report = measure_ranker(paths, embed_cache=embed_cache, save_model=save_model, ablation=ablation, drop=drop,
-                            workdir=workdir, l2=l2, negatives=negatives)
+                            workdir=workdir, l2=l2, negatives=negatives, storage=storage)
     return print_and_write(report, print_ranker, json_out)
