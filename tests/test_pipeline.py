@@ -275,7 +275,9 @@ def test_e5_is_spent_on_a_reply_only_for_its_search_query(memory: Memory) -> Non
     """Issue 14: the guard classifier and stage 1 read the message through the classifier
     encoder (USE), so planning a message nobody answers asks the memory's embedder (e5) for
     nothing, and a reply asks it for one vector: the search query's. The turn's own e5 passage
-    vector is computed when the exchange is recorded, behind the reply. Korean and English."""
+    vector is computed when the exchange is recorded, behind the reply. (A message the guard
+    classifier is unsure of also asks for its e5 query vector — none of these is: the next test
+    covers that.) Korean and English."""
     embedder = memory.embedder
     asked: list[tuple[str, tuple[str, ...]]] = []
 

@@ -10,8 +10,10 @@ exchange once the reply is known. Transport-agnostic: no Discord types.
 Order of work in `plan` (each stage timed in `plan.timings_ms`):
 raw-input check → pattern guard → L1 append (a crash after this loses nothing) → the message
 through the classifier encoder (USE, ~1 ms; guard classifier and stage 1 read this vector) →
-guard classifier → stage 1 → stage 2 decision (LLM; only on schedule or when stage 1 is unsure)
-→ recall (the one e5 embedding of a reply: its search query) → context.
+guard classifier (when it is unsure, the second classifier on the message's e5 query vector —
+the vector a search with the same text reuses) → stage 1 → stage 2 decision (LLM; only on
+schedule or when stage 1 is unsure) → recall (the one e5 embedding of a reply: its search query)
+→ context.
 `record` appends the reply to L1, writes every pending L1 message as a turn block (its e5
 passage vector computed there, behind the reply; feeding working memory), and on schedule
 starts the stage-2 extraction in the background on a snapshot of the conversation.

@@ -39,7 +39,7 @@ from ..errors import InvalidInputError
 from .report import median, print_and_write, results_table, table_console
 
 __all__ = ["measure_guard", "print_guard", "run_guard", "calibrate_guard", "print_calibration", "save_guard_model",
-           "memory_embedder"]
+           "memory_embedder", "cascade_scores"]
 
 CALIBRATION_FOLDS = 5
 CALIBRATION_SHUFFLES = 3
@@ -211,6 +211,12 @@ def _lowest_threshold(p: np.ndarray, labels: np.ndarray, patterns: np.ndarray, m
     return min(1.0, round(math.floor(float(left[allowed]) * 100 + 1e-9) / 100 + 0.01, 2))
 
 
+def cascade_scores(p: np.ndarray, p2: np.ndarray, low: float, high: float) -> np.ndarray:
+    """One score per message as the cascade decides: in [low, high) the second classifier's
+    probability; above the band 1 (the first classifier flags), below it 0 (it passes)."""
+    return np.where((p >= low) & (p < high), p2, np.where(p >= high, 1.0, 0.0))
+
+
 def calibrate_guard(*, threshold: float = 0.7, max_false_alarms: float = 0.02, low: float = GUARD_SECOND_LOW,
                     high: float = GUARD_SECOND_HIGH) -> dict[str, Any]:
     """The classifier threshold for `max_false_alarms` on the dev half, then the second
@@ -233,8 +239,7 @@ def calibrate_guard(*, threshold: float = 0.7, max_false_alarms: float = 0.02, l
         queries = np.asarray(embedder.embed_queries(texts), dtype=np.float32)
         p2 = _out_of_fold(vectors, texts, labels, second_model_name(encoder.name, embedder.name), queries)
         band = (p >= low) & (p < high)
-        # In the band the second classifier decides; above it the first flags, below it passes.
-        cascade = np.where(band, p2, np.where(p >= high, 1.0, 0.0))
+        cascade = cascade_scores(p, p2, low, high)
         second = _lowest_threshold(cascade, labels, patterns, max_false_alarms)
         flagged = patterns | (cascade >= second)
         report.update({"second_low": low, "second_high": high, "second_threshold": second,
