@@ -122,15 +122,18 @@ def measure_guard(data: str | Path | None = None, *, threshold: float = 0.7,
             alarms += verdict.attack
             if verdict.attack:
                 false_alarms.append((verdict.score, row["text"], verdict.matches))
-    return {"detection_rate": round(detected / attacks, 4) if attacks else 0.0,
-            "false_alarm_rate": round(alarms / benign, 4) if benign else 0.0, "n": len(rows),
-            "_counts": {"attacks": attacks, "detected": detected, "benign": benign, "false_alarms": alarms},
-            "_by_language": _by_language(rows, flagged),
-            "_p50_ms": median(times), "_misses": misses, "_false_alarms": false_alarms,
-            "_method": method, "_threshold": threshold, "_classifier_threshold": classifier_threshold,
-            "second_stage_share": round(len(queries) / len(rows), 4) if rows else 0.0,
-            "_second": None if guard.second is None else (guard.second_low, guard.second_high, guard.second_threshold),
-            "_source": f"{split} split of " + ("the bundled corpus" if data is None else str(data))}
+    report: dict[str, Any] = {
+        "detection_rate": round(detected / attacks, 4) if attacks else 0.0,
+        "false_alarm_rate": round(alarms / benign, 4) if benign else 0.0, "n": len(rows),
+        "_counts": {"attacks": attacks, "detected": detected, "benign": benign, "false_alarms": alarms},
+        "_by_language": _by_language(rows, flagged),
+        "_p50_ms": median(times), "_misses": misses, "_false_alarms": false_alarms,
+        "_method": method, "_threshold": threshold, "_classifier_threshold": classifier_threshold,
+        "_second": None if guard.second is None else (guard.second_low, guard.second_high, guard.second_threshold),
+        "_source": f"{split} split of " + ("the bundled corpus" if data is None else str(data))}
+    if guard.second is not None:  # the share of messages that paid an e5 query embedding
+        report["second_stage_share"] = round(len(queries) / len(rows), 4) if rows else 0.0
+    return report
 
 
 def _rate(part: int, whole: int) -> str:
@@ -142,7 +145,7 @@ def print_guard(report: dict[str, Any], console: Console | None = None) -> None:
     method, threshold, classifier_threshold = report["_method"], report["_threshold"], report["_classifier_threshold"]
     thresholds = {"regex": f"{threshold}", "classifier": f"{classifier_threshold}",
                   "both": f"patterns {threshold}, classifier {classifier_threshold}"}[method]
-    if report.get("_second"):
+    if report.get("_second") and "second_stage_share" in report:
         low, high, second = report["_second"]
         thresholds += (f"; band {low}-{high} to the second classifier at {second}: "
                        f"{report['second_stage_share']:.1%} of messages")
