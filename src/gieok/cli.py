@@ -525,13 +525,17 @@ def bench_guard(
              "bundled corpus, all for --data.")] = None,
     method: Annotated[str, typer.Option(
         help="regex | classifier (USE + character n-grams, trained on the dev half) | both")] = "both",
+    second: Annotated[bool, typer.Option(
+        "--second/--no-second", help="With --method both: the classifier's unsure band goes to the second "
+                                     "classifier (USE + e5 query vector), as in the bot.")] = True,
     calibrate: Annotated[bool, typer.Option(
         "--calibrate", help="Instead: choose the classifier threshold on the dev half (out-of-fold) for "
                             "--max-false-alarms.")] = False,
     max_false_alarms: Annotated[float, typer.Option(help="False-alarm budget for --calibrate.")] = 0.02,
     save_model: Annotated[Path | None, typer.Option(
         "--save-model", help="First retrain the classifier on the dev half and save it here (how "
-                             "src/gieok/data/guard-usem3-use-multilingual-v3.npz is made).")] = None,
+                             "src/gieok/data/guard-usem3-use-multilingual-v3.npz is made); the second "
+                             "classifier is saved beside it.")] = None,
     db: DbOption = None,
 ) -> None:
     """Prompt-injection guard: detection and false-alarm rates on a labeled Korean/English corpus.
@@ -548,13 +552,13 @@ def bench_guard(
     if not 0.0 < max_false_alarms < 1.0:
         raise InvalidInputError("--max-false-alarms must be between 0 and 1")
     if save_model is not None:
-        print(f"saved {save_guard_model(save_model)}", file=sys.stderr)
+        print("saved " + ", ".join(map(str, save_guard_model(save_model))), file=sys.stderr)
     if calibrate:
         print_and_write(calibrate_guard(threshold=threshold, max_false_alarms=max_false_alarms), print_calibration,
                         json_out)
         return
     run_guard(data, json_out, threshold=threshold, classifier_threshold=classifier_threshold, split=split,
-              method=method)
+              method=method, second=second)
 
 
 @bench_app.command("gatekeeper")

@@ -3,7 +3,10 @@
 - The input length limit is checked on the raw input, before anything trims it (the system
   this replaces truncated first, so its limit never fired).
 - Prompt injection: the pattern guard (guard.py) and, when trained, the embedding classifier
-  (classifier.py) over the same normalised text; either one firing flags the message.
+  (classifier.py) over the same normalised text; either one firing flags the message. A
+  message the classifier is unsure of (probability in the `guard_second_*` band) is decided by
+  a second classifier that also reads the message's e5 query vector (the vector a reply's
+  search would use, shared through the memory embedder's cache).
 - Meta facts — statements about the bot itself ("the bot is an AI", "누리는 프로그램이다") —
   are never stored: they are either trivia or an attempt to rewrite the persona.
 """
@@ -13,19 +16,22 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import numpy as np
 
 from ..data.labeled import GUARD_CORPUS, data_digest, guard_split, load_guard_corpus
 from ..errors import InvalidInputError, InvalidTypeError, TextTooLongError
-from .bundled import trained_classifier
+from .bundled import bundled_model_name, trained_classifier
 from .classifier import embed_messages, message_model_name
 from .guard import GuardVerdict, InjectionGuard
-from .kernel_classifier import KernelTextClassifier
+from .kernel_classifier import KernelTextClassifier, unit_rows
 
 __all__ = ["check_raw_input", "is_meta_fact", "MessageGuard", "guard_classifier", "train_guard_classifier",
-           "fit_guard_classifier", "GUARD_CLASSIFIER_THRESHOLD", "GUARD_MESSAGE_GAMMA", "GUARD_NGRAM_WEIGHT"]
+           "fit_guard_classifier", "GUARD_CLASSIFIER_THRESHOLD", "GUARD_MESSAGE_GAMMA", "GUARD_NGRAM_WEIGHT",
+           "GUARD_SECOND_LOW", "GUARD_SECOND_HIGH", "GUARD_SECOND_THRESHOLD", "second_vectors",
+           "second_model_name", "fit_guard_second", "train_guard_second", "guard_second_classifier", "SECOND_NAME"]
 
 # The classifier's operating point: the lowest probability at which the guard (patterns or
 # classifier) raises at most 2 % false alarms on out-of-fold predictions over the dev half of the
@@ -41,6 +47,20 @@ GUARD_MESSAGE_GAMMA = 1.0
 GUARD_NGRAM_WEIGHT = 1.0
 GUARD_L2 = 1e-5
 GUARD_STEPS = 1000
+
+# The cascade (docs/benchmarks.md, "Prompt-injection guard", third round): a message whose
+# classifier probability falls in [GUARD_SECOND_LOW, GUARD_SECOND_HIGH) is decided by the second
+# classifier — the same kernel over the USE vector and the message's e5 query vector side by side,
+# plus the n-grams — at p ≥ GUARD_SECOND_THRESHOLD. Out of fold on the dev half (2,060 messages) it
+# caught 0.869 of attacks at ≤ 2 % false alarms where the first classifier alone caught 0.842, with
+# 14.8 % of dev messages in the band (each pays one e5 embedding unless a reply's search already
+# asked for it); every band from 0.2–0.9 to 0.6–0.9 scored the same as the second classifier on
+# every message, and the threshold is `gieok bench guard --calibrate`'s. Outside the band the first
+# classifier's own threshold (between the two ends) gives the same verdict.
+GUARD_SECOND_LOW = 0.5
+GUARD_SECOND_HIGH = 0.9
+GUARD_SECOND_THRESHOLD = 0.79
+SECOND_NAME = "guard2"
 
 
 def check_raw_input(content: object, limit: int) -> str:
@@ -85,15 +105,41 @@ class MessageGuard:
     # Its own threshold: the patterns' weights were set for 0.7, while the classifier's
     # operating point was chosen on the dev half for false alarms ≤ 2 % (docs/benchmarks.md).
     classifier_threshold: float = GUARD_CLASSIFIER_THRESHOLD
+    # The second opinion for the classifier's unsure band (None: the classifier decides alone).
+    second: KernelTextClassifier | None = None
+    second_low: float = GUARD_SECOND_LOW
+    second_high: float = GUARD_SECOND_HIGH
+    second_threshold: float = GUARD_SECOND_THRESHOLD
 
-    def check(self, text: str, vector: np.ndarray | None = None) -> GuardVerdict:
-        """`vector`: the message's vector from the classifier encoder (`embed_messages`)."""
+    def probability(self, text: str, vector: np.ndarray) -> float:
+        """The classifier's p(attack) from the message's classifier-encoder vector."""
+        if self.classifier is None:
+            raise ValueError("this guard has no classifier")
+        return float(self.classifier.probabilities(np.asarray(vector)[None, :], None, [text])[0])
+
+    def needs_second(self, probability: float) -> bool:
+        """Whether the classifier is unsure enough to ask the second classifier (which then needs
+        the message's e5 query vector)."""
+        return self.second is not None and self.second_low <= probability < self.second_high
+
+    def check(self, text: str, vector: np.ndarray | None = None, query_vector: np.ndarray | None = None,
+              *, probability: float | None = None) -> GuardVerdict:
+        """`vector`: the message's vector from the classifier encoder (`embed_messages`);
+        `query_vector`: its e5 query vector from the memory embedder, read only when the
+        classifier's probability is in the second classifier's band (without it the classifier's
+        own threshold decides); `probability`: the classifier's, when already computed."""
         verdict = self.patterns.check(text)
         if self.classifier is None or vector is None:
             return verdict
-        p = float(self.classifier.probabilities(np.asarray(vector)[None, :], None, [text])[0])
+        p = self.probability(text, vector) if probability is None else probability
+        matches = (*verdict.matches, f"classifier={p:.2f}")
+        if self.second is not None and query_vector is not None and self.needs_second(p):
+            both = second_vectors(np.asarray(vector)[None, :], np.asarray(query_vector)[None, :])
+            p2 = float(self.second.probabilities(both, None, [text])[0])
+            return GuardVerdict(round(max(p2, verdict.score), 4), verdict.attack or p2 >= self.second_threshold,
+                                (*matches, f"second={p2:.2f}"))
         attack = verdict.attack or p >= self.classifier_threshold
-        return GuardVerdict(round(max(p, verdict.score), 4), attack, (*verdict.matches, f"classifier={p:.2f}"))
+        return GuardVerdict(round(max(p, verdict.score), 4), attack, matches)
 
 
 def fit_guard_classifier(vectors: np.ndarray, texts: Sequence[str], labels: Sequence[bool], *,
@@ -118,3 +164,46 @@ def guard_classifier(encoder: Any) -> KernelTextClassifier:
     """The shipped guard model for `encoder` (the classifier encoder), or one trained once and cached."""
     return trained_classifier("guard", message_model_name(encoder.name), data_digest(GUARD_CORPUS),
                               lambda: train_guard_classifier(encoder))
+
+
+def second_vectors(vectors: np.ndarray, query_vectors: np.ndarray) -> np.ndarray:
+    """The second classifier's input: the classifier-encoder vector and the e5 query vector,
+    each at unit length, side by side (the kernel's distance is then the sum of both distances)."""
+    return np.hstack([unit_rows(vectors), unit_rows(query_vectors)])
+
+
+def second_model_name(encoder_name: str, embedder_name: str) -> str:
+    """The name the second classifier is kept under: both encoders, e5 read as queries."""
+    return f"{message_model_name(encoder_name)}+{embedder_name}:query"
+
+
+def fit_guard_second(vectors: np.ndarray, query_vectors: np.ndarray, texts: Sequence[str], labels: Sequence[bool],
+                     *, encoder_name: str, dataset_sha256: str = "custom") -> KernelTextClassifier:
+    """The second classifier on ready vectors: the first one's kernel and fit over both vectors."""
+    return KernelTextClassifier.fit(second_vectors(vectors, query_vectors), None, texts, labels,
+                                    encoder_name=encoder_name, dataset_sha256=dataset_sha256,
+                                    message_gamma=GUARD_MESSAGE_GAMMA, ngram_weight=GUARD_NGRAM_WEIGHT,
+                                    l2=GUARD_L2, steps=GUARD_STEPS)
+
+
+def train_guard_second(encoder: Any, embedder: Any) -> KernelTextClassifier:
+    """The second classifier on the dev half of the bundled guard corpus: `encoder`'s vectors
+    (the classifier encoder) beside `embedder`'s query vectors (the memory's e5)."""
+    rows = [r for r in load_guard_corpus() if guard_split(r) == "dev"]
+    texts = [r["text"] for r in rows]
+    return fit_guard_second(embed_messages(encoder, texts), np.asarray(embedder.embed_queries(texts), np.float32),
+                            texts, [r["attack"] for r in rows],
+                            encoder_name=second_model_name(encoder.name, embedder.name),
+                            dataset_sha256=data_digest(GUARD_CORPUS))
+
+
+def guard_second_classifier(encoder: Any, embedder: Any) -> KernelTextClassifier | None:
+    """The shipped second classifier for this pair of encoders (retrained once and cached when
+    the corpus changed), or None when weights were shipped for another memory embedder: the
+    guard then decides with the first classifier alone rather than embed the corpus through,
+    say, a paid embedding API at start-up."""
+    name = second_model_name(encoder.name, embedder.name)
+    if not resources.files("gieok.data").joinpath(bundled_model_name(SECOND_NAME, name)).is_file():
+        return None
+    return trained_classifier(SECOND_NAME, name, data_digest(GUARD_CORPUS),
+                              lambda: train_guard_second(encoder, embedder))

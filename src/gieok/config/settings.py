@@ -209,6 +209,11 @@ class Settings:
     guard_threshold: float = setting(0.7, probability)  # pattern score at which a message is flagged
     # classifier probability at which a message is flagged (chosen on dev data: gieok bench guard --calibrate)
     guard_classifier_threshold: float = setting(0.75, probability)
+    # the classifier's unsure band [low, high): decided by the second classifier (USE + e5 query vector)
+    # at p >= guard_second_threshold; low = high turns it off (gieok bench guard --calibrate)
+    guard_second_low: float = setting(0.5, probability)
+    guard_second_high: float = setting(0.9, probability)
+    guard_second_threshold: float = setting(0.79, probability)
     budget_persona: int = setting(900, at_least(1))  # token budgets per prompt section (estimated tokens)
     budget_summary: int = setting(400, at_least(1))
     budget_facts: int = setting(500, at_least(1))
@@ -262,6 +267,9 @@ class Settings:
             problem = check(value) if check is not None else None
             if problem:
                 raise ConfigError(f"{item.name} {problem}, got {_shown(value)}")
+        if self.guard_second_low > self.guard_second_high:
+            raise ConfigError(f"guard_second_low must not exceed guard_second_high, got {self.guard_second_low} > "
+                              f"{self.guard_second_high}")
 
     def db_path(self) -> Path:
         """The SQLite file (`db_location` for either backend)."""
