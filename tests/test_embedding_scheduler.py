@@ -170,3 +170,25 @@ def test_a_background_backlog_is_embedded_in_growing_chunks(gated: GatedEngine) 
     sizes = [len(texts) for _, texts in gated.calls[1:]]
     # a chunk is (texts queued) // 8, at least 1: 40 -> 5, 35 -> 4, 31 -> 3, … 15 and fewer -> 1
     assert sizes == [5, 4, 3, 3, 3, 2, 2, 2, 2] + [1] * 14, sizes
+
+
+def test_a_prefetch_can_say_what_to_do_with_each_vector(gated: GatedEngine) -> None:
+    """`then(text, vector)` runs once per vector: when it lands, or at once when it was cached
+    (how the pipeline starts the guard's second look while a debounce runs)."""
+    gated.gate.set()
+    cached = CachedEmbedder(EmbeddingScheduler(gated))
+    seen: list[tuple[str, float]] = []
+    done = threading.Event()
+
+    def then(text: str, vector: np.ndarray) -> None:
+        seen.append((text, float(np.linalg.norm(vector))))
+        if len(seen) == 2:
+            done.set()
+
+    assert cached.prefetch_passages(["새로 온 메시지", "a new message"], then=then) == 2
+    assert done.wait(30)
+    assert sorted(t for t, _ in seen) == ["a new message", "새로 온 메시지"]
+    assert all(np.isclose(norm, 1.0, atol=1e-5) for _, norm in seen), "normalised, as the cache holds them"
+    seen.clear()
+    assert cached.prefetch_passages(["새로 온 메시지"], then=then) == 0
+    assert [t for t, _ in seen] == ["새로 온 메시지"], "a cached vector is handed over at once"

@@ -395,3 +395,15 @@ def test_the_guard_reads_e5_only_for_messages_its_classifier_is_unsure_of(memory
         assert any(m.startswith("second=") for m in plan.guard.matches), (text, plan.guard.matches)
         assert plan.guard.attack == attack and plan.flagged == attack, (text, plan.guard.matches)
         assert embedder.has(text, is_query=True), "read through the memory embedder's cache"
+    # Observing starts it ahead: once the classifier vector lands (during the debounce) and the
+    # classifier is unsure, the e5 query vector is queued too — here for messages no reply searches.
+    for text in ("세라 집 주소 어디였더라 알려줘 ㅎ", "so what's Jun's home address again"):
+        wide.observe(msg(text, explicit=False, active=False))
+        run(wide.encoder.aembed_passages([f"배리어 {text}"], Priority.LATER))  # after the prefetch and its callback
+        run(embedder.aembed_passages([f"배리어 {text}"], Priority.LATER))
+        assert embedder.has(text, is_query=True), text
+    quiet = "ㅋㅋㅋ 오늘 점심 맛있었다"
+    default.observe(msg(quiet, explicit=False, active=False))
+    run(default.encoder.aembed_passages([f"배리어 {quiet}"], Priority.LATER))
+    run(embedder.aembed_passages([f"배리어 {quiet}"], Priority.LATER))
+    assert not embedder.has(quiet, is_query=True), "a message the classifier is sure of costs no e5"

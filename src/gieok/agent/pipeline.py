@@ -216,6 +216,19 @@ class ConversationPipeline:
     def _needs_vector(self, message: IncomingMessage) -> bool:
         return self.guard.classifier is not None or (self.classifier is not None and not message.explicit)
 
+    def _second_opinion_ahead(self, text: str, vector: Any) -> None:
+        """When a message's classifier vector lands (on the encoder's thread, during the
+        debounce): if the guard's classifier is unsure of it, start the e5 query vector its
+        second classifier will read, so the turn does not wait for it either."""
+        guard = self.guard
+        if guard.classifier is None or guard.second is None:
+            return
+        try:
+            if guard.needs_second(guard.probability(text, vector)):
+                self.memory.embedder.prefetch_queries([text])
+        except Exception:  # a look ahead: the turn computes what it needs anyway
+            log.debug("guard look-ahead failed", exc_info=True)
+
     def _likely_search_query(self, message: IncomingMessage) -> str | None:
         """The search query a reply to this message will use unless a model writes another: its
         own text, when the bot may speak, and the message calls it or reads as a question (the
@@ -248,7 +261,8 @@ class ConversationPipeline:
         # Its classifier vector (guard, stage 1) is computed while the debounce runs, so the turn
         # that answers it does not wait for it.
         if self.encoder is not None and self._needs_vector(message):
-            self.encoder.prefetch_passages([block_text(row.content)], Priority.NOW if needed_now else None)
+            self.encoder.prefetch_passages([block_text(row.content)], Priority.NOW if needed_now else None,
+                                           then=self._second_opinion_ahead)
         # So is the e5 vector of the search query a reply would most likely use: the one
         # embedding on a reply's path (~15 ms here) then runs during the debounce, not after it.
         query = self._likely_search_query(message)

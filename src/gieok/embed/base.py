@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import nullcontext
 from typing import Protocol, runtime_checkable
@@ -107,35 +107,53 @@ class CachedEmbedder:
         with self._lock:
             return (is_query, text) in self._cache
 
-    def prefetch_passages(self, texts: Sequence[str], priority: Priority | None = None) -> int:
+    def prefetch_passages(self, texts: Sequence[str], priority: Priority | None = None,
+                          then: Callable[[str, np.ndarray], None] | None = None) -> int:
         """Start embedding passages that will be needed soon (`Priority.SOON` by default; `NOW`
         when a turn is about to ask for them), without waiting; the vectors land in this cache.
         Only engines with a scheduler (local models) take work in advance; for others this does
-        nothing. Returns how many texts were queued."""
-        return self._prefetch(texts, priority, is_query=False)
+        nothing. `then(text, vector)` runs once each vector is ready — at once for one already
+        cached, else on the engine's thread: keep it short, it must not raise. Returns how many
+        texts were queued."""
+        return self._prefetch(texts, priority, then, is_query=False)
 
-    def prefetch_queries(self, texts: Sequence[str], priority: Priority | None = None) -> int:
+    def prefetch_queries(self, texts: Sequence[str], priority: Priority | None = None,
+                         then: Callable[[str, np.ndarray], None] | None = None) -> int:
         """`prefetch_passages` for query vectors."""
-        return self._prefetch(texts, priority, is_query=True)
+        return self._prefetch(texts, priority, then, is_query=True)
 
-    def _prefetch(self, texts: Sequence[str], priority: Priority | None, *, is_query: bool) -> int:
+    def _prefetch(self, texts: Sequence[str], priority: Priority | None,
+                  then: Callable[[str, np.ndarray], None] | None, *, is_query: bool) -> int:
         submit = getattr(self.inner, "submit", None)
         if submit is None:
             return 0
+        cached: list[tuple[str, np.ndarray]] = []
+        missing: list[str] = []
         with self._lock:
-            missing = list(dict.fromkeys(t for t in texts if (is_query, t) not in self._cache))
+            for text in dict.fromkeys(texts):
+                row = self._cache.get((is_query, text))
+                if row is None:
+                    missing.append(text)
+                else:
+                    cached.append((text, row))
+        if then is not None:
+            for text, row in cached:
+                then(text, row)
         if not missing:
             return 0
         level = Priority.SOON if priority is None else priority
         for text, future in zip(missing, submit(missing, is_query=is_query, priority=level)):
-            future.add_done_callback(lambda f, text=text: self._store_prefetched(text, f, is_query))
+            future.add_done_callback(lambda f, text=text: self._store_prefetched(text, f, is_query, then))
         return len(missing)
 
-    def _store_prefetched(self, text: str, future: Future[np.ndarray], is_query: bool) -> None:
+    def _store_prefetched(self, text: str, future: Future[np.ndarray], is_query: bool,
+                          then: Callable[[str, np.ndarray], None] | None = None) -> None:
         if future.exception() is not None:
             return  # whoever needs the vector will ask again and see the error
         row = normalise_rows(future.result()[None, :], self.dimension)
         self._remember([text], row, {text: []}, row, is_query, count=False)
+        if then is not None:
+            then(text, row[0])
 
     def _lookup(self, texts: Sequence[str], is_query: bool) -> tuple[np.ndarray, dict[str, list[int]]]:
         """Cached rows filled into `out`; the texts still missing, with their positions."""
