@@ -163,9 +163,9 @@ def test_messages_a_turn_answers_at_once_are_embedded_as_urgent_work(memory: Mem
         asked: list[tuple[str, Priority]] = []
         prefetch = embedder.prefetch_passages
 
-        def recording(texts, priority=None):  # the real prefetch, with a note of what was asked
+        def recording(texts, priority=None, **options):  # the real prefetch, noting what was asked
             asked.extend((text, Priority.SOON if priority is None else priority) for text in texts)
-            return prefetch(texts, priority)
+            return prefetch(texts, priority, **options)
 
         def replied(text: str) -> bool:
             return any(s.text.strip() == f"답장: {text}" for s in outbox.sent)
