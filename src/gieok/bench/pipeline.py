@@ -158,7 +158,8 @@ def print_pipeline(report: dict[str, Any], console: Console | None = None) -> No
     table = results_table(f"pipeline overhead without LLM calls, {report['blocks']:,} blocks in the store "
                           f"({report['messages']} messages, stage-2 model answering in {report['llm_ms']:g} ms, "
                           f"{_debounce(report)}medians of one run)", ("what", "p50 ms", "p95 ms"))
-    for what, key in (("plan (message in → prompt ready)", "overhead_ms"),
+    start = "debounce over" if report.get("debounce_ms") else "message in"
+    for what, key in ((f"plan ({start} → prompt ready)", "overhead_ms"),
                       ("plan, explicit calls (recall every time)", "explicit_overhead_ms"),
                       (f"plan, replies that searched ({report['searched']} of {report['measured']})",
                        "searched_overhead_ms"),
