@@ -37,7 +37,7 @@ __all__ = ["check_raw_input", "is_meta_fact", "MessageGuard", "guard_classifier"
 # classifier) raises at most 2 % false alarms on out-of-fold predictions over the dev half of the
 # guard corpus (5 folds, 3 shuffles), rounded up to 0.01 — `gieok bench guard --calibrate`
 # prints it. The held-out half never took part (docs/benchmarks.md, "Prompt-injection guard").
-GUARD_CLASSIFIER_THRESHOLD = 0.75
+GUARD_CLASSIFIER_THRESHOLD = 0.72
 
 # The guard classifier's kernel (kernel_classifier.py): RBF width over centred USE vectors, the
 # weight of the character n-gram kernel beside it and the fit, chosen on the dev half by
@@ -51,15 +51,15 @@ GUARD_STEPS = 1000
 # The cascade (docs/benchmarks.md, "Prompt-injection guard", third round): a message whose
 # classifier probability falls in [GUARD_SECOND_LOW, GUARD_SECOND_HIGH) is decided by the second
 # classifier — the same kernel over the USE vector and the message's e5 query vector side by side,
-# plus the n-grams — at p ≥ GUARD_SECOND_THRESHOLD. Out of fold on the dev half (2,060 messages) it
-# caught 0.869 of attacks at ≤ 2 % false alarms where the first classifier alone caught 0.842, with
-# 14.8 % of dev messages in the band (each pays one e5 embedding unless a reply's search already
+# plus the n-grams — at p ≥ GUARD_SECOND_THRESHOLD. Out of fold on the dev half (2,272 messages) it
+# caught 0.864 of attacks at ≤ 2 % false alarms where the first classifier alone caught 0.854, with
+# 15.0 % of dev messages in the band (each pays one e5 embedding unless a reply's search already
 # asked for it); every band from 0.2–0.9 to 0.6–0.9 scored the same as the second classifier on
 # every message, and the threshold is `gieok bench guard --calibrate`'s. Outside the band the first
 # classifier's own threshold (between the two ends) gives the same verdict.
 GUARD_SECOND_LOW = 0.5
 GUARD_SECOND_HIGH = 0.9
-GUARD_SECOND_THRESHOLD = 0.79
+GUARD_SECOND_THRESHOLD = 0.77
 SECOND_NAME = "guard2"
 
 
