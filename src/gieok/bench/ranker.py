@@ -92,8 +92,8 @@ def _collect(paths: Sequence[Path], embed_cache: Path | None, workdir: Path, sto
             with fresh_memory(db, **bench_settings({"ranker": "fusion"})) as memory:
                 if as_bot:
                     dia_of, names = ingest_as_bot(memory, data, embed_cache)
-                else:
-                    (dia_of, _, _), names = _ingest(memory, data, embed_cache), None
+                else:  # names in the text: nothing to pass
+                    dia_of, names = _ingest(memory, data, embed_cache)[0], None
                 vectors, _ = _embed_questions(memory, data.questions, embed_cache)
                 with progress_bar(f"candidates {name}", len(data.questions)) as advance:
                     for q, vector in zip(data.questions, vectors):
