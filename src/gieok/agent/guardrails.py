@@ -122,6 +122,12 @@ class MessageGuard:
         the message's e5 query vector)."""
         return self.second is not None and self.second_low <= probability < self.second_high
 
+    def unsure(self, texts: Sequence[str], vectors: np.ndarray) -> tuple[list[float], list[int]]:
+        """The classifier's probability for each message, and the indices of those in the second
+        classifier's band: the messages whose e5 query vectors `check` will want."""
+        probabilities = [self.probability(text, vector) for text, vector in zip(texts, vectors)]
+        return probabilities, [i for i, p in enumerate(probabilities) if self.needs_second(p)]
+
     def check(self, text: str, vector: np.ndarray | None = None, query_vector: np.ndarray | None = None,
               *, probability: float | None = None) -> GuardVerdict:
         """`vector`: the message's vector from the classifier encoder (`embed_messages`);

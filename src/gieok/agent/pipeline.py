@@ -300,8 +300,7 @@ class ConversationPipeline:
         """The guard on each message; those the classifier is unsure of get the second opinion,
         which reads their e5 query vectors from the memory embedder (already cached when the
         message was the likely search query `observe` prefetched; else embedded now, ~15 ms)."""
-        probabilities = [self.guard.probability(text, vector) for text, vector in zip(texts, vectors)]
-        unsure = [i for i, p in enumerate(probabilities) if self.guard.needs_second(p)]
+        probabilities, unsure = self.guard.unsure(texts, vectors)
         queries: dict[int, np.ndarray] = {}
         if unsure:
             rows = await self.memory.embedder.aembed_queries([texts[i] for i in unsure], Priority.NOW)
