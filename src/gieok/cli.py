@@ -532,6 +532,12 @@ def bench_guard(
         "--calibrate", help="Instead: choose the classifier threshold on the dev half (out-of-fold) for "
                             "--max-false-alarms.")] = False,
     max_false_alarms: Annotated[float, typer.Option(help="False-alarm budget for --calibrate.")] = 0.02,
+    ordinary: Annotated[bool, typer.Option(
+        "--ordinary", help="Instead: false alarms on ordinary chat the guard never trained on (the held-out "
+                           "half of the project's own chat sets, plus every turn of each --chat file).")] = False,
+    chat: Annotated[list[Path] | None, typer.Option(
+        "--chat", help="With --ordinary: a LoCoMo-format conversation file whose turns are scored too "
+                       "(repeatable), e.g. ../shared/data/locomo/locomo_dev5.json.")] = None,
     save_model: Annotated[Path | None, typer.Option(
         "--save-model", help="First retrain the classifier on the dev half and save it here (how "
                              "src/gieok/data/guard-usem3-use-multilingual-v3.npz is made); the second "
@@ -541,8 +547,9 @@ def bench_guard(
     """Prompt-injection guard: detection and false-alarm rates on a labeled Korean/English corpus.
 
     Example: gieok bench guard --json guard.json
+    (or: gieok bench guard --ordinary --chat ../shared/data/locomo/locomo_dev5.json)
     """
-    from .bench.guard import calibrate_guard, print_calibration, run_guard, save_guard_model
+    from .bench.guard import calibrate_guard, print_calibration, run_guard, run_ordinary, save_guard_model
     from .bench.report import print_and_write
 
     if split is not None and split not in ("test", "dev", "all"):
@@ -556,6 +563,14 @@ def bench_guard(
     if calibrate:
         print_and_write(calibrate_guard(threshold=threshold, max_false_alarms=max_false_alarms), print_calibration,
                         json_out)
+        return
+    if chat and not ordinary:
+        raise InvalidInputError("--chat goes with --ordinary")
+    if ordinary:
+        if data is not None or split is not None:
+            raise InvalidInputError("--ordinary scores ordinary chat: leave out --data and --split")
+        run_ordinary(chat or (), json_out, threshold=threshold, classifier_threshold=classifier_threshold,
+                     method=method, second=second)
         return
     run_guard(data, json_out, threshold=threshold, classifier_threshold=classifier_threshold, split=split,
               method=method, second=second)

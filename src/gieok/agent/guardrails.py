@@ -36,7 +36,9 @@ __all__ = ["check_raw_input", "is_meta_fact", "MessageGuard", "guard_classifier"
 # The classifier's operating point: the lowest probability at which the guard (patterns or
 # classifier) raises at most 2 % false alarms on out-of-fold predictions over the dev half of the
 # guard corpus (5 folds, 3 shuffles), rounded up to 0.01 — `gieok bench guard --calibrate`
-# prints it. The held-out half never took part (docs/benchmarks.md, "Prompt-injection guard").
+# prints it. The 2 % is counted on the corpus's benign look-alikes, not on ordinary chat rows
+# (`ORDINARY_KIND`, none shipped today), as the held-out half measures it. The held-out half never
+# took part (docs/benchmarks.md, "Prompt-injection guard").
 GUARD_CLASSIFIER_THRESHOLD = 0.72
 
 # The guard classifier's kernel (kernel_classifier.py): RBF width over centred USE vectors, the

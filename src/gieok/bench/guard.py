@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Iterable, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +36,12 @@ from ..agent.guardrails import (
     second_model_name,
     second_vectors,
 )
-from ..data.labeled import guard_split, load_guard_corpus
+from ..data.labeled import GUARD_SPLIT, ORDINARY_KIND, guard_split, load_gate_examples, load_guard_corpus
 from ..errors import InvalidInputError
 from .report import median, print_and_write, results_table, table_console
 
 __all__ = ["measure_guard", "print_guard", "run_guard", "calibrate_guard", "print_calibration", "save_guard_model",
-           "memory_embedder", "cascade_scores"]
+           "memory_embedder", "cascade_scores", "ordinary_chat", "measure_ordinary", "print_ordinary", "run_ordinary"]
 
 CALIBRATION_FOLDS = 5
 CALIBRATION_SHUFFLES = 3
@@ -99,6 +101,16 @@ def measure_guard(data: str | Path | None = None, *, threshold: float = 0.7,
     split = split or ("test" if data is None else "all")
     if split != "all":
         rows = [r for r in rows if guard_split(r) == split]
+    report = score_guard(rows, threshold=threshold, classifier_threshold=classifier_threshold, method=method,
+                         second=second)
+    report["_source"] = f"{split} split of " + ("the bundled corpus" if data is None else str(data))
+    return report
+
+
+def score_guard(rows: list[dict[str, Any]], *, threshold: float = 0.7,
+                classifier_threshold: float = GUARD_CLASSIFIER_THRESHOLD, method: str = "both",
+                second: bool = True) -> dict[str, Any]:
+    """The guard as the bot runs it on `{"text", "attack"}` rows: detection, false alarms, timing."""
     guard, vectors, embedder = _message_guard(rows, threshold, classifier_threshold, method, second)
     queries: dict[int, np.ndarray] = {}
     if guard.second is not None and vectors is not None:  # e5 query vectors of the unsure band only, as the bot
@@ -130,11 +142,91 @@ def measure_guard(data: str | Path | None = None, *, threshold: float = 0.7,
         "_by_language": _by_language(rows, flagged),
         "_p50_ms": median(times), "_misses": misses, "_false_alarms": false_alarms,
         "_method": method, "_threshold": threshold, "_classifier_threshold": classifier_threshold,
-        "_second": None if guard.second is None else (guard.second_low, guard.second_high, guard.second_threshold),
-        "_source": f"{split} split of " + ("the bundled corpus" if data is None else str(data))}
+        "_second": None if guard.second is None else (guard.second_low, guard.second_high, guard.second_threshold)}
     if guard.second is not None:  # the share of messages that paid an e5 query embedding
         report["second_stage_share"] = round(len(queries) / len(rows), 4) if rows else 0.0
     return report
+
+
+def ordinary_chat(chat_files: Sequence[str | Path] = ()) -> dict[str, list[str]]:
+    """Everyday messages the guard never trained on, by source: the held-out (test) half, by the
+    corpus's hash rule, of the project's own chat sets — the gatekeeper corpus's messages, the
+    Korean dev set's turns and questions, the demo conversation — and every turn of each
+    LoCoMo-format file in `chat_files` (e.g. ../shared's LoCoMo dev set). The corpus's
+    `ordinary_chat` rows come from the dev half of the same sets; texts in the corpus are left out."""
+    from ..demo import load_sample_conversation
+    from .locomo import load_locomo
+
+    known = {r["text"] for r in load_guard_corpus()}
+
+    def unseen(texts: Iterable[str], held_out_only: bool) -> list[str]:
+        return [t for t in dict.fromkeys(texts) if t.strip() and t not in known
+                and (not held_out_only or GUARD_SPLIT.of(t) == "test")]
+
+    def turns(path: str | Path) -> list[str]:
+        data = load_locomo(path)
+        return [t.text.removeprefix(f"{t.speaker}: ") for t in data.turns]
+
+    bundled = resources.files("gieok.data")
+    korean = bundled.joinpath("locomo_ko_dev.json")
+    with resources.as_file(korean) as korean_path:
+        korean_texts = turns(korean_path) + [q.question for q in load_locomo(korean_path).questions]
+    demo = load_sample_conversation()
+    sources = {
+        "gatekeeper corpus messages": unseen((e.message for e in load_gate_examples()), True),
+        "Korean dev set turns and questions": unseen(korean_texts, True),
+        "demo conversation": unseen((t["text"] for s in demo["sessions"] for t in s["turns"]), True),
+    }
+    for path in chat_files:
+        sources[f"{Path(path).name} turns"] = unseen(turns(path), False)
+    return sources
+
+
+def measure_ordinary(chat_files: Sequence[str | Path] = (), *, threshold: float = 0.7,
+                     classifier_threshold: float = GUARD_CLASSIFIER_THRESHOLD, method: str = "both",
+                     second: bool = True) -> dict[str, Any]:
+    """False alarms of the guard, as the bot runs it, on everyday chat it never trained on
+    (`ordinary_chat`): what a server's members would see flagged. A flagged message is kept out of
+    fact extraction, so these are also messages the memory loses."""
+    per_source: dict[str, dict[str, Any]] = {}
+    examples: dict[str, list[tuple[float, str, tuple[str, ...]]]] = {}
+    alarms = total = 0
+    for name, texts in ordinary_chat(chat_files).items():
+        if not texts:
+            continue
+        scored = score_guard([{"text": t, "attack": False} for t in texts], threshold=threshold,
+                             classifier_threshold=classifier_threshold, method=method, second=second)
+        counts = scored["_counts"]
+        alarms, total = alarms + counts["false_alarms"], total + counts["benign"]
+        per_source[name] = {"messages": counts["benign"], "false_alarms": counts["false_alarms"],
+                            "false_alarm_rate": scored["false_alarm_rate"]}
+        examples[name] = scored["_false_alarms"]
+    return {"sources": per_source, "messages": total, "false_alarms": alarms,
+            "false_alarm_rate": round(alarms / total, 4) if total else 0.0, "_method": method, "_second": second,
+            "_examples": examples}
+
+
+def print_ordinary(report: dict[str, Any], console: Console | None = None) -> None:
+    console = table_console(console)
+    label = report["_method"] + (" + second classifier" if report["_method"] == "both" and report["_second"] else "")
+    table = results_table(f"injection guard ({label}) on ordinary chat it never trained on",
+                          ("source", "messages", "false alarms", "false-alarm rate"), left=("source",))
+    for name, row in report["sources"].items():
+        table.add_row(name, str(row["messages"]), str(row["false_alarms"]), f"{row['false_alarm_rate']:.3f}")
+    table.add_row("all", str(report["messages"]), str(report["false_alarms"]), f"{report['false_alarm_rate']:.3f}")
+    console.print(table)
+    for name, found in report["_examples"].items():
+        for score, text, matches in found[:5]:
+            console.print(f"  false alarm in {name} ({score:.2f}, {', '.join(matches)}): {text}", highlight=False,
+                          markup=False)
+
+
+def run_ordinary(chat_files: Sequence[str | Path] = (), json_out: str | Path | None = None, *,
+                 threshold: float = 0.7, classifier_threshold: float = GUARD_CLASSIFIER_THRESHOLD,
+                 method: str = "both", second: bool = True) -> dict[str, Any]:
+    report = measure_ordinary(chat_files, threshold=threshold, classifier_threshold=classifier_threshold,
+                              method=method, second=second)
+    return print_and_write(report, print_ordinary, json_out)
 
 
 def _rate(part: int, whole: int) -> str:
@@ -202,10 +294,11 @@ def _out_of_fold(vectors: np.ndarray, texts: list[str], labels: np.ndarray, enco
     return total / CALIBRATION_SHUFFLES
 
 
-def _lowest_threshold(p: np.ndarray, labels: np.ndarray, patterns: np.ndarray, max_false_alarms: float) -> float:
+def _lowest_threshold(p: np.ndarray, labels: np.ndarray, patterns: np.ndarray, max_false_alarms: float,
+                      counted: np.ndarray | None = None) -> float:
     """The lowest threshold (a multiple of 0.01, rounded up) at which patterns-or-classifier
-    raise at most `max_false_alarms` of the benign examples."""
-    benign = ~labels
+    raise at most `max_false_alarms` of the benign examples (of those `counted`, when given)."""
+    benign = ~labels if counted is None else ~labels & counted
     allowed = math.floor(max_false_alarms * benign.sum() + 1e-9) - int((patterns & benign).sum())
     if allowed < 0:
         raise InvalidInputError("the patterns alone exceed the false-alarm budget on dev")
@@ -230,44 +323,58 @@ def calibrate_guard(*, threshold: float = 0.7, max_false_alarms: float = 0.02, l
     texts = [r["text"] for r in rows]
     vectors = embed_messages(encoder, texts)
     labels = np.array([bool(r["attack"]) for r in rows])
+    # The budget is spent on the corpus's benign look-alikes, as the held-out half measures it;
+    # the ordinary chat rows teach the classifier what everyday messages look like, and their own
+    # false alarms are reported beside it.
+    lookalike = np.array([r.get("kind") != ORDINARY_KIND for r in rows])
+    ordinary = ~labels & ~lookalike
     patterns = np.array([InjectionGuard(threshold).check(r["text"]).attack for r in rows])
     p = _out_of_fold(vectors, texts, labels, encoder.name)
-    chosen = _lowest_threshold(p, labels, patterns, max_false_alarms)
+    chosen = _lowest_threshold(p, labels, patterns, max_false_alarms, lookalike)
     flagged = patterns | (p >= chosen)
     report = {"classifier_threshold": chosen, "max_false_alarm_rate": max_false_alarms,
               "dev_detection_rate": round(float(flagged[labels].mean()), 4),
-              "dev_false_alarm_rate": round(float(flagged[~labels].mean()), 4), "n": len(rows),
-              "_threshold": threshold}
+              "dev_false_alarm_rate": round(float(flagged[~labels & lookalike].mean()), 4), "n": len(rows),
+              "dev_ordinary_false_alarm_rate": round(float(flagged[ordinary].mean()), 4) if ordinary.any() else None,
+              "ordinary_rows": int(ordinary.sum()), "_threshold": threshold}
     if low < high:
         embedder = memory_embedder()
         queries = np.asarray(embedder.embed_queries(texts), dtype=np.float32)
         p2 = _out_of_fold(vectors, texts, labels, second_model_name(encoder.name, embedder.name), queries)
         band = (p >= low) & (p < high)
         cascade = cascade_scores(p, p2, low, high)
-        second = _lowest_threshold(cascade, labels, patterns, max_false_alarms)
+        second = _lowest_threshold(cascade, labels, patterns, max_false_alarms, lookalike)
         flagged = patterns | (cascade >= second)
         report.update({"second_low": low, "second_high": high, "second_threshold": second,
                        "second_stage_share": round(float(band.mean()), 4),
                        "dev_detection_rate_second": round(float(flagged[labels].mean()), 4),
-                       "dev_false_alarm_rate_second": round(float(flagged[~labels].mean()), 4)})
+                       "dev_false_alarm_rate_second": round(float(flagged[~labels & lookalike].mean()), 4),
+                       "dev_ordinary_false_alarm_rate_second":
+                           round(float(flagged[ordinary].mean()), 4) if ordinary.any() else None})
     return report
 
 
 def print_calibration(report: dict[str, Any], console: Console | None = None) -> None:
     console = table_console(console)
-    table = results_table(f"guard thresholds chosen on the dev half ({report['n']} examples; "
+
+    def ordinary(key: str) -> str:
+        rate = report.get(key)
+        return "-" if rate is None else f"{rate:.3f}"
+
+    table = results_table(f"guard thresholds chosen on the dev half ({report['n']} examples, "
+                          f"{report.get('ordinary_rows', 0)} of them ordinary chat outside the budget; "
                           f"out-of-fold, {CALIBRATION_FOLDS} folds x {CALIBRATION_SHUFFLES} shuffles; "
                           f"patterns at {report['_threshold']})",
                           ("guard", "false-alarm budget", "threshold", "dev detection", "dev false alarms",
-                           "messages to the second classifier"), left=("guard",))
+                           "ordinary chat false alarms", "messages to the second classifier"), left=("guard",))
     table.add_row("patterns + classifier", f"{report['max_false_alarm_rate']:.3f}",
                   f"{report['classifier_threshold']:.2f}", f"{report['dev_detection_rate']:.3f}",
-                  f"{report['dev_false_alarm_rate']:.3f}", "-")
+                  f"{report['dev_false_alarm_rate']:.3f}", ordinary("dev_ordinary_false_alarm_rate"), "-")
     if "second_threshold" in report:
         table.add_row(f"+ second classifier for p in [{report['second_low']}, {report['second_high']})",
                       f"{report['max_false_alarm_rate']:.3f}", f"{report['second_threshold']:.2f}",
                       f"{report['dev_detection_rate_second']:.3f}", f"{report['dev_false_alarm_rate_second']:.3f}",
-                      f"{report['second_stage_share']:.1%}")
+                      ordinary("dev_ordinary_false_alarm_rate_second"), f"{report['second_stage_share']:.1%}")
     console.print(table)
 
 

@@ -25,13 +25,18 @@ from typing import Any
 from ..errors import InvalidInputError
 
 __all__ = [
-    "GUARD_CORPUS", "FACT_PAIRS", "GATEKEEPER_DATA", "FACT_LABELS", "HashSplit", "GUARD_SPLIT", "FACT_SPLIT",
+    "GUARD_CORPUS", "ORDINARY_KIND", "FACT_PAIRS", "GATEKEEPER_DATA", "FACT_LABELS", "HashSplit", "GUARD_SPLIT",
+    "FACT_SPLIT",
     "GATEKEEPER_SPLIT", "GateExample", "read_labeled_jsonl", "data_digest", "load_guard_corpus",
     "load_fact_pairs", "load_gate_examples", "guard_split", "fact_split", "gate_split", "FACT_ANSWERS",
     "load_fact_answers",
 ]
 
 GUARD_CORPUS = "guard_corpus.jsonl"
+# The `kind` of the guard corpus's everyday chat rows (benign, dev half only): messages from the
+# project's own chat sets that teach the classifier what ordinary messages look like. The
+# false-alarm budget is counted on the other benign rows, the look-alikes the held-out half has.
+ORDINARY_KIND = "ordinary_chat"
 FACT_PAIRS = "fact_pairs.jsonl"
 FACT_ANSWERS = "fact_answers.jsonl"
 GATEKEEPER_DATA = "gatekeeper.jsonl"
