@@ -558,14 +558,14 @@ def bench_guard(
         raise InvalidInputError("--method must be regex, classifier or both")
     if not 0.0 < max_false_alarms < 1.0:
         raise InvalidInputError("--max-false-alarms must be between 0 and 1")
+    if chat and not ordinary:
+        raise InvalidInputError("--chat goes with --ordinary")
     if save_model is not None:
         print("saved " + ", ".join(map(str, save_guard_model(save_model))), file=sys.stderr)
     if calibrate:
         print_and_write(calibrate_guard(threshold=threshold, max_false_alarms=max_false_alarms), print_calibration,
                         json_out)
         return
-    if chat and not ordinary:
-        raise InvalidInputError("--chat goes with --ordinary")
     if ordinary:
         if data is not None or split is not None:
             raise InvalidInputError("--ordinary scores ordinary chat: leave out --data and --split")

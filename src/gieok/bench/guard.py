@@ -155,7 +155,7 @@ def ordinary_chat(chat_files: Sequence[str | Path] = ()) -> dict[str, list[str]]
     LoCoMo-format file in `chat_files` (e.g. ../shared's LoCoMo dev set). The corpus's
     `ordinary_chat` rows come from the dev half of the same sets; texts in the corpus are left out."""
     from ..demo import load_sample_conversation
-    from .locomo import load_locomo
+    from .locomo import LocomoData, load_locomo
 
     known = {r["text"] for r in load_guard_corpus()}
 
@@ -163,22 +163,19 @@ def ordinary_chat(chat_files: Sequence[str | Path] = ()) -> dict[str, list[str]]
         return [t for t in dict.fromkeys(texts) if t.strip() and t not in known
                 and (not held_out_only or GUARD_SPLIT.of(t) == "test")]
 
-    def turns(path: str | Path) -> list[str]:
-        data = load_locomo(path)
+    def turns(data: LocomoData) -> list[str]:
         return [t.text.removeprefix(f"{t.speaker}: ") for t in data.turns]
 
-    bundled = resources.files("gieok.data")
-    korean = bundled.joinpath("locomo_ko_dev.json")
-    with resources.as_file(korean) as korean_path:
-        korean_texts = turns(korean_path) + [q.question for q in load_locomo(korean_path).questions]
+    with resources.as_file(resources.files("gieok.data").joinpath("locomo_ko_dev.json")) as korean_path:
+        korean = load_locomo(korean_path)
     demo = load_sample_conversation()
     sources = {
         "gatekeeper corpus messages": unseen((e.message for e in load_gate_examples()), True),
-        "Korean dev set turns and questions": unseen(korean_texts, True),
+        "Korean dev set turns and questions": unseen(turns(korean) + [q.question for q in korean.questions], True),
         "demo conversation": unseen((t["text"] for s in demo["sessions"] for t in s["turns"]), True),
     }
     for path in chat_files:
-        sources[f"{Path(path).name} turns"] = unseen(turns(path), False)
+        sources[f"{Path(path).name} turns"] = unseen(turns(load_locomo(path)), False)
     return sources
 
 
