@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmarks.redis_server import redis_server_binary, throwaway_redis
 
 from gieok import Block, Memory
-from gieok.bench.redis_server import redis_server_binary, throwaway_redis
 from store_backends import BACKENDS, Backend, PostgresServer, postgres_backend, postgres_server, sqlite_backend
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gieok.chat.llm.base import ChatMessage, ChatResponse, ToolSpec
+from gieok.chat.runtime.core import ChannelRef
 from gieok.errors import LLMError
-from gieok.llm.base import ChatMessage, ChatResponse, ToolSpec
-from gieok.runtime.core import ChannelRef
 
 
 class VirtualTime:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmarks.pgindex import mixed_vectors
 
-from gieok.bench.pgindex import mixed_vectors
 from store_backends import HAVE_PGSERVER, PostgresServer
 
 GIEOK = [sys.executable, "-m", "gieok.cli"]

@@ -7,10 +7,9 @@ import io
 import json
 from pathlib import Path
 
+from benchmarks.guard import measure_guard, print_guard, run_guard
+from benchmarks.report import p50_p95, published, write_json
 from rich.console import Console
-
-from gieok.bench.guard import measure_guard, print_guard, run_guard
-from gieok.bench.report import p50_p95, published, write_json
 
 
 def test_measure_guard_returns_what_run_guard_reports(tmp_path: Path) -> None:

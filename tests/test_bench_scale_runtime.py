@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmarks.scale_runtime import measure_shared_runtime
+
 from gieok import Memory
-from gieok.bench.scale_runtime import measure_shared_runtime
 
 
 def test_two_bot_processes_answer_a_split_load_once_each(tmp_path: Path, redis_url: str) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 
 from gieok import Memory
-from gieok.agent.pipeline import ConversationPipeline
-from gieok.runtime.core import BotCore, ChannelRef, InboundMessage
+from gieok.chat.agent.pipeline import ConversationPipeline
+from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
 from gieok.server import ServerState, create_app
 from gieok.server.beside import attach_bot, serve_beside
 from runtime_helpers import ChatModel, RecordingOutbox, until

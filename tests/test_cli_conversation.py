@@ -105,7 +105,7 @@ def test_bench_pipeline_plays_the_conversation_with_and_without_a_debounce(tmp_p
 
 
 def test_runtime_bench_arrival_schedules() -> None:
-    from gieok.bench.runtime import arrival_schedule
+    from benchmarks.runtime import arrival_schedule
 
     for arrivals in ("random", "even"):
         schedule = arrival_schedule(4, 10.0, 2.0, arrivals, seed=3)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gieok.agent.context import Budget, ContextBuilder, MemoryLine, RecentLine, estimate_tokens
-from gieok.agent.prompts import prompt
+from gieok.chat.agent.context import Budget, ContextBuilder, MemoryLine, RecentLine, estimate_tokens
+from gieok.chat.agent.prompts import prompt
 from gieok.errors import ConfigError
 
 NOON_UTC = 1_767_268_800.0  # 2026-01-01T12:00:00Z = 21:00 in Seoul

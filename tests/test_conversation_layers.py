@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from gieok import Memory
+from gieok.chat.layers.facts import LORE_GUILD, FactStore, FactType, PairJudge, visible
+from gieok.chat.layers.recent import RecentMessages, conversation_of
+from gieok.chat.layers.summary import ChannelSummary, SummaryStore
 from gieok.errors import InvalidInputError, InvalidTypeError
-from gieok.layers.facts import LORE_GUILD, FactStore, FactType, PairJudge, visible
-from gieok.layers.recent import RecentMessages, conversation_of
-from gieok.layers.summary import ChannelSummary, SummaryStore
 from gieok.store.conversation import ConversationTables, FactRow
 
 CAFE = conversation_of("g1", "cafe")

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gieok.coordination import WAKE_ACTIVE, WAKE_INBOX, RedisConnection, SharedChannels, SharedEventLog
+from gieok.chat.runtime.shared_channels import WAKE_ACTIVE, WAKE_INBOX, SharedChannels
+from gieok.coordination import RedisConnection, SharedEventLog
 from gieok.errors import ConfigError, CoordinationUnavailableError, InvalidInputError
 
 

@@ -14,8 +14,7 @@ import re
 from importlib import resources
 
 import pytest
-
-from gieok.bench.corpus import ChatMessage, generate_messages, generate_queries
+from benchmarks.corpus import ChatMessage, generate_messages, generate_queries
 
 
 @pytest.fixture(scope="module")

@@ -45,12 +45,12 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in t
 expect = sync_api.expect
 
 from gieok import Memory  # noqa: E402
-from gieok.agent.pipeline import ConversationPipeline  # noqa: E402
+from gieok.chat.agent.pipeline import ConversationPipeline  # noqa: E402
+from gieok.chat.layers.recent import conversation_of  # noqa: E402
+from gieok.chat.llm.router import LLMRouter, Route  # noqa: E402
+from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage  # noqa: E402
 from gieok.config import load_settings  # noqa: E402
 from gieok.demo import load_sample_conversation  # noqa: E402
-from gieok.layers.recent import conversation_of  # noqa: E402
-from gieok.llm.router import LLMRouter, Route  # noqa: E402
-from gieok.runtime.core import BotCore, ChannelRef, InboundMessage  # noqa: E402
 from gieok.server import ServerState, create_app  # noqa: E402
 from gieok.server.beside import attach_bot, serve_beside  # noqa: E402
 from runtime_helpers import ChatModel, RecordingOutbox  # noqa: E402

@@ -10,9 +10,9 @@ import itertools
 from typing import Any
 
 from gieok import Memory
-from gieok.adapters.discord_bot import GieokBot
-from gieok.agent.pipeline import ConversationPipeline
-from gieok.runtime.core import BotCore, ChannelRef
+from gieok.chat.adapters.discord_bot import GieokBot
+from gieok.chat.agent.pipeline import ConversationPipeline
+from gieok.chat.runtime.core import BotCore, ChannelRef
 from runtime_helpers import ChatModel, VirtualTime, until
 
 BOT_ID, GUILD, CHANNEL, ALICE, OWNER = 999, 111, 222, 333, 444

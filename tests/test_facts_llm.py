@@ -9,11 +9,11 @@ import asyncio
 from typing import Any
 
 from gieok import Memory
-from gieok.agent.fact_review import KnownFacts, list_known_facts, review
-from gieok.agent.gatekeeper import ExtractedFact, parse_extraction
-from gieok.agent.pipeline import ConversationPipeline, IncomingMessage
-from gieok.llm import ScriptedLLM
-from gieok.llm.scripted import Request
+from gieok.chat.agent.fact_review import KnownFacts, list_known_facts, review
+from gieok.chat.agent.gatekeeper import ExtractedFact, parse_extraction
+from gieok.chat.agent.pipeline import ConversationPipeline, IncomingMessage
+from gieok.chat.llm import ScriptedLLM
+from gieok.chat.llm.scripted import Request
 
 
 class Extractor:
@@ -128,9 +128,10 @@ def test_review_checks_ids_against_what_was_shown(memory: Memory) -> None:
 def test_bench_replays_recorded_answers_through_the_model_path(tmp_path) -> None:
     import json
 
-    from gieok.bench.facts import replay_pairs
-    from gieok.data.labeled import load_fact_answers
-    from gieok.layers.facts import PairJudge
+    from benchmarks.facts import replay_pairs
+
+    from gieok.chat.data.labeled import load_fact_answers
+    from gieok.chat.layers.facts import PairJudge
 
     rows = [{"old": "<user:1>는 부산에 산다.", "new": "<user:1>는 해운대 근처에 산다.", "label": "duplicate"},
             {"old": "<user:1>는 24살이다.", "new": "<user:1>는 25살이다.", "label": "conflict"},

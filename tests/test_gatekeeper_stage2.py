@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from gieok.agent.gatekeeper import DECISION_SCHEMA, EXTRACTION_SCHEMA, Analyst, looks_like_question
-from gieok.agent.jsonparse import first_json_object
+from gieok.chat.agent.gatekeeper import DECISION_SCHEMA, EXTRACTION_SCHEMA, Analyst, looks_like_question
+from gieok.chat.agent.jsonparse import first_json_object
+from gieok.chat.llm import ScriptedLLM
 from gieok.errors import LLMError, LLMOutputError
-from gieok.llm import ScriptedLLM
 
 GOOD = {"response_needed": True, "retrieval_needed": True, "search_query": "<user:1> 고양이", "suspicious": False}
 

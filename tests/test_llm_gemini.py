@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from gieok.chat.llm import ChatMessage, ToolCall, ToolSpec
+from gieok.chat.llm.gemini import GeminiLLM
 from gieok.errors import LLMAuthError, LLMError, LLMRateLimitError, LLMTransientError
-from gieok.llm import ChatMessage, ToolCall, ToolSpec
-from gieok.llm.gemini import GeminiLLM
 from llm_servers import LLMServer, Reply, gemini_chunks, gemini_error, gemini_response, no_proxy, run, serve, track
 
 MODEL = "gemini-2.5-flash"

@@ -36,9 +36,9 @@ gguf = pytest.importorskip("gguf", reason="the test builds its GGUF model with t
 import numpy as np  # noqa: E402
 
 from gieok import load_settings  # noqa: E402
+from gieok.chat.llm import ChatMessage, ToolCall, ToolSpec, create_llm  # noqa: E402
+from gieok.chat.llm.llamacpp import LlamaCppLLM  # noqa: E402
 from gieok.errors import LLMError  # noqa: E402
-from gieok.llm import ChatMessage, ToolCall, ToolSpec, create_llm  # noqa: E402
-from gieok.llm.llamacpp import LlamaCppLLM  # noqa: E402
 
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' ~ message['role'] ~ '\\n' ~ (message['content'] or '') "
           "~ '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
@@ -219,7 +219,7 @@ def test_a_broken_file_is_an_llm_error_and_llama_cpp_says_why_in_the_log(
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"not a gguf file" * 64)
     llm = tiny(broken)  # it is a file: construction succeeds, the load fails on first use
-    with (caplog.at_level(logging.DEBUG, logger="gieok.llm.llamacpp"),
+    with (caplog.at_level(logging.DEBUG, logger="gieok.llama_cpp"),
           pytest.raises(LLMError, match=r"llamacpp:broken\.gguf: .*Failed to load model")):
         asyncio.run(llm.chat(QUESTION, max_tokens=4))
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
@@ -230,7 +230,7 @@ def test_a_broken_file_is_an_llm_error_and_llama_cpp_says_why_in_the_log(
 def test_llama_cpp_logs_go_to_logging_not_stderr(model_path: Path, caplog: pytest.LogCaptureFixture,
                                                   capfd: pytest.CaptureFixture[str]) -> None:
     capfd.readouterr()
-    with caplog.at_level(logging.DEBUG, logger="gieok.llm.llamacpp"):
+    with caplog.at_level(logging.DEBUG, logger="gieok.llama_cpp"):
         # a context beyond the trained one makes llama.cpp warn while loading
         asyncio.run(tiny(model_path, n_ctx=2 * N_CTX_TRAIN).chat(QUESTION, max_tokens=4))
     out, err = capfd.readouterr()

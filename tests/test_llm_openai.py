@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from gieok.chat.llm import ChatMessage, ToolCall, ToolSpec
+from gieok.chat.llm.openai_compat import OpenAICompatLLM
 from gieok.errors import LLMAuthError, LLMError, LLMOutputError, LLMRateLimitError, LLMTransientError
-from gieok.llm import ChatMessage, ToolCall, ToolSpec
-from gieok.llm.openai_compat import OpenAICompatLLM
 from llm_servers import LLMServer, Reply, no_proxy, openai_chunks, openai_completion, openai_error, run, serve, track
 
 SCHEMA = {"title": "Reply plan!", "type": "object", "properties": {"respond": {"type": "boolean"}},

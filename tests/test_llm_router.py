@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from gieok import load_settings
+from gieok.chat.llm import LLM, ChatMessage, ToolSpec, create_llm
+from gieok.chat.llm.gemini import GeminiLLM
+from gieok.chat.llm.openai_compat import OpenAICompatLLM
+from gieok.chat.llm.router import CONTINUE_INSTRUCTION, LLMRouter, ResumeFilter, Route, continuation_messages
 from gieok.config import parse_chain
 from gieok.errors import ConfigError, LLMError, LLMUnavailableError
-from gieok.llm import LLM, ChatMessage, ToolSpec, create_llm
-from gieok.llm.gemini import GeminiLLM
-from gieok.llm.openai_compat import OpenAICompatLLM
-from gieok.llm.router import CONTINUE_INSTRUCTION, LLMRouter, ResumeFilter, Route, continuation_messages
 from llm_servers import (
     LLMServer,
     Reply,

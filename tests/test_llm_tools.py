@@ -18,13 +18,11 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from gieok import Memory
-from gieok.config import load_settings
-from gieok.errors import ConfigError
-from gieok.layers.facts import FactStore
-from gieok.llm import ChatMessage, ChatResponse, ScriptedLLM, ToolCall, ToolSpec
-from gieok.llm.openai_compat import OpenAICompatLLM
-from gieok.llm.tool_loop import ToolLoopResult, run_tool_loop, tool_loop_options
-from gieok.llm.tools import (
+from gieok.chat.layers.facts import FactStore
+from gieok.chat.llm import ChatMessage, ChatResponse, ScriptedLLM, ToolCall, ToolSpec
+from gieok.chat.llm.openai_compat import OpenAICompatLLM
+from gieok.chat.llm.tool_loop import ToolLoopResult, run_tool_loop, tool_loop_options
+from gieok.chat.llm.tools import (
     SEARCH_EXTRA_HINT,
     UNTRUSTED_NOTE,
     Tool,
@@ -40,6 +38,8 @@ from gieok.llm.tools import (
     validate_arguments,
     wrap_result,
 )
+from gieok.config import load_settings
+from gieok.errors import ConfigError
 from gieok.store.conversation import ConversationTables
 from llm_servers import LLMServer, Received, Reply, no_proxy, openai_completion, run, serve, track
 

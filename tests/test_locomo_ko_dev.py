@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from gieok.bench.locomo import load_locomo
+from benchmarks.locomo import load_locomo
 
 _DIA = re.compile(r"^D(\d+):(\d+)$")
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")

@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from gieok import Memory
-from gieok.bench.locomo import (
+from benchmarks.locomo import (
     BOT_STORAGE,
     BOT_STORAGE_NAME_FREE_VECTORS,
     BOT_STORAGE_NO_NAMES,
     load_locomo,
     run_locomo,
 )
+
+from gieok import Memory
 
 SESSIONS = (1, 2)
 KS = [5, 10]

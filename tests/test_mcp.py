@@ -36,8 +36,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
 from gieok import Memory
+from gieok.chat.layers.recent import conversation_of
 from gieok.config import load_settings
-from gieok.layers.recent import conversation_of
 from gieok.server import Principal, ServerState
 from gieok.server.mcp import MAX_K, build_mcp, transport_security
 

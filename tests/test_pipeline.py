@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from gieok import Memory
-from gieok.agent.pipeline import ConversationPipeline, IncomingMessage
+from gieok.chat.agent.pipeline import ConversationPipeline, IncomingMessage
+from gieok.chat.layers.recent import conversation_of
+from gieok.chat.layers.summary import SummaryStore
+from gieok.chat.llm import ScriptedLLM
+from gieok.chat.llm.scripted import Request
 from gieok.embed import Priority
 from gieok.errors import InvalidInputError, InvalidTypeError, TextTooLongError
-from gieok.layers.recent import conversation_of
-from gieok.layers.summary import SummaryStore
-from gieok.llm import ScriptedLLM
-from gieok.llm.scripted import Request
 
 
 class Brain:

@@ -41,10 +41,10 @@ def test_every_package_export_is_documented(name: str) -> None:
 
 
 def test_the_bot_core_and_the_conversation_memory_are_public() -> None:
+    from gieok.chat.runtime import BotCore, InboundMessage, Outbox
     from gieok.layers import ConversationMemory
-    from gieok.runtime import BotCore, InboundMessage, Outbox
 
-    assert BotCore.__module__ == "gieok.runtime.core" and InboundMessage and Outbox and ConversationMemory
+    assert BotCore.__module__ == "gieok.chat.runtime.core" and InboundMessage and Outbox and ConversationMemory
 
 
 def test_types_ship_with_the_package() -> None:

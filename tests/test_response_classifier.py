@@ -11,17 +11,17 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from gieok.agent.classifier import embed_messages
-from gieok.agent.response_classifier import (
+from gieok.chat.agent.classifier import embed_messages
+from gieok.chat.agent.response_classifier import (
     BUNDLED_MODEL,
     GateVerdict,
     ResponseClassifier,
     cached_model_path,
     strip_speaker,
 )
-from gieok.data.labeled import GATEKEEPER_DATA, GateExample, data_digest
-from gieok.data.labeled import gate_split as split_of
-from gieok.data.labeled import load_gate_examples as load_examples
+from gieok.chat.data.labeled import GATEKEEPER_DATA, GateExample, data_digest
+from gieok.chat.data.labeled import gate_split as split_of
+from gieok.chat.data.labeled import load_gate_examples as load_examples
 from gieok.errors import InvalidInputError
 
 KINDS = {"question", "request", "greeting", "chatter", "reaction", "ack", "to_human", "rhetorical", "followup",
@@ -31,7 +31,7 @@ KINDS = {"question", "request", "greeting", "chatter", "reaction", "ack", "to_hu
 @pytest.fixture(scope="module")
 def embedder():
     """The classifier encoder (USE): stage 1 reads messages through it, not through e5."""
-    from gieok.agent.classifier import classifier_encoder
+    from gieok.chat.agent.classifier import classifier_encoder
 
     return classifier_encoder()
 
@@ -64,7 +64,7 @@ def test_shipped_weights_match_the_shipped_dataset(classifier, embedder):
     with resources.files("gieok.data").joinpath(BUNDLED_MODEL).open("rb") as handle:
         meta = ResponseClassifier.read_meta(handle)
     assert meta["dataset_sha256"] == data_digest(GATEKEEPER_DATA)
-    from gieok.agent.classifier import message_model_name
+    from gieok.chat.agent.classifier import message_model_name
 
     assert meta["embedder"] == message_model_name(embedder.name) == classifier.embedder_name
     assert classifier.dataset_sha256 == data_digest(GATEKEEPER_DATA)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from gieok.chat.runtime import CallDetector, CallMatch, has_batchim, particle_variant
 from gieok.errors import InvalidInputError, InvalidTypeError
-from gieok.runtime import CallDetector, CallMatch, has_batchim, particle_variant
 
 BOT = "987654321"
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from gieok import Memory
-from gieok.agent.pipeline import ConversationPipeline
-from gieok.layers.recent import conversation_of
-from gieok.runtime.core import BotCore, ChannelRef, InboundMessage
+from gieok.chat.agent.pipeline import ConversationPipeline
+from gieok.chat.layers.recent import conversation_of
+from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
 from runtime_helpers import ChatModel, RecordingOutbox, VirtualTime, until
 
 CAFE = ChannelRef("cafe", "g1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gieok.runtime.pause import reads_finished
+from gieok.chat.runtime.pause import reads_finished
 
 FINISHED = [
     "누리야 오늘 뭐 해?", "그거 진짜 웃기다 ㅋㅋ", "어제 영화 봤는데 너무 좋았어요", "내일 비 온대", "알겠습니다.",

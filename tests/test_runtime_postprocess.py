@@ -9,8 +9,7 @@ import re
 
 import pytest
 
-from gieok.errors import InvalidInputError, InvalidTypeError
-from gieok.runtime import (
+from gieok.chat.runtime import (
     MIN_CHUNK_LIMIT,
     EditThrottle,
     MessageOp,
@@ -19,6 +18,7 @@ from gieok.runtime import (
     render_mentions,
     stream_view,
 )
+from gieok.errors import InvalidInputError, InvalidTypeError
 
 # -- render_mentions -----------------------------------------------------------------------------------
 

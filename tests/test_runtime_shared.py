@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from gieok import Memory
-from gieok.agent.pipeline import ConversationPipeline
-from gieok.coordination import RedisConnection, SharedChannels
-from gieok.layers.recent import conversation_key, conversation_of
-from gieok.runtime.core import BotCore, ChannelRef, InboundMessage
+from gieok.chat.agent.pipeline import ConversationPipeline
+from gieok.chat.layers.recent import conversation_key, conversation_of
+from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
+from gieok.chat.runtime.shared_channels import SharedChannels
+from gieok.coordination import RedisConnection
 from runtime_helpers import ChatModel, RecordingOutbox, until
 from store_backends import BACKENDS
 

@@ -14,8 +14,8 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
+from gieok.chat.layers.recent import conversation_of
 from gieok.config import load_settings
-from gieok.layers.recent import conversation_of
 from gieok.server import ServerState, create_app, tenant_path
 
 MARKER = "ALPHA-SECRET-7731"  # every piece of tenant alpha's data carries it

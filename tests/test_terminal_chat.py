@@ -27,9 +27,9 @@ import pytest
 from rich.console import Console
 
 from gieok import Memory
-from gieok.adapters.terminal import LOCAL_USER, TerminalChat
+from gieok.chat.adapters.terminal import LOCAL_USER, TerminalChat
+from gieok.chat.llm.configured import llm_configured
 from gieok.config import load_settings
-from gieok.llm.configured import llm_configured
 from llm_servers import LLMServer, Received, Reply, no_proxy, openai_chunks, openai_completion, serve
 
 REPLY_PIECES = ["안녕, ", "민지! ", "보리는 ", "잘 지내?"]
@@ -200,8 +200,8 @@ def test_gieok_chat_on_a_pseudo_terminal(server: LLMServer, tmp_path: Path) -> N
 def test_streamed_edits_print_only_what_is_new() -> None:
     """The runtime's streaming views (runtime/postprocess.stream_view): growing text with a
     marker, a final version, a second message past the limit, and an edit that rewrites."""
-    from gieok.adapters.terminal import TERMINAL_REF, TerminalOutbox
-    from gieok.runtime.postprocess import stream_view
+    from gieok.chat.adapters.terminal import TERMINAL_REF, TerminalOutbox
+    from gieok.chat.runtime.postprocess import stream_view
 
     buffer = io.StringIO()
     outbox = TerminalOutbox(Console(file=buffer, width=80, color_system=None), "누리")

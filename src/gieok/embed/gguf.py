@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import EmbedderUnavailableError
-from ..llm.llamacpp import route_llama_logs
+from .llama_logs import route_llama_logs
 from .prefixed import PrefixedEmbedder
 
 __all__ = ["GGUFEmbedder"]

@@ -33,10 +33,10 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from .. import __version__
+from ..chat.layers.conversation import check_id
+from ..chat.layers.recent import conversation_of
 from ..config import Settings
 from ..errors import AuthenticationError, GieokError
-from ..layers.conversation import check_id
-from ..layers.recent import conversation_of
 from .app import create_app
 from .auth import ROLES, ApiKeys, Principal
 from .errors import status_of

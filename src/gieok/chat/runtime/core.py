@@ -1,0 +1,739 @@
+"""The chat runtime: transport-agnostic bot core.
+
+An adapter (Discord, the terminal) hands every incoming message to `BotCore.submit` and
+gives the core an `Outbox` to send and edit messages with. The core:
+- observes each message at once (guard, L1, long-term memory follow): nothing is lost, even
+  when the bot stays silent or is rate-limited;
+- debounces per channel (`debounce_seconds` after the channel's last message), then answers
+  the consecutive messages of one user together (at most `max_batch`); other users' messages
+  wait their turn;
+- interrupt-and-merge: when the user being answered writes again while the reply is being
+  planned, planning is cancelled and redone with the merged messages;
+- runs channels in parallel, each channel serially;
+- applies the rate limits to unsolicited replies, streams the reply with throttled edits,
+  post-processes it (mentions, self-reference, ≤ 2,000-character chunks) and records the turn.
+Time is injectable (`clock`, `sleep`) so tests run on virtual time.
+
+With `shared` (a `coordination.SharedChannels` on the deployment's Redis), several processes —
+Discord shards or replicas — run one bot: a message is claimed by the first process that sees
+it, observed there, and put in its channel's shared inbox; whichever process holds the channel's
+lease drains the inbox into its debounce and runs the channel's turns, one at a time; a lease is
+renewed while held and released when the channel has nothing left to do, so the next message may
+be answered by any process; a dead process's lease expires and the others take its channels.
+Rate limits and active channels are shared too. Without `shared`, all of it is in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ...config import Settings
+from ...errors import GieokError, LLMError
+from ...types import scope_from_key
+from ..agent.context import AssembledPrompt
+from ..agent.pipeline import ConversationPipeline, IncomingMessage, Observation, Plan
+from ..layers.recent import conversation_key, conversation_of
+from ..llm.base import LLM
+from ..llm.tool_loop import run_tool_loop, tool_loop_options
+from ..llm.tools import ToolContext
+from .calls import CallDetector
+from .health import Health, TurnTimings
+from .pause import reads_finished
+from .postprocess import EditThrottle, SelfCorrector, render_mentions, stream_view
+from .ratelimit import RateLimiter
+from .shared import from_payload, to_payload
+from .shared_channels import WAKE_ACTIVE, WAKE_INBOX, SharedChannels
+
+__all__ = ["BotCore", "InboundMessage", "Outbox", "ChannelRef", "Reply"]
+
+log = logging.getLogger(__name__)
+
+FAILURE_MESSAGES = {
+    "ko": "앗, 지금은 대답을 만들 수가 없어. 잠시 후에 다시 불러줘!",
+    "en": "Sorry, I can't come up with an answer right now. Please try again in a moment!",
+}
+
+
+@dataclass(frozen=True)
+class ChannelRef:
+    channel: str
+    guild: str | None = None  # None: a direct message
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """A chat message as any transport sees it."""
+
+    ref: ChannelRef
+    user_id: str
+    content: str
+    display_name: str | None = None
+    message_id: str | None = None
+    mentions: tuple[str, ...] = ()  # user ids mentioned
+    reply_to_bot: bool = False
+    timestamp: float | None = None
+
+
+class Outbox(Protocol):
+    async def send(self, ref: ChannelRef, text: str, *, reply_to: str | None = None) -> str: ...
+
+    async def edit(self, ref: ChannelRef, message_id: str, text: str) -> None: ...
+
+    async def typing(self, ref: ChannelRef) -> None: ...
+
+
+@dataclass
+class Reply:
+    ref: ChannelRef
+    text: str
+    message_ids: list[str]
+    answered: list[str]  # the message ids this reply answers
+
+
+@dataclass
+class _Pending:
+    message: InboundMessage
+    observation: Observation
+    explicit: bool
+    arrived: float
+
+
+@dataclass
+class _Channel:
+    ref: ChannelRef
+    key: str
+    pending: list[_Pending] = field(default_factory=list)
+    last_arrival: float = 0.0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    worker: asyncio.Task | None = None
+    planning_user: str | None = None
+    planning_size: int = 0  # messages in the batch being planned
+    planning_task: asyncio.Task | None = None
+    merge_requested: bool = False
+    busy: bool = False
+    drain_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # shared inbox drained in order
+    # L1 rows of the messages drained lately: a send retried after a dropped connection may have
+    # queued a message twice, and it must still be answered once
+    drained: deque[int] = field(default_factory=lambda: deque(maxlen=1000))
+
+
+class BotCore:
+    """The bot without a transport: `submit` every channel message, get replies through the
+    `Outbox` (module docstring: debounce, batching, merge, rate limits, streaming)."""
+
+    def __init__(self, pipeline: ConversationPipeline, llm: LLM | None, *, outbox: Outbox,
+                 settings: Settings | None = None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, bot_user_id: str | None = None,
+                 generate: Callable[[Plan], Awaitable[Any]] | None = None, tools: Sequence[Any] | None = None,
+                 shared: SharedChannels | None = None) -> None:
+        self.pipeline = pipeline
+        self.llm = llm
+        self.outbox = outbox
+        self.settings = s = settings or pipeline.settings
+        self.clock = clock
+        self.sleep = sleep
+        self.bot_user_id = bot_user_id
+        self.calls = CallDetector(s.call_names, bot_user_id)
+        self.corrector = SelfCorrector(dict(s.self_corrections))
+        self.limiter = RateLimiter(s.rate_limit_channel_seconds, s.rate_limit_global_seconds, clock)
+        self.health = Health()
+        self.last_timings: dict[str, TurnTimings] = {}
+        self.turn_log: list[TurnTimings] = []  # the latest turns, all channels (bounded)
+        self.last_plans: dict[str, Plan] = {}  # per channel key: the last turn's plan (prompt inspection)
+        self.replies: list[Reply] = []  # bounded log for inspection and tests
+        self._channels: dict[str, _Channel] = {}
+        self.shared = shared
+        self._leases: set[str] = set()  # channel keys whose lease this process holds
+        self._services: list[asyncio.Task] = []  # shared mode: wake-ups, lease upkeep
+        self._chores: set[asyncio.Task] = set()  # shared mode: inbox drains, active-set reloads
+        self._started = False
+        stored = pipeline.tables.active_keys()
+        self._active = shared.seed_active(stored) if shared is not None else stored
+        self._closing = False
+        self._closing_event = asyncio.Event()
+        self._executor: Any = None
+        self._custom_generate = generate
+        # With tools the first answer must be complete to see whether it calls one, so tool
+        # turns are not streamed; `tool_rounds = 0` (or no tools) streams every reply.
+        self.tools = list(tools or []) if s.tool_rounds > 0 else []
+
+    def set_bot_user(self, user_id: str) -> None:
+        """The transport learned the bot's own user id (mentions of it are calls)."""
+        self.bot_user_id = user_id
+        self.calls = CallDetector(self.settings.call_names, user_id)
+
+    @property
+    def held_channels(self) -> frozenset[str]:
+        """Shared mode: the channels this process runs now (holds the lease of)."""
+        return frozenset(self._leases)
+
+    # -- active channels ------------------------------------------------------------------------
+    def is_active(self, ref: ChannelRef) -> bool:
+        return ref.guild is None or conversation_key(ref.guild, ref.channel) in self._active
+
+    def set_active(self, ref: ChannelRef, active: bool, by: str | None = None) -> None:
+        key = conversation_key(ref.guild, ref.channel)
+        self.pipeline.tables.set_active(key, active, time.time(), by)  # the durable record
+        if self.shared is not None:
+            self.shared.set_active(key, active)  # every process, at once
+        (self._active.add if active else self._active.discard)(key)
+
+    # -- intake ---------------------------------------------------------------------------------
+    def _state(self, ref: ChannelRef) -> _Channel:
+        key = conversation_key(ref.guild, ref.channel)
+        state = self._channels.get(key)
+        if state is None:
+            state = self._channels[key] = _Channel(ref, key)
+        return state
+
+    def _start_worker(self, state: _Channel) -> None:
+        if state.worker is None or state.worker.done():
+            state.worker = asyncio.create_task(self._run(state), name=f"gieok-channel-{state.key}")
+
+    def _channel(self, ref: ChannelRef) -> _Channel:
+        state = self._state(ref)
+        self._start_worker(state)
+        return state
+
+    def explicit(self, message: InboundMessage) -> bool:
+        return self.calls.detect(message.content, mentions=message.mentions,
+                                 reply_to_bot=message.reply_to_bot) is not None
+
+    async def submit(self, message: InboundMessage) -> Observation | None:
+        """Take a message in now (observed, stored); the reply, if any, comes after the debounce.
+        Shared mode: None when another process (a replica) already took this message in."""
+        if self._closing:
+            raise GieokError("the bot is shutting down")
+        self._ensure_executor()
+        await self.start()
+        explicit = self.explicit(message)
+        incoming = IncomingMessage(message.content, user_id=message.user_id, channel=message.ref.channel,
+                                   guild=message.ref.guild, display_name=message.display_name, explicit=explicit,
+                                   active=self.is_active(message.ref), timestamp=message.timestamp,
+                                   message_id=message.message_id)
+        if self.shared is not None:
+            state = self._state(message.ref)
+            if message.message_id and not await self._shared_step(
+                    self.shared.claim_message(state.key, message.message_id)):
+                self.health.duplicates += 1
+                return None
+        else:
+            state = self._channel(message.ref)
+        try:
+            observation = await asyncio.to_thread(functools.partial(
+                self.pipeline.observe, incoming, needed_now=self._fills_batch(state, message.user_id)))
+        except Exception as exc:
+            self.health.failed("observe", exc)
+            raise
+        self.health.ok("observe")
+        self.health.messages_in += 1
+        if self.shared is None:
+            self._arrive(state, _Pending(message, observation, explicit, self.clock()))
+        else:
+            await self._shared_step(self.shared.enqueue(state.key, to_payload(message, observation, explicit)))
+            await self._take_or_wake(state)
+        return observation
+
+    def _arrive(self, state: _Channel, pending: _Pending) -> None:
+        """A message joins the channel's debounce (in the process that runs the channel)."""
+        state.pending.append(pending)
+        state.last_arrival = self.clock()
+        if self._merges_into_plan(state, pending.message.user_id):
+            state.merge_requested = True
+            assert state.planning_task is not None  # _merges_into_plan checked it
+            state.planning_task.cancel()
+        state.wake.set()
+
+    # -- shared mode: inboxes, leases, wake-ups ------------------------------------------------
+    async def _shared_step(self, step: Awaitable[Any]) -> Any:
+        try:
+            result = await step
+        except Exception as exc:
+            self.health.failed("shared", exc)
+            raise
+        self.health.ok("shared")
+        return result
+
+    async def _take_or_wake(self, state: _Channel) -> None:
+        """After a message went into the channel's inbox: run the channel here if no process
+        does, else tell the process that does (this one included) to drain its inbox."""
+        assert self.shared is not None
+        if state.key in self._leases:
+            self._drain_soon(state)
+        elif await self._shared_step(self.shared.try_lease(state.key)):
+            await self._took(state)
+        else:
+            await self._shared_step(self.shared.notify(WAKE_INBOX, state.key))
+
+    async def _took(self, state: _Channel) -> None:
+        """This process now runs the channel: what another process changed in its working
+        memory since is read again, then its inbox is drained into the debounce."""
+        self._leases.add(state.key)
+        await asyncio.to_thread(self.pipeline.memory.reload_conversation,
+                                conversation_of(state.ref.guild, state.ref.channel))
+        self._start_worker(state)
+        self._drain_soon(state)
+
+    def _drain_soon(self, state: _Channel) -> None:
+        self._chore(self._drain(state))
+
+    def _chore(self, work: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(work)
+        self._chores.add(task)
+        task.add_done_callback(self._chore_done)
+
+    def _chore_done(self, task: asyncio.Task) -> None:
+        self._chores.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("shared runtime chore failed: %r", task.exception())
+
+    async def _drain(self, state: _Channel) -> None:
+        """Move the channel's inbox into its debounce, in order (while this process holds it)."""
+        assert self.shared is not None
+        async with state.drain_lock:
+            if state.key not in self._leases:
+                return
+            drained = await self._shared_step(self.shared.drain(state.key))
+            if drained is None:  # the lease expired while this process stalled: another runs it now
+                self._leases.discard(state.key)
+                state.wake.set()
+                return
+            for payload in drained:
+                try:
+                    fields, observation, explicit = from_payload(payload)
+                    message = InboundMessage(ChannelRef(fields.pop("channel"), fields.pop("guild")), **fields)
+                except (ValueError, TypeError, KeyError) as exc:  # stored, but cannot be answered here
+                    log.error("a queued message in %s could not be read: %s", state.key, exc)
+                    self.health.failed("shared", exc)
+                    continue
+                if observation.row.message_id in state.drained:
+                    continue
+                state.drained.append(observation.row.message_id)
+                self._arrive(state, _Pending(message, observation, explicit, self.clock()))
+
+    async def _release_or_continue(self, state: _Channel) -> bool:
+        """The channel has nothing pending here: hand it back, unless work arrived meanwhile.
+        Why no message is stranded: a sender enqueues, then tries the lease, and wakes the holder
+        if that fails; the holder, before releasing, lets its turn blocks finish (so the next
+        holder never writes the same L1 rows), drains once more, releases, and then looks at the
+        inbox again — a message enqueued before that look is seen by it, and one enqueued after
+        it finds the lease free for its sender."""
+        assert self.shared is not None
+        await self.pipeline.settle(conversation_of(state.ref.guild, state.ref.channel))
+        await self._drain(state)
+        if state.pending:
+            return True
+        await self._shared_step(self.shared.release(state.key))
+        self._leases.discard(state.key)
+        if (not self._closing and await self._shared_step(self.shared.queued(state.key))
+                and await self._shared_step(self.shared.try_lease(state.key))):
+            await self._took(state)
+            await self._drain(state)
+            return True
+        return False
+
+    async def _hand_back(self, state: _Channel) -> None:
+        """The lease was lost (not renewed in time): what this process had not yet answered goes
+        back to the head of the inbox for the process that holds the channel now."""
+        assert self.shared is not None
+        waiting, state.pending = state.pending, []
+        for pending in waiting:  # if this process takes the channel again, they are new to it
+            with contextlib.suppress(ValueError):
+                state.drained.remove(pending.observation.row.message_id)
+        await self._shared_step(self.shared.requeue_front(
+            state.key, [to_payload(p.message, p.observation, p.explicit) for p in waiting]))
+        await self._shared_step(self.shared.notify(WAKE_INBOX, state.key))
+        log.warning("lost the lease of %s; %d message(s) handed back", state.key, len(waiting))
+
+    def _on_wake(self, kind: str, key: str) -> None:
+        if kind == WAKE_INBOX and key in self._leases and key in self._channels:
+            self._drain_soon(self._channels[key])
+        elif kind == WAKE_ACTIVE:
+            self._chore(self._reload_active())
+
+    async def _reload_active(self) -> None:
+        assert self.shared is not None
+        self._active = await self._shared_step(self.shared.active_keys())
+
+    async def start(self) -> None:
+        """Shared mode: join the deployment — listen for wake-ups, keep leases alive, take over
+        channels nobody runs (a process died), and write what a crash left only in L1, each
+        channel under its lease. Called by the first `submit`, or by the adapter at start-up.
+        Nothing to do in one process."""
+        if self.shared is None or self._started or self._closing:
+            return
+        self._started = True
+        ready = asyncio.Event()
+        self._services.append(asyncio.create_task(self.shared.listen(self._on_wake, ready), name="gieok-wake"))
+        await asyncio.wait_for(ready.wait(), timeout=self.shared.connection.timeout_seconds)
+        await self._reload_active()  # changed since this process read them, before it listened
+        await self._recover()
+        self._services.append(asyncio.create_task(self._upkeep(), name="gieok-leases"))
+
+    async def _recover(self) -> None:
+        """Messages a crash left only in L1, written as turn blocks by whoever holds the channel."""
+        assert self.shared is not None
+        keys = {row.scope_key for row in await asyncio.to_thread(self.pipeline.tables.l1_pending, None)}
+        for key in sorted(keys - self._leases):
+            if await self._shared_step(self.shared.try_lease(key)):
+                try:
+                    await asyncio.to_thread(self.pipeline.commit_pending, scope_from_key(key))
+                finally:
+                    await self._shared_step(self.shared.release(key))
+
+    async def _upkeep(self) -> None:
+        """Every third of a lease: renew ours (a lost one makes its worker hand its messages
+        back), take channels with waiting messages that nobody holds, reload active channels."""
+        assert self.shared is not None
+        interval = self.shared.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                for key in await self.shared.renew(set(self._leases)):
+                    self._leases.discard(key)
+                    if key in self._channels:
+                        self._channels[key].wake.set()
+                if self._closing:
+                    continue
+                for key in sorted(await self.shared.waiting() - self._leases):
+                    if await self.shared.try_lease(key):
+                        where = scope_from_key(key)
+                        assert where.channel is not None
+                        await self._took(self._state(ChannelRef(where.channel, where.guild)))
+                self._active = await self.shared.active_keys()
+                self.health.ok("shared")
+            except Exception as exc:  # Redis away for a moment: try again next round
+                self.health.failed("shared", exc)
+                log.warning("lease upkeep failed: %s", exc)
+
+    def _ensure_executor(self) -> None:
+        """Blocking work (SQLite, embedding hand-off) runs in worker threads. asyncio's default
+        pool has cpu + 4 threads; with dozens of channels, threads waiting for the embedder or
+        the commit lock would starve quick reads, so the runtime gives the loop a larger pool."""
+        if self._executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="gieok-runtime")
+            asyncio.get_running_loop().set_default_executor(self._executor)
+
+    # -- the channel worker ----------------------------------------------------------------------
+    async def _run(self, state: _Channel) -> None:
+        while True:
+            if self.shared is not None:
+                if state.key not in self._leases:
+                    await self._hand_back(state)
+                    if state.key in self._leases:
+                        continue  # this process took the channel again meanwhile: go on running it
+                    state.busy = False
+                    state.worker = None
+                    return
+                await self._drain(state)
+            if not state.pending:
+                state.busy = False
+                if self.shared is not None:
+                    if await self._release_or_continue(state) or state.key in self._leases:
+                        continue  # more work, or this process took the channel again meanwhile
+                    state.worker = None
+                    return
+                if self._closing:
+                    return
+                state.wake.clear()
+                await state.wake.wait()
+                continue
+            state.busy = True
+            while True:  # debounce: until the channel has been quiet for debounce_seconds …
+                deadline = self._debounce_deadline(state)
+                delay = deadline - self.clock()
+                if delay <= 0 or self._closing or self._batch_full(state):
+                    break
+                state.wake.clear()
+                await self._sleep_unless_closing(delay, state.wake)
+            # The debounce ended at its deadline (a clock read a few loop turns later would
+            # add scheduling noise to the measured wait).
+            ready = min(self.clock(), self._debounce_deadline(state))
+            if self.shared is not None and await self._shared_step(self.shared.renew([state.key])):
+                self._leases.discard(state.key)  # lost while debouncing: the holder answers these
+                continue
+            try:
+                await self._turn(state, ready)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one bad turn must not stop the channel
+                log.exception("turn failed in %s", state.key)
+                self.health.failed("generation", exc)
+
+    def _debounce_deadline(self, state: _Channel) -> float:
+        """Quiet for `debounce_seconds` after the channel's last message, or only
+        `debounce_finished_seconds` when that message reads as finished (runtime/pause.py) …
+        but never longer than `debounce_max_seconds` after the oldest waiting message: someone
+        who keeps typing still gets an answer."""
+        pause = self.settings.debounce_seconds
+        if state.pending and reads_finished(state.pending[-1].message.content):
+            pause = min(pause, self.settings.debounce_finished_seconds)
+        quiet = state.last_arrival + pause
+        if not state.pending:
+            return quiet
+        return min(quiet, state.pending[0].arrived + max(self.settings.debounce_max_seconds,
+                                                          self.settings.debounce_seconds))
+
+    def _merges_into_plan(self, state: _Channel, user_id: str) -> bool:
+        """A message from `user_id` interrupts the plan under way and is planned with it (a full
+        batch cannot take it: it waits for the next turn)."""
+        return (state.planning_task is not None and not state.planning_task.done()
+                and state.planning_user == user_id and state.planning_size < self.settings.max_batch)
+
+    def _fills_batch(self, state: _Channel, user_id: str) -> bool:
+        """Whether a turn will answer a message from `user_id` at once rather than after a
+        debounce: it merges into the plan under way, or makes the head run a full batch."""
+        if not state.pending and self._merges_into_plan(state, user_id):
+            return True
+        run = 0
+        for pending in state.pending:
+            if pending.message.user_id != user_id:
+                return False  # another user's run is ahead: this message waits its turn
+            run += 1
+        return run + 1 == self.settings.max_batch  # beyond it, the message starts the next batch
+
+    def _batch_full(self, state: _Channel) -> bool:
+        """The head user's run is already as long as one turn may answer: no reason to wait."""
+        if not state.pending:
+            return False
+        user = state.pending[0].message.user_id
+        run = 0
+        for pending in state.pending:
+            if pending.message.user_id != user:
+                return True  # someone else spoke after: the head run is complete
+            run += 1
+        return run >= self.settings.max_batch
+
+    async def _sleep_unless_closing(self, delay: float, arrival: asyncio.Event) -> None:
+        """Shutdown must not wait out a debounce: queued messages are answered at once. A new
+        message ends the nap too, so the deadline is recomputed and a batch that just became
+        full is answered without waiting out the debounce."""
+        sleeper = asyncio.ensure_future(self.sleep(delay))
+        closer = asyncio.ensure_future(self._closing_event.wait())
+        arrived = asyncio.ensure_future(arrival.wait())
+        try:
+            await asyncio.wait({sleeper, closer, arrived}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeper, closer, arrived):
+                if not task.done():
+                    task.cancel()
+
+    def _take_batch(self, state: _Channel, batch: list[_Pending]) -> list[_Pending]:
+        """The head run of one user's consecutive messages (extending `batch`)."""
+        user = batch[0].message.user_id if batch else state.pending[0].message.user_id
+        while state.pending and state.pending[0].message.user_id == user and len(batch) < self.settings.max_batch:
+            batch.append(state.pending.pop(0))
+        return batch
+
+    def _incoming(self, batch: list[_Pending]) -> IncomingMessage:
+        last = batch[-1].message
+        return IncomingMessage("\n".join(p.message.content for p in batch)[: self.settings.max_input_chars],
+                               user_id=last.user_id, channel=last.ref.channel, guild=last.ref.guild,
+                               display_name=last.display_name, explicit=any(p.explicit for p in batch),
+                               active=self.is_active(last.ref), timestamp=last.timestamp,
+                               message_id=last.message_id)
+
+    async def _turn(self, state: _Channel, ready: float) -> None:
+        batch = self._take_batch(state, [])
+        timings = TurnTimings(channel=state.ref.channel, messages=len(batch),
+                              debounce_ms=(ready - batch[0].arrived) * 1000, ready_at=ready)
+        while True:  # plan; redo with merged messages if the same user writes meanwhile
+            state.planning_user = batch[0].message.user_id
+            state.planning_size = len(batch)
+            state.merge_requested = False
+            state.planning_task = asyncio.create_task(self.pipeline.plan(
+                self._incoming(batch), observed=[p.observation for p in batch]))
+            try:
+                plan = await state.planning_task
+                break
+            except asyncio.CancelledError:
+                if not state.merge_requested:
+                    raise
+                self.health.merged += 1
+                batch = self._take_batch(state, batch)
+                timings.messages = len(batch)
+            except Exception as exc:
+                self.health.failed("gatekeeper", exc)
+                state.planning_task = None
+                raise
+            finally:
+                state.planning_user = None
+        state.planning_task = None
+        self.last_plans[state.key] = plan
+        self.health.ok("gatekeeper")
+        timings.stage1_ms = plan.timings_ms.get("stage1_ms", 0.0)
+        timings.stage2_ms = plan.timings_ms.get("stage2_ms", 0.0)
+        timings.recall_ms = plan.timings_ms.get("recall_ms", 0.0)
+        timings.overhead_ms = plan.timings_ms.get("overhead_ms", 0.0)
+        timings.reason = plan.reason
+        respond = plan.respond
+        if respond and not plan.message.explicit:
+            confident = plan.stage1 is not None and plan.stage1.probability >= self.settings.rate_bypass_confidence
+            if not await self._reply_allowed(state.key, bypass=confident):
+                respond = False
+                timings.reason = "rate limited (the message is kept in memory)"
+                self.health.rate_limited += 1
+        reply_text = None
+        if respond and plan.prompt is not None:
+            reply_text = await self._reply(state, plan, plan.prompt, batch, timings)
+            if reply_text is not None and not plan.message.explicit:
+                await self._note_reply(state.key)
+        timings.responded = reply_text is not None
+        try:
+            await self.pipeline.record(plan, reply_text, wait=False)  # blocks are written behind
+            self.health.ok("record")
+        except Exception as exc:
+            self.health.failed("record", exc)
+            raise
+        self.last_timings[state.key] = timings
+        self.pipeline.memory.emit("turn.timings", {"guild": state.ref.guild, **timings.as_dict()})
+        self.turn_log.append(timings)
+        del self.turn_log[:-10_000]
+
+    async def _reply_allowed(self, key: str, *, bypass: bool) -> bool:
+        """The rate limits (runtime/ratelimit.py): this process's, or the deployment's, where
+        the window is reserved at once so two processes cannot both take it."""
+        if bypass or self.shared is None:
+            return self.limiter.allows(key, bypass=bypass)
+        s = self.settings
+        return bool(await self._shared_step(self.shared.reserve_reply(
+            key, s.rate_limit_channel_seconds, s.rate_limit_global_seconds)))
+
+    async def _note_reply(self, key: str) -> None:
+        if self.shared is None:
+            self.limiter.note_reply(key)
+        else:
+            s = self.settings
+            await self._shared_step(self.shared.note_reply(key, s.rate_limit_channel_seconds,
+                                                           s.rate_limit_global_seconds))
+
+    # -- replying -----------------------------------------------------------------------------
+    def _finish_text(self, text: str) -> str:
+        return render_mentions(self.corrector.correct(text))
+
+    async def _reply(self, state: _Channel, plan: Plan, prompt: AssembledPrompt, batch: list[_Pending],
+                     timings: TurnTimings) -> str | None:
+        started = self.clock()
+        reply_to = batch[-1].message.message_id
+        shown: list[str] = []
+        ids: list[str] = []
+        limit = self.settings.reply_max_chars
+        send_ms = [0.0]
+
+        async def show(view: Any) -> None:  # make the channel show `view`: send new messages, edit changed ones
+            t0 = self.clock()
+            for op in view.operations(shown):
+                if op.kind == "send":
+                    ids.append(await self.outbox.send(state.ref, op.text,
+                                                      reply_to=reply_to if op.index == 0 else None))
+                    shown.append(op.text)
+                elif op.kind == "edit":
+                    await self.outbox.edit(state.ref, ids[op.index], op.text)
+                    shown[op.index] = op.text
+            send_ms[0] += (self.clock() - t0) * 1000
+
+        with contextlib.suppress(Exception):  # a typing indicator is best-effort
+            await self.outbox.typing(state.ref)
+        parts: list[str] = []
+        first_token: float | None = None
+        provider_wait = 0.0
+        try:
+            if self._custom_generate is not None:
+                parts.append(str(await self._custom_generate(plan)))
+                first_token = self.clock()
+            elif self.tools and self.llm is not None:
+                parts.append(await self._with_tools(plan, self.llm, prompt))
+                first_token = self.clock()
+            else:
+                if self.llm is None:
+                    raise LLMError("no language model configured")
+                throttle = EditThrottle(self.settings.stream_edit_seconds, self.clock)
+                request_started = self.clock()
+                async for piece in self.llm.stream(prompt.messages):
+                    if first_token is None:
+                        first_token = self.clock()
+                        provider_wait = first_token - request_started
+                    parts.append(piece)
+                    if throttle.should_edit():
+                        throttle.mark()
+                        await show(stream_view(self._finish_text("".join(parts)), limit=limit))
+            self.health.ok("generation")
+        except LLMError as exc:
+            self.health.failed("generation", exc)
+            failure = self.settings.failure_message or FAILURE_MESSAGES[self.settings.language]
+            try:
+                if shown:  # part of an answer is on screen: say that it broke off
+                    await show(stream_view(self._finish_text("".join(parts)) + "\n\n" + failure, limit=limit,
+                                           done=True))
+                else:
+                    await show(stream_view(failure, limit=limit, done=True))
+                self.health.ok("send")
+            except Exception as send_error:
+                self.health.failed("send", send_error)
+            return None
+        text = "".join(parts)
+        timings.generation_ms = (self.clock() - started) * 1000
+        timings.first_token_ms = ((first_token or self.clock()) - started) * 1000
+        timings.provider_first_token_ms = provider_wait * 1000
+        if first_token is not None:
+            timings.to_first_token_ms = (first_token - timings.ready_at) * 1000
+            timings.turn_overhead_ms = timings.to_first_token_ms - timings.stage2_ms - timings.provider_first_token_ms
+        final = self._finish_text(text)
+        if not final.strip():
+            return None
+        try:
+            await show(stream_view(final, limit=limit, done=True))
+            self.health.ok("send")
+        except Exception as exc:
+            self.health.failed("send", exc)
+            raise
+        timings.send_ms = send_ms[0]
+        self.replies.append(Reply(state.ref, final, ids, [p.message.message_id or "" for p in batch]))
+        del self.replies[:-1000]
+        self.health.replies_out += 1
+        return text
+
+    async def _with_tools(self, plan: Plan, llm: LLM, prompt: AssembledPrompt) -> str:
+        message = plan.message
+        context = ToolContext(channel=message.channel, guild=message.guild, user_id=message.user_id,
+                              timezone=self.settings.timezone, memory=self.pipeline.memory,
+                              facts=self.pipeline.facts)  # per call: parallel channels never share it
+        result = await run_tool_loop(llm, prompt.messages, self.tools, context,
+                                     **tool_loop_options(self.settings))
+        return result.text
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def idle(self) -> bool:
+        """No channel has work queued or in progress (tests and shutdown wait for this)."""
+        return all(not c.pending and not c.busy for c in self._channels.values())
+
+    async def close(self) -> None:
+        """Graceful shutdown: answer what is queued (no further debounce), record everything,
+        finish background extraction, write anything still only in L1. Shared mode: the
+        channels this process runs are answered and handed back; the L1 rows of channels other
+        processes run are theirs to write."""
+        self._closing = True
+        self._closing_event.set()
+        for state in self._channels.values():
+            state.wake.set()
+        workers = [c.worker for c in self._channels.values() if c.worker is not None]
+        await asyncio.gather(*workers, return_exceptions=True)
+        await self.pipeline.drain()
+        if self.shared is None:
+            await asyncio.to_thread(self.pipeline.commit_pending)
+            return
+        await asyncio.gather(*list(self._chores), return_exceptions=True)
+        for task in self._services:
+            task.cancel()
+        await asyncio.gather(*self._services, return_exceptions=True)
+        await self.shared.aclose()

@@ -1,0 +1,275 @@
+"""What several bot processes (Discord shards, replicas) share about the conversation, in Redis:
+
+- **claims**: a message seen by two replicas is taken in by one (`claim_message`);
+- **inboxes**: each channel's messages waiting for a turn, in arrival order, whichever process
+  received them (`enqueue` / `drain`);
+- **leases**: one process at a time runs a channel's turns (`try_lease` / `renew` / `release`),
+  so a channel is debounced, batched and answered in one place and never twice; a lease that is
+  not renewed (its process died) expires and another process takes the channel and its inbox;
+- **wake-ups**: a pub/sub message tells the channel's owner that its inbox grew, or every process
+  that the active channels changed;
+- **active channels**: the set of channels the bot speaks in unprompted;
+- **rate limits**: one unsolicited reply per channel and across all channels per window,
+  reserved atomically so two processes cannot both take the same window.
+
+Every hot-path call is asynchronous (the runtime's event loop never blocks on the network); the
+rare administrative ones (`set_active`, seeding) are synchronous. Scripts make each multi-key
+step atomic; the reasoning for why no message can be stranded is in `runtime/core.py`
+(`_release_or_continue`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from ...coordination.connection import RedisConnection, redis_errors
+
+__all__ = ["SharedChannels", "WAKE_INBOX", "WAKE_ACTIVE"]
+
+log = logging.getLogger(__name__)
+
+WAKE_INBOX = "inbox"  # a channel's inbox grew: its owner should drain it
+WAKE_ACTIVE = "active"  # the active channels changed: reload them
+
+# KEYS: inbox, waiting set · ARGV: channel key, payload
+_ENQUEUE = """
+redis.call('RPUSH', KEYS[1], ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[1])
+return 1
+"""
+# KEYS: inbox, waiting set, lease · ARGV: channel key, owner — everything queued, and the channel off
+# the waiting set; nothing (false) unless the caller holds the lease, so a process that lost it
+# while stalled cannot take messages from the one that holds it now
+_DRAIN = """
+if redis.call('GET', KEYS[3]) ~= ARGV[2] then return false end
+local items = redis.call('LRANGE', KEYS[1], 0, -1)
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[1])
+return items
+"""
+# KEYS: inbox, waiting set · ARGV: channel key, payloads (oldest first) — back at the head
+_REQUEUE = """
+for i = #ARGV, 2, -1 do redis.call('LPUSH', KEYS[1], ARGV[i]) end
+redis.call('SADD', KEYS[2], ARGV[1])
+return 1
+"""
+# KEYS: lease · ARGV: owner, ttl ms — taken, or already ours (then extended)
+_TAKE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+return 0
+"""
+# KEYS: lease · ARGV: owner, ttl ms
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+# KEYS: lease · ARGV: owner — only our own lease is removed
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+# KEYS: channel window, global window · ARGV: channel ms, global ms (0: no window)
+_RESERVE = """
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if tonumber(ARGV[1]) > 0 then redis.call('SET', KEYS[1], 1, 'PX', ARGV[1]) end
+if tonumber(ARGV[2]) > 0 then redis.call('SET', KEYS[2], 1, 'PX', ARGV[2]) end
+return 1
+"""
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+class SharedChannels:
+    """The Redis side of the chat runtime (module docstring). One per process; `owner` is the
+    process's identity in leases."""
+
+    def __init__(self, connection: RedisConnection, *, lease_seconds: float = 30.0,
+                 claim_seconds: float = 86_400.0) -> None:
+        self.connection = connection
+        self.owner = connection.owner
+        self.lease_seconds = lease_seconds
+        self.claim_seconds = claim_seconds
+        self._client: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._errors = redis_errors()
+
+    # -- clients ---------------------------------------------------------------------------------
+    def _key(self, *parts: str) -> str:
+        return self.connection.key(*parts)
+
+    def _async(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            self._client = self.connection.async_client()
+            self._loop = loop
+        return self._client
+
+    async def _call(self, work: Callable[[Any], Awaitable[Any]]) -> Any:
+        try:
+            return await work(self._async())
+        except self._errors as exc:
+            raise self.connection.unavailable(exc) from None
+
+    def _sync(self, work: Callable[[Any], Any]) -> Any:
+        try:
+            return work(self.connection.client)
+        except self._errors as exc:
+            raise self.connection.unavailable(exc) from None
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    # -- claims ----------------------------------------------------------------------------------
+    async def claim_message(self, channel_key: str, message_id: str) -> bool:
+        """True for the first process to claim this message (replicas all receive it)."""
+        key = self._key("seen", channel_key, message_id)
+        return bool(await self._call(lambda r: r.set(key, self.owner, nx=True, px=_ms(self.claim_seconds))))
+
+    # -- inboxes ---------------------------------------------------------------------------------
+    def _inbox(self, channel_key: str) -> str:
+        return self._key("inbox", channel_key)
+
+    async def enqueue(self, channel_key: str, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload, ensure_ascii=False)
+        keys = [self._inbox(channel_key), self._key("waiting")]
+        await self._call(lambda r: r.eval(_ENQUEUE, 2, *keys, channel_key, data))
+
+    async def drain(self, channel_key: str) -> list[dict[str, Any]] | None:
+        """Everything in the channel's inbox, oldest first, and the inbox empty after; None when
+        this process does not hold the channel's lease (any more)."""
+        keys = [self._inbox(channel_key), self._key("waiting"), self._lease(channel_key)]
+        items = await self._call(lambda r: r.eval(_DRAIN, 3, *keys, channel_key, self.owner))
+        return None if items is None else [json.loads(item) for item in items]
+
+    async def requeue_front(self, channel_key: str, payloads: list[dict[str, Any]]) -> None:
+        """Put drained messages back at the head of the inbox (a lease lost before their turn)."""
+        if payloads:
+            data = [json.dumps(p, ensure_ascii=False) for p in payloads]
+            keys = [self._inbox(channel_key), self._key("waiting")]
+            await self._call(lambda r: r.eval(_REQUEUE, 2, *keys, channel_key, *data))
+
+    async def queued(self, channel_key: str) -> int:
+        return int(await self._call(lambda r: r.llen(self._inbox(channel_key))))
+
+    async def waiting(self) -> set[str]:
+        """Channels whose inbox holds messages."""
+        return set(await self._call(lambda r: r.smembers(self._key("waiting"))))
+
+    # -- leases ----------------------------------------------------------------------------------
+    def _lease(self, channel_key: str) -> str:
+        return self._key("lease", channel_key)
+
+    async def try_lease(self, channel_key: str) -> bool:
+        key = self._lease(channel_key)
+        return bool(await self._call(lambda r: r.eval(_TAKE, 1, key, self.owner, _ms(self.lease_seconds))))
+
+    async def renew(self, channel_keys: Iterable[str]) -> set[str]:
+        """Extend our leases; returns the channels whose lease we no longer hold."""
+        keys = list(channel_keys)
+        if not keys:
+            return set()
+
+        async def renew_all(r: Any) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            for key in keys:
+                pipe.eval(_RENEW, 1, self._lease(key), self.owner, _ms(self.lease_seconds))
+            return list(await pipe.execute())
+
+        results = await self._call(renew_all)
+        return {key for key, ok in zip(keys, results) if not ok}
+
+    async def release(self, channel_key: str) -> None:
+        await self._call(lambda r: r.eval(_RELEASE, 1, self._lease(channel_key), self.owner))
+
+    async def lease_holder(self, channel_key: str) -> str | None:
+        holder = await self._call(lambda r: r.get(self._lease(channel_key)))
+        return str(holder) if holder is not None else None
+
+    # -- wake-ups --------------------------------------------------------------------------------
+    async def notify(self, kind: str, channel_key: str = "") -> None:
+        message = json.dumps({"kind": kind, "key": channel_key})
+        await self._call(lambda r: r.publish(self._key("wake"), message))
+
+    async def listen(self, on_wake: Callable[[str, str], None], ready: asyncio.Event | None = None) -> None:
+        """Call `on_wake(kind, channel_key)` for every wake-up until cancelled. A dropped
+        connection is retried; what was missed meanwhile is found by the owner's next drain and
+        the periodic sweep, never lost (wake-ups only make things prompt)."""
+        channel = self._key("wake")
+        while True:
+            client = self.connection.async_client(blocking_seconds=1.0)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(channel)
+                if ready is not None:
+                    ready.set()
+                while True:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is None or message.get("type") != "message":
+                        continue
+                    try:
+                        body = json.loads(message["data"])
+                        on_wake(str(body["kind"]), str(body.get("key", "")))
+                    except (ValueError, KeyError, TypeError):
+                        log.warning("ignored a malformed wake-up on %s", channel)
+            except self._errors as exc:
+                log.warning("Redis wake-ups interrupted (%s); reconnecting", exc)
+                await asyncio.sleep(0.5)
+            finally:
+                try:
+                    await pubsub.aclose()
+                    await client.aclose()
+                except Exception:  # the connection is already gone
+                    pass
+
+    # -- active channels -------------------------------------------------------------------------
+    def seed_active(self, stored: Iterable[str]) -> set[str]:
+        """The shared set of active channels, filled from the store the first time any process of
+        the deployment starts (the store stays the durable record)."""
+        members = self._key("active")
+
+        def seed(r: Any) -> set[str]:
+            if r.set(self._key("active", "seeded"), self.owner, nx=True):
+                keys = list(stored)
+                if keys:
+                    r.sadd(members, *keys)
+            return set(r.smembers(members))
+
+        return set(self._sync(seed))
+
+    def set_active(self, channel_key: str, active: bool) -> None:
+        members = self._key("active")
+        self._sync(lambda r: r.sadd(members, channel_key) if active else r.srem(members, channel_key))
+        message = json.dumps({"kind": WAKE_ACTIVE, "key": channel_key})
+        self._sync(lambda r: r.publish(self._key("wake"), message))
+
+    async def active_keys(self) -> set[str]:
+        return set(await self._call(lambda r: r.smembers(self._key("active"))))
+
+    # -- rate limits -----------------------------------------------------------------------------
+    async def reserve_reply(self, channel_key: str, channel_seconds: float, global_seconds: float) -> bool:
+        """Take the channel's and the deployment's reply window for an unsolicited reply, or say
+        that one was taken within them (by any process)."""
+        keys = [self._key("rate", "channel", channel_key), self._key("rate", "global")]
+        channel_ms = _ms(channel_seconds) if channel_seconds > 0 else 0
+        global_ms = _ms(global_seconds) if global_seconds > 0 else 0
+        return bool(await self._call(lambda r: r.eval(_RESERVE, 2, *keys, channel_ms, global_ms)))
+
+    async def note_reply(self, channel_key: str, channel_seconds: float, global_seconds: float) -> None:
+        """The reply went out now: its windows start from now."""
+        async def mark(r: Any) -> None:
+            pipe = r.pipeline(transaction=False)
+            if channel_seconds > 0:
+                pipe.set(self._key("rate", "channel", channel_key), 1, px=_ms(channel_seconds))
+            if global_seconds > 0:
+                pipe.set(self._key("rate", "global"), 1, px=_ms(global_seconds))
+            await pipe.execute()
+
+        await self._call(mark)

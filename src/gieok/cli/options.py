@@ -1,0 +1,63 @@
+"""What every `gieok` command shares: consoles, the common options, opening the memory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from ..config import load_settings
+from ..memory import Memory
+
+__all__ = ["out", "err", "DbOption", "RedisOption", "JsonFlag", "GuildOpt", "ChannelOpt", "UserOpt", "_open", "_scope",
+           "given", "progress"]
+
+out = Console()
+err = Console(stderr=True)
+
+DbOption = Annotated[
+    str | None,  # not a Path: a postgresql:// URL must keep its double slash
+    typer.Option("--db", help="Memory file, or a postgresql://user:pass@host/db URL. Default: $GIEOK_DB, else the "
+                              "per-user data directory.", show_default=False),
+]
+RedisOption = Annotated[
+    str | None,
+    typer.Option("--redis", help="redis://host:6379/0 shared by several bot and server processes (queues, leases, "
+                                 "rate limits, active channels, live events). Default: $GIEOK_REDIS, else none: "
+                                 "everything in this process.", show_default=False),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+GuildOpt = Annotated[str | None, typer.Option("--guild", "-g", help="Guild (server) id.")]
+ChannelOpt = Annotated[str | None, typer.Option("--channel", "-c", help="Channel id (one conversation).")]
+UserOpt = Annotated[str | None, typer.Option("--user", "-u", help="User id.")]
+
+
+def _open(db: str | Path | None, **overrides: Any) -> Memory:
+    settings = load_settings()
+    if db is not None:
+        overrides["db"] = str(db)
+    return Memory(settings=settings, **overrides)
+
+
+def given(db: str | Path | None = None, redis: str | None = None) -> dict[str, str]:
+    """The settings overrides the --db and --redis options make (only those given)."""
+    return {name: str(value) for name, value in (("db", db), ("redis", redis)) if value}
+
+
+def _scope(guild: str | None, channel: str | None, user: str | None) -> dict[str, str]:
+    return {k: v for k, v in (("guild", guild), ("channel", channel), ("user", user)) if v is not None}
+
+
+@contextmanager
+def progress(description: str, total: int | None) -> Iterator[Callable[..., None]]:
+    """A progress bar on stderr for a long operation: yields `advance(n=1)`."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n=1: bar.advance(task, n)

@@ -1,0 +1,152 @@
+"""`gieok serve` (REST + live events + MCP over HTTP) and `gieok keys` (create, list, revoke the
+API keys the server checks). cli.py merges these apps into its own."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ..config import load_settings
+from ..errors import InvalidInputError
+from ..server.auth import ROLES, ApiKeys
+from ..store.factory import open_store
+from .options import DbOption, JsonFlag, RedisOption, err, given, out
+
+__all__ = ["server_commands", "keys_commands"]
+
+server_commands = typer.Typer()
+keys_commands = typer.Typer(help="API keys of `gieok serve`: create, list, revoke.\n\nExample: gieok keys create "
+                                 "--tenant acme --role write", no_args_is_help=True)
+
+
+@contextmanager
+def _keys(db: DbOption) -> Iterator[ApiKeys]:
+    settings = load_settings(**({"db": str(db)} if db else {}))
+    store = open_store(settings.db_location(), busy_timeout_ms=settings.busy_timeout_ms)
+    try:
+        yield ApiKeys(store)
+    finally:
+        store.close()
+
+
+@server_commands.command()
+def serve(
+    db: DbOption = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on. Default: 127.0.0.1 (server_host).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port. Default: 8420 (server_port).")] = None,
+    workers: Annotated[int, typer.Option(help="Worker processes sharing the memory files.")] = 1,
+    no_auth: Annotated[bool, typer.Option("--no-auth", help="No API keys: every caller is the default tenant's "
+                                                            "admin. Refused unless the host is a loopback "
+                                                            "address.")] = False,
+    redis: RedisOption = None,
+) -> None:
+    """Serve the memory over HTTP: REST API (/v1, docs at /docs), live events (/v1/events), MCP (/mcp).
+
+    Every request carries `Authorization: Bearer <key>` (gieok keys create). The --db file is the
+    default tenant's memory; other tenants' memories live beside it in <name>.tenants/. With
+    --redis, every worker and every bot process on the same Redis feeds one event stream.
+
+    Example: gieok keys create --tenant default --role write && gieok serve --db chat.db --port 8420
+    """
+    from ..server.run import serve as run_server  # uvicorn and FastAPI load only for this command
+
+    settings = load_settings(**given(db, redis))
+    run_server(settings, host=host, port=port, workers=workers, auth=not no_auth)
+
+
+@server_commands.command("mcp")
+def mcp(
+    db: DbOption = None,
+    key: Annotated[str | None, typer.Option(
+        "--key", help="The API key to act with (gieok keys create); it decides the tenant and the role. "
+                      "Default: $GIEOK_API_KEY (api_key), which keeps it out of the process list.",
+        show_default=False)] = None,
+) -> None:
+    """Serve the memory to a local MCP client over stdio (Claude Desktop, IDEs, agents).
+
+    stdin/stdout carry the MCP protocol and nothing else; logs go to stderr.
+
+    The key is checked against the keys of --db before anything starts: without a valid one it exits 1.
+
+    Tools: remember, search_memory, get_memory, forget_memory, list_facts, conversation_summary.
+
+    Example: GIEOK_API_KEY=gk_… gieok mcp --db ~/gieok/chat.db
+    """
+    from ..server.mcp import run_stdio  # the MCP SDK and FastAPI load only for this command
+
+    settings = load_settings(**({"db": str(db)} if db else {}))
+    run_stdio(settings, key if key is not None else settings.api_key)
+
+
+@keys_commands.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option(help="Whose memory the key opens (lowercase letters, digits, - and _; "
+                                             "'default' is the --db file itself).")],
+    role: Annotated[str, typer.Option(help="read | write | admin (admin also manages the tenant's keys).")] = "read",
+    name: Annotated[str, typer.Option(help="A label to recognise the key by.")] = "",
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create an API key and print it once (only its hash is stored).
+
+    Example: gieok keys create --tenant acme --role write --name "support bot"
+    """
+    if role not in ROLES:
+        raise InvalidInputError(f"--role must be one of {', '.join(ROLES)}, got {role!r}")
+    with _keys(db) as keys:
+        key, row = keys.create(tenant, role, name)
+    if as_json:
+        out.print_json(json.dumps({"key": key, **row.as_dict()}, ensure_ascii=False))
+        return
+    out.print(key, highlight=False, soft_wrap=True)
+    err.print(f"key {row.key_id} ({row.prefix}) for tenant {row.tenant}, role {row.role}: "
+              "store it now, it is not shown again", highlight=False)
+
+
+def _when(value: float | None) -> str:
+    return "-" if value is None else datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+@keys_commands.command("list")
+def keys_list(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List API keys (never the keys themselves): id, prefix, tenant, role, name, use, revocation.
+
+    Example: gieok keys list --tenant acme
+    """
+    with _keys(db) as keys:
+        rows = keys.keys(tenant)
+    if as_json:
+        out.print_json(json.dumps([row.as_dict() for row in rows], ensure_ascii=False))
+        return
+    table = Table(title=f"{len(rows)} key(s)")
+    for column in ("id", "prefix", "tenant", "role", "name", "created", "last used", "revoked"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(str(row.key_id), row.prefix, row.tenant, row.role, row.name or "-", _when(row.created_at),
+                      _when(row.last_used_at), _when(row.revoked_at))
+    out.print(table)
+
+
+@keys_commands.command("revoke")
+def keys_revoke(
+    key_id: Annotated[int, typer.Argument(help="The key's id (gieok keys list).")],
+    db: DbOption = None,
+) -> None:
+    """Revoke a key; a running server refuses it from its next request on.
+
+    Example: gieok keys revoke 3
+    """
+    with _keys(db) as keys:
+        if not keys.revoke(key_id):
+            raise InvalidInputError(f"no live key with id {key_id}")
+    out.print(f"revoked key {key_id}")
