@@ -143,11 +143,11 @@ def _scores(rows: list[dict[str, Any]], predictions: list[str]) -> dict[str, Any
 def measure_facts(data: str | Path | None = None, *, split: str = "test", duplicate_threshold: float | None = None,
                   conflict_threshold: float | None = None, llm: str = "off",
                   answers: str | Path | None = None, span_threshold: float | None = None) -> dict[str, Any]:
-    from gieok.config import load_settings
+    from gieok.chat.settings import ChatSettings
     from gieok.embed import create_embedder
     from gieok.text.tokenize import get_tokenizer
 
-    settings = load_settings()
+    settings = ChatSettings.load()
     rows = load_fact_pairs(data)
     if data is None and split != "all":
         rows = [r for r in rows if fact_split(r) == split]

@@ -29,6 +29,7 @@ from benchmarks.fill import filled_memory
 from benchmarks.report import median, p50_p95, print_and_write, progress_bar, results_table, table_console
 from gieok.chat.agent.classifier import classifier_encoder
 from gieok.chat.agent.pipeline import ConversationPipeline, IncomingMessage
+from gieok.chat.compose import build_pipeline
 from gieok.chat.llm.scripted import Request, ScriptedLLM
 from gieok.demo import load_sample_conversation
 
@@ -128,7 +129,7 @@ def measure_pipeline(blocks: int = 100_000, *, turns: int = 300, workdir: Path |
             from gieok.chat.agent.response_classifier import ResponseClassifier
 
             stage1 = ResponseClassifier.load(classifier_encoder(memory.settings))
-        pipeline = ConversationPipeline(memory, llm=_SlowLLM(llm_ms / 1000), classifier=stage1)
+        pipeline = build_pipeline(None, memory, llm=_SlowLLM(llm_ms / 1000), classifier=stage1)
         script = _script(turns)
         memory.embedder.embed_queries(["워밍업 warm-up"])
         timings = _Timings()

@@ -27,8 +27,9 @@ from rich.console import Console
 from benchmarks.fill import filled_memory
 from benchmarks.loopback_llm import TAG, loopback_llm
 from benchmarks.report import median, p50_p95, print_and_write, progress_bar, results_table, table_console
-from gieok.chat.agent.pipeline import ConversationPipeline
+from gieok.chat.compose import build_bot
 from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
+from gieok.chat.settings import ChatSettings
 from gieok.memory import Memory
 
 __all__ = ["BenchOutbox", "arrival_schedule", "measure_runtime", "print_runtime", "run_runtime_bench"]
@@ -137,16 +138,13 @@ def _delivery(memory: Memory, core: BotCore, sent: dict[str, str], bot_name: str
 
 async def _play(memory: Memory, url: str, channels: int, schedule: list[tuple[float, int, int]],
                 title: str) -> dict[str, Any]:
-    from gieok.chat.llm import create_llm
-
-    settings = memory.settings.with_overrides(llm_chain="openai:bench-model", openai_base_url=url,
-                                              rate_limit_channel_seconds=0.0, rate_limit_global_seconds=0.0)
-    llm = create_llm(settings)
-    pipeline = ConversationPipeline(memory, settings=settings, llm=llm)
-    core = BotCore(pipeline, llm, outbox=BenchOutbox(), settings=settings)
+    settings = ChatSettings.over(memory.settings, llm_chain="openai:bench-model", openai_base_url=url,
+                                 rate_limit_channel_seconds=0.0, rate_limit_global_seconds=0.0)
+    bot = build_bot(settings, memory, outbox=BenchOutbox())
+    core = bot.core
     memory.embedder.embed_queries(["워밍업 warm-up"])
     sent, behind, engine_share = await _send(core, channels, schedule, title, getattr(memory.embedder, "inner", None))
-    aclose = getattr(llm, "aclose", None)
+    aclose = getattr(bot.llm, "aclose", None)
     if aclose is not None:
         await aclose()
     turns = list(core.turn_log)

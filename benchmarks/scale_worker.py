@@ -17,10 +17,10 @@ import time
 from typing import Any
 
 from benchmarks.runtime import BenchOutbox
-from gieok.chat.agent.pipeline import ConversationPipeline
+from gieok.chat.compose import build_bot
 from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
 from gieok.chat.runtime.shared_channels import SharedChannels
-from gieok.config import load_settings
+from gieok.chat.settings import ChatSettings
 from gieok.coordination import RedisConnection
 from gieok.memory import Memory
 
@@ -64,23 +64,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--llm-url", required=True)
     parser.add_argument("--lease-seconds", type=float, default=30.0)
     args = parser.parse_args(argv)
-    settings = load_settings(db=args.db, redis=args.redis, redis_namespace=args.namespace,
+    settings = ChatSettings.load(db=args.db, redis=args.redis, redis_namespace=args.namespace,
                              redis_lease_seconds=args.lease_seconds, llm_chain="openai:bench-model",
                              openai_base_url=args.llm_url, rate_limit_channel_seconds=0.0,
                              rate_limit_global_seconds=0.0)
-    from gieok.chat.llm import create_llm
-
     memory = Memory(settings=settings)
     connection = RedisConnection(settings.redis, settings.redis_namespace)
     try:
-        llm = create_llm(settings)
-        pipeline = ConversationPipeline(memory, settings=settings, llm=llm, recover=False)
         outbox = BenchOutbox()
-        core = BotCore(pipeline, llm, outbox=outbox, settings=settings,
-                       shared=SharedChannels(connection, lease_seconds=settings.redis_lease_seconds))
+        bot = build_bot(settings, memory, outbox=outbox,
+                        shared=SharedChannels(connection, lease_seconds=settings.redis_lease_seconds))
         memory.embedder.embed_queries(["워밍업 warm-up"])
-        asyncio.run(_serve(core, llm))
-        print(json.dumps(_report(core, outbox), ensure_ascii=False), flush=True)
+        asyncio.run(_serve(bot.core, bot.llm))
+        print(json.dumps(_report(bot.core, outbox), ensure_ascii=False), flush=True)
     finally:
         connection.close()
         memory.close()

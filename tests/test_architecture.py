@@ -41,8 +41,8 @@ CHAT_ROWS: dict[str, int] = {
     "llm": 1, "layers": 1,
     "agent": 2,
     "runtime": 3,
-    "adapters": 4,
-    "compose": 5,
+    "compose": 4,  # the one composition root: the adapters and everything outside the chat build bots with it
+    "adapters": 5,
     "__init__": 6,
 }
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gieok import Block, EmbedderMismatchError, InvalidInputError, Memory, Scope, SearchResult
+from gieok import Block, EmbedderMismatchError, InvalidInputError, Memory, Scope, SearchResult, Settings
 from gieok.chain import GENESIS
 from gieok.store.schema import SCHEMA_VERSION
 
@@ -425,7 +425,19 @@ def test_embedder_mismatch_from_environment(db_path: Path, monkeypatch: pytest.M
         memory.add("hello")
     monkeypatch.setenv("GIEOK_EMBEDDER", "use")
     with pytest.raises(EmbedderMismatchError, match="gieok reindex"):
-        Memory(db_path)
+        Memory(db_path, settings=Settings.load())  # the caller asked for the environment
+
+
+def test_the_library_reads_no_environment_or_file_unless_asked(db_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    monkeypatch.setenv("GIEOK_EMBEDDER", "use")
+    monkeypatch.setenv("GIEOK_CANDIDATES", "7")
+    (Path.cwd() / "gieok.toml").write_text("[engine]\nwm_slots = 2\n", encoding="utf-8")
+    with Memory(db_path) as memory:
+        assert memory.settings == Settings(db=str(db_path))
+        assert memory.settings.embedder == "" and memory.settings.candidates == 40 and memory.settings.wm_slots == 4
+    loaded = Settings.load()
+    assert (loaded.embedder, loaded.candidates, loaded.wm_slots) == ("use", 7, 2)
 
 
 def test_reindex_swaps_embedder_and_keeps_search_working(tmp_path: Path, seed) -> None:

@@ -13,13 +13,14 @@ from rich.markdown import Markdown
 from rich.table import Table
 
 from ..chat.adapters.terminal import run_chat
-from ..chat.agent.pipeline import ConversationPipeline, IncomingMessage
+from ..chat.agent.pipeline import IncomingMessage
+from ..chat.compose import build_pipeline
 from ..chat.layers.conversation import ConversationMemory
 from ..chat.layers.recent import conversation_of
 from ..chat.llm.configured import require_llm
-from ..config import load_settings
+from ..chat.settings import chat_settings
 from ..errors import InvalidInputError
-from .options import DbOption, GuildOpt, JsonFlag, RedisOption, _open, given, out
+from .options import DbOption, GuildOpt, JsonFlag, RedisOption, _open, given, load, out
 
 __all__ = ["conversation_commands"]
 
@@ -47,7 +48,8 @@ def inspect_prompt(
     Example: gieok inspect-prompt "누리야 내 고양이 이름 기억나?" --channel cafe --guild g1 --user 42 --name 민지
     """
     with _open(db) as memory:
-        plan = asyncio.run(ConversationPipeline(memory).preview(IncomingMessage(
+        pipeline = build_pipeline(chat_settings(memory.settings), memory, llm=None)  # stage 2 by its heuristics
+        plan = asyncio.run(pipeline.preview(IncomingMessage(
             message, user_id=user, channel=channel, guild=guild, display_name=name, explicit=explicit)))
     data = plan.as_dict()
     if as_json:
@@ -163,7 +165,7 @@ def chat(
 
     Example: GIEOK_LLM_CHAIN=openai:qwen2.5:7b gieok chat --name 민지
     """  # noqa: E501 - --help keeps the docstring's line breaks, so a paragraph stays on one line
-    settings = load_settings()
+    settings = load()
     require_llm(settings)  # before opening anything: one line naming what to set
     run_chat(settings, db=db, user_name=name, console=out)
 
@@ -187,16 +189,19 @@ def bot(
     Example: DISCORD_TOKEN=… GIEOK_GEMINI_API_KEY=… gieok bot --db bot.db --serve
     Example: gieok bot --db postgresql://bot@db/gieok --redis redis://cache:6379/0 --shard-id 0 --shard-count 2
     """
-    from ..chat.adapters.discord_bot import (
-        run_discord_bot,  # discord.py takes ~0.5 s to import: only for `gieok bot`
-    )
-
     overrides: dict[str, Any] = dict(given(db, redis))
     if shard_id is not None:
         overrides["discord_shard_id"] = shard_id
     if shard_count is not None:
         overrides["discord_shard_count"] = shard_count
-    settings = load_settings(**overrides)
-    run_discord_bot(settings, serve=serve, host=host, port=port)
+    settings = load(**overrides)
+    if serve:
+        from ..server.beside import run_discord_bot_with_server  # the server extra, only with --serve
+
+        run_discord_bot_with_server(settings, host=host, port=port)
+    else:
+        from ..chat.adapters.discord_bot import run_discord_bot  # discord.py takes ~0.5 s to import
+
+        run_discord_bot(settings)
 
 

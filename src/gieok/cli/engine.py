@@ -11,14 +11,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..config import load_settings
 from ..config.settings import is_database_url
 from ..demo import run_demo
 from ..errors import InvalidInputError
 from ..memory import reindex as run_reindex
 from ..store.factory import open_store
 from ..types import Scope
-from .options import ChannelOpt, DbOption, GuildOpt, JsonFlag, UserOpt, _open, _scope, err, out
+from .options import ChannelOpt, DbOption, GuildOpt, JsonFlag, UserOpt, _open, _scope, err, load, out
 from .options import progress as _progress
 
 __all__ = ["engine_commands"]
@@ -293,7 +292,7 @@ def migrate(
     """
     from ..store.transfer import copy_store
 
-    settings = load_settings()
+    settings = load()
     if not is_database_url(source) and not Path(source).expanduser().is_file():
         raise InvalidInputError(f"{source} does not exist: nothing to migrate")
     src = open_store(settings.with_overrides(db=source).db_location(), busy_timeout_ms=settings.busy_timeout_ms)
@@ -327,7 +326,7 @@ def reindex(
 
     Example: gieok reindex --db chat.db --embedder use
     """
-    settings = load_settings(**({"db": str(db)} if db else {}))
+    settings = load(**({"db": str(db)} if db else {}))
     if not settings.uses_database_server() and not settings.db_path().is_file():
         raise InvalidInputError(f"{settings.db_path()} does not exist: nothing to re-embed")
     store = open_store(settings.db_location(), busy_timeout_ms=settings.busy_timeout_ms)

@@ -10,11 +10,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from ..config import load_settings
 from ..memory import Memory
+from ..server.settings import ServerSettings
 
-__all__ = ["out", "err", "DbOption", "RedisOption", "JsonFlag", "GuildOpt", "ChannelOpt", "UserOpt", "_open", "_scope",
-           "given", "progress"]
+__all__ = ["load", "out", "err", "DbOption", "RedisOption", "JsonFlag", "GuildOpt", "ChannelOpt", "UserOpt", "_open",
+           "_scope", "given", "progress"]
 
 out = Console()
 err = Console(stderr=True)
@@ -36,11 +36,16 @@ ChannelOpt = Annotated[str | None, typer.Option("--channel", "-c", help="Channel
 UserOpt = Annotated[str | None, typer.Option("--user", "-u", help="User id.")]
 
 
+def load(**overrides: Any) -> ServerSettings:
+    """Every setting the command line knows — the engine's, the chat's and the server's — from
+    `gieok.toml` and `GIEOK_*`, with the command's options on top (those not given are None)."""
+    return ServerSettings.load(**overrides)
+
+
 def _open(db: str | Path | None, **overrides: Any) -> Memory:
-    settings = load_settings()
     if db is not None:
         overrides["db"] = str(db)
-    return Memory(settings=settings, **overrides)
+    return Memory(settings=load(), **overrides)
 
 
 def given(db: str | Path | None = None, redis: str | None = None) -> dict[str, str]:

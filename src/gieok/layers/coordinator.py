@@ -18,16 +18,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..config import Settings
-from ..store.base import BM25Filter
+from ..index.catalog import Catalog
+from ..index.vector import VectorIndex
+from ..store.base import BM25Filter, Store
 from ..types import Block, Hit, Scope, ScoreBreakdown, SearchResult
 from .cache import SearchCache
 from .checkpoints import CheckpointManager
-from .localized import LocalizedSearch
+from .localized import LocalHit, LocalizedSearch
 from .stm import HybridSTM
 
 __all__ = ["SearchCoordinator", "CoordinatorConfig", "LayeredResult", "LAYERS"]
@@ -76,6 +78,14 @@ class LayeredResult:
 FullSearch = Callable[[np.ndarray | None], SearchResult]
 
 
+class IndexView(Protocol):
+    """What the layers read of a memory's indexes (`memory.indexes.MemoryIndexes`)."""
+
+    catalog: Catalog
+    vectors: VectorIndex | None
+    store: Store
+
+
 class SearchCoordinator:
     """Tries working memory, the cache and the checkpoint layer before the full search, and
     counts which layer answered and how fast."""
@@ -100,7 +110,7 @@ class SearchCoordinator:
                 stats.total_ms += ms
 
     def search(self, *, query: str, k: int, scope: Scope, filt: BM25Filter, mode: str,
-               embed: Callable[[], np.ndarray | None], cache_extra: tuple, full_search: FullSearch, memory: Any,
+               embed: Callable[[], np.ndarray | None], cache_extra: tuple, full_search: FullSearch, index: IndexView,
                started: float) -> LayeredResult:
         """`embed` is called only when a layer needs the query vector: working memory with
         token relevance and the cache answer without embedding the query at all."""
@@ -119,7 +129,7 @@ class SearchCoordinator:
             if answered:
                 for r in wm_slots:
                     self.checkpoints.touch(r["slot"])
-                hits = self._wm_hits(wm_slots[:k], memory, filt)
+                hits = self._wm_hits(wm_slots[:k], index, filt)
                 if len(hits) >= cfg.wm_answer_min:
                     return LayeredResult(self._result(query, hits, "working_memory", started), tried=tried)
 
@@ -135,12 +145,12 @@ class SearchCoordinator:
         query_vector = embed() if mode != "bm25" else None
         local_hits = None
         if (cfg.checkpoint_enabled and cfg.checkpoint_stage >= 2 and conversation is not None
-                and query_vector is not None and mode == "hybrid"):
+                and query_vector is not None and mode == "hybrid" and index.vectors is not None):
             tried.append("checkpoint")
             slots = self.hybrid.working.slots(conversation)
-            catalog, vectors = memory.catalog, memory.vectors
+            catalog, vectors = index.catalog, index.vectors
             local = self.localized.search(slots, query_vector, k, catalog, vectors, filt, cfg.checkpoint_radius)
-            local_hits = self._local_hits(local, memory)
+            local_hits = self._local_hits(local, index)
             answered = cfg.checkpoint_stage >= 3 and len(local_hits) >= cfg.checkpoint_answer_min
             self._record("checkpoint", answered, (time.perf_counter() - started) * 1000)
             if answered:
@@ -162,11 +172,12 @@ class SearchCoordinator:
                 self.stage2_comparisons.append(overlap)
             log.info("stage 2: localized search found %.0f%% of the full top-%d for %r", overlap * 100, k, query)
         if cfg.checkpoint_enabled and conversation is not None and query_vector is not None and full.hits:
-            self._refresh_checkpoints(conversation, query_vector, full.hits, memory)
+            self._refresh_checkpoints(conversation, query_vector, full.hits, index)
         return LayeredResult(full, checkpoint_overlap=overlap, tried=tried)
 
     # -- helpers ----------------------------------------------------------------------------
-    def _refresh_checkpoints(self, conversation: Scope, query_vector: np.ndarray, hits: list[Hit], memory: Any) -> None:
+    def _refresh_checkpoints(self, conversation: Scope, query_vector: np.ndarray, hits: list[Hit],
+                             index: IndexView) -> None:
         """Anchor every slot relevant to this query to the blocks that answered it."""
         threshold = self.localized.min_relevance
         top = hits[: self.checkpoints.max_per_slot]
@@ -175,14 +186,14 @@ class SearchCoordinator:
                 continue
             related = []
             for hit in top:
-                row = memory.catalog.row_of(hit.block.block_index)
-                vector = memory.vectors.matrix[row] if row is not None else None
+                row = index.catalog.row_of(hit.block.block_index)
+                vector = index.vectors.matrix[row] if row is not None and index.vectors is not None else None
                 related.append((hit.block.block_index, float(hit.breakdown.vector or hit.score), vector))
             self.checkpoints.create(slot, related)
 
-    def _wm_hits(self, results: list[dict[str, Any]], memory: Any, filt: BM25Filter) -> list[Hit]:
+    def _wm_hits(self, results: list[dict[str, Any]], index: IndexView, filt: BM25Filter) -> list[Hit]:
         indices = [r["block_index"] for r in results if r.get("block_index") is not None]
-        blocks = memory.store.get_many(indices) if indices else {}
+        blocks = index.store.get_many(indices) if indices else {}
         hits = []
         for r in results:
             block = blocks.get(r["block_index"]) if r.get("block_index") is not None else None
@@ -196,8 +207,8 @@ class SearchCoordinator:
             hits.append(Hit(block, score, ScoreBreakdown(vector=score, fused=score, final=score)))
         return hits
 
-    def _local_hits(self, local, memory: Any) -> list[Hit]:
-        blocks = memory.store.get_many([h.block_index for h in local])
+    def _local_hits(self, local: list[LocalHit], index: IndexView) -> list[Hit]:
+        blocks = index.store.get_many([h.block_index for h in local])
         return [Hit(blocks[h.block_index], h.score,
                     ScoreBreakdown(vector=h.similarity, fused=h.score, final=h.score))
                 for h in local if h.block_index in blocks]

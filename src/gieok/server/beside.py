@@ -12,22 +12,43 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 
+from ..chat.compose import Bot
+from .settings import ServerSettings
 from .state import ServerState
 from .tenants import DEFAULT_TENANT
 
-__all__ = ["attach_bot", "serve_beside", "EmbeddedServer"]
+__all__ = ["attach_bot", "serve_beside", "EmbeddedServer", "run_discord_bot_with_server"]
 
 
-def attach_bot(state: ServerState, core: Any) -> None:
+def attach_bot(state: ServerState, bot: Bot) -> None:
     """Serve the bot's own memory as the default tenant (its events flow into the server's
     stream) and report its health at /v1/health."""
-    state.tenants.attach(DEFAULT_TENANT, core.pipeline.memory, core.pipeline.conversation)
-    state.bot = core
+    state.tenants.attach(DEFAULT_TENANT, bot.memory, bot.pipeline.conversation)
+    state.bot = bot.core
+
+
+def run_discord_bot_with_server(settings: ServerSettings, *, host: str | None = None, port: int | None = None) -> None:
+    """`gieok bot --serve`: the Discord bot and `gieok serve` in one process, the bot's memory as
+    the default tenant, so its events and health are visible live (keys as for `gieok serve`)."""
+    import discord  # the discord extra, as `gieok bot` needs anyway
+
+    from ..chat.adapters.discord_bot import opened_discord_bot
+    from .mcp import create_app_with_mcp
+
+    host = host or settings.server_host
+    with opened_discord_bot(settings, publish_events=False) as run:
+        state = ServerState.open(settings)
+        try:
+            attach_bot(state, run.bot)
+            discord.utils.setup_logging()
+            asyncio.run(serve_beside(create_app_with_mcp(state, host=host), run.client.start(run.token),
+                                     run.client.close, host=host, port=port or settings.server_port))
+        finally:
+            state.close()
 
 
 class EmbeddedServer(uvicorn.Server):

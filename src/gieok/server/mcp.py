@@ -35,12 +35,12 @@ from starlette.routing import Route
 from .. import __version__
 from ..chat.layers.conversation import check_id
 from ..chat.layers.recent import conversation_of
-from ..config import Settings
 from ..errors import AuthenticationError, GieokError
 from .app import create_app
 from .auth import ROLES, ApiKeys, Principal
 from .errors import status_of
 from .hosts import is_loopback
+from .settings import ServerSettings
 from .state import ServerState
 from .tenants import DEFAULT_TENANT, Tenant
 
@@ -373,7 +373,7 @@ def check_stdio_key(state: ServerState, key: str | None) -> Principal:
                                   f"(gieok keys list --db {state.tenants.shown})") from None
 
 
-def run_stdio(settings: Settings, key: str | None) -> None:
+def run_stdio(settings: ServerSettings, key: str | None) -> None:
     """Serve MCP over stdin/stdout until the client closes stdin. stdout carries only the
     protocol; logs go to stderr. The key is checked before anything is served."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -10,10 +10,10 @@ import os
 import uvicorn
 from fastapi import FastAPI
 
-from ..config import Settings, load_settings
 from ..errors import ConfigError
 from .hosts import is_loopback
 from .mcp import create_app_with_mcp
+from .settings import ServerSettings
 from .state import ServerState
 
 __all__ = ["serve", "worker_app", "GRACEFUL_SHUTDOWN_SECONDS"]
@@ -32,7 +32,7 @@ def _check(host: str, port: int, auth: bool, workers: int) -> None:
         raise ConfigError(f"--workers must be 1–64, got {workers}")
 
 
-def serve(settings: Settings, *, host: str | None = None, port: int | None = None, workers: int = 1,
+def serve(settings: ServerSettings, *, host: str | None = None, port: int | None = None, workers: int = 1,
           auth: bool = True, log_level: str = "info") -> None:
     host = host or settings.server_host
     port = port or settings.server_port
@@ -61,6 +61,6 @@ def serve(settings: Settings, *, host: str | None = None, port: int | None = Non
 
 def worker_app() -> FastAPI:
     """The app of one worker process (uvicorn's factory)."""
-    settings = load_settings()
+    settings = ServerSettings.load()
     return create_app_with_mcp(ServerState.open(settings, auth=not os.environ.get(_NO_AUTH_VARIABLE)),
                                host=settings.server_host)

@@ -7,12 +7,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Settings
 from ..coordination import RedisConnection, SharedEventLog
 from ..store.base import Store
 from ..store.factory import open_store
 from .auth import ApiKeys
 from .events import EventBus
+from .settings import ServerSettings
 from .tenants import TenantRegistry
 
 __all__ = ["ServerState"]
@@ -20,7 +20,7 @@ __all__ = ["ServerState"]
 
 @dataclass
 class ServerState:
-    settings: Settings
+    settings: ServerSettings
     keys: ApiKeys
     tenants: TenantRegistry
     bus: EventBus
@@ -31,7 +31,7 @@ class ServerState:
     redis: RedisConnection | None = field(default=None, repr=False)  # with the `redis` setting: shared events
 
     @classmethod
-    def open(cls, settings: Settings, *, auth: bool = True) -> ServerState:
+    def open(cls, settings: ServerSettings, *, auth: bool = True) -> ServerState:
         """Open the deployment whose home memory is `settings.db` (created if new)."""
         home = settings.db_location()
         redis = RedisConnection(settings.redis, settings.redis_namespace) if settings.redis else None

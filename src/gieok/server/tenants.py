@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..chat.layers.conversation import ConversationMemory
-from ..config import Settings
 from ..config.settings import is_database_url
 from ..errors import StoreError
 from ..memory import EventListener, Memory
 from ..store.urls import display_url, tenant_schema, with_schema
 from ..types import DEFAULT_TENANT
 from .auth import check_tenant
+from .settings import ServerSettings
 
 __all__ = ["DEFAULT_TENANT", "Tenant", "TenantRegistry", "tenant_path", "tenant_location"]
 
@@ -77,7 +77,7 @@ class TenantRegistry:
     """Opens, shares and closes the tenants' memories (module docstring: where they live, how
     many stay open)."""
 
-    def __init__(self, home: str | Path, settings: Settings, *, max_open: int = 64,
+    def __init__(self, home: str | Path, settings: ServerSettings, *, max_open: int = 64,
                  listener: Callable[[str], EventListener | None] | None = None) -> None:
         self.location = str(home)  # a file path or a database URL
         self.home = Path(home)

@@ -13,6 +13,9 @@ import asyncio
 import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import discord
@@ -22,14 +25,16 @@ from ...coordination import RedisConnection, SharedEventLog
 from ...errors import ConfigError
 from ...memory import Memory
 from ...types import DEFAULT_TENANT
-from ..agent.pipeline import ConversationPipeline
+from ..compose import Bot, build_bot
 from ..layers.recent import conversation_key, conversation_of
-from ..llm import create_llm, require_llm
+from ..llm import require_llm
 from ..llm.tools import default_tools
 from ..runtime.core import BotCore, ChannelRef, InboundMessage
 from ..runtime.shared_channels import SharedChannels
+from ..settings import ChatSettings
 
-__all__ = ["GieokBot", "DiscordOutbox", "USERS_ONLY", "inbound_from", "ref_of"]
+__all__ = ["GieokBot", "DiscordOutbox", "USERS_ONLY", "inbound_from", "ref_of", "DiscordRun", "discord_token",
+           "opened_discord_bot", "run_discord_bot"]
 
 log = logging.getLogger(__name__)
 
@@ -245,55 +250,53 @@ class GieokCommands(commands.Cog):
             log.exception("command %s failed", ctx.command, exc_info=error)
 
 
-def discord_token(settings: Any) -> str:
+def discord_token(settings: ChatSettings) -> str:
     token = os.environ.get("DISCORD_TOKEN", "").strip() or settings.discord_token.strip()
     if not token:
         raise ConfigError("no Discord token: set DISCORD_TOKEN (or GIEOK_DISCORD_TOKEN / discord_token in gieok.toml)")
     return token
 
 
-def run_discord_bot(settings: Any, *, serve: bool = False, host: str | None = None, port: int | None = None) -> None:
-    """`gieok bot`: memory → pipeline (stage 2 on the configured model) → runtime → Discord.
-    Checks the configuration before opening anything; Ctrl-C / SIGTERM shut down gracefully.
-    `serve`: also run `gieok serve` in this process, the bot's memory as the default tenant, so
-    its events and health are visible live (keys as for `gieok serve`)."""
+@dataclass
+class DiscordRun:
+    """A Discord bot ready to start: the client, the bot behind it and the token to log in with."""
+
+    client: GieokBot
+    bot: Bot
+    token: str
+
+
+@contextmanager
+def opened_discord_bot(settings: ChatSettings, *, publish_events: bool = True) -> Iterator[DiscordRun]:
+    """Memory → pipeline (stage 2 on the configured model) → runtime → Discord client, checked
+    before anything opens; the memory and Redis close when the block ends. `publish_events`: with
+    Redis, the memory's events go to the shared stream every server reads (a server running in
+    this process takes them itself)."""
     token = discord_token(settings)
     require_llm(settings)
     if settings.discord_shard_id >= settings.discord_shard_count:
         raise ConfigError(f"discord_shard_id must be below discord_shard_count ({settings.discord_shard_count}), "
                           f"got {settings.discord_shard_id}")
-    owners = set(settings.discord_owner_ids)
     redis = RedisConnection(settings.redis, settings.redis_namespace) if settings.redis else None
     memory = Memory(settings=settings)
     try:
-        llm = create_llm(settings)
-        # with Redis, what a crash left in L1 is written channel by channel under each lease (BotCore.start)
-        pipeline = ConversationPipeline(memory, settings=settings, llm=llm, recover=redis is None)
-        bot = GieokBot(prefix=settings.discord_prefix, owner_ids=owners, language=settings.language,
-                       shard_id=settings.discord_shard_id, shard_count=settings.discord_shard_count)
-        shared = None
-        if redis is not None:
-            shared = SharedChannels(redis, lease_seconds=settings.redis_lease_seconds)
-            if not serve:  # the bot's events still reach every server's /v1/events
-                memory.listener = SharedEventLog(redis, settings.event_buffer).listener(DEFAULT_TENANT)
-        core = BotCore(pipeline, llm, outbox=bot.outbox, settings=settings, tools=default_tools(settings),
-                       shared=shared)
-        bot.attach(core)
-        if not serve:
-            bot.run(token, log_handler=None)  # discord.py closes the bot (and so the core) on Ctrl-C
-            return
-        # the server's packages load only with --serve
-        from ...server import ServerState
-        from ...server.beside import attach_bot, serve_beside
-        from ...server.mcp import create_app_with_mcp
-
-        host = host or settings.server_host
-        state = ServerState.open(settings)
-        attach_bot(state, core)
-        discord.utils.setup_logging()
-        asyncio.run(serve_beside(create_app_with_mcp(state, host=host), bot.start(token), bot.close,
-                                 host=host, port=port or settings.server_port))
+        client = GieokBot(prefix=settings.discord_prefix, owner_ids=set(settings.discord_owner_ids),
+                          language=settings.language, shard_id=settings.discord_shard_id,
+                          shard_count=settings.discord_shard_count)
+        shared = SharedChannels(redis, lease_seconds=settings.redis_lease_seconds) if redis is not None else None
+        if redis is not None and publish_events:
+            memory.listener = SharedEventLog(redis, settings.event_buffer).listener(DEFAULT_TENANT)
+        bot = build_bot(settings, memory, outbox=client.outbox, tools=default_tools(settings), shared=shared)
+        client.attach(bot.core)
+        yield DiscordRun(client, bot, token)
     finally:
         memory.close()
         if redis is not None:
             redis.close()
+
+
+def run_discord_bot(settings: ChatSettings) -> None:
+    """`gieok bot`: the Discord bot until Ctrl-C / SIGTERM (discord.py then closes the client, and
+    so the core, gracefully). With the server beside it: `gieok.server.beside.run_discord_bot_with_server`."""
+    with opened_discord_bot(settings) as run:
+        run.client.run(run.token, log_handler=None)

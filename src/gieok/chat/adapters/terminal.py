@@ -38,15 +38,15 @@ from rich.markdown import Markdown
 from rich.table import Table
 from rich.text import Text
 
-from ...config import Settings, load_settings
 from ...errors import GieokError
 from ...memory import Memory
 from ..agent.pipeline import ConversationPipeline
+from ..compose import FROM_SETTINGS, build_bot
 from ..layers.facts import LORE_GUILD
 from ..layers.recent import conversation_key, conversation_of
-from ..llm import create_llm
 from ..llm.base import LLM
 from ..runtime.core import BotCore, ChannelRef, InboundMessage
+from ..settings import ChatSettings, chat_settings
 
 __all__ = ["TerminalChat", "TerminalOutbox", "run_chat", "default_user_name", "LOCAL_USER", "TERMINAL_CHANNEL",
            "TERMINAL_REF", "COMMANDS"]
@@ -198,11 +198,11 @@ class TerminalChat:
     as `ConversationPipeline` takes it).
     """
 
-    def __init__(self, settings: Settings | None = None, *, db: str | Path | None = None,
+    def __init__(self, settings: ChatSettings | None = None, *, db: str | Path | None = None,
                  user_name: str | None = None, input: Iterable[str] | None = None,
                  console: Console | None = None, memory: Memory | None = None, llm: LLM | None = None,
                  classifier: Any = "bundled") -> None:
-        base = settings or (memory.settings if memory is not None else load_settings())
+        base = settings or chat_settings(memory.settings if memory is not None else None)
         if db is not None:
             base = base.with_overrides(db=str(db))
         # This front-end only: whole lines arrive one at a time, so waiting for more is pointless;
@@ -276,11 +276,9 @@ class TerminalChat:
     def _open(self) -> BotCore:
         if self._memory is None:
             self._memory = Memory(settings=self.settings)
-        if self._llm is None:
-            self._llm = create_llm(self.settings)
-        self.pipeline = ConversationPipeline(self._memory, settings=self.settings, llm=self._llm,
-                                             classifier=self._classifier)
-        self.core = BotCore(self.pipeline, self._llm, outbox=self.outbox, settings=self.settings)
+        bot = build_bot(self.settings, self._memory, outbox=self.outbox, classifier=self._classifier,
+                        llm=FROM_SETTINGS if self._llm is None else self._llm)
+        self._llm, self.pipeline, self.core = bot.llm, bot.pipeline, bot.core
         threading.Thread(target=self._warm_up, name="gieok-chat-warm-up", daemon=True).start()
         return self.core
 
@@ -482,7 +480,7 @@ def _last_error(core: BotCore) -> str:
     return f"{stage} failed: {error}"
 
 
-def run_chat(settings: Settings | None = None, *, db: str | Path | None = None, user_name: str | None = None,
+def run_chat(settings: ChatSettings | None = None, *, db: str | Path | None = None, user_name: str | None = None,
              console: Console | None = None) -> None:
     """`gieok chat`: the caller has checked that a language model is configured."""
     asyncio.run(TerminalChat(settings, db=db, user_name=user_name, console=console).run())

@@ -12,6 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from ...config import Settings
+from ...embed import CachedEmbedder, create_embedder
+
 __all__ = ["CLASSIFIER_ENCODER", "classifier_encoder", "embed_messages", "message_model_name"]
 
 # The classifiers (guard, gatekeeper stage 1) read a chat message through their own encoder,
@@ -24,12 +27,9 @@ __all__ = ["CLASSIFIER_ENCODER", "classifier_encoder", "embed_messages", "messag
 CLASSIFIER_ENCODER = "use"
 
 
-def classifier_encoder(settings: Any = None) -> Any:
+def classifier_encoder(settings: Settings | None = None) -> CachedEmbedder:
     """The classifiers' encoder (one engine per process, cached like any embedder)."""
-    from ...config import load_settings
-    from ...embed import create_embedder
-
-    return create_embedder(CLASSIFIER_ENCODER, settings or load_settings())
+    return create_embedder(CLASSIFIER_ENCODER, settings or Settings())
 
 
 def embed_messages(encoder: Any, texts: Sequence[str]) -> np.ndarray:

@@ -33,9 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from ...config import Settings, read_text_file
+from ...config import read_text_file
 from ...embed.priority import Priority, embedding_priority
 from ...errors import GieokError, InvalidInputError, InvalidTypeError
+from ...memory import Memory
 from ...retrieval.passages import SPEAKER_NAME_KEY, speaker_name_of
 from ...store.conversation import L1Row
 from ...types import Scope, scope_from_key, scope_key
@@ -44,6 +45,7 @@ from ..layers.conversation import ConversationMemory, check_id
 from ..layers.facts import Fact
 from ..layers.recent import conversation_of
 from ..llm.base import LLM
+from ..settings import ChatSettings, chat_settings
 from .classifier import classifier_encoder
 from .context import AssembledPrompt, Budget, ContextBuilder, MemoryLine, RecentLine
 from .fact_review import KnownFacts, list_known_facts, store_reviewed
@@ -146,14 +148,14 @@ class ConversationPipeline:
     `encoder`: the classifiers' encoder (`classifier_encoder()` by default: USE), whose vectors
     both classifiers read; the memory's own embedder (e5) is left to retrieval."""
 
-    def __init__(self, memory: Any, *, settings: Settings | None = None, llm: LLM | None = None,
+    def __init__(self, memory: Memory, *, settings: ChatSettings | None = None, llm: LLM | None = None,
                  classifier: Any = "bundled", guard: MessageGuard | None = None,
                  clock: Callable[[], float] = time.time, conversation: ConversationMemory | None = None,
                  encoder: Any = None, recover: bool = True) -> None:
         """`recover=False` leaves messages a crash left only in L1 to the caller: a runtime that
         shares the store with other processes writes each channel's under that channel's lease."""
         self.memory = memory
-        self.settings = s = settings or memory.settings
+        self.settings = s = chat_settings(settings if settings is not None else memory.settings)
         self.clock = clock
         self.conversation = conversation or ConversationMemory(memory, s, clock=clock)
         self.tables = self.conversation.tables

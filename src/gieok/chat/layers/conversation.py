@@ -12,10 +12,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ...config import Settings, read_text_file
+from ...config import read_text_file
 from ...errors import InvalidInputError, InvalidTypeError
+from ...memory import Memory
 from ...store.conversation import ConversationStore
 from ...types import Scope
+from ..settings import ChatSettings, chat_settings
 from .facts import FactStore, PairJudge
 from .recent import RecentMessages
 from .summary import SummaryStore
@@ -47,9 +49,9 @@ class ConversationMemory:
     blocks with whoever erases a user: share one instance between a bot and a server that
     watch the same memory."""
 
-    def __init__(self, memory: Any, settings: Settings | None = None, *,
+    def __init__(self, memory: Memory, settings: ChatSettings | None = None, *,
                  clock: Callable[[], float] = time.time) -> None:
-        s = settings or memory.settings
+        s = chat_settings(settings if settings is not None else memory.settings)
         self.memory = memory
         self.settings = s
         self.clock = clock

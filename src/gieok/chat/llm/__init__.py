@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...config import Settings, load_settings
-from ...config.values import ChainEntry, parse_chain
 from ...errors import ConfigError
+from ..settings import ChainEntry, ChatSettings, parse_chain
 from .base import LLM, ChatMessage, ChatResponse, Role, ToolCall, ToolSpec
 from .configured import LLMNotConfiguredError, llm_configured, require_llm
 from .router import LLMHealth, LLMRouter, ProviderHealth, Route
@@ -33,7 +32,7 @@ def _key_label(index: int, key: str) -> str:
     return f"key {index + 1} (…{key[-4:]})" if len(key) >= 12 else f"key {index + 1}"
 
 
-def _route(entry: ChainEntry, settings: Settings) -> Route:
+def _route(entry: ChainEntry, settings: ChatSettings) -> Route:
     if entry.provider == "gemini":
         gemini_keys = settings.gemini_keys
         if not gemini_keys:
@@ -61,12 +60,12 @@ def _route(entry: ChainEntry, settings: Settings) -> Route:
                                            chat_format=settings.llamacpp_chat_format or None)], ["local"])
 
 
-def create_llm(settings: Settings | None = None, *, chain: str | None = None, **router_options: Any) -> LLMRouter:
+def create_llm(settings: ChatSettings | None = None, *, chain: str | None = None, **router_options: Any) -> LLMRouter:
     """The router for `settings.llm_chain` (or `chain`); `router_options` go to `LLMRouter`
     (e.g. `clock=`, `sleep=` in tests). An empty chain means `gemini:gemini-2.5-flash` when a
     Gemini key is set, else `openai:qwen2.5:7b` at `openai_base_url` (a local Ollama)."""
     if settings is None:
-        settings = load_settings()
+        settings = ChatSettings()
     entries = settings.llm_chain if chain is None else parse_chain(chain)
     if not entries:
         entries = parse_chain(f"gemini:{DEFAULT_GEMINI_MODEL}" if settings.gemini_keys

@@ -15,8 +15,8 @@ Configured means any of: `llm_chain` is set (whatever it names, including a loca
 
 from __future__ import annotations
 
-from ...config import Settings
 from ...errors import ConfigError
+from ..settings import ChatSettings
 
 __all__ = ["LLMNotConfiguredError", "llm_configured", "require_llm", "NOT_CONFIGURED_MESSAGE"]
 
@@ -29,12 +29,12 @@ class LLMNotConfiguredError(ConfigError):
     """No provider is configured; the message names the settings that would configure one."""
 
 
-def llm_configured(settings: Settings) -> bool:
+def llm_configured(settings: ChatSettings) -> bool:
     """Whether the settings name a language model (see the module docstring for the rule)."""
     return bool(settings.llm_chain or settings.gemini_keys or settings.openai_keys)
 
 
-def require_llm(settings: Settings) -> None:
+def require_llm(settings: ChatSettings) -> None:
     """Raise `LLMNotConfiguredError` (one line, printed by `gieok`'s error handler) unless a
     language model is configured. Cheap: reads the settings only, opens nothing."""
     if not llm_configured(settings):

@@ -39,7 +39,7 @@ from .tools import (
 )
 
 if TYPE_CHECKING:
-    from ...config import Settings
+    from ..settings import ChatSettings
 
 __all__ = ["run_tool_loop", "ToolLoopResult", "ToolCallRecord", "tool_loop_options"]
 
@@ -73,7 +73,7 @@ class ToolLoopResult:
         return sum(call.seconds for call in self.calls)
 
 
-def tool_loop_options(settings: Settings) -> dict[str, Any]:
+def tool_loop_options(settings: ChatSettings) -> dict[str, Any]:
     """`run_tool_loop` keyword arguments from the settings (`tool_rounds`, `tool_result_chars`,
     `tool_timeout_seconds`)."""
     return {"max_rounds": settings.tool_rounds, "result_chars": settings.tool_result_chars,

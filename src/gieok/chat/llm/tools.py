@@ -46,9 +46,9 @@ from ...errors import GieokError
 from .base import ToolSpec
 
 if TYPE_CHECKING:
-    from ...config import Settings
     from ...memory import Memory
     from ..layers.facts import FactStore
+    from ..settings import ChatSettings
 
 __all__ = [
     "ToolContext",
@@ -546,7 +546,7 @@ def ddgs_tools(ddgs_factory: Callable[[], Any] | None = None, *, region: str = "
 
 # -- the default set ---------------------------------------------------------------------------
 
-def default_tools(settings: Settings | None = None, *, clock: Callable[[], float] = time.time,
+def default_tools(settings: ChatSettings | None = None, *, clock: Callable[[], float] = time.time,
                   ddgs_factory: Callable[[], Any] | None = None,
                   github_transport: httpx.AsyncBaseTransport | None = None,
                   exclude: Iterable[str] = ()) -> list[Tool]:

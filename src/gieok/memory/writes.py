@@ -1,0 +1,91 @@
+"""How blocks reach the store. A write embeds outside the memory's lock (the slow part), then
+commits in one transaction under it; the indexes take the new rows, cached answers of the scopes
+it touched are dropped, and listeners hear of it. A turn is embedded as a passage with the turns
+just before it in its channel (`retrieval/passages.py`), read from what is already stored."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..config import Settings
+from ..embed import CachedEmbedder
+from ..retrieval.passages import PassageContext, PassageSource
+from ..store.base import NewBlock, Store
+from ..types import Block
+from . import ingest
+from .embedding import embed_passages
+from .events import MemoryEvents, block_event
+from .indexes import MemoryIndexes
+from .layered import LayerStack
+from .transfer import WRITE_CHUNK, Progress
+
+__all__ = ["WritePath"]
+
+
+class WritePath:
+    """The writes of one memory: its store, indexes, layers, events and lock."""
+
+    def __init__(self, store: Store, settings: Settings, indexes: MemoryIndexes, layers: LayerStack,
+                 events: MemoryEvents, lock: threading.RLock, embedder: Callable[[], CachedEmbedder],
+                 check_open: Callable[[], None]) -> None:
+        self.store = store
+        self.settings = settings
+        self.indexes = indexes
+        self.layers = layers
+        self.events = events
+        self.lock = lock
+        self.embedder = embedder
+        self.check_open = check_open
+
+    def passage_context(self) -> PassageContext:
+        s = self.settings
+        return PassageContext(s.embed_context_turns, s.embed_context_gap_seconds, self._earlier_turns)
+
+    def _earlier_turns(self, channel: str) -> list[PassageSource]:
+        """The channel's last stored turns, oldest first (forgotten ones with no text)."""
+        with self.lock:
+            self.indexes.sync()
+            indices = self.indexes.catalog.last_turns(channel, self.settings.embed_context_turns)
+        found = self.store.get_many(indices)
+        return [ingest.passage_source(b) for b in (found[i] for i in indices if i in found)]
+
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        return embed_passages(self.embedder(), texts, self.settings.embed_batch_size)
+
+    def write(self, blocks: list[NewBlock], vectors: np.ndarray | None = None) -> list[Block]:
+        if vectors is None:
+            vectors = self.embed_passages(self.passage_context().texts_for(
+                [ingest.new_passage_source(b) for b in blocks]))
+        with self.lock:
+            self.check_open()
+            self.indexes.sync()
+            written = self.store.append(blocks, vectors, insert_time=time.time())
+            self.indexes.after_append(written, vectors, [b.tokens for b in blocks])
+            self.indexes.noted()
+            self.layers.invalidate(b.scope for b in written)
+        if self.events.active:
+            self.events.emit("memory.added", {"blocks": [block_event(b) for b in written]})
+        return written
+
+    def write_chunked(self, prepared: list[NewBlock], vectors: np.ndarray | None,
+                      progress: Progress | None) -> list[Block]:
+        """Many blocks, each chunk of `WRITE_CHUNK` one transaction."""
+        out: list[Block] = []
+        for start in range(0, len(prepared), WRITE_CHUNK):
+            chunk = prepared[start : start + WRITE_CHUNK]
+            out.extend(self.write(chunk, vectors[start : start + len(chunk)] if vectors is not None else None))
+            if progress:
+                progress(len(chunk))
+        return out
+
+    def append_exact(self, chunk: list[Block], tokens: list[list[str]], vectors: np.ndarray) -> None:
+        """Blocks of an export into an empty memory, with their indices and hashes (transfer.py)."""
+        with self.lock:
+            self.store.append_exact(chunk, tokens, vectors)
+            self.indexes.catch_up()
+            self.indexes.noted()
+            self.layers.invalidate(b.scope for b in chunk)

@@ -1,0 +1,28 @@
+"""The server's settings (`gieok serve`, `gieok mcp`, `gieok bot --serve`): where it listens, how
+much it accepts, how many tenants it keeps open, the key `gieok mcp` acts with. `ServerSettings`
+adds these to the chat's (the server runs conversations too); `[server]` is their table in
+`gieok.toml` (docs/configuration.md, "Server")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..chat.settings import ChatSettings
+from ..config.settings import at_least, between, not_blank, setting
+
+__all__ = ["ServerSettings"]
+
+
+@dataclass(frozen=True, repr=False)  # Settings.__repr__ keeps secrets out
+class ServerSettings(ChatSettings):
+    """The server's settings, on top of the chat's and the engine's."""
+
+    SECTION: ClassVar[str] = "server"
+
+    server_host: str = setting("127.0.0.1", not_blank)
+    server_port: int = setting(8420, between(1, 65535))
+    server_max_body_bytes: int = setting(1_048_576, at_least(1024))  # a larger request body is refused (413)
+    server_max_import_bytes: int = setting(268_435_456, at_least(1024))  # …except POST /v1/import, up to this
+    server_open_tenants: int = setting(64, at_least(1))  # tenant memories kept open (least recently used closed)
+    api_key: str = setting("", secret=True)  # the key `gieok mcp` (stdio) acts with; GIEOK_API_KEY
