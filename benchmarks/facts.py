@@ -6,7 +6,7 @@ Two modes, on the bundled hand-labeled Korean/English pairs (duplicate / conflic
   the changed span, cosine floors) on each pair.
 - `--llm scripted`: the extraction model's path, end to end — for each pair the older fact is
   stored in a real SQLite memory, listed to the model as F1, and a recorded answer
-  (`src/gieok/data/fact_answers.jsonl`, hand-recorded: see its header) is replayed by the
+  (`benchmarks/data/fact_answers.jsonl`, hand-recorded: see its header) is replayed by the
   scripted LLM through the real extraction prompt, parser, validation (agent/fact_review.py)
   and `FactStore.add`; what was stored is the prediction. Answers the validation refuses go to
   the offline judge, as in the bot.

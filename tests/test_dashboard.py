@@ -49,10 +49,10 @@ from gieok.chat.agent.pipeline import ConversationPipeline  # noqa: E402
 from gieok.chat.layers.recent import conversation_of  # noqa: E402
 from gieok.chat.llm.router import LLMRouter, Route  # noqa: E402
 from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage  # noqa: E402
-from gieok.config import load_settings  # noqa: E402
 from gieok.demo import load_sample_conversation  # noqa: E402
 from gieok.server import ServerState, create_app  # noqa: E402
 from gieok.server.beside import attach_bot, serve_beside  # noqa: E402
+from gieok.server.settings import ServerSettings  # noqa: E402
 from runtime_helpers import ChatModel, RecordingOutbox  # noqa: E402
 
 # Read at import: the suite's autouse fixture clears GIEOK_* variables and changes directory per test.
@@ -79,7 +79,7 @@ def seed(home: Path) -> dict[str, Any]:
     chat = load_sample_conversation()
     guild, channel = chat["guild"], chat["channel"]
     here = conversation_of(guild, channel)
-    state = ServerState.open(load_settings(db=str(home)))
+    state = ServerState.open(ServerSettings.load(db=str(home)))
     try:
         keys = {name: state.keys.create(tenant, role, name)[0] for name, tenant, role in (
             ("write", "default", "write"), ("read", "default", "read"), ("acme", "acme", "write"))}

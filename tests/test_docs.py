@@ -1,6 +1,6 @@
 """The documentation stays true to the code: README is a short front door, every relative
-link in README.md and docs/*.md resolves, and docs/configuration.md's settings table names
-exactly the fields of `gieok.config.Settings`."""
+link in README.md and docs/*.md resolves, and each of docs/configuration.md's settings tables
+(engine, chat, server) names exactly the fields its ring declares."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import dataclasses
 import re
 from pathlib import Path
 
+from gieok.chat.settings import ChatSettings
 from gieok.config import Settings
+from gieok.server.settings import ServerSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -49,28 +51,40 @@ def _relative_links(path: Path) -> list[str]:
     return targets
 
 
-def _settings_table_names(path: Path) -> set[str]:
-    names: set[str] = set()
+def _settings_tables(path: Path) -> dict[str, set[str]]:
+    """The settings named in the first column of each `### <Section>` table, by section."""
+    tables: dict[str, set[str]] = {}
+    section: str | None = None
     for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.startswith("|"):
+        if line.startswith("## "):
+            section = None
+        elif line.startswith("### "):
+            section = line[4:].split()[0].lower()
+        if section is None or not line.startswith("|"):
             continue
         cells = line.strip().strip("|").split("|")
         first = cells[0].strip()
         if first.startswith("setting") or set(first) <= {"-", ":", " "}:
             continue  # the header row and the separator row
-        names.update(re.findall(r"`([^`]+)`", first))
-    return names
+        tables.setdefault(section, set()).update(re.findall(r"`([^`]+)`", first))
+    return tables
 
 
-def test_configuration_table_names_every_setting() -> None:
-    in_table = _settings_table_names(DOCS / "configuration.md")
-    in_code = {field.name for field in dataclasses.fields(Settings)}
-    missing_from_table = sorted(in_code - in_table)
-    not_settings = sorted(in_table - in_code)
-    assert in_table == in_code, (
-        f"docs/configuration.md's settings table lacks {missing_from_table}; "
-        f"it names {not_settings}, which are not fields of Settings"
-    )
+def _own_fields(cls: type, base: type | None) -> set[str]:
+    inherited = {f.name for f in dataclasses.fields(base)} if base is not None else set()
+    return {f.name for f in dataclasses.fields(cls)} - inherited
+
+
+def test_each_rings_settings_table_names_exactly_its_settings() -> None:
+    tables = _settings_tables(DOCS / "configuration.md")
+    rings = {"engine": (Settings, None), "chat": (ChatSettings, Settings), "server": (ServerSettings, ChatSettings)}
+    assert set(tables) == set(rings), f"docs/configuration.md has settings tables {sorted(tables)}"
+    for section, (cls, base) in rings.items():
+        in_code, in_table = _own_fields(cls, base), tables[section]
+        assert in_table == in_code, (
+            f"docs/configuration.md's {section} table lacks {sorted(in_code - in_table)}; it names "
+            f"{sorted(in_table - in_code)}, which are not {cls.__name__}'s own fields")
+        assert section == cls.SECTION
 
 
 def test_docs_links_resolve() -> None:

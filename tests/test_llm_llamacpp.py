@@ -35,9 +35,9 @@ gguf = pytest.importorskip("gguf", reason="the test builds its GGUF model with t
 
 import numpy as np  # noqa: E402
 
-from gieok import load_settings  # noqa: E402
 from gieok.chat.llm import ChatMessage, ToolCall, ToolSpec, create_llm  # noqa: E402
 from gieok.chat.llm.llamacpp import LlamaCppLLM  # noqa: E402
+from gieok.chat.settings import ChatSettings  # noqa: E402
 from gieok.errors import LLMError  # noqa: E402
 
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' ~ message['role'] ~ '\\n' ~ (message['content'] or '') "
@@ -211,7 +211,7 @@ def test_a_missing_file_is_an_llm_error(tmp_path: Path) -> None:
     with pytest.raises(LLMError, match="GGUF model file not found"):
         LlamaCppLLM(str(tmp_path / "absent.gguf"))
     with pytest.raises(LLMError, match="GGUF model file not found"):
-        create_llm(load_settings(llm_chain=f"llamacpp:{tmp_path / 'absent.gguf'}"))
+        create_llm(ChatSettings.load(llm_chain=f"llamacpp:{tmp_path / 'absent.gguf'}"))
 
 
 def test_a_broken_file_is_an_llm_error_and_llama_cpp_says_why_in_the_log(
@@ -339,7 +339,7 @@ def test_an_answer_in_words_while_tools_are_offered_gets_written(model_path: Pat
 
 
 def test_create_llm_builds_a_llamacpp_route_and_the_router_uses_it(model_path: Path) -> None:
-    settings = load_settings().with_overrides(llm_chain=f"llamacpp:{model_path}", llamacpp_n_ctx=N_CTX_TRAIN)
+    settings = ChatSettings.load().with_overrides(llm_chain=f"llamacpp:{model_path}", llamacpp_n_ctx=N_CTX_TRAIN)
     router = create_llm(settings)
     assert router.name == f"router(llamacpp:{model_path})"
     [route] = router.routes
@@ -359,7 +359,7 @@ def test_create_llm_builds_a_llamacpp_route_and_the_router_uses_it(model_path: P
 
 
 def test_the_chain_setting_picks_a_chat_format_that_calls_tools(tool_model_path: Path) -> None:
-    settings = load_settings().with_overrides(llm_chain=f"llamacpp:{tool_model_path}", llamacpp_n_ctx=1024,
+    settings = ChatSettings.load().with_overrides(llm_chain=f"llamacpp:{tool_model_path}", llamacpp_n_ctx=1024,
                                               llamacpp_chat_format="chatml-function-calling")
     router = create_llm(settings)
     response = asyncio.run(router.chat([ChatMessage("user", "Cheer up the room.")], tools=[SET_MOOD], max_tokens=32))
@@ -375,7 +375,7 @@ def test_the_gguf_embedder_turns_texts_into_unit_vectors_quietly(model_path: Pat
     from gieok.embed import create_embedder
 
     capfd.readouterr()
-    embedder = create_embedder(f"gguf:{model_path}", load_settings())
+    embedder = create_embedder(f"gguf:{model_path}", ChatSettings.load())
     vectors = embedder.embed_passages(["첫 문장", "second sentence", "첫 문장"])
     assert vectors.shape == (3, 64) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert np.allclose(vectors[0], vectors[2]) and not np.allclose(vectors[0], vectors[1])

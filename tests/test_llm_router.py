@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
-from gieok import load_settings
 from gieok.chat.llm import LLM, ChatMessage, ToolSpec, create_llm
 from gieok.chat.llm.gemini import GeminiLLM
 from gieok.chat.llm.openai_compat import OpenAICompatLLM
 from gieok.chat.llm.router import CONTINUE_INSTRUCTION, LLMRouter, ResumeFilter, Route, continuation_messages
-from gieok.config import parse_chain
+from gieok.chat.settings import ChatSettings, parse_chain
 from gieok.errors import ConfigError, LLMError, LLMUnavailableError
 from llm_servers import (
     LLMServer,
@@ -441,22 +440,22 @@ def test_parse_chain() -> None:
 
 def test_settings_validate_llm_fields(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match="llm_chain entry"):
-        load_settings(llm_chain="gpt:4")
+        ChatSettings.load(llm_chain="gpt:4")
     with pytest.raises(ConfigError, match="openai_json_mode"):
-        load_settings(openai_json_mode="xml")
+        ChatSettings.load(openai_json_mode="xml")
     with pytest.raises(ConfigError, match="llm_max_retries"):
-        load_settings(llm_max_retries=-1)
+        ChatSettings.load(llm_max_retries=-1)
     with pytest.raises(ConfigError, match="llm_timeout_seconds"):
-        load_settings(llm_timeout_seconds=0)
+        ChatSettings.load(llm_timeout_seconds=0)
     monkeypatch.setenv("GIEOK_LLM_CHAIN", "openai:qwen2.5:7b")
     monkeypatch.setenv("GIEOK_GEMINI_API_KEYS", "a, b,a")
-    settings = load_settings()
+    settings = ChatSettings.load()
     assert [e.label for e in settings.llm_chain] == ["openai:qwen2.5:7b"] and settings.gemini_api_keys == ("a", "b")
 
 
 def test_create_llm_from_settings(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
     g, a = servers
-    settings = load_settings(
+    settings = ChatSettings.load(
         llm_chain=f"gemini:gemini-2.5-flash, openai:qwen2.5:7b@{a.url}/v1",
         gemini_api_key="AIzaSy-first-key-0001", gemini_api_keys="AIzaSy-second-key-0002,AIzaSy-first-key-0001",
         gemini_base_url=g.url, llm_max_retries=0, llm_cooldown_seconds=90)
@@ -478,16 +477,16 @@ def test_create_llm_from_settings(vt: VirtualTime, servers: tuple[LLMServer, LLM
 
 
 def test_create_llm_defaults_and_missing_keys() -> None:
-    local = create_llm(load_settings())
+    local = create_llm(ChatSettings.load())
     assert local.name == "router(openai:qwen2.5:7b)"
-    assert create_llm(load_settings(gemini_api_key="AIza-key")).name == "router(gemini:gemini-2.5-flash)"
+    assert create_llm(ChatSettings.load(gemini_api_key="AIza-key")).name == "router(gemini:gemini-2.5-flash)"
     with pytest.raises(ConfigError, match="needs a Gemini API key"):
-        create_llm(load_settings(llm_chain="gemini:gemini-2.5-flash"))
+        create_llm(ChatSettings.load(llm_chain="gemini:gemini-2.5-flash"))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is not None, reason="llama-cpp-python is installed")
 def test_llamacpp_missing_names_the_extra_and_the_build_flag() -> None:
     with pytest.raises(LLMError) as info:
-        create_llm(load_settings(llm_chain="llamacpp:/models/qwen2.5-0.5b-instruct-q4.gguf"))
+        create_llm(ChatSettings.load(llm_chain="llamacpp:/models/qwen2.5-0.5b-instruct-q4.gguf"))
     assert "pip install 'gieok[llamacpp]'" in str(info.value)
     assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF"' in str(info.value)

@@ -38,7 +38,7 @@ from gieok.chat.llm.tools import (
     validate_arguments,
     wrap_result,
 )
-from gieok.config import load_settings
+from gieok.chat.settings import ChatSettings
 from gieok.errors import ConfigError
 from gieok.store.conversation import ConversationTables
 from llm_servers import LLMServer, Received, Reply, no_proxy, openai_completion, run, serve, track
@@ -418,7 +418,7 @@ def test_without_ddgs_the_search_tools_are_not_offered(monkeypatch: pytest.Monke
     assert missing_tools() == {name: f"needs the optional ddgs package: {SEARCH_EXTRA_HINT}"
                                for name in ("web_search", "news_search", "youtube_search")}
     assert SEARCH_EXTRA_HINT == "pip install 'gieok[search]'"
-    names = [tool.name for tool in default_tools(load_settings())]
+    names = [tool.name for tool in default_tools(ChatSettings.load())]
     assert names == ["current_time", "memory_search", "github_search"]
 
 
@@ -475,23 +475,23 @@ def test_ddgs_results_are_formatted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(FakeDDGS, "fail", True)
     assert invoke(tools["web_search"], {"query": "python"})[0] == \
         "error: web_search: the search engines are rate-limiting us; try again later"
-    with_fake = [t.name for t in default_tools(load_settings(), ddgs_factory=FakeDDGS)]
+    with_fake = [t.name for t in default_tools(ChatSettings.load(), ddgs_factory=FakeDDGS)]
     assert with_fake[-3:] == ["web_search", "news_search", "youtube_search"]
 
 
 # -- settings ------------------------------------------------------------------------------------
 
 def test_tool_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = load_settings()
+    settings = ChatSettings.load()
     assert tool_loop_options(settings) == {"max_rounds": 3, "result_chars": 4000, "timeout_seconds": 10.0}
     assert (settings.github_api_url, settings.github_token) == ("https://api.github.com", "")
     monkeypatch.setenv("GIEOK_TOOL_ROUNDS", "1")
     monkeypatch.setenv("GIEOK_GITHUB_API_URL", "http://ghe.local/api/v3")
-    assert load_settings().tool_rounds == 1 and load_settings().github_api_url == "http://ghe.local/api/v3"
+    assert ChatSettings.load().tool_rounds == 1 and ChatSettings.load().github_api_url == "http://ghe.local/api/v3"
     for bad in ({"tool_rounds": -1}, {"tool_result_chars": 10}, {"tool_timeout_seconds": 0},
                 {"github_api_url": "ftp://x"}):
         with pytest.raises(ConfigError):
-            load_settings(**bad)
+            ChatSettings.load(**bad)
 
 
 def test_no_tools_means_one_plain_chat() -> None:

@@ -37,9 +37,9 @@ from mcp_types import CallToolResult
 
 from gieok import Memory
 from gieok.chat.layers.recent import conversation_of
-from gieok.config import load_settings
 from gieok.server import Principal, ServerState
 from gieok.server.mcp import MAX_K, build_mcp, transport_security
+from gieok.server.settings import ServerSettings
 
 TOOLS = {"remember", "search_memory", "get_memory", "forget_memory", "list_facts", "conversation_summary"}
 HANGUL = re.compile(r"[가-힣]")
@@ -88,7 +88,7 @@ def _subprocess_env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture
 def state(tmp_path: Path) -> Iterator[ServerState]:
-    opened = ServerState.open(load_settings(db=str(tmp_path / "home.db")))
+    opened = ServerState.open(ServerSettings.load(db=str(tmp_path / "home.db")))
     try:
         yield opened
     finally:
@@ -259,7 +259,7 @@ def test_without_identity_every_tool_refuses(state: ServerState) -> None:
 
 def test_no_auth_loopback_server_is_the_default_tenants_admin(tmp_path: Path) -> None:
     """`gieok serve --no-auth` (loopback only): like REST, every caller is the default tenant's admin."""
-    opened = ServerState.open(load_settings(db=str(tmp_path / "open.db")), auth=False)
+    opened = ServerState.open(ServerSettings.load(db=str(tmp_path / "open.db")), auth=False)
     try:
         async def scenario() -> None:
             async with Client(build_mcp(opened)) as client:
@@ -287,7 +287,7 @@ def test_transport_security_names_the_listening_host() -> None:
 
 def _keyed_home(tmp_path: Path, *keys: tuple[str, str]) -> tuple[Path, list[tuple[str, int]]]:
     home = tmp_path / "home.db"
-    opened = ServerState.open(load_settings(db=str(home)))
+    opened = ServerState.open(ServerSettings.load(db=str(home)))
     try:
         made = [opened.keys.create(tenant, role, f"{tenant} {role}") for tenant, role in keys]
         return home, [(key, row.key_id) for key, row in made]
@@ -476,7 +476,7 @@ async def refused_by_server() -> AsyncIterator[None]:
 def _seed_alpha(home: Path) -> None:
     """Alpha's memory: filler blocks (so alpha's block indexes are past any beta will have),
     a summary and facts carrying the marker. Written before the server opens the files."""
-    opened = ServerState.open(load_settings(db=str(home)))
+    opened = ServerState.open(ServerSettings.load(db=str(home)))
     try:
         with opened.tenants.use("alpha") as alpha:
             alpha.memory.add_many([f"{MARKER} 잡담 {i}" for i in range(5)])

@@ -15,8 +15,8 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from gieok.chat.layers.recent import conversation_of
-from gieok.config import load_settings
 from gieok.server import ServerState, create_app, tenant_path
+from gieok.server.settings import ServerSettings
 
 MARKER = "ALPHA-SECRET-7731"  # every piece of tenant alpha's data carries it
 ALPHA_CHANNEL = "alpha-cafe"
@@ -56,7 +56,7 @@ def _seed_alpha(state: ServerState) -> int:
 
 @pytest.fixture
 def deployment(tmp_path: Path) -> Iterator[Deployment]:
-    state = ServerState.open(load_settings(db=str(tmp_path / "home.db")))
+    state = ServerState.open(ServerSettings.load(db=str(tmp_path / "home.db")))
     keys, ids = {}, {}
     for name, tenant, role in (("alpha", "alpha", "admin"), ("alpha_read", "alpha", "read"),
                                ("beta", "beta", "admin"), ("beta_write", "beta", "write"),
@@ -357,7 +357,7 @@ def test_websocket_events_and_resume(deployment: Deployment) -> None:
 
 
 def test_websocket_says_when_the_buffer_no_longer_reaches_back(tmp_path: Path) -> None:
-    state = ServerState.open(load_settings(db=str(tmp_path / "home.db"), event_buffer=2))
+    state = ServerState.open(ServerSettings.load(db=str(tmp_path / "home.db"), event_buffer=2))
     key, _ = state.keys.create("default", "write")
     headers = {"Authorization": f"Bearer {key}"}
     with TestClient(create_app(state)) as client:

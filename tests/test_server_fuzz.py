@@ -12,11 +12,11 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from gieok.config import load_settings
 from gieok.server import ServerState, create_app
+from gieok.server.settings import ServerSettings
 
 _WORKDIR = Path(tempfile.mkdtemp(prefix="gieok-fuzz-"))
-_STATE = ServerState.open(load_settings(db=str(_WORKDIR / "home.db"), cache_size=0))
+_STATE = ServerState.open(ServerSettings.load(db=str(_WORKDIR / "home.db"), cache_size=0))
 _KEY, _ = _STATE.keys.create("fuzz", "admin", "schemathesis")
 _APP = create_app(_STATE, owns_state=False)
 with _STATE.tenants.use("fuzz") as _tenant:  # something to find, page through and forget

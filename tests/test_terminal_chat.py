@@ -29,7 +29,7 @@ from rich.console import Console
 from gieok import Memory
 from gieok.chat.adapters.terminal import LOCAL_USER, TerminalChat
 from gieok.chat.llm.configured import llm_configured
-from gieok.config import load_settings
+from gieok.chat.settings import ChatSettings
 from llm_servers import LLMServer, Received, Reply, no_proxy, openai_chunks, openai_completion, serve
 
 REPLY_PIECES = ["안녕, ", "민지! ", "보리는 ", "잘 지내?"]
@@ -86,16 +86,16 @@ def test_without_a_model_it_says_what_to_set_and_opens_nothing(tmp_path: Path) -
     assert "GIEOK_GEMINI_API_KEY" in result.stderr and "GIEOK_LLM_CHAIN" in result.stderr
     assert not db.exists(), "nothing is opened before the check"
     # What counts as configured: a chain, a Gemini key or an OpenAI key.
-    assert not llm_configured(load_settings())
+    assert not llm_configured(ChatSettings.load())
     for setting in ({"llm_chain": "openai:qwen2.5:7b"}, {"gemini_api_key": "k"}, {"gemini_api_keys": "a,b"},
                     {"openai_api_key": "sk"}, {"openai_api_keys": "x"}):
-        assert llm_configured(load_settings(**setting)), setting
+        assert llm_configured(ChatSettings.load(**setting)), setting
 
 
 def test_chat_through_its_input_stream(server: LLMServer, tmp_path: Path) -> None:
     counts = scripted_server(server)
     db = tmp_path / "chat.db"
-    settings = load_settings(db=str(db), llm_chain="openai:test-model", openai_base_url=f"{server.url}/v1",
+    settings = ChatSettings.load(db=str(db), llm_chain="openai:test-model", openai_base_url=f"{server.url}/v1",
                              llm_max_retries=0)
     buffer = io.StringIO()
     console = Console(file=buffer, width=160, color_system=None, highlight=False)

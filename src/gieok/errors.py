@@ -25,6 +25,7 @@ __all__ = [
     "EmbedderMismatchError",
     "ImportFormatError",
     "ConfigError",
+    "MissingExtraError",
     "LLMError",
     "LLMOutputError",
     "LLMRateLimitError",
@@ -110,6 +111,15 @@ class ImportFormatError(InvalidInputError):
 
 class ConfigError(GieokError, ValueError):
     """A setting in the environment or gieok.toml is invalid."""
+
+
+class MissingExtraError(ConfigError):
+    """What was asked for needs an optional part of gieok that is not installed (an extra)."""
+
+    def __init__(self, what: str, extra: str, missing: str | None = None) -> None:
+        self.extra = extra
+        detail = f" ({missing} is not installed)" if missing else ""
+        super().__init__(f"{what} needs the {extra} extra{detail}: pip install 'gieok[{extra}]'")
 
 
 class LLMError(GieokError):

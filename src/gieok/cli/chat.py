@@ -19,7 +19,7 @@ from ..chat.layers.conversation import ConversationMemory
 from ..chat.layers.recent import conversation_of
 from ..chat.llm.configured import require_llm
 from ..chat.settings import chat_settings
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, MissingExtraError
 from .options import DbOption, GuildOpt, JsonFlag, RedisOption, _open, given, load, out
 
 __all__ = ["conversation_commands"]
@@ -195,13 +195,17 @@ def bot(
     if shard_count is not None:
         overrides["discord_shard_count"] = shard_count
     settings = load(**overrides)
-    if serve:
-        from ..server.beside import run_discord_bot_with_server  # the server extra, only with --serve
-
-        run_discord_bot_with_server(settings, host=host, port=port)
-    else:
-        from ..chat.adapters.discord_bot import run_discord_bot  # discord.py takes ~0.5 s to import
-
+    try:  # discord.py (the discord extra) takes ~0.5 s to import: only for `gieok bot`
+        from ..chat.adapters.discord_bot import run_discord_bot
+    except ImportError as exc:
+        raise MissingExtraError("gieok bot", "discord", exc.name) from None
+    if not serve:
         run_discord_bot(settings)
+        return
+    try:  # the server extra, only with --serve
+        from ..server.beside import run_discord_bot_with_server
+    except ImportError as exc:
+        raise MissingExtraError("gieok bot --serve", "server", exc.name) from None
+    run_discord_bot_with_server(settings, host=host, port=port)
 
 

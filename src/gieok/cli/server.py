@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, MissingExtraError
 from ..server.auth import ROLES, ApiKeys
 from ..store.factory import open_store
 from .options import DbOption, JsonFlag, RedisOption, err, given, load, out
@@ -53,7 +53,10 @@ def serve(
 
     Example: gieok keys create --tenant default --role write && gieok serve --db chat.db --port 8420
     """
-    from ..server.run import serve as run_server  # uvicorn and FastAPI load only for this command
+    try:  # uvicorn and FastAPI (the server extra) load only for this command
+        from ..server.run import serve as run_server
+    except ImportError as exc:
+        raise MissingExtraError("gieok serve", "server", exc.name) from None
 
     settings = load(**given(db, redis))
     run_server(settings, host=host, port=port, workers=workers, auth=not no_auth)
@@ -77,7 +80,10 @@ def mcp(
 
     Example: GIEOK_API_KEY=gk_… gieok mcp --db ~/gieok/chat.db
     """
-    from ..server.mcp import run_stdio  # the MCP SDK and FastAPI load only for this command
+    try:  # the MCP SDK and FastAPI (the server extra) load only for this command
+        from ..server.mcp import run_stdio
+    except ImportError as exc:
+        raise MissingExtraError("gieok mcp", "server", exc.name) from None
 
     settings = load(**({"db": str(db)} if db else {}))
     run_stdio(settings, key if key is not None else settings.api_key)

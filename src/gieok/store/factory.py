@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from ..config.settings import is_database_url
-from ..errors import ConfigError
+from ..errors import MissingExtraError
 from .base import Store
 from .sqlite import SQLiteStore
 
@@ -21,8 +21,7 @@ def open_store(location: str | os.PathLike[str], *, busy_timeout_ms: int = 10_00
         try:  # psycopg is the `postgres` extra: only a PostgreSQL URL needs it
             from .postgres import PostgresStore
         except ImportError as exc:
-            raise ConfigError(f"a PostgreSQL db needs the postgres extra: pip install 'gieok[postgres]' "
-                              f"({exc.name} is missing)") from None
+            raise MissingExtraError("a PostgreSQL db", "postgres", exc.name) from None
         return PostgresStore(str(location), busy_timeout_ms=busy_timeout_ms, hnsw_m=hnsw_m,
                              hnsw_ef_construction=hnsw_ef_construction, hnsw_ef_search=hnsw_ef_search)
     return SQLiteStore(location, busy_timeout_ms=busy_timeout_ms)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ConfigError
+from ...errors import ConfigError, MissingExtraError
 from ..settings import ChainEntry, ChatSettings, parse_chain
 from .base import LLM, ChatMessage, ChatResponse, Role, ToolCall, ToolSpec
 from .configured import LLMNotConfiguredError, llm_configured, require_llm
@@ -38,8 +38,10 @@ def _route(entry: ChainEntry, settings: ChatSettings) -> Route:
         if not gemini_keys:
             raise ConfigError(f"llm_chain entry {entry.label!r} needs a Gemini API key: "
                               "set GIEOK_GEMINI_API_KEYS (comma-separated) or GIEOK_GEMINI_API_KEY")
-        # google-genai takes ~1 s to import: only when the chain names gemini
-        from .gemini import GeminiLLM
+        try:  # google-genai (the gemini extra) takes ~1 s to import: only when the chain names gemini
+            from .gemini import GeminiLLM
+        except ImportError as exc:
+            raise MissingExtraError(f"llm_chain entry {entry.label!r}", "gemini", exc.name) from None
 
         clients: list[LLM] = [GeminiLLM(entry.model, key, base_url=settings.gemini_base_url or None,
                                         timeout=settings.llm_timeout_seconds) for key in gemini_keys]

@@ -1,0 +1,107 @@
+"""What `pip install gieok` gets: the engine and its command line, with nothing of the chat's or the
+server's libraries unless an extra asks for them; and a wheel that carries no benchmark code and
+no evaluation data (those stay in a source checkout's `benchmarks/`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SERVER_AND_CHAT_LIBRARIES = ("fastapi", "starlette", "uvicorn", "mcp", "jinja2", "discord", "google.genai",
+                             "websockets")
+
+
+def _python(code: str, *, blocked: tuple[str, ...] = (), timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter where the `blocked` packages cannot be imported, as on a
+    machine that installed gieok without the extras that bring them."""
+    block = "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in blocked)
+    return subprocess.run([sys.executable, "-c", block + code], capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_engine_imports_no_chat_server_or_model_library(tmp_path: Path) -> None:
+    code = f"""
+import sys, json, gieok
+with gieok.Memory.open({str(tmp_path / "m.db")!r}) as memory:
+    memory.add("민지: 고양이 이름은 보리야", scope={{"channel": "general"}})
+    hits = memory.search("민지 고양이 이름", k=1, scope={{"channel": "general"}}).hits
+loaded = sorted(name for name in sys.modules
+                if name.split(".")[0] in {{"fastapi", "starlette", "uvicorn", "mcp", "jinja2", "discord"}}
+                or name.startswith(("google.genai", "gieok.chat", "gieok.server", "gieok.cli")))
+print(json.dumps({{"loaded": loaded, "hits": len(hits)}}))
+"""
+    done = _python(code)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"loaded": [], "hits": 1}
+
+
+def test_the_command_line_works_without_the_extras_and_names_the_one_a_command_needs(tmp_path: Path) -> None:
+    db = str(tmp_path / "plain.db")
+
+    def gieok(*args: str) -> subprocess.CompletedProcess[str]:
+        return _python(f"sys.argv = ['gieok', *{list(args)!r}]\nfrom gieok.cli import main\nmain()",
+                       blocked=SERVER_AND_CHAT_LIBRARIES)
+
+    assert gieok("--help").returncode == 0
+    added = gieok("add", "민지: 고양이 이름은 보리야", "--channel", "general", "--db", db)
+    assert added.returncode == 0, added.stderr
+    found = gieok("search", "민지 고양이 이름", "--channel", "general", "--db", db, "--json")
+    assert found.returncode == 0 and "보리" in found.stdout, found.stderr
+    key = gieok("keys", "create", "--tenant", "default", "--role", "read", "--db", db, "--json")
+    assert key.returncode == 0 and "gk_" in key.stdout, key.stderr
+    for args, extra in ((("serve", "--db", db), "server"), (("mcp", "--db", db), "server"),
+                        (("bot", "--db", db), "discord")):
+        refused = gieok(*args)
+        assert refused.returncode == 1, (args, refused.stdout, refused.stderr)
+        assert f"needs the {extra} extra" in refused.stderr and f"pip install 'gieok[{extra}]'" in refused.stderr
+        assert "Traceback" not in refused.stderr
+
+
+def test_a_gemini_model_without_its_extra_is_one_clear_error() -> None:
+    done = _python("""
+from gieok.chat.llm import create_llm
+from gieok.chat.settings import ChatSettings
+from gieok.errors import MissingExtraError
+try:
+    create_llm(ChatSettings(gemini_api_key="k", llm_chain="gemini:gemini-2.5-flash"))
+except MissingExtraError as exc:
+    print(exc)
+""", blocked=("google", "google.genai"))
+    assert done.returncode == 0, done.stderr
+    assert "needs the gemini extra" in done.stdout and "pip install 'gieok[gemini]'" in done.stdout
+
+
+def test_gieok_bench_outside_a_source_checkout_says_how_to_get_it() -> None:
+    done = _python("sys.argv = ['gieok', 'bench', 'locomo', '--help']\nfrom gieok.cli import main\nmain()",
+                   blocked=("benchmarks",))
+    assert done.returncode == 1
+    assert "not part of the installed package" in done.stderr and "requirements-dev.lock" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_no_benchmark_code_and_no_evaluation_data(tmp_path: Path) -> None:
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO)],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next(tmp_path.glob("gieok-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(name == "gieok/memory/facade.py" for name in names)
+    assert any(name == "gieok/chat/data/guard_train.jsonl" for name in names)  # training data the chat needs
+    assert any(name == "gieok/data/ranker.npz" for name in names)
+    held_out = ("benchmarks/", "gieok/bench/", "locomo", "heldout", "fact_pairs", "fact_answers", "guard_corpus",
+                "gatekeeper.jsonl")
+    leaked = [name for name in names if any(part in name for part in held_out)]
+    assert not leaked, f"the wheel carries benchmark code or evaluation data: {leaked}"
+    metadata = next(name for name in names if name.endswith(".dist-info/METADATA"))
+    requires = [line for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+                if line.startswith("Requires-Dist:")]
+    plain = [line for line in requires if "extra ==" not in line]
+    for library in ("fastapi", "uvicorn", "mcp", "discord", "google-genai", "jinja2", "psycopg", "redis"):
+        assert not any(library in line.lower() for line in plain), f"{library} is a dependency without an extra"
+        assert any(library in line.lower() for line in requires), f"no extra installs {library}"
