@@ -13,10 +13,11 @@ from pathlib import Path
 import httpx
 
 from gieok import Memory
-from gieok.chat.agent.pipeline import ConversationPipeline
-from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
+from gieok.chat.compose import build_bot
+from gieok.chat.runtime.core import ChannelRef, InboundMessage
 from gieok.server import ServerState, create_app
 from gieok.server.beside import attach_bot, serve_beside
+from gieok.server.settings import ServerSettings
 from runtime_helpers import ChatModel, RecordingOutbox, until
 
 CAFE = ChannelRef("cafe", "g1")
@@ -30,14 +31,16 @@ def _free_port() -> int:
 
 def test_the_bots_turns_and_health_are_visible_live(tmp_path: Path) -> None:
     db = tmp_path / "bot.db"
-    memory = Memory(db, debounce_seconds=0.05, debounce_finished_seconds=0.05, rate_limit_channel_seconds=0.0,
-                    rate_limit_global_seconds=0.0, analysis_every=1)
+    memory = Memory(settings=ServerSettings(db=str(db), debounce_seconds=0.05, debounce_finished_seconds=0.05,
+                                            rate_limit_channel_seconds=0.0, rate_limit_global_seconds=0.0,
+                                            analysis_every=1))
     model, outbox = ChatModel(), RecordingOutbox()
-    core = BotCore(ConversationPipeline(memory, llm=model), model, outbox=outbox, bot_user_id="999")
-    state = ServerState.open(memory.settings)
+    bot = build_bot(None, memory, outbox=outbox, llm=model, bot_user_id="999")
+    core = bot.core
+    state = ServerState.open(ServerSettings.over(memory.settings))
     key, _ = state.keys.create("default", "read")
     other_key, _ = state.keys.create("elsewhere", "read")
-    attach_bot(state, core)
+    attach_bot(state, bot)
     port = _free_port()
     stop = asyncio.Event()
     seen: dict[str, object] = {}

@@ -45,10 +45,10 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in t
 expect = sync_api.expect
 
 from gieok import Memory  # noqa: E402
-from gieok.chat.agent.pipeline import ConversationPipeline  # noqa: E402
+from gieok.chat.compose import build_bot  # noqa: E402
 from gieok.chat.layers.recent import conversation_of  # noqa: E402
 from gieok.chat.llm.router import LLMRouter, Route  # noqa: E402
-from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage  # noqa: E402
+from gieok.chat.runtime.core import ChannelRef, InboundMessage  # noqa: E402
 from gieok.demo import load_sample_conversation  # noqa: E402
 from gieok.server import ServerState, create_app  # noqa: E402
 from gieok.server.beside import attach_bot, serve_beside  # noqa: E402
@@ -572,16 +572,18 @@ class SlowChatModel(ChatModel):
 
 
 def test_the_live_page_charts_a_bots_turns_and_shows_its_providers(browser: Any, tmp_path: Path) -> None:
-    memory = Memory(tmp_path / "bot.db", debounce_seconds=0.05, debounce_finished_seconds=0.05,
-                    rate_limit_channel_seconds=0.0, rate_limit_global_seconds=0.0, analysis_every=1)
+    memory = Memory(settings=ServerSettings(db=str(tmp_path / "bot.db"), debounce_seconds=0.05,
+                                            debounce_finished_seconds=0.05, rate_limit_channel_seconds=0.0,
+                                            rate_limit_global_seconds=0.0, analysis_every=1))
     model = SlowChatModel()
     router = LLMRouter([Route("gemini:gemini-2.5-flash", [model, model], ["key 1", "key 2"])])
     router.routes[0].keys[1].cooldown_until = time.monotonic() + 600  # as after a 429
     router.routes[0].keys[1].cooldown_reason = "rate limited (429)"
-    core = BotCore(ConversationPipeline(memory, llm=router), router, outbox=RecordingOutbox(), bot_user_id="999")
-    state = ServerState.open(memory.settings)
+    bot = build_bot(None, memory, outbox=RecordingOutbox(), llm=router, bot_user_id="999")
+    core = bot.core
+    state = ServerState.open(ServerSettings.over(memory.settings))
     keys = {"bot": state.keys.create("default", "read")[0], "elsewhere": state.keys.create("elsewhere", "read")[0]}
-    attach_bot(state, core)
+    attach_bot(state, bot)
     port = _free_port()
     served = Served(f"http://127.0.0.1:{port}", keys, {}, "g1", "cafe")
     started, go, done = threading.Event(), threading.Event(), threading.Event()

@@ -13,6 +13,7 @@ from gieok import Memory
 from gieok.chat.adapters.discord_bot import GieokBot
 from gieok.chat.agent.pipeline import ConversationPipeline
 from gieok.chat.runtime.core import BotCore, ChannelRef
+from gieok.chat.settings import ChatSettings
 from runtime_helpers import ChatModel, VirtualTime, until
 
 BOT_ID, GUILD, CHANNEL, ALICE, OWNER = 999, 111, 222, 333, 444
@@ -76,7 +77,7 @@ class Harness:
         self.bot = GieokBot(prefix="!", owner_ids={OWNER})
         self.http = DiscordHTTP()
         self.bot.http.request = self.http.request  # type: ignore[method-assign]
-        settings = memory.settings.with_overrides(analysis_every=1, **overrides)
+        settings = ChatSettings.over(memory.settings, analysis_every=1, **overrides)
         pipeline = ConversationPipeline(memory, settings=settings, llm=self.model, classifier=None)
         self.core = BotCore(pipeline, self.model, outbox=self.bot.outbox, settings=settings, clock=self.vt.clock,
                             sleep=self.vt.sleep)

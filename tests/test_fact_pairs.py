@@ -1,6 +1,6 @@
 """Shape of the hand-labelled fact-pair set used to evaluate duplicate/conflict detection.
 
-`gieok/data/fact_pairs.jsonl` holds pairs of stored facts (old, new) labelled as
+`benchmarks/data/fact_pairs.jsonl` holds pairs of stored facts (old, new) labelled as
 duplicate (same information), conflict (same subject and attribute, different value)
 or distinct (both kept). An evaluation is only meaningful if the file is well formed,
 bilingual, roughly balanced across the three labels and free of repeated pairs; these
@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from importlib import resources
 from typing import Any
 
 import pytest
+from benchmarks.datasets import FACT_PAIRS
 
-FILE_NAME = "fact_pairs.jsonl"
 REQUIRED_KEYS = {"old", "new", "topic_old", "topic_new", "label", "lang", "note"}
 LABELS = {"duplicate", "conflict", "distinct"}
 LANGS = {"ko", "en", "mixed"}
@@ -32,7 +31,7 @@ USER_REF_ATTEMPT = re.compile(r"<\s*user\b[^>]*>?|\buser:\s*\S+", re.IGNORECASE)
 
 
 def _raw_lines() -> list[str]:
-    text = resources.files("gieok.data").joinpath(FILE_NAME).read_text(encoding="utf-8")
+    text = FACT_PAIRS.read_text(encoding="utf-8")
     return text.splitlines()
 
 
@@ -50,8 +49,8 @@ def rows() -> list[dict[str, Any]]:
     return parsed
 
 
-def test_file_is_packaged_and_ends_with_newline() -> None:
-    text = resources.files("gieok.data").joinpath(FILE_NAME).read_text(encoding="utf-8")
+def test_file_ends_with_one_newline() -> None:
+    text = FACT_PAIRS.read_text(encoding="utf-8")
     assert text.endswith("\n") and not text.endswith("\n\n")
 
 

@@ -128,9 +128,9 @@ def test_review_checks_ids_against_what_was_shown(memory: Memory) -> None:
 def test_bench_replays_recorded_answers_through_the_model_path(tmp_path) -> None:
     import json
 
+    from benchmarks.datasets import load_fact_answers
     from benchmarks.facts import replay_pairs
 
-    from gieok.chat.data.labeled import load_fact_answers
     from gieok.chat.layers.facts import PairJudge
 
     rows = [{"old": "<user:1>는 부산에 산다.", "new": "<user:1>는 해운대 근처에 산다.", "label": "duplicate"},

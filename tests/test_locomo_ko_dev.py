@@ -1,4 +1,4 @@
-"""The bundled Korean group-chat dev set (`gieok/data/locomo_ko_dev.json`) loads through the
+"""The Korean group-chat dev set (`benchmarks/data/locomo_ko_dev.json`) loads through the
 LoCoMo loader and is as large and as varied as the recall work needs: conversations, turns,
 questions of every category, evidence that names real turns, Korean questions."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmarks.datasets import LOCOMO_KO_DEV
 from benchmarks.locomo import load_locomo
 
 _DIA = re.compile(r"^D(\d+):(\d+)$")
@@ -20,9 +20,8 @@ _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 
 @pytest.fixture(scope="module")
 def path() -> Path:
-    resource = resources.files("gieok.data").joinpath("locomo_ko_dev.json")
-    assert resource.is_file(), "locomo_ko_dev.json is not in the package data"
-    return Path(str(resource))
+    assert LOCOMO_KO_DEV.is_file(), "benchmarks/data/locomo_ko_dev.json is missing"
+    return LOCOMO_KO_DEV
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from benchmarks.datasets import LOCOMO_KO_DEV
 
 from gieok import Memory
 from gieok.errors import InvalidInputError, InvalidTypeError
@@ -243,7 +244,7 @@ _EVIDENCE = re.compile(r"^D(\d+):\d+$")
 
 
 def _korean_slice(target: Path, conversations: int = 2, sessions: int = 2) -> int:
-    source = resources.files("gieok.data").joinpath("locomo_ko_dev.json").read_text(encoding="utf-8")
+    source = LOCOMO_KO_DEV.read_text(encoding="utf-8")
     out = []
     for sample in json.loads(source)[:conversations]:
         conv = {k: v for k, v in sample["conversation"].items() if not re.fullmatch(r"session_\d+(_date_time)?", k)}

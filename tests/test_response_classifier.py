@@ -43,7 +43,9 @@ def classifier(embedder, tmp_path_factory):
 
 
 def test_bundled_dataset_is_large_bilingual_and_covers_every_kind():
-    examples = load_examples()
+    from benchmarks.datasets import gate_examples
+
+    examples = gate_examples()  # the shipped train side and the held-out test side
     assert len(examples) >= 400
     langs = Counter(e.lang for e in examples)
     assert set(langs) == {"ko", "en"} and min(langs.values()) >= 0.4 * len(examples)
@@ -56,12 +58,14 @@ def test_bundled_dataset_is_large_bilingual_and_covers_every_kind():
     test = {e.message for e in examples if split_of(e.message) == "test"}
     assert not train & test
     assert 0.6 < len(train) / len(examples) < 0.8
+    shipped = load_examples()  # only the train side ships with the chat
+    assert shipped and all(split_of(e.message) == "train" for e in shipped) and len(shipped) == len(train)
 
 
 def test_shipped_weights_match_the_shipped_dataset(classifier, embedder):
     from importlib import resources
 
-    with resources.files("gieok.data").joinpath(BUNDLED_MODEL).open("rb") as handle:
+    with resources.files("gieok.chat.data").joinpath(BUNDLED_MODEL).open("rb") as handle:
         meta = ResponseClassifier.read_meta(handle)
     assert meta["dataset_sha256"] == data_digest(GATEKEEPER_DATA)
     from gieok.chat.agent.classifier import message_model_name

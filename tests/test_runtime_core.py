@@ -13,6 +13,7 @@ from gieok import Memory
 from gieok.chat.agent.pipeline import ConversationPipeline
 from gieok.chat.layers.recent import conversation_of
 from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
+from gieok.chat.settings import ChatSettings
 from runtime_helpers import ChatModel, RecordingOutbox, VirtualTime, until
 
 CAFE = ChannelRef("cafe", "g1")
@@ -21,7 +22,7 @@ LOUNGE = ChannelRef("lounge", "g1")
 
 def make_core(memory: Memory, model: ChatModel, vt: VirtualTime, outbox: RecordingOutbox, **overrides: Any) -> BotCore:
     overrides = {"rate_limit_channel_seconds": 0.0, "rate_limit_global_seconds": 0.0, **overrides}
-    settings = memory.settings.with_overrides(analysis_every=1, **overrides)
+    settings = ChatSettings.over(memory.settings, analysis_every=1, **overrides)
     pipeline = ConversationPipeline(memory, settings=settings, llm=model)
     return BotCore(pipeline, model, outbox=outbox, settings=settings, clock=vt.clock, sleep=vt.sleep,
                    bot_user_id="999")

@@ -22,6 +22,7 @@ from gieok.chat.agent.pipeline import ConversationPipeline
 from gieok.chat.layers.recent import conversation_key, conversation_of
 from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
 from gieok.chat.runtime.shared_channels import SharedChannels
+from gieok.chat.settings import ChatSettings
 from gieok.coordination import RedisConnection
 from runtime_helpers import ChatModel, RecordingOutbox, until
 from store_backends import BACKENDS
@@ -54,7 +55,8 @@ def spawn(location: str, redis_url: str, redis_namespace: str) -> Iterator[Any]:
     made: list[Process] = []
 
     def make(**overrides: Any) -> Process:
-        memory = Memory(location, redis=redis_url, redis_namespace=redis_namespace, redis_lease_seconds=1.0)
+        memory = Memory(settings=ChatSettings(db=location, redis=redis_url, redis_namespace=redis_namespace,
+                                             redis_lease_seconds=1.0))
         settings = memory.settings.with_overrides(**{**FAST, **overrides})
         model, outbox = ChatModel(), RecordingOutbox()
         connection = RedisConnection(redis_url, redis_namespace)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from rich.markup import escape
 
 from ..errors import GieokError
 from .chat import conversation_commands
@@ -34,33 +35,33 @@ BENCHMARKS_MISSING = ("gieok bench needs the benchmarks, which are not part of t
                       "source checkout, `pip install -r requirements-dev.lock -e .` installs them")
 
 
-def _bench_app() -> typer.Typer:
-    """The benchmarks' commands when they are installed (a source checkout's dev install), else a
-    `gieok bench` that says how to get them."""
+def _mount_benchmarks() -> None:
+    """`gieok bench …`: the benchmarks' commands when they are installed (a source checkout's dev
+    install), else a `gieok bench` that says how to get them, whatever follows it."""
     try:
         from benchmarks.cli import bench_app
     except ImportError as exc:
         if exc.name is not None and exc.name != "benchmarks" and not exc.name.startswith("benchmarks."):
             raise  # the benchmarks are there but something they import is not: say that, not "missing"
-        missing = typer.Typer(help="Benchmarks (from a source checkout only).", invoke_without_command=True,
-                              add_completion=False)
 
-        @missing.callback()
-        def explain(ctx: typer.Context) -> None:
+        @app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+                     add_help_option=False, help="Benchmarks (a source checkout's dev install only).")
+        def bench_missing() -> None:
             raise GieokError(BENCHMARKS_MISSING)
 
-        return missing
-    return bench_app
+        return
+    app.add_typer(bench_app, name="bench")
 
 
-app.add_typer(_bench_app(), name="bench")
+_mount_benchmarks()
 
 
 def main() -> None:
+    """`gieok`: run the command line; a `GieokError` is one line on stderr and exit 1."""
     try:
         app(standalone_mode=True)
     except GieokError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)  # [server] is not markup
         sys.exit(1)
     except KeyboardInterrupt:
         err.print("interrupted")

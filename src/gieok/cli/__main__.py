@@ -1,3 +1,4 @@
 from . import main
 
-main()
+if __name__ == "__main__":  # python -m gieok.cli
+    main()

@@ -1,0 +1,18 @@
+"""The chat ring: the conversation memory and the bot built on the engine.
+
+- `layers/`: L1 recent messages, L2 rolling summaries, L3 facts (`ConversationMemory`);
+- `agent/`: the conversation pipeline (guard, gatekeeper, recall, context assembly);
+- `llm/`: the models behind one protocol (key rotation, fallback, streaming, tools);
+- `runtime/`: the bot core (debounce, batching, calls, rate limits, replies);
+- `adapters/`: Discord and the terminal chat;
+- `compose.py`: the one place the bot is put together (`build_pipeline`, `build_bot`);
+- `settings.py`: the chat's settings (`ChatSettings`, on top of the engine's).
+
+Nothing here is imported by the engine (`gieok`), and nothing here imports the server.
+"""
+
+from .compose import Bot, build_bot, build_pipeline
+from .layers.conversation import ConversationMemory
+from .settings import ChatSettings
+
+__all__ = ["Bot", "build_bot", "build_pipeline", "ChatSettings", "ConversationMemory"]
