@@ -5,16 +5,21 @@ Then, each phase with its own queries (distinct after the search cache's normali
 repeated anywhere in the run, so neither the query-embedding cache nor the result cache answers):
 
 1. in process: `Memory.search(q, 10)` one after another for `duration` seconds;
-2. a real `gieok serve` subprocess on 127.0.0.1 (warmed up with queries of its own), and for each
-   client count c: c concurrent clients (one `httpx.AsyncClient`, one connection each) posting
-   `/v1/search` for `duration` seconds — latency is the client's wall time per request — then c
-   clients posting `/v1/memories` with new texts for min(duration / 4, 5) seconds;
+2. a real `gieok serve` subprocess on 127.0.0.1: once `/readyz` answers 200, its first search
+   is timed alone (`first_search_ms`: what the first client of a fresh server waits); then it is
+   warmed up with queries of its own, and for each client count c: c concurrent clients (one
+   `httpx.AsyncClient`, one connection each) posting `/v1/search` for `duration` seconds —
+   latency is the client's wall time per request — then c clients posting `/v1/memories` with
+   new texts for min(duration / 4, 5) seconds;
 3. sequential `search_memory` calls over MCP's streamable HTTP (the official client, one session
-   for every call) for min(duration / 2, 10) seconds.
+   for every call) for min(duration / 2, 10) seconds;
+4. `gieok mcp` over stdio (a new process, as an MCP client starts one per session): the first
+   `search_memory` after the session is initialized, then `STDIO_CALLS` more for its warm p50.
 
 Every phase also stops at `queries` requests. The targets (never adjusted): no errors; the HTTP
 search p50 at one client within 3 ms of the in-process p50; at the highest client count at least
-0.7 × the in-process searches per second.
+0.7 × the in-process searches per second; the first search after ready at most 2 × the warm p50,
+over REST and over `gieok mcp`.
 """
 
 from __future__ import annotations
@@ -44,10 +49,12 @@ __all__ = ["measure_server", "print_server", "run_server_bench", "distinct_queri
            "ServeProcess", "create_key", "http_phases", "warm_http"]
 
 K = 10
-WARM_QUERIES = 5  # per process, before anything is timed (the first search loads the embedder)
+WARM_QUERIES = 5  # per process, before anything is timed but the first search
+STDIO_CALLS = 30  # searches over `gieok mcp` after its first, for the warm p50
+FIRST_SEARCH_FACTOR = 2.0  # the first search after ready may take at most this × the warm p50
 ADD_CHANNEL = "bench-server"
 QUERY_POOL = 200_000  # generate_queries(n) saturates at ~13.6k distinct questions
-START_SECONDS = 180.0  # for `gieok serve` to answer /healthz
+START_SECONDS = 180.0  # for `gieok serve` to answer /readyz (warm)
 STOP_SECONDS = 40.0  # SIGTERM, then this long (uvicorn's graceful shutdown is 30 s) before SIGKILL
 REQUEST_SECONDS = 120.0
 P50_OVERHEAD_MS = 3.0
@@ -174,20 +181,23 @@ class ServeProcess:
                                          "--workers", str(workers)],
                                         stdin=subprocess.DEVNULL, stdout=self._sink, stderr=subprocess.STDOUT,
                                         env={**os.environ}, cwd=log.parent)
+        self.ready_seconds: float | None = None
         try:
-            deadline = time.monotonic() + START_SECONDS
+            started = time.monotonic()
+            deadline = started + START_SECONDS
             while True:
                 if self.process.poll() is not None:
                     raise RuntimeError(f"gieok serve exited with {self.process.returncode}: "
                                        f"{self._tail()}")
                 try:
-                    if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                        self.ready_seconds = time.monotonic() - started
                         return
                 except httpx.HTTPError:
                     pass
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"gieok serve did not answer /healthz in {START_SECONDS:g} s: {self._tail()}")
-                time.sleep(0.2)
+                    raise RuntimeError(f"gieok serve was not ready (/readyz) in {START_SECONDS:g} s: {self._tail()}")
+                time.sleep(0.05)
         except BaseException:
             self.stop()
             raise
@@ -288,6 +298,18 @@ async def warm_http(url: str, key: str, warm: list[str]) -> None:
             (await http.post("/v1/search", json={"query": query, "k": K})).raise_for_status()
 
 
+async def first_http_search(url: str, key: str, query: str) -> float:
+    """The wall time of one search on a server no search has reached yet (ms)."""
+    import httpx
+
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"},
+                                 timeout=REQUEST_SECONDS) as http:
+        await http.get("/healthz")  # the connection is open before the clock starts
+        t0 = time.perf_counter()
+        (await http.post("/v1/search", json={"query": query, "k": K})).raise_for_status()
+        return round((time.perf_counter() - t0) * 1000, 3)
+
+
 # -- MCP -------------------------------------------------------------------------------------------
 
 async def _mcp(url: str, key: str, warm: list[str], queries: list[str], seconds: float) -> dict[str, Any]:
@@ -325,6 +347,31 @@ async def _mcp(url: str, key: str, warm: list[str], queries: list[str], seconds:
             "_first_error": errors[:1]}
 
 
+async def _mcp_stdio(db: Path, key: str, queries: list[str], workdir: Path) -> dict[str, Any]:
+    """`gieok mcp --db DB` as an MCP client starts it: the time to an initialized session, the
+    first search_memory, then `STDIO_CALLS` more for the warm p50."""
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "gieok.cli", "mcp", "--db", str(db)],
+                                   env={**os.environ, "GIEOK_API_KEY": key}, cwd=str(workdir))
+    latencies: list[float] = []
+    errors: list[str] = []
+    started = time.perf_counter()
+    async with Client(params, read_timeout_seconds=REQUEST_SECONDS) as client:
+        ready_s = time.perf_counter() - started
+        for query in queries[: STDIO_CALLS + 1]:
+            t0 = time.perf_counter()
+            result = await client.call_tool("search_memory", {"query": query, "k": K})
+            if result.is_error:
+                errors.append(" ".join(getattr(c, "text", "") for c in result.content)[:200])
+            else:
+                latencies.append((time.perf_counter() - t0) * 1000)
+    first = latencies[0] if latencies else None
+    return {"ready_s": round(ready_s, 3), "first_search_ms": round(first, 3) if first is not None else None,
+            "search_p50_ms": round(median(latencies[1:]), 3) if len(latencies) > 1 else None,
+            "errors": len(errors), "_calls": len(latencies), "_first_error": errors[:1]}
+
+
 # -- the run ---------------------------------------------------------------------------------------
 
 def _targets(report: dict[str, Any]) -> dict[str, Any]:
@@ -336,7 +383,17 @@ def _targets(report: dict[str, Any]) -> dict[str, Any]:
     limit = round(in_process["search_p50_ms"] + P50_OVERHEAD_MS, 3)
     top = max(http, key=int)
     floor = round(THROUGHPUT_SHARE * in_process["search_per_s"], 2)
+    first = report["first_search"]
+    stdio = report["mcp_stdio"]
+    rest_limit = round(FIRST_SEARCH_FACTOR * one["search_p50_ms"], 3) if one else None
+    stdio_limit = round(FIRST_SEARCH_FACTOR * stdio["search_p50_ms"], 3) if stdio["search_p50_ms"] else None
+    errors += stdio["errors"]
     return {
+        "first_search_rest": {"first_search_ms": first["first_search_ms"], "limit_ms": rest_limit,
+                              "pass": first["first_search_ms"] <= rest_limit if rest_limit else None},
+        "first_search_mcp_stdio": {"first_search_ms": stdio["first_search_ms"], "limit_ms": stdio_limit,
+                                   "pass": (stdio["first_search_ms"] or math.inf) <= stdio_limit
+                                   if stdio_limit else None},
         "zero_errors": {"errors": errors, "pass": errors == 0},
         "http_p50_1_client": {"http_p50_ms": one["search_p50_ms"] if one else None,
                               "in_process_p50_ms": in_process["search_p50_ms"], "limit_ms": limit,
@@ -375,6 +432,8 @@ def measure_server(blocks: int = 100_000, *, clients: Sequence[int] = (1, 16), d
     http: dict[str, dict[str, Any]] = {}
     server = ServeProcess(db, workdir / f"server-{blocks}.log")
     try:
+        first = {"ready_s": round(server.ready_seconds or 0.0, 3),
+                 "first_search_ms": asyncio.run(first_http_search(server.url, key, pool.take(1)[0]))}
         asyncio.run(warm_http(server.url, key, warm_server[:3]))
         for n, c in enumerate(clients):
             http[str(c)] = asyncio.run(http_phases(server.url, key, c, duration, add_seconds, pool.take(per_phase),
@@ -382,10 +441,13 @@ def measure_server(blocks: int = 100_000, *, clients: Sequence[int] = (1, 16), d
         mcp = asyncio.run(_mcp(server.url, key, warm_server[3:], pool.take(per_phase), mcp_seconds))
     finally:
         exit_code = server.stop()
-    counts = {"in_process": in_process.pop("_count"), "mcp": mcp.pop("_calls"),
+    stdio = asyncio.run(_mcp_stdio(db, key, pool.take(STDIO_CALLS + 1), workdir))
+    counts = {"in_process": in_process.pop("_count"), "mcp": mcp.pop("_calls"), "mcp_stdio": stdio.pop("_calls"),
               **{c: (run.pop("_searches"), run.pop("_adds")) for c, run in http.items()}}
-    first_errors = [*mcp.pop("_first_error"), *(e for run in http.values() for e in run.pop("_first_error"))]
-    report: dict[str, Any] = {"blocks": blocks, "in_process": in_process, "http": http, "mcp": mcp}
+    first_errors = [*mcp.pop("_first_error"), *stdio.pop("_first_error"),
+                    *(e for run in http.values() for e in run.pop("_first_error"))]
+    report: dict[str, Any] = {"blocks": blocks, "in_process": in_process, "first_search": first, "http": http,
+                              "mcp": mcp, "mcp_stdio": stdio}
     report["targets"] = _targets(report)
     report.update(_counts=counts, _duration=duration, _add_seconds=add_seconds, _mcp_seconds=mcp_seconds,
                   _queries=per_phase, _server_exit=exit_code, _notes=notes, _first_errors=first_errors,
@@ -412,7 +474,19 @@ def print_server(report: dict[str, Any], console: Console | None = None) -> None
     mcp = report["mcp"]
     table.add_row("MCP search_memory (one session)", "1", str(report["_counts"]["mcp"]),
                   f"{mcp['search_p50_ms']:.2f} ms", "", "", "", "", str(mcp["errors"]))
+    stdio = report["mcp_stdio"]
+    table.add_row("gieok mcp (stdio) search_memory", "1", str(report["_counts"]["mcp_stdio"]),
+                  _ms(stdio["search_p50_ms"]), "", "", "", "", str(stdio["errors"]))
     console.print(table)
+    first = report["first_search"]
+    starts = results_table("a fresh process: its first search after it says it is ready",
+                           ("process", "ready after", "first search", "warm p50"), left=("process",))
+    one = report["http"].get("1")
+    starts.add_row("gieok serve (/readyz 200)", f"{first['ready_s']:.2f} s", _ms(first["first_search_ms"]),
+                   _ms(one["search_p50_ms"] if one else None))
+    starts.add_row("gieok mcp (stdio session initialized)", f"{stdio['ready_s']:.2f} s",
+                   _ms(stdio["first_search_ms"]), _ms(stdio["search_p50_ms"]))
+    console.print(starts)
 
     targets = report["targets"]
     checks = results_table("targets", ("target", "measured", "needed", "result"), left=("target", "measured", "needed"))
@@ -420,6 +494,11 @@ def print_server(report: dict[str, Any], console: Console | None = None) -> None
     def verdict(passed: bool | None) -> str:
         return "[green]pass[/]" if passed else "[dim]not measured[/]" if passed is None else "[red]MISS[/]"
 
+    for name, label in (("first_search_rest", "first REST search after /readyz"),
+                        ("first_search_mcp_stdio", "first search over gieok mcp (stdio)")):
+        row = targets[name]
+        checks.add_row(label, _ms(row["first_search_ms"]),
+                       f"≤ {FIRST_SEARCH_FACTOR:g} × warm p50 = {_ms(row['limit_ms'])}", verdict(row["pass"]))
     zero = targets["zero_errors"]
     checks.add_row("no errors (HTTP and MCP)", f"{zero['errors']} errors", "0", verdict(zero["pass"]))
     p50 = targets["http_p50_1_client"]
@@ -439,6 +518,10 @@ def print_server(report: dict[str, Any], console: Console | None = None) -> None
     exit_code = report["_server_exit"]
     console.print(f"gieok serve stopped with SIGTERM: exit {exit_code}"
                   f"{' (graceful)' if exit_code in (0, -signal.SIGTERM) else ' (NOT graceful)'}", highlight=False)
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.2f} ms" if value is not None else "-"
 
 
 def run_server_bench(blocks: int = 100_000, json_out: str | Path | None = None, *, clients: Sequence[int] = (1, 16),

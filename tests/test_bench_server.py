@@ -27,7 +27,13 @@ def test_bench_server_end_to_end(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=_env(), timeout=RUN_SECONDS, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
-    assert set(report) == {"blocks", "in_process", "http", "mcp", "targets"}
+    assert set(report) == {"blocks", "in_process", "first_search", "http", "mcp", "mcp_stdio", "targets"}
+    assert report["first_search"]["ready_s"] > 0 and report["first_search"]["first_search_ms"] > 0
+    stdio = report["mcp_stdio"]
+    assert stdio["errors"] == 0 and stdio["first_search_ms"] > 0 and stdio["search_p50_ms"] > 0
+    for name in ("first_search_rest", "first_search_mcp_stdio"):
+        assert isinstance(report["targets"][name]["pass"], bool), name
+    assert report["targets"]["first_search_rest"]["limit_ms"] == 2 * report["http"]["1"]["search_p50_ms"]
     assert report["blocks"] == 0
     assert set(report["in_process"]) == {"search_p50_ms", "search_p95_ms", "search_per_s"}
     assert set(report["http"]) == {"1", "2"}
@@ -47,6 +53,7 @@ def test_bench_server_end_to_end(tmp_path: Path) -> None:
     assert isinstance(targets["throughput_at_max_clients"]["pass"], bool)
     # the table says which targets pass, and the server was stopped gracefully
     assert "targets" in done.stdout and "HTTP searches/s at 2 clients" in done.stdout
+    assert "first REST search after /readyz" in done.stdout and "gieok mcp (stdio)" in done.stdout
     assert "(graceful)" in done.stdout
     assert (tmp_path / "work" / "server-0.log").is_file()
 

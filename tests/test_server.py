@@ -17,6 +17,7 @@ from starlette.websockets import WebSocketDisconnect
 from gieok.chat.layers.recent import conversation_of
 from gieok.server import ServerState, create_app, tenant_path
 from gieok.server.settings import ServerSettings
+from gieok.server.warm import Readiness
 
 MARKER = "ALPHA-SECRET-7731"  # every piece of tenant alpha's data carries it
 ALPHA_CHANNEL = "alpha-cafe"
@@ -66,6 +67,7 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
     alpha_block = _seed_alpha(state)
     app = create_app(state)
     with TestClient(app) as client:
+        assert state.readiness.done.wait(120), "the start-up warming never finished"
         yield Deployment(state, app, client, keys, ids, alpha_block)
 
 
@@ -81,6 +83,7 @@ def beta_requests(d: Deployment) -> dict[tuple[str, str], dict[str, Any]]:
     a = {"channel": ALPHA_CHANNEL, "guild": "g-alpha"}
     return {
         ("GET", "/healthz"): {},
+        ("GET", "/readyz"): {},
         ("POST", "/v1/memories"): {"json": {"text": "beta's own note", "scope": {"channel": ALPHA_CHANNEL}}},
         ("POST", "/v1/memories:batch"): {
             "json": {"items": [{"text": "beta batch", "scope": {"channel": ALPHA_CHANNEL}}]}},
@@ -327,6 +330,24 @@ def test_healthz_needs_no_key_and_tells_nothing(deployment: Deployment) -> None:
     assert deployment.client.get("/healthz").json() == {"status": "ok"}
     health = deployment.client.get("/v1/health", headers=deployment.as_("beta_read")).json()
     assert health["status"] == "ok" and health["embedder"]["dimension"] in (0, 384)
+
+
+def test_readyz_answers_200_only_once_warm(deployment: Deployment) -> None:
+    """/healthz is liveness; /readyz says whether the model, the analyser and the tenants' indexes
+    are loaded: 503 with Retry-After while warming, 200 after (no key, nothing about a tenant)."""
+    state = deployment.state
+    assert state.readiness.done.wait(120), "the start-up warming never finished"
+    ready = deployment.client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    assert ready.json()["tenants_warmed"] >= 3  # default, alpha, beta: the tenants with live keys
+    assert "alpha" not in ready.text and "beta" not in ready.text
+    state.readiness = Readiness()  # as a fresh server is while it warms
+    warming = deployment.client.get("/readyz")
+    assert warming.status_code == 503 and warming.headers["Retry-After"] == "1"
+    assert warming.json()["status"] == "warming" and deployment.client.get("/healthz").status_code == 200
+    state.readiness.finish("the embedding model could not be loaded")
+    failed = deployment.client.get("/readyz")
+    assert failed.status_code == 503 and failed.json()["status"] == "failed" and "Retry-After" not in failed.headers
 
 
 def test_openapi_and_docs(deployment: Deployment) -> None:

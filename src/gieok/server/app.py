@@ -32,6 +32,7 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with _nested(extra_lifespans or [], app):
+            state.start_warming()  # beside the server: /healthz answers meanwhile, /readyz once warm
             try:
                 yield
             finally:

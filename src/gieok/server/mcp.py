@@ -384,6 +384,9 @@ def run_stdio(settings: ServerSettings, key: str | None) -> None:
     state = ServerState.open(settings)
     try:
         principal = check_stdio_key(state, key)
+        with state.tenants.use(principal.tenant):  # opened and warmed before the client's first call
+            pass
+        state.readiness.finish()
         log.info("serving tenant %s (role %s) over stdio", principal.tenant, principal.role)
         build_mcp(state, fixed=principal).run("stdio")
     finally:

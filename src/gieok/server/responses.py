@@ -11,5 +11,5 @@ from fastapi.responses import JSONResponse
 __all__ = ["json_response"]
 
 
-def json_response(payload: Any, status: int = 200) -> JSONResponse:
-    return JSONResponse(payload, status_code=status)
+def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(payload, status_code=status, headers=headers)

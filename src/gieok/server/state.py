@@ -3,6 +3,7 @@ event bus, and the bot when one runs in the same process (`gieok bot --serve`)."
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from .auth import ApiKeys
 from .events import EventBus
 from .settings import ServerSettings
 from .tenants import TenantRegistry
+from .warm import Readiness, start_warming, tenants_to_warm
 
 __all__ = ["ServerState"]
 
@@ -29,6 +31,15 @@ class ServerState:
     started: float = 0.0
     _keys_store: Store | None = field(default=None, repr=False)
     redis: RedisConnection | None = field(default=None, repr=False)  # with the `redis` setting: shared events
+    readiness: Readiness = field(default_factory=Readiness)  # /readyz: warm yet? (server/warm.py)
+    _stop_warming: threading.Event = field(default_factory=threading.Event, repr=False)
+    _warming: threading.Thread | None = field(default=None, repr=False)
+
+    def start_warming(self) -> None:
+        """Warm the tenants beside the running server, once (the app's start-up calls this)."""
+        if self._warming is None:
+            names = tenants_to_warm(self.tenants, self.keys.keys(), self.settings.server_open_tenants)
+            self._warming = start_warming(self.tenants, names, self.readiness, self._stop_warming)
 
     @classmethod
     def open(cls, settings: ServerSettings, *, auth: bool = True) -> ServerState:
@@ -48,6 +59,7 @@ class ServerState:
                    redis=redis)
 
     def close(self) -> None:
+        self._stop_warming.set()
         self.tenants.close()
         if self._keys_store is not None:
             self._keys_store.close()

@@ -149,6 +149,11 @@ class TenantRegistry:
 
     def _open_memory(self, name: str) -> Memory:
         memory = Memory(tenant_location(self.location, name), settings=self.settings)
+        try:
+            memory.warm()  # the tenant's first search then runs at warm speed (opening is the slow part anyway)
+        except BaseException:
+            memory.close()
+            raise
         memory.listener = self._listener(name)
         return memory
 

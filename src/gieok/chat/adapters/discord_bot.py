@@ -287,6 +287,7 @@ def opened_discord_bot(settings: ChatSettings, *, publish_events: bool = True) -
         if redis is not None and publish_events:
             memory.listener = SharedEventLog(redis, settings.event_buffer).listener(DEFAULT_TENANT)
         bot = build_bot(settings, memory, outbox=client.outbox, tools=default_tools(settings), shared=shared)
+        bot.pipeline.warm()  # before logging in: the first message is answered at warm speed
         client.attach(bot.core)
         yield DiscordRun(client, bot, token)
     finally:

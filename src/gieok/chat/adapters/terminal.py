@@ -279,17 +279,10 @@ class TerminalChat:
         bot = build_bot(self.settings, self._memory, outbox=self.outbox, classifier=self._classifier,
                         llm=FROM_SETTINGS if self._llm is None else self._llm)
         self._llm, self.pipeline, self.core = bot.llm, bot.pipeline, bot.core
-        threading.Thread(target=self._warm_up, name="gieok-chat-warm-up", daemon=True).start()
+        # Before the banner says it is listening: the Korean analyser, the model, the indexes and the
+        # classifiers, so the first reply does not pay for them (loading them there took ~2–4 s).
+        self.pipeline.warm()
         return self.core
-
-    def _warm_up(self) -> None:
-        """Load the Korean analyser while the user types: recording the first turn needs it, and
-        loading it there (about 2 s) would hold the prompt back after the first reply."""
-        try:
-            if self._memory is not None:
-                self._memory.tokenizer.analyze("안녕하세요, 반가워요")
-        except Exception:  # only an optimisation; the turn loads it itself
-            pass
 
     def request_quit(self) -> None:
         """Leave as soon as the current reply is done (Ctrl-C); a second Ctrl-C aborts."""

@@ -46,7 +46,7 @@ from ..layers.facts import Fact
 from ..layers.recent import conversation_of
 from ..llm.base import LLM
 from ..settings import ChatSettings, chat_settings
-from .classifier import classifier_encoder
+from .classifier import classifier_encoder, embed_messages
 from .context import AssembledPrompt, Budget, ContextBuilder, MemoryLine, RecentLine
 from .fact_review import KnownFacts, list_known_facts, store_reviewed
 from .gatekeeper import Analyst, Decision, Extraction, looks_like_question
@@ -195,6 +195,14 @@ class ConversationPipeline:
                 log.info("lore: seeded %d fact(s) from %s", added, s.lore_file)
         if recover:
             self.commit_pending()  # messages a crash left only in L1
+
+    def warm(self) -> None:
+        """Load now what the first message would: the memory's parts (`Memory.warm`) and the
+        classifiers' encoder, with one message through it. Front-ends call this before they say
+        they are ready, so the first reply is as fast as the tenth."""
+        self.memory.warm()
+        if self.encoder is not None:
+            embed_messages(self.encoder, ["누리야 안녕! hello there"])
 
     # -- events -------------------------------------------------------------------------------
     def _event(self, kind: str, data: dict[str, Any]) -> None:

@@ -34,6 +34,16 @@ def healthz() -> JSONResponse:
     return json_response({"status": "ok"})
 
 
+@public.get("/readyz", summary="Readiness: 200 once the model, the analyser and the tenants' indexes are loaded "
+                                "(503 with Retry-After while warming; no key needed)")
+def readyz(request: Request) -> JSONResponse:
+    readiness = server_state(request).readiness
+    if readiness.ready:
+        return json_response(readiness.as_dict())
+    headers = {"Retry-After": "1"} if readiness.status == "warming" else {}
+    return json_response(readiness.as_dict(), 503, headers)
+
+
 @router.get("/stats", summary="Counts by kind, channels, embedder, index type, file size, layer counters")
 def stats(who: Reader, t: TenantDep) -> JSONResponse:
     payload = t.memory.stats().as_dict()

@@ -1,0 +1,93 @@
+"""Warm before ready: a fresh server loads what a first request would otherwise load — the
+embedding model, the Korean analyser, the tenants' indexes and ranker — and says when it has.
+
+`/healthz` is liveness (the process answers); `/readyz` answers 200 only once warming is done, so
+a load balancer or a client sends the first search to a server that answers it at warm speed.
+Warming runs beside the server, not before it: the process is alive and says so meanwhile. The
+tenants warmed are the default one (the `--db` memory) and those with live keys, most recently
+used first, up to `server_open_tenants`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import GieokError
+from .tenants import DEFAULT_TENANT, TenantRegistry
+
+__all__ = ["Readiness", "warm_tenants", "tenants_to_warm", "start_warming"]
+
+log = logging.getLogger("uvicorn.error")  # uvicorn's own log: it is what `gieok serve` prints
+
+
+@dataclass
+class Readiness:
+    """Where warming stands: `warming`, `ready` or `failed` (with why)."""
+
+    status: str = "warming"
+    started: float = field(default_factory=time.monotonic)
+    seconds: float | None = None
+    tenants: list[str] = field(default_factory=list)
+    error: str | None = None
+    done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ready"
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "tenants_warmed": len(self.tenants)}
+        if self.seconds is not None:
+            out["warm_seconds"] = round(self.seconds, 3)
+        else:
+            out["warming_for_seconds"] = round(time.monotonic() - self.started, 3)
+        if self.error:
+            out["error"] = self.error
+        return out
+
+    def finish(self, error: str | None = None) -> None:
+        self.seconds = time.monotonic() - self.started
+        self.status, self.error = ("failed", error) if error else ("ready", None)
+        self.done.set()
+
+
+def tenants_to_warm(registry: TenantRegistry, key_rows: list[Any], limit: int) -> list[str]:
+    """The default tenant, then the tenants of live keys by their last use, newest first."""
+    live = sorted((row for row in key_rows if row.revoked_at is None),
+                  key=lambda row: row.last_used_at or row.created_at, reverse=True)
+    names = [DEFAULT_TENANT, *(row.tenant for row in live)]
+    return list(dict.fromkeys(names))[: max(1, limit)]
+
+
+def warm_tenants(registry: TenantRegistry, names: list[str], readiness: Readiness,
+                 stop: threading.Event | None = None) -> None:
+    """Open and warm each tenant (`Memory.warm`: one search through every part); then ready."""
+    try:
+        for name in names:
+            if stop is not None and stop.is_set():
+                return
+            with registry.use(name) as tenant:
+                tenant.memory.warm()
+            readiness.tenants.append(name)
+    except GieokError as exc:
+        if stop is not None and stop.is_set():
+            return  # shutting down while warming: nothing to report
+        log.error("gieok: warming failed: %s", exc)
+        readiness.finish(str(exc))
+        return
+    readiness.finish()
+    log.info("gieok: ready — warm in %.1f s (the embedding model, the Korean analyser and %d tenant%s indexes)",
+             readiness.seconds or 0.0, len(readiness.tenants), "" if len(readiness.tenants) == 1 else "s'")
+
+
+def start_warming(registry: TenantRegistry, names: list[str], readiness: Readiness,
+                  stop: threading.Event) -> threading.Thread:
+    """Warm in a daemon thread (the server answers /healthz and /readyz meanwhile)."""
+    thread = threading.Thread(target=warm_tenants, args=(registry, names, readiness, stop),
+                              name="gieok-warm", daemon=True)
+    thread.start()
+    return thread
