@@ -165,6 +165,47 @@ def test_beta_events_carry_nothing_of_alpha(deployment: Deployment) -> None:
 
 # -- keys and roles --------------------------------------------------------------------------------
 
+def test_every_route_gets_its_role_gate_from_its_router(deployment: Deployment) -> None:
+    """One gate per REST route and per dashboard page, declared by the router it is in: a route
+    cannot forget one. Changing routes need write (admin for keys); a search is a read. Every
+    route the app serves is in one of these routers."""
+    from fastapi.routing import APIRoute
+
+    from gieok.server.deps import admin, reader, writer
+    from gieok.server.routes import ROUTERS as REST
+    from gieok.server.routes.system import public
+    from gieok.server.web.routes import ROUTERS as PAGES
+    from gieok.server.web.routes import editor, viewer
+    from gieok.server.web.routes import router as sign_in
+
+    gates = {reader: "read", writer: "write", admin: "admin", viewer: "page", editor: "form"}
+    gated = 0
+    for router in [*REST, *PAGES]:
+        found = [gates[d.dependency] for d in router.dependencies if d.dependency in gates]
+        routes = [r for r in router.routes if isinstance(r, APIRoute)]
+        if not routes:
+            continue  # the event WebSocket: accepted, then its key checked in the handler (4401 / 4403)
+        if router in (public, sign_in):
+            assert not found and {r.path for r in routes} <= {"/healthz", "/readyz", "/login", "/logout"}
+            continue
+        assert len(found) == 1, f"a router with gates {found}: {[r.path for r in routes]}"
+        for route in routes:
+            own = [gates[d.dependency] for d in route.dependencies if d.dependency in gates]
+            assert own == found, f"{route.path} has gates {own} beside its router's"  # the router's, and only it
+            method = next(iter(route.methods))
+            if route.path.startswith("/v1/"):
+                expected = ("admin" if route.path.startswith("/v1/keys") else "read"
+                            if method == "GET" or route.path == "/v1/search" else "write")
+            else:
+                expected = "page" if method == "GET" else "form"
+            assert found == [expected], f"{method} {route.path}: {found[0]}, expected {expected}"
+            gated += 1
+    served = {(next(iter(r.methods)), r.path) for router in [*REST, *PAGES] for r in router.routes
+              if isinstance(r, APIRoute)}
+    assert {(m.upper(), path) for path, item in deployment.app.openapi()["paths"].items() for m in item} <= served
+    assert gated >= 30
+
+
 def test_no_key_wrong_key_and_revoked_key_get_401(deployment: Deployment) -> None:
     d = deployment
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic abc"},

@@ -1,9 +1,10 @@
-"""Request dependencies: the caller's principal (from their key, and nothing else) and their
-tenant's memory. Every route reaches a memory only through `tenant`, so none can name another."""
+"""Request dependencies over `access.py`: the caller's principal (from their key or session, and
+nothing else), the role gates routers declare, and the caller's own tenant. Every route reaches a
+memory only through `tenant`, so none can name another tenant."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 from urllib.parse import urlsplit
 
@@ -11,13 +12,13 @@ from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
-from ..errors import AuthenticationError, PermissionDeniedError
+from .access import Access, Credentials
 from .auth import Principal
 from .state import ServerState
-from .tenants import DEFAULT_TENANT, Tenant
+from .tenants import Tenant
 
-__all__ = ["server_state", "principal", "reader", "writer", "admin", "tenant", "principal_of", "same_origin",
-           "SESSION_COOKIE"]
+__all__ = ["server_state", "access_of", "credentials_of", "principal", "principal_of", "role_gate", "reader",
+           "writer", "admin", "tenant", "same_origin", "Caller", "SESSION_COOKIE"]
 
 SESSION_COOKIE = "gieok_session"
 _SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
@@ -28,27 +29,8 @@ def server_state(connection: HTTPConnection) -> ServerState:
     return state
 
 
-def principal_of(connection: HTTPConnection) -> Principal:
-    """The caller, from `Authorization: Bearer <key>` (or the dashboard's session cookie)."""
-    state = server_state(connection)
-    if not state.auth:
-        return Principal(DEFAULT_TENANT, "admin")
-    header = connection.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    if scheme.lower() == "bearer" and key.strip():
-        return state.keys.verify(key.strip())
-    cookie = connection.cookies.get(SESSION_COOKIE)
-    if cookie:
-        who = state.keys.verify(cookie)
-        # A browser sends the cookie by itself: what it may change, or the event socket it may
-        # open, must come from this server's own pages (SameSite=Strict still lets another port
-        # of the same host through). Bearer keys are never sent by a browser on its own.
-        if (connection.scope["type"] == "websocket" or connection.scope.get("method") not in _SAFE_METHODS) \
-                and not same_origin(connection):
-            raise PermissionDeniedError("a request with the dashboard's session must come from its own pages "
-                                        "(Origin check failed)")
-        return who
-    raise AuthenticationError("missing API key: send Authorization: Bearer gk_…")
+def access_of(connection: HTTPConnection) -> Access:
+    return server_state(connection).access
 
 
 def same_origin(connection: HTTPConnection) -> bool:
@@ -63,40 +45,56 @@ def same_origin(connection: HTTPConnection) -> bool:
     return bool(host) and origin is not None and origin.strip().lower() == f"{scheme}://{host}".lower()
 
 
+def credentials_of(connection: HTTPConnection) -> Credentials:
+    """What an HTTP request or WebSocket carries: `Authorization: Bearer <key>`, else the session cookie."""
+    scheme, _, key = connection.headers.get("authorization", "").partition(" ")
+    bearer = key.strip() if scheme.lower() == "bearer" and key.strip() else None
+    session = None if bearer else connection.cookies.get(SESSION_COOKIE) or None
+    unprompted = connection.scope["type"] == "websocket" or connection.scope.get("method") not in _SAFE_METHODS
+    return Credentials(bearer, session, unprompted, same_origin(connection) if session else False)
+
+
+def principal_of(connection: HTTPConnection) -> Principal:
+    """The caller of a request or WebSocket (`Access.principal`)."""
+    return access_of(connection).principal(credentials_of(connection))
+
+
 def principal(request: Request) -> Principal:
+    """The caller, once per request (FastAPI caches a dependency's result within a request)."""
     return principal_of(request)
 
 
 Caller = Annotated[Principal, Depends(principal)]
 
 
-# The role checks and the tenant hand-out do no I/O once a tenant is open, so they run on the event
-# loop: each hop to a worker thread costs ~0.3 ms here, and a request used to make six. The key
-# lookup (`principal`, SQLite) and the handler itself still run in worker threads.
+def role_gate(role: str) -> Callable[[Principal], Awaitable[Principal]]:
+    """A dependency that lets through callers whose role includes `role` (403 otherwise). Routers
+    declare one for all their routes: `APIRouter(dependencies=[Depends(writer)])`.
 
-async def reader(who: Caller) -> Principal:
-    who.require("read")
-    return who
+    The gates do no I/O once the key is checked, so they run on the event loop: each hop to a
+    worker thread costs ~0.3 ms here. The key lookup (`principal`) runs in a worker thread."""
 
+    async def gate(who: Caller) -> Principal:
+        who.require(role)
+        return who
 
-async def writer(who: Caller) -> Principal:
-    who.require("write")
-    return who
-
-
-async def admin(who: Caller) -> Principal:
-    who.require("admin")
-    return who
+    gate.__name__ = f"{role}_gate"
+    return gate
 
 
-async def tenant(request: Request, who: Annotated[Principal, Depends(reader)]) -> AsyncIterator[Tenant]:
+reader = role_gate("read")
+writer = role_gate("write")
+admin = role_gate("admin")
+
+
+async def tenant(request: Request, who: Caller) -> AsyncIterator[Tenant]:
     """The caller's own tenant, open for the length of the request (opened in a worker thread
     the first time: opening a large memory takes seconds)."""
-    registry = server_state(request).tenants
-    opened = registry.acquire_open(who.tenant)
+    access = access_of(request)
+    opened = access.tenant_if_open(who)
     if opened is None:
-        opened = await run_in_threadpool(registry.acquire, who.tenant)
+        opened = await run_in_threadpool(access.open_tenant, who)
     try:
         yield opened
     finally:
-        registry.release(opened)
+        access.release(opened)

@@ -7,7 +7,7 @@ the key table (so a revoked key is refused from its next request on) and returns
 whose claims carry the tenant and role; a tool reads them back with the SDK's `get_access_token()`.
 Over stdio there is no header: the key is checked once at start-up and its principal is fixed for
 the process (its revocation is still checked on every call). Either way the tenant is opened only
-through `state.tenants.use(...)`, in a worker thread: embedding and SQLite never block the loop.
+through `state.access.tenant(...)`, in a worker thread: embedding and SQLite never block the loop.
 """
 
 from __future__ import annotations
@@ -36,13 +36,14 @@ from .. import __version__
 from ..chat.layers.conversation import check_id
 from ..chat.layers.recent import conversation_of
 from ..errors import AuthenticationError, GieokError
+from .access import Access, Credentials
 from .app import create_app
-from .auth import ROLES, ApiKeys, Principal
+from .auth import ROLES, Principal
 from .errors import status_of
 from .hosts import is_loopback
 from .settings import ServerSettings
 from .state import ServerState
-from .tenants import DEFAULT_TENANT, Tenant
+from .tenants import Tenant
 
 __all__ = ["MCP_PATH", "MAX_K", "build_mcp", "KeyVerifier", "principal_of_token", "transport_security",
            "mcp_http_app", "mount_mcp", "create_app_with_mcp", "check_stdio_key", "run_stdio"]
@@ -114,17 +115,18 @@ def principal_of_token(token: AccessToken) -> Principal:
 
 
 class KeyVerifier:
-    """The SDK's `TokenVerifier` over gieok's key table: a bearer token is a gieok API key.
+    """The SDK's `TokenVerifier` over the server's one access path: a bearer token is a gieok API
+    key, resolved by `Access.principal` exactly as a REST request's is.
 
     Called by the SDK's bearer middleware on every HTTP request to /mcp; returning None makes the
     SDK answer 401. The key lookup (SQLite) runs in a worker thread."""
 
-    def __init__(self, keys: ApiKeys) -> None:
-        self.keys = keys
+    def __init__(self, access: Access) -> None:
+        self.access = access
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
-            who = await anyio.to_thread.run_sync(self.keys.verify, token)
+            who = await anyio.to_thread.run_sync(self.access.principal, Credentials(bearer=token))
         except AuthenticationError:
             return None
         granted = list(ROLES[: ROLES.index(who.role) + 1])  # a role may do what the ones before it may
@@ -148,7 +150,7 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
     http_auth = fixed is None and state.auth
     server: MCPServer = MCPServer(
         name="gieok", title="gieok memory", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
-        token_verifier=KeyVerifier(state.keys) if http_auth else None,
+        token_verifier=KeyVerifier(state.access) if http_auth else None,
         # AuthSettings wants an OAuth issuer; gieok keys are not OAuth tokens, and with no
         # resource_server_url and no provider nothing advertises it: the verifier alone decides.
         auth=AuthSettings(issuer_url=AnyHttpUrl(_origin(state.settings.server_host, state.settings.server_port)),
@@ -159,8 +161,8 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
         if fixed is not None:
             return fixed
         if not state.auth:
-            return Principal(DEFAULT_TENANT, "admin")
-        token = get_access_token()
+            return state.access.principal(Credentials())  # a --no-auth loopback server: the default tenant
+        token = get_access_token()  # verified by KeyVerifier (Access.principal) on this HTTP request
         if token is None:
             raise ToolError("unauthenticated: no API key came with this call")
         try:
@@ -192,7 +194,7 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
 
         def run() -> T:
             still_valid(who)
-            with state.tenants.use(who.tenant) as tenant:
+            with state.access.tenant(who) as tenant:
                 return work(tenant)
 
         try:
@@ -384,7 +386,7 @@ def run_stdio(settings: ServerSettings, key: str | None) -> None:
     state = ServerState.open(settings)
     try:
         principal = check_stdio_key(state, key)
-        with state.tenants.use(principal.tenant):  # opened and warmed before the client's first call
+        with state.access.tenant(principal):  # opened and warmed before the client's first call
             pass
         state.readiness.finish()
         log.info("serving tenant %s (role %s) over stdio", principal.tenant, principal.role)

@@ -11,6 +11,7 @@ from typing import Any
 from ..coordination import RedisConnection, SharedEventLog
 from ..store.base import Store
 from ..store.factory import open_store
+from .access import Access
 from .auth import ApiKeys
 from .events import EventBus
 from .settings import ServerSettings
@@ -32,6 +33,10 @@ class ServerState:
     _keys_store: Store | None = field(default=None, repr=False)
     redis: RedisConnection | None = field(default=None, repr=False)  # with the `redis` setting: shared events
     readiness: Readiness = field(default_factory=Readiness)  # /readyz: warm yet? (server/warm.py)
+    access: Access = field(init=False, repr=False)  # who a request is, and the tenant it may reach
+
+    def __post_init__(self) -> None:
+        self.access = Access(self.keys, self.tenants, auth=self.auth)
     _stop_warming: threading.Event = field(default_factory=threading.Event, repr=False)
     _warming: threading.Thread | None = field(default=None, repr=False)
 

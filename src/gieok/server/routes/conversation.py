@@ -12,19 +12,18 @@ from fastapi.responses import JSONResponse
 from ...chat.layers.conversation import check_id
 from ...chat.layers.recent import conversation_of
 from ...types import Scope
-from ..auth import Principal
 from ..deps import reader, tenant, writer
 from ..models import MAX_ID, CoreIn
 from ..responses import json_response
 from ..tenants import Tenant
 
-__all__ = ["router"]
+__all__ = ["ROUTERS"]
 
-router = APIRouter(prefix="/v1", tags=["conversation"])
+reads = APIRouter(prefix="/v1", tags=["conversation"], dependencies=[Depends(reader)])
+writes = APIRouter(prefix="/v1", tags=["conversation"], dependencies=[Depends(writer)])
+ROUTERS = [reads, writes]  # every route of this module behind its role\'s gate
 
 TenantDep = Annotated[Tenant, Depends(tenant)]
-Reader = Annotated[Principal, Depends(reader)]
-Writer = Annotated[Principal, Depends(writer)]
 Channel = Annotated[str, Query(max_length=MAX_ID, description="The conversation's channel id")]
 OptionalChannel = Annotated[str | None, Query(max_length=MAX_ID, description="Only this channel's")]
 Guild = Annotated[str | None, Query(max_length=MAX_ID, description="Its guild (server); none in DMs")]
@@ -38,32 +37,32 @@ def _optional(guild: str | None, channel: str | None) -> dict[str, str | None]:
     return {} if channel is None else _conversation(guild, channel).as_dict()
 
 
-@router.get("/conversations", summary="Conversations with recent messages, most recently active first")
-def conversations(who: Reader, t: TenantDep,
+@reads.get("/conversations", summary="Conversations with recent messages, most recently active first")
+def conversations(t: TenantDep,
                   limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> JSONResponse:
     return json_response({"conversations": t.conversation.channels(limit)})
 
 
-@router.get("/conversations/messages", summary="A conversation's recent messages (L1), oldest first")
-def messages(who: Reader, t: TenantDep, channel: Channel, guild: Guild = None,
+@reads.get("/conversations/messages", summary="A conversation's recent messages (L1), oldest first")
+def messages(t: TenantDep, channel: Channel, guild: Guild = None,
              limit: Annotated[int, Query(ge=1, le=500)] = 50) -> JSONResponse:
     return json_response({"messages": t.conversation.recent_messages(_conversation(guild, channel), limit)})
 
 
-@router.get("/conversations/summary", summary="A conversation's rolling summary (L2)")
-def summary(who: Reader, t: TenantDep, channel: Channel, guild: Guild = None) -> JSONResponse:
+@reads.get("/conversations/summary", summary="A conversation's rolling summary (L2)")
+def summary(t: TenantDep, channel: Channel, guild: Guild = None) -> JSONResponse:
     return json_response(t.conversation.summary_view(_conversation(guild, channel)))
 
 
-@router.put("/conversations/summary/core", summary="Replace a conversation's permanent core")
-def set_core(body: CoreIn, who: Writer, t: TenantDep) -> JSONResponse:
+@writes.put("/conversations/summary/core", summary="Replace a conversation's permanent core")
+def set_core(body: CoreIn, t: TenantDep) -> JSONResponse:
     conversation = _conversation(body.guild, body.channel)
     t.conversation.summaries.set_core(conversation, [line for line in body.core if line.strip()])
     return json_response(t.conversation.summary_view(conversation))
 
 
-@router.get("/facts", summary="Facts (L3): current ones, or with history (superseded, with validity)")
-def facts(who: Reader, t: TenantDep, user: Annotated[str | None, Query(max_length=MAX_ID)] = None,
+@reads.get("/facts", summary="Facts (L3): current ones, or with history (superseded, with validity)")
+def facts(t: TenantDep, user: Annotated[str | None, Query(max_length=MAX_ID)] = None,
           guild: Guild = None, history: bool = False,
           limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> JSONResponse:
     found = t.conversation.facts.facts(user_id=check_id(user, "user", optional=True),
@@ -71,30 +70,30 @@ def facts(who: Reader, t: TenantDep, user: Annotated[str | None, Query(max_lengt
     return json_response({"facts": [fact.as_dict() for fact in found]})
 
 
-@router.delete("/facts/users/{user_id}", summary="Forget a user: their facts, messages and summary mentions")
-def forget_user(user_id: Annotated[str, Path(max_length=MAX_ID)], who: Writer, t: TenantDep) -> JSONResponse:
+@writes.delete("/facts/users/{user_id}", summary="Forget a user: their facts, messages and summary mentions")
+def forget_user(user_id: Annotated[str, Path(max_length=MAX_ID)], t: TenantDep) -> JSONResponse:
     return json_response({"user": user_id, "erased": t.conversation.forget_user(user_id)})
 
 
-@router.get("/working-memory", summary="Working-memory slots with their priority parts and checkpoints")
-def working_memory(who: Reader, t: TenantDep, channel: OptionalChannel = None, guild: Guild = None) -> JSONResponse:
+@reads.get("/working-memory", summary="Working-memory slots with their priority parts and checkpoints")
+def working_memory(t: TenantDep, channel: OptionalChannel = None, guild: Guild = None) -> JSONResponse:
     return json_response({"slots": t.memory.working_slots(_optional(guild, channel)),
             "statistics": t.memory.working.statistics()})
 
 
-@router.get("/stm", summary="Live short-term memory entries, newest first")
-def stm(who: Reader, t: TenantDep, channel: OptionalChannel = None, guild: Guild = None,
+@reads.get("/stm", summary="Live short-term memory entries, newest first")
+def stm(t: TenantDep, channel: OptionalChannel = None, guild: Guild = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> JSONResponse:
     return json_response({"entries": t.memory.stm_entries(_optional(guild, channel), limit)})
 
 
-@router.get("/checkpoints", summary="Each slot's checkpoints into long-term memory")
-def checkpoints(who: Reader, t: TenantDep, channel: OptionalChannel = None, guild: Guild = None) -> JSONResponse:
+@reads.get("/checkpoints", summary="Each slot's checkpoints into long-term memory")
+def checkpoints(t: TenantDep, channel: OptionalChannel = None, guild: Guild = None) -> JSONResponse:
     return json_response({"checkpoints": [{"conversation": slot["conversation"], "slot": slot["slot"],
                              "checkpoints": slot["checkpoints"]}
                             for slot in t.memory.working_slots(_optional(guild, channel))]})
 
 
-@router.get("/layers", summary="Per-layer attempts, answers, hit rate and mean time (this process)")
-def layers(who: Reader, t: TenantDep) -> JSONResponse:
+@reads.get("/layers", summary="Per-layer attempts, answers, hit rate and mean time (this process)")
+def layers(t: TenantDep) -> JSONResponse:
     return json_response(t.memory.layer_stats())

@@ -14,13 +14,14 @@ from fastapi import APIRouter, Depends, Query, Request, WebSocket, WebSocketDisc
 from fastapi.responses import StreamingResponse
 
 from ...errors import GieokError, InvalidInputError
-from ..auth import Principal
-from ..deps import principal_of, reader, server_state
+from ..deps import Caller, principal_of, reader, server_state
 from ..errors import status_of
 
-__all__ = ["router", "HEARTBEAT_SECONDS"]
+__all__ = ["ROUTERS", "HEARTBEAT_SECONDS"]
 
-router = APIRouter(prefix="/v1", tags=["events"])
+reads = APIRouter(prefix="/v1", tags=["events"], dependencies=[Depends(reader)])  # SSE
+sockets = APIRouter(prefix="/v1", tags=["events"])  # a WebSocket is accepted first, then its key checked (4401/4403)
+ROUTERS = [reads, sockets]
 HEARTBEAT_SECONDS = 15.0  # an SSE comment now and then keeps proxies from closing an idle stream
 
 Since = Annotated[int | None, Query(ge=0, le=2**62, description="Resume after this sequence number")]
@@ -36,9 +37,9 @@ def _since(query: int | None, last_event_id: str | None) -> int | None:
     return int(last_event_id.strip())
 
 
-@router.get("/events", summary="Server-Sent Events of this tenant: memory, search, summary, facts, guard, turns",
+@reads.get("/events", summary="Server-Sent Events of this tenant: memory, search, summary, facts, guard, turns",
             response_class=StreamingResponse)
-async def events_sse(request: Request, who: Annotated[Principal, Depends(reader)],
+async def events_sse(request: Request, who: Caller,
                      since: Since = None) -> StreamingResponse:
     start = _since(since, request.headers.get("last-event-id"))
     bus = server_state(request).bus
@@ -64,7 +65,7 @@ async def events_sse(request: Request, who: Annotated[Principal, Depends(reader)
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-@router.websocket("/events/ws")
+@sockets.websocket("/events/ws")
 async def events_ws(websocket: WebSocket, since: Since = None) -> None:
     """The same events as JSON text frames; the key comes in the Authorization header (or the
     dashboard's session cookie); without a valid one the socket closes at once (4401 / 4403)."""

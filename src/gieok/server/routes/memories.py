@@ -9,19 +9,18 @@ from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
 
 from ...errors import InvalidInputError
-from ..auth import Principal
 from ..deps import reader, tenant, writer
 from ..models import MAX_ID, BatchIn, Kind, MemoryIn, SearchIn
 from ..responses import json_response
 from ..tenants import Tenant
 
-__all__ = ["router"]
+__all__ = ["ROUTERS"]
 
-router = APIRouter(prefix="/v1", tags=["memories"])
+reads = APIRouter(prefix="/v1", tags=["memories"], dependencies=[Depends(reader)])
+writes = APIRouter(prefix="/v1", tags=["memories"], dependencies=[Depends(writer)])
+ROUTERS = [reads, writes]  # every route of this module behind its role\'s gate
 
 TenantDep = Annotated[Tenant, Depends(tenant)]
-Reader = Annotated[Principal, Depends(reader)]
-Writer = Annotated[Principal, Depends(writer)]
 BlockIndex = Annotated[int, Path(ge=1, le=2**62, description="A block index of the caller's memory")]
 
 
@@ -41,24 +40,24 @@ def _before(cursor: str | None) -> int | None:
         raise InvalidInputError("cursor is not one this server gave out") from None
 
 
-@router.post("/memories", status_code=201, summary="Remember one block")
-def add_memory(body: MemoryIn, who: Writer, t: TenantDep) -> JSONResponse:
+@writes.post("/memories", status_code=201, summary="Remember one block")
+def add_memory(body: MemoryIn, t: TenantDep) -> JSONResponse:
     return json_response(t.memory.add(**body.as_item()).as_dict(), 201)
 
 
-@router.post("/memories:batch", status_code=201, summary="Remember up to 256 blocks in one transaction")
-def add_memories(body: BatchIn, who: Writer, t: TenantDep) -> JSONResponse:
+@writes.post("/memories:batch", status_code=201, summary="Remember up to 256 blocks in one transaction")
+def add_memories(body: BatchIn, t: TenantDep) -> JSONResponse:
     blocks = t.memory.add_many([item.as_item() for item in body.items])  # every item checked before any write
     return json_response({"blocks": [block.as_dict() for block in blocks]}, 201)
 
 
-@router.get("/memories/{block_index}", summary="One block")
-def get_memory(block_index: BlockIndex, who: Reader, t: TenantDep) -> JSONResponse:
+@reads.get("/memories/{block_index}", summary="One block")
+def get_memory(block_index: BlockIndex, t: TenantDep) -> JSONResponse:
     return json_response(t.memory.get(block_index).as_dict())
 
 
-@router.get("/memories", summary="Blocks, newest first, filtered, a page at a time")
-def list_memories(who: Reader, t: TenantDep,
+@reads.get("/memories", summary="Blocks, newest first, filtered, a page at a time")
+def list_memories(t: TenantDep,
                   guild: Annotated[str | None, Query(max_length=MAX_ID)] = None,
                   channel: Annotated[str | None, Query(max_length=MAX_ID)] = None,
                   user: Annotated[str | None, Query(max_length=MAX_ID)] = None,
@@ -84,14 +83,14 @@ def _time(value: str | None) -> float | str | None:
         return value
 
 
-@router.delete("/memories/{block_index}", summary="Forget a block (its content is erased; the chain still verifies)")
-def forget_memory(block_index: BlockIndex, who: Writer, t: TenantDep) -> JSONResponse:
+@writes.delete("/memories/{block_index}", summary="Forget a block (its content is erased; the chain still verifies)")
+def forget_memory(block_index: BlockIndex, t: TenantDep) -> JSONResponse:
     erased = t.memory.forget([block_index])
     return JSONResponse({"forgotten": erased, "already_forgotten": not erased})
 
 
-@router.post("/search", summary="Hybrid search; hits with their score breakdown, the answering layer and the time")
-def search(body: SearchIn, who: Reader, t: TenantDep) -> JSONResponse:
+@reads.post("/search", summary="Hybrid search; hits with their score breakdown, the answering layer and the time")
+def search(body: SearchIn, t: TenantDep) -> JSONResponse:
     result = t.memory.search(body.query, body.k, scope=body.scope.as_mapping() if body.scope else None,
                              kinds=body.kinds, since=body.since, until=body.until, mode=body.mode,
                              neighbours=body.neighbours)

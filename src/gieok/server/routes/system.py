@@ -12,21 +12,20 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ...errors import ImportFormatError, NotFoundError
-from ..auth import Principal
-from ..deps import admin, reader, server_state, tenant, writer
+from ..deps import Caller, admin, reader, server_state, tenant, writer
 from ..models import KeyIn
 from ..responses import json_response
 from ..tenants import Tenant
 
-__all__ = ["router", "public"]
+__all__ = ["ROUTERS", "public"]
 
-router = APIRouter(prefix="/v1", tags=["memory"])
-public = APIRouter(tags=["health"])
+reads = APIRouter(prefix="/v1", tags=["memory"], dependencies=[Depends(reader)])
+writes = APIRouter(prefix="/v1", tags=["memory"], dependencies=[Depends(writer)])
+admins = APIRouter(prefix="/v1", tags=["keys"], dependencies=[Depends(admin)])
+public = APIRouter(tags=["health"])  # no key: liveness and readiness only
+ROUTERS = [reads, writes, admins]  # every route of this module behind its role's gate
 
 TenantDep = Annotated[Tenant, Depends(tenant)]
-Reader = Annotated[Principal, Depends(reader)]
-Writer = Annotated[Principal, Depends(writer)]
-Admin = Annotated[Principal, Depends(admin)]
 
 
 @public.get("/healthz", summary="Liveness: the process answers (no key needed, nothing about any tenant)")
@@ -44,33 +43,33 @@ def readyz(request: Request) -> JSONResponse:
     return json_response(readiness.as_dict(), 503, headers)
 
 
-@router.get("/stats", summary="Counts by kind, channels, embedder, index type, file size, layer counters")
-def stats(who: Reader, t: TenantDep) -> JSONResponse:
+@reads.get("/stats", summary="Counts by kind, channels, embedder, index type, file size, layer counters")
+def stats(t: TenantDep) -> JSONResponse:
     payload = t.memory.stats().as_dict()
     payload.pop("path", None)  # where the server keeps files is not the caller's business
     payload["layers"] = t.memory.layer_stats()
     return json_response(payload)
 
 
-@router.get("/verify", summary="Walk the hash chain and every content digest")
-def verify(who: Reader, t: TenantDep) -> JSONResponse:
+@reads.get("/verify", summary="Walk the hash chain and every content digest")
+def verify(t: TenantDep) -> JSONResponse:
     return json_response(t.memory.verify().as_dict())
 
 
-@router.get("/export", summary="Every block, tombstones included, as streamed NDJSON (the `gieok export` format)")
-def export(request: Request, who: Reader) -> StreamingResponse:
+@reads.get("/export", summary="Every block, tombstones included, as streamed NDJSON (the `gieok export` format)")
+def export(request: Request, who: Caller) -> StreamingResponse:
     state = server_state(request)
 
     def lines() -> Iterator[str]:  # the tenant stays open while the stream runs
-        with state.tenants.use(who.tenant) as t:
+        with state.access.tenant(who) as t:
             yield from t.memory.export_lines()
 
     return StreamingResponse(lines(), media_type="application/x-ndjson",
                              headers={"Content-Disposition": 'attachment; filename="gieok-export.jsonl"'})
 
 
-@router.post("/import", summary="Import an export (NDJSON body); nothing is written unless every line checks out")
-async def import_(request: Request, who: Writer) -> dict[str, Any]:
+@writes.post("/import", summary="Import an export (NDJSON body); nothing is written unless every line checks out")
+async def import_(request: Request, who: Caller) -> dict[str, Any]:
     raw = await request.body()  # bounded by server_max_import_bytes (server/limits.py)
     try:
         text = raw.decode("utf-8")
@@ -79,14 +78,14 @@ async def import_(request: Request, who: Writer) -> dict[str, Any]:
     state = server_state(request)
 
     def run() -> int:
-        with state.tenants.use(who.tenant) as t:
+        with state.access.tenant(who) as t:
             return t.memory.import_jsonl(io.StringIO(text))
 
     return {"imported": await run_in_threadpool(run)}
 
 
-@router.get("/health", summary="Engine, embedder and (when a bot runs here) bot and provider health")
-def health(request: Request, who: Reader, t: TenantDep) -> JSONResponse:
+@reads.get("/health", summary="Engine, embedder and (when a bot runs here) bot and provider health")
+def health(request: Request, who: Caller, t: TenantDep) -> JSONResponse:
     state = server_state(request)
     memory = t.memory.stats()
     queued = getattr(t.memory.embedder.inner, "queued", None) if memory.dimension else None
@@ -106,19 +105,19 @@ def health(request: Request, who: Reader, t: TenantDep) -> JSONResponse:
     return json_response(payload)
 
 
-@router.get("/keys", tags=["keys"], summary="This tenant's API keys (never the keys themselves)")
-def list_keys(request: Request, who: Admin) -> JSONResponse:
+@admins.get("/keys", summary="This tenant's API keys (never the keys themselves)")
+def list_keys(request: Request, who: Caller) -> JSONResponse:
     return json_response({"keys": [row.as_dict() for row in server_state(request).keys.keys(who.tenant)]})
 
 
-@router.post("/keys", tags=["keys"], status_code=201, summary="A new key for this tenant; shown once")
-def create_key(request: Request, body: KeyIn, who: Admin) -> JSONResponse:
+@admins.post("/keys", status_code=201, summary="A new key for this tenant; shown once")
+def create_key(request: Request, body: KeyIn, who: Caller) -> JSONResponse:
     key, row = server_state(request).keys.create(who.tenant, body.role, body.name)
     return json_response({"key": key, **row.as_dict()}, 201)
 
 
-@router.delete("/keys/{key_id}", tags=["keys"], summary="Revoke one of this tenant's keys, at once")
-def revoke_key(request: Request, key_id: Annotated[int, Path(ge=1, le=2**62)], who: Admin) -> JSONResponse:
+@admins.delete("/keys/{key_id}", summary="Revoke one of this tenant's keys, at once")
+def revoke_key(request: Request, key_id: Annotated[int, Path(ge=1, le=2**62)], who: Caller) -> JSONResponse:
     if not server_state(request).keys.revoke(key_id, tenant=who.tenant):
         raise NotFoundError(f"no live key {key_id} in this tenant")
     return JSONResponse({"revoked": key_id})

@@ -6,13 +6,14 @@ Same process, same API keys and tenant checks as the REST API (routes.py, securi
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from .routes import STATIC_DIR, TEMPLATES_DIR, router
+from .routes import ROUTERS, STATIC_DIR, TEMPLATES_DIR
 
-__all__ = ["install", "router", "STATIC_DIR", "TEMPLATES_DIR"]
+__all__ = ["install", "ROUTERS", "STATIC_DIR", "TEMPLATES_DIR"]
 
 
 def install(app: FastAPI) -> None:
     """Serve the dashboard from `app`: its pages at / and its static files at /static."""
-    app.include_router(router)
+    for router in ROUTERS:
+        app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.state.gieok_verified = {}  # tenant -> its last verify report (this process)

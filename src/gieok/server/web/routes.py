@@ -3,7 +3,7 @@ with its neighbouring turns, the login form, and the small fragments htmx swaps 
 
 Who the caller is comes from the same place as for the REST API (`deps.principal_of`: the
 session cookie, which holds their key) and their memory only from
-`state.tenants.use(principal.tenant)`; no page or form takes a tenant. A page request without a
+`state.access.tenant(principal)`; no page or form takes a tenant. A page request without a
 valid session is sent to /login (htmx requests get `HX-Redirect`); a refused one gets an HTML
 error page with the REST API's status (403, 404, 400). Read keys see everything of their tenant;
 write and admin keys may also forget a fact or a user and run verify. Forms that change
@@ -40,7 +40,7 @@ from ..errors import status_of
 from . import views
 from .security import SECURITY_HEADERS, check_origin, clear_session, safe_next, set_session
 
-__all__ = ["router", "PageRoute", "TEMPLATES_DIR", "STATIC_DIR", "render"]
+__all__ = ["ROUTERS", "PageRoute", "TEMPLATES_DIR", "STATIC_DIR", "render"]
 
 HERE = Path(__file__).parent
 TEMPLATES_DIR = HERE / "templates"
@@ -74,6 +74,8 @@ class PageRoute(APIRoute):
         return page
 
 
+# The dashboard's routers, by what a caller needs: none (login, logout), a session of any role (pages),
+# or a write session and a form sent from these pages (forms). The gates are router-level.
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
 
@@ -201,6 +203,9 @@ async def form_fields(request: Request) -> dict[str, str]:
 Viewer = Annotated[Principal, Depends(viewer)]
 Editor = Annotated[Principal, Depends(editor)]
 Form = Annotated[dict[str, str], Depends(form_fields)]
+pages = APIRouter(route_class=PageRoute, include_in_schema=False, dependencies=[Depends(viewer)])
+forms = APIRouter(route_class=PageRoute, include_in_schema=False, dependencies=[Depends(editor)])
+ROUTERS = [router, pages, forms]
 
 
 def _id(value: str | None, what: str) -> str | None:
@@ -263,18 +268,18 @@ def _last_verify(request: Request, tenant: str) -> dict[str, Any] | None:
     return results.get(tenant)
 
 
-@router.get("/")
+@pages.get("/")
 def overview(request: Request, who: Viewer) -> Response:
     state = server_state(request)
-    with state.tenants.use(who.tenant) as t:
+    with state.access.tenant(who) as t:
         data = views.overview(t, state.bus, who.tenant)
     return render(request, "overview.html", who, nav="overview", verify=_last_verify(request, who.tenant), **data)
 
 
-@router.post("/verify")
+@forms.post("/verify")
 def verify(request: Request, who: Editor) -> Response:
     state = server_state(request)
-    with state.tenants.use(who.tenant) as t:
+    with state.access.tenant(who) as t:
         started = time.perf_counter()
         report = t.memory.verify().as_dict()
     report.update(at=time.time(), seconds=time.perf_counter() - started)
@@ -288,7 +293,7 @@ def verify(request: Request, who: Editor) -> Response:
 
 # -- search ---------------------------------------------------------------------------------------
 
-@router.get("/search")
+@pages.get("/search")
 def search(request: Request, who: Viewer, q: str = "", channel: str = "", guild: str = "", user: str = "",
            kind: str = "", k: int = 10, mode: str = "hybrid") -> Response:
     form = {"q": q, "channel": channel, "guild": guild, "user": user, "kind": kind, "k": k, "mode": mode}
@@ -303,7 +308,7 @@ def search(request: Request, who: Viewer, q: str = "", channel: str = "", guild:
             given = (("channel", _id(channel, "channel")), ("guild", _id(guild, "guild")), ("user", _id(user, "user")))
             scope = {name: value for name, value in given if value}
             state = server_state(request)
-            with state.tenants.use(who.tenant) as t:
+            with state.access.tenant(who) as t:
                 found = views.search(t, q, max(1, min(MAX_K, k)), scope, kind or None, mode)
         except GieokError as exc:
             if isinstance(exc, AuthenticationError):
@@ -313,12 +318,12 @@ def search(request: Request, who: Viewer, q: str = "", channel: str = "", guild:
     return render(request, name, who, nav="search", form=form, found=found, error=error)
 
 
-@router.get("/blocks/{block_index}")
+@pages.get("/blocks/{block_index}")
 def block(request: Request, block_index: int, who: Viewer, window: int = 3) -> Response:
     if not 0 <= block_index <= 2**62:
         raise NotFoundError(f"no block with index {block_index}")
     state = server_state(request)
-    with state.tenants.use(who.tenant) as t:
+    with state.access.tenant(who) as t:
         data = views.context(t, block_index, max(0, min(10, window)))
     name = "_context.html" if _fragment(request, "context") else "block.html"
     return render(request, name, who, nav="search", **data)
@@ -326,13 +331,13 @@ def block(request: Request, block_index: int, who: Viewer, window: int = 3) -> R
 
 # -- conversations --------------------------------------------------------------------------------
 
-@router.get("/conversations")
+@pages.get("/conversations")
 def conversations(request: Request, who: Viewer, channel: str = "", guild: str = "", page: int = 0) -> Response:
     state = server_state(request)
     picked = _id(channel, "channel")
     guild_id = _id(guild, "guild")
     page = max(0, min(page, views.MAX_SCAN // views.PAGE))
-    with state.tenants.use(who.tenant) as t:
+    with state.access.tenant(who) as t:
         listing = views.conversations(t, page)
         chosen = views.conversation(t, guild_id, picked) if picked else None
     if _fragment(request, "conversation"):
@@ -359,13 +364,13 @@ def _notice(request: Request) -> str | None:
         return None
 
 
-@router.get("/facts")
+@pages.get("/facts")
 def facts(request: Request, who: Viewer, user: str = "", guild: str = "", history: bool = True,
           page: int = 0) -> Response:
     state = server_state(request)
     user_id, guild_id = _id(user, "user"), (guild.strip() or None)
     page = max(0, min(page, views.MAX_SCAN // views.PAGE))
-    with state.tenants.use(who.tenant) as t:
+    with state.access.tenant(who) as t:
         data = views.facts(t, user=user_id, guild=guild_id, history=history, page=page)
     here = "/facts?" + urlencode({"user": user_id or "", "guild": guild_id or "", "history": int(history),
                                   "page": page})
@@ -383,30 +388,30 @@ def _back_to_facts(fields: dict[str, str], **notice: Any) -> Response:
     return RedirectResponse(f"{path}?{urlencode({**params, **notice})}", status_code=303, headers=SECURITY_HEADERS)
 
 
-@router.post("/facts/forget")
+@forms.post("/facts/forget")
 def forget_fact(request: Request, who: Editor, fields: Form) -> Response:
     index = _int(fields.get("block_index"), "block_index")
     state = server_state(request)
-    with state.tenants.use(who.tenant) as t:
+    with state.access.tenant(who) as t:
         if index not in t.conversation.tables.facts_get([index]):
             raise NotFoundError(f"no fact with index {index}")
         t.memory.forget([index])
     return _back_to_facts(fields, done="fact", block=index)
 
 
-@router.post("/facts/forget-user")
+@forms.post("/facts/forget-user")
 def forget_user(request: Request, who: Editor, fields: Form) -> Response:
     user_id = check_id(fields.get("user_id", "").strip(), "user")
     state = server_state(request)
-    with state.tenants.use(who.tenant) as t:
+    with state.access.tenant(who) as t:
         erased = t.conversation.forget_user(str(user_id))
     return _back_to_facts(fields, done="user", user=user_id, facts=erased["facts"], messages=erased["messages"])
 
 
-@router.get("/facts/{block_index}/source")
+@pages.get("/facts/{block_index}/source")
 def fact_source(request: Request, block_index: int, who: Viewer) -> Response:
     state = server_state(request)
-    with state.tenants.use(who.tenant) as t:
+    with state.access.tenant(who) as t:
         found = views.find_source(t, block_index)
     if found is None:
         raise NotFoundError(f"the message fact #{block_index} came from is no longer stored (forgotten, or never "
@@ -416,18 +421,18 @@ def fact_source(request: Request, block_index: int, who: Viewer) -> Response:
 
 # -- live -----------------------------------------------------------------------------------------
 
-@router.get("/live")
+@pages.get("/live")
 def live(request: Request, who: Viewer) -> Response:
     state = server_state(request)
-    with state.tenants.use(who.tenant) as t:
+    with state.access.tenant(who) as t:
         health = views.health(t, state.bot)
     since = max(0, state.bus.last_seq(who.tenant) - LIVE_BACKLOG)
     return render(request, "live.html", who, nav="live", since=since, **health)
 
 
-@router.get("/live/health")
+@pages.get("/live/health")
 def live_health(request: Request, who: Viewer) -> Response:
     state = server_state(request)
-    with state.tenants.use(who.tenant) as t:
+    with state.access.tenant(who) as t:
         health = views.health(t, state.bot)
     return render(request, "_health.html", who, **health)
