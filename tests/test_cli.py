@@ -127,3 +127,19 @@ def test_reindex_command(tmp_path):
     missing = gieok("reindex", "--db", str(tmp_path / "nope.db"))
     assert missing.returncode == 1 and "does not exist" in missing.stderr
     assert not (tmp_path / "nope.db").exists()
+
+
+def test_keys_create_names_the_memory_that_holds_the_key(tmp_path):
+    """A key is only good for a server on the same --db: the command says which memory it wrote
+    to, on stderr (stdout stays the key alone, for `export GIEOK_KEY="$(gieok keys create …)"`)
+    and in --json; list and revoke name it too."""
+    db = tmp_path / "chat.db"
+    made = gieok("keys", "create", "--tenant", "default", "--role", "write", "--db", str(db))
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip().startswith("gk_") and len(made.stdout.strip().splitlines()) == 1
+    assert str(db.resolve()) in made.stderr and f"gieok serve --db {db.resolve()}" in made.stderr
+    as_json = json.loads(gieok("keys", "create", "--tenant", "acme", "--db", str(db), "--json").stdout)
+    assert as_json["db"] == str(db.resolve()) and as_json["tenant"] == "acme"
+    assert str(db.resolve()) in gieok("keys", "list", "--db", str(db)).stdout
+    revoked = gieok("keys", "revoke", str(as_json["id"]), "--db", str(db))
+    assert revoked.returncode == 0 and f"revoked key {as_json['id']} in {db.resolve()}" in revoked.stdout

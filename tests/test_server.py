@@ -350,6 +350,54 @@ def test_bad_input_gets_a_4xx_json_error_and_writes_nothing(deployment: Deployme
     assert d.client.get("/v1/stats", headers=d.as_("beta")).json()["blocks"] == 0
 
 
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "text/plain", None])
+def test_a_body_sent_with_a_key_is_json_whatever_its_content_type(deployment: Deployment,
+                                                                   content_type: str | None) -> None:
+    """`curl -d '{...}'` says application/x-www-form-urlencoded: with a key, the body is read as JSON."""
+    d, w = deployment, deployment.as_("beta_write")
+    headers = {**w, "content-type": content_type} if content_type else w
+    added = d.client.post("/v1/memories", content='{"text": "민지: 고양이 이름은 보리야"}'.encode(), headers=headers)
+    assert added.status_code == 201, added.text
+    found = d.client.post("/v1/search", content='{"query": "민지 고양이 이름"}'.encode(), headers=headers)
+    assert found.status_code == 200 and "보리야" in found.json()["hits"][0]["block"]["text"]
+    core = d.client.put("/v1/conversations/summary/core", content=b'{"channel": "general", "core": ["cats"]}',
+                        headers=headers)
+    assert core.status_code == 200 and core.json()["core"] == ["cats"]
+
+
+@pytest.mark.parametrize("body, kind, words", [
+    (b"query=x", "invalid_json", ("not valid JSON", "application/x-www-form-urlencoded")),
+    (b'{"query": ', "invalid_json", ("not valid JSON", "character 10")),
+    (b'["x"]', "validation_error", ("JSON object", "an array")),
+    (b"", "validation_error", ("body is empty",)),
+])
+def test_a_body_that_is_not_a_json_object_says_what_is_wrong(deployment: Deployment, body: bytes, kind: str,
+                                                              words: tuple[str, ...]) -> None:
+    d = deployment
+    response = d.client.post("/v1/search", content=body, headers={**d.as_("beta_write"),
+                                                                   "content-type": "application/x-www-form-urlencoded"})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["type"] == kind and all(word in error["message"] for word in words), error
+    assert "valid dictionary" not in error["message"]
+
+
+def test_without_a_key_a_body_must_say_it_is_json(tmp_path: Path) -> None:
+    """No Authorization header (`--no-auth`, or the dashboard's cookie): a page on another site
+    could post a form here without asking, so FastAPI's strict Content-Type stays, with a 415 that
+    says why; /mcp and the import route are not JSON routes and keep their own rules."""
+    state = ServerState.open(ServerSettings.load(db=str(tmp_path / "open.db")), auth=False)
+    with TestClient(create_app(state)) as client:
+        for content_type in ("application/x-www-form-urlencoded", "text/plain"):
+            refused = client.post("/v1/memories", content=b'{"text": "from another site"}',
+                                  headers={"content-type": content_type})
+            assert refused.status_code == 415, refused.text
+            assert content_type in refused.json()["error"]["message"]
+            assert refused.json()["error"]["type"] == "unsupported_media_type"
+        assert client.get("/v1/stats").json()["blocks"] == 0
+        assert client.post("/v1/memories", json={"text": "sent as JSON"}).status_code == 201
+
+
 def test_huge_bodies_huge_k_and_fts_syntax(deployment: Deployment) -> None:
     d, w = deployment, deployment.as_("beta_write")
     huge = d.client.post("/v1/memories", content=b'{"text": "' + b"x" * 2_000_000 + b'"}',

@@ -7,31 +7,44 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from ..config.settings import is_database_url
 from ..errors import InvalidInputError, MissingExtraError
 from ..server.auth import ROLES, ApiKeys
 from ..store.factory import open_store
+from ..store.urls import display_url
 from .options import DbOption, JsonFlag, RedisOption, err, given, load, out
 
 __all__ = ["server_commands", "keys_commands"]
 
 server_commands = typer.Typer()
-keys_commands = typer.Typer(help="API keys of `gieok serve`: create, list, revoke.\n\nExample: gieok keys create "
-                                 "--tenant acme --role write", no_args_is_help=True)
+keys_commands = typer.Typer(help="API keys of `gieok serve`: create, list, revoke. Keys live in the --db memory: "
+                                 "give gieok serve the same --db.\n\nExample: gieok keys create --tenant acme "
+                                 "--role write --db chat.db", no_args_is_help=True)
 
 
 @contextmanager
-def _keys(db: DbOption) -> Iterator[ApiKeys]:
+def _keys(db: DbOption) -> Iterator[tuple[ApiKeys, str]]:
+    """The key table of the --db memory, and that memory as a user should see it (`_shown`)."""
     settings = load(**({"db": str(db)} if db else {}))
-    store = open_store(settings.db_location(), busy_timeout_ms=settings.busy_timeout_ms)
+    location = settings.db_location()
+    store = open_store(location, busy_timeout_ms=settings.busy_timeout_ms)
     try:
-        yield ApiKeys(store)
+        yield ApiKeys(store), _shown(location)
     finally:
         store.close()
+
+
+def _shown(location: str) -> str:
+    """Which memory holds the keys: a file's absolute path (a key made for one file is unknown to
+    a server started on another, the usual reason a fresh key gets 401), or the database URL
+    without its password."""
+    return display_url(location) if is_database_url(location) else str(Path(location).resolve())
 
 
 @server_commands.command()
@@ -51,7 +64,7 @@ def serve(
     default tenant's memory; other tenants' memories live beside it in <name>.tenants/. With
     --redis, every worker and every bot process on the same Redis feeds one event stream.
 
-    Example: gieok keys create --tenant default --role write && gieok serve --db chat.db --port 8420
+    Example: gieok keys create --tenant default --role write --db chat.db && gieok serve --db chat.db --port 8420
     """
     try:  # uvicorn and FastAPI (the server extra) load only for this command
         from ..server.run import serve as run_server
@@ -98,20 +111,23 @@ def keys_create(
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Create an API key and print it once (only its hash is stored).
+    """Create an API key and print it once (only its hash is stored, in the --db memory).
 
-    Example: gieok keys create --tenant acme --role write --name "support bot"
+    The key goes to stdout alone (export GIEOK_KEY="$(gieok keys create …)" keeps it); which
+    memory holds it goes to stderr (with --json, "db"). Start gieok serve with the same --db.
+
+    Example: gieok keys create --tenant acme --role write --name "support bot" --db chat.db
     """
     if role not in ROLES:
         raise InvalidInputError(f"--role must be one of {', '.join(ROLES)}, got {role!r}")
-    with _keys(db) as keys:
+    with _keys(db) as (keys, where):
         key, row = keys.create(tenant, role, name)
     if as_json:
-        out.print_json(json.dumps({"key": key, **row.as_dict()}, ensure_ascii=False))
+        out.print_json(json.dumps({"key": key, **row.as_dict(), "db": where}, ensure_ascii=False))
         return
     out.print(key, highlight=False, soft_wrap=True)
-    err.print(f"key {row.key_id} ({row.prefix}) for tenant {row.tenant}, role {row.role}: "
-              "store it now, it is not shown again", highlight=False)
+    err.print(f"key {row.key_id} ({row.prefix}) for tenant {row.tenant}, role {row.role}, in {where} "
+              f"(gieok serve --db {where}); store it now, it is not shown again", highlight=False, soft_wrap=True)
 
 
 def _when(value: float | None) -> str:
@@ -128,12 +144,12 @@ def keys_list(
 
     Example: gieok keys list --tenant acme
     """
-    with _keys(db) as keys:
+    with _keys(db) as (keys, where):
         rows = keys.keys(tenant)
     if as_json:
         out.print_json(json.dumps([row.as_dict() for row in rows], ensure_ascii=False))
         return
-    table = Table(title=f"{len(rows)} key(s)")
+    table = Table(title=f"{len(rows)} key(s) in {where}")
     for column in ("id", "prefix", "tenant", "role", "name", "created", "last used", "revoked"):
         table.add_column(column)
     for row in rows:
@@ -151,7 +167,7 @@ def keys_revoke(
 
     Example: gieok keys revoke 3
     """
-    with _keys(db) as keys:
+    with _keys(db) as (keys, where):
         if not keys.revoke(key_id):
-            raise InvalidInputError(f"no live key with id {key_id}")
-    out.print(f"revoked key {key_id}")
+            raise InvalidInputError(f"no live key with id {key_id} in {where}")
+    out.print(f"revoked key {key_id} in {where}", highlight=False, soft_wrap=True)

@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from .. import __version__
+from .bodies import JsonBodies
 from .errors import install_error_handlers
 from .limits import BodyLimit
 from .routes import ROUTERS
@@ -46,6 +47,7 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, 
     for router in ROUTERS:
         app.include_router(router)
     install_dashboard(app)  # the web dashboard at / (server/web/)
+    app.add_middleware(JsonBodies)  # `curl -d '{...}'` with a key: the body is JSON (server/bodies.py)
     app.add_middleware(BodyLimit, default=state.settings.server_max_body_bytes,
                        larger={"/v1/import": state.settings.server_max_import_bytes})
     return app

@@ -22,6 +22,7 @@ from ..errors import (
     PermissionDeniedError,
     StoreError,
 )
+from .bodies import SENT_CONTENT_TYPE, is_json_content_type
 
 __all__ = ["error_body", "error_response", "install_error_handlers", "status_of"]
 
@@ -68,16 +69,56 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        whole_body = _whole_body_problem(request, errors[0]) if len(errors) == 1 else None
+        if whole_body is not None:
+            return error_response(*whole_body)
         problems = [{"where": ".".join(str(p) for p in e.get("loc", ())), "problem": e.get("msg", "")}
-                    for e in exc.errors()[:20]]
+                    for e in errors[:20]]
         first = problems[0] if problems else {"where": "request", "problem": "invalid"}
         return error_response(422, "validation_error", f"{first['where']}: {first['problem']}", details=problems)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's "There was an error parsing the body"
+            return error_response(400, "invalid_json", "the body is not UTF-8 text; JSON must be UTF-8")
         return error_response(exc.status_code, _HTTP_TYPES.get(exc.status_code, "http_error"), str(exc.detail))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("%s %s failed", request.method, request.url.path)
         return error_response(500, "internal_error", "the server failed; see its log")
+
+
+_JSON_KINDS: list[tuple[type, str]] = [(list, "an array"), (str, "a string"), (bool, "true or false"),
+                                       (int, "a number"), (float, "a number")]
+
+
+def _whole_body_problem(request: Request, error: Any) -> tuple[int, str, str] | None:
+    """What is wrong with the body as a whole, in words (FastAPI's own say "JSON decode error" or
+    "Input should be a valid dictionary", which name neither the cause nor the fix); None when
+    the problem is inside a valid JSON object (a field), which the field-by-field message names."""
+    loc, kind = tuple(error.get("loc", ())), error.get("type")
+    if kind == "json_invalid":
+        where = f" at character {loc[1]}" if len(loc) > 1 else ""
+        sent = request.scope.get(SENT_CONTENT_TYPE)
+        sent_as = f" (it was sent as {sent}; it is read as JSON all the same)" if sent else ""
+        return 422, "invalid_json", f"the body is not valid JSON: {error.get('ctx', {}).get('error', 'unreadable')}" \
+                                    f"{where}{sent_as}"
+    if loc != ("body",):
+        return None
+    if kind == "missing":
+        return 422, "validation_error", "the body is empty: this route takes a JSON object"
+    if kind not in ("model_attributes_type", "dict_type", "model_type"):
+        return None
+    given = error.get("input")
+    if isinstance(given, bytes | bytearray):  # FastAPI did not read it as JSON: its Content-Type says otherwise
+        content_type = request.headers.get("content-type")
+        if not is_json_content_type(content_type):
+            sent = f"sent as {content_type}" if content_type else "sent without a Content-Type"
+            return 415, "unsupported_media_type", (
+                f"the body was {sent}; send JSON with Content-Type: application/json (with an "
+                "Authorization: Bearer key, any Content-Type is read as JSON)")
+    shape = "null" if given is None else next((name for cls, name in _JSON_KINDS if isinstance(given, cls)),
+                                              type(given).__name__)
+    return 422, "validation_error", f"the body must be a JSON object ({{...}}), not {shape}"

@@ -365,8 +365,8 @@ def create_app_with_mcp(state: ServerState, *, host: str | None = None) -> FastA
 def check_stdio_key(state: ServerState, key: str | None) -> Principal:
     """The principal of the key `gieok mcp` was started with (AuthenticationError otherwise)."""
     if key is None or not key.strip():
-        raise AuthenticationError("no API key: pass --key or set GIEOK_API_KEY "
-                                  "(create one with `gieok keys create --tenant default --role write`)")
+        raise AuthenticationError("no API key: pass --key or set GIEOK_API_KEY (create one with "
+                                  f"`gieok keys create --tenant default --role write --db {state.tenants.shown}`)")
     try:
         return state.keys.verify(key.strip())
     except AuthenticationError as exc:
