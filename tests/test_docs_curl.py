@@ -74,7 +74,7 @@ _FENCE = re.compile(r"^\s*(```|~~~)\s*([\w+-]*)")
 _SHELL_FENCES = {"bash", "sh", "shell", "console", "zsh"}
 _INLINE = re.compile(r"`([^`\n]+)`")
 _MENTIONS_CURL = re.compile(r"\bcurl\b")
-_INVOKES_CURL = re.compile(r"(?:^|[;&|]\s*|\$\(\s*)curl\s")
+_INVOKES_CURL = re.compile(r"(?:^|[;&|]\s*|\$\(\s*|\b(?:until|while|if)\s+)curl\s")
 _DOCUMENTED_HOST = re.compile(rf"\b(localhost|127\.0\.0\.1):{DOCUMENTED_PORT}\b")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _USES = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
@@ -230,6 +230,7 @@ class Expectation:
 
 
 EXPECTATIONS = (
+    Expectation(r"/readyz", "wait until the server is warm", lambda o: '"status":"ready"' in o.stdout),
     Expectation(r"/v1/events\?since=0", "replay the memory's events from the start",
                 lambda o: "event: memory.added" in o.stdout),
     Expectation(r"/v1/events", "open the event stream", lambda o: ": gieok event stream" in o.stdout),
