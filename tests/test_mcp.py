@@ -41,7 +41,8 @@ from gieok.server import Principal, ServerState
 from gieok.server.mcp import MAX_K, build_mcp, transport_security
 from gieok.server.settings import ServerSettings
 
-TOOLS = {"remember", "search_memory", "get_memory", "forget_memory", "list_facts", "conversation_summary"}
+TOOLS = {"remember", "search_memory", "get_memory", "forget_memory", "list_facts", "conversation_summary",
+         "add_messages", "get_context"}
 HANGUL = re.compile(r"[가-힣]")
 CALL_SECONDS = 120  # a first call loads the embedder in the server process
 MARKER = "ALPHA-SECRET-7731"  # every piece of tenant alpha's data carries it
@@ -115,7 +116,7 @@ def test_tools_are_described_for_a_model(state: ServerState) -> None:
                 for field in tool.input_schema["properties"].values():
                     assert field.get("description"), tool.name
             read_only = {name for name, tool in tools.items() if tool.annotations and tool.annotations.read_only_hint}
-            assert read_only == {"search_memory", "get_memory", "list_facts", "conversation_summary"}
+            assert read_only == {"search_memory", "get_memory", "list_facts", "conversation_summary", "get_context"}
             assert tools["forget_memory"].annotations.destructive_hint
             assert tools["search_memory"].input_schema["properties"]["k"]["default"] == 5
 
@@ -140,28 +141,37 @@ def test_every_tool_in_process_korean_and_english(state: ServerState) -> None:
             korean = await ok(client, "remember", {"text": "민지는 고양이 나비를 키워", "channel": "cafe",
                                                    "guild": "g1", "speaker": "민지", "importance": 0.8,
                                                    "tags": ["pet"]})
-            assert korean["kind"] == "note" and korean["scope"] == {"guild": "g1", "channel": "cafe", "user": None}
-            assert korean["speaker"] == "민지" and korean["tags"] == ["pet"]
+            assert korean["kind"] == "note" and korean["scope"] == {"guild": "g1", "channel": "cafe"}
+            assert korean["speaker"] == "민지" and "tags" not in korean and "hash" not in korean  # compact
+            full = await ok(client, "get_memory", {"block_index": korean["block_index"], "detail": True})
+            assert full["tags"] == ["pet"] and full["importance"] == 0.8 and len(full["hash"]) == 64
             english = await ok(client, "remember", {"text": "Alice adopted a golden retriever named Max last week",
                                                     "kind": "fact", "channel": "lounge"})
             assert english["kind"] == "fact" and english["block_index"] == korean["block_index"] + 1
             await ok(client, "remember", {"text": "다음 주 화요일에 Python 스터디 모임이 있어", "kind": "turn"})
 
             found = await ok(client, "search_memory", {"query": "민지 고양이 이름"})
-            assert found["hits"] and "나비" in found["hits"][0]["block"]["text"]
-            assert {"score", "breakdown", "block"} <= set(found["hits"][0])
-            assert {"bm25", "vector", "fused", "final"} <= set(found["hits"][0]["breakdown"])
+            assert found["hits"] and "나비" in found["hits"][0]["text"]
+            assert set(found["hits"][0]) <= {"block_index", "text", "score", "time", "speaker"}  # compact
+            detailed = await ok(client, "search_memory", {"query": "민지 고양이 이름", "detail": True})
+            assert {"score", "breakdown", "block"} <= set(detailed["hits"][0])
+            assert {"bm25", "vector", "fused", "final"} <= set(detailed["hits"][0]["breakdown"])
+            # what a model pays for: three compact hits are a fraction of three full ones
+            three = await client.call_tool("search_memory", {"query": "민지 고양이 이름", "k": 3})
+            three_full = await client.call_tool("search_memory", {"query": "민지 고양이 이름", "k": 3, "detail": True})
+            small, large = len(json.dumps(three.structured_content)), len(json.dumps(three_full.structured_content))
+            assert small * 3 < large and small < 1500, (small, large)
             assert found["source"] in ("working_memory", "cache", "checkpoint", "full")
             assert isinstance(found["search_time_ms"], float)
             dog = await ok(client, "search_memory", {"query": "What is the name of Alice's dog?", "k": 3})
-            assert "Max" in dog["hits"][0]["block"]["text"]
-            scoped = await ok(client, "search_memory", {"query": "고양이", "channel": "lounge"})
+            assert "Max" in dog["hits"][0]["text"]
+            scoped = await ok(client, "search_memory", {"query": "고양이", "channel": "lounge", "detail": True})
             assert all(hit["block"]["scope"]["channel"] == "lounge" for hit in scoped["hits"])
-            kinds = await ok(client, "search_memory", {"query": "golden retriever", "kinds": ["fact"]})
+            kinds = await ok(client, "search_memory", {"query": "golden retriever", "kinds": ["fact"], "detail": True})
             assert kinds["hits"] and all(hit["block"]["kind"] == "fact" for hit in kinds["hits"])
 
             block = await ok(client, "get_memory", {"block_index": korean["block_index"]})
-            assert block["text"] == "민지는 고양이 나비를 키워" and not block["forgotten"]
+            assert block["text"] == "민지는 고양이 나비를 키워" and "forgotten" not in block
             await refused(client, "get_memory", {"block_index": 9999}, "not_found", "9999")
             await refused(client, "get_memory", {"block_index": 0})
 
@@ -169,12 +179,12 @@ def test_every_tool_in_process_korean_and_english(state: ServerState) -> None:
             assert gone == {"block_index": english["block_index"], "forgotten": [english["block_index"]],
                             "already_forgotten": False}
             erased = await ok(client, "get_memory", {"block_index": english["block_index"]})
-            assert erased["forgotten"] and "Max" not in json.dumps(erased)
+            assert erased["forgotten"] is True and "Max" not in json.dumps(erased)
             again = await ok(client, "forget_memory", {"block_index": english["block_index"]})
             assert again["already_forgotten"] is True
             await refused(client, "forget_memory", {"block_index": 9999}, "not_found")
             after = await ok(client, "search_memory", {"query": "Alice adopted a golden retriever"})
-            assert english["block_index"] not in [hit["block"]["block_index"] for hit in after["hits"]]
+            assert english["block_index"] not in [hit["block_index"] for hit in after["hits"]]
 
             listed = await ok(client, "list_facts")
             texts = [fact["text"] for fact in listed["facts"]]
@@ -186,13 +196,16 @@ def test_every_tool_in_process_korean_and_english(state: ServerState) -> None:
             assert [fact["text"] for fact in age["facts"]] == ["<user:3>는 25살이다."]
             history = await ok(client, "list_facts", {"user": "3", "history": True})
             assert sorted(fact["text"] for fact in history["facts"]) == ["<user:3>는 24살이다.", "<user:3>는 25살이다."]
-            assert [fact["valid_to"] for fact in history["facts"] if "24살" in fact["text"]] == [200.0]
+            assert [fact["valid_to"] for fact in history["facts"] if "24살" in fact["text"]] == ["1970-01-01T00:03:20Z"]
+            full_history = await ok(client, "list_facts", {"user": "3", "history": True, "detail": True})
+            assert [fact["valid_to"] for fact in full_history["facts"] if "24살" in fact["text"]] == [200.0]
             assert (await ok(client, "list_facts", {"limit": 1}))["count"] == 1
 
             summary = await ok(client, "conversation_summary", {"channel": "cafe", "guild": "g1"})
             assert summary["topic"] == "고양이 나비 이야기" and "고양이 나비 이야기" in summary["markdown"]
             empty = await ok(client, "conversation_summary", {"channel": "lounge"})
-            assert empty["topic"] == "" and empty["key_points"] == []
+            assert empty["topic"] == "" and "key_points" not in empty
+            assert (await ok(client, "conversation_summary", {"channel": "lounge", "detail": True}))["key_points"] == []
 
             await refused(client, "remember", {"text": "x", "kind": "rumour"})
             await refused(client, "remember", {"text": "x", "importance": 2})
@@ -211,9 +224,9 @@ def test_search_k_is_capped(state: ServerState) -> None:
     async def scenario() -> None:
         async with Client(server) as client:
             many = await ok(client, "search_memory", {"query": "고양이 cat note", "k": 1000})
-            assert many["result_count"] == MAX_K == len(many["hits"])
+            assert len(many["hits"]) == MAX_K
             one = await ok(client, "search_memory", {"query": "고양이 cat note", "k": 0})
-            assert one["result_count"] == 1
+            assert len(one["hits"]) == 1
 
     run(scenario)
 
@@ -228,7 +241,7 @@ def test_roles_and_revocation_in_process(state: ServerState) -> None:
         async with Client(build_mcp(state, fixed=reader)) as client:
             await refused(client, "remember", {"text": "읽기 전용 키로 쓰기"}, "forbidden", "write")
             await refused(client, "forget_memory", {"block_index": index}, "forbidden")
-            assert (await ok(client, "get_memory", {"block_index": index}))["forgotten"] is False
+            assert "forgotten" not in (await ok(client, "get_memory", {"block_index": index}))
             assert (await ok(client, "search_memory", {"query": "준호 등산"}))["hits"]
         async with Client(build_mcp(state, fixed=writer)) as client:
             await ok(client, "search_memory", {"query": "등산"})
@@ -246,7 +259,9 @@ def test_without_identity_every_tool_refuses(state: ServerState) -> None:
     in-memory client — has no caller: nothing is served, rather than the default tenant."""
     server = build_mcp(state)
     calls = {"remember": {"text": "x"}, "search_memory": {"query": "x"}, "get_memory": {"block_index": 1},
-             "forget_memory": {"block_index": 1}, "list_facts": {}, "conversation_summary": {"channel": "c"}}
+             "forget_memory": {"block_index": 1}, "list_facts": {}, "conversation_summary": {"channel": "c"},
+             "add_messages": {"channel": "c", "messages": [{"id": "1", "role": "user", "user": "u", "text": "x"}]},
+             "get_context": {"channel": "c"}}
     assert set(calls) == TOOLS
 
     async def scenario() -> None:
@@ -306,9 +321,9 @@ def test_stdio_subprocess(tmp_path: Path) -> None:
             block = await ok(client, "remember", {"text": "민지는 고양이 나비를 키워", "channel": "cafe"})
             await ok(client, "remember", {"text": "Bob goes hiking in the mountains every Saturday"})
             found = await ok(client, "search_memory", {"query": "민지 고양이 이름"})
-            assert found["hits"][0]["block"]["block_index"] == block["block_index"]
+            assert found["hits"][0]["block_index"] == block["block_index"]
             hiking = await ok(client, "search_memory", {"query": "Who goes hiking?"})
-            assert "Bob" in hiking["hits"][0]["block"]["text"]
+            assert "Bob" in hiking["hits"][0]["text"]
 
     run(scenario)
     memory = Memory(home)  # the default tenant is the --db file itself
@@ -507,7 +522,7 @@ class Recorder:
 
 def own_only(result: CallToolResult) -> bool:
     """A search that found nothing, or only beta's own notes."""
-    return not result.is_error and all(hit["block"]["text"].startswith("beta's own note")
+    return not result.is_error and all(hit["text"].startswith(("beta's own note", "beta's message"))
                                        for hit in result.structured_content["hits"])
 
 
@@ -531,8 +546,15 @@ async def beta_tries_alpha(beta: Client, index: int, *, own_blocks: int) -> None
     assert everyone.structured_content["facts"] == []
     summary = await call("conversation_summary", alpha_where)
     assert not summary.is_error and summary.structured_content["topic"] == ""
+    for detail in (False, True):
+        context = await call("get_context", {**alpha_where, "user": ALPHA_USER, "query": "민지 고양이 나비 이름",
+                                             "budget_tokens": 4000, "detail": detail})
+        assert not context.is_error  # beta's own (empty) conversation: nothing of alpha's
     own = await call("remember", {"text": "beta's own note about 고양이", **alpha_where})
     assert not own.is_error and own.structured_content["block_index"] == own_blocks + 1  # in beta's memory
+    sent = await call("add_messages", {**alpha_where, "messages": [
+        {"id": "beta-1", "role": "user", "user": ALPHA_USER, "name": "민지", "text": "beta's message about 나비"}]})
+    assert not sent.is_error  # stored in beta's memory (once: the second round's copy is a duplicate)
     assert call.tried == TOOLS  # a new tool must join this matrix
     assert not [answer for answer in call.seen if MARKER in answer]
 
@@ -581,15 +603,15 @@ def test_streamable_http_against_gieok_serve(tmp_path: Path) -> None:
             # beta's admin key through every tool, every argument aimed at alpha's data, in both protocol eras
             for round_, mode in enumerate(("auto", "legacy"), start=1):
                 async with mcp_client(base, beta_key, mode) as beta:
-                    await beta_tries_alpha(beta, index, own_blocks=round_ - 1)
+                    await beta_tries_alpha(beta, index, own_blocks=2 * (round_ - 1))  # a note and a message
 
             # alpha's data is intact, and beta's note did not land in it
             async with mcp_client(base, alpha_key) as alpha:
                 block = await ok(alpha, "get_memory", {"block_index": index})
-                assert MARKER in block["text"] and not block["forgotten"]
+                assert MARKER in block["text"] and "forgotten" not in block
                 found = await ok(alpha, "search_memory", {"query": "민지 고양이 나비"})
-                assert MARKER in found["hits"][0]["block"]["text"]
-                assert all("beta" not in hit["block"]["text"] for hit in found["hits"])
+                assert MARKER in found["hits"][0]["text"]
+                assert all("beta" not in hit["text"] for hit in found["hits"])
                 facts = await ok(alpha, "list_facts", {"user": ALPHA_USER})
                 assert any(MARKER in fact["text"] for fact in facts["facts"])
                 summary = await ok(alpha, "conversation_summary", alpha_where)

@@ -95,6 +95,11 @@ def beta_requests(d: Deployment) -> dict[tuple[str, str], dict[str, Any]]:
         ("GET", "/v1/conversations/messages"): {"params": a},
         ("GET", "/v1/conversations/summary"): {"params": a},
         ("PUT", "/v1/conversations/summary/core"): {"json": {**a, "core": ["beta's rule"]}},
+        ("POST", "/v1/conversations/messages"): {"json": {**a, "messages": [
+            {"id": "beta-1", "role": "user", "user": ALPHA_USER, "name": "민지",
+             "text": "누리야 내 고양이 이름이 뭐였지?"}]}},
+        ("POST", "/v1/conversations/context"): {"json": {**a, "user": ALPHA_USER, "query": "민지 고양이 나비 이름",
+                                                        "budget_tokens": 4000}},
         ("GET", "/v1/facts"): {"params": {"user": ALPHA_USER, "history": "true"}},
         ("DELETE", "/v1/facts/users/{user_id}"): {"path": {"user_id": ALPHA_USER}},
         ("GET", "/v1/working-memory"): {"params": a},
@@ -165,6 +170,9 @@ def test_beta_events_carry_nothing_of_alpha(deployment: Deployment) -> None:
 
 # -- keys and roles --------------------------------------------------------------------------------
 
+READS_BY_POST = ("/v1/search", "/v1/conversations/context")  # POST for a body, but they change nothing
+
+
 def test_every_route_gets_its_role_gate_from_its_router(deployment: Deployment) -> None:
     """One gate per REST route and per dashboard page, declared by the router it is in: a route
     cannot forget one. Changing routes need write (admin for keys); a search is a read. Every
@@ -195,7 +203,7 @@ def test_every_route_gets_its_role_gate_from_its_router(deployment: Deployment) 
             method = next(iter(route.methods))
             if route.path.startswith("/v1/"):
                 expected = ("admin" if route.path.startswith("/v1/keys") else "read"
-                            if method == "GET" or route.path == "/v1/search" else "write")
+                            if method == "GET" or route.path in READS_BY_POST else "write")
             else:
                 expected = "page" if method == "GET" else "form"
             assert found == [expected], f"{method} {route.path}: {found[0]}, expected {expected}"

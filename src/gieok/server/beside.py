@@ -27,7 +27,7 @@ __all__ = ["attach_bot", "serve_beside", "EmbeddedServer", "run_discord_bot_with
 def attach_bot(state: ServerState, bot: Bot) -> None:
     """Serve the bot's own memory as the default tenant (its events flow into the server's
     stream) and report its health at /v1/health."""
-    state.tenants.attach(DEFAULT_TENANT, bot.memory, bot.pipeline.conversation)
+    state.tenants.attach(DEFAULT_TENANT, bot.memory, bot.pipeline.conversation, bot.pipeline)
     state.bot = bot.core
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -28,7 +28,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
-from pydantic import AnyHttpUrl, Field
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.routing import Route
 
@@ -36,6 +36,7 @@ from .. import __version__
 from ..chat.layers.conversation import check_id
 from ..chat.layers.recent import conversation_of
 from ..errors import AuthenticationError, GieokError
+from . import compact
 from .access import Access, Credentials
 from .app import create_app
 from .auth import ROLES, Principal
@@ -94,6 +95,35 @@ FactGuild = Annotated[Id | None, Field(description="Only facts of this guild. �
 LimitArg = Annotated[int, Field(ge=1, le=MAX_FACTS, description=f"At most this many facts (1–{MAX_FACTS}).")]
 SummaryChannel = Annotated[Id, Field(description="The conversation's channel id. 채널 id.")]
 SummaryGuild = Annotated[Id | None, Field(description="Its guild id; omit for a DM. 서버 id (DM이면 생략).")]
+DetailArg = Annotated[bool, Field(description=(
+    "false (default): what you need, compactly (text, block_index, speaker, time, score). true: the full "
+    "records (hashes, score parts, keywords, metadata): large, only for debugging. 자세히 보기."))]
+ConversationChannel = Annotated[Id, Field(description="The conversation's channel (or thread) id. 대화(채널) id.")]
+
+
+class MessageArg(BaseModel):
+    """One message of the conversation, as the agent saw it."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: Annotated[str, Field(min_length=1, max_length=200, description=(
+        "Your id for this message (stable: a retry with the same id is stored once). 메시지 id.")
+    )]
+    role: Literal["user", "assistant"]
+    text: Annotated[str, Field(min_length=1, description="What was said. 내용.")]
+    user: Annotated[Id | None, Field(description="Who wrote it (a user id; required for role user). 쓴 사람.")] = None
+    name: Annotated[str | None, Field(max_length=100, description="Their display name. 표시 이름.")] = None
+    time: Annotated[str | float | None, Field(description="When: ISO 8601 or epoch seconds; default now.")] = None
+
+
+MessagesArg = Annotated[list[MessageArg], Field(min_length=1, max_length=256, description=(
+    "The new messages, oldest first (up to 256). 새 메시지들 (오래된 것부터)."))]
+ContextUser = Annotated[Id | None, Field(description=(
+    "Who the next reply is for: their facts are included (only theirs, the guild's and lore). 답할 상대 id."))]
+ContextQuery = Annotated[str | None, Field(description=(
+    "What the next reply is about; default: the conversation's last user message. 다음 답의 주제."))]
+BudgetArg = Annotated[int, Field(ge=100, le=32_000, description="At most this many tokens of context (100–32,000).")]
+IncludeArg = Annotated[list[Literal["facts", "summary", "recalled", "recent"]] | None, Field(description=(
+    "Which parts (default all): facts, summary, recalled (older turns), recent (the last messages)."))]
 
 
 def _reads(title: str) -> ToolAnnotations:
@@ -202,10 +232,29 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
         except GieokError as exc:
             raise _tool_error(exc) from exc
 
+    async def in_tenant_async(role: str, work: Callable[[Tenant], Awaitable[T]]) -> T:
+        """`work` awaited on this loop (it runs the pipeline's own async steps) on the caller's own
+        tenant, opened in a worker thread first."""
+        who = caller()
+        if not who.can(role):
+            raise ToolError(f"forbidden: this key's role is {who.role}; {role} is needed")
+        try:
+            def open_it() -> Tenant:
+                still_valid(who)
+                return state.access.open_tenant(who)
+
+            tenant = await anyio.to_thread.run_sync(open_it)
+            try:
+                return await work(tenant)
+            finally:
+                state.access.release(tenant)
+        except GieokError as exc:
+            raise _tool_error(exc) from exc
+
     @tool(_writes("Remember", destructive=False))
     async def remember(text: Text, kind: KindArg = "note", channel: ChannelArg = None, guild: GuildArg = None,
                        speaker: SpeakerArg = None, importance: ImportanceArg = 0.5,
-                       tags: TagsArg = None) -> dict[str, Any]:
+                       tags: TagsArg = None, detail: DetailArg = False) -> dict[str, Any]:
         """Store one piece of information in long-term memory so that search_memory finds it later.
 
         Use it for things worth recalling in a later conversation: facts about people, preferences,
@@ -215,36 +264,45 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
         장기 기억에 하나를 저장합니다 (사람·취향·약속·사건처럼 나중에 떠올릴 것, 한 번에 하나씩).
         """
         scope = {name: value for name, value in (("guild", guild), ("channel", channel)) if value is not None}
-        return await in_tenant("write", lambda t: t.memory.add(
-            text, kind=kind, scope=scope or None, speaker=speaker, importance=importance, tags=tags).as_dict())
+        def add(t: Tenant) -> dict[str, Any]:
+            stored = t.memory.add(text, kind=kind, scope=scope or None, speaker=speaker, importance=importance,
+                                  tags=tags)
+            return stored.as_dict() if detail else compact.block(stored)
+
+        return await in_tenant("write", add)
 
     @tool(_reads("Search memory"))
     async def search_memory(query: QueryArg, k: KArg = 5, channel: SearchChannel = None, guild: SearchGuild = None,
-                            kinds: KindsArg = None) -> dict[str, Any]:
+                            kinds: KindsArg = None, detail: DetailArg = False) -> dict[str, Any]:
         """Search long-term memory (hybrid: keywords and meaning, Korean and English alike).
 
         Use it before answering anything that depends on earlier conversations or stored facts.
-        Returns `hits` (best first), each with its `score`, the score `breakdown` (bm25, vector,
-        fused, recency, importance …) and the `block` (text, scope, speaker, times, block_index);
-        `source` is the layer that answered (working_memory, cache, checkpoint or full) and
+        Returns `hits` (best first), each with its `block_index`, `text`, `score`, `speaker` and
+        `time`; `source` is the layer that answered (working_memory, cache, checkpoint or full) and
         `search_time_ms` how long it took. An empty `hits` means nothing matched. k is 1–50.
+        With detail=true each hit is the full record with the score's breakdown (large).
         장기 기억을 검색합니다 (키워드+의미, 한국어·영어). 결과: 점수 내역, 응답한 계층, 검색 시간.
         """
         k = max(1, min(MAX_K, k))
         scope = {name: value for name, value in (("guild", guild), ("channel", channel)) if value is not None}
-        return await in_tenant("read", lambda t: t.memory.search(
-            query, k, scope=scope or None, kinds=kinds).as_dict())
+        def search(t: Tenant) -> dict[str, Any]:
+            result = t.memory.search(query, k, scope=scope or None, kinds=kinds)
+            return result.as_dict() if detail else compact.search(result)
+
+        return await in_tenant("read", search)
 
     @tool(_reads("Get a memory block"))
-    async def get_memory(block_index: BlockIndexArg) -> dict[str, Any]:
+    async def get_memory(block_index: BlockIndexArg, detail: DetailArg = False) -> dict[str, Any]:
         """Read one block of memory by its block_index (from search_memory or remember).
 
-        Returns the block: text, kind, scope (guild, channel, user), speaker, event and insert
-        times, importance, keywords, tags, and `forgotten` (true: its content was erased). A block
-        index that does not exist in your memory is an error saying it was not found.
+        Returns the block: text, kind, time, speaker, scope (guild, channel, user) and `forgotten`
+        (true: its content was erased); detail=true adds importance, keywords, tags, metadata and
+        its place in the hash chain. A block index that does not exist in your memory is an error
+        saying it was not found.
         블록 번호로 기억 하나를 읽습니다. 없는 번호면 찾을 수 없다는 오류입니다.
         """
-        return await in_tenant("read", lambda t: t.memory.get(block_index).as_dict())
+        return await in_tenant("read", lambda t: t.memory.get(block_index).as_dict() if detail
+                               else compact.block(t.memory.get(block_index)))
 
     @tool(_writes("Forget a memory block", destructive=True))
     async def forget_memory(block_index: BlockIndexArg) -> dict[str, Any]:
@@ -264,7 +322,7 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
 
     @tool(_reads("List facts"))
     async def list_facts(user: UserArg = None, history: HistoryArg = False, guild: FactGuild = None,
-                         limit: LimitArg = 50) -> dict[str, Any]:
+                         limit: LimitArg = 50, detail: DetailArg = False) -> dict[str, Any]:
         """List the facts (L3) learned from conversations: about users, guilds and the world.
 
         Use it to see what is known about someone (`user`) without a search query. Returns `facts`,
@@ -277,12 +335,13 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
             found = t.conversation.facts.facts(user_id=check_id(user, "user", optional=True),
                                                guild=check_id(guild, "guild", optional=True),
                                                include_history=history, limit=limit)
-            return {"facts": [fact.as_dict() for fact in found], "count": len(found)}
+            return {"facts": [fact.as_dict() if detail else compact.fact(fact) for fact in found], "count": len(found)}
 
         return await in_tenant("read", facts)
 
     @tool(_reads("Conversation summary"))
-    async def conversation_summary(channel: SummaryChannel, guild: SummaryGuild = None) -> dict[str, Any]:
+    async def conversation_summary(channel: SummaryChannel, guild: SummaryGuild = None,
+                                   detail: DetailArg = False) -> dict[str, Any]:
         """The rolling summary (L2) of one conversation, named by its channel (and guild).
 
         Use it to catch up on a conversation: its topic, key points, open threads and the people in
@@ -292,9 +351,52 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
         """
         def summary(t: Tenant) -> dict[str, Any]:
             conversation = conversation_of(check_id(guild, "guild", optional=True), str(check_id(channel, "channel")))
-            return t.conversation.summary_view(conversation)
+            view = t.conversation.summary_view(conversation)
+            return view if detail else {"markdown": view["markdown"], "topic": view.get("topic"),
+                                        "updated_at": compact.when(view.get("updated_at"))}
 
         return await in_tenant("read", summary)
+
+    @tool(_writes("Add messages", destructive=False))
+    async def add_messages(channel: ConversationChannel, messages: MessagesArg, guild: GuildArg = None,
+                           detail: DetailArg = False) -> dict[str, Any]:
+        """Add the newest messages of a conversation to memory; call it after every exchange.
+
+        Each message: {id, role: user|assistant, text, user (who wrote it; required for role user),
+        name, time}. They are stored as the conversation's recent messages and as searchable turns;
+        a message whose id was stored before is not stored again (returned in `duplicates`), so
+        sending a message twice is harmless. Summaries and facts about the users are then updated
+        in the background when the server has a language model (`summaries_and_facts` says whether).
+        Returns how many were stored, the duplicates and the flagged ones (a flagged message is
+        kept but never learned from). Needs the write role.
+        대화의 새 메시지를 기억에 추가합니다 (매 대화 후). 같은 id는 다시 저장되지 않습니다.
+        """
+        async def add(t: Tenant) -> dict[str, Any]:
+            pipeline = await anyio.to_thread.run_sync(lambda: t.pipeline)
+            result = await pipeline.add_messages(guild, channel, [m.model_dump() for m in messages])
+            return result.as_dict() if detail else compact.ingested(result)
+
+        return await in_tenant_async("write", add)
+
+    @tool(_reads("Get context"))
+    async def get_context(channel: ConversationChannel, guild: GuildArg = None, user: ContextUser = None,
+                          query: ContextQuery = None, budget_tokens: BudgetArg = 2000, include: IncludeArg = None,
+                          detail: DetailArg = False) -> dict[str, Any]:
+        """The context to put in your next reply's system prompt, within a token budget.
+
+        Returns `text`: one ready-to-use block — what is known about the user (facts, with since when),
+        the conversation's summary, related earlier messages and the recent messages — in the
+        conversation's language. Call it before answering, with `user` set to who you answer
+        (only their facts, the guild's and lore are included). detail=true adds the structured
+        `parts` (each fact, turn and message with its time and score) and the timings.
+        다음 답에 넣을 맥락(사실·요약·관련 대화·최근 대화)을 토큰 예산 안에서 돌려줍니다.
+        """
+        def find(t: Tenant) -> dict[str, Any]:
+            found = t.pipeline.agent_context(guild, channel, user=user, query=query, budget_tokens=budget_tokens,
+                                             include=include)
+            return found.as_dict() if detail else compact.context(found)
+
+        return await in_tenant("read", find)
 
     return server
 

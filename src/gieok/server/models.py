@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ScopeIn", "MemoryIn", "BatchIn", "SearchIn", "CoreIn", "KeyIn", "MAX_BATCH", "MAX_K", "MAX_ID"]
+__all__ = ["ScopeIn", "MemoryIn", "BatchIn", "SearchIn", "CoreIn", "KeyIn", "MessageIn", "MessagesIn", "ContextIn",
+           "MAX_BATCH", "MAX_K", "MAX_ID"]
 
 MAX_BATCH = 256  # one batch is one transaction (the engine commits 256 blocks at a time)
 MAX_K = 100
@@ -75,3 +76,29 @@ class CoreIn(_Strict):
 class KeyIn(_Strict):
     role: Literal["read", "write", "admin"]
     name: str = Field("", max_length=100)
+
+
+class MessageIn(_Strict):
+    """One message of an agent's conversation (`chat/agent/agents.py` checks the rest)."""
+
+    id: str = Field(min_length=1, max_length=MAX_ID, description="The sender's id for it: a retry is stored once")
+    role: Literal["user", "assistant"]
+    text: str
+    user: str | None = Field(None, max_length=MAX_ID, description="Who wrote it (required for role user)")
+    name: str | None = Field(None, max_length=100, description="Their display name (kept in L1 only)")
+    time: float | int | str | None = Field(None, description="When: epoch seconds or ISO 8601; default now")
+
+
+class MessagesIn(_Strict):
+    channel: str = Field(max_length=MAX_ID)
+    guild: str | None = Field(None, max_length=MAX_ID)
+    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class ContextIn(_Strict):
+    channel: str = Field(max_length=MAX_ID)
+    guild: str | None = Field(None, max_length=MAX_ID)
+    user: str | None = Field(None, max_length=MAX_ID, description="Whose facts (the isolation rules apply)")
+    query: str | None = Field(None, description="What the next reply is about; default: the last user message")
+    budget_tokens: int = Field(2000, ge=100, le=32_000)
+    include: list[Literal["facts", "summary", "recalled", "recent"]] | None = Field(None, min_length=1)

@@ -8,7 +8,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..chat.agent.pipeline import ConversationPipeline
+from ..chat.compose import build_pipeline
+from ..chat.layers.conversation import ConversationMemory
+from ..chat.llm import create_llm, llm_configured
+from ..chat.llm.base import LLM
 from ..coordination import RedisConnection, SharedEventLog
+from ..memory import Memory
 from ..store.base import Store
 from ..store.factory import open_store
 from .access import Access
@@ -34,11 +40,12 @@ class ServerState:
     redis: RedisConnection | None = field(default=None, repr=False)  # with the `redis` setting: shared events
     readiness: Readiness = field(default_factory=Readiness)  # /readyz: warm yet? (server/warm.py)
     access: Access = field(init=False, repr=False)  # who a request is, and the tenant it may reach
+    llm: LLM | None = field(default=None, repr=False)  # the model chain of summaries and facts (None: off)
+    _stop_warming: threading.Event = field(default_factory=threading.Event, repr=False)
+    _warming: threading.Thread | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.access = Access(self.keys, self.tenants, auth=self.auth)
-    _stop_warming: threading.Event = field(default_factory=threading.Event, repr=False)
-    _warming: threading.Thread | None = field(default=None, repr=False)
 
     def start_warming(self) -> None:
         """Warm the tenants beside the running server, once (the app's start-up calls this)."""
@@ -57,11 +64,19 @@ class ServerState:
             if redis is not None:
                 redis.close()
             raise
+        llm = create_llm(settings) if llm_configured(settings) else None
+
+        def pipeline(memory: Memory, conversation: ConversationMemory) -> ConversationPipeline:
+            """A tenant's conversation pipeline: the server's model for summaries and facts, the
+            guard on what comes in, no stage 1 (an agent decides when it replies)."""
+            return build_pipeline(settings, memory, llm=llm, classifier=None, conversation=conversation)
+
         bus = EventBus(settings.event_buffer,
                        shared=SharedEventLog(redis, settings.event_buffer) if redis is not None else None)
-        tenants = TenantRegistry(home, settings, max_open=settings.server_open_tenants, listener=bus.listener)
+        tenants = TenantRegistry(home, settings, max_open=settings.server_open_tenants, listener=bus.listener,
+                                 pipelines=pipeline)
         return cls(settings, ApiKeys(store), tenants, bus, auth=auth, started=time.time(), _keys_store=store,
-                   redis=redis)
+                   redis=redis, llm=llm)
 
     def close(self) -> None:
         self._stop_warming.set()

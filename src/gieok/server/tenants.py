@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..chat.agent.pipeline import ConversationPipeline
 from ..chat.layers.conversation import ConversationMemory
 from ..config.settings import is_database_url
 from ..errors import StoreError
@@ -31,6 +32,8 @@ from ..store.urls import display_url, tenant_schema, with_schema
 from ..types import DEFAULT_TENANT
 from .auth import check_tenant
 from .settings import ServerSettings
+
+PipelineFactory = Callable[[Memory, ConversationMemory], ConversationPipeline]  # the server's composition
 
 __all__ = ["DEFAULT_TENANT", "Tenant", "TenantRegistry", "tenant_path", "tenant_location"]
 
@@ -64,6 +67,8 @@ class Tenant:
     users: int = 0
     _conversation: ConversationMemory | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _pipeline: ConversationPipeline | None = field(default=None, repr=False)
+    _pipelines: PipelineFactory | None = field(default=None, repr=False)
 
     @property
     def conversation(self) -> ConversationMemory:
@@ -72,27 +77,45 @@ class Tenant:
                 self._conversation = ConversationMemory(self.memory)
             return self._conversation
 
+    @property
+    def pipeline(self) -> ConversationPipeline:
+        """The conversation pipeline over this tenant's memory (an agent's messages and context),
+        built on first use by the server's composition (seconds: the guard's classifiers load)."""
+        conversation = self.conversation
+        with self._lock:
+            if self._pipeline is None:
+                if self._pipelines is None:
+                    raise StoreError("this tenant has no conversation pipeline (not opened by a server)")
+                self._pipeline = self._pipelines(self.memory, conversation)  # not self.conversation: this lock
+            assert self._pipeline.conversation is conversation
+            return self._pipeline
+
 
 class TenantRegistry:
     """Opens, shares and closes the tenants' memories (module docstring: where they live, how
     many stay open)."""
 
     def __init__(self, home: str | Path, settings: ServerSettings, *, max_open: int = 64,
-                 listener: Callable[[str], EventListener | None] | None = None) -> None:
+                 listener: Callable[[str], EventListener | None] | None = None,
+                 pipelines: PipelineFactory | None = None) -> None:
         self.location = str(home)  # a file path or a database URL
         self.home = Path(home)
         self.shown = display_url(self.location) if is_database_url(self.location) else self.location
         self.settings = settings
         self.max_open = max(1, max_open)
         self._listener = listener or (lambda tenant: None)
+        self._pipelines = pipelines
         self._open: OrderedDict[str, Tenant] = OrderedDict()
         self._lock = threading.Lock()
         self._opening: dict[str, threading.Lock] = {}
         self._closed = False
 
-    def attach(self, name: str, memory: Memory, conversation: ConversationMemory | None = None) -> Tenant:
-        """Serve a memory the caller opened (the bot's, with `gieok bot --serve`); it stays the caller's to close."""
-        tenant = Tenant(check_tenant(name), memory, owned=False, _conversation=conversation)
+    def attach(self, name: str, memory: Memory, conversation: ConversationMemory | None = None,
+               pipeline: ConversationPipeline | None = None) -> Tenant:
+        """Serve a memory the caller opened (the bot's, with `gieok bot --serve`, with its conversation
+        layers and pipeline: one writer of its conversations); it stays the caller's to close."""
+        tenant = Tenant(check_tenant(name), memory, owned=False, _conversation=conversation, _pipeline=pipeline,
+                        _pipelines=self._pipelines)
         memory.listener = self._listener(name)
         with self._lock:
             self._open[name] = tenant
@@ -139,7 +162,7 @@ class TenantRegistry:
                     return tenant
             memory = self._open_memory(name)
             with self._lock:
-                tenant = Tenant(name, memory, users=1)
+                tenant = Tenant(name, memory, users=1, _pipelines=self._pipelines)
                 self._open[name] = tenant
                 self._opening.pop(name, None)
                 evicted = self._evict()

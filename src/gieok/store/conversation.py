@@ -73,6 +73,14 @@ class ConversationStore(Protocol):
     def l1_append(self, scope_key: str, role: str, content: str, user_id: str | None, display_name: str | None,
                   created_at: float, addressed: bool, flagged: bool, external_id: str | None, keep: int) -> L1Row: ...
 
+    def l1_append_once(self, scope_key: str, role: str, content: str, user_id: str | None, display_name: str | None,
+                       created_at: float, addressed: bool, flagged: bool, external_id: str,
+                       keep: int) -> L1Row | None: ...
+
+    def message_ids_known(self, scope_key: str, external_ids: Sequence[str]) -> set[str]: ...
+
+    def l1_blocks_of(self, message_ids: Sequence[int]) -> dict[int, int]: ...
+
     def l1_recent(self, scope_key: str, limit: int) -> list[L1Row]: ...
 
     def l1_since(self, scope_key: str, after_message_id: int, limit: int) -> list[L1Row]: ...
@@ -139,19 +147,49 @@ class ConversationTables:
         """Insert a message and trim the conversation to its newest `keep` rows — but never
         drop a row whose turn block is not written yet (it would be lost)."""
         with self.store.transaction() as conn:
-            message_id = int(conn.execute(
-                "INSERT INTO l1_messages(scope_key, role, content, user_id, display_name, created_at, addressed, "
-                "flagged, external_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING message_id",
-                (scope_key, role, content, user_id, display_name, created_at, int(addressed), int(flagged),
-                 external_id),
-            ).fetchone()[0])
-            conn.execute(
-                "DELETE FROM l1_messages WHERE scope_key = ? AND block_index IS NOT NULL AND message_id <= "
-                "(SELECT message_id FROM l1_messages WHERE scope_key = ? ORDER BY message_id DESC LIMIT 1 OFFSET ?)",
-                (scope_key, scope_key, keep),
-            )
+            message_id = _l1_insert(conn, scope_key, role, content, user_id, display_name, created_at, addressed,
+                                    flagged, external_id, keep)
         return L1Row(message_id, scope_key, role, content, user_id, display_name, created_at, addressed, flagged,
                      external_id, None)
+
+    def l1_append_once(self, scope_key: str, role: str, content: str, user_id: str | None, display_name: str | None,
+                       created_at: float, addressed: bool, flagged: bool, external_id: str, keep: int) -> L1Row | None:
+        """`l1_append` for a message its sender names by id: None, and nothing written, when this
+        conversation stored that id before (a retry). The id is claimed in the same transaction as
+        the row is written, so two senders racing with one id store it once."""
+        with self.store.transaction() as conn:
+            claimed = conn.execute("INSERT INTO message_ids(scope_key, external_id, message_id, created_at) "
+                                   "VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING", (scope_key, external_id, created_at))
+            if claimed.rowcount == 0:
+                return None
+            message_id = _l1_insert(conn, scope_key, role, content, user_id, display_name, created_at, addressed,
+                                    flagged, external_id, keep)
+            conn.execute("UPDATE message_ids SET message_id = ? WHERE scope_key = ? AND external_id = ?",
+                         (message_id, scope_key, external_id))
+        return L1Row(message_id, scope_key, role, content, user_id, display_name, created_at, addressed, flagged,
+                     external_id, None)
+
+    def l1_blocks_of(self, message_ids: Sequence[int]) -> dict[int, int]:
+        """L1 message id → its turn block, for those written (and not trimmed) yet."""
+        out: dict[int, int] = {}
+        for start in range(0, len(message_ids), 500):
+            chunk = list(message_ids[start : start + 500])
+            marks = ", ".join("?" for _ in chunk)
+            out.update((int(m), int(b)) for m, b in self._rows(
+                f"SELECT message_id, block_index FROM l1_messages WHERE block_index IS NOT NULL "
+                f"AND message_id IN ({marks})", chunk))
+        return out
+
+    def message_ids_known(self, scope_key: str, external_ids: Sequence[str]) -> set[str]:
+        """Which of these message ids this conversation has stored already."""
+        known: set[str] = set()
+        for start in range(0, len(external_ids), 500):
+            chunk = list(external_ids[start : start + 500])
+            marks = ", ".join("?" for _ in chunk)
+            known.update(row[0] for row in self._rows(
+                f"SELECT external_id FROM message_ids WHERE scope_key = ? AND external_id IN ({marks})",
+                (scope_key, *chunk)))
+        return known
 
     def l1_recent(self, scope_key: str, limit: int) -> list[L1Row]:
         rows = self._rows(f"SELECT {', '.join(_L1_COLUMNS)} FROM l1_messages WHERE scope_key = ? "
@@ -296,3 +334,19 @@ class ConversationTables:
                              "activated_by = excluded.activated_by", (scope_key, when, by))
             else:
                 conn.execute("DELETE FROM active_channels WHERE scope_key = ?", (scope_key,))
+
+
+def _l1_insert(conn: Any, scope_key: str, role: str, content: str, user_id: str | None, display_name: str | None,
+               created_at: float, addressed: bool, flagged: bool, external_id: str | None, keep: int) -> int:
+    """Insert one L1 row and trim its conversation to `keep` rows (never a row not yet a block)."""
+    message_id = int(conn.execute(
+        "INSERT INTO l1_messages(scope_key, role, content, user_id, display_name, created_at, addressed, "
+        "flagged, external_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING message_id",
+        (scope_key, role, content, user_id, display_name, created_at, int(addressed), int(flagged), external_id),
+    ).fetchone()[0])
+    conn.execute(
+        "DELETE FROM l1_messages WHERE scope_key = ? AND block_index IS NOT NULL AND message_id <= "
+        "(SELECT message_id FROM l1_messages WHERE scope_key = ? ORDER BY message_id DESC LIMIT 1 OFFSET ?)",
+        (scope_key, scope_key, keep),
+    )
+    return message_id

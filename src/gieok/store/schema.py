@@ -160,6 +160,17 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX api_keys_by_tenant ON api_keys(tenant);
     """,
+    # 6: the ids of the messages a client sent (`POST /v1/conversations/messages`), per conversation, kept
+    # after L1 trims its rows: a message sent again (a client's retry) is recognised and not stored twice.
+    """
+    CREATE TABLE message_ids (
+        scope_key   TEXT NOT NULL,                 -- the conversation: guild/channel
+        external_id TEXT NOT NULL,                 -- the client's message id
+        message_id  INTEGER NOT NULL,              -- its L1 row (the row may be trimmed since)
+        created_at  REAL NOT NULL,
+        PRIMARY KEY (scope_key, external_id)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -92,6 +92,7 @@ class RecentLine:
     user_id: str | None
     display_name: str | None
     created_at: float
+    block_index: int | None = None  # its turn block, once written (a recalled copy of it is not shown twice)
 
 
 @dataclass
@@ -124,6 +125,85 @@ class AssembledPrompt:
         return "\n\n".join(parts)
 
 
+def summary_section(parts: dict[str, list[str]], budget: int, headers: dict[str, str]) -> Section:
+    """The L2 summary within `budget`: the permanent core first, then topic / mood / stage, then
+    the newest ongoing topics, then the newest key points (the oldest go first)."""
+    lines: list[str] = []
+    dropped = 0
+    truncated = False
+
+    def fits(extra: list[str]) -> bool:
+        return estimate_tokens("\n".join(lines + extra)) <= budget
+
+    core = parts.get("core", [])
+    if core:
+        lines.append(f"[{headers['core']}]")
+        for item in core:
+            line = f"- {item}"
+            if not fits([line]):
+                line = _cut(line, max(1, budget - estimate_tokens("\n".join(lines)) - 1))
+                truncated = True
+                if not fits([line]):
+                    dropped += 1
+                    continue
+            lines.append(line)
+    for item in parts.get("head", []):
+        if fits([item]):
+            lines.append(item)
+        else:
+            dropped += 1
+    for name in ("ongoing", "points"):
+        items = parts.get(name, [])
+        kept: list[str] = []
+        for item in reversed(items):  # newest first
+            if fits([f"{name}:", *kept, f"- {item}"]):
+                kept.append(f"- {item}")
+            else:
+                dropped += 1
+        if kept:
+            lines.append(f"{name}:")
+            lines.extend(reversed(kept))
+    text = "\n".join(lines)
+    return Section("summary", text, estimate_tokens(text), kept=len(lines), dropped=dropped, truncated=truncated)
+
+
+def items_section(name: str, items: Sequence[str], budget: int) -> tuple[Section, list[int]]:
+    """Whole items in their order while they fit (a long one is skipped, a later short one may
+    still fit); with the positions of the items kept."""
+    kept: list[str] = []
+    positions: list[int] = []
+    for position, item in enumerate(items):
+        if estimate_tokens("\n".join([*kept, item])) <= budget:
+            kept.append(item)
+            positions.append(position)
+    text = "\n".join(kept)
+    return Section(name, text, estimate_tokens(text), kept=len(kept), dropped=len(items) - len(kept)), positions
+
+
+def recent_section(recent: Sequence[RecentLine], budget: int, zone: ZoneInfo, bot_name: str,
+                   headers: dict[str, str]) -> tuple[Section, int]:
+    """The newest messages that fit, oldest first; a single message longer than the whole budget
+    is cut at its end. Returns the section and how many of the newest messages it holds."""
+    kept: list[str] = []
+    truncated = False
+    for line in reversed(recent):  # newest first
+        local = _dt.datetime.fromtimestamp(line.created_at, zone)
+        if line.role == "assistant":
+            who = f"{line.display_name or bot_name} ({headers['you']})"
+        else:
+            who = f"{line.display_name or 'user'} (<user:{line.user_id}>)" if line.user_id else "user"
+        text = f"[{local:%H:%M}] {who}: {line.content}"
+        if not kept and estimate_tokens(text) > budget:
+            text = _cut(text, budget)
+            truncated = True
+        if estimate_tokens("\n".join([text, *kept])) > budget:
+            break
+        kept.insert(0, text)
+    body = "\n".join(kept)
+    return Section("recent", body, estimate_tokens(body), kept=len(kept), dropped=len(recent) - len(kept),
+                   truncated=truncated), len(kept)
+
+
 class ContextBuilder:
     """Assembles the prompt of a reply: persona, time, summary, memories, working memory and
     recent lines in the system message, the delimited input and the post-instruction after it,
@@ -149,76 +229,13 @@ class ContextBuilder:
         return f"{local:%Y-%m-%d}{day} {local:%H:%M} {local.tzname()} ({self.zone.key})"
 
     def _summary(self, parts: dict[str, list[str]]) -> Section:
-        budget = self.budget.summary
-        lines: list[str] = []
-        dropped = 0
-        truncated = False
-
-        def fits(extra: list[str]) -> bool:
-            return estimate_tokens("\n".join(lines + extra)) <= budget
-
-        core = parts.get("core", [])
-        if core:
-            lines.append(f"[{self.headers['core']}]")
-            for item in core:
-                line = f"- {item}"
-                if not fits([line]):
-                    line = _cut(line, max(1, budget - estimate_tokens("\n".join(lines)) - 1))
-                    truncated = True
-                    if not fits([line]):
-                        dropped += 1
-                        continue
-                lines.append(line)
-        for item in parts.get("head", []):
-            if fits([item]):
-                lines.append(item)
-            else:
-                dropped += 1
-        for name in ("ongoing", "points"):
-            items = parts.get(name, [])
-            kept: list[str] = []
-            for item in reversed(items):  # newest first
-                if fits([f"{name}:", *kept, f"- {item}"]):
-                    kept.append(f"- {item}")
-                else:
-                    dropped += 1
-            if kept:
-                lines.append(f"{name}:")
-                lines.extend(reversed(kept))
-        text = "\n".join(lines)
-        return Section("summary", text, estimate_tokens(text), kept=len(lines), dropped=dropped, truncated=truncated)
+        return summary_section(parts, self.budget.summary, self.headers)
 
     def _items(self, name: str, items: Sequence[str], budget: int) -> Section:
-        kept: list[str] = []
-        dropped = 0
-        for item in items:
-            if estimate_tokens("\n".join([*kept, item])) <= budget:
-                kept.append(item)
-            else:
-                dropped += 1
-        text = "\n".join(kept)
-        return Section(name, text, estimate_tokens(text), kept=len(kept), dropped=dropped)
+        return items_section(name, items, budget)[0]
 
     def _recent(self, recent: Sequence[RecentLine]) -> Section:
-        budget = self.budget.recent
-        kept: list[str] = []
-        truncated = False
-        for line in reversed(recent):  # newest first
-            local = _dt.datetime.fromtimestamp(line.created_at, self.zone)
-            if line.role == "assistant":
-                who = f"{self.bot_name} ({self.headers['you']})"
-            else:
-                who = f"{line.display_name or 'user'} (<user:{line.user_id}>)" if line.user_id else "user"
-            text = f"[{local:%H:%M}] {who}: {line.content}"
-            if not kept and estimate_tokens(text) > budget:
-                text = _cut(text, budget)
-                truncated = True
-            if estimate_tokens("\n".join([text, *kept])) > budget:
-                break
-            kept.insert(0, text)
-        body = "\n".join(kept)
-        return Section("recent", body, estimate_tokens(body), kept=len(kept), dropped=len(recent) - len(kept),
-                       truncated=truncated)
+        return recent_section(recent, self.budget.recent, self.zone, self.bot_name, self.headers)[0]
 
     def build(self, *, now: float, message: str, speaker_id: str, speaker_name: str | None,
               summary_parts: dict[str, list[str]] | None = None, memories: Sequence[MemoryLine] = (),

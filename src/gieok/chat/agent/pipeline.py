@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import numpy as np
 
@@ -40,12 +41,24 @@ from ...memory import Memory
 from ...retrieval.passages import SPEAKER_NAME_KEY, speaker_name_of
 from ...store.conversation import L1Row
 from ...types import Scope, scope_from_key, scope_key
-from ...validate import check_speaker_names
+from ...validate import check_speaker_names, clean_text
 from ..layers.conversation import ConversationMemory, check_id
 from ..layers.facts import Fact
 from ..layers.recent import conversation_of
 from ..llm.base import LLM
 from ..settings import ChatSettings, chat_settings
+from .agents import (
+    AgentContext,
+    Ingested,
+    KnownFact,
+    MessageIn,
+    RecalledTurn,
+    StoredMessage,
+    assemble_context,
+    check_budget,
+    check_include,
+    check_messages,
+)
 from .classifier import classifier_encoder, embed_messages
 from .context import AssembledPrompt, Budget, ContextBuilder, MemoryLine, RecentLine
 from .fact_review import KnownFacts, list_known_facts, store_reviewed
@@ -512,7 +525,7 @@ class ConversationPipeline:
             if plan.analyse:
                 snapshot = await asyncio.to_thread(self._snapshot, plan.conversation)
                 if snapshot is not None:
-                    self._spawn(self._extract(plan, *snapshot))
+                    self._spawn(self._extract(plan.conversation, plan.message.guild, *snapshot))
         commit = self._spawn(self._commit_behind(plan.conversation))
         commits = self._commits.setdefault(scope_key(plan.conversation), set())
         commits.add(commit)
@@ -591,12 +604,14 @@ class ConversationPipeline:
             # The author's name goes into the block's metadata for its vector only (the text and
             # the speaker field stay name-free): a vector that saw the name finds the turns of
             # the person a question names (docs/benchmarks.md, "Speakers as the chat bot stores them").
-            name = self.settings.bot_name if row.role != "user" else _display_name(row)
+            # (An agent's assistant messages carry the agent's own name; the bot's, the bot's.)
+            assistant = (row.display_name or "").strip() or self.settings.bot_name
+            name = assistant if row.role != "user" else _display_name(row)
             if name:
                 metadata[SPEAKER_NAME_KEY] = name
             items.append({"text": row.content, "scope": {"guild": where.guild, "channel": where.channel,
                                                           "user": row.user_id},
-                          "speaker": row.user_id if row.role == "user" else self.settings.bot_name,
+                          "speaker": row.user_id if row.role == "user" else assistant[:100],
                           "event_time": row.created_at, "metadata": metadata})
         return items
 
@@ -611,36 +626,36 @@ class ConversationPipeline:
         self.tables.channel_state_save(key, 0, last, self.clock())
         return [r for r in rows if not r.flagged], last
 
-    async def _extract(self, plan: Plan, rows: list[L1Row], last_id: int) -> Extraction | None:
+    async def _extract(self, conversation: Scope, guild: str | None, rows: list[L1Row],
+                       last_id: int) -> Extraction | None:
         if not rows or self.analyst.llm is None:
             return None
         names = {r.user_id: r.display_name for r in rows if r.user_id and r.display_name}
         transcript = "\n".join(f"<user:{r.user_id}>: {r.content}" if r.role == "user" else
                                f"{self.settings.bot_name}: {r.content}" for r in rows)
         known = {r.user_id for r in rows if r.role == "user" and r.user_id}
-        summary_lines = self.summaries.get(plan.conversation).context_lines().values()
+        summary_lines = self.summaries.get(conversation).context_lines().values()
         summary = "\n".join(itertools.chain.from_iterable(summary_lines))
         # The facts the model judges new ones against, in this same call (agent/fact_review.py).
-        shown = await asyncio.to_thread(list_known_facts, self.facts, plan.message.guild, known)
+        shown = await asyncio.to_thread(list_known_facts, self.facts, guild, known)
         extraction = await self.analyst.extract(transcript=transcript, summary=summary, known_users=known,
                                                 known_facts=shown.render())
         with embedding_priority(Priority.SOON):  # background, but ahead of write-behind: it holds a thread
-            await asyncio.to_thread(self._apply_extraction, plan, extraction, rows, names, shown)
+            await asyncio.to_thread(self._apply_extraction, conversation, guild, extraction, rows, names, shown)
         return extraction
 
-    def _apply_extraction(self, plan: Plan, extraction: Extraction, rows: list[L1Row],
+    def _apply_extraction(self, conversation: Scope, guild: str | None, extraction: Extraction, rows: list[L1Row],
                           names: dict[str, str], shown: KnownFacts | None = None) -> None:
         shown = shown or KnownFacts()
         for reason in extraction.rejected:
             self._event("fact_rejected", {"reason": reason})
         if extraction.summary_updates:
-            before = self.summaries.get(plan.conversation)
-            after = self.summaries.update(plan.conversation, extraction.summary_updates)
+            before = self.summaries.get(conversation)
+            after = self.summaries.update(conversation, extraction.summary_updates)
             if after is not before:
-                self._event("summary_updated", {"conversation": plan.conversation.as_dict(),
+                self._event("summary_updated", {"conversation": conversation.as_dict(),
                                                 "summary": after.as_dict()})
         last_by_user = {r.user_id: r for r in rows if r.role == "user" and r.user_id}
-        guild = plan.message.guild
         for item in (*extraction.user_facts, *extraction.guild_facts):
             text = item.text
             for user_id, name in names.items():  # privacy: display names never reach facts
@@ -673,6 +688,134 @@ class ConversationPipeline:
                 continue
             self._event(f"fact_{outcome.action}", {"fact": text, "block": outcome.fact.block_index if outcome.fact
                                                    else None, "judged_by": outcome.judged_by})
+
+    # -- an agent's conversation (agents.py) -----------------------------------------------------
+    @property
+    def extracting(self) -> bool:
+        """Whether L2 summaries and L3 facts are kept up to date: a model is configured."""
+        return self.analyst.llm is not None
+
+    async def add_messages(self, guild: str | None, channel: str, messages: Sequence[Any]) -> Ingested:
+        """Store an agent's messages as the bot stores its own (agents.py): all checked first; a
+        message id this conversation has seen is a duplicate, not stored again; the guard runs on
+        users' messages (a flagged one is stored, marked, kept out of extraction); L1 rows, then
+        turn blocks (with working memory) before this returns; extraction in the background when due."""
+        conversation = conversation_of(check_id(guild, "guild", optional=True), str(check_id(channel, "channel")))
+        checked = check_messages(messages, self.settings.max_text_chars)
+        key = scope_key(conversation)
+        known = await asyncio.to_thread(self.tables.message_ids_known, key, [m.id for m in checked])
+        fresh = [m for m in checked if m.id not in known]
+        users = [m for m in fresh if m.role == "user"]
+        verdicts = await self._guard_texts([block_text(m.text) for m in users])
+        flagged = {m.id for m, verdict in zip(users, verdicts) if verdict.attack}
+        async with self._lock(conversation):
+            rows = await asyncio.to_thread(self._append_messages, conversation, fresh, flagged)
+            duplicates = [m.id for m in checked if m.id not in rows]
+            stored_rows = {m.id: rows[m.id] for m in fresh if m.id in rows}
+            await asyncio.to_thread(self.commit_pending, conversation)
+            blocks = await asyncio.to_thread(self.tables.l1_blocks_of, [row.message_id for row in stored_rows.values()])
+            extraction = "off"
+            if self.extracting and stored_rows:
+                extraction = "not due"
+                if await asyncio.to_thread(self._extraction_due, conversation, len(users)):
+                    snapshot = await asyncio.to_thread(self._snapshot, conversation)
+                    if snapshot is not None:
+                        self._spawn(self._extract(conversation, conversation.guild, *snapshot))
+                        extraction = "started"
+        for message_id in flagged & set(stored_rows):
+            self._event("injection_detected", {"channel": conversation.channel, "user": stored_rows[message_id].user_id,
+                                               "message_id": message_id})
+        stored = [StoredMessage(m.id, m.role, stored_rows[m.id].message_id, blocks.get(stored_rows[m.id].message_id),
+                                m.id in flagged) for m in fresh if m.id in stored_rows]
+        status = "on" if self.extracting else ("off: no language model is configured (set llm_chain, or a Gemini or "
+                                               "OpenAI-compatible key); messages, turns and recall work without one")
+        return Ingested(conversation.as_dict(), stored, duplicates, status, extraction)
+
+    async def _guard_texts(self, texts: list[str]) -> list[GuardVerdict]:
+        """The guard on each text: its patterns, and its classifiers when there are any."""
+        patterns = [self.guard.patterns.check(text) for text in texts]
+        if not texts or self.encoder is None or self.guard.classifier is None:
+            return patterns
+        vectors = await self.encoder.aembed_passages(texts)
+        judged = await self._guard_verdicts(texts, np.asarray(vectors, dtype=np.float32))
+        return [max(a, b, key=lambda v: (v.attack, v.score)) for a, b in zip(patterns, judged)]
+
+    def _append_messages(self, conversation: Scope, messages: Sequence[MessageIn],
+                         flagged: set[str]) -> dict[str, L1Row]:
+        """Each message into L1 once (by its id), in order; the stage-2 schedule counts users' messages."""
+        key = scope_key(conversation)
+        rows: dict[str, L1Row] = {}
+        for message in messages:
+            row = self.tables.l1_append_once(key, message.role, message.text, message.user, message.name,
+                                             self.clock() if message.time is None else message.time, False,
+                                             message.id in flagged, message.id, self.settings.l1_size)
+            if row is None:
+                continue  # sent twice at once: the other request stored it
+            rows[message.id] = row
+            if message.role == "user" and message.user:
+                self.summaries.note_speaker(conversation, message.user)
+        return rows
+
+    def _extraction_due(self, conversation: Scope, new_user_messages: int) -> bool:
+        """Count the users' messages toward the stage-2 schedule; due on the first ones and every
+        `analysis_every` (the bot's rule, without the explicit calls an agent does not make)."""
+        key = scope_key(conversation)
+        state = self.tables.channel_state(key)
+        since = (state[0] if state else 0) + new_user_messages
+        self.tables.channel_state_save(key, since, state[1] if state else 0, self.clock())
+        return state is None or since >= self.settings.analysis_every
+
+    def agent_context(self, guild: str | None, channel: str, *, user: str | None = None, query: str | None = None,
+                      budget_tokens: int = 2000, include: Sequence[str] | None = None) -> AgentContext:
+        """What to put in an agent's next prompt (agents.py): the user's facts (isolation rules as
+        for the bot), the summary, recalled older turns and the recent messages, within the budget."""
+        started = time.perf_counter()
+        timings: dict[str, float] = {}
+        conversation = conversation_of(check_id(guild, "guild", optional=True), str(check_id(channel, "channel")))
+        user = check_id(user, "user", optional=True)
+        budget_tokens, parts = check_budget(budget_tokens), check_include(include)
+        s = self.settings
+        t = time.perf_counter()
+        rows = self.l1.recent(conversation, s.l1_size)
+        if query is None:
+            last = next((r for r in reversed(rows) if r.role == "user" and (user is None or r.user_id == user)), None)
+            query = last.content if last is not None else ""
+        query = clean_text(query, max_chars=s.max_text_chars, what="query") if query else ""
+        names = _speaker_names(rows)
+        timings["l1_ms"] = (time.perf_counter() - t) * 1000
+        zone = ZoneInfo(s.timezone)
+        facts: list[KnownFact] = []
+        if "facts" in parts and query:
+            t = time.perf_counter()
+            facts = [KnownFact(f.text, f.fact_type, f.user_id, f.guild, f.valid_from, f.valid_to, score, f.block_index)
+                     for f, score in self.facts.recall(query, guild=conversation.guild, user_id=user,
+                                                       k=max(s.recall_k, budget_tokens // 100))]
+            timings["facts_ms"] = (time.perf_counter() - t) * 1000
+        recalled: list[RecalledTurn] = []
+        if "recalled" in parts and query:
+            t = time.perf_counter()
+            hits = self.memory.search(query, k=min(100, max(s.recall_k, budget_tokens // 25)), scope=conversation,
+                                      kinds=("turn", "note"), speaker_names=names)
+            for hit in hits:
+                block = hit.block
+                if block.block_index == 0:
+                    continue  # a working-memory line that mirrors no stored turn
+                role = str(block.metadata.get("role", "user"))
+                recalled.append(RecalledTurn(block.text, block.speaker if role == "user" else None,
+                                             names.get(block.speaker or "") or speaker_name_of(block.metadata),
+                                             block.event_time, hit.score, block.block_index, block.kind, role))
+            timings["search_ms"] = (time.perf_counter() - t) * 1000
+        t = time.perf_counter()
+        summary = self.summaries.get(conversation)
+        recent = [RecentLine(r.role, r.content, r.user_id, r.display_name, r.created_at, r.block_index) for r in rows]
+        context = assemble_context(
+            conversation=conversation.as_dict(), query=query, budget_tokens=budget_tokens, include=parts, facts=facts,
+            summary_parts=summary.context_lines(self.summaries.global_core), recalled=recalled, recent=recent,
+            zone=zone, assistant_name=s.bot_name)
+        timings["assemble_ms"] = (time.perf_counter() - t) * 1000
+        timings["total_ms"] = (time.perf_counter() - started) * 1000
+        context.timings_ms = timings
+        return context
 
     async def drain(self) -> None:
         """Wait for background extractions (graceful shutdown, tests)."""

@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from ...chat.layers.conversation import check_id
 from ...chat.layers.recent import conversation_of
 from ...types import Scope
 from ..deps import reader, tenant, writer
-from ..models import MAX_ID, CoreIn
+from ..models import MAX_ID, ContextIn, CoreIn, MessagesIn
 from ..responses import json_response
 from ..tenants import Tenant
 
@@ -21,7 +22,7 @@ __all__ = ["ROUTERS"]
 
 reads = APIRouter(prefix="/v1", tags=["conversation"], dependencies=[Depends(reader)])
 writes = APIRouter(prefix="/v1", tags=["conversation"], dependencies=[Depends(writer)])
-ROUTERS = [reads, writes]  # every route of this module behind its role\'s gate
+ROUTERS = [reads, writes]  # every route of this module behind its role's gate
 
 TenantDep = Annotated[Tenant, Depends(tenant)]
 Channel = Annotated[str, Query(max_length=MAX_ID, description="The conversation's channel id")]
@@ -47,6 +48,26 @@ def conversations(t: TenantDep,
 def messages(t: TenantDep, channel: Channel, guild: Guild = None,
              limit: Annotated[int, Query(ge=1, le=500)] = 50) -> JSONResponse:
     return json_response({"messages": t.conversation.recent_messages(_conversation(guild, channel), limit)})
+
+
+@writes.post("/conversations/messages", status_code=202,
+             summary="Add an agent's messages to a conversation (L1, turns, working memory; then summaries, facts)")
+async def add_messages(body: MessagesIn, t: TenantDep) -> JSONResponse:
+    """Each message stored as the bot stores its own, once per id (a retry is harmless: `duplicates`);
+    flagged messages are stored and marked, never learned from. 202: summaries and facts are
+    updated in the background when a model is configured (`summaries_and_facts` says so)."""
+    pipeline = await run_in_threadpool(lambda: t.pipeline)  # built on first use: the guard's classifiers load
+    result = await pipeline.add_messages(body.guild, body.channel, [m.model_dump() for m in body.messages])
+    return json_response(result.as_dict(), 202)
+
+
+@reads.post("/conversations/context",
+            summary="The context for an agent's next reply: facts, summary, recalled turns, recent messages")
+def context(body: ContextIn, t: TenantDep) -> JSONResponse:
+    """What to put in the next prompt, within `budget_tokens`: as `parts` and as one `text` block."""
+    found = t.pipeline.agent_context(body.guild, body.channel, user=body.user, query=body.query,
+                                     budget_tokens=body.budget_tokens, include=body.include)
+    return json_response(found.as_dict())
 
 
 @reads.get("/conversations/summary", summary="A conversation's rolling summary (L2)")

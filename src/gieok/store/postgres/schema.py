@@ -183,6 +183,16 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX api_keys_by_tenant ON api_keys(tenant);
     """,
+    # 6: the ids of the messages a client sent, per conversation (a retry is recognised, never stored twice)
+    """
+    CREATE TABLE message_ids (
+        scope_key   text NOT NULL,
+        external_id text NOT NULL,
+        message_id  bigint NOT NULL,
+        created_at  double precision NOT NULL,
+        PRIMARY KEY (scope_key, external_id)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,315 @@
+"""The conversation memory for any agent: the two calls an agent on any framework makes.
+
+- `add_messages`: an agent's conversation, a batch of messages at a time, each named by the
+  sender's id, stored as the bot stores its own (L1, turn blocks with speaker and position,
+  working memory) through the same pipeline — a message id seen before is not stored again;
+  flagged messages are stored, marked, and kept out of fact extraction; L2 summaries and L3 facts
+  are updated in the background when a model is configured.
+- `context`: what to put in the next prompt — the user's facts (and the guild's and lore) with
+  their validity, the L2 summary, recalled older turns, the recent messages — within a token
+  budget, as structured parts and as one ready-to-use text block in the conversation's language.
+
+The message and context shapes (`MessageIn`, `AgentContext`) are what the REST routes and the MCP
+tools carry; the pipeline methods behind them are `ConversationPipeline.add_messages` / `context`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from ...errors import InvalidInputError, InvalidTypeError
+from ...validate import check_time, clean_text
+from ..layers.conversation import check_id
+from .context import RecentLine, Section, estimate_tokens, items_section, recent_section, summary_section
+
+__all__ = ["MessageIn", "StoredMessage", "Ingested", "AgentContext", "PARTS", "MAX_MESSAGES", "check_messages",
+           "assemble_context", "language_of", "MIN_BUDGET", "MAX_BUDGET"]
+
+MAX_MESSAGES = 256  # one request's batch; checked whole before anything is written
+MAX_MESSAGE_ID = 200
+MAX_NAME = 100
+PARTS = ("facts", "summary", "recalled", "recent")
+MIN_BUDGET, MAX_BUDGET = 100, 32_000
+# How a budget is shared when every part has something to say: the summary, the facts and the
+# recent messages up to these shares, in that order; recalled turns take what is left, and
+# whatever a part does not use goes on to the next.
+SHARES = {"summary": 0.15, "facts": 0.2, "recent": 0.25}
+HEADERS = {
+    "ko": {"facts": "알고 있는 사실", "summary": "대화 요약", "recalled": "관련된 예전 대화", "recent": "최근 대화",
+           "core": "바뀌지 않는 사실", "you": "나", "until": "까지", "since": "부터"},
+    "en": {"facts": "Known facts", "summary": "Conversation summary", "recalled": "Related earlier messages",
+           "recent": "Recent messages", "core": "Facts that never change", "you": "you", "until": "until",
+           "since": "since"},
+}
+_HANGUL = re.compile(r"[\uac00-\ud7a3]")
+_LATIN = re.compile(r"[A-Za-z]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class MessageIn:
+    """One message of an agent's conversation. `id` is the sender's: it makes a retry harmless."""
+
+    id: str
+    role: str  # user | assistant
+    text: str
+    user: str | None = None  # who wrote it (a user's id); required for role user
+    name: str | None = None  # their display name (kept in L1 only, never in facts)
+    time: float | None = None  # when it was written (epoch seconds); None: now
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: str
+    role: str
+    l1_id: int
+    block_index: int | None
+    flagged: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "role": self.role, "l1_id": self.l1_id, "block_index": self.block_index,
+                "flagged": self.flagged}
+
+
+@dataclass
+class Ingested:
+    """What `add_messages` stored: the new messages, the ids seen before, the flagged ones, and
+    whether summaries and facts follow (a model is configured) and were started now."""
+
+    conversation: dict[str, str | None]
+    stored: list[StoredMessage]
+    duplicates: list[str]
+    summaries_and_facts: str
+    extraction: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"conversation": self.conversation, "stored": [m.as_dict() for m in self.stored],
+                "duplicates": self.duplicates, "flagged": [m.id for m in self.stored if m.flagged],
+                "summaries_and_facts": self.summaries_and_facts, "extraction": self.extraction}
+
+
+@dataclass
+class AgentContext:
+    """The context for an agent's next reply: `parts` (structured), `text` (one block to paste
+    into a system prompt), `tokens` per part, and where the time went."""
+
+    conversation: dict[str, str | None]
+    query: str
+    language: str
+    parts: dict[str, Any]
+    text: str
+    tokens: dict[str, int]
+    budget_tokens: int
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"conversation": self.conversation, "query": self.query, "language": self.language,
+                "parts": self.parts, "text": self.text, "tokens": self.tokens, "budget_tokens": self.budget_tokens,
+                "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()}}
+
+
+# -- checking what comes in ------------------------------------------------------------------------
+
+def _text_field(value: Any, what: str, limit: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{what} must be a string, not {type(value).__name__}")
+    if not value.strip() or len(value) > limit or _CONTROL.search(value):
+        raise InvalidInputError(f"{what} must be 1–{limit} characters without control characters")
+    return value.strip()
+
+
+def check_messages(messages: Sequence[Any], max_text_chars: int) -> list[MessageIn]:
+    """Every message checked before anything is written; the first problem names its position.
+    Dicts (the JSON shape: id, role, text, user, name, time) or `MessageIn`s."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise InvalidTypeError("messages must be a list")
+    if not messages:
+        raise InvalidInputError("messages is empty: send at least one message")
+    if len(messages) > MAX_MESSAGES:
+        raise InvalidInputError(f"{len(messages)} messages in one request; the limit is {MAX_MESSAGES} "
+                                "(send the rest in another request)")
+    checked: list[MessageIn] = []
+    seen: set[str] = set()
+    for position, raw in enumerate(messages):
+        try:
+            fields = raw.__dict__ if isinstance(raw, MessageIn) else raw
+            if not isinstance(fields, Mapping):
+                raise InvalidTypeError(f"a message must be an object, not {type(raw).__name__}")
+            unknown = set(fields) - {"id", "role", "text", "user", "name", "time"}
+            if unknown:
+                raise InvalidInputError(f"unknown field(s) {sorted(unknown)}")
+            message_id = _text_field(fields.get("id"), "id", MAX_MESSAGE_ID)
+            if message_id is None:
+                raise InvalidInputError("id is missing: every message needs the sender's id for it "
+                                        "(a retry with the same id is then stored once)")
+            if message_id in seen:
+                raise InvalidInputError(f"id {message_id!r} appears twice in this request")
+            seen.add(message_id)
+            role = fields.get("role")
+            if role not in ("user", "assistant"):
+                raise InvalidInputError(f"role must be 'user' or 'assistant', got {role!r}")
+            text = clean_text(fields.get("text"), max_chars=max_text_chars)
+            user = check_id(fields.get("user"), "user", optional=True)
+            if role == "user" and user is None:
+                raise InvalidInputError("user is missing: a user's message names who wrote it")
+            name = _text_field(fields.get("name"), "name", MAX_NAME)
+            when = check_time(fields.get("time"), "time")
+            checked.append(MessageIn(message_id, role, text, user, name, when))
+        except (InvalidInputError, InvalidTypeError) as exc:
+            raise type(exc)(f"message {position}: {exc}") from None
+    return checked
+
+
+def check_budget(budget_tokens: Any) -> int:
+    if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int):
+        raise InvalidTypeError("budget_tokens must be an integer")
+    if not MIN_BUDGET <= budget_tokens <= MAX_BUDGET:
+        raise InvalidInputError(f"budget_tokens must be {MIN_BUDGET}–{MAX_BUDGET:,}, got {budget_tokens}")
+    return budget_tokens
+
+
+def check_include(include: Any) -> tuple[str, ...]:
+    if include is None:
+        return PARTS
+    if isinstance(include, str) or not isinstance(include, Sequence):
+        raise InvalidTypeError("include must be a list of part names")
+    unknown = [part for part in include if part not in PARTS]
+    if unknown or not include:
+        raise InvalidInputError(f"include names parts among {', '.join(PARTS)}; got {list(include)!r}")
+    return tuple(part for part in PARTS if part in include)
+
+
+# -- putting the context together ------------------------------------------------------------------
+
+def language_of(texts: Sequence[str]) -> str:
+    """`ko` when Hangul carries a good share of the conversation's letters, else `en`."""
+    joined = " ".join(texts)
+    hangul, latin = len(_HANGUL.findall(joined)), len(_LATIN.findall(joined))
+    return "ko" if hangul and hangul * 3 >= latin else "en"
+
+
+def _iso(epoch: float | None, zone: ZoneInfo) -> str | None:
+    return None if epoch is None else _dt.datetime.fromtimestamp(epoch, zone).isoformat(timespec="seconds")
+
+
+def _date(epoch: float | None, zone: ZoneInfo) -> str:
+    return "" if epoch is None else f"{_dt.datetime.fromtimestamp(epoch, zone):%Y-%m-%d}"
+
+
+@dataclass(frozen=True)
+class RecalledTurn:
+    text: str
+    speaker: str | None
+    name: str | None
+    time: float
+    score: float
+    block_index: int
+    kind: str
+    role: str
+
+
+@dataclass(frozen=True)
+class KnownFact:
+    text: str
+    fact_type: str
+    user: str | None
+    guild: str | None
+    valid_from: float
+    valid_to: float | None
+    score: float
+    block_index: int
+
+
+def assemble_context(*, conversation: dict[str, str | None], query: str, budget_tokens: int,
+                     include: Sequence[str], facts: Sequence[KnownFact], summary_parts: dict[str, list[str]] | None,
+                     recalled: Sequence[RecalledTurn], recent: Sequence[RecentLine], zone: ZoneInfo,
+                     assistant_name: str) -> AgentContext:
+    """The context within `budget_tokens` (the module docstring: what goes where). Whole items are
+    kept or dropped as the bot's prompt does (context.py); a recalled turn already among the
+    recent messages is not repeated."""
+    language = language_of([query, *(line.content for line in recent[-8:])])
+    h = HEADERS[language]
+    left = budget_tokens
+    text_parts: dict[str, str] = {}
+    parts: dict[str, Any] = {}
+    tokens: dict[str, int] = {}
+
+    def spend(name: str, section: Section) -> None:
+        nonlocal left
+        block = f"# {h[name]}\n{section.text}"
+        text_parts[name] = block
+        tokens[name] = estimate_tokens(block)
+        left -= tokens[name] + 1
+
+    def share(name: str) -> int:
+        header = estimate_tokens(f"# {h[name]}\n") + 1
+        return max(0, min(left, int(budget_tokens * SHARES.get(name, 1.0))) - header)
+
+    if "summary" in include and summary_parts and any(summary_parts.get(k) for k in ("core", "ongoing", "points")):
+        section = summary_section(summary_parts, share("summary"), {"core": h["core"]})
+        if section.text:
+            spend("summary", section)
+            parts["summary"] = {"text": section.text, "kept": section.kept, "dropped": section.dropped}
+    if "facts" in include and facts:
+        lines = [_fact_line(fact, zone, h) for fact in facts]
+        section, kept = items_section("facts", lines, share("facts"))
+        if kept:
+            spend("facts", section)
+            parts["facts"] = [_fact_dict(facts[i], zone) for i in kept]
+    shown_blocks: set[int] = set()
+    if "recent" in include and recent:
+        budget = share("recent") if "recalled" in include else max(0, left - estimate_tokens(f"# {h['recent']}\n") - 1)
+        section, count = recent_section(recent, budget, zone, assistant_name, {"you": h["you"]})
+        if count:
+            spend("recent", section)
+            parts["recent"] = [{"role": line.role, "text": line.content, "user": line.user_id,
+                                "name": line.display_name, "time": _iso(line.created_at, zone)}
+                               for line in recent[len(recent) - count:]]
+            shown_blocks = {line.block_index for line in recent[len(recent) - count:] if line.block_index is not None}
+    if "recalled" in include and recalled:
+        fresh = [turn for turn in recalled if turn.block_index not in shown_blocks]
+        lines = [_turn_line(turn, zone, assistant_name) for turn in fresh]
+        section, kept = items_section("recalled", lines, max(0, left - estimate_tokens(f"# {h['recalled']}\n") - 1))
+        if kept:
+            spend("recalled", section)
+            parts["recalled"] = [_turn_dict(fresh[i], zone) for i in kept]
+    # The text reads best in this order: what is known, what the conversation is about, what was
+    # said before, what was said just now.
+    text = "\n\n".join(text_parts[name] for name in ("facts", "summary", "recalled", "recent") if name in text_parts)
+    tokens["total"] = estimate_tokens(text)
+    return AgentContext(conversation, query, language, parts, text, tokens, budget_tokens)
+
+
+def _fact_line(fact: KnownFact, zone: ZoneInfo, h: dict[str, str]) -> str:
+    validity = f" ({_date(fact.valid_from, zone)}{h['since']}"
+    validity += f", {_date(fact.valid_to, zone)}{h['until']})" if fact.valid_to is not None else ")"
+    return f"- {fact.text}{validity}"
+
+
+def _fact_dict(fact: KnownFact, zone: ZoneInfo) -> dict[str, Any]:
+    return {"text": fact.text, "type": fact.fact_type, "user": fact.user, "guild": fact.guild,
+            "valid_from": _iso(fact.valid_from, zone), "valid_to": _iso(fact.valid_to, zone),
+            "current": fact.valid_to is None, "score": round(fact.score, 4), "block_index": fact.block_index}
+
+
+def _turn_line(turn: RecalledTurn, zone: ZoneInfo, assistant_name: str) -> str:
+    if turn.role == "assistant":
+        who = turn.name or assistant_name
+    elif turn.speaker:
+        who = f"{turn.name} (<user:{turn.speaker}>)" if turn.name else f"<user:{turn.speaker}>"
+    else:
+        who = ""
+    return f"- ({_date(turn.time, zone)}) {who}: {turn.text}" if who else f"- ({_date(turn.time, zone)}) {turn.text}"
+
+
+def _turn_dict(turn: RecalledTurn, zone: ZoneInfo) -> dict[str, Any]:
+    return {"text": turn.text, "speaker": turn.speaker, "name": turn.name, "role": turn.role,
+            "time": _iso(turn.time, zone), "score": round(turn.score, 4), "block_index": turn.block_index,
+            "kind": turn.kind}
