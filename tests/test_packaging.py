@@ -32,7 +32,7 @@ with gieok.Memory.open({str(tmp_path / "m.db")!r}) as memory:
     hits = memory.search("민지 고양이 이름", k=1, scope={{"channel": "general"}}).hits
 loaded = sorted(name for name in sys.modules
                 if name.split(".")[0] in {{"fastapi", "starlette", "uvicorn", "mcp", "jinja2", "discord"}}
-                or name.startswith(("google.genai", "gieok.chat", "gieok.server", "gieok.cli")))
+                or (name + ".").startswith(("google.genai.", "gieok.chat.", "gieok.server.", "gieok.cli.")))
 print(json.dumps({{"loaded": loaded, "hits": len(hits)}}))
 """
     done = _python(code)
