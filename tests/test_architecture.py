@@ -32,7 +32,7 @@ ENGINE_ROWS: dict[str, int] = {
     "store": 1, "embed": 1, "index": 1, "text": 1, "validate": 1, "coordination": 1,
     "layers": 2, "retrieval": 2,
     "memory": 3,
-    "demo": 4,
+    "demo": 4, "client": 4,  # the client (gieok.client) stands on the types and errors, as a program using them would
     "__init__": 4,  # the package root re-exports the public surface (Memory, Settings, the errors)
 }
 # Rows inside the chat, bottom (0) to top.

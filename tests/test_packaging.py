@@ -26,13 +26,13 @@ def _python(code: str, *, blocked: tuple[str, ...] = (), timeout: float = 180) -
 
 def test_the_engine_imports_no_chat_server_or_model_library(tmp_path: Path) -> None:
     code = f"""
-import sys, json, gieok
+import sys, json, gieok, gieok.client
 with gieok.Memory.open({str(tmp_path / "m.db")!r}) as memory:
     memory.add("민지: 고양이 이름은 보리야", scope={{"channel": "general"}})
     hits = memory.search("민지 고양이 이름", k=1, scope={{"channel": "general"}}).hits
 loaded = sorted(name for name in sys.modules
                 if name.split(".")[0] in {{"fastapi", "starlette", "uvicorn", "mcp", "jinja2", "discord"}}
-                or name.startswith(("google.genai", "gieok.chat", "gieok.server", "gieok.cli")))
+                or (name + ".").startswith(("google.genai.", "gieok.chat.", "gieok.server.", "gieok.cli.")))
 print(json.dumps({{"loaded": loaded, "hits": len(hits)}}))
 """
     done = _python(code)

@@ -34,6 +34,8 @@ __all__ = [
     "LLMUnavailableError",
     "AuthenticationError",
     "PermissionDeniedError",
+    "ServerError",
+    "ServerUnavailableError",
 ]
 
 
@@ -160,3 +162,19 @@ class AuthenticationError(GieokError):
 
 class PermissionDeniedError(GieokError):
     """The key is valid but its role may not do this (HTTP 403)."""
+
+
+class ServerError(GieokError):
+    """A gieok server (`gieok serve`, through `gieok.client`) failed in a way no closer exception
+    names: a 5xx, a conflict, an answer the client cannot read. `status` is the HTTP status, None
+    when no answer came. What the engine raises has its own class on the client's side too (a 404
+    is a `NotFoundError` there as here)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ServerUnavailableError(ServerError):
+    """The server could not be reached (refused, reset, timed out), or answered 503 to every
+    retry; the message names the URL."""

@@ -129,6 +129,21 @@ class Block:
             "forgotten": self.forgotten,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Block:
+        """The block `as_dict` gave (a server's JSON answer, an export line): `from_dict(b.as_dict()) == b`.
+        Fields are converted, not validated: checking a chain is `verify`'s work, not a parser's."""
+        conv_pos = data.get("conv_pos")
+        return cls(
+            block_index=int(data["block_index"]), kind=str(data["kind"]), text=str(data["text"]),
+            scope=Scope.of(data.get("scope")), speaker=data.get("speaker"), event_time=float(data["event_time"]),
+            insert_time=float(data["insert_time"]), importance=float(data["importance"]),
+            keywords=tuple(data.get("keywords") or ()), tags=tuple(data.get("tags") or ()),
+            metadata=dict(data.get("metadata") or {}), conv_pos=None if conv_pos is None else int(conv_pos),
+            content_digest=str(data["content_digest"]), prev_hash=str(data["prev_hash"]), hash=str(data["hash"]),
+            forgotten=bool(data.get("forgotten", False)),
+        )
+
 
 @dataclass(slots=True)
 class ScoreBreakdown:
@@ -163,6 +178,22 @@ class ScoreBreakdown:
             out["parts"] = {name: round(v, 6) for name, v in (self.parts or {}).items()}
         return out
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ScoreBreakdown:
+        """The breakdown `as_dict` gave (scores rounded to 6 places, as sent)."""
+        learned = data.get("learned")
+        parts = data.get("parts")
+        return cls(bm25=float(data.get("bm25", 0.0)), bm25_rank=_optional_int(data.get("bm25_rank")),
+                   vector=float(data.get("vector", 0.0)), vector_rank=_optional_int(data.get("vector_rank")),
+                   fused=float(data.get("fused", 0.0)), neighbour=float(data.get("neighbour", 0.0)),
+                   recency=float(data.get("recency", 0.0)), importance=float(data.get("importance", 0.0)),
+                   final=float(data.get("final", 0.0)), learned=None if learned is None else float(learned),
+                   parts=None if parts is None else {str(k): float(v) for k, v in parts.items()})
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
 
 @dataclass(slots=True)
 class Hit:
@@ -172,6 +203,11 @@ class Hit:
 
     def as_dict(self) -> dict[str, Any]:
         return {"score": round(self.score, 6), "breakdown": self.breakdown.as_dict(), "block": self.block.as_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Hit:
+        return cls(block=Block.from_dict(data["block"]), score=float(data["score"]),
+                   breakdown=ScoreBreakdown.from_dict(data.get("breakdown") or {}))
 
 
 @dataclass(slots=True)
@@ -194,6 +230,14 @@ class SearchResult:
                 "embed_time_ms": round(self.embed_time_ms, 3), "result_count": self.result_count,
                 "timings_ms": {name: round(ms, 3) for name, ms in self.timings_ms.items()},
                 "hits": [hit.as_dict() for hit in self.hits]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SearchResult:
+        """The result `as_dict` gave; `result_count` is derived from the hits, so it is not read."""
+        return cls(query=str(data["query"]), hits=[Hit.from_dict(hit) for hit in data.get("hits") or ()],
+                   source=str(data.get("source", "full")), search_time_ms=float(data.get("search_time_ms", 0.0)),
+                   embed_time_ms=float(data.get("embed_time_ms", 0.0)),
+                   timings_ms={str(k): float(v) for k, v in (data.get("timings_ms") or {}).items()})
 
     def __iter__(self):  # iterate hits directly: `for hit in memory.search(...)`
         return iter(self.hits)

@@ -12,7 +12,7 @@ four: the block operations directly and the others as `store.layers`, `store.con
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -88,6 +88,13 @@ class VerifyReport:
             "first_bad_index": self.first_bad_index,
             "reason": self.reason,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> VerifyReport:
+        """The report `as_dict` gave (a server's `GET /v1/verify`)."""
+        bad = data.get("first_bad_index")
+        return cls(ok=bool(data["ok"]), checked=int(data["checked"]), forgotten=int(data["forgotten"]),
+                   first_bad_index=None if bad is None else int(bad), reason=str(data.get("reason") or ""))
 
 
 def verify_chain(blocks: Iterable[Block]) -> VerifyReport:

@@ -1,0 +1,154 @@
+"""`AsyncClient`: the asyncio client. Each method runs its plan (`_api.py`) with
+`httpx.AsyncClient` and `asyncio.sleep`; what is sent, retried and raised is decided there, the
+same as for `Client`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from ..store.base import VerifyReport
+from ..types import Block, SearchResult
+from ._api import Api, ScopeLike
+from ._http import DEFAULT_URL, Outcome, Plan, Sleep, connect
+from .types import BlockPage, Context, Fact, Message, MessagesResult, ServerStats, When
+
+__all__ = ["AsyncClient"]
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """`Client` for asyncio: the same methods, arguments, results, exceptions, retries and
+    idempotency keys, each `async def`.
+
+        async with AsyncClient("http://127.0.0.1:8420", api_key="gk_…") as memory:
+            await memory.add("Alex: I got the offer from Nuvola Labs", scope={"channel": "general"})
+            result = await memory.search("which company made Alex an offer", k=3)
+
+    `transport`: an `httpx.AsyncBaseTransport`."""
+
+    def __init__(self, base_url: str = DEFAULT_URL, api_key: str | None = None, *, timeout: float = 30.0,
+                 retries: int = 3, backoff: float = 0.5, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._api = Api(connect(base_url, api_key, retries=retries, backoff=backoff))
+        self._http = httpx.AsyncClient(timeout=timeout, transport=transport)
+
+    @property
+    def base_url(self) -> str:
+        return self._api.connection.base_url
+
+    def __repr__(self) -> str:
+        return f"AsyncClient({self.base_url!r})"
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    aclose = close
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                              trace: TracebackType | None) -> None:
+        await self.close()
+
+    async def _run(self, plan: Plan[T]) -> T:
+        outcome: Outcome = None
+        try:
+            while True:
+                step = plan.send(outcome)
+                if isinstance(step, Sleep):
+                    await asyncio.sleep(step.seconds)
+                    outcome = None
+                    continue
+                try:
+                    outcome = await self._http.send(step.request)
+                except httpx.RequestError as exc:
+                    outcome = exc
+        except StopIteration as done:
+            return done.value
+        finally:
+            plan.close()
+
+    # -- blocks ----------------------------------------------------------------------------------
+    async def add(self, text: str, *, kind: str = "turn", scope: ScopeLike = None, speaker: str | None = None,
+                  importance: float = 0.5, event_time: When | None = None, tags: Iterable[str] | None = None,
+                  keywords: Iterable[str] | None = None, metadata: Mapping[str, Any] | None = None) -> Block:
+        """Remember one block (`POST /v1/memories`); the block as stored."""
+        return await self._run(self._api.add(text, kind=kind, scope=scope, speaker=speaker, importance=importance,
+                                             event_time=event_time, tags=tags, keywords=keywords, metadata=metadata))
+
+    async def add_many(self, items: Iterable[str | Mapping[str, Any]]) -> list[Block]:
+        """Remember many blocks (texts or mappings of `add`'s arguments), 256 per request, each
+        request one transaction: if one fails, the requests before it stay stored."""
+        return await self._run(self._api.add_many(items))
+
+    async def get(self, block_index: int) -> Block:
+        """One block; `BlockNotFoundError` if the key's memory has none with this index."""
+        return await self._run(self._api.get(block_index))
+
+    async def forget(self, block_index: int) -> list[int]:
+        """Erase a block's content (the chain still verifies); the indices erased, [] if it
+        was already forgotten."""
+        return await self._run(self._api.forget(block_index))
+
+    async def list_blocks(self, *, scope: ScopeLike = None, kinds: Iterable[str] | str | None = None,
+                          since: When | None = None, until: When | None = None, limit: int = 50,
+                          cursor: str | None = None) -> BlockPage:
+        """Live blocks, newest first, a page at a time (`limit` ≤ 200; `cursor` from the last page)."""
+        return await self._run(self._api.list_blocks(scope=scope, kinds=kinds, since=since, until=until, limit=limit,
+                                                     cursor=cursor))
+
+    async def search(self, query: str, k: int = 10, *, scope: ScopeLike = None,
+                     kinds: Iterable[str] | str | None = None, since: When | None = None, until: When | None = None,
+                     mode: str = "hybrid", neighbours: bool = True) -> SearchResult:
+        """Hybrid (or `bm25`, `vector`) search; hits with their score breakdown."""
+        return await self._run(self._api.search(query, k, scope=scope, kinds=kinds, since=since, until=until, mode=mode,
+                                                neighbours=neighbours))
+
+    # -- the memory as a whole -------------------------------------------------------------------
+    async def stats(self) -> ServerStats:
+        """Counts, embedder, index, size and each layer's counters."""
+        return await self._run(self._api.stats())
+
+    async def verify(self) -> VerifyReport:
+        """Walk the hash chain on the server."""
+        return await self._run(self._api.verify())
+
+    async def ready(self) -> bool:
+        """Whether the server is warm (`GET /readyz`, no key): False while it warms or when it
+        cannot be reached. One try: a probe answers now."""
+        return await self._run(self._api.ready())
+
+    async def wait_ready(self, timeout: float = 60.0, *, interval: float = 0.25) -> None:
+        """Wait until `ready()`; `ServerUnavailableError` naming the URL after `timeout` seconds."""
+        await self._run(self._api.wait_ready(timeout, interval))
+
+    # -- conversations ---------------------------------------------------------------------------
+    async def facts(self, user: str | None = None, guild: str | None = None, history: bool = False, *,
+                    limit: int = 200) -> list[Fact]:
+        """L3 facts, current ones (with `history`, superseded ones too)."""
+        return await self._run(self._api.facts(user=user, guild=guild, history=history, limit=limit))
+
+    async def summary(self, channel: str, guild: str | None = None) -> dict[str, Any]:
+        """A conversation's L2 summary as the server sends it (with `markdown`)."""
+        return await self._run(self._api.summary(channel, guild=guild))
+
+    async def add_messages(self, channel: str, messages: Iterable[Message | Mapping[str, Any]], *,
+                           guild: str | None = None) -> MessagesResult:
+        """Record a conversation's messages (each with its transport's `id`), 256 per request in
+        order; the server keeps each id once, so sending a message again stores nothing."""
+        return await self._run(self._api.add_messages(channel, messages, guild=guild))
+
+    async def context(self, channel: str, *, guild: str | None = None, user: str | None = None,
+                      query: str | None = None, budget_tokens: int = 2000,
+                      include: Iterable[str] | None = None) -> Context:
+        """The conversation's memory fitted to `budget_tokens`: `.text` for a system prompt,
+        `.parts` (facts, summary, recalled, recent; `include` picks, None for all)."""
+        return await self._run(self._api.context(channel, guild=guild, user=user, query=query,
+                                                 budget_tokens=budget_tokens, include=include))

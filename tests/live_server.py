@@ -1,0 +1,182 @@
+"""What the client's tests run against: a real `gieok serve` on a free loopback port (warm:
+`/readyz` answered 200), keys made by the real `gieok keys create --json` on its `--db`, and a
+tiny loopback proxy in front of it that drops connections or answers in the server's place —
+real sockets and real HTTP bytes, so the client's retries are tested as they run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+GIEOK = [sys.executable, "-m", "gieok.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def clean_env() -> dict[str, str]:
+    """The environment without the developer's GIEOK_* (no key, no settings leak in)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIEOK_")}
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
+
+
+def create_key(db: Path, tenant: str = "default", role: str = "write") -> str:
+    done = subprocess.run([*GIEOK, "keys", "create", "--tenant", tenant, "--role", role, "--db", str(db), "--json"],
+                          capture_output=True, text=True, timeout=120, check=True, env=clean_env(), cwd=db.parent)
+    return str(json.loads(done.stdout)["key"])
+
+
+class LiveServer:
+    """`gieok serve --db db` on a free port, started and waited on until warm."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = db.with_suffix(".log")
+        with self.log_path.open("wb") as sink:
+            self.process = subprocess.Popen([*GIEOK, "serve", "--db", str(db), "--port", str(self.port)],
+                                            stdout=sink, stderr=subprocess.STDOUT, env=clean_env(), cwd=db.parent)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, seconds: float = 120) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gieok serve exited: {self.log_path.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"gieok serve was not ready in {seconds:g} s: {self.log_path.read_text()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """One whole HTTP/1.1 request (headers and a Content-Length body) from `conn`."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    match = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    length = int(match.group(1)) if match else 0
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def canned(status: int, reason: str, body: dict[str, object] | None = None, **headers: str) -> bytes:
+    """An HTTP answer as bytes, closing its connection (so the client's retry opens a new one)."""
+    payload = json.dumps(body or {}).encode()
+    lines = [f"HTTP/1.1 {status} {reason}", "Content-Type: application/json", f"Content-Length: {len(payload)}",
+             "Connection: close", *(f"{name.replace('_', '-')}: {value}" for name, value in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
+
+
+DROP = b""  # a script step: read the request, then close without an answer
+
+
+class Proxy:
+    """A loopback TCP proxy to `target_port`. Connection n (from 0) follows `script[n]` while
+    there is one — `DROP`, or canned answer bytes — and every later connection is piped to the
+    server. Everything the client sent is kept (`sent`), to read the headers of each attempt."""
+
+    def __init__(self, target_port: int, script: list[bytes] | None = None) -> None:
+        self.target_port = target_port
+        self.script = list(script or [])
+        self._sent: list[bytes] = []
+        self._lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _keep(self, data: bytes) -> None:
+        with self._lock:
+            self._sent.append(data)
+
+    @property
+    def sent(self) -> bytes:
+        with self._lock:
+            return b"".join(self._sent)
+
+    def idempotency_keys(self) -> list[str]:
+        return [m.decode() for m in re.findall(rb"(?i)\r\nidempotency-key:[ \t]*(\S+)\r\n", self.sent)]
+
+    def requests(self) -> list[str]:
+        """The request lines sent ("POST /v1/memories HTTP/1.1"), in order."""
+        return [m.decode() for m in re.findall(rb"((?:GET|POST|PUT|DELETE) /\S* HTTP/1\.1)\r\n", self.sent)]
+
+    def close(self) -> None:
+        self._closed = True
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                step = self.script.pop(0) if self.script else None
+            threading.Thread(target=self._serve, args=(conn, step), daemon=True).start()
+
+    def _serve(self, conn: socket.socket, step: bytes | None) -> None:
+        if step is not None:
+            with conn:
+                self._keep(_read_request(conn))
+                if step:
+                    conn.sendall(step)
+            return
+        upstream = socket.create_connection(("127.0.0.1", self.target_port))
+        threading.Thread(target=self._pipe, args=(upstream, conn, False), daemon=True).start()
+        self._pipe(conn, upstream, True)
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, keep: bool) -> None:
+        try:
+            while chunk := source.recv(65536):
+                if keep:
+                    self._keep(chunk)
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
