@@ -117,7 +117,9 @@ def test_a_long_list_is_sent_in_order_in_requests_of_256(served: Served) -> None
     recorder = Recorder()
     messages = [{"id": f"{channel}-{i}", "role": "user", "text": f"메시지 {i}번: number {i}", "user": "u-jiwoo",
                  "name": "지우", "time": 1714554000 + i} for i in range(300)]
-    with Client(served.url, served.write, transport=recorder.transport) as client:
+    # 300 turns embedded on a shared 2-core machine can take longer than the default 30 s a request:
+    # a retry would then be answered with duplicates, which is right, but not what this test counts.
+    with Client(served.url, served.write, transport=recorder.transport, timeout=600) as client:
         result = client.add_messages(channel, messages)
     posts = [r for r in recorder.requests if r.url.path == "/v1/conversations/messages"]
     bodies = [json.loads(r.content) for r in posts]
@@ -198,7 +200,8 @@ def test_context_fits_the_conversation_to_the_budget(served: Served) -> None:
 def test_context_is_the_callers_tenants_only(served: Served) -> None:
     channel = channel_name()
     with Client(served.url, served.write) as home, Client(served.url, served.other) as acme:
-        home.add_messages(channel, [{"id": f"{channel}-s", "role": "user", "text": "우리 집 비밀번호는 4321이야"}])
+        home.add_messages(channel, [{"id": f"{channel}-s", "role": "user", "user": "u-minji",
+                                     "text": "우리 집 비밀번호는 4321이야"}])
         theirs = acme.context(channel, query="비밀번호")
         assert "4321" not in theirs.text and theirs.parts.recent == []
 

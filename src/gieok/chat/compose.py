@@ -17,13 +17,13 @@ from typing import Any
 from ..memory import Memory
 from .agent.pipeline import ConversationPipeline
 from .layers.conversation import ConversationMemory
-from .llm import create_llm
+from .llm import create_llm, llm_configured
 from .llm.base import LLM
 from .runtime.core import BotCore, Outbox
 from .runtime.shared_channels import SharedChannels
 from .settings import ChatSettings, chat_settings
 
-__all__ = ["Bot", "build_bot", "build_pipeline", "BUNDLED", "FROM_SETTINGS"]
+__all__ = ["Bot", "build_bot", "build_pipeline", "build_llm", "BUNDLED", "FROM_SETTINGS"]
 
 BUNDLED = "bundled"  # the shipped stage-1 classifier (ConversationPipeline's default)
 
@@ -58,6 +58,12 @@ class Bot:
         aclose = getattr(self.llm, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def build_llm(settings: ChatSettings) -> LLM | None:
+    """The model chain the settings name, or None when they name none: a server that records
+    agents' conversations keeps their summaries and facts with it, and says so when it has none."""
+    return create_llm(settings) if llm_configured(settings) else None
 
 
 def build_pipeline(settings: ChatSettings | None, memory: Memory, *, llm: LLM | _FromSettings | None = FROM_SETTINGS,

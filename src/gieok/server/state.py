@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..chat.agent.pipeline import ConversationPipeline
-from ..chat.compose import build_pipeline
+from ..chat.compose import build_llm, build_pipeline
 from ..chat.layers.conversation import ConversationMemory
-from ..chat.llm import create_llm, llm_configured
 from ..chat.llm.base import LLM
 from ..coordination import RedisConnection, SharedEventLog
 from ..memory import Memory
@@ -64,7 +63,7 @@ class ServerState:
             if redis is not None:
                 redis.close()
             raise
-        llm = create_llm(settings) if llm_configured(settings) else None
+        llm = build_llm(settings)
 
         def pipeline(memory: Memory, conversation: ConversationMemory) -> ConversationPipeline:
             """A tenant's conversation pipeline: the server's model for summaries and facts, the

@@ -49,6 +49,7 @@ HEADERS = {
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 _LATIN = re.compile(r"[A-Za-z]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_LETTERS = re.compile(r"[A-Za-z\uac00-\ud7a3]")
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ def assemble_context(*, conversation: dict[str, str | None], query: str, budget_
     """The context within `budget_tokens` (the module docstring: what goes where). Whole items are
     kept or dropped as the bot's prompt does (context.py); a recalled turn already among the
     recent messages is not repeated."""
-    language = language_of([query, *(line.content for line in recent[-8:])])
+    language = language_of([query]) if _LETTERS.search(query) else language_of([line.content for line in recent[-8:]])
     h = HEADERS[language]
     left = budget_tokens
     text_parts: dict[str, str] = {}
@@ -266,11 +267,12 @@ def assemble_context(*, conversation: dict[str, str | None], query: str, budget_
     shown_blocks: set[int] = set()
     if "recent" in include and recent:
         budget = share("recent") if "recalled" in include else max(0, left - estimate_tokens(f"# {h['recent']}\n") - 1)
-        section, count = recent_section(recent, budget, zone, assistant_name, {"you": h["you"]})
+        section, count = recent_section(recent, budget, zone, assistant_name, {"you": h["you"]}, "%Y-%m-%d %H:%M")
         if count:
             spend("recent", section)
             parts["recent"] = [{"role": line.role, "text": line.content, "user": line.user_id,
-                                "name": line.display_name, "time": _iso(line.created_at, zone)}
+                                "name": line.display_name, "time": _iso(line.created_at, zone),
+                                **({"flagged": True} if line.flagged else {})}
                                for line in recent[len(recent) - count:]]
             shown_blocks = {line.block_index for line in recent[len(recent) - count:] if line.block_index is not None}
     if "recalled" in include and recalled:
@@ -283,6 +285,7 @@ def assemble_context(*, conversation: dict[str, str | None], query: str, budget_
     # The text reads best in this order: what is known, what the conversation is about, what was
     # said before, what was said just now.
     text = "\n\n".join(text_parts[name] for name in ("facts", "summary", "recalled", "recent") if name in text_parts)
+    tokens = {name: tokens.get(name, 0) for name in include}  # every part asked for, 0 when it had nothing
     tokens["total"] = estimate_tokens(text)
     return AgentContext(conversation, query, language, parts, text, tokens, budget_tokens)
 

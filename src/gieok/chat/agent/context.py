@@ -93,6 +93,7 @@ class RecentLine:
     display_name: str | None
     created_at: float
     block_index: int | None = None  # its turn block, once written (a recalled copy of it is not shown twice)
+    flagged: bool = False  # a guardrail fired on it
 
 
 @dataclass
@@ -181,9 +182,10 @@ def items_section(name: str, items: Sequence[str], budget: int) -> tuple[Section
 
 
 def recent_section(recent: Sequence[RecentLine], budget: int, zone: ZoneInfo, bot_name: str,
-                   headers: dict[str, str]) -> tuple[Section, int]:
+                   headers: dict[str, str], stamp: str = "%H:%M") -> tuple[Section, int]:
     """The newest messages that fit, oldest first; a single message longer than the whole budget
-    is cut at its end. Returns the section and how many of the newest messages it holds."""
+    is cut at its end. Returns the section and how many of the newest messages it holds. `stamp`:
+    how each line's time is written (the bot's prompt: the time of day; an agent's context: the date too)."""
     kept: list[str] = []
     truncated = False
     for line in reversed(recent):  # newest first
@@ -192,7 +194,7 @@ def recent_section(recent: Sequence[RecentLine], budget: int, zone: ZoneInfo, bo
             who = f"{line.display_name or bot_name} ({headers['you']})"
         else:
             who = f"{line.display_name or 'user'} (<user:{line.user_id}>)" if line.user_id else "user"
-        text = f"[{local:%H:%M}] {who}: {line.content}"
+        text = f"[{local.strftime(stamp)}] {who}: {line.content}"
         if not kept and estimate_tokens(text) > budget:
             text = _cut(text, budget)
             truncated = True

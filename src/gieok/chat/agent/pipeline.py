@@ -729,7 +729,8 @@ class ConversationPipeline:
                                 m.id in flagged) for m in fresh if m.id in stored_rows]
         status = "on" if self.extracting else ("off: no language model is configured (set llm_chain, or a Gemini or "
                                                "OpenAI-compatible key); messages, turns and recall work without one")
-        return Ingested(conversation.as_dict(), stored, duplicates, status, extraction)
+        return Ingested({"guild": conversation.guild, "channel": conversation.channel}, stored, duplicates, status,
+                        extraction)
 
     async def _guard_texts(self, texts: list[str]) -> list[GuardVerdict]:
         """The guard on each text: its patterns, and its classifiers when there are any."""
@@ -807,9 +808,11 @@ class ConversationPipeline:
             timings["search_ms"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         summary = self.summaries.get(conversation)
-        recent = [RecentLine(r.role, r.content, r.user_id, r.display_name, r.created_at, r.block_index) for r in rows]
+        recent = [RecentLine(r.role, r.content, r.user_id, r.display_name, r.created_at, r.block_index, r.flagged)
+                  for r in rows]
         context = assemble_context(
-            conversation=conversation.as_dict(), query=query, budget_tokens=budget_tokens, include=parts, facts=facts,
+            conversation={"guild": conversation.guild, "channel": conversation.channel}, query=query,
+            budget_tokens=budget_tokens, include=parts, facts=facts,
             summary_parts=summary.context_lines(self.summaries.global_core), recalled=recalled, recent=recent,
             zone=zone, assistant_name=s.bot_name)
         timings["assemble_ms"] = (time.perf_counter() - t) * 1000
