@@ -155,7 +155,7 @@ def ordinary_chat(chat_files: Sequence[str | Path] = ()) -> dict[str, list[str]]
     LoCoMo-format file in `chat_files` (e.g. ../shared's LoCoMo dev set). The corpus's
     `ordinary_chat` rows come from the dev half of the same sets; texts in the corpus are left out."""
     from benchmarks.locomo import LocomoData, load_locomo
-    from gieok.demo import load_sample_conversation
+    from gieok.chat.demo import load_sample_conversation
 
     known = {r["text"] for r in guard_corpus()}
 

@@ -30,8 +30,8 @@ from benchmarks.report import median, p50_p95, print_and_write, progress_bar, re
 from gieok.chat.agent.classifier import classifier_encoder
 from gieok.chat.agent.pipeline import ConversationPipeline, IncomingMessage
 from gieok.chat.compose import build_pipeline
+from gieok.chat.demo import load_sample_conversation
 from gieok.chat.llm.scripted import Request, ScriptedLLM
-from gieok.demo import load_sample_conversation
 
 __all__ = ["measure_pipeline", "print_pipeline", "run_pipeline_bench"]
 

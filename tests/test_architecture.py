@@ -31,8 +31,7 @@ ENGINE_ROWS: dict[str, int] = {
     "types": 0, "errors": 0, "chain": 0, "config": 0, "data": 0,
     "store": 1, "embed": 1, "index": 1, "text": 1, "validate": 1, "coordination": 1,
     "layers": 2, "retrieval": 2,
-    "memory": 3,
-    "demo": 4, "client": 4,  # the client (gieok.client) stands on the types and errors, as a program using them would
+    "memory": 3, "client": 4,  # the client (gieok.client) stands on the types and errors, as a program using them would
     "__init__": 4,  # the package root re-exports the public surface (Memory, Settings, the errors)
 }
 # Rows inside the chat, bottom (0) to top.
@@ -42,7 +41,7 @@ CHAT_ROWS: dict[str, int] = {
     "agent": 2,
     "runtime": 3,
     "compose": 4,  # the one composition root: the adapters and everything outside the chat build bots with it
-    "adapters": 5,
+    "adapters": 5, "demo": 5,
     "__init__": 6,
 }
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from ..chat.adapters.terminal import run_chat
 from ..chat.agent.pipeline import IncomingMessage
 from ..chat.compose import build_pipeline
+from ..chat.demo import run_demo
 from ..chat.layers.conversation import ConversationMemory
 from ..chat.layers.recent import conversation_of
 from ..chat.llm.configured import require_llm
@@ -28,6 +29,21 @@ conversation_commands = typer.Typer()
 app = conversation_commands  # the decorators below read naturally
 
 UserRequired = Annotated[str, typer.Option("--user", "-u", help="User id (the speaker).")]
+
+
+@app.command()
+def demo(
+    db: Annotated[Path, typer.Option("--db", help="Demo memory file (recreated each run).")] = Path("gieok-demo.db"),
+    k: Annotated[int, typer.Option("-k", help="Hits per question.")] = 5,
+) -> None:
+    """Add a bundled Korean/English group chat (300 messages, 6 sessions) as an agent would, and answer questions.
+
+    The messages go through the conversation memory's write path (what POST /v1/conversations/messages
+    runs): recent messages, turns and working memory; afterwards `gieok serve --db` shows them.
+
+    Example: gieok demo --db /tmp/demo.db
+    """
+    run_demo(db, out, k=k, settings=load())
 
 
 @app.command("inspect-prompt")

@@ -12,7 +12,6 @@ import typer
 from rich.table import Table
 
 from ..config.settings import is_database_url
-from ..demo import run_demo
 from ..errors import InvalidInputError
 from ..memory import reindex as run_reindex
 from ..store.factory import open_store
@@ -338,17 +337,3 @@ def reindex(
     with _progress("re-embedding", total) as advance:
         count = run_reindex(settings.db_location(), embedder, settings=settings, progress=advance)
     out.print(f"re-embedded {count} blocks with {embedder or settings.embedder or 'the recorded embedder'}")
-
-
-@app.command()
-def demo(
-    db: Annotated[Path, typer.Option("--db", help="Demo memory file (recreated each run).")] = Path("gieok-demo.db"),
-    k: Annotated[int, typer.Option("-k", help="Hits per question.")] = 5,
-) -> None:
-    """Ingest a bundled Korean/English group chat (300 turns, 6 sessions) and answer questions.
-
-    Example: gieok demo --db /tmp/demo.db
-    """
-    run_demo(db, out, k=k)
-
-
