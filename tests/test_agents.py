@@ -260,3 +260,48 @@ def test_a_flagged_message_is_never_sent_to_extraction(tmp_path: Path, monkeypat
                 time.sleep(0.1)
             sent = [json.dumps(r.body, ensure_ascii=False) for r in model.requests]
             assert sent and any("츄르" in body for body in sent) and not any(attack in body for body in sent)
+
+
+def test_duties_expire_stm_and_extract_quiet_conversations_once_per_tenant(tmp_path: Path, monkeypatch: Any) -> None:
+    """The server's background duties: STM's expiry rule on a timer, and the extraction of a
+    conversation that went quiet short of `analysis_every` — by one process per tenant (a lease)."""
+    import asyncio
+
+    from gieok.server.duties import Duties
+    from gieok.types import Scope
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    with serve() as model:
+        model.respond = lambda received: Reply(body=openai_completion(json.dumps(
+            {"guild_facts": [], "user_facts": [], "summary_updates": {"new_point": "보리는 츄르를 좋아한다"}},
+            ensure_ascii=False)))
+        for served in _serve(tmp_path, llm_chain="openai:test-model", openai_base_url=f"{model.url}/v1",
+                             extraction_idle_seconds=0.2, stm_ttl_seconds=0.2, server_duty_seconds=0.5):
+            served.post("/v1/conversations/messages", {**CAFE, "messages": chat()[:1]})  # the first: extracted
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and len(model.requests) < 1:
+                time.sleep(0.05)
+            later = served.post("/v1/conversations/messages", {**CAFE, "messages": [
+                {"id": "q1", "role": "user", "user": "u-minji", "text": "보리는 츄르를 제일 좋아해"}]}).json()
+            assert later["extraction"] == "not due"  # one message: short of analysis_every
+            with served.state.tenants.use("acme") as t:
+                t.memory.stm.add(Scope("g1", "cafe"), "민지 생일은 5월 9일", importance=0.9)
+                t.memory.stm.add(Scope("g1", "cafe"), "ㅋㅋㅋ", importance=0.1)
+                blocks = len(t.memory)
+            deadline = time.monotonic() + 30  # the timer (every 0.5 s) runs the duties
+            while time.monotonic() < deadline and not any(
+                    run["tenant"] == "acme" and run["extracted"] for run in (served.state.duties.runs
+                                                                             if served.state.duties else [])):
+                time.sleep(0.1)
+            runs = [run for run in served.state.duties.runs if run["tenant"] == "acme"]
+            assert any(run["extracted"] == 1 for run in runs), runs
+            # the important entry promoted; the trivial one (and the turns STM held) dropped
+            assert sum(run["stm"]["promoted"] for run in runs) == 1 and sum(run["stm"]["dropped"] for run in runs) >= 2
+            assert any("츄르" in json.dumps(r.body, ensure_ascii=False) for r in model.requests[1:])
+            with served.state.tenants.use("acme") as t:
+                assert len(t.memory) == blocks + 1  # the promoted STM entry
+                assert t.conversation.summaries.get(conversation_of("g1", "cafe")).key_points[-1] == \
+                    "보리는 츄르를 좋아한다"
+                # another worker of the same deployment holds no lease while this one renews it
+                other = Duties(served.state.tenants, 0.5)
+                assert asyncio.run(other.tenant_duties("acme")) is None

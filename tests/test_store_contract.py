@@ -530,3 +530,31 @@ def test_bm25_after_a_forget_when_a_word_is_in_every_block(backend: Backend) -> 
         memory.forget([1])
         hits = memory.search("coffee", k=5, mode="bm25").hits
         assert sorted(h.block.block_index for h in hits) == [2, 3, 4]
+
+
+def test_message_ids_are_claimed_once_with_their_l1_row(store: Store) -> None:
+    tables = store.conversation
+    key = '["g1","cafe",null]'
+    first = tables.l1_append_once(key, "user", "안녕", "u1", "민지", T0, False, False, "m1", keep=50)
+    assert first is not None and first.external_id == "m1"
+    assert tables.l1_append_once(key, "user", "안녕 (again)", "u1", "민지", T0, False, False, "m1", keep=50) is None
+    other = tables.l1_append_once('["g1","lounge",null]', "user", "hi", "u1", None, T0, False, False, "m1", keep=50)
+    assert other is not None  # the same id in another conversation is another message
+    assert tables.message_ids_known(key, ["m1", "m2"]) == {"m1"}
+    assert [r.content for r in tables.l1_recent(key, 10)] == ["안녕"]
+    tables.l1_set_blocks([(first.message_id, 7)])
+    assert tables.l1_blocks_of([first.message_id, other.message_id]) == {first.message_id: 7}
+
+
+def test_leases_are_held_by_one_holder_until_they_lapse(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()  # two connections, as two processes have
+    assert a.leases.acquire("duties:acme", "worker-a", 30, T0)
+    assert not b.leases.acquire("duties:acme", "worker-b", 30, T0 + 1)
+    assert a.leases.acquire("duties:acme", "worker-a", 30, T0 + 10)  # renewed by its holder
+    assert b.leases.acquire("duties:other", "worker-b", 30, T0 + 10)  # another name is another lease
+    assert not b.leases.acquire("duties:acme", "worker-b", 30, T0 + 39)
+    assert b.leases.acquire("duties:acme", "worker-b", 30, T0 + 41)  # worker-a stopped renewing: it lapsed
+    b.leases.release("duties:acme", "worker-a")  # only its holder releases it
+    assert not a.leases.acquire("duties:acme", "worker-a", 30, T0 + 42)
+    b.leases.release("duties:acme", "worker-b")
+    assert a.leases.acquire("duties:acme", "worker-a", 30, T0 + 43)

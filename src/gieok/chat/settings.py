@@ -140,6 +140,9 @@ class ChatSettings(Settings):
     global_user_facts: bool = False  # True: a user's facts follow them into every guild
     gatekeeper_threshold: float = setting(0.7, probability)
     analysis_every: int = setting(5, at_least(1))  # stage-2 analysis every N messages per channel (and on calls)
+    # a conversation quiet this long has its newest messages summarised and their facts extracted even
+    # short of analysis_every (the server's background duties; after a restart too)
+    extraction_idle_seconds: float = setting(300.0, positive)
     recall_k: int = setting(5, at_least(1))
     max_input_chars: int = setting(2000, at_least(1))
     guard_threshold: float = setting(0.7, probability)  # pattern score at which a message is flagged

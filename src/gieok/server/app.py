@@ -4,6 +4,8 @@ in worker threads: the event loop never waits for embedding or SQLite."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -34,9 +36,14 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with _nested(extra_lifespans or [], app):
             state.start_warming()  # beside the server: /healthz answers meanwhile, /readyz once warm
+            duties = state.start_duties()  # STM expiry and quiet conversations' extraction, on a timer
             try:
                 yield
             finally:
+                state.stop_duties()
+                if duties is not None:
+                    with contextlib.suppress(Exception, asyncio.CancelledError):
+                        await duties
                 if owns_state:
                     state.close()
 

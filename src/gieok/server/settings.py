@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..chat.settings import ChatSettings
-from ..config.settings import at_least, between, not_blank, setting
+from ..config.settings import at_least, between, not_blank, not_negative, setting
 
 __all__ = ["ServerSettings"]
 
@@ -26,3 +26,6 @@ class ServerSettings(ChatSettings):
     server_max_import_bytes: int = setting(268_435_456, at_least(1024))  # …except POST /v1/import, up to this
     server_open_tenants: int = setting(64, at_least(1))  # tenant memories kept open (least recently used closed)
     api_key: str = setting("", secret=True)  # the key `gieok mcp` (stdio) acts with; GIEOK_API_KEY
+    # how often the open tenants' background duties run (STM expiry, extraction of quiet conversations);
+    # one worker at a time per tenant, by a lease in the tenant's store; 0 turns them off
+    server_duty_seconds: float = setting(60.0, not_negative)

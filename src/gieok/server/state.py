@@ -3,6 +3,7 @@ event bus, and the bot when one runs in the same process (`gieok bot --serve`)."
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from ..store.base import Store
 from ..store.factory import open_store
 from .access import Access
 from .auth import ApiKeys
+from .duties import Duties
 from .events import EventBus
 from .settings import ServerSettings
 from .tenants import TenantRegistry
@@ -42,9 +44,25 @@ class ServerState:
     llm: LLM | None = field(default=None, repr=False)  # the model chain of summaries and facts (None: off)
     _stop_warming: threading.Event = field(default_factory=threading.Event, repr=False)
     _warming: threading.Thread | None = field(default=None, repr=False)
+    duties: Duties | None = field(default=None, repr=False)  # the background duties of this process
+    _stop_duties: asyncio.Event | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.access = Access(self.keys, self.tenants, auth=self.auth)
+
+    def start_duties(self) -> asyncio.Task[None] | None:
+        """The background duties on this event loop (server/duties.py), once; None when turned off."""
+        if self.duties is None and self.settings.server_duty_seconds > 0:
+            self.duties = Duties(self.tenants, self.settings.server_duty_seconds)
+            self._stop_duties = asyncio.Event()
+            return asyncio.create_task(self.duties.run(self._stop_duties))
+        return None
+
+    def stop_duties(self) -> None:
+        """Stop the timer (the round running finishes); a new start (another lifespan) may follow."""
+        if self._stop_duties is not None:
+            self._stop_duties.set()
+        self.duties, self._stop_duties = None, None
 
     def start_warming(self) -> None:
         """Warm the tenants beside the running server, once (the app's start-up calls this)."""

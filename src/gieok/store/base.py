@@ -23,6 +23,7 @@ from ..types import Block, Scope
 from .conversation import ConversationStore
 from .keys import KeyStore
 from .layer_tables import LayerStore
+from .leases import LeaseStore
 
 __all__ = ["Store", "BlockStore", "VectorSearchStore", "NewBlock", "IndexRows", "BM25Filter", "VerifyReport",
            "verify_chain"]
@@ -182,6 +183,7 @@ class Store(BlockStore, Protocol):
     layers: LayerStore
     conversation: ConversationStore
     keys: KeyStore
+    leases: LeaseStore
 
 
 @runtime_checkable

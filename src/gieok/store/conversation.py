@@ -126,6 +126,8 @@ class ConversationStore(Protocol):
 
     def channel_state_save(self, scope_key: str, since_analysis: int, last_message_id: int, when: float) -> None: ...
 
+    def channel_states_pending(self, quiet_since: float) -> list[str]: ...
+
     def active_keys(self) -> set[str]: ...
 
     def set_active(self, scope_key: str, active: bool, when: float, by: str | None = None) -> None: ...
@@ -314,6 +316,11 @@ class ConversationTables:
     def channel_state(self, scope_key: str) -> tuple[int, int] | None:
         rows = self._rows("SELECT since_analysis, last_message_id FROM channel_state WHERE scope_key = ?", (scope_key,))
         return (int(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def channel_states_pending(self, quiet_since: float) -> list[str]:
+        """Conversations with messages the extraction has not seen, quiet since before `quiet_since`."""
+        return [row[0] for row in self._rows("SELECT scope_key FROM channel_state WHERE since_analysis > 0 AND "
+                                             "updated_at < ? ORDER BY updated_at", (quiet_since,))]
 
     def channel_state_save(self, scope_key: str, since_analysis: int, last_message_id: int, when: float) -> None:
         with self.store.transaction() as conn:

@@ -171,6 +171,14 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (scope_key, external_id)
     );
     """,
+    # 7: leases: one process at a time runs a named duty (a tenant's STM expiry, pending extraction)
+    """
+    CREATE TABLE leases (
+        name       TEXT PRIMARY KEY,
+        holder     TEXT NOT NULL,                  -- the process that holds it
+        expires_at REAL NOT NULL
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -32,6 +32,7 @@ from .base import BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
 from .conversation import ConversationStore, ConversationTables
 from .keys import KeyStore, KeyTable
 from .layer_tables import LayerStore, LayerTables
+from .leases import LeaseStore, LeaseTable
 from .linking import link_blocks
 from .schema import MIGRATIONS, SCHEMA_VERSION
 from .sql import split_sql
@@ -103,6 +104,7 @@ class SQLiteStore:
         self.layers: LayerStore = LayerTables(self)
         self.conversation: ConversationStore = ConversationTables(self)
         self.keys: KeyStore = KeyTable(self)
+        self.leases: LeaseStore = LeaseTable(self)
 
     # -- lifecycle ------------------------------------------------------------------------
     def _connect(self, path: Path, busy_timeout_ms: int) -> sqlite3.Connection:

@@ -766,6 +766,23 @@ class ConversationPipeline:
         self.tables.channel_state_save(key, since, state[1] if state else 0, self.clock())
         return state is None or since >= self.settings.analysis_every
 
+    async def extract_quiet(self) -> int:
+        """Summarise and extract the conversations that went quiet with messages the extraction has
+        not seen (fewer than `analysis_every`, or left pending by a restart): a server's duty. Returns
+        how many conversations were extracted."""
+        if not self.extracting:
+            return 0
+        quiet_since = self.clock() - self.settings.extraction_idle_seconds
+        done = 0
+        for key in await asyncio.to_thread(self.tables.channel_states_pending, quiet_since):
+            conversation = scope_from_key(key)
+            async with self._lock(conversation):
+                snapshot = await asyncio.to_thread(self._snapshot, conversation)
+            if snapshot is not None:
+                await self._extract(conversation, conversation.guild, *snapshot)
+                done += 1
+        return done
+
     def agent_context(self, guild: str | None, channel: str, *, user: str | None = None, query: str | None = None,
                       budget_tokens: int = 2000, include: Sequence[str] | None = None) -> AgentContext:
         """What to put in an agent's next prompt (agents.py): the user's facts (isolation rules as

@@ -193,6 +193,14 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (scope_key, external_id)
     );
     """,
+    # 7: leases: one process at a time runs a named duty
+    """
+    CREATE TABLE leases (
+        name       text PRIMARY KEY,
+        holder     text NOT NULL,
+        expires_at double precision NOT NULL
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -34,6 +34,7 @@ from ..base import BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
 from ..conversation import ConversationStore, ConversationTables
 from ..keys import KeyStore, KeyTable
 from ..layer_tables import LayerStore, LayerTables
+from ..leases import LeaseStore, LeaseTable
 from ..linking import link_blocks
 from ..sql import SqlWriter
 from ..urls import display_url, split_url
@@ -96,6 +97,7 @@ class PostgresStore:
         self.layers: LayerStore = LayerTables(self.db)
         self.conversation: ConversationStore = ConversationTables(self.db)
         self.keys: KeyStore = KeyTable(self.db)
+        self.leases: LeaseStore = LeaseTable(self.db)
 
     # -- lifecycle and SqlSession ---------------------------------------------------------------
     def close(self) -> None:

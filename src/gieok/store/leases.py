@@ -1,0 +1,40 @@
+"""Leases: one process at a time does a named piece of work (a tenant's background duties), in
+whichever process holds the lease; a process that dies lets it lapse and another takes over. Kept
+in the store itself, so several `gieok serve` workers on one SQLite file or one PostgreSQL agree
+without Redis. A row per name: who holds it and until when."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .sql import SqlSession
+
+__all__ = ["LeaseStore", "LeaseTable"]
+
+
+class LeaseStore(Protocol):
+    """Named, expiring leases shared by every process of a store."""
+
+    def acquire(self, name: str, holder: str, seconds: float, now: float) -> bool: ...
+
+    def release(self, name: str, holder: str) -> None: ...
+
+
+class LeaseTable:
+    """`LeaseStore` in SQL that SQLite and PostgreSQL both speak."""
+
+    def __init__(self, store: SqlSession) -> None:
+        self.store = store
+
+    def acquire(self, name: str, holder: str, seconds: float, now: float) -> bool:
+        """Take (or renew) the lease `name` for `seconds` unless another live holder has it."""
+        with self.store.transaction() as conn:
+            conn.execute("INSERT INTO leases(name, holder, expires_at) VALUES (?, ?, ?) ON CONFLICT(name) DO NOTHING",
+                         (name, holder, now + seconds))
+            taken = conn.execute("UPDATE leases SET holder = ?, expires_at = ? WHERE name = ? AND "
+                                 "(holder = ? OR expires_at < ?)", (holder, now + seconds, name, holder, now))
+            return taken.rowcount > 0
+
+    def release(self, name: str, holder: str) -> None:
+        with self.store.transaction() as conn:
+            conn.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (name, holder))
