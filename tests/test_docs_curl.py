@@ -49,7 +49,7 @@ from typer.main import get_command
 from gieok.cli import app as cli_app
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = (ROOT / "README.md", ROOT / "docs" / "server.md")  # in the order a reader reads them
+DOCUMENTS = (ROOT / "README.md", ROOT / "docs" / "server.md", ROOT / "docs" / "agents.md")  # in reading order
 DOCUMENTED_PORT = 8420
 DB_NAME = "chat.db"  # what every documented `gieok keys create` / `gieok serve` pair names
 STREAM_SECONDS = 30.0
@@ -230,6 +230,10 @@ class Expectation:
 
 
 EXPECTATIONS = (
+    Expectation(r"/v1/conversations/messages -d", "store the conversation's messages",
+                lambda o: len(json.loads(o.stdout)["stored"]) + len(json.loads(o.stdout)["duplicates"]) >= 1),
+    Expectation(r"/v1/conversations/context", "give the context of the next reply",
+                lambda o: "츄르" in json.loads(o.stdout)["text"]),
     Expectation(r"/readyz", "wait until the server is warm", lambda o: '"status":"ready"' in o.stdout),
     Expectation(r"/v1/events\?since=0", "replay the memory's events from the start",
                 lambda o: "event: memory.added" in o.stdout),
