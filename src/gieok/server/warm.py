@@ -1,5 +1,6 @@
 """Warm before ready: a fresh server loads what a first request would otherwise load — the
-embedding model, the Korean analyser, the tenants' indexes and ranker — and says when it has.
+embedding model, the Korean analyser, the tenants' indexes and ranker, and for a tenant that holds
+conversations the pipeline an agent's messages go through — and says when it has.
 
 `/healthz` is liveness (the process answers); `/readyz` answers 200 only once warming is done, so
 a load balancer or a client sends the first search to a server that answers it at warm speed.
@@ -72,6 +73,8 @@ def warm_tenants(registry: TenantRegistry, names: list[str], readiness: Readines
                 return
             with registry.use(name) as tenant:
                 tenant.memory.warm()
+                if tenant.memory.store.conversation.l1_count():  # agents write conversations here:
+                    tenant.pipeline.warm()  # the guard's classifiers and their encoder, loaded now too
             readiness.tenants.append(name)
     except GieokError as exc:
         if stop is not None and stop.is_set():
