@@ -5,16 +5,52 @@ no evaluation data (those stay in a source checkout's `benchmarks/`)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import tomllib
 import zipfile
+from functools import cache
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SERVER_AND_CHAT_LIBRARIES = ("fastapi", "starlette", "uvicorn", "mcp", "jinja2", "discord", "google.genai",
-                             "websockets")
+EXTRAS = ("server", "discord", "gemini", "postgres", "redis")
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[ ;<>=!~\[(]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _closure(requirements: list[str]) -> set[str]:
+    """The distributions `requirements` install, following each one's own requirements."""
+    seen: set[str] = set()
+    todo = [r for r in requirements if "extra ==" not in r]
+    while todo:
+        name = _requirement_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            todo += [r for r in metadata.requires(name) or [] if "extra ==" not in r]
+        except metadata.PackageNotFoundError:
+            pass
+    return seen
+
+
+@cache
+def extra_only_modules() -> tuple[str, ...]:
+    """Every top-level module that only an extra installs, read from pyproject.toml and the installed
+    distributions' metadata, so a core import of an extra-only library (tenacity once) is caught."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    core = _closure(project["dependencies"])
+    extras = _closure([r for extra in EXTRAS for r in project["optional-dependencies"][extra]])
+    only = extras - core
+    return tuple(sorted({module for module, dists in metadata.packages_distributions().items()
+                         if not module.startswith("_")
+                         and any(d.lower().replace("_", "-") in only for d in dists)}))
 
 
 def _python(code: str, *, blocked: tuple[str, ...] = (), timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -41,12 +77,18 @@ print(json.dumps({{"loaded": loaded, "hits": len(hits)}}))
     assert report == {"loaded": [], "hits": 1}
 
 
+def test_the_extra_only_libraries_are_known() -> None:
+    assert {"fastapi", "starlette", "uvicorn", "mcp", "jinja2", "discord", "google", "websockets", "psycopg",
+            "redis"} <= set(extra_only_modules())
+    assert not {"numpy", "httpx", "typer", "rich", "tenacity", "gieok"} & set(extra_only_modules())
+
+
 def test_the_command_line_works_without_the_extras_and_names_the_one_a_command_needs(tmp_path: Path) -> None:
     db = str(tmp_path / "plain.db")
 
     def gieok(*args: str) -> subprocess.CompletedProcess[str]:
         return _python(f"sys.argv = ['gieok', *{list(args)!r}]\nfrom gieok.cli import main\nmain()",
-                       blocked=SERVER_AND_CHAT_LIBRARIES)
+                       blocked=extra_only_modules())
 
     assert gieok("--help").returncode == 0
     added = gieok("add", "민지: 고양이 이름은 보리야", "--channel", "general", "--db", db)
