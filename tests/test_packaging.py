@@ -4,6 +4,7 @@ no evaluation data (those stay in a source checkout's `benchmarks/`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -33,10 +34,8 @@ def _closure(requirements: list[str]) -> set[str]:
         if name in seen:
             continue
         seen.add(name)
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             todo += [r for r in metadata.requires(name) or [] if "extra ==" not in r]
-        except metadata.PackageNotFoundError:
-            pass
     return seen
 
 
@@ -140,8 +139,8 @@ def test_the_wheel_holds_no_benchmark_code_and_no_evaluation_data(tmp_path: Path
                 "gatekeeper.jsonl")
     leaked = [name for name in names if any(part in name for part in held_out)]
     assert not leaked, f"the wheel carries benchmark code or evaluation data: {leaked}"
-    metadata = next(name for name in names if name.endswith(".dist-info/METADATA"))
-    requires = [line for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+    metadata_file = next(name for name in names if name.endswith(".dist-info/METADATA"))
+    requires = [line for line in zipfile.ZipFile(wheel).read(metadata_file).decode().splitlines()
                 if line.startswith("Requires-Dist:")]
     plain = [line for line in requires if "extra ==" not in line]
     for library in ("fastapi", "uvicorn", "mcp", "discord", "google-genai", "jinja2", "psycopg", "redis"):
