@@ -1,12 +1,12 @@
-"""The conversation commands as real subprocesses: inspect-prompt, summary, facts, lore,
-forget-user — and their errors."""
+"""The conversation commands through the real entry point, in process (cli_runner.py):
+inspect-prompt, summary, facts, lore, forget-user — and their errors."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from test_cli import gieok
+from cli_runner import gieok
 
 
 def test_inspect_prompt_shows_the_prompt_and_changes_nothing(tmp_path: Path) -> None:
