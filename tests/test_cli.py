@@ -16,6 +16,7 @@ import pytest
 from cli_runner import gieok
 
 
+@pytest.mark.slow
 def test_the_console_script_runs_and_exits_1_with_one_line_on_an_error(tmp_path: Path) -> None:
     """The `gieok` executable pip installed, as a shell runs it: help, exit 0; an error, exit 1."""
     script = shutil.which("gieok", path=str(Path(sys.executable).parent))
@@ -112,6 +113,7 @@ def test_corrupt_and_unwritable_databases(tmp_path):
     assert corrupt.read_bytes() != b"" and blocker.read_text() == "not a directory"
 
 
+@pytest.mark.slow
 def test_demo_runs_and_refuses_foreign_files(tmp_path):
     db = tmp_path / "demo.db"
     result = gieok("demo", "--db", str(db), "-k", "5")

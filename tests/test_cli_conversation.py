@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from cli_runner import gieok
 
 
@@ -73,6 +75,7 @@ def test_bench_facts_scores_a_labeled_file(tmp_path: Path) -> None:
     assert refused.returncode == 1 and "line 1" in refused.stderr
 
 
+@pytest.mark.slow
 def test_bench_runtime_loses_and_misroutes_nothing(tmp_path: Path) -> None:
     """A small run of the real benchmark (loopback provider in its own process, real runtime):
     behaviour only — every message stored and answered in its own channel; speed is the
@@ -89,6 +92,7 @@ def test_bench_runtime_loses_and_misroutes_nothing(tmp_path: Path) -> None:
     assert refused.returncode == 1 and "--arrivals" in refused.stderr
 
 
+@pytest.mark.slow
 def test_bench_pipeline_plays_the_conversation_with_and_without_a_debounce(tmp_path: Path) -> None:
     """A small run of the real benchmark: every message after the warm-up planned and measured,
     both ways (planned at once, or observed and planned after a debounce as the runtime does)."""

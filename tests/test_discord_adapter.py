@@ -9,6 +9,8 @@ import datetime
 import itertools
 from typing import Any
 
+import pytest
+
 from gieok import Memory
 from gieok.chat.adapters.discord_bot import GieokBot
 from gieok.chat.agent.pipeline import ConversationPipeline
@@ -173,6 +175,7 @@ def test_mentions_and_replies_to_the_bot_are_calls_chatter_is_not(memory: Memory
     run(scenario())
 
 
+@pytest.mark.slow
 def test_long_replies_are_chunked(memory: Memory) -> None:
     async def scenario() -> None:
         # The smallest chunk size the settings allow and a message of ~4.5 chunks (the splitting is

@@ -296,6 +296,7 @@ def _keyed_home(tmp_path: Path, *keys: tuple[str, str]) -> tuple[Path, list[tupl
         opened.close()
 
 
+@pytest.mark.slow
 def test_stdio_subprocess(tmp_path: Path) -> None:
     home, [(key, _)] = _keyed_home(tmp_path, ("default", "write"))
     params = StdioServerParameters(command=sys.executable, args=["-m", "gieok.cli", "mcp", "--db", str(home)],
@@ -319,6 +320,7 @@ def test_stdio_subprocess(tmp_path: Path) -> None:
         memory.close()
 
 
+@pytest.mark.slow
 def test_stdio_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
     """Raw JSON-RPC lines in, and every line out is JSON-RPC: loading the embedder, opening the
     memory and logging print nothing on stdout."""
@@ -534,6 +536,7 @@ async def beta_tries_alpha(beta: Client, index: int, *, own_blocks: int) -> None
     assert not [answer for answer in call.seen if MARKER in answer]
 
 
+@pytest.mark.slow
 def test_streamable_http_against_gieok_serve(tmp_path: Path) -> None:
     home, made = _keyed_home(tmp_path, ("alpha", "write"), ("beta", "admin"), ("beta", "read"), ("alpha", "read"))
     (alpha_key, _), (beta_key, _), (beta_reader, _), (alpha_reader, alpha_reader_id) = made

@@ -24,6 +24,7 @@ def _python(code: str, *, blocked: tuple[str, ...] = (), timeout: float = 180) -
     return subprocess.run([sys.executable, "-c", block + code], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_the_engine_imports_no_chat_server_or_model_library(tmp_path: Path) -> None:
     code = f"""
 import sys, json, gieok
@@ -41,6 +42,7 @@ print(json.dumps({{"loaded": loaded, "hits": len(hits)}}))
     assert report == {"loaded": [], "hits": 1}
 
 
+@pytest.mark.slow
 def test_the_command_line_works_without_the_extras_and_names_the_one_a_command_needs(tmp_path: Path) -> None:
     db = str(tmp_path / "plain.db")
     commands = [["--help"],

@@ -45,6 +45,7 @@ def test_the_db_setting_selects_postgres_and_the_cli_works_on_it(url: str) -> No
         assert memory.search("보리", k=1).hits[0].block.speaker == "민지"
 
 
+@pytest.mark.slow
 def test_appends_from_several_processes_keep_one_chain(url: str) -> None:
     """Four processes append at once; the advisory lock orders them into one gap-free chain."""
     script = textwrap.dedent(f"""

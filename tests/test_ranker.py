@@ -258,6 +258,7 @@ def _korean_slice(target: Path, conversations: int = 2, sessions: int = 2) -> in
     return sum(len(s["qa"]) for s in out)
 
 
+@pytest.mark.slow
 def test_bench_ranker_cross_validates_and_saves(tmp_path: Path) -> None:
     data = tmp_path / "ko_slice.json"
     questions = _korean_slice(data)

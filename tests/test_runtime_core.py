@@ -288,6 +288,7 @@ def test_model_failure_sends_one_clear_message(memory: Memory) -> None:
     run(scenario())
 
 
+@pytest.mark.slow
 def test_long_replies_are_chunked(memory: Memory) -> None:
     # The smallest chunk size the settings allow and a message of ~4.5 chunks: the splitting is the
     # same at 500 or 2000 characters, and embedding a 2,000-character message takes seconds.

@@ -21,6 +21,8 @@ import pytest
 from cli_runner import gieok
 from gieok import Memory
 
+pytestmark = pytest.mark.slow  # every test starts a real `gieok serve` process
+
 GIEOK = [sys.executable, "-m", "gieok.cli"]
 
 

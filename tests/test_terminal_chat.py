@@ -155,6 +155,7 @@ def read_until(fd: int, wanted: Callable[[str], bool], timeout: float, seen: byt
     return text
 
 
+@pytest.mark.slow
 def test_gieok_chat_on_a_pseudo_terminal(server: LLMServer, tmp_path: Path) -> None:
     scripted_server(server)
     db = tmp_path / "pty.db"

@@ -8,6 +8,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from gieok import Memory, SearchResult
 
 WRITERS = 8
@@ -38,6 +40,7 @@ def _guarded(errors: list[BaseException], fn: Callable[[], None]) -> Callable[[]
     return run
 
 
+@pytest.mark.slow
 def test_eight_writers_and_concurrent_readers(memory: Memory) -> None:
     memory.add("warm-up 준비", scope={"channel": "warmup"})  # loads the model before the race
     errors: list[BaseException] = []
