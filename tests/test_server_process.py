@@ -54,6 +54,7 @@ class Server:
                     return
             except httpx.HTTPError:
                 time.sleep(0.2)
+        self.stop()  # not left running (with its workers) after the test gives up on it
         raise RuntimeError("server did not start in 60 s")
 
     def stop(self) -> int:
