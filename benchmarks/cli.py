@@ -281,6 +281,42 @@ def bench_server(
                      cache_dir=cache_dir)
 
 
+@bench_app.command("context")
+def bench_context(
+    data: Annotated[Path, typer.Option("--data", help="LoCoMo-format JSON file.")],
+    budget: Annotated[str, typer.Option("--budget", help="Context token budgets, comma-separated "
+                                                         "(each 100–32,000).")] = "1000,2000,4000",
+    llm: Annotated[str | None, typer.Option(
+        "--llm", help="An OpenAI-compatible server's base URL (e.g. http://127.0.0.1:11434/v1) for summaries and "
+                      "facts (default: none, offline: summaries and facts off).")] = None,
+    llm_model: Annotated[str, typer.Option("--llm-model", help="The model --llm serves.")] = "qwen2.5:7b",
+    llm_quiet: Annotated[float, typer.Option(
+        "--llm-quiet", help="With --llm: ask the questions once summaries and facts have not changed for this "
+                            "many seconds.")] = 120.0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Path | None, typer.Option(
+        "--db", help="Directory for the databases and the server's log (its databases recreated; default: a "
+                     "temp dir).")] = None,
+) -> None:
+    """LoCoMo through a real gieok serve as an agent feeds it: the context's evidence recall against plain
+    search cut to the same token budget, context latency with and without the query embedding, ingest rate.
+
+    Example: gieok bench context --data ../shared/data/locomo/locomo_dev5.json --json context.json
+    """
+    from benchmarks.context import load_context_data, parse_budgets, run_context_bench
+
+    budgets = parse_budgets(budget)
+    if llm is not None and not llm.startswith(("http://", "https://")):
+        raise InvalidInputError(f"--llm must be an http:// or https:// URL, got {llm!r}")
+    if not llm_model.strip():
+        raise InvalidInputError("--llm-model must not be empty")
+    if llm_quiet <= 0:
+        raise InvalidInputError("--llm-quiet must be > 0")
+    load_context_data(data)  # a missing or malformed file is refused before anything starts
+    run_context_bench(data, budgets, json_out, workdir=workdir, llm_url=llm, llm_model=llm_model.strip(),
+                      llm_quiet=llm_quiet)
+
+
 def _counts(value: str, option: str) -> list[int]:
     try:
         counts = sorted({int(part) for part in value.split(",") if part.strip()})

@@ -77,8 +77,21 @@ def load_locomo(path: str | Path) -> LocomoData:
         raise InvalidInputError(f"LoCoMo file not found: {path}") from None
     except json.JSONDecodeError as exc:
         raise InvalidInputError(f"{path} is not JSON: {exc.msg}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"cannot read {path}: {exc}") from None
     if not isinstance(raw, list):
         raise InvalidInputError(f"{path}: expected a list of conversations")
+    try:
+        return _parse_locomo(raw)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        if isinstance(exc, InvalidInputError):
+            raise
+        raise InvalidInputError(f"{path} is not LoCoMo JSON ({type(exc).__name__}: {exc}): expected a list of "
+                                '{"sample_id", "conversation": {"session_N": [turns], "session_N_date_time"}, '
+                                '"qa": [...]}') from None
+
+
+def _parse_locomo(raw: list[Any]) -> LocomoData:
     turns: list[Turn] = []
     questions: list[Question] = []
     skipped = 0

@@ -32,7 +32,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -166,9 +166,10 @@ def create_key(db: Path | str) -> str:
 
 class ServeProcess:
     """`gieok serve --db DB --port P --workers W` on 127.0.0.1 in a subprocess, its output in
-    `log`. `db`: a memory file or a database URL."""
+    `log`. `db`: a memory file or a database URL. `env`: the server's whole environment
+    (default: this process's)."""
 
-    def __init__(self, db: Path | str, log: Path, workers: int = 1) -> None:
+    def __init__(self, db: Path | str, log: Path, workers: int = 1, env: Mapping[str, str] | None = None) -> None:
         import httpx
 
         self.port = _free_port()
@@ -180,7 +181,7 @@ class ServeProcess:
                                          "--host", "127.0.0.1", "--port", str(self.port),
                                          "--workers", str(workers)],
                                         stdin=subprocess.DEVNULL, stdout=self._sink, stderr=subprocess.STDOUT,
-                                        env={**os.environ}, cwd=log.parent)
+                                        env={**(os.environ if env is None else env)}, cwd=log.parent)
         self.ready_seconds: float | None = None
         try:
             started = time.monotonic()
