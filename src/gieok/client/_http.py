@@ -28,9 +28,10 @@ from ..errors import AuthenticationError, InvalidInputError, ServerError, Server
 from ._errors import error_for
 
 __all__ = ["Call", "Connection", "Send", "Sleep", "Step", "Outcome", "Plan", "exchange", "json_of", "mapping_of",
-           "retry_after", "api_key_from_env", "connect", "DEFAULT_URL", "IDEMPOTENCY_HEADER"]
+           "retry_after", "api_key_from_env", "connect", "CONNECT_TIMEOUT", "DEFAULT_URL", "IDEMPOTENCY_HEADER"]
 
 DEFAULT_URL = "http://127.0.0.1:8420"
+CONNECT_TIMEOUT = 10.0  # seconds to reach the server; the answer itself may take minutes (see Client)
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_BACKOFF_S = 30.0  # one exponential wait never grows past this
 MAX_RETRY_AFTER_S = 60.0  # a server asking for longer is waited on this long, then asked again

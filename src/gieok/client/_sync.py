@@ -13,7 +13,7 @@ import httpx
 from ..store.base import VerifyReport
 from ..types import Block, SearchResult
 from ._api import Api, ScopeLike
-from ._http import DEFAULT_URL, Outcome, Plan, Sleep, connect
+from ._http import CONNECT_TIMEOUT, DEFAULT_URL, Outcome, Plan, Sleep, connect
 from .types import BlockPage, Context, Fact, Message, MessagesResult, ServerStats, When
 
 __all__ = ["Client"]
@@ -33,12 +33,14 @@ class Client:
     raises `AuthenticationError` (`ready()` needs none). Connection failures and 503s are retried
     `retries` times with exponential backoff (`backoff` seconds, doubling, with jitter; a 503's
     Retry-After wins); each write carries an Idempotency-Key that stays the same across its
-    retries. `transport`: an `httpx.BaseTransport` (a proxy, a test's `MockTransport`)."""
+    retries. `timeout`: seconds to wait for an answer (a write is answered once its texts are
+    embedded: a batch of 256 takes tens of seconds, more on a busy server); connecting gives up
+    after 10 s. `transport`: an `httpx.BaseTransport` (a proxy, a test's `MockTransport`)."""
 
-    def __init__(self, base_url: str = DEFAULT_URL, api_key: str | None = None, *, timeout: float = 30.0,
+    def __init__(self, base_url: str = DEFAULT_URL, api_key: str | None = None, *, timeout: float = 300.0,
                  retries: int = 3, backoff: float = 0.5, transport: httpx.BaseTransport | None = None) -> None:
         self._api = Api(connect(base_url, api_key, retries=retries, backoff=backoff))
-        self._http = httpx.Client(timeout=timeout, transport=transport)
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT), transport=transport)
 
     @property
     def base_url(self) -> str:
