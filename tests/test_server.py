@@ -395,7 +395,7 @@ def test_without_a_key_a_body_must_say_it_is_json(tmp_path: Path) -> None:
     could post a form here without asking, so FastAPI's strict Content-Type stays, with a 415 that
     says why; /mcp and the import route are not JSON routes and keep their own rules."""
     state = ServerState.open(ServerSettings.load(db=str(tmp_path / "open.db")), auth=False)
-    with TestClient(create_app(state)) as client:
+    with TestClient(create_app(state), base_url="http://127.0.0.1") as client:  # keyless: loopback Host names only
         for content_type in ("application/x-www-form-urlencoded", "text/plain"):
             refused = client.post("/v1/memories", content=b'{"text": "from another site"}',
                                   headers={"content-type": content_type})

@@ -27,12 +27,14 @@ NO_AUTH_PRINCIPAL = Principal(DEFAULT_TENANT, "admin")  # every caller of a `--n
 class Credentials:
     """What a request carries. `unprompted`: a browser could have sent it by itself with the
     session cookie and it could change something (any method but GET, HEAD and OPTIONS, or a
-    WebSocket); `same_origin`: its Origin (or Referer) is this server's own."""
+    WebSocket); `same_origin`: its Origin (or Referer) is this server's own; `cross_site`: it
+    carries an Origin that is not this server's (a page of another site sent it)."""
 
     bearer: str | None = None
     session: str | None = None
     unprompted: bool = False
     same_origin: bool = False
+    cross_site: bool = False
 
 
 class Access:
@@ -45,7 +47,12 @@ class Access:
 
     def principal(self, credentials: Credentials) -> Principal:
         """The caller; `AuthenticationError` (401) without valid credentials, `PermissionDeniedError`
-        (403) for a session cookie sent with a state-changing request from another origin."""
+        (403) for a state-changing request or a WebSocket sent by another site's page (whatever
+        it carries, and on a `--no-auth` server too, where it would need nothing at all), and for
+        a session cookie sent with one that does not show this server's origin."""
+        if credentials.unprompted and credentials.cross_site:
+            raise PermissionDeniedError("a request that changes something, or opens the event stream, may not come "
+                                        "from another site's page (Origin check failed)")
         if not self.auth:
             return NO_AUTH_PRINCIPAL
         if credentials.bearer:

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from .. import __version__
 from .bodies import JsonBodies
 from .errors import install_error_handlers
+from .hosts import LOOPBACK_NAMES, HostGuard, allowed_host_names
 from .limits import BodyLimit
 from .routes import ROUTERS
 from .state import ServerState
@@ -27,10 +28,13 @@ DESCRIPTION = """gieok's memory over HTTP. Every request but `/healthz` carries 
 `{"error": {"type": ..., "message": ...}}`."""
 
 
-def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, owns_state: bool = True) -> FastAPI:
+def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, owns_state: bool = True,
+               host: str | None = None) -> FastAPI:
     """The app over an opened `ServerState`. The app closes the state on shutdown (in-flight
     requests finish first: uvicorn waits for them), so every memory is flushed and saved;
-    `owns_state=False` leaves that to the caller (a test client may start the app many times)."""
+    `owns_state=False` leaves that to the caller (a test client may start the app many times).
+    `host`: the address it listens on (default `server_host`); a server without keys answers only
+    to the Host names of that address (server/hosts.py)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -57,6 +61,9 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, 
     app.add_middleware(JsonBodies)  # `curl -d '{...}'` with a key: the body is JSON (server/bodies.py)
     app.add_middleware(BodyLimit, default=state.settings.server_max_body_bytes,
                        larger={"/v1/import": state.settings.server_max_import_bytes})
+    if not state.auth:  # no keys: a page that rebinds its own name to this address must not be answered
+        names = allowed_host_names(host or state.settings.server_host, state.settings.server_allowed_hosts)
+        app.add_middleware(HostGuard, names=names or LOOPBACK_NAMES)
     return app
 
 

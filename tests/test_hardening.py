@@ -1,0 +1,172 @@
+"""What an outside review of `gieok serve` found (issue 23), each finding reproduced against a real
+server where it matters — a `gieok serve` process on loopback, real sockets, real HTTP bytes — or
+the in-process app where the app alone decides:
+
+1. `--no-auth` reachable from other sites: Host allow-list on every route, Origin on every write
+   and the WebSocket.
+2. A revoked key's open SSE and WebSocket streams are closed within seconds.
+3. Event ids survive a restart; a `since` ahead of the stream is refused, not silently accepted.
+4. `/docs` from vendored assets under the dashboard's CSP, with a bearer security scheme.
+5. Dashboard login throttled; sessions are opaque server-side ids with idle and absolute expiry.
+6. `GET /mcp` answers 405 at once.
+7. MCP tools refuse unknown arguments, in the `invalid_input:` form.
+8. Quiet logs on a normal WebSocket disconnect; one status per kind of bad body; NaN refused by name.
+9. An export imported back into the same memory duplicates nothing.
+10. Forgetting a user removes every block of theirs, any kind.
+11. `Idempotency-Key` on every write: a retry after a cut connection stores once.
+
+Every subprocess and every wait is bounded; servers are stopped in `finally`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect as ws_connect
+
+GIEOK = [sys.executable, "-m", "gieok.cli"]
+ATTACKER = "http://attacker.example"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIEOK_")}
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
+
+
+def create_key(db: Path, tenant: str = "default", role: str = "write") -> tuple[str, int]:
+    done = subprocess.run([*GIEOK, "keys", "create", "--tenant", tenant, "--role", role, "--db", str(db), "--json"],
+                          capture_output=True, text=True, timeout=120, check=True, env=clean_env(), cwd=db.parent)
+    made = json.loads(done.stdout)
+    return str(made["key"]), int(made["id"])
+
+
+class Server:
+    """`gieok serve --db db …` on a port (a free one unless given), waited on until /readyz."""
+
+    def __init__(self, db: Path, *extra: str, port: int | None = None) -> None:
+        self.db = db
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = db.with_name(f"{db.stem}-{self.port}-{time.monotonic_ns()}.log")
+        with self.log_path.open("wb") as sink:
+            self.process = subprocess.Popen([*GIEOK, "serve", "--db", str(db), "--port", str(self.port), *extra],
+                                            stdout=sink, stderr=subprocess.STDOUT, env=clean_env(), cwd=db.parent)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gieok serve exited: {self.log}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"gieok serve was not ready in 120 s: {self.log}")
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        return int(self.process.returncode)
+
+
+@pytest.fixture
+def open_server(tmp_path: Path) -> Iterator[Server]:
+    """A `--no-auth` server that also answers to `memory.test` (`--allow-host`)."""
+    srv = Server(tmp_path / "open.db", "--no-auth", "--allow-host", "memory.test")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _handshake(port: int, host: str, path: str = "/v1/events/ws") -> bytes:
+    """The status line a raw WebSocket handshake with this Host header gets."""
+    request = (f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(request)
+        return conn.recv(4096).split(b"\r\n", 1)[0]
+
+
+def _export(blocks: int) -> bytes:
+    """An export of `blocks` blocks, made by a real memory."""
+    from gieok import Memory
+
+    with Memory(":memory:") as memory:
+        memory.add_many([f"가져온 블록 {i}" for i in range(blocks)])
+        return "".join(memory.export_lines()).encode()
+
+
+# -- 1. --no-auth: Host allow-list and Origin ------------------------------------------------------
+
+def test_finding_1_no_auth_answers_no_foreign_host_and_no_cross_origin_write(open_server: Server) -> None:
+    srv = open_server
+    foreign = {"Host": "attacker.example"}
+    with httpx.Client(base_url=srv.url, timeout=60) as client:
+        assert client.post("/v1/memories", json={"text": "로컬 메모"}).status_code == 201
+        # DNS rebinding: every route, read or not, refuses a Host that is not this server's
+        for path in ("/v1/memories", "/v1/stats", "/v1/export", "/healthz", "/readyz", "/", "/docs", "/openapi.json",
+                     "/static/gieok.css", "/v1/events?since=0"):
+            refused = client.get(path, headers=foreign)
+            assert refused.status_code == 421, (path, refused.status_code, refused.text[:200])
+            assert refused.json()["error"]["type"] == "misdirected_request" and "로컬 메모" not in refused.text
+        mcp = client.post("/mcp", headers={**foreign, "Accept": "application/json, text/event-stream"},
+                          json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert mcp.status_code == 421
+        # loopback names and --allow-host names are served
+        for host in (f"127.0.0.1:{srv.port}", f"localhost:{srv.port}", "memory.test", f"memory.test:{srv.port}"):
+            assert client.get("/v1/stats", headers={"Host": host}).status_code == 200, host
+        # cross-origin writes: refused whatever the Content-Type, nothing stored
+        export = _export(11)
+        for content_type in ("text/plain", "application/x-ndjson"):
+            imported = client.post("/v1/import", content=export,
+                                   headers={"Content-Type": content_type, "Origin": ATTACKER})
+            assert imported.status_code == 403 and imported.json()["error"]["type"] == "forbidden", imported.text
+        for origin in (ATTACKER, "null", f"http://127.0.0.1:{srv.port + 1}"):
+            written = client.post("/v1/memories", json={"text": "from another site"}, headers={"Origin": origin})
+            assert written.status_code == 403, (origin, written.text)
+        assert client.delete("/v1/memories/1", headers={"Origin": ATTACKER}).status_code == 403
+        assert client.delete("/v1/facts/users/u1", headers={"Origin": ATTACKER}).status_code == 403
+        assert client.get("/v1/stats").json()["blocks"] == 1
+        # this server's own pages (and clients that send no Origin) still write
+        own = client.post("/v1/memories", json={"text": "same origin"}, headers={"Origin": srv.url})
+        assert own.status_code == 201
+        assert client.get("/v1/stats").json()["blocks"] == 2
+    # the WebSocket: another site's page gets nothing; a foreign Host is refused at the handshake
+    socket_url = f"ws://127.0.0.1:{srv.port}/v1/events/ws?since=0"
+    with ws_connect(socket_url, additional_headers={"Origin": ATTACKER}, open_timeout=10) as ws, \
+            pytest.raises(ConnectionClosed) as closed:
+        ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+    assert _handshake(srv.port, "attacker.example").startswith(b"HTTP/1.1 403")
+    assert _handshake(srv.port, f"localhost:{srv.port}").startswith(b"HTTP/1.1 101")
+    with ws_connect(socket_url, additional_headers={"Origin": srv.url}, open_timeout=10) as ws:
+        assert json.loads(ws.recv(timeout=10))["type"] == "memory.added"
