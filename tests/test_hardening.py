@@ -20,6 +20,7 @@ Every subprocess and every wait is bounded; servers are stopped in `finally`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -170,3 +172,132 @@ def test_finding_1_no_auth_answers_no_foreign_host_and_no_cross_origin_write(ope
     assert _handshake(srv.port, f"localhost:{srv.port}").startswith(b"HTTP/1.1 101")
     with ws_connect(socket_url, additional_headers={"Origin": srv.url}, open_timeout=10) as ws:
         assert json.loads(ws.recv(timeout=10))["type"] == "memory.added"
+
+
+# -- 6, 7. MCP: GET answers 405 at once; unknown arguments refused in the documented form -----------
+
+def test_finding_6_get_mcp_answers_405_at_once(open_server: Server) -> None:
+    started = time.monotonic()
+    for method in ("GET", "DELETE"):
+        response = httpx.request(method, f"{open_server.url}/mcp", timeout=5,
+                                 headers={"Accept": "text/event-stream, application/json"})
+        assert response.status_code == 405 and response.headers["allow"] == "POST"
+        assert response.json()["error"]["type"] == "method_not_allowed"
+    assert time.monotonic() - started < 5
+    listed = httpx.post(f"{open_server.url}/mcp", timeout=60, headers={"Accept": "application/json, text/event-stream"},
+                        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert listed.status_code == 200 and listed.json()["result"]["tools"]
+
+
+def _mcp_state(tmp_path: Path) -> Any:
+    from gieok.server import ServerState
+    from gieok.server.settings import ServerSettings
+
+    return ServerState.open(ServerSettings.load(db=str(tmp_path / "mcp.db")))
+
+
+def test_finding_7_mcp_tools_refuse_unknown_arguments_as_invalid_input(tmp_path: Path) -> None:
+    import anyio
+    from mcp import Client
+
+    from gieok.server.mcp import build_mcp
+
+    state = _mcp_state(tmp_path)
+    alpha_key, _ = state.keys.create("alpha", "write")
+    beta_key, _ = state.keys.create("beta", "write")
+
+    async def scenario() -> None:
+        for tenant, key in (("alpha", alpha_key), ("beta", beta_key)):
+            server = build_mcp(state, fixed=state.keys.verify(key))
+            async with Client(server) as client:
+                tools = (await client.list_tools()).tools
+                assert tools and all(tool.input_schema.get("additionalProperties") is False for tool in tools)
+                other = "beta" if tenant == "alpha" else "alpha"
+                refused = await client.call_tool("remember", {"text": f"{tenant}의 메모", "tenant": other})
+                message = " ".join(getattr(block, "text", "") for block in refused.content)
+                assert refused.is_error and "invalid_input: tenant: unknown argument" in message, message
+                assert "validation error" not in message and "rememberArguments" not in message
+                for bad in ({"text": "x", "importance": float("nan")}, {"text": "x", "importance": 7},
+                            {"text": "x", "owner": "b"}):
+                    result = await client.call_tool("remember", bad)
+                    said = " ".join(getattr(block, "text", "") for block in result.content)
+                    assert result.is_error and "invalid_input: " in said, said
+                nested = await client.call_tool("add_messages", {"channel": "c", "messages": [
+                    {"id": "1", "role": "user", "user": "u", "text": "x", "tenant": other}]})
+                assert nested.is_error and "invalid_input: messages.0.tenant" in nested.content[0].text  # type: ignore[union-attr]
+                searched = await client.call_tool("search_memory", {"query": "메모", "tenant": other})
+                assert searched.is_error and "invalid_input" in searched.content[0].text  # type: ignore[union-attr]
+                stored = await client.call_tool("remember", {"text": f"{tenant}의 메모"})
+                assert not stored.is_error
+        for tenant in ("alpha", "beta"):
+            with state.tenants.use(tenant) as t:
+                assert [b.text for b in t.memory.iter_blocks()] == [f"{tenant}의 메모"]
+
+    try:
+        anyio.run(scenario)
+    finally:
+        state.close()
+
+
+# -- 8. quiet logs, one status per kind of bad body, NaN by name ------------------------------------
+
+def test_finding_8_a_normal_websocket_disconnect_logs_no_error(open_server: Server) -> None:
+    srv = open_server
+    url = f"ws://127.0.0.1:{srv.port}/v1/events/ws?since=0"
+    httpx.post(f"{srv.url}/v1/memories", json={"text": "이벤트 하나"}, timeout=60)
+    with ws_connect(url, open_timeout=10) as ws:  # the client closes (1000)
+        assert json.loads(ws.recv(timeout=10))["seq"] == 1
+    with contextlib.suppress(ConnectionClosed), ws_connect(url, open_timeout=10) as ws:
+        ws.recv(timeout=10)
+        ws.socket.close()  # the client goes away without a close frame
+    with ws_connect(url, open_timeout=10) as ws:  # the client leaves while an event is on its way
+        httpx.post(f"{srv.url}/v1/memories", json={"text": "이벤트 둘"}, timeout=60)
+    time.sleep(1.0)
+    srv.stop()
+    log = srv.log
+    assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
+
+
+def _in_process(tmp_path: Path) -> Any:
+    from starlette.testclient import TestClient
+
+    from gieok.server import ServerState, create_app
+    from gieok.server.settings import ServerSettings
+
+    state = ServerState.open(ServerSettings.load(db=str(tmp_path / "home.db")))
+    keys = {tenant: {"Authorization": f"Bearer {state.keys.create(tenant, 'admin')[0]}"} for tenant in ("a", "b")}
+    return state, TestClient(create_app(state)), keys
+
+
+@pytest.mark.parametrize("body", [
+    b'{"text": ',                                          # malformed
+    b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # nested too deeply for the parser
+    b"[" * 5000 + b"]" * 5000,
+    b'{"text": "\xff\xfe"}',                              # not UTF-8
+])
+def test_finding_8_every_body_that_is_not_json_gets_the_same_422(tmp_path: Path, body: bytes) -> None:
+    _, client, keys = _in_process(tmp_path)
+    with client:
+        for route in ("/v1/memories", "/v1/memories:batch", "/v1/search", "/v1/conversations/messages"):
+            response = client.post(route, content=body, headers={**keys["a"], "content-type": "application/json"})
+            assert response.status_code == 422, (route, response.text[:200])
+            assert response.json()["error"]["type"] == "invalid_json", response.text[:200]
+        assert client.get("/v1/stats", headers=keys["a"]).json()["blocks"] == 0
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_finding_8_nan_and_infinity_are_refused_by_name(tmp_path: Path, value: str) -> None:
+    _, client, keys = _in_process(tmp_path)
+    with client:
+        for tenant in ("a", "b"):
+            one = client.post("/v1/memories", content=f'{{"text": "x", "importance": {value}}}'.encode(),
+                              headers={**keys[tenant], "content-type": "application/json"})
+            batch = client.post("/v1/memories:batch", content=f'{{"items": [{{"text": "x", "event_time": {value}}}]}}'
+                                .encode(), headers={**keys[tenant], "content-type": "application/json"})
+            search = client.post("/v1/search", content=f'{{"query": "x", "since": {value}}}'.encode(),
+                                 headers={**keys[tenant], "content-type": "application/json"})
+            for response in (one, batch, search):
+                assert response.status_code == 422, response.text
+                message = response.json()["error"]["message"]
+                assert "NaN and Infinity are refused" in message and "less than" not in message, message
+            assert client.get("/v1/stats", headers=keys[tenant]).json()["blocks"] == 0
