@@ -343,7 +343,7 @@ def test_conversation_routes(deployment: Deployment) -> None:
     (b'{"text": 5}', 422),                                 # wrong type
     (b'{"text": "x", "colour": "red"}', 422),              # unknown field
     (b'{"text": "a\\u0000b"}', 400),                       # NUL byte
-    (b'{"text": "\xff\xfe"}', 400),                        # invalid UTF-8
+    (b'{"text": "\xff\xfe"}', 422),                        # invalid UTF-8: not JSON, as malformed JSON
     (b'{"text": "   "}', 400),                             # empty
     (b'{"text": "x", "importance": 7}', 422),              # out of range
     (b'{"text": "x", "scope": {"planet": "mars"}}', 422),  # unknown scope key

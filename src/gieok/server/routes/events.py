@@ -12,6 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
+from starlette.websockets import WebSocketState
 
 from ...errors import GieokError, InvalidInputError
 from ..deps import Caller, principal_of, reader, server_state
@@ -95,8 +96,11 @@ async def events_ws(websocket: WebSocket, since: Since = None) -> None:
     finally:
         receiver.cancel()
         feed.close()
-        with contextlib.suppress(RuntimeError):
-            await websocket.close()
+        connected = WebSocketState.CONNECTED
+        if websocket.client_state is connected and websocket.application_state is connected:
+            # the client left first: closing again is not an error (a normal disconnect logs nothing)
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await websocket.close()
 
 
 async def _until_closed(websocket: WebSocket) -> None:
