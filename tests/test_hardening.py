@@ -301,3 +301,33 @@ def test_finding_8_nan_and_infinity_are_refused_by_name(tmp_path: Path, value: s
                 message = response.json()["error"]["message"]
                 assert "NaN and Infinity are refused" in message and "less than" not in message, message
             assert client.get("/v1/stats", headers=keys[tenant]).json()["blocks"] == 0
+
+
+# -- 10. forgetting a user: every block of theirs, any kind -----------------------------------------
+
+def test_finding_10_forget_user_removes_every_block_of_theirs_any_kind(tmp_path: Path) -> None:
+    _, client, keys = _in_process(tmp_path)
+    with client:
+        for tenant in ("a", "b"):
+            h = keys[tenant]
+            assert client.post("/v1/memories", json={"text": f"{tenant}: u1의 노트 (scope)", "kind": "note",
+                                                     "scope": {"user": "u1"}}, headers=h).status_code == 201
+            assert client.post("/v1/memories", json={"text": f"{tenant}: u1 wrote this note", "kind": "note",
+                                                     "speaker": "u1"}, headers=h).status_code == 201
+            assert client.post("/v1/memories", json={"text": f"{tenant}: u1 likes tea", "kind": "fact",
+                                                     "scope": {"user": "u1"}}, headers=h).status_code == 201
+            other = client.post("/v1/memories", json={"text": f"{tenant}: u2의 노트", "kind": "note",
+                                                      "scope": {"user": "u2"}, "speaker": "u2"}, headers=h)
+            assert other.status_code == 201
+            sent = client.post("/v1/conversations/messages", headers=h, json={"channel": "c", "messages": [
+                {"id": f"{tenant}-1", "role": "user", "user": "u1", "text": f"{tenant}: 안녕 나는 u1이야"}]})
+            assert sent.status_code == 202, sent.text
+        erased = client.delete("/v1/facts/users/u1", headers=keys["a"])
+        assert erased.status_code == 200 and erased.json()["erased"]["blocks"] >= 4, erased.text
+        live_a = [b for b in client.get("/v1/memories", params={"limit": 200}, headers=keys["a"]).json()["items"]
+                  if not b["forgotten"]]
+        assert [b["text"] for b in live_a] == ["a: u2의 노트"]
+        live_b = [b for b in client.get("/v1/memories", params={"limit": 200}, headers=keys["b"]).json()["items"]
+                  if not b["forgotten"]]
+        assert len(live_b) == 5  # the other tenant's u1 is someone else: nothing of theirs is touched
+        assert client.get("/v1/verify", headers=keys["a"]).json()["ok"]

@@ -215,9 +215,10 @@ def test_user_turns_and_orphan_facts(store: Store) -> None:
     seed_chat(store)
     fact = append(store, new_block("junho likes tea", kind="fact", scope=Scope("g1", None, "junho"),
                                    metadata={"fact_type": "user_fact"}))[0]
-    assert sorted(store.live_turns_of_user("minji")) == [1]
+    note = append(store, new_block("minji's own note", kind="note", scope=Scope("g1"), speaker="minji"))[0]
+    assert store.live_blocks_of_user("minji") == [1, 4, note.block_index]  # by scope user or speaker, any kind
     store.forget([1], T0)
-    assert store.live_turns_of_user("minji") == []
+    assert store.live_blocks_of_user("minji") == [4, note.block_index]
     assert store.orphan_fact_blocks() == [fact.block_index]  # block 4 is a fact without fact_type metadata
     store.conversation.fact_insert(FactRow(fact.block_index, "user_fact", "tea", "g1", "junho", None, T0, None, None,
                                            None))

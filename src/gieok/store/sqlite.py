@@ -431,11 +431,11 @@ class SQLiteStore:
             return self._query("SELECT rowid, tokens FROM blocks_fts WHERE rowid > ? ORDER BY rowid",
                                (after_block_index,)).fetchall()
 
-    def live_turns_of_user(self, user_id: str) -> list[int]:
-        """Turn blocks a user wrote that are not forgotten ("forget me")."""
+    def live_blocks_of_user(self, user_id: str) -> list[int]:
+        """The live blocks of a user, any kind: theirs by scope (`user`) or by speaker ("forget me")."""
         with self._lock:
-            return [r[0] for r in self._query("SELECT block_index FROM blocks WHERE user_id = ? AND kind = 'turn' "
-                                              "AND forgotten_at IS NULL", (user_id,))]
+            return [r[0] for r in self._query("SELECT block_index FROM blocks WHERE (user_id = ? OR speaker = ?) "
+                                              "AND forgotten_at IS NULL ORDER BY block_index", (user_id, user_id))]
 
     def orphan_fact_blocks(self) -> list[int]:
         """Fact blocks without their `facts` row: a crash came between the two writes."""

@@ -324,9 +324,10 @@ class PostgresStore:
             "SELECT block_index, tokens FROM block_tokens WHERE block_index > ? ORDER BY block_index",
             (after_block_index,))]
 
-    def live_turns_of_user(self, user_id: str) -> list[int]:
-        return [int(r[0]) for r in self.db.fetch("SELECT block_index FROM blocks WHERE user_id = ? AND kind = 'turn' "
-                                                 "AND forgotten_at IS NULL", (user_id,))]
+    def live_blocks_of_user(self, user_id: str) -> list[int]:
+        """The live blocks of a user, any kind: theirs by scope (`user`) or by speaker ("forget me")."""
+        return [int(r[0]) for r in self.db.fetch("SELECT block_index FROM blocks WHERE (user_id = ? OR speaker = ?) "
+                                                 "AND forgotten_at IS NULL ORDER BY block_index", (user_id, user_id))]
 
     def orphan_fact_blocks(self) -> list[int]:
         """Fact blocks without their `facts` row: a crash came between the two writes."""
