@@ -331,3 +331,31 @@ def test_finding_10_forget_user_removes_every_block_of_theirs_any_kind(tmp_path:
                   if not b["forgotten"]]
         assert len(live_b) == 5  # the other tenant's u1 is someone else: nothing of theirs is touched
         assert client.get("/v1/verify", headers=keys["a"]).json()["ok"]
+
+
+# -- 9. an export imported back into the same memory ------------------------------------------------
+
+def test_finding_9_import_into_a_non_empty_memory_skips_the_blocks_it_holds(tmp_path: Path) -> None:
+    _, client, keys = _in_process(tmp_path)
+    with client:
+        a, b = keys["a"], keys["b"]
+        items = [{"text": f"블록 {i}", "scope": {"channel": "c"}, "kind": "note" if i % 2 else "turn",
+                  "event_time": 1_767_225_600 + i} for i in range(6)]
+        items.append({"text": "블록 0", "scope": {"channel": "other"}, "event_time": 1_767_225_600})  # elsewhere
+        assert client.post("/v1/memories:batch", json={"items": items}, headers=a).status_code == 201
+        client.delete("/v1/memories/2", headers=a)  # a tombstone travels too, and is never revived
+        exported = client.get("/v1/export", headers=a).content
+        again = client.post("/v1/import", content=exported, headers=a)
+        assert again.status_code == 200 and again.json() == {"imported": 0}, again.text
+        assert client.get("/v1/stats", headers=a).json()["blocks"] == 7
+        # another tenant holding some of them: only the missing ones are written, once
+        assert client.post("/v1/memories", json={"text": "블록 3", "scope": {"channel": "c"}, "kind": "note",
+                                                 "event_time": 1_767_225_603}, headers=b).status_code == 201
+        assert client.post("/v1/memories", json={"text": "b의 블록"}, headers=b).status_code == 201
+        first = client.post("/v1/import", content=exported, headers=b).json()
+        assert first == {"imported": 5}  # 6 live blocks, minus the one b holds
+        assert client.post("/v1/import", content=exported, headers=b).json() == {"imported": 0}
+        texts = sorted(blk["text"] for blk in client.get("/v1/memories", params={"limit": 200},
+                                                         headers=b).json()["items"])
+        assert texts == sorted(["b의 블록", "블록 0", "블록 0", "블록 2", "블록 3", "블록 4", "블록 5"])
+        assert client.get("/v1/verify", headers=b).json()["ok"] and client.get("/v1/verify", headers=a).json()["ok"]
