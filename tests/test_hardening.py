@@ -359,3 +359,89 @@ def test_finding_9_import_into_a_non_empty_memory_skips_the_blocks_it_holds(tmp_
                                                          headers=b).json()["items"])
         assert texts == sorted(["b의 블록", "블록 0", "블록 0", "블록 2", "블록 3", "블록 4", "블록 5"])
         assert client.get("/v1/verify", headers=b).json()["ok"] and client.get("/v1/verify", headers=a).json()["ok"]
+
+
+# -- 11. Idempotency-Key: the same key, the first answer, one write ---------------------------------
+
+def _messages(tenant: str, n: int = 2) -> dict[str, Any]:
+    return {"channel": "c", "messages": [{"id": f"{tenant}-{i}", "role": "user", "user": "u1",
+                                          "text": f"{tenant}의 메시지 {i}"} for i in range(n)]}
+
+
+def test_finding_11_the_same_idempotency_key_twice_writes_once_on_every_write_route(tmp_path: Path) -> None:
+    _, client, keys = _in_process(tmp_path)
+    with client:
+        for tenant in ("a", "b"):  # the same keys in two tenants are two tenants' keys
+            h = keys[tenant]
+            writes: list[tuple[str, dict[str, Any]]] = [
+                ("/v1/memories", {"json": {"text": f"{tenant}: 한 번만 저장"}}),
+                ("/v1/memories:batch", {"json": {"items": [{"text": f"{tenant}: 배치 {i}"} for i in range(3)]}}),
+                ("/v1/import", {"content": _export(2)}),
+                ("/v1/conversations/messages", {"json": _messages(tenant)}),
+            ]
+            for n, (route, body) in enumerate(writes):
+                key = {"Idempotency-Key": f"key-{n}"}
+                first = client.post(route, headers={**h, **key}, **body)
+                before = client.get("/v1/stats", headers=h).json()["blocks"]
+                again = client.post(route, headers={**h, **key}, **body)
+                assert first.status_code in (201, 202, 200), first.text
+                assert again.status_code == first.status_code and again.json() == first.json(), route
+                assert again.headers.get("idempotent-replayed") == "true"
+                assert client.get("/v1/stats", headers=h).json()["blocks"] == before, route
+                if "json" in body:  # the same JSON spelled differently is the same request
+                    spaced = json.dumps(body["json"], indent=2).encode()
+                    assert client.post(route, content=spaced, headers={**h, **key, "content-type":
+                                       "application/json"}).json() == first.json()
+                other = client.post(route, headers={**h, **key}, **({"json": {"text": "딴 내용"}} if route ==
+                                    "/v1/memories" else {"json": {"items": [{"text": "x"}]}}))
+                assert other.status_code == 422 and other.json()["error"]["type"] in (
+                    "idempotency_key_reused", "validation_error"), other.text
+                assert client.get("/v1/stats", headers=h).json()["blocks"] == before
+            reused = client.post("/v1/memories:batch", json={"items": [{"text": "x"}]},
+                                 headers={**h, "Idempotency-Key": "key-0"})  # another route, a key of /v1/memories
+            assert reused.status_code == 422 and reused.json()["error"]["type"] == "idempotency_key_reused"
+            for bad in ("", "with space", "x" * 256):
+                refused = client.post("/v1/memories", json={"text": "x"}, headers={**h, "Idempotency-Key": bad})
+                assert refused.status_code == 400, (bad, refused.text)
+            # a refused request leaves no key behind: the corrected retry runs
+            assert client.post("/v1/memories", json={"text": " "}, headers={**h, "Idempotency-Key": "fix"}
+                               ).status_code == 400
+            assert client.post("/v1/memories", json={"text": " "}, headers={**h, "Idempotency-Key": "fix"}
+                               ).status_code == 400
+            texts = [b["text"] for b in client.get("/v1/memories", params={"limit": 200}, headers=h).json()["items"]]
+            assert texts.count(f"{tenant}: 한 번만 저장") == 1
+            assert sum(t.startswith(f"{tenant}: 배치") for t in texts) == 3
+            assert not any(t.startswith(("b:" if tenant == "a" else "a:")) for t in texts)
+
+
+def _post_and_cut(port: int, path: str, body: bytes, headers: dict[str, str]) -> None:
+    """Send a whole request, then close the connection before any answer comes."""
+    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Content-Type: application/json",
+             f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items()), "", ""]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall("\r\n".join(lines).encode() + body)
+        conn.shutdown(socket.SHUT_WR)
+
+
+def test_finding_11_a_retry_after_a_cut_connection_stores_the_batch_once(tmp_path: Path) -> None:
+    db = tmp_path / "home.db"
+    key, _ = create_key(db)
+    srv = Server(db)
+    try:
+        auth = {"Authorization": f"Bearer {key}"}
+        items = {"items": [{"text": f"끊긴 연결 뒤의 재시도 {i}: 점심은 비빔밥"} for i in range(120)]}
+        body = json.dumps(items, ensure_ascii=False).encode()
+        _post_and_cut(srv.port, "/v1/memories:batch", body, {**auth, "Idempotency-Key": "retry-1"})
+        time.sleep(0.2)  # the server is embedding the batch when the retry comes
+        retry = httpx.post(f"{srv.url}/v1/memories:batch", content=body, timeout=300,
+                           headers={**auth, "Idempotency-Key": "retry-1", "Content-Type": "application/json"})
+        assert retry.status_code == 201, retry.text
+        assert [b["block_index"] for b in retry.json()["blocks"]] == list(range(1, 121))
+        assert httpx.get(f"{srv.url}/v1/stats", headers=auth, timeout=60).json()["blocks"] == 120
+        # the Python client sends a key of its own on every write, and the same one on its retries
+        from gieok.client import Client
+        with Client(srv.url, api_key=key) as memory:
+            memory.add("클라이언트로 한 번", scope={"channel": "c"})
+        assert httpx.get(f"{srv.url}/v1/stats", headers=auth, timeout=60).json()["blocks"] == 121
+    finally:
+        srv.stop()

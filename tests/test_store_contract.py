@@ -559,3 +559,28 @@ def test_leases_are_held_by_one_holder_until_they_lapse(backend: Backend) -> Non
     assert not a.leases.acquire("duties:acme", "worker-a", 30, T0 + 42)
     b.leases.release("duties:acme", "worker-b")
     assert a.leases.acquire("duties:acme", "worker-a", 30, T0 + 43)
+
+
+def test_idempotency_keys_claim_once_replay_and_expire(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()  # two connections, as two processes have
+    keep = dict(expire_before=T0 - 86400, stale_before=T0 - 900)
+    assert a.idempotency.claim("k1", "fp", "worker-a", T0, **keep) is None  # a new key: the caller's to run
+    running = b.idempotency.claim("k1", "fp", "worker-b", T0 + 1, **keep)
+    assert running is not None and running.status is None and running.holder == "worker-a"
+    a.idempotency.finish("k1", "worker-a", 201, '{"block_index": 1}')
+    done = b.idempotency.claim("k1", "fp", "worker-b", T0 + 2, **keep)
+    assert done is not None and (done.status, done.response) == (201, '{"block_index": 1}')
+    other = b.idempotency.claim("k1", "another body", "worker-b", T0 + 2, **keep)
+    assert other is not None and other.fingerprint == "fp"  # the caller sees it is another request's key
+    assert a.idempotency.claim("k2", "fp", "worker-a", T0, **keep) is None
+    a.idempotency.abandon("k2", "worker-a")  # failed: a retry runs it again
+    assert b.idempotency.claim("k2", "fp", "worker-b", T0 + 3, **keep) is None
+    # a holder that is gone (or silent past stale_before) hands its key over; done keys never are
+    assert a.idempotency.claim("k2", "fp", "worker-a", T0 + 4, **keep) is not None
+    assert a.idempotency.claim("k2", "fp", "worker-a", T0 + 4, **keep, dead=frozenset({"worker-b"})) is None
+    assert b.idempotency.claim("k2", "fp", "worker-b", T0 + 5, expire_before=T0 - 86400,
+                               stale_before=T0 + 5) is None
+    # kept 24 h: past that the key is new again
+    assert b.idempotency.claim("k1", "fp2", "worker-b", T0 + 86401, expire_before=T0 + 1,
+                               stale_before=T0) is None
+    assert a.idempotency.get("k1") is not None and a.idempotency.get("k1").fingerprint == "fp2"  # type: ignore[union-attr]

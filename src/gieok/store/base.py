@@ -21,6 +21,7 @@ import numpy as np
 from ..chain import GENESIS, digest_of, hash_of
 from ..types import Block, Scope
 from .conversation import ConversationStore
+from .idempotency import IdempotencyStore
 from .keys import KeyStore
 from .layer_tables import LayerStore
 from .leases import LeaseStore
@@ -184,6 +185,7 @@ class Store(BlockStore, Protocol):
     conversation: ConversationStore
     keys: KeyStore
     leases: LeaseStore
+    idempotency: IdempotencyStore
 
 
 @runtime_checkable

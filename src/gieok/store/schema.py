@@ -179,6 +179,18 @@ MIGRATIONS: list[str] = [
         expires_at REAL NOT NULL
     );
     """,
+    # 8: idempotency keys of the server's writes: a retried write gets the first answer, nothing twice
+    """
+    CREATE TABLE idempotency_keys (
+        idem_key    TEXT PRIMARY KEY,              -- the client's Idempotency-Key
+        fingerprint TEXT NOT NULL,                 -- sha256 of the method, the path and the body
+        status      INTEGER,                       -- NULL while the first request runs
+        response    TEXT,                          -- its answer (JSON)
+        holder      TEXT NOT NULL,                 -- the process running it
+        created_at  REAL NOT NULL                  -- kept 24 h
+    );
+    CREATE INDEX idempotency_by_age ON idempotency_keys(created_at);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -30,6 +30,7 @@ from ..errors import (
 from ..types import Block, Scope
 from .base import BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
 from .conversation import ConversationStore, ConversationTables
+from .idempotency import IdempotencyStore, IdempotencyTable
 from .keys import KeyStore, KeyTable
 from .layer_tables import LayerStore, LayerTables
 from .leases import LeaseStore, LeaseTable
@@ -105,6 +106,7 @@ class SQLiteStore:
         self.conversation: ConversationStore = ConversationTables(self)
         self.keys: KeyStore = KeyTable(self)
         self.leases: LeaseStore = LeaseTable(self)
+        self.idempotency: IdempotencyStore = IdempotencyTable(self)
 
     # -- lifecycle ------------------------------------------------------------------------
     def _connect(self, path: Path, busy_timeout_ms: int) -> sqlite3.Connection:

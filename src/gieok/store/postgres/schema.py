@@ -201,6 +201,18 @@ MIGRATIONS: list[str] = [
         expires_at double precision NOT NULL
     );
     """,
+    # 8: idempotency keys of the server's writes: a retried write gets the first answer, nothing twice
+    """
+    CREATE TABLE idempotency_keys (
+        idem_key    text PRIMARY KEY,
+        fingerprint text NOT NULL,
+        status      integer,
+        response    text,
+        holder      text NOT NULL,
+        created_at  double precision NOT NULL
+    );
+    CREATE INDEX idempotency_by_age ON idempotency_keys(created_at);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

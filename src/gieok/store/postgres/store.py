@@ -32,6 +32,7 @@ from ...errors import CorruptDatabaseError, StoreError
 from ...types import Block, Scope
 from ..base import BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
 from ..conversation import ConversationStore, ConversationTables
+from ..idempotency import IdempotencyStore, IdempotencyTable
 from ..keys import KeyStore, KeyTable
 from ..layer_tables import LayerStore, LayerTables
 from ..leases import LeaseStore, LeaseTable
@@ -98,6 +99,7 @@ class PostgresStore:
         self.conversation: ConversationStore = ConversationTables(self.db)
         self.keys: KeyStore = KeyTable(self.db)
         self.leases: LeaseStore = LeaseTable(self.db)
+        self.idempotency: IdempotencyStore = IdempotencyTable(self.db)
 
     # -- lifecycle and SqlSession ---------------------------------------------------------------
     def close(self) -> None:
