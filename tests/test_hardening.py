@@ -411,7 +411,7 @@ def test_finding_11_the_same_idempotency_key_twice_writes_once_on_every_write_ro
             texts = [b["text"] for b in client.get("/v1/memories", params={"limit": 200}, headers=h).json()["items"]]
             assert texts.count(f"{tenant}: 한 번만 저장") == 1
             assert sum(t.startswith(f"{tenant}: 배치") for t in texts) == 3
-            assert not any(t.startswith(("b:" if tenant == "a" else "a:")) for t in texts)
+            assert not any(t.startswith("b:" if tenant == "a" else "a:") for t in texts)
 
 
 def _post_and_cut(port: int, path: str, body: bytes, headers: dict[str, str]) -> None:
@@ -445,3 +445,282 @@ def test_finding_11_a_retry_after_a_cut_connection_stores_the_batch_once(tmp_pat
         assert httpx.get(f"{srv.url}/v1/stats", headers=auth, timeout=60).json()["blocks"] == 121
     finally:
         srv.stop()
+
+
+# -- 3. event ids survive a restart; a `since` ahead of the stream is refused ------------------------
+
+def _sse(response: httpx.Response, count: int) -> list[dict[str, str]]:
+    events: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    for line in response.iter_lines():
+        if not line:
+            if current:
+                events.append(current)
+                current = {}
+                if len(events) == count:
+                    return events
+            continue
+        if not line.startswith(":"):
+            name, _, value = line.partition(": ")
+            current[name] = value
+    return events
+
+
+def test_finding_3_resume_across_a_restart_loses_no_event_and_repeats_none(tmp_path: Path) -> None:
+    db = tmp_path / "home.db"
+    key, _ = create_key(db)
+    other, _ = create_key(db, tenant="other")
+    auth = {"Authorization": f"Bearer {key}"}
+    srv = Server(db)
+    port = srv.port
+    try:
+        with httpx.Client(base_url=srv.url, headers=auth, timeout=60) as client, \
+                client.stream("GET", "/v1/events") as stream:
+            for i in range(3):
+                client.post("/v1/memories", json={"text": f"재시작 전 {i}"})
+            before = _sse(stream, 3)
+        assert [e["id"] for e in before] == ["1", "2", "3"]
+        seen = int(before[-1]["id"])
+    finally:
+        assert srv.stop() in (0, -signal.SIGTERM)
+    srv = Server(db, port=port)  # the same server, restarted
+    try:
+        with httpx.Client(base_url=srv.url, headers=auth, timeout=60) as client:
+            for i in range(2):
+                client.post("/v1/memories", json={"text": f"재시작 후 {i}"})
+            started = time.monotonic()
+            with client.stream("GET", "/v1/events", headers={"Last-Event-ID": str(seen)}) as stream:
+                after = _sse(stream, 2)
+            resume_seconds = time.monotonic() - started
+            assert [int(e["id"]) for e in after] == [seen + 1, seen + 2]  # none lost, none repeated
+            assert [json.loads(e["data"])["data"]["blocks"][0]["text"] for e in after] == ["재시작 후 0", "재시작 후 1"]
+            # a client that had seen less is told what it missed (the old process's buffer is gone)
+            with client.stream("GET", "/v1/events?since=1") as stream:
+                gap, first = _sse(stream, 2)
+            assert gap["event"] == "stream.gap" and json.loads(gap["data"])["data"]["missed"] == 2
+            assert int(first["id"]) == seen + 1
+            # a since the stream never reached: a clear 409, not a silent wait
+            ahead = client.get("/v1/events?since=999")
+            assert ahead.status_code == 409 and ahead.json()["error"]["type"] == "since_ahead"
+            assert ahead.json()["error"]["latest"] == seen + 2
+            assert client.get("/v1/events", headers={"Last-Event-ID": "999"}).status_code == 409
+        url = f"ws://127.0.0.1:{srv.port}/v1/events/ws?since=999"
+        with ws_connect(url, additional_headers=auth, open_timeout=10) as ws, pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4409
+        with ws_connect(f"ws://127.0.0.1:{srv.port}/v1/events/ws?since={seen}", additional_headers=auth,
+                        open_timeout=10) as ws:
+            assert json.loads(ws.recv(timeout=10))["seq"] == seen + 1
+        # the other tenant's stream has its own ids, unaffected
+        with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {other}"}, timeout=60) as client:
+            with client.stream("GET", "/v1/events") as stream:
+                client.post("/v1/memories", json={"text": "다른 테넌트"})
+                [mine] = _sse(stream, 1)
+            assert mine["id"] == "1"
+        print(f"resume after restart: {resume_seconds * 1000:.0f} ms for 2 events")
+    finally:
+        srv.stop()
+
+
+def test_finding_3_shared_event_ids_go_on_when_redis_loses_them(tmp_path: Path, redis_url: str,
+                                                                   redis_namespace: str) -> None:
+    """With Redis (several workers): its counter is the ids' source, and the home store keeps a floor
+    above every id handed out, so a Redis that restarts empty does not start again at 1."""
+    from gieok.coordination import RedisConnection, SharedEventLog
+    from gieok.server.events import EventBus, SinceAheadError
+    from gieok.store.factory import open_store
+
+    store = open_store(str(tmp_path / "home.db"))
+    connection = RedisConnection(redis_url, redis_namespace)
+    try:
+        bus = EventBus(100, sequences=store.event_sequences,
+                       shared=SharedEventLog(connection, 100, sequences=store.event_sequences))
+        ids = [bus.publish("acme", "memory.added", {"i": i}).seq for i in range(5)]
+        assert ids == [1, 2, 3, 4, 5]
+        with pytest.raises(SinceAheadError):
+            bus.check_since("acme", 6)
+        connection.client.delete(*connection.client.keys(f"{redis_namespace}:*"))  # Redis restarted empty
+        restarted = EventBus(100, sequences=store.event_sequences,
+                             shared=SharedEventLog(connection, 100, sequences=store.event_sequences))
+        bus.check_since("acme", 5)  # a client's last id is still a valid place to resume from
+        later = [restarted.publish("acme", "memory.added", {"i": i}).seq for i in range(2)]
+        assert min(later) > max(ids) and later[1] == later[0] + 1
+    finally:
+        connection.close()
+        store.close()
+
+
+# -- 2. a revoked key's open streams are closed -----------------------------------------------------
+
+def test_finding_2_revoking_a_key_closes_its_open_streams_within_5_s(tmp_path: Path) -> None:
+    import threading
+
+    db = tmp_path / "home.db"
+    reader, reader_id = create_key(db, role="read")
+    writer, _ = create_key(db, role="write")
+    other, _ = create_key(db, tenant="other", role="read")
+    srv = Server(db)
+    try:
+        closed_at: dict[str, float] = {}
+        seen: dict[str, list[str]] = {"sse": [], "ws": [], "other": []}
+
+        def watch_sse(name: str, key: str) -> None:
+            with contextlib.suppress(httpx.HTTPError), httpx.stream(
+                    "GET", f"{srv.url}/v1/events", headers={"Authorization": f"Bearer {key}"},
+                    timeout=httpx.Timeout(60, read=30)) as stream:
+                for line in stream.iter_lines():
+                    if line.startswith("event: "):
+                        seen[name].append(line[7:])
+                        if line == "event: stream.closed":
+                            closed_at[name] = time.time()
+            closed_at.setdefault(f"{name}-end", time.time())
+
+        def watch_ws() -> None:
+            url = f"ws://127.0.0.1:{srv.port}/v1/events/ws"
+            with ws_connect(url, additional_headers={"Authorization": f"Bearer {reader}"}, open_timeout=10) as ws:
+                try:
+                    while True:
+                        seen["ws"].append(json.loads(ws.recv(timeout=30))["type"])
+                except ConnectionClosed as exc:
+                    closed_at["ws"] = time.time()
+                    closed_at["ws-code"] = exc.rcvd.code if exc.rcvd else -1
+
+        threads = [threading.Thread(target=watch_sse, args=("sse", reader), daemon=True),
+                   threading.Thread(target=watch_ws, daemon=True),
+                   threading.Thread(target=watch_sse, args=("other", other), daemon=True)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)
+        write = {"Authorization": f"Bearer {writer}"}
+        added = httpx.post(f"{srv.url}/v1/memories", json={"text": "취소 전"}, headers=write, timeout=60)
+        assert added.status_code == 201
+        deadline = time.monotonic() + 30
+        while (not seen["sse"] or not seen["ws"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert seen["sse"] == ["memory.added"] and seen["ws"] == ["memory.added"]
+        revoked = subprocess.run([*GIEOK, "keys", "revoke", str(reader_id), "--db", str(db)], capture_output=True,
+                                 text=True, timeout=120, env=clean_env(), cwd=db.parent)
+        assert revoked.returncode == 0, revoked.stderr
+        for _ in range(10):  # new blocks keep coming: none reaches the revoked key's streams
+            httpx.post(f"{srv.url}/v1/memories", json={"text": "취소 후의 비밀"}, headers=write, timeout=60)
+        for thread in threads[:2]:
+            thread.join(timeout=10)
+        assert "sse" in closed_at and "ws" in closed_at, (closed_at, seen)
+        listed = subprocess.run([*GIEOK, "keys", "list", "--db", str(db), "--json"], capture_output=True, text=True,
+                                timeout=120, env=clean_env(), cwd=db.parent, check=True)
+        at = next(k["revoked_at"] for k in json.loads(listed.stdout) if k["id"] == reader_id)  # when it was revoked
+        sse_s, ws_s = closed_at["sse"] - at, closed_at["ws"] - at
+        assert sse_s < 5 and ws_s < 5, (sse_s, ws_s)
+        assert closed_at["ws-code"] == 4401
+        assert seen["sse"][-1] == "stream.closed"
+        print(f"revocation closed the SSE stream in {sse_s:.2f} s, the WebSocket in {ws_s:.2f} s")
+        assert threads[2].is_alive() and "stream.closed" not in seen["other"]  # another key's stream stays
+    finally:
+        srv.stop()
+
+
+# -- 5. dashboard sessions: opaque ids, expiry, logout, revocation; login throttling -----------------
+
+def _jar(session: str) -> dict[str, str]:
+    return {"Cookie": f"gieok_session={session}"}
+
+
+def _login(client: Any, key: str, **headers: str) -> Any:
+    return client.post("/login", data={"key": key, "next": "/"}, follow_redirects=False,
+                       headers={"Origin": str(client.base_url).rstrip("/"), **headers})
+
+
+def test_finding_5_the_session_cookie_is_an_opaque_id_that_ends(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from gieok.server import ServerState, create_app
+    from gieok.server.settings import ServerSettings
+
+    state = ServerState.open(ServerSettings.load(db=str(tmp_path / "home.db"), server_session_idle_seconds=600,
+                                                server_session_max_seconds=3600))
+    keys = {name: state.keys.create(tenant, "write", name) for name, tenant in (("a", "a"), ("b", "b"))}
+    now = [time.time()]
+    assert state.access.sessions is not None
+    state.access.sessions.clock = lambda: now[0]
+    with TestClient(create_app(state)) as client:
+        for name, (key, row) in keys.items():
+            client.cookies.clear()
+            signed_in = _login(client, key)
+            assert signed_in.status_code == 303
+            cookie = signed_in.cookies["gieok_session"]
+            assert key not in cookie and row.prefix not in cookie and len(cookie) >= 40  # not the key
+            assert "max-age=3600" in signed_in.headers["set-cookie"].lower()
+            stats = client.get("/v1/stats", headers=_jar(cookie))
+            assert stats.status_code == 200
+            added = client.post("/v1/memories", json={"text": f"{name}의 블록"},
+                                headers={**_jar(cookie), "Origin": "http://testserver"})
+            assert added.status_code == 201
+            # the other tenant's data is not reachable with it
+            listed = client.get("/v1/memories", headers=_jar(cookie)).json()["items"]
+            assert [b["text"] for b in listed] == [f"{name}의 블록"]
+        # the key itself is no longer a session
+        client.cookies.clear()
+        assert client.get("/v1/stats", headers=_jar(keys["a"][0])).status_code == 401
+        # logout ends the session on the server: the old cookie is refused afterwards
+        cookie = _login(client, keys["a"][0]).cookies["gieok_session"]
+        client.cookies.clear()
+        assert client.post("/logout", follow_redirects=False,
+                           headers={**_jar(cookie), "Origin": "http://testserver"}).status_code == 303
+        assert client.get("/v1/stats", headers=_jar(cookie)).status_code == 401
+        # idle expiry: 600 s without a request
+        cookie = _login(client, keys["a"][0]).cookies["gieok_session"]
+        client.cookies.clear()
+        now[0] += 500
+        assert client.get("/v1/stats", headers=_jar(cookie)).status_code == 200  # used: idle restarts
+        now[0] += 500
+        assert client.get("/v1/stats", headers=_jar(cookie)).status_code == 200
+        now[0] += 601
+        assert client.get("/v1/stats", headers=_jar(cookie)).status_code == 401
+        # absolute expiry: 3600 s after login, however busy
+        cookie = _login(client, keys["a"][0]).cookies["gieok_session"]
+        client.cookies.clear()
+        for _ in range(7):
+            now[0] += 500
+            assert client.get("/v1/stats", headers=_jar(cookie)).status_code == 200
+        now[0] += 200
+        assert client.get("/v1/stats", headers=_jar(cookie)).status_code == 401
+        assert client.get("/", headers=_jar(cookie), follow_redirects=False).status_code == 303
+        # revoking the key ends its sessions (and only its own)
+        cookie_a = _login(client, keys["a"][0]).cookies["gieok_session"]
+        cookie_b = _login(client, keys["b"][0]).cookies["gieok_session"]
+        client.cookies.clear()
+        assert state.keys.revoke(keys["a"][1].key_id)
+        assert client.get("/v1/stats", headers=_jar(cookie_a)).status_code == 401
+        assert client.get("/v1/stats", headers=_jar(cookie_b)).status_code == 200
+
+
+def test_finding_5_logins_are_throttled_per_client_and_per_key_prefix(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from gieok.server import ServerState, create_app
+    from gieok.server.settings import ServerSettings
+
+    state = ServerState.open(ServerSettings.load(db=str(tmp_path / "home.db"), server_login_attempts=3,
+                                                server_login_window_seconds=60))
+    good, row = state.keys.create("a", "read", "good")
+    other_good, _ = state.keys.create("b", "read", "other")
+    app = create_app(state)
+    with TestClient(app, client=("10.0.0.1", 5000)) as one, TestClient(app, client=("10.0.0.2", 5000)) as two, \
+            TestClient(app, client=("10.0.0.3", 5000)) as three:
+        for i in range(3):  # wrong keys from one client
+            assert _login(one, f"gk_0000000{i}_" + "x" * 43).status_code == 401
+        throttled = _login(one, good)  # even the right key waits: the key is not checked
+        assert throttled.status_code == 429 and int(throttled.headers["retry-after"]) > 0
+        assert "Too many failed logins" in throttled.text and "gieok_session" not in throttled.headers.get(
+            "set-cookie", "")
+        assert _login(two, good).status_code == 303  # another client is not held up
+        # guesses at one key's secret from many clients: that prefix waits, other keys do not
+        wrong = f"gk_{row.prefix}_" + "y" * 43
+        assert _login(two, wrong).status_code == 401
+        assert _login(three, wrong).status_code == 401
+        assert _login(three, wrong).status_code == 401
+        assert _login(three, good).status_code == 429
+        assert _login(two, other_good).status_code == 303
+    assert state.login_throttle.retry_after("10.0.0.9", good) > 0
+    state.login_throttle.clock = lambda: time.monotonic() + 61  # the window passed
+    assert state.login_throttle.retry_after("10.0.0.1", good) == 0

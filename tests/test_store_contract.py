@@ -584,3 +584,20 @@ def test_idempotency_keys_claim_once_replay_and_expire(backend: Backend) -> None
     assert b.idempotency.claim("k1", "fp2", "worker-b", T0 + 86401, expire_before=T0 + 1,
                                stale_before=T0) is None
     assert a.idempotency.get("k1") is not None and a.idempotency.get("k1").fingerprint == "fp2"  # type: ignore[union-attr]
+
+
+def test_event_sequences_go_on_after_a_restart_and_never_repeat(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()  # two processes of one deployment
+    assert a.event_sequences.next_seq("acme") == 1
+    assert a.event_sequences.reserve("acme", 100) == 1  # ids 1–100 are a's
+    assert b.event_sequences.reserve("acme", 100) == 101  # b's block comes after, never overlapping
+    assert a.event_sequences.reserve("other", 10) == 1  # each tenant its own sequence
+    b.event_sequences.give_back("acme", 201, 130)  # b stops cleanly after 130: 131 is next
+    assert a.event_sequences.next_seq("acme") == 131
+    a.event_sequences.give_back("acme", 101, 37)  # a's block is no longer the last one: nothing goes back
+    assert b.event_sequences.next_seq("acme") == 131
+    a.event_sequences.raise_to("acme", 500)
+    a.event_sequences.raise_to("acme", 200)  # never down
+    assert b.event_sequences.next_seq("acme") == 500
+    b.event_sequences.raise_to("fresh", 42)
+    assert a.event_sequences.next_seq("fresh") == 42

@@ -23,12 +23,14 @@ from ..errors import (
     StoreError,
 )
 from .bodies import SENT_CONTENT_TYPE, is_json_content_type
+from .events import SinceAheadError
 
 __all__ = ["error_body", "error_response", "install_error_handlers", "status_of"]
 
 log = logging.getLogger("gieok.server")
 
 _STATUS: list[tuple[type[Exception], int, str]] = [
+    (SinceAheadError, 409, "since_ahead"),
     (AuthenticationError, 401, "unauthenticated"),
     (PermissionDeniedError, 403, "forbidden"),
     (NotFoundError, 404, "not_found"),
@@ -65,6 +67,8 @@ def install_error_handlers(app: FastAPI) -> None:
         status, name = status_of(exc)
         if status >= 500:
             log.error("%s %s: %s", request.method, request.url.path, exc)
+        if isinstance(exc, SinceAheadError):
+            return error_response(status, name, str(exc), latest=exc.latest)
         return error_response(status, name, str(exc))
 
     @app.exception_handler(RequestValidationError)

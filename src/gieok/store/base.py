@@ -25,6 +25,8 @@ from .idempotency import IdempotencyStore
 from .keys import KeyStore
 from .layer_tables import LayerStore
 from .leases import LeaseStore
+from .sequences import EventSequenceStore
+from .sessions import SessionStore
 
 __all__ = ["Store", "BlockStore", "VectorSearchStore", "NewBlock", "IndexRows", "BM25Filter", "VerifyReport",
            "verify_chain"]
@@ -186,6 +188,8 @@ class Store(BlockStore, Protocol):
     keys: KeyStore
     leases: LeaseStore
     idempotency: IdempotencyStore
+    event_sequences: EventSequenceStore
+    sessions: SessionStore
 
 
 @runtime_checkable

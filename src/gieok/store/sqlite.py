@@ -36,6 +36,8 @@ from .layer_tables import LayerStore, LayerTables
 from .leases import LeaseStore, LeaseTable
 from .linking import link_blocks
 from .schema import MIGRATIONS, SCHEMA_VERSION
+from .sequences import EventSequenceStore, EventSequenceTable
+from .sessions import SessionStore, SessionTable
 from .sql import split_sql
 
 __all__ = ["SQLiteStore", "facet_tokens"]
@@ -107,6 +109,8 @@ class SQLiteStore:
         self.keys: KeyStore = KeyTable(self)
         self.leases: LeaseStore = LeaseTable(self)
         self.idempotency: IdempotencyStore = IdempotencyTable(self)
+        self.event_sequences: EventSequenceStore = EventSequenceTable(self)
+        self.sessions: SessionStore = SessionTable(self)
 
     # -- lifecycle ------------------------------------------------------------------------
     def _connect(self, path: Path, busy_timeout_ms: int) -> sqlite3.Connection:

@@ -45,6 +45,8 @@ TABLES: dict[str, tuple[str, ...]] = {
                  "last_used_at"),
     "message_ids": ("scope_key", "external_id", "message_id", "created_at"),
     "idempotency_keys": ("idem_key", "fingerprint", "status", "response", "holder", "created_at"),
+    "event_sequences": ("tenant", "next_seq"),
+    "dashboard_sessions": ("session_hash", "key_id", "created_at", "last_seen_at"),
 }
 _NOT_COPIED_META = {"schema_version", "created_at"}
 

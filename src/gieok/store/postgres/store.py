@@ -37,6 +37,8 @@ from ..keys import KeyStore, KeyTable
 from ..layer_tables import LayerStore, LayerTables
 from ..leases import LeaseStore, LeaseTable
 from ..linking import link_blocks
+from ..sequences import EventSequenceStore, EventSequenceTable
+from ..sessions import SessionStore, SessionTable
 from ..sql import SqlWriter
 from ..urls import display_url, split_url
 from .bm25 import bm25_query
@@ -100,6 +102,8 @@ class PostgresStore:
         self.keys: KeyStore = KeyTable(self.db)
         self.leases: LeaseStore = LeaseTable(self.db)
         self.idempotency: IdempotencyStore = IdempotencyTable(self.db)
+        self.event_sequences: EventSequenceStore = EventSequenceTable(self.db)
+        self.sessions: SessionStore = SessionTable(self.db)
 
     # -- lifecycle and SqlSession ---------------------------------------------------------------
     def close(self) -> None:
