@@ -676,3 +676,25 @@ def test_the_live_page_charts_a_bots_turns_and_shows_its_providers(browser: Any,
         thread.join(60)
         memory.close()
     assert not failure, failure
+
+
+def test_the_api_docs_load_from_this_server_under_its_csp_and_authorize_with_a_key(sessions: Any,
+                                                                                    served: Served) -> None:
+    """/docs: swagger-ui from the package's own files (every request goes to this server), no CSP
+    violation (the fixture fails on any console error), and "Authorize" takes a key the calls then send."""
+    s = sessions(None)
+    page = s.page
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto("/docs")
+    expect(page.get_by_role("button", name="Authorize")).to_be_visible()
+    page.get_by_role("button", name="Authorize").click()
+    page.locator(".auth-container input").fill(served.keys["read"])
+    page.locator(".auth-container button.authorize").click()
+    page.locator(".auth-btn-wrapper button.btn-done").click()
+    page.locator(".opblock-summary-path[data-path='/v1/stats']").click()
+    page.get_by_role("button", name="Try it out").click()
+    page.get_by_role("button", name="Execute").click()
+    expect(page.locator(".live-responses-table tr.response td.response-col_status").first).to_have_text("200")
+    outside = [url for url in requested if not url.startswith(served.url)]
+    assert requested and not outside, outside

@@ -724,3 +724,46 @@ def test_finding_5_logins_are_throttled_per_client_and_per_key_prefix(tmp_path: 
     assert state.login_throttle.retry_after("10.0.0.9", good) > 0
     state.login_throttle.clock = lambda: time.monotonic() + 61  # the window passed
     assert state.login_throttle.retry_after("10.0.0.1", good) == 0
+
+
+# -- 4. /docs from this server's own files, under the pages' CSP; a bearer scheme in the OpenAPI --------
+
+def test_finding_4_docs_come_from_this_server_under_the_csp_and_the_schema_names_the_bearer_key(
+        tmp_path: Path) -> None:
+    import re
+
+    from starlette.testclient import TestClient
+
+    from gieok.server import ServerState, create_app
+    from gieok.server.settings import ServerSettings
+    from gieok.server.web.security import SECURITY_HEADERS
+
+    state = ServerState.open(ServerSettings.load(db=str(tmp_path / "home.db")))
+    key, _ = state.keys.create("a", "read", "docs")
+    with TestClient(create_app(state)) as client:
+        page = client.get("/docs")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert page.headers["content-security-policy"] == SECURITY_HEADERS["Content-Security-Policy"]
+        assert "script-src 'self';" in page.headers["content-security-policy"]
+        assert "cdn" not in page.text.lower() and "<script>" not in page.text  # no CDN, no inline script
+        assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+        assert {a for a in assets if a.endswith((".js", ".css"))} == {
+            "/static/vendor/swagger-ui-dist-5.35.0/swagger-ui.css",
+            "/static/vendor/swagger-ui-dist-5.35.0/swagger-ui-bundle.js", "/static/docs.js"}
+        for asset in assets:
+            assert asset.startswith("/"), asset  # this origin only
+            fetched = client.get(asset)
+            assert fetched.status_code == 200 and len(fetched.content) > 0, asset
+        assert "SwaggerUIBundle" in client.get("/static/vendor/swagger-ui-dist-5.35.0/swagger-ui-bundle.js").text
+        assert '"/openapi.json"' in client.get("/static/docs.js").text
+        schema = client.get("/openapi.json").json()
+        assert schema["components"]["securitySchemes"] == {"apiKey": {
+            "type": "http", "scheme": "bearer", "bearerFormat": "gk_<prefix>_<secret>",
+            "description": "An API key from `gieok keys create`: it decides the tenant and the role"}}
+        assert schema["security"] == [{"apiKey": []}]
+        assert schema["paths"]["/healthz"]["get"]["security"] == []  # the health checks need no key
+        assert "security" not in schema["paths"]["/v1/memories"]["get"]  # the document-wide one: a key
+        assert "/docs" not in schema["paths"] and "/login" not in schema["paths"]
+        # what the scheme says is what the server does: the key as a bearer token, nothing else
+        assert client.get("/v1/stats").status_code == 401
+        assert client.get("/v1/stats", headers={"Authorization": f"Bearer {key}"}).status_code == 200

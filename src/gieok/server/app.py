@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 
 from .. import __version__
 from .bodies import JsonBodies
@@ -21,7 +22,10 @@ from .routes import ROUTERS
 from .state import ServerState
 from .web import install as install_dashboard
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "BEARER_SCHEME"]
+
+BEARER_SCHEME = "apiKey"  # the OpenAPI security scheme's name: /docs's "Authorize" takes a key
+_PUBLIC_PATHS = ("/healthz", "/readyz")  # the only operations that need no key
 
 DESCRIPTION = """gieok's memory over HTTP. Every request but `/healthz` carries `Authorization: Bearer <key>`
 (`gieok keys create`); the key decides the tenant and the role (read, write, admin). Errors are JSON:
@@ -52,7 +56,8 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, 
                     state.close()
 
     app = FastAPI(title="gieok", version=__version__, description=DESCRIPTION, lifespan=lifespan,
-                  docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
+                  docs_url=None, redoc_url=None, openapi_url="/openapi.json")  # /docs: server/web (vendored)
+    app.openapi = lambda: _openapi_with_bearer(app)  # type: ignore[method-assign]
     app.state.gieok = state
     install_error_handlers(app)
     for router in ROUTERS:
@@ -65,6 +70,23 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, 
         names = allowed_host_names(host or state.settings.server_host, state.settings.server_allowed_hosts)
         app.add_middleware(HostGuard, names=names or LOOPBACK_NAMES)
     return app
+
+
+def _openapi_with_bearer(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI document with the API key as an HTTP bearer scheme that every operation needs
+    (but the health checks): what `/docs`'s "Authorize" button fills in, and what generated
+    clients send."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        schema.setdefault("components", {})["securitySchemes"] = {BEARER_SCHEME: {
+            "type": "http", "scheme": "bearer", "bearerFormat": "gk_<prefix>_<secret>",
+            "description": "An API key from `gieok keys create`: it decides the tenant and the role"}}
+        schema["security"] = [{BEARER_SCHEME: []}]
+        for path in _PUBLIC_PATHS:
+            for operation in schema.get("paths", {}).get(path, {}).values():
+                operation["security"] = []
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 @asynccontextmanager

@@ -221,6 +221,16 @@ def _int(value: str | None, what: str) -> int:
         raise InvalidInputError(f"{what} must be a number") from None
 
 
+# -- the API's interactive docs -------------------------------------------------------------------
+
+@router.get("/docs")
+def api_docs(request: Request) -> Response:
+    """swagger-ui over /openapi.json, from the package's own copy (static/vendor) under the pages'
+    content security policy: no CDN, no inline script. Open to anyone, like /openapi.json: it
+    holds no data; "Authorize" takes a key, kept in the page's memory only."""
+    return render(request, "docs.html", None)
+
+
 # -- login ----------------------------------------------------------------------------------------
 
 @router.get("/login")
