@@ -63,10 +63,13 @@ def corpus_items(messages: Sequence[ChatMessage], channel_prefix: str = "") -> l
 
 def fill_background(memory: Memory, n: int, cache_dir: Path | None = None) -> None:
     """Append `n` corpus blocks to channels named `fill-…` (never the channels a benchmark
-    talks in). The first 100k vectors are shared by every benchmark through the cache."""
+    talks in). Their vectors are shared by every benchmark of that size through the cache."""
     if n <= 0:
         return
-    messages = generate_messages(max(100_000, n))
+    # The corpus is the same messages in the same order for every size (a 300-block run is the head of
+    # a 100k one); only the vectors of the blocks written are computed (cached per size: embedding the
+    # whole 100k head first made `--blocks 300` take over an hour on a cold cache).
+    messages = generate_messages(max(100_000, n))[:n]
     vectors = corpus_vectors(memory.embedder, [m.text for m in messages], cache_dir)
     with progress_bar(f"fill {n:,} blocks from other channels", n) as advance:
         for start in range(0, n, FILL_BATCH):

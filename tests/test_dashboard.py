@@ -55,6 +55,8 @@ from gieok.server.beside import attach_bot, serve_beside  # noqa: E402
 from gieok.server.settings import ServerSettings  # noqa: E402
 from runtime_helpers import ChatModel, RecordingOutbox  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a real browser against a real `gieok serve` over a 300-turn memory
+
 # Read at import: the suite's autouse fixture clears GIEOK_* variables and changes directory per test.
 SCREENSHOTS = Path(os.environ["GIEOK_SCREENSHOTS"]).resolve() if os.environ.get("GIEOK_SCREENSHOTS") else None
 BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
