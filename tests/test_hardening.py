@@ -129,6 +129,7 @@ def _export(blocks: int) -> bytes:
 
 # -- 1. --no-auth: Host allow-list and Origin ------------------------------------------------------
 
+@pytest.mark.slow  # a real `gieok serve` process
 def test_finding_1_no_auth_answers_no_foreign_host_and_no_cross_origin_write(open_server: Server) -> None:
     srv = open_server
     foreign = {"Host": "attacker.example"}
@@ -176,6 +177,7 @@ def test_finding_1_no_auth_answers_no_foreign_host_and_no_cross_origin_write(ope
 
 # -- 6, 7. MCP: GET answers 405 at once; unknown arguments refused in the documented form -----------
 
+@pytest.mark.slow  # a real `gieok serve` process
 def test_finding_6_get_mcp_answers_405_at_once(open_server: Server) -> None:
     started = time.monotonic()
     for method in ("GET", "DELETE"):
@@ -241,6 +243,7 @@ def test_finding_7_mcp_tools_refuse_unknown_arguments_as_invalid_input(tmp_path:
 
 # -- 8. quiet logs, one status per kind of bad body, NaN by name ------------------------------------
 
+@pytest.mark.slow  # a real `gieok serve` process
 def test_finding_8_a_normal_websocket_disconnect_logs_no_error(open_server: Server) -> None:
     srv = open_server
     url = f"ws://127.0.0.1:{srv.port}/v1/events/ws?since=0"
@@ -423,6 +426,7 @@ def _post_and_cut(port: int, path: str, body: bytes, headers: dict[str, str]) ->
         conn.shutdown(socket.SHUT_WR)
 
 
+@pytest.mark.slow  # a real `gieok serve` process
 def test_finding_11_a_retry_after_a_cut_connection_stores_the_batch_once(tmp_path: Path) -> None:
     db = tmp_path / "home.db"
     key, _ = create_key(db)
@@ -466,6 +470,7 @@ def _sse(response: httpx.Response, count: int) -> list[dict[str, str]]:
     return events
 
 
+@pytest.mark.slow  # a real `gieok serve` process
 def test_finding_3_resume_across_a_restart_loses_no_event_and_repeats_none(tmp_path: Path) -> None:
     db = tmp_path / "home.db"
     key, _ = create_key(db)
@@ -552,6 +557,7 @@ def test_finding_3_shared_event_ids_go_on_when_redis_loses_them(tmp_path: Path, 
 
 # -- 2. a revoked key's open streams are closed -----------------------------------------------------
 
+@pytest.mark.slow  # a real `gieok serve` process
 def test_finding_2_revoking_a_key_closes_its_open_streams_within_5_s(tmp_path: Path) -> None:
     import threading
 
