@@ -26,6 +26,18 @@ __all__ = ["create_app", "BEARER_SCHEME"]
 
 BEARER_SCHEME = "apiKey"  # the OpenAPI security scheme's name: /docs's "Authorize" takes a key
 _PUBLIC_PATHS = ("/healthz", "/readyz")  # the only operations that need no key
+# What a client may do with a write's answer (OpenAPI links: generated clients and the stateful fuzzer
+# follow them): (path, method, status) -> {link name: (target path, method, parameter, where in the body)}
+_LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, str, str]]] = {
+    ("/v1/memories", "post", "201"): {
+        "GetBlock": ("/v1/memories/{block_index}", "get", "block_index", "/block_index"),
+        "ForgetBlock": ("/v1/memories/{block_index}", "delete", "block_index", "/block_index")},
+    ("/v1/memories:batch", "post", "201"): {
+        "GetFirstBlock": ("/v1/memories/{block_index}", "get", "block_index", "/blocks/0/block_index"),
+        "ForgetFirstBlock": ("/v1/memories/{block_index}", "delete", "block_index", "/blocks/0/block_index")},
+    ("/v1/keys", "post", "201"): {
+        "RevokeKey": ("/v1/keys/{key_id}", "delete", "key_id", "/id")},
+}
 
 DESCRIPTION = """gieok's memory over HTTP. Every request but `/healthz` carries `Authorization: Bearer <key>`
 (`gieok keys create`); the key decides the tenant and the role (read, write, admin). Errors are JSON:
@@ -75,16 +87,24 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, 
 def _openapi_with_bearer(app: FastAPI) -> dict[str, Any]:
     """The OpenAPI document with the API key as an HTTP bearer scheme that every operation needs
     (but the health checks): what `/docs`'s "Authorize" button fills in, and what generated
-    clients send."""
+    clients send; and the links from a write's answer to what reads or forgets what it wrote."""
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         schema.setdefault("components", {})["securitySchemes"] = {BEARER_SCHEME: {
             "type": "http", "scheme": "bearer", "bearerFormat": "gk_<prefix>_<secret>",
             "description": "An API key from `gieok keys create`: it decides the tenant and the role"}}
         schema["security"] = [{BEARER_SCHEME: []}]
+        paths = schema.get("paths", {})
         for path in _PUBLIC_PATHS:
-            for operation in schema.get("paths", {}).get(path, {}).values():
+            for operation in paths.get(path, {}).values():
                 operation["security"] = []
+        for (path, method, status), links in _LINKS.items():
+            response = paths.get(path, {}).get(method, {}).get("responses", {}).get(status)
+            if response is not None:
+                response["links"] = {name: {
+                    "operationRef": "#/paths/" + target.replace("~", "~0").replace("/", "~1") + f"/{verb}",
+                    "parameters": {parameter: f"$response.body#{pointer}"}}
+                    for name, (target, verb, parameter, pointer) in links.items()}
         app.openapi_schema = schema
     return app.openapi_schema
 
