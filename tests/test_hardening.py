@@ -773,3 +773,42 @@ def test_finding_4_docs_come_from_this_server_under_the_csp_and_the_schema_names
         # what the scheme says is what the server does: the key as a bearer token, nothing else
         assert client.get("/v1/stats").status_code == 401
         assert client.get("/v1/stats", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+
+
+# -- behind a TLS proxy: --proxy-headers ---------------------------------------------------------------
+
+@pytest.mark.slow  # a real `gieok serve` process
+def test_behind_a_tls_proxy_the_session_cookie_is_secure_and_throttling_counts_the_real_client(
+        tmp_path: Path) -> None:
+    db = tmp_path / "home.db"
+    key, _ = create_key(db, tenant="a", role="read")
+    srv = Server(db, "--proxy-headers")
+    plain = Server(tmp_path / "plain.db")  # no --proxy-headers: the forwarded scheme is not believed
+    try:
+        https = f"https://127.0.0.1:{srv.port}"
+        proxied = {"X-Forwarded-Proto": "https", "Origin": https}
+
+        def login(server: Server, with_key: str, client: str, **headers: str) -> httpx.Response:
+            return httpx.post(f"{server.url}/login", data={"key": with_key, "next": "/"}, follow_redirects=False,
+                              headers={"X-Forwarded-For": client, **headers}, timeout=30)
+
+        signed_in = login(srv, key, "203.0.113.1", **proxied)
+        assert signed_in.status_code == 303, signed_in.text
+        cookie = signed_in.headers["set-cookie"].lower()
+        assert "secure" in cookie and "httponly" in cookie and "samesite=strict" in cookie
+        assert key.lower() not in cookie  # the session id, never the key
+        # the Origin check compares with the https origin the browser shows
+        assert login(srv, key, "203.0.113.1", **{**proxied, "Origin": srv.url}).status_code == 403
+        # failed logins are counted per real client (X-Forwarded-For), not for the proxy's address
+        for i in range(5):
+            assert login(srv, f"gk_1234567{i}_" + "z" * 43, "203.0.113.7", **proxied).status_code == 401
+        throttled = login(srv, key, "203.0.113.7", **proxied)
+        assert throttled.status_code == 429 and int(throttled.headers["retry-after"]) > 0
+        assert login(srv, key, "203.0.113.8", **proxied).status_code == 303  # another client behind the proxy
+        # without --proxy-headers a forwarded https is not believed: no Secure cookie
+        plain_key, _ = create_key(plain.db, tenant="a", role="read")
+        unproxied = login(plain, plain_key, "203.0.113.1", Origin=plain.url, **{"X-Forwarded-Proto": "https"})
+        assert unproxied.status_code == 303 and "secure" not in unproxied.headers["set-cookie"].lower()
+    finally:
+        srv.stop()
+        plain.stop()
