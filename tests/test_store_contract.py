@@ -601,3 +601,27 @@ def test_event_sequences_go_on_after_a_restart_and_never_repeat(backend: Backend
     assert b.event_sequences.next_seq("acme") == 500
     b.event_sequences.raise_to("fresh", 42)
     assert a.event_sequences.next_seq("fresh") == 42
+
+
+def test_dashboard_sessions_open_touch_end_and_go_with_their_key(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()  # two processes of one deployment
+    key = a.keys.insert("0a0b0c0d", "h" * 64, "acme", "read", "dash", T0)
+    other = a.keys.insert("1a1b1c1d", "g" * 64, "other", "read", "dash", T0)
+    a.sessions.create("s1", key.key_id, T0)
+    a.sessions.create("s2", key.key_id, T0 + 10)
+    a.sessions.create("s3", other.key_id, T0)
+    seen = b.sessions.get("s1")
+    assert seen is not None and (seen.key_id, seen.created_at, seen.last_seen_at) == (key.key_id, T0, T0)
+    b.sessions.touch("s1", T0 + 50)
+    assert a.sessions.get("s1").last_seen_at == T0 + 50  # type: ignore[union-attr]
+    assert a.sessions.get("nope") is None
+    b.sessions.delete("s2")  # logout
+    assert a.sessions.get("s2") is None
+    # past the idle or the absolute limit: purged; the others stay
+    a.sessions.create("old", other.key_id, T0 - 5000)
+    assert b.sessions.purge(idle_before=T0 - 100, created_before=T0 - 4000) == 1
+    assert a.sessions.get("old") is None and a.sessions.get("s3") is not None
+    # revoking a key ends its sessions, and only its own
+    assert b.keys.revoke(key.key_id, T0 + 60)
+    assert a.sessions.get("s1") is None and a.sessions.get("s3") is not None
+    assert a.sessions.delete_for_key(other.key_id) == 1 and b.sessions.get("s3") is None
