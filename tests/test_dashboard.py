@@ -300,6 +300,14 @@ def shown(page: Any) -> str:
 
 # -- tests ----------------------------------------------------------------------------------------
 
+def session_cookie(served: Served, key: str) -> str:
+    """A dashboard session opened with one of the keys (the cookie holds its id, never the key)."""
+    signed_in = httpx.post(f"{served.url}/login", data={"key": served.keys[key], "next": "/"},
+                           headers={"Origin": served.url}, follow_redirects=False, timeout=30)
+    assert signed_in.status_code == 303, signed_in.text
+    return str(signed_in.cookies["gieok_session"])
+
+
 def test_login_is_refused_without_a_key_and_with_a_wrong_one(sessions: Any, served: Served) -> None:
     s = sessions(None)
     page = s.page
@@ -339,20 +347,23 @@ def test_the_session_cookie_changes_nothing_and_opens_no_event_stream_from_anoth
     cookie authenticates that could change something, and the event WebSocket, need this origin."""
     other = "http://127.0.0.1:1"
     line = json.dumps({"format": "gieok-blocks", "version": 1, "embedder": None, "blocks": 0}) + "\n"
-    cookies = {"gieok_session": served.keys["write"]}
+    cookies = {"gieok_session": session_cookie(served, "write")}
     refused = httpx.post(f"{served.url}/v1/import", content=line, cookies=cookies, headers={"Origin": other})
     assert refused.status_code == 403 and refused.json()["error"]["type"] == "forbidden"
     assert httpx.get(f"{served.url}/v1/stats", cookies=cookies, headers={"Origin": other}).status_code == 200
     assert httpx.post(f"{served.url}/v1/import", content=line, cookies=cookies,
                       headers={"Origin": served.url}).json() == {"imported": 0}
     socket_url = served.url.replace("http://", "ws://") + "/v1/events/ws?since=0"
-    cookie = {"Cookie": f"gieok_session={served.keys['read']}"}
+    cookie = {"Cookie": f"gieok_session={session_cookie(served, 'read')}"}
     with ws_connect(socket_url, additional_headers={**cookie, "Origin": other}, open_timeout=10) as ws, \
             pytest.raises(ConnectionClosed) as closed:
         ws.recv(timeout=10)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
     with ws_connect(socket_url, additional_headers={**cookie, "Origin": served.url}, open_timeout=10) as ws:
-        assert json.loads(ws.recv(timeout=10))["seq"] == 1
+        # the seeding process's events were ids 1…N; this server goes on after them (they are not in its buffer)
+        gap = json.loads(ws.recv(timeout=10))
+        assert gap["type"] == "stream.gap" and gap["data"]["missed"] > 0
+        assert json.loads(ws.recv(timeout=10))["seq"] == gap["data"]["oldest_available"]
 
 
 def test_a_block_added_through_rest_appears_in_the_live_feed_within_a_second(sessions: Any, served: Served) -> None:
@@ -667,3 +678,25 @@ def test_the_live_page_charts_a_bots_turns_and_shows_its_providers(browser: Any,
         thread.join(60)
         memory.close()
     assert not failure, failure
+
+
+def test_the_api_docs_load_from_this_server_under_its_csp_and_authorize_with_a_key(sessions: Any,
+                                                                                    served: Served) -> None:
+    """/docs: swagger-ui from the package's own files (every request goes to this server), no CSP
+    violation (the fixture fails on any console error), and "Authorize" takes a key the calls then send."""
+    s = sessions(None)
+    page = s.page
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto("/docs")
+    expect(page.get_by_role("button", name="Authorize")).to_be_visible()
+    page.get_by_role("button", name="Authorize").click()
+    page.locator(".auth-container input").fill(served.keys["read"])
+    page.locator(".auth-container button.authorize").click()
+    page.locator(".auth-btn-wrapper button.btn-done").click()
+    page.locator(".opblock-summary-path[data-path='/v1/stats']").click()
+    page.get_by_role("button", name="Try it out").click()
+    page.get_by_role("button", name="Execute").click()
+    expect(page.locator(".live-responses-table tr.response td.response-col_status").first).to_have_text("200")
+    outside = [url for url in requested if not url.startswith(served.url)]
+    assert requested and not outside, outside

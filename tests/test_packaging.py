@@ -155,6 +155,10 @@ def test_the_wheel_holds_no_benchmark_code_and_no_evaluation_data(tmp_path: Path
     assert any(name == "gieok/memory/facade.py" for name in names)
     assert any(name == "gieok/chat/data/guard_train.jsonl" for name in names)  # training data the chat needs
     assert any(name == "gieok/data/ranker.npz" for name in names)
+    for served in ("templates/docs.html", "static/docs.js", "static/vendor/swagger-ui-dist-5.35.0/swagger-ui-bundle.js",
+                   "static/vendor/swagger-ui-dist-5.35.0/swagger-ui.css",
+                   "static/vendor/swagger-ui-dist-5.35.0/LICENSE"):  # /docs from the package, no CDN
+        assert f"gieok/server/web/{served}" in names, served
     held_out = ("benchmarks/", "gieok/bench/", "locomo", "heldout", "fact_pairs", "fact_answers", "guard_corpus",
                 "gatekeeper.jsonl")
     leaked = [name for name in names if any(part in name for part in held_out)]

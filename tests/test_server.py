@@ -343,7 +343,7 @@ def test_conversation_routes(deployment: Deployment) -> None:
     (b'{"text": 5}', 422),                                 # wrong type
     (b'{"text": "x", "colour": "red"}', 422),              # unknown field
     (b'{"text": "a\\u0000b"}', 400),                       # NUL byte
-    (b'{"text": "\xff\xfe"}', 400),                        # invalid UTF-8
+    (b'{"text": "\xff\xfe"}', 422),                        # invalid UTF-8: not JSON, as malformed JSON
     (b'{"text": "   "}', 400),                             # empty
     (b'{"text": "x", "importance": 7}', 422),              # out of range
     (b'{"text": "x", "scope": {"planet": "mars"}}', 422),  # unknown scope key
@@ -395,7 +395,7 @@ def test_without_a_key_a_body_must_say_it_is_json(tmp_path: Path) -> None:
     could post a form here without asking, so FastAPI's strict Content-Type stays, with a 415 that
     says why; /mcp and the import route are not JSON routes and keep their own rules."""
     state = ServerState.open(ServerSettings.load(db=str(tmp_path / "open.db")), auth=False)
-    with TestClient(create_app(state)) as client:
+    with TestClient(create_app(state), base_url="http://127.0.0.1") as client:  # keyless: loopback Host names only
         for content_type in ("application/x-www-form-urlencoded", "text/plain"):
             refused = client.post("/v1/memories", content=b'{"text": "from another site"}',
                                   headers={"content-type": content_type})

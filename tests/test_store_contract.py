@@ -215,9 +215,10 @@ def test_user_turns_and_orphan_facts(store: Store) -> None:
     seed_chat(store)
     fact = append(store, new_block("junho likes tea", kind="fact", scope=Scope("g1", None, "junho"),
                                    metadata={"fact_type": "user_fact"}))[0]
-    assert sorted(store.live_turns_of_user("minji")) == [1]
+    note = append(store, new_block("minji's own note", kind="note", scope=Scope("g1"), speaker="minji"))[0]
+    assert store.live_blocks_of_user("minji") == [1, 4, note.block_index]  # by scope user or speaker, any kind
     store.forget([1], T0)
-    assert store.live_turns_of_user("minji") == []
+    assert store.live_blocks_of_user("minji") == [4, note.block_index]
     assert store.orphan_fact_blocks() == [fact.block_index]  # block 4 is a fact without fact_type metadata
     store.conversation.fact_insert(FactRow(fact.block_index, "user_fact", "tea", "g1", "junho", None, T0, None, None,
                                            None))
@@ -558,3 +559,69 @@ def test_leases_are_held_by_one_holder_until_they_lapse(backend: Backend) -> Non
     assert not a.leases.acquire("duties:acme", "worker-a", 30, T0 + 42)
     b.leases.release("duties:acme", "worker-b")
     assert a.leases.acquire("duties:acme", "worker-a", 30, T0 + 43)
+
+
+def test_idempotency_keys_claim_once_replay_and_expire(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()  # two connections, as two processes have
+    keep = dict(expire_before=T0 - 86400, stale_before=T0 - 900)
+    assert a.idempotency.claim("k1", "fp", "worker-a", T0, **keep) is None  # a new key: the caller's to run
+    running = b.idempotency.claim("k1", "fp", "worker-b", T0 + 1, **keep)
+    assert running is not None and running.status is None and running.holder == "worker-a"
+    a.idempotency.finish("k1", "worker-a", 201, '{"block_index": 1}')
+    done = b.idempotency.claim("k1", "fp", "worker-b", T0 + 2, **keep)
+    assert done is not None and (done.status, done.response) == (201, '{"block_index": 1}')
+    other = b.idempotency.claim("k1", "another body", "worker-b", T0 + 2, **keep)
+    assert other is not None and other.fingerprint == "fp"  # the caller sees it is another request's key
+    assert a.idempotency.claim("k2", "fp", "worker-a", T0, **keep) is None
+    a.idempotency.abandon("k2", "worker-a")  # failed: a retry runs it again
+    assert b.idempotency.claim("k2", "fp", "worker-b", T0 + 3, **keep) is None
+    # a holder that is gone (or silent past stale_before) hands its key over; done keys never are
+    assert a.idempotency.claim("k2", "fp", "worker-a", T0 + 4, **keep) is not None
+    assert a.idempotency.claim("k2", "fp", "worker-a", T0 + 4, **keep, dead=frozenset({"worker-b"})) is None
+    assert b.idempotency.claim("k2", "fp", "worker-b", T0 + 5, expire_before=T0 - 86400,
+                               stale_before=T0 + 5) is None
+    # kept 24 h: past that the key is new again
+    assert b.idempotency.claim("k1", "fp2", "worker-b", T0 + 86401, expire_before=T0 + 1,
+                               stale_before=T0) is None
+    assert a.idempotency.get("k1") is not None and a.idempotency.get("k1").fingerprint == "fp2"  # type: ignore[union-attr]
+
+
+def test_event_sequences_go_on_after_a_restart_and_never_repeat(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()  # two processes of one deployment
+    assert a.event_sequences.next_seq("acme") == 1
+    assert a.event_sequences.reserve("acme", 100) == 1  # ids 1–100 are a's
+    assert b.event_sequences.reserve("acme", 100) == 101  # b's block comes after, never overlapping
+    assert a.event_sequences.reserve("other", 10) == 1  # each tenant its own sequence
+    b.event_sequences.give_back("acme", 201, 130)  # b stops cleanly after 130: 131 is next
+    assert a.event_sequences.next_seq("acme") == 131
+    a.event_sequences.give_back("acme", 101, 37)  # a's block is no longer the last one: nothing goes back
+    assert b.event_sequences.next_seq("acme") == 131
+    a.event_sequences.raise_to("acme", 500)
+    a.event_sequences.raise_to("acme", 200)  # never down
+    assert b.event_sequences.next_seq("acme") == 500
+    b.event_sequences.raise_to("fresh", 42)
+    assert a.event_sequences.next_seq("fresh") == 42
+
+
+def test_dashboard_sessions_open_touch_end_and_go_with_their_key(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()  # two processes of one deployment
+    key = a.keys.insert("0a0b0c0d", "h" * 64, "acme", "read", "dash", T0)
+    other = a.keys.insert("1a1b1c1d", "g" * 64, "other", "read", "dash", T0)
+    a.sessions.create("s1", key.key_id, T0)
+    a.sessions.create("s2", key.key_id, T0 + 10)
+    a.sessions.create("s3", other.key_id, T0)
+    seen = b.sessions.get("s1")
+    assert seen is not None and (seen.key_id, seen.created_at, seen.last_seen_at) == (key.key_id, T0, T0)
+    b.sessions.touch("s1", T0 + 50)
+    assert a.sessions.get("s1").last_seen_at == T0 + 50  # type: ignore[union-attr]
+    assert a.sessions.get("nope") is None
+    b.sessions.delete("s2")  # logout
+    assert a.sessions.get("s2") is None
+    # past the idle or the absolute limit: purged; the others stay
+    a.sessions.create("old", other.key_id, T0 - 5000)
+    assert b.sessions.purge(idle_before=T0 - 100, created_before=T0 - 4000) == 1
+    assert a.sessions.get("old") is None and a.sessions.get("s3") is not None
+    # revoking a key ends its sessions, and only its own
+    assert b.keys.revoke(key.key_id, T0 + 60)
+    assert a.sessions.get("s1") is None and a.sessions.get("s3") is not None
+    assert a.sessions.delete_for_key(other.key_id) == 1 and b.sessions.get("s3") is None

@@ -56,6 +56,13 @@ def serve(
     no_auth: Annotated[bool, typer.Option("--no-auth", help="No API keys: every caller is the default tenant's "
                                                             "admin. Refused unless the host is a loopback "
                                                             "address.")] = False,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", help="A Host name a --no-auth server answers to besides the loopback ones (repeatable; "
+                             "server_allowed_hosts). Any other Host gets 421.")] = None,
+    proxy_headers: Annotated[bool, typer.Option(
+        "--proxy-headers", help="Behind a TLS proxy: trust its X-Forwarded-Proto and X-Forwarded-For from "
+                                "server_forwarded_allow_ips (127.0.0.1); cookies are then Secure "
+                                "(docs/security.md).")] = False,
     redis: RedisOption = None,
 ) -> None:
     """Serve the memory over HTTP: REST API (/v1, docs at /docs), live events (/v1/events), MCP (/mcp).
@@ -72,6 +79,10 @@ def serve(
         raise MissingExtraError("gieok serve", "server", exc.name) from None
 
     settings = load(**given(db, redis))
+    if allow_host:
+        settings = settings.with_overrides(server_allowed_hosts=tuple(allow_host))
+    if proxy_headers:
+        settings = settings.with_overrides(server_proxy_headers=True)
     run_server(settings, host=host, port=port, workers=workers, auth=not no_auth)
 
 

@@ -14,12 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..store.sequences import EventSequenceStore
 from .connection import RedisConnection, redis_errors
 
-__all__ = ["SharedEventLog", "Event"]
+__all__ = ["SharedEventLog", "Event", "RESERVE"]
 
-# KEYS: stream, sequence counter · ARGV: max length, event JSON
+RESERVE = 100  # with a store: ids recorded there this far ahead of the last one (one write per this many)
+
+# KEYS: stream, sequence counter · ARGV: max length, event JSON, floor (the first id the counter may
+# give when Redis lost it: the home store's record, so ids never start again at 1)
 _APPEND = """
+if tonumber(ARGV[3]) > 1 and redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[2], tonumber(ARGV[3]) - 1)
+end
 local seq = redis.call('INCR', KEYS[2])
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], seq .. '-0', 'e', ARGV[2])
 return seq
@@ -52,10 +59,23 @@ def _parse(entry: tuple[str, dict[str, str]]) -> Event:
 class SharedEventLog:
     """Per-tenant event streams in Redis (module docstring)."""
 
-    def __init__(self, connection: RedisConnection, buffer: int = 10_000) -> None:
+    def __init__(self, connection: RedisConnection, buffer: int = 10_000, *,
+                 sequences: EventSequenceStore | None = None) -> None:
         self.connection = connection
         self.buffer = max(1, buffer)
         self._errors = redis_errors()
+        # The ids also kept in the deployment's store, RESERVE ahead of the last one handed out: if Redis
+        # loses the counter (a restart without persistence) it starts again above every id it gave.
+        self.sequences = sequences
+        self._floors: dict[str, int] = {}
+
+    def _floor(self, tenant: str) -> int:
+        if self.sequences is None:
+            return 0
+        floor = self._floors.get(tenant)
+        if floor is None:
+            floor = self._floors[tenant] = self.sequences.next_seq(tenant)
+        return floor
 
     def _stream(self, tenant: str) -> str:
         return self.connection.key("events", tenant)
@@ -69,7 +89,12 @@ class SharedEventLog:
     def append(self, tenant: str, type: str, time: float, data: dict[str, Any]) -> int:
         body = json.dumps({"type": type, "time": time, "data": data}, ensure_ascii=False, default=str)
         keys = [self._stream(tenant), self.connection.key("events", tenant, "seq")]
-        return int(self._sync(lambda r: r.eval(_APPEND, 2, *keys, self.buffer, body)))
+        floor = self._floor(tenant)
+        seq = int(self._sync(lambda r: r.eval(_APPEND, 2, *keys, self.buffer, body, floor)))
+        if self.sequences is not None and seq >= floor:
+            self._floors[tenant] = seq + RESERVE
+            self.sequences.raise_to(tenant, seq + RESERVE)
+        return seq
 
     def listener(self, tenant: str, clock: Callable[[], float] = time.time) -> Callable[[str, dict[str, Any]], None]:
         """What a memory calls (`Memory.listener`) to publish into the tenant's stream: a bot
@@ -81,7 +106,7 @@ class SharedEventLog:
 
     def last_seq(self, tenant: str) -> int:
         value = self._sync(lambda r: r.get(self.connection.key("events", tenant, "seq")))
-        return int(value) if value else 0
+        return int(value) if value else max(0, self._floor(tenant) - 1)
 
     def oldest_seq(self, tenant: str) -> int | None:
         first = self._sync(lambda r: r.xrange(self._stream(tenant), "-", "+", count=1))

@@ -4,7 +4,9 @@ beside `store/transfer.py` (a whole store copied to another backend with its vec
 - **export**: a header, then every block in index order, tombstones too;
 - **import**: every line checked first (JSON, fields, digests, hashes, links) and nothing written
   unless all pass; into an empty memory the chain is kept exactly, into another one the live
-  blocks are appended anew;
+  blocks are appended anew — except those the memory holds already (a live block with the same
+  content digest, kind, scope and event time), so importing an export back into the memory it
+  came from, or twice into another, writes nothing the second time;
 - **reindex**: every live block re-embedded with another embedder in one transaction.
 """
 
@@ -87,13 +89,18 @@ def import_jsonl(memory: Memory, source: str | os.PathLike[str] | IO[str], progr
         return 0
     if len(memory) == 0 and first_index == 1:
         return _import_exact(memory, records(), progress)
+    present = {_identity(block) for block in memory.store.iter_blocks() if not block.forgotten}
+
+    def new(record: Block) -> bool:
+        return not record.forgotten and _identity(record) not in present
+
     for record in records():  # the append path re-validates against this store's limits
-        if not record.forgotten:
+        if new(record):
             memory._prepare(**_record_fields(record))
     count = 0
     chunk: list[dict[str, Any]] = []
     for record in records():
-        if record.forgotten:
+        if not new(record):
             continue
         chunk.append(_record_fields(record))
         if len(chunk) == WRITE_CHUNK:
@@ -242,6 +249,13 @@ def _record_from_json(data: dict[str, Any], number: int) -> Block:
         raise ImportFormatError(f"line {number}: missing field {exc.args[0]!r}") from None
     except (TypeError, ValueError) as exc:
         raise ImportFormatError(f"line {number}: {exc}") from None
+
+
+def _identity(block: Block) -> tuple[Any, ...]:
+    """What makes two blocks the same block for an import: their content (its digest: text,
+    speaker, keywords, tags, metadata), kind, scope and event time — not their place in a chain."""
+    return (block.content_digest, block.kind, block.scope.guild, block.scope.channel, block.scope.user,
+            block.event_time)
 
 
 def _record_fields(r: Block) -> dict[str, Any]:

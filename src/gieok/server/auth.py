@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..errors import AuthenticationError, InvalidInputError, InvalidTypeError, PermissionDeniedError
 from ..store.base import Store
 from ..store.keys import KeyRow, KeyStore
+from ..store.sessions import SessionStore
 
 __all__ = ["ROLES", "Principal", "ApiKeys", "check_tenant", "check_role", "TOUCH_EVERY_SECONDS"]
 
@@ -54,6 +55,7 @@ class Principal:
     role: str
     key_id: int | None = None  # None: an unauthenticated loopback server (`--no-auth`)
     key_prefix: str | None = None
+    session: str | None = None  # the dashboard session (its digest) the caller came with, if any
 
     def can(self, role: str) -> bool:
         return ROLES.index(self.role) >= ROLES.index(role)
@@ -72,6 +74,7 @@ class ApiKeys:
 
     def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
         self.table: KeyStore = store.keys
+        self.sessions: SessionStore = store.sessions  # the dashboard's sessions, ended when their key is revoked
         self.clock = clock
         self._touched: dict[int, float] = {}
         self._lock = threading.Lock()

@@ -51,7 +51,8 @@ def credentials_of(connection: HTTPConnection) -> Credentials:
     bearer = key.strip() if scheme.lower() == "bearer" and key.strip() else None
     session = None if bearer else connection.cookies.get(SESSION_COOKIE) or None
     unprompted = connection.scope["type"] == "websocket" or connection.scope.get("method") not in _SAFE_METHODS
-    return Credentials(bearer, session, unprompted, same_origin(connection) if session else False)
+    cross_site = "origin" in connection.headers and not same_origin(connection)
+    return Credentials(bearer, session, unprompted, same_origin(connection) if session else False, cross_site)
 
 
 def principal_of(connection: HTTPConnection) -> Principal:

@@ -23,12 +23,14 @@ from ..errors import (
     StoreError,
 )
 from .bodies import SENT_CONTENT_TYPE, is_json_content_type
+from .events import SinceAheadError
 
 __all__ = ["error_body", "error_response", "install_error_handlers", "status_of"]
 
 log = logging.getLogger("gieok.server")
 
 _STATUS: list[tuple[type[Exception], int, str]] = [
+    (SinceAheadError, 409, "since_ahead"),
     (AuthenticationError, 401, "unauthenticated"),
     (PermissionDeniedError, 403, "forbidden"),
     (NotFoundError, 404, "not_found"),
@@ -65,6 +67,8 @@ def install_error_handlers(app: FastAPI) -> None:
         status, name = status_of(exc)
         if status >= 500:
             log.error("%s %s: %s", request.method, request.url.path, exc)
+        if isinstance(exc, SinceAheadError):
+            return error_response(status, name, str(exc), latest=exc.latest)
         return error_response(status, name, str(exc))
 
     @app.exception_handler(RequestValidationError)
@@ -73,21 +77,31 @@ def install_error_handlers(app: FastAPI) -> None:
         whole_body = _whole_body_problem(request, errors[0]) if len(errors) == 1 else None
         if whole_body is not None:
             return error_response(*whole_body)
-        problems = [{"where": ".".join(str(p) for p in e.get("loc", ())), "problem": e.get("msg", "")}
-                    for e in errors[:20]]
+        problems = [{"where": ".".join(str(p) for p in e.get("loc", ())), "problem": _problem(e)} for e in errors[:20]]
         first = problems[0] if problems else {"where": "request", "problem": "invalid"}
         return error_response(422, "validation_error", f"{first['where']}: {first['problem']}", details=problems)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's "There was an error parsing the body"
-            return error_response(400, "invalid_json", "the body is not UTF-8 text; JSON must be UTF-8")
+        # FastAPI's "There was an error parsing the body": a body that is not JSON at all is the same
+        # kind of bad body as malformed JSON, and gets the same 422 (invalid_json), whatever the cause
+        if isinstance(exc.__cause__, UnicodeDecodeError):
+            return error_response(422, "invalid_json", "the body is not valid JSON: it is not UTF-8 text")
+        if isinstance(exc.__cause__, RecursionError):
+            return error_response(422, "invalid_json", "the body is not valid JSON here: it is nested too deeply")
         return error_response(exc.status_code, _HTTP_TYPES.get(exc.status_code, "http_error"), str(exc.detail))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("%s %s failed", request.method, request.url.path)
         return error_response(500, "internal_error", "the server failed; see its log")
+
+
+def _problem(error: Any) -> str:
+    """A field's problem in words; NaN and the infinities by name (their range check says nothing useful)."""
+    if error.get("type") == "finite_number":
+        return f"{error.get('input')!s} is not a finite number: NaN and Infinity are refused"
+    return str(error.get("msg", ""))
 
 
 _JSON_KINDS: list[tuple[type, str]] = [(list, "an array"), (str, "a string"), (bool, "true or false"),

@@ -27,9 +27,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..coordination import Event, SharedEventLog
-from ..errors import CoordinationUnavailableError
+from ..errors import CoordinationUnavailableError, InvalidInputError
+from ..store.sequences import EventSequenceStore
 
-__all__ = ["Event", "EventBus", "Feed", "SharedFeed", "Subscription", "SUBSCRIBER_QUEUE"]
+__all__ = ["Event", "EventBus", "Feed", "SharedFeed", "Subscription", "SUBSCRIBER_QUEUE", "SinceAheadError",
+           "RESERVE"]
+
+RESERVE = 100  # event ids a process reserves at a time in the home store (one write per this many events)
+
+
+class SinceAheadError(InvalidInputError):
+    """`since` names an event this stream never had: 409 (`since_ahead`), with the latest id."""
+
+    def __init__(self, since: int, latest: int) -> None:
+        super().__init__(f"since={since} is ahead of this stream, whose latest event is {latest}: it is not an id "
+                         f"of this server's stream (another deployment, or a memory restored from a backup). Resume "
+                         f"with since={latest} for what comes next, or since=0 for what the buffer holds")
+        self.since, self.latest = since, latest
 
 SHARED_WAIT_MS = 1000  # a shared feed's blocking read: how soon it notices it was closed
 SHARED_RECENT_SCAN = 5000  # events `recent` looks through for one type in a shared log
@@ -60,7 +74,8 @@ class Subscription:
 @dataclass
 class _TenantLog:
     buffer: deque[Event]
-    seq: int = 0
+    seq: int = 0  # the last id issued (by this process, or before it started: its floor)
+    reserved: int = 0  # ids up to this one are this process's to issue (home store reservation)
     subscribers: set[Subscription] = field(default_factory=set)
 
 
@@ -147,10 +162,11 @@ class EventBus:
     the deployment's Redis streams instead (module docstring)."""
 
     def __init__(self, buffer: int = 10_000, *, clock: Callable[[], float] = time.time,
-                 shared: SharedEventLog | None = None) -> None:
+                 shared: SharedEventLog | None = None, sequences: EventSequenceStore | None = None) -> None:
         self.buffer = max(1, buffer)
         self.clock = clock
         self.shared = shared
+        self.sequences = sequences  # where ids survive a restart (the home store); None: from 1 in each process
         self._logs: dict[str, _TenantLog] = {}
         self._lock = threading.Lock()
         self._shared_feeds: dict[str, int] = {}  # tenant -> open shared feeds in this process
@@ -158,8 +174,32 @@ class EventBus:
     def _log(self, tenant: str) -> _TenantLog:
         log = self._logs.get(tenant)
         if log is None:
-            log = self._logs[tenant] = _TenantLog(deque(maxlen=self.buffer))
+            floor = self.sequences.next_seq(tenant) - 1 if self.sequences is not None else 0
+            log = self._logs[tenant] = _TenantLog(deque(maxlen=self.buffer), seq=floor, reserved=floor)
         return log
+
+    def _next_seq(self, tenant: str, log: _TenantLog) -> int:
+        """The next id of `tenant`'s stream (under the lock): reserved a block at a time."""
+        if self.sequences is not None and log.seq >= log.reserved:
+            start = self.sequences.reserve(tenant, RESERVE)
+            log.seq = max(log.seq, start - 1)  # another process reserved in between: its ids are skipped
+            log.reserved = start + RESERVE - 1
+        log.seq += 1
+        return log.seq
+
+    def close(self) -> None:
+        """Give back the ids reserved and not used (a clean stop: the next process goes on from here)."""
+        if self.sequences is None:
+            return
+        with self._lock:
+            unused = [(tenant, log.reserved, log.seq) for tenant, log in self._logs.items() if log.reserved > log.seq]
+        for tenant, reserved, used in unused:
+            self.sequences.give_back(tenant, reserved + 1, used)
+
+    def check_since(self, tenant: str, since: int | None) -> None:
+        """`SinceAheadError` when `since` is beyond the latest event of `tenant`'s stream."""
+        if since is not None and since > (latest := self.last_seq(tenant)):
+            raise SinceAheadError(since, latest)
 
     def publish(self, tenant: str, type: str, data: dict[str, Any]) -> Event:
         if self.shared is not None:
@@ -167,8 +207,7 @@ class EventBus:
             return Event(self.shared.append(tenant, type, now, data), type, now, data)
         with self._lock:
             log = self._log(tenant)
-            log.seq += 1
-            event = Event(log.seq, type, self.clock(), data)
+            event = Event(self._next_seq(tenant, log), type, self.clock(), data)
             log.buffer.append(event)
             subscribers = list(log.subscribers)
         for subscriber in subscribers:
@@ -189,8 +228,7 @@ class EventBus:
         if self.shared is not None:
             return self.shared.last_seq(tenant)
         with self._lock:
-            log = self._logs.get(tenant)
-            return log.seq if log else 0
+            return self._log(tenant).seq
 
     def recent(self, tenant: str, type: str | None = None, n: int = 100) -> list[Event]:
         """The tenant's last `n` buffered events (of one `type` when given), oldest first: what

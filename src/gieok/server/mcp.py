@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -26,9 +26,10 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.routing import Route
 
@@ -40,8 +41,8 @@ from . import compact
 from .access import Access, Credentials
 from .app import create_app
 from .auth import ROLES, Principal
-from .errors import status_of
-from .hosts import is_loopback
+from .errors import error_response, status_of
+from .hosts import allowed_host_names
 from .settings import ServerSettings
 from .state import ServerState
 from .tenants import Tenant
@@ -165,6 +166,43 @@ class KeyVerifier:
                                    "key_prefix": who.key_prefix})
 
 
+class StrictTool(Tool):
+    """A tool whose arguments are exactly its parameters: its input schema says
+    `additionalProperties: false` (an unknown argument, such as a tenant, is refused, never
+    ignored) and refuses NaN and infinities; a refusal reads `invalid_input: <where>: <problem>`,
+    the form of every other refusal (`_tool_error`), not pydantic's report."""
+
+    @classmethod
+    def strict(cls, fn: Callable[..., Any], **options: Any) -> StrictTool:
+        tool = cls.from_function(fn, **options)
+        assert isinstance(tool, StrictTool)
+        loose = tool.fn_metadata.arg_model
+        config = ConfigDict(**{**loose.model_config, "extra": "forbid", "allow_inf_nan": False})
+        strict: type[BaseModel] = type(loose.__name__, (loose,), {"model_config": config,
+                                                                  "__module__": loose.__module__})
+        tool.fn_metadata.arg_model = strict  # type: ignore[assignment]  # a subclass of the SDK's own model
+        tool.parameters = strict.model_json_schema(by_alias=True)
+        return tool
+
+    async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+        try:
+            self.fn_metadata.validate_arguments(arguments)
+        except ValidationError as exc:
+            raise ToolError(f"Error executing tool {self.name}: invalid_input: {self._problems(exc)}") from None
+        return await super().run(arguments, context, convert_result=convert_result)
+
+    def _problems(self, exc: ValidationError) -> str:
+        taken = ", ".join(self.fn_metadata.arg_model.model_fields)
+        said = []
+        for error in exc.errors()[:5]:
+            where = ".".join(str(part) for part in error.get("loc", ())) or "arguments"
+            if error.get("type") == "extra_forbidden":
+                said.append(f"{where}: unknown argument (this tool takes {taken})")
+            else:
+                said.append(f"{where}: {error.get('msg', 'invalid')}")
+        return "; ".join(said)
+
+
 def _tool_error(exc: GieokError) -> ToolError:
     """A gieok error as a tool error the model can read: `<type>: <message>`."""
     _, kind = status_of(exc)
@@ -178,14 +216,7 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
     it each call's principal is the one of the HTTP request's bearer key (or, on a `--no-auth`
     loopback server, the default tenant's admin); with neither, every tool refuses."""
     http_auth = fixed is None and state.auth
-    server: MCPServer = MCPServer(
-        name="gieok", title="gieok memory", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
-        token_verifier=KeyVerifier(state.access) if http_auth else None,
-        # AuthSettings wants an OAuth issuer; gieok keys are not OAuth tokens, and with no
-        # resource_server_url and no provider nothing advertises it: the verifier alone decides.
-        auth=AuthSettings(issuer_url=AnyHttpUrl(_origin(state.settings.server_host, state.settings.server_port)),
-                          resource_server_url=None) if http_auth else None,
-    )
+    tools: list[Tool] = []
 
     def caller() -> Principal:
         if fixed is not None:
@@ -211,7 +242,7 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
     def tool(annotations: ToolAnnotations) -> Callable[[F], F]:
         """Register a tool; its description is its docstring without the source indentation."""
         def register(fn: F) -> F:
-            server.add_tool(fn, description=inspect.cleandoc(fn.__doc__ or ""), annotations=annotations)
+            tools.append(StrictTool.strict(fn, description=inspect.cleandoc(fn.__doc__ or ""), annotations=annotations))
             return fn
 
         return register
@@ -398,6 +429,16 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
 
         return await in_tenant("read", find)
 
+    server: MCPServer = MCPServer(
+        tools=tools,
+        name="gieok", title="gieok memory", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
+        token_verifier=KeyVerifier(state.access) if http_auth else None,
+        # AuthSettings wants an OAuth issuer; gieok keys are not OAuth tokens, and with no
+        # resource_server_url and no provider nothing advertises it: the verifier alone decides.
+        auth=AuthSettings(issuer_url=AnyHttpUrl(_origin(state.settings.server_host, state.settings.server_port)),
+                          resource_server_url=None) if http_auth else None,
+    )
+
     return server
 
 
@@ -408,19 +449,16 @@ def _origin(host: str, port: int) -> str:
     return f"http://[{name}]:{port}" if ":" in name else f"http://{name}:{port}"
 
 
-def transport_security(host: str) -> TransportSecuritySettings:
+def transport_security(host: str, extra: Iterable[str] = ()) -> TransportSecuritySettings:
     """DNS-rebinding protection for the address the server listens on: the Host (and any Origin)
-    header must name it. On a loopback address every loopback name is accepted. On a wildcard
-    address (0.0.0.0, ::) the names clients use cannot be known here, so the check is off: there
-    every request needs a key anyway (`--no-auth` is refused off loopback), which is what a
-    rebinding page cannot have."""
-    name = host.strip().strip("[]")
-    if name in ("", "0.0.0.0", "::"):
+    header must name it (`hosts.allowed_host_names`, the same names every other route of a
+    `--no-auth` server answers to). On a loopback address every loopback name is accepted, and
+    `extra` (`--allow-host`) everywhere. On a wildcard address (0.0.0.0, ::) with no `extra`, the
+    names clients use cannot be known here, so the check is off: there every request needs a key
+    anyway (`--no-auth` is refused off loopback), which is what a rebinding page cannot have."""
+    hosts = allowed_host_names(host, extra)
+    if hosts is None:
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    names = {f"[{name}]" if ":" in name else name}
-    if is_loopback(name, resolve=False):  # no DNS lookup: this only picks the Host names to accept
-        names |= {"127.0.0.1", "localhost", "[::1]"}
-    hosts = sorted(names)
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=[*hosts, *(f"{h}:*" for h in hosts)],
@@ -428,7 +466,7 @@ def transport_security(host: str) -> TransportSecuritySettings:
     )
 
 
-def mcp_http_app(server: MCPServer, host: str) -> Starlette:
+def mcp_http_app(server: MCPServer, host: str, extra_hosts: Iterable[str] = ()) -> Starlette:
     """The SDK's streamable HTTP app for `server`, answering at MCP_PATH, with the bearer-key
     middleware when the server has a verifier. Its session manager must be run by the host app.
 
@@ -437,13 +475,32 @@ def mcp_http_app(server: MCPServer, host: str) -> Starlette:
     kept in one worker's RAM would be unknown to the others), and there is nothing to expire.
     gieok's tools need no server-to-client requests, the one thing sessions would add."""
     return server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True,
-                                      transport_security=transport_security(host), host=host)
+                                      transport_security=transport_security(host, extra_hosts), host=host)
 
 
 def mount_mcp(app: FastAPI, endpoint: Starlette) -> None:
     """Serve `endpoint` (from `mcp_http_app`) at exactly MCP_PATH: a route, not a Mount, so
-    `/mcp` needs no redirect to `/mcp/` and every other path keeps the REST app's JSON 404."""
-    app.router.routes.append(Route(MCP_PATH, endpoint=endpoint, name="mcp", include_in_schema=False))
+    `/mcp` needs no redirect to `/mcp/` and every other path keeps the REST app's JSON 404.
+    Only POST reaches the SDK: in stateless mode a GET would open a stream of server-to-client
+    messages that never come (the client waits forever) and a DELETE ends no session, so both get
+    405 at once, as the transport's specification allows."""
+    app.router.routes.append(Route(MCP_PATH, endpoint=_PostsOnly(endpoint), name="mcp", include_in_schema=False))
+
+
+class _PostsOnly:
+    """ASGI: POST (and OPTIONS) to the SDK's app, any other method 405 (`mount_mcp`)."""
+
+    def __init__(self, app: Starlette) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("method") not in ("POST", "OPTIONS"):
+            response = error_response(405, "method_not_allowed", "MCP over HTTP here is POST only: this server "
+                                      "sends nothing unprompted (stateless, JSON answers)")
+            response.headers["Allow"] = "POST"
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 def create_app_with_mcp(state: ServerState, *, host: str | None = None) -> FastAPI:
@@ -452,12 +509,12 @@ def create_app_with_mcp(state: ServerState, *, host: str | None = None) -> FastA
     it starts before the first request and stops before the state is closed."""
     host = host or state.settings.server_host
     server = build_mcp(state)
-    endpoint = mcp_http_app(server, host)
+    endpoint = mcp_http_app(server, host, state.settings.server_allowed_hosts)
 
     def sessions(_app: FastAPI) -> AbstractAsyncContextManager[None]:
         return server.session_manager.run()
 
-    app = create_app(state, extra_lifespans=[sessions])
+    app = create_app(state, extra_lifespans=[sessions], host=host)
     mount_mcp(app, endpoint)
     return app
 

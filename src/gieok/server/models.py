@@ -19,7 +19,7 @@ When = float | str  # epoch seconds or ISO 8601
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # NaN, Infinity: 422 by name
 
 
 class ScopeIn(_Strict):

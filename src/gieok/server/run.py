@@ -37,8 +37,12 @@ def serve(settings: ServerSettings, *, host: str | None = None, port: int | None
     host = host or settings.server_host
     port = port or settings.server_port
     _check(host, port, auth, workers)
+    # Behind a TLS proxy (`--proxy-headers`): the scheme (https: `Secure` cookies, the Origin check)
+    # and the client's address (login throttling) come from its X-Forwarded-* headers, trusted only
+    # from `server_forwarded_allow_ips`. Without it they are the socket's own.
     options = dict(host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-                   proxy_headers=False, server_header=False)
+                   proxy_headers=settings.server_proxy_headers, forwarded_allow_ips=settings.server_forwarded_allow_ips,
+                   server_header=False)
     if workers == 1:
         app = create_app_with_mcp(ServerState.open(settings, auth=auth), host=host)
         uvicorn.run(app, **options)  # type: ignore[arg-type]
@@ -48,6 +52,7 @@ def serve(settings: ServerSettings, *, host: str | None = None, port: int | None
         os.environ["GIEOK_REDIS"] = settings.redis
         os.environ["GIEOK_REDIS_NAMESPACE"] = settings.redis_namespace
     os.environ["GIEOK_SERVER_HOST"] = host  # …and knows the address MCP's Host check must accept
+    os.environ["GIEOK_SERVER_ALLOWED_HOSTS"] = ",".join(settings.server_allowed_hosts)  # …and the names added to it
     os.environ[_NO_AUTH_VARIABLE] = "" if auth else "1"
     # Each worker embeds with OpenMP threads, one per core by default: w workers would run w × cores
     # threads, and OpenMP's barriers collapse when oversubscribed (`gieok bench scale`, 2 workers on

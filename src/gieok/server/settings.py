@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..chat.settings import ChatSettings
-from ..config.settings import at_least, between, not_blank, not_negative, setting
+from ..config.settings import at_least, between, not_blank, not_negative, positive, setting
+from ..config.values import comma_list
 
 __all__ = ["ServerSettings"]
 
@@ -29,3 +30,15 @@ class ServerSettings(ChatSettings):
     # how often the open tenants' background duties run (STM expiry, extraction of quiet conversations);
     # one worker at a time per tenant, by a lease in the tenant's store; 0 turns them off
     server_duty_seconds: float = setting(60.0, not_negative)
+    # Host names a `--no-auth` server answers to besides the loopback ones (`--allow-host`; comma-separated)
+    server_allowed_hosts: tuple[str, ...] = setting((), parse=comma_list)
+    # behind a TLS proxy: trust its X-Forwarded-Proto / -For (`--proxy-headers`) from these addresses
+    server_proxy_headers: bool = False
+    server_forwarded_allow_ips: str = setting("127.0.0.1", not_blank)
+    # the dashboard's sessions: ended after this long unused, and this long after login whatever happens
+    server_session_idle_seconds: float = setting(3600.0, positive)
+    server_session_max_seconds: float = setting(43_200.0, positive)
+    # login throttling: this many failed logins in the window, from one client or for one key prefix, and
+    # further logins from there wait (429) until the oldest failure leaves the window
+    server_login_attempts: int = setting(5, at_least(1))
+    server_login_window_seconds: float = setting(300.0, positive)

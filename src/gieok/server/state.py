@@ -21,6 +21,7 @@ from .access import Access
 from .auth import ApiKeys
 from .duties import Duties
 from .events import EventBus
+from .sessions import LoginThrottle, Sessions
 from .settings import ServerSettings
 from .tenants import TenantRegistry
 from .warm import Readiness, start_warming, tenants_to_warm
@@ -41,6 +42,7 @@ class ServerState:
     redis: RedisConnection | None = field(default=None, repr=False)  # with the `redis` setting: shared events
     readiness: Readiness = field(default_factory=Readiness)  # /readyz: warm yet? (server/warm.py)
     access: Access = field(init=False, repr=False)  # who a request is, and the tenant it may reach
+    login_throttle: LoginThrottle = field(init=False, repr=False)  # the dashboard's failed logins
     llm: LLM | None = field(default=None, repr=False)  # the model chain of summaries and facts (None: off)
     _stop_warming: threading.Event = field(default_factory=threading.Event, repr=False)
     _warming: threading.Thread | None = field(default=None, repr=False)
@@ -48,7 +50,11 @@ class ServerState:
     _stop_duties: asyncio.Event | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.access = Access(self.keys, self.tenants, auth=self.auth)
+        settings = self.settings
+        sessions = Sessions(self.keys.sessions, self.keys, idle_seconds=settings.server_session_idle_seconds,
+                            max_seconds=settings.server_session_max_seconds)
+        self.access = Access(self.keys, self.tenants, auth=self.auth, sessions=sessions)
+        self.login_throttle = LoginThrottle(settings.server_login_attempts, settings.server_login_window_seconds)
 
     def start_duties(self) -> asyncio.Task[None] | None:
         """The background duties on this event loop (server/duties.py), once; None when turned off."""
@@ -88,8 +94,10 @@ class ServerState:
             guard on what comes in, no stage 1 (an agent decides when it replies)."""
             return build_pipeline(settings, memory, llm=llm, classifier=None, conversation=conversation)
 
-        bus = EventBus(settings.event_buffer,
-                       shared=SharedEventLog(redis, settings.event_buffer) if redis is not None else None)
+        sequences = store.event_sequences  # event ids go on after a restart (in the home store)
+        bus = EventBus(settings.event_buffer, sequences=sequences,
+                       shared=SharedEventLog(redis, settings.event_buffer, sequences=sequences)
+                       if redis is not None else None)
         tenants = TenantRegistry(home, settings, max_open=settings.server_open_tenants, listener=bus.listener,
                                  pipelines=pipeline)
         return cls(settings, ApiKeys(store), tenants, bus, auth=auth, started=time.time(), _keys_store=store,
@@ -98,6 +106,7 @@ class ServerState:
     def close(self) -> None:
         self._stop_warming.set()
         self.tenants.close()
+        self.bus.close()  # unused reserved event ids go back: the next process goes on from the last one
         if self._keys_store is not None:
             self._keys_store.close()
             self._keys_store = None

@@ -21,9 +21,12 @@ import numpy as np
 from ..chain import GENESIS, digest_of, hash_of
 from ..types import Block, Scope
 from .conversation import ConversationStore
+from .idempotency import IdempotencyStore
 from .keys import KeyStore
 from .layer_tables import LayerStore
 from .leases import LeaseStore
+from .sequences import EventSequenceStore
+from .sessions import SessionStore
 
 __all__ = ["Store", "BlockStore", "VectorSearchStore", "NewBlock", "IndexRows", "BM25Filter", "VerifyReport",
            "verify_chain"]
@@ -162,7 +165,7 @@ class BlockStore(Protocol):
 
     def load_tokens(self, after_block_index: int) -> list[tuple[int, str]]: ...
 
-    def live_turns_of_user(self, user_id: str) -> list[int]: ...
+    def live_blocks_of_user(self, user_id: str) -> list[int]: ...
 
     def orphan_fact_blocks(self) -> list[int]: ...
 
@@ -184,6 +187,9 @@ class Store(BlockStore, Protocol):
     conversation: ConversationStore
     keys: KeyStore
     leases: LeaseStore
+    idempotency: IdempotencyStore
+    event_sequences: EventSequenceStore
+    sessions: SessionStore
 
 
 @runtime_checkable

@@ -40,6 +40,8 @@ class KeyStore(Protocol):
 
     def by_prefix(self, prefix: str) -> KeyRow | None: ...
 
+    def by_id(self, key_id: int) -> KeyRow | None: ...
+
     def all(self, tenant: str | None = None) -> list[KeyRow]: ...
 
     def revoke(self, key_id: int, when: float, tenant: str | None = None) -> bool: ...
@@ -65,6 +67,10 @@ class KeyTable:
         rows = self.store.fetch(f"SELECT {', '.join(_COLUMNS)} FROM api_keys WHERE prefix = ?", (prefix,))
         return KeyRow(*rows[0]) if rows else None
 
+    def by_id(self, key_id: int) -> KeyRow | None:
+        rows = self.store.fetch(f"SELECT {', '.join(_COLUMNS)} FROM api_keys WHERE key_id = ?", (key_id,))
+        return KeyRow(*rows[0]) if rows else None
+
     def all(self, tenant: str | None = None) -> list[KeyRow]:
         sql = f"SELECT {', '.join(_COLUMNS)} FROM api_keys"
         params: tuple[Any, ...] = ()
@@ -74,14 +80,18 @@ class KeyTable:
         return [KeyRow(*row) for row in self.store.fetch(sql + " ORDER BY key_id", params)]
 
     def revoke(self, key_id: int, when: float, tenant: str | None = None) -> bool:
-        """Revoke a live key (of `tenant`, when given); False if there is no such live key."""
+        """Revoke a live key (of `tenant`, when given), and end its dashboard sessions; False if
+        there is no such live key."""
         sql = "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL"
         params: list[Any] = [when, key_id]
         if tenant is not None:
             sql += " AND tenant = ?"
             params.append(tenant)
         with self.store.transaction() as conn:
-            return conn.execute(sql, params).rowcount > 0
+            revoked = conn.execute(sql, params).rowcount > 0
+            if revoked:
+                conn.execute("DELETE FROM dashboard_sessions WHERE key_id = ?", (key_id,))
+            return revoked
 
     def touch(self, key_id: int, when: float) -> None:
         with self.store.transaction() as conn:

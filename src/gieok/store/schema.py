@@ -179,6 +179,35 @@ MIGRATIONS: list[str] = [
         expires_at REAL NOT NULL
     );
     """,
+    # 8: idempotency keys of the server's writes: a retried write gets the first answer, nothing twice
+    """
+    CREATE TABLE idempotency_keys (
+        idem_key    TEXT PRIMARY KEY,              -- the client's Idempotency-Key
+        fingerprint TEXT NOT NULL,                 -- sha256 of the method, the path and the body
+        status      INTEGER,                       -- NULL while the first request runs
+        response    TEXT,                          -- its answer (JSON)
+        holder      TEXT NOT NULL,                 -- the process running it
+        created_at  REAL NOT NULL                  -- kept 24 h
+    );
+    CREATE INDEX idempotency_by_age ON idempotency_keys(created_at);
+    """,
+    # 9: event sequences of `gieok serve` (home store): the next event id per tenant, so ids survive a restart
+    """
+    CREATE TABLE event_sequences (
+        tenant   TEXT PRIMARY KEY,
+        next_seq INTEGER NOT NULL                  -- the first id not handed out yet
+    );
+    """,
+    # 10: dashboard sessions (home store): the cookie holds an opaque id, never the key
+    """
+    CREATE TABLE dashboard_sessions (
+        session_hash TEXT PRIMARY KEY,             -- sha256 hex of the session id in the cookie
+        key_id       INTEGER NOT NULL,             -- the API key it was opened with
+        created_at   REAL NOT NULL,                -- absolute expiry counts from here
+        last_seen_at REAL NOT NULL                 -- idle expiry counts from here
+    );
+    CREATE INDEX dashboard_sessions_by_key ON dashboard_sessions(key_id);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

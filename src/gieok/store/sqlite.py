@@ -30,11 +30,14 @@ from ..errors import (
 from ..types import Block, Scope
 from .base import BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
 from .conversation import ConversationStore, ConversationTables
+from .idempotency import IdempotencyStore, IdempotencyTable
 from .keys import KeyStore, KeyTable
 from .layer_tables import LayerStore, LayerTables
 from .leases import LeaseStore, LeaseTable
 from .linking import link_blocks
 from .schema import MIGRATIONS, SCHEMA_VERSION
+from .sequences import EventSequenceStore, EventSequenceTable
+from .sessions import SessionStore, SessionTable
 from .sql import split_sql
 
 __all__ = ["SQLiteStore", "facet_tokens"]
@@ -105,6 +108,9 @@ class SQLiteStore:
         self.conversation: ConversationStore = ConversationTables(self)
         self.keys: KeyStore = KeyTable(self)
         self.leases: LeaseStore = LeaseTable(self)
+        self.idempotency: IdempotencyStore = IdempotencyTable(self)
+        self.event_sequences: EventSequenceStore = EventSequenceTable(self)
+        self.sessions: SessionStore = SessionTable(self)
 
     # -- lifecycle ------------------------------------------------------------------------
     def _connect(self, path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
@@ -431,11 +437,11 @@ class SQLiteStore:
             return self._query("SELECT rowid, tokens FROM blocks_fts WHERE rowid > ? ORDER BY rowid",
                                (after_block_index,)).fetchall()
 
-    def live_turns_of_user(self, user_id: str) -> list[int]:
-        """Turn blocks a user wrote that are not forgotten ("forget me")."""
+    def live_blocks_of_user(self, user_id: str) -> list[int]:
+        """The live blocks of a user, any kind: theirs by scope (`user`) or by speaker ("forget me")."""
         with self._lock:
-            return [r[0] for r in self._query("SELECT block_index FROM blocks WHERE user_id = ? AND kind = 'turn' "
-                                              "AND forgotten_at IS NULL", (user_id,))]
+            return [r[0] for r in self._query("SELECT block_index FROM blocks WHERE (user_id = ? OR speaker = ?) "
+                                              "AND forgotten_at IS NULL ORDER BY block_index", (user_id, user_id))]
 
     def orphan_fact_blocks(self) -> list[int]:
         """Fact blocks without their `facts` row: a crash came between the two writes."""

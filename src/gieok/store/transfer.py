@@ -44,6 +44,9 @@ TABLES: dict[str, tuple[str, ...]] = {
     "api_keys": ("key_id", "prefix", "key_hash", "tenant", "role", "name", "created_at", "revoked_at",
                  "last_used_at"),
     "message_ids": ("scope_key", "external_id", "message_id", "created_at"),
+    "idempotency_keys": ("idem_key", "fingerprint", "status", "response", "holder", "created_at"),
+    "event_sequences": ("tenant", "next_seq"),
+    "dashboard_sessions": ("session_hash", "key_id", "created_at", "last_seen_at"),
 }
 _NOT_COPIED_META = {"schema_version", "created_at"}
 

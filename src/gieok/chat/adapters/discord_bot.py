@@ -285,7 +285,8 @@ def opened_discord_bot(settings: ChatSettings, *, publish_events: bool = True) -
                           shard_count=settings.discord_shard_count)
         shared = SharedChannels(redis, lease_seconds=settings.redis_lease_seconds) if redis is not None else None
         if redis is not None and publish_events:
-            memory.listener = SharedEventLog(redis, settings.event_buffer).listener(DEFAULT_TENANT)
+            memory.listener = SharedEventLog(redis, settings.event_buffer,
+                                             sequences=memory.store.event_sequences).listener(DEFAULT_TENANT)
         bot = build_bot(settings, memory, outbox=client.outbox, tools=default_tools(settings), shared=shared)
         bot.pipeline.warm()  # before logging in: the first message is answered at warm speed
         client.attach(bot.core)

@@ -90,13 +90,17 @@ class ConversationMemory:
     # -- forgetting a person ----------------------------------------------------------------------
     def forget_user(self, user_id: str) -> dict[str, int]:
         """Erase a user's facts and messages everywhere ("forget me"), and scrub them from the
-        rolling summaries. Someone with background extraction running (it could write a fact
-        back) waits for it first, as the chat front-ends do."""
+        rolling summaries. A user's blocks are every block, of any kind, whose scope user or speaker
+        is their id (`blocks`; `messages` counts the same, by its older name). Someone with
+        background extraction running (it could write a fact back) waits for it first, as the chat
+        front-ends do."""
         check_id(user_id, "user_id")
         with self.commit_lock:  # no commit may write this user's L1 rows while they are erased
             facts = self.facts.forget_user(user_id)
-            blocks = {*self.tables.l1_user_blocks(user_id), *self.memory.store.live_turns_of_user(user_id)}
+            # a user's blocks: every kind (turns, notes, facts …) whose scope user or speaker is them
+            blocks = {*self.tables.l1_user_blocks(user_id), *self.memory.store.live_blocks_of_user(user_id)}
             erased = self.memory.forget(sorted(blocks)) if blocks else []
             removed = self.tables.l1_delete_user(user_id)
             summary_items = self.summaries.forget_user(user_id)
-        return {"facts": len(facts), "messages": len(erased), "l1_rows": removed, "summary_items": summary_items}
+        return {"facts": len(facts), "messages": len(erased), "blocks": len(erased), "l1_rows": removed,
+                "summary_items": summary_items}

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from ...chat.layers.conversation import check_id
 from ...chat.layers.recent import conversation_of
 from ...types import Scope
 from ..deps import reader, tenant, writer
+from ..idempotency import idempotent
 from ..models import MAX_ID, ContextIn, CoreIn, MessagesIn
 from ..responses import json_response
 from ..tenants import Tenant
@@ -52,13 +53,17 @@ def messages(t: TenantDep, channel: Channel, guild: Guild = None,
 
 @writes.post("/conversations/messages", status_code=202,
              summary="Add an agent's messages to a conversation (L1, turns, working memory; then summaries, facts)")
-async def add_messages(body: MessagesIn, t: TenantDep) -> JSONResponse:
-    """Each message stored as the bot stores its own, once per id (a retry is harmless: `duplicates`);
-    flagged messages are stored and marked, never learned from. 202: summaries and facts are
-    updated in the background when a model is configured (`summaries_and_facts` says so)."""
-    pipeline = await run_in_threadpool(lambda: t.pipeline)  # built on first use: the guard's classifiers load
-    result = await pipeline.add_messages(body.guild, body.channel, [m.model_dump() for m in body.messages])
-    return json_response(result.as_dict(), 202)
+async def add_messages(request: Request, body: MessagesIn, t: TenantDep) -> Response:
+    """Each message stored as the bot stores its own, once per id (a retry is harmless: `duplicates`;
+    with the same Idempotency-Key, the first answer); flagged messages are stored and marked, never
+    learned from. 202: summaries and facts are updated in the background when a model is
+    configured (`summaries_and_facts` says so)."""
+    async def add() -> JSONResponse:
+        pipeline = await run_in_threadpool(lambda: t.pipeline)  # built on first use: the guard's classifiers load
+        result = await pipeline.add_messages(body.guild, body.channel, [m.model_dump() for m in body.messages])
+        return json_response(result.as_dict(), 202)
+
+    return await idempotent(request, t, body, add)
 
 
 @reads.post("/conversations/context",

@@ -1,28 +1,37 @@
 """The live event stream, the same events two ways: Server-Sent Events (`GET /v1/events`, easy
 with curl) and a WebSocket (`/v1/events/ws`). `?since=SEQ` (or SSE's `Last-Event-ID`) resumes
 after the last event seen; `since=0` replays everything the buffer holds; without it only new
-events come. A caller sees their own tenant's events and nothing else."""
+events come. A caller sees their own tenant's events and nothing else, for as long as their key
+(or dashboard session) stands: an open stream re-checks it every REVALIDATE_SECONDS and ends when it
+was revoked (SSE: a last `stream.closed` event; WebSocket: close code 4401)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, WebSocket, WebSocketDisconnect
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
+from starlette.websockets import WebSocketState
 
 from ...errors import GieokError, InvalidInputError
 from ..deps import Caller, principal_of, reader, server_state
 from ..errors import status_of
+from ..events import Event, SinceAheadError
 
-__all__ = ["ROUTERS", "HEARTBEAT_SECONDS"]
+__all__ = ["ROUTERS", "HEARTBEAT_SECONDS", "REVALIDATE_SECONDS"]
 
 reads = APIRouter(prefix="/v1", tags=["events"], dependencies=[Depends(reader)])  # SSE
 sockets = APIRouter(prefix="/v1", tags=["events"])  # a WebSocket is accepted first, then its key checked (4401/4403)
 ROUTERS = [reads, sockets]
 HEARTBEAT_SECONDS = 15.0  # an SSE comment now and then keeps proxies from closing an idle stream
+REVALIDATE_SECONDS = 1.0  # an open stream re-checks its key (or session) this often: revoked, it is closed
+_ENDED = {"type": "stream.closed", "message": "this stream's API key was revoked or its session ended"}
 
 Since = Annotated[int | None, Query(ge=0, le=2**62, description="Resume after this sequence number")]
 
@@ -43,18 +52,31 @@ async def events_sse(request: Request, who: Caller,
                      since: Since = None) -> StreamingResponse:
     start = _since(since, request.headers.get("last-event-id"))
     bus = server_state(request).bus
+    bus.check_since(who.tenant, start)  # 409 before the stream starts, not a silent wait
+
+    access = server_state(request).access
 
     async def frames() -> AsyncIterator[str]:
         feed = bus.feed(who.tenant, start)
         yield ": gieok event stream\n\n"
+        beat = checked = time.monotonic()
         try:
             while True:
                 try:
-                    event = await asyncio.wait_for(feed.next(), HEARTBEAT_SECONDS)
+                    event: Event | bool | None = await asyncio.wait_for(feed.next(), REVALIDATE_SECONDS)
                 except TimeoutError:
-                    yield ": ping\n\n"
+                    event = False
+                if time.monotonic() - checked >= REVALIDATE_SECONDS:  # revoked, or the session ended: stop
+                    checked = time.monotonic()
+                    if not await run_in_threadpool(access.still_valid, who):
+                        yield f"event: stream.closed\ndata: {json.dumps(_ENDED)}\n\n"
+                        return
+                if event is False:
+                    if time.monotonic() - beat >= HEARTBEAT_SECONDS:
+                        beat = time.monotonic()
+                        yield ": ping\n\n"
                     continue
-                if event is None:
+                if event is None or event is True:
                     return
                 head = f"id: {event.seq}\n" if event.seq else ""
                 yield f"{head}event: {event.type}\ndata: {event.to_json()}\n\n"
@@ -77,16 +99,35 @@ async def events_ws(websocket: WebSocket, since: Since = None) -> None:
         status, _ = status_of(exc)
         await websocket.close(code=4000 + status, reason=str(exc)[:120])
         return
-    feed = server_state(websocket).bus.feed(who.tenant, since)
-    receiver = asyncio.create_task(_until_closed(websocket))
+    bus = server_state(websocket).bus
     try:
+        bus.check_since(who.tenant, since)
+    except SinceAheadError as exc:
+        await websocket.close(code=4409, reason=f"since_ahead: latest is {exc.latest}")
+        return
+    feed = bus.feed(who.tenant, since)
+    access = server_state(websocket).access
+    receiver = asyncio.create_task(_until_closed(websocket))
+    checked = time.monotonic()
+    try:
+        next_event: asyncio.Task[Event | None] | None = None
         while True:
-            next_event = asyncio.create_task(feed.next())
-            done, _ = await asyncio.wait({next_event, receiver}, return_when=asyncio.FIRST_COMPLETED)
-            if next_event not in done:  # the client left
+            next_event = next_event or asyncio.create_task(feed.next())
+            done, _ = await asyncio.wait({next_event, receiver}, timeout=REVALIDATE_SECONDS,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if receiver in done:  # the client left
                 next_event.cancel()
                 break
+            if time.monotonic() - checked >= REVALIDATE_SECONDS:  # revoked, or the session ended: close
+                checked = time.monotonic()
+                if not await run_in_threadpool(access.still_valid, who):
+                    next_event.cancel()
+                    await websocket.close(code=4401, reason=_ENDED["message"][:120])
+                    break
+            if next_event not in done:
+                continue
             event = next_event.result()
+            next_event = None
             if event is None:
                 break
             await websocket.send_text(event.to_json())
@@ -95,8 +136,11 @@ async def events_ws(websocket: WebSocket, since: Since = None) -> None:
     finally:
         receiver.cancel()
         feed.close()
-        with contextlib.suppress(RuntimeError):
-            await websocket.close()
+        connected = WebSocketState.CONNECTED
+        if websocket.client_state is connected and websocket.application_state is connected:
+            # the client left first: closing again is not an error (a normal disconnect logs nothing)
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await websocket.close()
 
 
 async def _until_closed(websocket: WebSocket) -> None:

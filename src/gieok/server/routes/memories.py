@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
 
 from ...errors import InvalidInputError
 from ..deps import reader, tenant, writer
+from ..idempotency import idempotent
 from ..models import MAX_ID, BatchIn, Kind, MemoryIn, SearchIn
 from ..responses import json_response
 from ..tenants import Tenant
@@ -40,15 +42,22 @@ def _before(cursor: str | None) -> int | None:
         raise InvalidInputError("cursor is not one this server gave out") from None
 
 
-@writes.post("/memories", status_code=201, summary="Remember one block")
-def add_memory(body: MemoryIn, t: TenantDep) -> JSONResponse:
-    return json_response(t.memory.add(**body.as_item()).as_dict(), 201)
+@writes.post("/memories", status_code=201, summary="Remember one block (Idempotency-Key: a retry stores it once)")
+async def add_memory(request: Request, body: MemoryIn, t: TenantDep) -> Response:
+    def add() -> JSONResponse:
+        return json_response(t.memory.add(**body.as_item()).as_dict(), 201)
+
+    return await idempotent(request, t, body, lambda: run_in_threadpool(add))
 
 
-@writes.post("/memories:batch", status_code=201, summary="Remember up to 256 blocks in one transaction")
-def add_memories(body: BatchIn, t: TenantDep) -> JSONResponse:
-    blocks = t.memory.add_many([item.as_item() for item in body.items])  # every item checked before any write
-    return json_response({"blocks": [block.as_dict() for block in blocks]}, 201)
+@writes.post("/memories:batch", status_code=201,
+             summary="Remember up to 256 blocks in one transaction (Idempotency-Key: a retry stores them once)")
+async def add_memories(request: Request, body: BatchIn, t: TenantDep) -> Response:
+    def add() -> JSONResponse:
+        blocks = t.memory.add_many([item.as_item() for item in body.items])  # every item checked before any write
+        return json_response({"blocks": [block.as_dict() for block in blocks]}, 201)
+
+    return await idempotent(request, t, body, lambda: run_in_threadpool(add))
 
 
 @reads.get("/memories/{block_index}", summary="One block")

@@ -9,10 +9,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ...errors import ImportFormatError, NotFoundError
 from ..deps import Caller, admin, reader, server_state, tenant, writer
+from ..idempotency import idempotent
 from ..models import KeyIn
 from ..responses import json_response
 from ..tenants import Tenant
@@ -68,20 +69,19 @@ def export(request: Request, who: Caller) -> StreamingResponse:
                              headers={"Content-Disposition": 'attachment; filename="gieok-export.jsonl"'})
 
 
-@writes.post("/import", summary="Import an export (NDJSON body); nothing is written unless every line checks out")
-async def import_(request: Request, who: Caller) -> dict[str, Any]:
+@writes.post("/import", summary="Import an export (NDJSON body); nothing is written unless every line checks out; "
+                            "blocks the memory holds already are skipped (Idempotency-Key: a retry imports once)")
+async def import_(request: Request, t: TenantDep) -> Response:
     raw = await request.body()  # bounded by server_max_import_bytes (server/limits.py)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ImportFormatError("the body is not UTF-8 text") from None
-    state = server_state(request)
 
-    def run() -> int:
-        with state.access.tenant(who) as t:
-            return t.memory.import_jsonl(io.StringIO(text))
+    def run() -> JSONResponse:
+        return json_response({"imported": t.memory.import_jsonl(io.StringIO(text))})
 
-    return {"imported": await run_in_threadpool(run)}
+    return await idempotent(request, t, raw, lambda: run_in_threadpool(run))
 
 
 @reads.get("/health", summary="Engine, embedder and (when a bot runs here) bot and provider health")

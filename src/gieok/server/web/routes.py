@@ -2,7 +2,7 @@
 with its neighbouring turns, the login form, and the small fragments htmx swaps into a page.
 
 Who the caller is comes from the same place as for the REST API (`deps.principal_of`: the
-session cookie, which holds their key) and their memory only from
+session cookie, which holds an opaque session id opened by logging in with a key) and their memory only from
 `state.access.tenant(principal)`; no page or form takes a tenant. A page request without a
 valid session is sent to /login (htmx requests get `HX-Redirect`); a refused one gets an HTML
 error page with the REST API's status (403, 404, 400). Read keys see everything of their tenant;
@@ -15,6 +15,7 @@ template rendering never hold up the event loop.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Coroutine
 from datetime import datetime
@@ -38,7 +39,7 @@ from ..auth import Principal
 from ..deps import principal_of, server_state
 from ..errors import status_of
 from . import views
-from .security import SECURITY_HEADERS, check_origin, clear_session, safe_next, set_session
+from .security import SECURITY_HEADERS, SESSION_COOKIE, check_origin, clear_session, safe_next, set_session
 
 __all__ = ["ROUTERS", "PageRoute", "TEMPLATES_DIR", "STATIC_DIR", "render"]
 
@@ -220,6 +221,16 @@ def _int(value: str | None, what: str) -> int:
         raise InvalidInputError(f"{what} must be a number") from None
 
 
+# -- the API's interactive docs -------------------------------------------------------------------
+
+@router.get("/docs")
+def api_docs(request: Request) -> Response:
+    """swagger-ui over /openapi.json, from the package's own copy (static/vendor) under the pages'
+    content security policy: no CDN, no inline script. Open to anyone, like /openapi.json: it
+    holds no data; "Authorize" takes a key, kept in the page's memory only."""
+    return render(request, "docs.html", None)
+
+
 # -- login ----------------------------------------------------------------------------------------
 
 @router.get("/login")
@@ -243,19 +254,34 @@ async def login(request: Request) -> Response:
     state = server_state(request)
     if not key:
         return render(request, "login.html", None, status=401, next=next_path, error="Enter an API key.")
+    client = request.client.host if request.client else "unknown"
+    wait = state.login_throttle.retry_after(client, key)
+    if wait > 0:  # too many failures from here or for this key: the key is not even checked
+        seconds = max(1, math.ceil(wait))
+        refused = render(request, "login.html", None, status=429, next=next_path,
+                         error=f"Too many failed logins from here or for this key. Try again in {seconds} s.")
+        refused.headers["Retry-After"] = str(seconds)
+        return refused
+    sessions = state.access.sessions
+    assert sessions is not None
     try:
-        await run_in_threadpool(state.keys.verify, key)
+        session_id, _ = await run_in_threadpool(sessions.open, key)
     except AuthenticationError:
+        state.login_throttle.failed(client, key)
         return render(request, "login.html", None, status=401, next=next_path,
                       error="That key is not valid (wrong, malformed or revoked).")
     response = RedirectResponse(next_path, status_code=303, headers=SECURITY_HEADERS)
-    set_session(response, request, key)
+    set_session(response, request, session_id, max_age=state.settings.server_session_max_seconds)
     return response
 
 
 @router.post("/logout")
 def logout(request: Request) -> Response:
     check_origin(request)
+    session_id = request.cookies.get(SESSION_COOKIE)
+    sessions = server_state(request).access.sessions
+    if session_id and sessions is not None:
+        sessions.end(session_id)  # over on the server too, not only in this browser
     response = RedirectResponse("/login", status_code=303, headers=SECURITY_HEADERS)
     clear_session(response, request)
     return response

@@ -1,10 +1,12 @@
 """The dashboard's session and its defences.
 
-The login form takes an API key, checks it against the key table, and keeps it in the
-`gieok_session` cookie: `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's page
-makes the browser send it), `Path=/`, and `Secure` when the request came over https. The cookie is
-the key, so the session is exactly as alive as the key: revoking the key ends it on the next
-request, as for every REST client (`deps.principal_of` reads it).
+The login form takes an API key, checks it against the key table (throttled: `server/sessions.py`),
+opens a server-side session and keeps only its opaque id in the `gieok_session` cookie:
+`HttpOnly` (no script reads it), `SameSite=Strict` (no other site's page makes the browser send
+it), `Path=/`, `Max-Age` of the session's absolute limit, and `Secure` when the request came over
+https (behind a TLS proxy: `--proxy-headers`). The cookie is never the key: the session ends on
+logout, after its idle or absolute limit, and when the key is revoked (`deps.principal_of` checks
+it on every request; open event streams re-check it every few seconds).
 
 Every state-changing dashboard request is a POST whose `Origin` (or, without one, `Referer`) must
 be this server's own origin: a second defence beside SameSite against cross-site request
@@ -42,8 +44,9 @@ def _secure(request: Request) -> bool:
     return request.url.scheme == "https"
 
 
-def set_session(response: Response, request: Request, key: str) -> None:
-    response.set_cookie(SESSION_COOKIE, key, httponly=True, samesite="strict", path="/", secure=_secure(request))
+def set_session(response: Response, request: Request, session_id: str, *, max_age: float) -> None:
+    response.set_cookie(SESSION_COOKIE, session_id, max_age=int(max_age), httponly=True, samesite="strict", path="/",
+                        secure=_secure(request))
 
 
 def clear_session(response: Response, request: Request) -> None:

@@ -201,6 +201,35 @@ MIGRATIONS: list[str] = [
         expires_at double precision NOT NULL
     );
     """,
+    # 8: idempotency keys of the server's writes: a retried write gets the first answer, nothing twice
+    """
+    CREATE TABLE idempotency_keys (
+        idem_key    text PRIMARY KEY,
+        fingerprint text NOT NULL,
+        status      integer,
+        response    text,
+        holder      text NOT NULL,
+        created_at  double precision NOT NULL
+    );
+    CREATE INDEX idempotency_by_age ON idempotency_keys(created_at);
+    """,
+    # 9: event sequences of `gieok serve` (home schema): the next event id per tenant
+    """
+    CREATE TABLE event_sequences (
+        tenant   text PRIMARY KEY,
+        next_seq bigint NOT NULL
+    );
+    """,
+    # 10: dashboard sessions (home schema): the cookie holds an opaque id, never the key
+    """
+    CREATE TABLE dashboard_sessions (
+        session_hash text PRIMARY KEY,
+        key_id       bigint NOT NULL,
+        created_at   double precision NOT NULL,
+        last_seen_at double precision NOT NULL
+    );
+    CREATE INDEX dashboard_sessions_by_key ON dashboard_sessions(key_id);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

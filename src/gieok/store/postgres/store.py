@@ -32,10 +32,13 @@ from ...errors import CorruptDatabaseError, StoreError
 from ...types import Block, Scope
 from ..base import BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
 from ..conversation import ConversationStore, ConversationTables
+from ..idempotency import IdempotencyStore, IdempotencyTable
 from ..keys import KeyStore, KeyTable
 from ..layer_tables import LayerStore, LayerTables
 from ..leases import LeaseStore, LeaseTable
 from ..linking import link_blocks
+from ..sequences import EventSequenceStore, EventSequenceTable
+from ..sessions import SessionStore, SessionTable
 from ..sql import SqlWriter
 from ..urls import display_url, split_url
 from .bm25 import bm25_query
@@ -98,6 +101,9 @@ class PostgresStore:
         self.conversation: ConversationStore = ConversationTables(self.db)
         self.keys: KeyStore = KeyTable(self.db)
         self.leases: LeaseStore = LeaseTable(self.db)
+        self.idempotency: IdempotencyStore = IdempotencyTable(self.db)
+        self.event_sequences: EventSequenceStore = EventSequenceTable(self.db)
+        self.sessions: SessionStore = SessionTable(self.db)
 
     # -- lifecycle and SqlSession ---------------------------------------------------------------
     def close(self) -> None:
@@ -324,9 +330,10 @@ class PostgresStore:
             "SELECT block_index, tokens FROM block_tokens WHERE block_index > ? ORDER BY block_index",
             (after_block_index,))]
 
-    def live_turns_of_user(self, user_id: str) -> list[int]:
-        return [int(r[0]) for r in self.db.fetch("SELECT block_index FROM blocks WHERE user_id = ? AND kind = 'turn' "
-                                                 "AND forgotten_at IS NULL", (user_id,))]
+    def live_blocks_of_user(self, user_id: str) -> list[int]:
+        """The live blocks of a user, any kind: theirs by scope (`user`) or by speaker ("forget me")."""
+        return [int(r[0]) for r in self.db.fetch("SELECT block_index FROM blocks WHERE (user_id = ? OR speaker = ?) "
+                                                 "AND forgotten_at IS NULL ORDER BY block_index", (user_id, user_id))]
 
     def orphan_fact_blocks(self) -> list[int]:
         """Fact blocks without their `facts` row: a crash came between the two writes."""

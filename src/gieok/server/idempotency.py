@@ -1,0 +1,139 @@
+"""`Idempotency-Key` on the writes that create something: `POST /v1/memories`, `/v1/memories:batch`,
+`/v1/import` and `/v1/conversations/messages`.
+
+A client whose connection dropped cannot know whether its write was stored; it sends it again
+with the same `Idempotency-Key` (the Python client does, on every retry). The first request with
+a key claims it in the caller's own tenant (`store.idempotency`, a row per key, kept 24 h) and
+runs; its answer is kept with the key. The same key again, within 24 h:
+
+- with the same request (method, path and body — the JSON body as parsed, so spacing does not
+  matter): the first answer, with `Idempotent-Replayed: true`, and nothing written;
+- while the first is still running (the retry raced it): waits for it (up to `WAIT_SECONDS`) and
+  answers the same; past that, 409 with `Retry-After`;
+- with another request: 422 `idempotency_key_reused`.
+
+A request refused or failed (4xx, 5xx: nothing was written) leaves no key behind, so a retry runs
+again. A request whose process died mid-way (the key held, no answer) is run again by a retry
+once that process is known to be gone (same machine) or after `STALE_SECONDS`.
+
+Keys are the tenant's: the same key sent by two tenants is two keys. Without the header nothing
+changes (message ids still dedupe conversation messages)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+
+from ..errors import InvalidInputError
+from ..store.idempotency import IdempotencyRow, IdempotencyStore
+from .errors import error_response
+from .tenants import Tenant
+
+__all__ = ["HEADER", "KEEP_SECONDS", "WAIT_SECONDS", "STALE_SECONDS", "idempotent"]
+
+HEADER = "Idempotency-Key"
+KEEP_SECONDS = 24 * 3600.0
+WAIT_SECONDS = 60.0  # a retry waits this long for the first request with its key to finish
+STALE_SECONDS = 900.0  # a key held this long without an answer, by a process that may be gone, is taken over
+_POLL_SECONDS = 0.05
+_MAX_KEY = 255
+_HOST = socket.gethostname()
+HOLDER = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"  # this process
+
+
+def _check_key(value: str) -> str:
+    if not 1 <= len(value) <= _MAX_KEY or not all(33 <= ord(ch) <= 126 for ch in value):
+        raise InvalidInputError(f"{HEADER} must be 1–{_MAX_KEY} printable ASCII characters without spaces "
+                                "(a uuid4 is a good one)")
+    return value
+
+
+def _fingerprint(request: Request, body: BaseModel | bytes) -> str:
+    digest = hashlib.sha256(f"{request.method} {request.url.path}\n".encode())
+    if isinstance(body, BaseModel):
+        digest.update(json.dumps(body.model_dump(mode="json"), sort_keys=True, ensure_ascii=False).encode())
+    else:
+        digest.update(body)
+    return digest.hexdigest()
+
+
+def _gone(holder: str) -> bool:
+    """Whether the process that holds a key is known to be gone: another incarnation on this
+    machine (a restart), whose pid is no longer alive or is this process's own."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != _HOST or holder == HOLDER or not pid.isdigit():
+        return False
+    if int(pid) == os.getpid():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _replay(status: int, body: str) -> Response:
+    return JSONResponse(json.loads(body), status_code=status, headers={"Idempotent-Replayed": "true"})
+
+
+async def idempotent(request: Request, tenant: Tenant, body: BaseModel | bytes,
+                     work: Callable[[], Awaitable[Response]]) -> Response:
+    """Run `work` (the write) under the request's `Idempotency-Key`, if it has one (module docstring)."""
+    sent = request.headers.get(HEADER)
+    if sent is None:
+        return await work()
+    key = _check_key(sent.strip())
+    table = tenant.memory.store.idempotency
+    fingerprint = _fingerprint(request, body)
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        found = await run_in_threadpool(_claim, table, key, fingerprint)
+        if found is None:
+            break
+        if found.fingerprint != fingerprint:
+            return error_response(422, "idempotency_key_reused", f"this {HEADER} was used in the last 24 h with "
+                                  "another request (another route or body); use a new key for a new request")
+        if found.status is not None and found.response is not None:
+            return _replay(found.status, found.response)
+        if time.monotonic() > deadline:
+            busy = error_response(409, "idempotency_in_progress", f"a request with this {HEADER} is still "
+                                  "running; retry later with the same key to get its answer")
+            busy.headers["Retry-After"] = "5"
+            return busy
+        await asyncio.sleep(_POLL_SECONDS)
+    try:
+        response = await work()
+    except BaseException:
+        await run_in_threadpool(table.abandon, key, HOLDER)
+        raise
+    if 200 <= response.status_code < 300 and isinstance(response, JSONResponse):
+        await run_in_threadpool(table.finish, key, HOLDER, response.status_code, bytes(response.body).decode())
+    else:
+        await run_in_threadpool(table.abandon, key, HOLDER)
+    return response
+
+
+def _claim(table: IdempotencyStore, key: str, fingerprint: str) -> IdempotencyRow | None:
+    now = time.time()
+    return table.claim(key, fingerprint, HOLDER, now, expire_before=now - KEEP_SECONDS,
+                       stale_before=now - STALE_SECONDS, dead=_dead_holders(table, key))
+
+
+def _dead_holders(table: IdempotencyStore, key: str) -> frozenset[str]:
+    """The holder of `key` when it is known to be gone (checked only when a row is there)."""
+    row = table.get(key)
+    return frozenset({row.holder}) if row is not None and row.status is None and _gone(row.holder) else frozenset()

@@ -1,0 +1,84 @@
+"""Idempotency keys of the server's writes (schema v8): a client that sends a write again with the
+same `Idempotency-Key` (a retry after a dropped connection) gets the first answer, and nothing is
+written twice. A row per key, in the tenant's own store: the request's fingerprint, who runs it
+while it runs, then its answer. `IdempotencyTable` implements the port once in portable SQL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from .sql import SqlSession
+
+__all__ = ["IdempotencyRow", "IdempotencyStore", "IdempotencyTable"]
+
+_COLUMNS = ("idem_key", "fingerprint", "status", "response", "holder", "created_at")
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyRow:
+    key: str
+    fingerprint: str
+    status: int | None  # None while the first request runs
+    response: str | None  # its answer (JSON) once it has one
+    holder: str  # the process running it
+    created_at: float
+
+
+class IdempotencyStore(Protocol):
+    """The idempotency keys of one tenant's writes."""
+
+    def claim(self, key: str, fingerprint: str, holder: str, now: float, *, expire_before: float,
+              stale_before: float, dead: frozenset[str] = frozenset()) -> IdempotencyRow | None: ...
+
+    def finish(self, key: str, holder: str, status: int, response: str) -> None: ...
+
+    def abandon(self, key: str, holder: str) -> None: ...
+
+    def get(self, key: str) -> IdempotencyRow | None: ...
+
+
+class IdempotencyTable:
+    """`IdempotencyStore` in SQL that SQLite and PostgreSQL both speak."""
+
+    def __init__(self, store: SqlSession) -> None:
+        self.store = store
+
+    def claim(self, key: str, fingerprint: str, holder: str, now: float, *, expire_before: float,
+              stale_before: float, dead: frozenset[str] = frozenset()) -> IdempotencyRow | None:
+        """Take `key` for a request about to run: None when it is this caller's to run (new, expired,
+        or left pending by a holder that is gone: in `dead`, or since before `stale_before`), else
+        the row of the request that has it (running, or done with its answer)."""
+        with self.store.transaction() as conn:
+            conn.execute("DELETE FROM idempotency_keys WHERE created_at < ?", (expire_before,))
+            taken = conn.execute("INSERT INTO idempotency_keys(idem_key, fingerprint, holder, created_at) "
+                                 "VALUES (?, ?, ?, ?) ON CONFLICT(idem_key) DO NOTHING",
+                                 (key, fingerprint, holder, now)).rowcount > 0
+            if taken:
+                return None
+            row = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM idempotency_keys WHERE idem_key = ?",
+                               (key,)).fetchone()
+            if row is None:
+                return None  # pragma: no cover - deleted between the two statements
+            found = IdempotencyRow(*row)
+            if found.status is None and found.fingerprint == fingerprint and (
+                    found.holder in dead or found.created_at < stale_before):
+                conn.execute("UPDATE idempotency_keys SET holder = ?, created_at = ? WHERE idem_key = ? AND holder = ?",
+                             (holder, now, key, found.holder))
+                return None
+            return found
+
+    def finish(self, key: str, holder: str, status: int, response: str) -> None:
+        with self.store.transaction() as conn:
+            conn.execute("UPDATE idempotency_keys SET status = ?, response = ? WHERE idem_key = ? AND holder = ?",
+                         (status, response, key, holder))
+
+    def abandon(self, key: str, holder: str) -> None:
+        """Forget a key whose request failed (nothing was written): a retry runs it again."""
+        with self.store.transaction() as conn:
+            conn.execute("DELETE FROM idempotency_keys WHERE idem_key = ? AND holder = ? AND status IS NULL",
+                         (key, holder))
+
+    def get(self, key: str) -> IdempotencyRow | None:
+        rows = self.store.fetch(f"SELECT {', '.join(_COLUMNS)} FROM idempotency_keys WHERE idem_key = ?", (key,))
+        return IdempotencyRow(*rows[0]) if rows else None
