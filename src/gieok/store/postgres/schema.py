@@ -201,6 +201,18 @@ MIGRATIONS: list[str] = [
         expires_at double precision NOT NULL
     );
     """,
+    # 8 and 9: held for migrations of other branches (wt-*) that land first; replace these two
+    # placeholders with them on merge. A placeholder changes nothing.
+    "SELECT 1",
+    "SELECT 1",
+    # 10: `pg_index = "database"` answers filters in SQL (index/search_index.py): time ranges and kinds
+    # need indexes of their own (scope columns and conversation positions have theirs since 1), and
+    # the live blocks of a scope are counted for BM25's statistics without visiting forgotten ones.
+    """
+    CREATE INDEX blocks_by_time ON blocks(event_time);
+    CREATE INDEX blocks_by_kind ON blocks(kind, event_time);
+    CREATE INDEX blocks_by_channel_live ON blocks(channel, block_index) WHERE forgotten_at IS NULL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
