@@ -6,7 +6,9 @@ What each question costs (every statement one round trip, on indexes of migratio
 
 - **Filters** (scope, kinds, time range, live) are `WHERE` conditions on `blocks`, the same ones
   `list_blocks` uses (`_filter_sql`).
-- **BM25** reads the postings of the query's terms with their block's token count (`postings` ⋈
+- **BM25** (in single precision, as the engine's numpy postings score: in double precision, the
+  many near-equal scores of blocks matching only a frequent term — idf at its floor — are no
+  longer ties, and which of them make the candidate list, and in which order, changed) reads the postings of the query's terms with their block's token count (`postings` ⋈
   `block_tokens`, joined with `blocks` only when the search is filtered), materialises them once,
   takes each term's document frequency from that set and scores with FTS5's formula and constants
   — the engine's in-process BM25 (`index/bm25.py`): the statistics (N, average length, df) are the
@@ -137,8 +139,8 @@ class _DatabaseScope:
             f"JOIN block_tokens bt ON bt.block_index = p.block_index {scope}WHERE p.term = ANY(?)), "
             "weights AS MATERIALIZED (SELECT term, greatest(1e-6, ln((?::float8 - count(*) + 0.5) / (count(*) + 0.5))) "
             "AS idf FROM matches GROUP BY term) "
-            f"SELECT m.block_index, sum(w.idf * m.tf * {K1 + 1} / "
-            f"(m.tf + {K1} * ({1 - B} + {B} * m.length / ?::float8))) AS score "
+            f"SELECT m.block_index, sum((w.idf * m.tf * {K1 + 1} / "
+            f"(m.tf + {K1} * ({1 - B} + {B} * m.length / ?::float8)))::real) AS score "
             "FROM matches m JOIN weights w ON w.term = m.term GROUP BY m.block_index "
             "ORDER BY score DESC, m.block_index LIMIT ?"
         )
