@@ -6,14 +6,15 @@ What each question costs (every statement one round trip, on indexes of migratio
 
 - **Filters** (scope, kinds, time range, live) are `WHERE` conditions on `blocks`, the same ones
   `list_blocks` uses (`_filter_sql`).
-- **BM25** (in single precision, as the engine's numpy postings score: in double precision, the
-  many near-equal scores of blocks matching only a frequent term — idf at its floor — are no
-  longer ties, and which of them make the candidate list, and in which order, changed) reads the postings of the query's terms with their block's token count (`postings` ⋈
+- **BM25** reads the postings of the query's terms with their block's token count (`postings` ⋈
   `block_tokens`, joined with `blocks` only when the search is filtered), materialises them once,
   takes each term's document frequency from that set and scores with FTS5's formula and constants
   — the engine's in-process BM25 (`index/bm25.py`): the statistics (N, average length, df) are the
   searched scope's, not the whole store's. N and the total length of a scope are a count over
-  its live blocks, cached per filter until the next change (`changed`).
+  its live blocks, cached per filter until the next change (`changed`). Scores are single
+  precision, as the numpy postings' are: in double precision the many near-equal scores of
+  blocks matching only a frequent term (idf at its floor) stopped being ties, and which of them
+  made the candidate list changed.
 - **Vectors**: pgvector. Exact (a scan of the filtered rows, no index) when the memory has fewer
   than `ann_threshold` blocks or the filter leaves at most `EXACT_SUBSET_MAX`, else the HNSW graph
   walked iteratively with the filter as an `EXISTS` on `blocks` — the same rule as the engine's
