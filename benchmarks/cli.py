@@ -429,6 +429,34 @@ def bench_pgindex(
 
 
 
+@bench_app.command("pgstateless")
+def bench_pgstateless(
+    sizes: Annotated[str, typer.Option(help="Blocks in the memory, comma-separated (a schema each).")] = "20000",
+    db: Annotated[str | None, typer.Option("--db", help="A postgresql:// URL (its bench_stateless_<n> schemas are "
+                                                        "created); default: a throwaway PostgreSQL.")] = None,
+    base: Annotated[int, typer.Option(help="Real e5 corpus vectors the others are mixed from.")] = 1000,
+    queries: Annotated[int, typer.Option(help="Real e5 query vectors; each searched unscoped and in a channel.")] = 50,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
+) -> None:
+    """PostgreSQL workers with pg_index = memory (indexes loaded per process) vs database (SQL, nothing loaded):
+    worker RSS, cold open, search p50/p95 without the query embedding, and top-1 agreement.
+
+    Example: gieok bench pgstateless --sizes 20000,50000 --json pgstateless.json
+    """
+    from benchmarks.pg import backend_database
+    from benchmarks.pgstateless import run_pgstateless
+
+    counts = _counts(sizes, "--sizes")
+    if db is not None and not is_database_url(db):
+        raise InvalidInputError(f"--db must be a postgresql:// URL, got {db!r}")
+    if base < 100 or queries < 1:
+        raise InvalidInputError("--base must be >= 100 and --queries >= 1")
+    with backend_database("postgres", db, {"shared_buffers": "1GB"}) as url:
+        assert url is not None
+        run_pgstateless(url, json_out, sizes=counts, base=base, queries=queries, cache_dir=cache_dir)
+
+
 @bench_app.command("facts")
 def bench_facts(
     data: Annotated[Path | None, typer.Option("--data", help='JSONL of {"old", "new", "label": '

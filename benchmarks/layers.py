@@ -71,12 +71,9 @@ def _ask_full_and_localized(memory: Memory, q: Question, conv: str, scope: dict[
     tally.full_ms.append((time.perf_counter() - t0) * 1000)
     tally.full_recall.append(tally.recall(q, [h.block.block_index for h in full.hits]))
 
-    vectors = memory.vectors
-    assert vectors is not None  # the benchmark memory embeds every turn
     t0 = time.perf_counter()
-    local = memory.localized.search(memory.working.slots(Scope(channel=conv)), qv, 10, memory.catalog,
-                                    vectors, BM25Filter(Scope(channel=conv)),
-                                    memory.settings.checkpoint_radius)
+    local = memory.localized.search(memory.working.slots(Scope(channel=conv)), qv, 10, memory.indexes,
+                                    BM25Filter(Scope(channel=conv)), memory.settings.checkpoint_radius)
     tally.local_ms.append((time.perf_counter() - t0) * 1000)
     if local:
         tally.local_recall.append((tally.recall(q, [h.block_index for h in local]), tally.full_recall[-1]))

@@ -332,8 +332,7 @@ def test_calibrated_defaults_keep_unrelated_slots_out(tmp_path):
             memory.remember(text, scope={"channel": "c"})
         memory.search("보리 사진", 3, scope={"channel": "c"})
         qv = memory.embedder.embed_query("quarterly tax filing deadline for corporations")
-        local = memory.localized.search(memory.working.slots(Scope(channel="c")), qv, 5, memory.catalog,
-                                        memory.vectors)
+        local = memory.localized.search(memory.working.slots(Scope(channel="c")), qv, 5, memory.indexes)
         assert local == []
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..index.catalog import Catalog
+from ..index.search_index import BlockLookup
 from ..store.layer_tables import CheckpointRow, LayerStore, StoredCheckpoint
 from ..types import Scope, scope_key
 from .working import Clock, Slot
@@ -42,10 +42,10 @@ class CheckpointManager:
     while it was relevant), persisted, at most `max_per_slot` per slot, and the blocks within
     `radius` turns of them for the localized search."""
 
-    def __init__(self, store: LayerStore, catalog_provider: Callable[[], Catalog], *, max_per_slot: int = 5,
+    def __init__(self, store: LayerStore, lookup: BlockLookup, *, max_per_slot: int = 5,
                  radius: int = 15, limit: int = 100, clock: Clock = time.time) -> None:
         self.store = store
-        self._catalog = catalog_provider  # callable: the catalog can be replaced on reindex
+        self.lookup = lookup  # the memory's indexes: in the process or in the database
         self.max_per_slot = max_per_slot
         self.radius_default = radius
         self.limit = limit
@@ -71,10 +71,6 @@ class CheckpointManager:
             for stale in [k for k in self._by_slot if k[0] == key]:
                 del self._by_slot[stale]
             self._by_slot.update(fresh)
-
-    @property
-    def catalog(self) -> Catalog:
-        return self._catalog()
 
     def get(self, slot: Slot) -> list[Checkpoint]:
         with self._lock:
@@ -117,20 +113,13 @@ class CheckpointManager:
         """Block indices within ±r turns of each anchor in the anchor's conversation, nearest
         first, at most `limit` (LOCALIZED_SEARCH_LIMIT)."""
         r = self.radius_default if r is None else r
-        catalog = self.catalog
-        ranked: dict[int, int] = {}  # row -> smallest distance to any anchor
+        ranked: dict[int, int] = {}  # block index -> smallest distance to any anchor
         for checkpoint in self.get(slot):
-            row = catalog.row_of(checkpoint.block_index)
-            if row is None:
-                continue
-            ranked[row] = 0
-            for other, distance in catalog.neighbours(row, r):
+            ranked[checkpoint.block_index] = 0
+            for other, distance in self.lookup.neighbours_of(checkpoint.block_index, r):
                 if distance < ranked.get(other, r + 1):
                     ranked[other] = distance
-        rows = sorted(ranked, key=lambda row: (ranked[row], row))[: self.limit]
-        if not rows:
-            return []
-        return catalog.block_index_of(np.asarray(rows, dtype=np.int64)).tolist()
+        return sorted(ranked, key=lambda index: (ranked[index], index))[: self.limit]
 
     def statistics(self) -> dict[str, Any]:
         with self._lock:

@@ -23,8 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..config import Settings
-from ..index.catalog import Catalog
-from ..index.vector import VectorIndex
+from ..index.search_index import BlockLookup
 from ..store.base import BM25Filter, Store
 from ..types import Block, Hit, Scope, ScoreBreakdown, SearchResult
 from .cache import SearchCache
@@ -78,12 +77,13 @@ class LayeredResult:
 FullSearch = Callable[[np.ndarray | None], SearchResult]
 
 
-class IndexView(Protocol):
+class IndexView(BlockLookup, Protocol):
     """What the layers read of a memory's indexes (`memory.indexes.MemoryIndexes`)."""
 
-    catalog: Catalog
-    vectors: VectorIndex | None
     store: Store
+
+    @property
+    def dimension(self) -> int | None: ...
 
 
 class SearchCoordinator:
@@ -145,11 +145,10 @@ class SearchCoordinator:
         query_vector = embed() if mode != "bm25" else None
         local_hits = None
         if (cfg.checkpoint_enabled and cfg.checkpoint_stage >= 2 and conversation is not None
-                and query_vector is not None and mode == "hybrid" and index.vectors is not None):
+                and query_vector is not None and mode == "hybrid" and index.dimension is not None):
             tried.append("checkpoint")
             slots = self.hybrid.working.slots(conversation)
-            catalog, vectors = index.catalog, index.vectors
-            local = self.localized.search(slots, query_vector, k, catalog, vectors, filt, cfg.checkpoint_radius)
+            local = self.localized.search(slots, query_vector, k, index, filt, cfg.checkpoint_radius)
             local_hits = self._local_hits(local, index)
             answered = cfg.checkpoint_stage >= 3 and len(local_hits) >= cfg.checkpoint_answer_min
             self._record("checkpoint", answered, (time.perf_counter() - started) * 1000)
@@ -181,14 +180,14 @@ class SearchCoordinator:
         """Anchor every slot relevant to this query to the blocks that answered it."""
         threshold = self.localized.min_relevance
         top = hits[: self.checkpoints.max_per_slot]
+        vectors: dict[int, np.ndarray] | None = None
         for slot in self.hybrid.working.slots(conversation):
             if slot.embedding is None or float(np.dot(slot.embedding, query_vector)) <= threshold:
                 continue
-            related = []
-            for hit in top:
-                row = index.catalog.row_of(hit.block.block_index)
-                vector = index.vectors.matrix[row] if row is not None and index.vectors is not None else None
-                related.append((hit.block.block_index, float(hit.breakdown.vector or hit.score), vector))
+            if vectors is None:  # read once, and only when some slot relates to the query
+                vectors = index.vectors_of([hit.block.block_index for hit in top])
+            related = [(hit.block.block_index, float(hit.breakdown.vector or hit.score),
+                        vectors.get(hit.block.block_index)) for hit in top]
             self.checkpoints.create(slot, related)
 
     def _wm_hits(self, results: list[dict[str, Any]], index: IndexView, filt: BM25Filter) -> list[Hit]:

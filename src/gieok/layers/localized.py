@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..index.catalog import Catalog
-from ..index.vector import VectorIndex
+from ..index.search_index import BlockLookup
 from ..store.base import BM25Filter
 from .checkpoints import CheckpointManager
 from .working import Slot
@@ -39,7 +38,7 @@ class LocalizedSearch:
         self.min_relevance = min_relevance
         self.min_similarity = min_similarity
 
-    def search(self, slots: list[Slot], query_vector: np.ndarray, k: int, catalog: Catalog, vectors: VectorIndex,
+    def search(self, slots: list[Slot], query_vector: np.ndarray, k: int, lookup: BlockLookup,
                filt: BM25Filter | None = None, radius: int | None = None) -> list[LocalHit]:
         best: dict[int, LocalHit] = {}
         for slot in slots:
@@ -48,19 +47,13 @@ class LocalizedSearch:
             slot_relevance = float(np.dot(slot.embedding, query_vector))
             if slot_relevance <= self.min_relevance:
                 continue
-            indices = self.checkpoints.radius(slot, radius)
-            rows = [r for r in (catalog.row_of(i) for i in indices) if r is not None]
-            if filt is not None:
-                rows = [r for r in rows if catalog.passes(r, filt.scope, filt.kinds, filt.since, filt.until)]
-            else:
-                alive = catalog.alive()
-                rows = [r for r in rows if alive[r]]
-            if not rows:
+            indices = lookup.live_among(self.checkpoints.radius(slot, radius), filt)
+            vectors = lookup.vectors_of(indices)
+            block_indices = [i for i in indices if i in vectors]
+            if not block_indices:
                 continue
-            row_array = np.asarray(rows, dtype=np.int64)
-            sims = vectors.matrix[row_array] @ query_vector
-            block_indices = catalog.block_index_of(row_array)
-            for block_index, sim in zip(block_indices.tolist(), sims.tolist()):
+            sims = np.stack([vectors[i] for i in block_indices]) @ query_vector
+            for block_index, sim in zip(block_indices, sims.tolist()):
                 if sim < self.min_similarity:
                     continue
                 score = 0.7 * sim + 0.3 * slot_relevance

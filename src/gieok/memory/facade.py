@@ -89,7 +89,7 @@ class Memory:
             raise
 
     def _init_layers(self) -> None:
-        self.layers = LayerStack(self.store, self.settings, self.tokenizer, lambda: self.catalog,
+        self.layers = LayerStack(self.store, self.settings, self.tokenizer, self.indexes,
                                  self._write_note, self.events.emit)
         stack = self.layers  # the parts, by the names callers have always used
         self.working, self.stm, self.hybrid = stack.working, stack.stm, stack.hybrid
@@ -282,9 +282,7 @@ class Memory:
             raise InvalidInputError(f"window must be an integer from 0 to 50, got {window!r}")
         with self._lock:
             self.indexes.sync()
-            row = self.catalog.row_of(block_index)
-            rows = [r for r, _ in self.catalog.neighbours(row, window)] if row is not None else []
-            indices = [int(i) for i in self.catalog.block_index_of(np.array(rows, dtype=np.int64))]
+            indices = [i for i, _ in self.indexes.neighbours_of(block_index, window)]
         around = [b for b in self.store.get_many(indices).values() if not b.forgotten]
         return sorted([*around, block], key=lambda b: (b.conv_pos or 0, b.block_index))
 
@@ -363,11 +361,10 @@ class Memory:
     def stats(self) -> Stats:
         self._check_open()
         counts = self.store.counts()
-        vectors = self.indexes.vectors
         return Stats(path=self.location, blocks=counts["blocks"], live_blocks=counts["blocks"] - counts["forgotten"],
                      forgotten_blocks=counts["forgotten"], by_kind=counts["by_kind"], channels=counts["channels"],
                      embedder=self.store.get_meta("embedder") or f"{self._embedder_spec} (not used yet)",
-                     dimension=self.indexes.dimension or 0, vector_index=vectors.kind if vectors else "empty",
+                     dimension=self.indexes.dimension or 0, vector_index=self.indexes.vector_kind,
                      schema_version=self.store.schema_version(), file_bytes=self.store.size_bytes())
 
     def verify(self) -> VerifyReport:

@@ -1,26 +1,33 @@
-"""The in-process indexes of one memory, kept in step with the store behind one object.
+"""The indexes of one memory, kept in step with the store behind one object.
 
-The catalog (a row per block: scope, kind, time, position in its conversation, alive), the
-vector index and the BM25 postings load once when a memory opens and then follow every commit
-incrementally: this process's (`after_append`, `erase`) and other processes' (`sync` reads the
-store's change token and catches up). The retriever ranks over them.
+In the process (SQLite; PostgreSQL with `pg_index = "memory"`): the catalog (a row per block:
+scope, kind, time, position in its conversation, alive), the vector index and the BM25 postings
+load once when a memory opens and then follow every commit incrementally: this process's
+(`after_append`, `erase`) and other processes' (`sync` reads the store's change token and catches
+up). In the database (PostgreSQL with `pg_index = "database"`): nothing loads; the store answers
+every question with SQL (`index/search_index.py`), and a commit anywhere only drops the
+statistics it cached. Either way the retriever ranks over a `SearchIndex`, and the layers ask
+this object by block index (`BlockLookup`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..config import Settings
 from ..index.bm25 import BM25Index
 from ..index.catalog import Catalog
+from ..index.in_process import InProcessIndex
+from ..index.search_index import DatabaseIndexed, SearchIndex
 from ..index.store_ann import StoreANN
 from ..index.vector import AnnParams, VectorIndex
 from ..retrieval.hybrid import HybridRetriever, RetrievalParams
 from ..retrieval.ranker import shipped_ranker
-from ..store.base import IndexRows, Store, VectorSearchStore
+from ..store.base import BM25Filter, IndexRows, Store, VectorSearchStore
 from ..text.dates import resolve_zone
 from ..text.tokenize import Tokenizer
 from ..types import Block
@@ -47,7 +54,14 @@ class MemoryIndexes:
         self.vectors: VectorIndex | None = None
         self.bm25: BM25Index | None = None
         self.retriever: HybridRetriever | None = None
+        self.search_index: SearchIndex | None = None
+        # PostgreSQL can answer every question itself: then no copy of the data is loaded here
+        self.database: Any = (store.database_index(ann_threshold=settings.ann_threshold,
+                                                   cache_size=settings.pg_index_cache)
+                              if settings.pg_index == "database" and isinstance(store, DatabaseIndexed) else None)
         self.change_token = store.change_token()
+        if self.database is not None:
+            self.search_index = self.database
         if self.dimension is not None:
             self.load()
 
@@ -61,8 +75,22 @@ class MemoryIndexes:
         self.dimension = dimension
         self.load()
 
+    @property
+    def vector_kind(self) -> str:
+        if self.database is not None:
+            return "pgvector-hnsw (database)"
+        return self.vectors.kind if self.vectors is not None else "empty"
+
+    def _retriever(self, index: SearchIndex) -> HybridRetriever:
+        return HybridRetriever(index, self.tokenizer, RetrievalParams.from_settings(self.settings),
+                               ranker=shipped_ranker() if self.settings.ranker == "learned" else None,
+                               zone=resolve_zone(self.settings.timezone))
+
     def load(self) -> None:
         assert self.dimension is not None
+        if self.database is not None:
+            self.retriever = self._retriever(self.database)
+            return
         self.catalog = Catalog()
         external = StoreANN(self.store, lambda: self.catalog) if isinstance(self.store, VectorSearchStore) else None
         self.vectors = VectorIndex(self.dimension, self.ann_params(), external=external)
@@ -76,13 +104,11 @@ class MemoryIndexes:
         dead = np.flatnonzero(~self.catalog.alive()).tolist()
         if dead:  # a saved graph may predate a forget made elsewhere: erase again, it is cheap
             self.vectors.zero_rows(dead)
-        self.retriever = HybridRetriever(self.store, self.catalog, self.vectors, self.tokenizer,
-                                         RetrievalParams.from_settings(self.settings), self.bm25,
-                                         ranker=shipped_ranker() if self.settings.ranker == "learned" else None,
-                                         zone=resolve_zone(self.settings.timezone))
+        self.search_index = InProcessIndex(self.catalog, self.vectors, self.bm25, self.store)
+        self.retriever = self._retriever(self.search_index)
 
     def _load_tokens(self, after_block_index: int) -> None:
-        if self.bm25 is None:
+        if self.bm25 is None or self.database is not None:
             return
         pairs = self.store.load_tokens(after_block_index)
         if not pairs:
@@ -105,10 +131,14 @@ class MemoryIndexes:
             return
         self.change_token = token
         self.on_foreign_change()  # another process wrote: nothing cached may be trusted
+        if self.database is not None:
+            self.database.changed()
         if self.dimension is None:
             recorded = self.store.get_meta("dimension")
             if recorded:
                 self.adopt(int(recorded))
+            return
+        if self.database is not None:
             return
         self.catch_up()
         forgotten = self.store.forgotten_indices()
@@ -122,6 +152,9 @@ class MemoryIndexes:
         self.change_token = self.store.change_token()
 
     def catch_up(self) -> None:
+        if self.database is not None:
+            self.database.changed()
+            return
         assert self.dimension is not None and self.vectors is not None
         after = self.catalog.last_block_index
         rows = self.store.load_index_rows(after, self.dimension)
@@ -130,6 +163,9 @@ class MemoryIndexes:
         self._load_tokens(after)
 
     def after_append(self, blocks: list[Block], vectors: np.ndarray, tokens: list[list[str]]) -> None:
+        if self.database is not None:
+            self.database.changed()  # the scope statistics it cached count one block less
+            return
         assert self.vectors is not None
         if not blocks:
             return
@@ -157,6 +193,9 @@ class MemoryIndexes:
 
     def erase(self, block_indices: Sequence[int]) -> None:
         """Blocks this process just forgot: out of the vectors and the postings."""
+        if self.database is not None:
+            self.database.changed()
+            return
         if self.vectors is None:
             return
         if self.catalog.last_block_index < self.store.last_block_index():
@@ -171,7 +210,21 @@ class MemoryIndexes:
             for row in rows:
                 self.bm25.remove(row)
 
-    # -- reading -----------------------------------------------------------------------------
+    # -- reading by block index (BlockLookup: the layers, the facade, the write path) -------------
     def vector_of(self, block_index: int) -> np.ndarray | None:
-        row = self.catalog.row_of(block_index)
-        return self.vectors.matrix[row].copy() if row is not None and self.vectors is not None else None
+        found = self.vectors_of([block_index]).get(block_index)
+        return None if found is None else found.copy()
+
+    def vectors_of(self, block_indices: Sequence[int]) -> dict[int, np.ndarray]:
+        return self.search_index.vectors_of(block_indices) if self.search_index is not None else {}
+
+    def neighbours_of(self, block_index: int, window: int) -> list[tuple[int, int]]:
+        return self.search_index.neighbours_of(block_index, window) if self.search_index is not None else []
+
+    def live_among(self, block_indices: Sequence[int], filt: BM25Filter | None) -> list[int]:
+        return self.search_index.live_among(block_indices, filt) if self.search_index is not None else []
+
+    def last_turns(self, channel: str, n: int) -> list[int]:
+        if self.search_index is None:
+            return self.catalog.last_turns(channel, n)
+        return self.search_index.last_turns(channel, n)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..config import Settings
-from ..index.catalog import Catalog
+from ..index.search_index import BlockLookup
 from ..layers.cache import SearchCache
 from ..layers.checkpoints import CheckpointManager
 from ..layers.coordinator import CoordinatorConfig, SearchCoordinator
@@ -39,7 +39,7 @@ def _conversation(scope: Scope | Mapping[str, Any] | None) -> Scope:
 class LayerStack:
     """Working memory, STM, checkpoints, localized search, cache and coordinator over one store."""
 
-    def __init__(self, store: Store, settings: Settings, tokenizer: Tokenizer, catalog: Callable[[], Catalog],
+    def __init__(self, store: Store, settings: Settings, tokenizer: Tokenizer, lookup: BlockLookup,
                  write_note: NoteWriter, emit: Callable[[str, dict[str, Any]], None]) -> None:
         s = settings
         self.store = store
@@ -51,7 +51,7 @@ class LayerStack:
         self.stm = ShortTermMemory(store.layers, tokenizer, self._promote_entry, ttl_seconds=s.stm_ttl_seconds,
                                    promote_importance=s.stm_promote_importance)
         self.hybrid = HybridSTM(self.working, self.stm, s.stm_mode)
-        self.checkpoints = CheckpointManager(store.layers, catalog, max_per_slot=s.max_checkpoints_per_slot,
+        self.checkpoints = CheckpointManager(store.layers, lookup, max_per_slot=s.max_checkpoints_per_slot,
                                              radius=s.checkpoint_radius, limit=s.localized_search_limit)
         self.localized = LocalizedSearch(self.checkpoints, min_relevance=s.min_relevance_threshold,
                                          min_similarity=s.checkpoint_min_similarity)

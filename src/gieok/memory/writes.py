@@ -49,7 +49,7 @@ class WritePath:
         """The channel's last stored turns, oldest first (forgotten ones with no text)."""
         with self.lock:
             self.indexes.sync()
-            indices = self.indexes.catalog.last_turns(channel, self.settings.embed_context_turns)
+            indices = self.indexes.last_turns(channel, self.settings.embed_context_turns)
         found = self.store.get_many(indices)
         return [ingest.passage_source(b) for b in (found[i] for i in indices if i in found)]
 

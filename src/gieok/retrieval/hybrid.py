@@ -31,10 +31,8 @@ from datetime import UTC, tzinfo
 import numpy as np
 
 from ..config import Settings
-from ..index.bm25 import BM25Index
-from ..index.catalog import Catalog
-from ..index.vector import VectorIndex
-from ..store.base import BM25Filter, Store
+from ..index.search_index import CandidateFacts, ScopedSearch, SearchIndex
+from ..store.base import BM25Filter
 from ..text.tokenize import Tokenizer
 from ..types import Scope, ScoreBreakdown
 from .ranker import FEATURES, LearnedRanker, candidate_features, display_scores, query_context
@@ -93,8 +91,8 @@ class SearchRequest:
 
 @dataclass
 class _Pool:
-    """The candidates of one search as columns; `rows` (catalog rows) ascending, ranks 0
-    where a signal did not find the row."""
+    """The candidates of one search as columns; `rows` (the index's ids: catalog rows or block
+    indices) ascending, ranks 0 where a signal did not find the row."""
 
     rows: np.ndarray
     bm25: np.ndarray
@@ -148,17 +146,13 @@ class HybridRetriever:
     turns, scored by the learned ranker (or fused + neighbour shares), plus importance and
     recency bonuses; every hit keeps its score breakdown."""
 
-    def __init__(self, store: Store, catalog: Catalog, vectors: VectorIndex, tokenizer: Tokenizer,
-                 params: RetrievalParams, bm25: BM25Index | None = None, *,
+    def __init__(self, index: SearchIndex, tokenizer: Tokenizer, params: RetrievalParams, *,
                  ranker: LearnedRanker | None = None, zone: tzinfo = UTC) -> None:
-        self.store = store
-        self.bm25 = bm25
-        self.catalog = catalog
-        self.vectors = vectors
+        self.index = index
         self.tokenizer = tokenizer
         self.params = params
-        # The ranker reads token counts from the in-memory BM25 index; without it, fusion ranks.
-        self.ranker = ranker if bm25 is not None else None
+        # The ranker reads token counts the index may not know (bm25_engine = "fts5"); then fusion ranks.
+        self.ranker = ranker if index.text_features else None
         self.zone = zone
 
     def rank(self, request: SearchRequest, query_vector: np.ndarray | None,
@@ -166,61 +160,54 @@ class HybridRetriever:
         """Return (block_index, breakdown) best first, at most request.k + slack (the caller
         may drop duplicates)."""
         timings = timings if timings is not None else {}
-        pool = self._candidates(request, query_vector, timings)
+        scoped = self.index.scoped(BM25Filter(request.scope, request.kinds, request.since, request.until))
+        pool = self._candidates(scoped, request, query_vector, timings)
         if not len(pool):
             return []
         started = time.perf_counter()
         self._fuse(pool, request.mode)
-        self._spread(pool, request)
+        self._spread(pool, request, scoped)
+        facts = self.index.facts(pool.rows)
         learned = features = None
         if self.ranker is not None and request.mode == "hybrid":
-            features = self._features(pool, request)
+            features = self._features(pool, facts, request)
             learned = self.ranker.scores(features)
-        top = self._finalise(pool, learned, request.k + slack)
+        top = self._finalise(pool, facts, learned, request.k + slack)
         if features is not None:
             assert self.ranker is not None
             for (_, b), parts in zip(top, self.ranker.parts(features[[i for i, _ in top]])):
                 b.parts = parts
-        block_indices = self.catalog.block_index_of(pool.rows[[i for i, _ in top]])
+        block_indices = self.index.block_indices(pool.rows[[i for i, _ in top]])
         timings["fuse_ms"] = (time.perf_counter() - started) * 1000
         return [(int(bi), b) for bi, (_, b) in zip(block_indices.tolist(), top)]
 
     def ranking_candidates(self, request: SearchRequest, query_vector: np.ndarray | None) -> RankingCandidates:
         """Every hybrid candidate of `request` with its features (see RankingCandidates)."""
-        if self.bm25 is None:
+        if not self.index.text_features:
             raise ValueError("ranking features need the in-memory BM25 index (bm25_engine = memory)")
-        pool = self._candidates(request, query_vector, {})
+        scoped = self.index.scoped(BM25Filter(request.scope, request.kinds, request.since, request.until))
+        pool = self._candidates(scoped, request, query_vector, {})
         self._fuse(pool, request.mode)
-        self._spread(pool, request)
-        features = self._features(pool, request)
-        return RankingCandidates(self.catalog.block_index_of(pool.rows).astype(np.int64), features,
+        self._spread(pool, request, scoped)
+        features = self._features(pool, self.index.facts(pool.rows), request)
+        return RankingCandidates(self.index.block_indices(pool.rows).astype(np.int64), features,
                                  pool.fused + pool.neighbour)
 
     # -- steps ------------------------------------------------------------------------------
-    def _candidates(self, request: SearchRequest, query_vector: np.ndarray | None,
+    def _candidates(self, scoped: ScopedSearch, request: SearchRequest, query_vector: np.ndarray | None,
                     timings: dict[str, float]) -> _Pool:
         """BM25 and vector candidates with their scores and ranks."""
         p = self.params
-        rows = self.catalog.candidate_rows(request.scope, request.kinds, request.since, request.until)
         limit = max(p.candidates, request.k)  # never fewer candidates than hits asked for
         empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
         bm25_found, vector_found = empty, empty
         if request.mode in ("hybrid", "bm25"):
             started = time.perf_counter()
-            tokens = self.tokenizer.tokens(request.query)
-            if self.bm25 is not None:
-                bm25_found = self.bm25.search(tokens, limit, self.catalog.alive(), rows)
-            else:
-                filt = BM25Filter(request.scope, request.kinds, request.since, request.until)
-                pairs = [(row, score) for row, score in
-                         ((self.catalog.row_of(bi), score) for bi, score in self.store.bm25(tokens, filt, limit))
-                         if row is not None]
-                bm25_found = (np.asarray([r for r, _ in pairs], dtype=np.int64),
-                              np.asarray([s for _, s in pairs], dtype=np.float64))
+            bm25_found = scoped.bm25(self.tokenizer.tokens(request.query), limit)
             timings["bm25_ms"] = (time.perf_counter() - started) * 1000
         if request.mode in ("hybrid", "vector") and query_vector is not None:
             started = time.perf_counter()
-            vector_found = self.vectors.search(query_vector, limit, rows, self.catalog.alive())
+            vector_found = scoped.nearest(query_vector, limit)
             timings["vector_ms"] = (time.perf_counter() - started) * 1000
         return _Pool.of(np.asarray(bm25_found[0], dtype=np.int64), np.asarray(bm25_found[1], dtype=np.float64),
                         np.asarray(vector_found[0], dtype=np.int64), np.asarray(vector_found[1], dtype=np.float64))
@@ -246,7 +233,7 @@ class HybridRetriever:
         pool.fused = (wb * np.where(found_b, pool.bm25 / bm25_max, 0.0)
                       + wv * np.where(found_v, (pool.vector - v_lo) / span, 0.0))
 
-    def _spread(self, pool: _Pool, request: SearchRequest) -> None:
+    def _spread(self, pool: _Pool, request: SearchRequest, scoped: ScopedSearch) -> None:
         """Each of the `neighbour_sources` best candidates by fused score passes
         neighbour_weight · fused / distance to the turns within ±neighbour_window of it; turns
         it reaches that pass the filters join the pool."""
@@ -255,7 +242,7 @@ class HybridRetriever:
                 and p.neighbour_window > 0):
             return
         sources = np.lexsort((pool.rows, -pool.fused))[: p.neighbour_sources]
-        source_at, targets, distance = self.catalog.neighbour_rows(pool.rows[sources], p.neighbour_window)
+        source_at, targets, distance = self.index.neighbour_ids(pool.rows[sources], p.neighbour_window)
         if targets.shape[0] == 0:
             return
         shares = p.neighbour_weight * pool.fused[sources][source_at] / distance
@@ -263,20 +250,19 @@ class HybridRetriever:
         known = pool.rows[at] == targets
         if not known.all():
             new = np.unique(targets[~known])
-            new = new[self.catalog.passes_many(new, request.scope, request.kinds, request.since, request.until)]
+            new = new[scoped.passing(new)]
             if new.shape[0]:
                 pool.add_rows(new)
                 at = np.minimum(np.searchsorted(pool.rows, targets), len(pool) - 1)
                 known = pool.rows[at] == targets
         np.add.at(pool.neighbour, at[known], shares[known])
 
-    def _features(self, pool: _Pool, request: SearchRequest) -> np.ndarray:
-        assert self.bm25 is not None
+    def _features(self, pool: _Pool, facts: CandidateFacts, request: SearchRequest) -> np.ndarray:
         query = query_context(request.query, time.time(), self.zone, request.speaker_names)
-        return candidate_features(pool.rows, pool.bm25, pool.bm25_rank, pool.vector_rank, pool.fused,
-                                  self.catalog, self.bm25, query)
+        return candidate_features(pool.bm25, pool.bm25_rank, pool.vector_rank, pool.fused, facts, query)
 
-    def _finalise(self, pool: _Pool, learned: np.ndarray | None, limit: int) -> list[tuple[int, ScoreBreakdown]]:
+    def _finalise(self, pool: _Pool, facts: CandidateFacts, learned: np.ndarray | None,
+                  limit: int) -> list[tuple[int, ScoreBreakdown]]:
         """The `limit` best (pool index, breakdown): scored by the learned ranker (mapped into
         (0, 1]) when given, else fused + neighbour shares over the best; then the importance and
         recency terms. Ties go to the older block."""
@@ -288,10 +274,10 @@ class HybridRetriever:
             final = base / (float(base.max(initial=0.0)) or 1.0)
         importance = recency = None
         if p.importance_weight:
-            importance = p.importance_weight * self.catalog.importance(pool.rows).astype(np.float64)
+            importance = p.importance_weight * facts.importance.astype(np.float64)
             final = final + importance
         if p.recency_weight:
-            age_days = np.maximum(0.0, time.time() - self.catalog.event_time(pool.rows)) / 86_400
+            age_days = np.maximum(0.0, time.time() - facts.event_time) / 86_400
             recency = p.recency_weight * np.power(0.5, age_days / max(p.recency_half_life_days, 1e-9))
             final = final + recency
         final = np.where(np.isfinite(final), final, 0.0)

@@ -35,8 +35,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..index.bm25 import BM25Index
-from ..index.catalog import Catalog
+from ..index.search_index import CandidateFacts
 from ..text.dates import DateQuery, asks_when, question_dates
 from ..text.romanize import hangul_name_keys, latin_name_keys, name_key
 
@@ -113,12 +112,11 @@ def _speaker_forms(name: str) -> tuple[str, str | None, str | None]:
     return folded, None, key if len(key) >= 4 and _LATIN.search(folded) else None
 
 
-def _named_speakers(codes: np.ndarray, catalog: Catalog, query: QueryContext) -> np.ndarray:
+def _named_speakers(codes: np.ndarray, names: Sequence[str], query: QueryContext) -> np.ndarray:
     """1.0 where the row's speaker (two characters or more), or the name the caller gave for
     it, occurs in the query, as written or in the other script ("Minji" for 민지, "다니엘은" for
     Daniel)."""
     out = np.zeros(codes.shape[0], dtype=np.float64)
-    names = catalog.speakers.values
     for code in set(codes.tolist()):
         if not code:
             continue
@@ -151,11 +149,11 @@ def _in_named_time(times: np.ndarray, dates: DateQuery, zone: tzinfo) -> np.ndar
     return out
 
 
-def candidate_features(rows: np.ndarray, bm25_scores: np.ndarray, bm25_rank: np.ndarray, vector_rank: np.ndarray,
-                       fused: np.ndarray, catalog: Catalog, bm25: BM25Index, query: QueryContext) -> np.ndarray:
-    """The (candidates × FEATURES) matrix. Per candidate: catalog row, BM25 score, BM25 and
-    vector ranks (0 where not found), fused score."""
-    n = rows.shape[0]
+def candidate_features(bm25_scores: np.ndarray, bm25_rank: np.ndarray, vector_rank: np.ndarray,
+                       fused: np.ndarray, facts: CandidateFacts, query: QueryContext) -> np.ndarray:
+    """The (candidates × FEATURES) matrix. Per candidate: BM25 score, BM25 and vector ranks (0
+    where not found), fused score, and what the index knows of it (`facts`)."""
+    n = bm25_scores.shape[0]
     x = np.zeros((n, len(FEATURES)), dtype=np.float64)
     if n == 0:
         return x
@@ -169,7 +167,7 @@ def candidate_features(rows: np.ndarray, bm25_scores: np.ndarray, bm25_rank: np.
     x[:, _INDEX["fused"]] = fused
 
     # Neighbours looked up in bulk: turns at offset d of a candidate have its sequence key + d.
-    keys = catalog.sequence_keys(rows)
+    keys = facts.sequence_keys
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
     wanted = keys[None, :] + _OFFSETS[:, None]
@@ -177,7 +175,7 @@ def candidate_features(rows: np.ndarray, bm25_scores: np.ndarray, bm25_rank: np.
     hit = (keys >= 0)[None, :] & (sorted_keys[at] == wanted)
     x[:, _NEIGHBOUR_COLUMNS] = np.where(hit, fused[order[at]], 0.0).T
 
-    doc_hangul = bm25.hangul_shares(rows).astype(np.float64)
+    doc_hangul = facts.hangul_shares.astype(np.float64)
     x[:, _INDEX["script_gap"]] = np.abs(query.hangul_share - doc_hangul)
     # Multilingual embeddings score a passage in the query's language higher: rank the vector
     # candidates of each script apart, so an answer in the other language is not buried.
@@ -187,14 +185,14 @@ def candidate_features(rows: np.ndarray, bm25_scores: np.ndarray, bm25_rank: np.
         korean = doc_hangul[by_rank] >= 0.5
         within = np.where(korean, np.cumsum(korean), np.cumsum(~korean))  # rank among the same script
         x[by_rank, _INDEX["vector_script_rank"]] = 1.0 / within
-    lengths = bm25.doc_lengths(rows).astype(np.float64)
+    lengths = facts.doc_lengths.astype(np.float64)
     x[:, _INDEX["length"]] = np.log1p(lengths)
     x[:, _INDEX["short"]] = lengths <= 2
-    x[:, _INDEX["speaker_named"]] = _named_speakers(catalog.speaker_codes(rows), catalog, query)
+    x[:, _INDEX["speaker_named"]] = _named_speakers(facts.speaker_codes, facts.speaker_names, query)
     if query.dates:
-        x[:, _INDEX["date_named"]] = _in_named_time(catalog.event_time(rows), query.dates, query.zone)
+        x[:, _INDEX["date_named"]] = _in_named_time(facts.event_time, query.dates, query.zone)
     if query.asks_when:
-        x[:, _INDEX["time_answer"]] = bm25.time_mentions(rows)
+        x[:, _INDEX["time_answer"]] = facts.time_mentions
     x[:, _SCALED_COLUMNS] = query.hangul_share * x[:, _SCALE_SOURCES]
     return x
 

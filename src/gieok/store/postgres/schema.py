@@ -230,6 +230,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX dashboard_sessions_by_key ON dashboard_sessions(key_id);
     """,
+    # 11: `pg_index = "database"` answers filters in SQL (index/search_index.py): time ranges and kinds
+    # need indexes of their own (scope columns and conversation positions have theirs since 1), and
+    # the live blocks of a scope are counted for BM25's statistics without visiting forgotten ones.
+    """
+    CREATE INDEX blocks_by_time ON blocks(event_time);
+    CREATE INDEX blocks_by_kind ON blocks(kind, event_time);
+    CREATE INDEX blocks_by_channel_live ON blocks(channel, block_index) WHERE forgotten_at IS NULL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

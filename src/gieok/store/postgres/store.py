@@ -42,7 +42,9 @@ from ..sessions import SessionStore, SessionTable
 from ..sql import SqlWriter
 from ..urls import display_url, split_url
 from .bm25 import bm25_query
+from .filters import filter_sql
 from .migrate import migrate
+from .search_index import PostgresSearchIndex
 from .session import PgSession, translate
 from .vectors import hnsw_index_sql, vector_search_sql
 
@@ -253,7 +255,7 @@ class PostgresStore:
 
     def list_blocks(self, filt: BM25Filter, *, before: int | None, limit: int) -> list[Block]:
         """Live blocks matching the filter, newest first, with indices below `before` (a cursor)."""
-        conditions, params = _filter_sql(filt, "")
+        conditions, params = filter_sql(filt, "")
         conditions.insert(0, "forgotten_at IS NULL")
         if before is not None:
             conditions.append("block_index < ?")
@@ -277,9 +279,13 @@ class PostgresStore:
         terms = list(dict.fromkeys(t for t in tokens if t))
         if not terms or limit <= 0:
             return []
-        conditions, params = _filter_sql(filt, "b.")
+        conditions, params = filter_sql(filt, "b.")
         rows = self.db.fetch(bm25_query(conditions), [terms, *params, limit])
         return [(int(i), float(s)) for i, s in rows]
+
+    def database_index(self, *, ann_threshold: int, cache_size: int) -> PostgresSearchIndex:
+        """The search index that answers in SQL (`pg_index = "database"`): nothing loaded per process."""
+        return PostgresSearchIndex(self.db, ann_threshold=ann_threshold, cache_size=cache_size)
 
     def vector_search(self, query: np.ndarray, k: int, allowed: bytes | None,
                       max_block_index: int) -> tuple[np.ndarray, np.ndarray]:
@@ -361,23 +367,3 @@ class PostgresStore:
 
     def verify(self) -> VerifyReport:
         return verify_chain(self.iter_blocks(batch=2000))
-
-
-def _filter_sql(filt: BM25Filter, prefix: str) -> tuple[list[str], list[Any]]:
-    conditions: list[str] = []
-    params: list[Any] = []
-    for column, value in (("guild", filt.scope.guild), ("channel", filt.scope.channel),
-                          ("user_id", filt.scope.user)):
-        if value is not None:
-            conditions.append(f"{prefix}{column} = ?")
-            params.append(value)
-    if filt.kinds:
-        conditions.append(f"{prefix}kind = ANY(?)")
-        params.append(list(filt.kinds))
-    if filt.since is not None:
-        conditions.append(f"{prefix}event_time >= ?")
-        params.append(filt.since)
-    if filt.until is not None:
-        conditions.append(f"{prefix}event_time <= ?")
-        params.append(filt.until)
-    return conditions, params

@@ -1,0 +1,195 @@
+"""`gieok bench pgstateless`: a worker on PostgreSQL with `pg_index = "memory"` (the catalog,
+vectors and BM25 postings loaded into the process) against `pg_index = "database"` (SQL, nothing
+loaded): the worker's RSS, the time to open a memory cold, search p50/p95 without the query
+embedding, and whether the two rank alike.
+
+**The data.** N texts of the benchmark corpus (`bench.corpus`: generated bilingual chat, so BM25
+sees real tokens); their vectors are mixed from the real e5 passage vectors of the first `base`
+texts as `bench pgindex` does (`mixed_vectors`: embedding 100k passages takes hours on two cores).
+The queries are real e5 query vectors of the corpus queries, computed once here and handed to the
+workers, which never load the model (`PreEmbedded`): the search is measured without the embedding.
+
+**The workers.** Each mode runs in a fresh process (`python -m benchmarks.pgstateless`), so its RSS
+is its own: the Korean analyser is loaded first, then the memory is opened (timed: `open_cold_s`),
+then every query searched once unscoped and once in the largest channel (hybrid, k 10, no layers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from benchmarks.corpus import generate_messages, generate_queries
+from benchmarks.embed_cache import corpus_vectors
+from benchmarks.pgindex import mixed_vectors
+from benchmarks.report import p50_p95, print_and_write, results_table, table_console
+from gieok import Memory
+from gieok.store.factory import open_store
+from gieok.store.urls import with_schema
+
+__all__ = ["measure_pgstateless", "run_pgstateless", "PreEmbedded"]
+
+MODES = ("memory", "database")
+FILL_CHUNK = 2000
+
+
+class PreEmbedded:
+    """The recorded embedder's name and dimension, for a worker whose queries arrive embedded:
+    it must never embed (a call is a bug in the benchmark, not a fallback)."""
+
+    def __init__(self, name: str, dimension: int) -> None:
+        self.name = name
+        self.dimension = dimension
+
+    def embed_passages(self, texts: Any) -> np.ndarray:
+        raise RuntimeError("the benchmark's workers search with query vectors only")
+
+    embed_queries = embed_passages
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def worker(url: str, mode: str, query_file: str, channel: str) -> dict[str, Any]:
+    """One worker process's measurements (run in a child: `main`)."""
+    from gieok.text.tokenize import get_tokenizer
+
+    get_tokenizer().tokens("워밍업 문장입니다 warm-up sentence")  # the analyser is every worker's, in both modes
+    queries = np.load(query_file)
+    recorded = open_store(url)
+    name, dimension = recorded.get_meta("embedder"), int(recorded.get_meta("dimension") or 0)
+    recorded.close()
+    rss_before = _rss_mb()
+    t0 = time.perf_counter()
+    memory = Memory(url, pg_index=mode, embedder=PreEmbedded(str(name), dimension))
+    len(memory)  # one query: the memory is open and usable
+    open_s = time.perf_counter() - t0
+    rss_open = _rss_mb()
+    timings: dict[str, list[float]] = {"all": [], "channel": []}
+    ranked: dict[str, list[list[int]]] = {"all": [], "channel": []}
+    for vector in queries:
+        for where, scope in (("all", None), ("channel", {"channel": channel})):
+            t = time.perf_counter()
+            text = _QUERY_TEXTS[len(ranked[where]) % len(_QUERY_TEXTS)]
+            result = memory.search(text, 10, scope=scope, layers=False, query_vector=vector)
+            timings[where].append((time.perf_counter() - t) * 1000)
+            ranked[where].append([h.block.block_index for h in result.hits])
+    memory.close()
+    return {"mode": mode, "rss_before_mb": rss_before, "rss_open_mb": rss_open, "rss_after_mb": _rss_mb(),
+            "open_cold_s": open_s, "timings_ms": timings, "ranked": ranked}
+
+
+_QUERY_TEXTS: list[str] = []
+
+
+def _fill(url: str, n: int, base: int, cache_dir: Path | None) -> tuple[np.ndarray, str, float]:
+    """N corpus blocks into a fresh schema: (query vectors, the largest channel, adds per second)."""
+    messages = generate_messages(n)
+    with Memory(url, pg_index="memory") as memory:
+        real = corpus_vectors(memory.embedder, [m.text for m in messages[:base]], cache_dir)
+        vectors, _ = mixed_vectors(real, n)
+        started = time.perf_counter()
+        for start in range(0, n, FILL_CHUNK):
+            part = messages[start : start + FILL_CHUNK]
+            memory.add_many([{"text": m.text, "scope": {"guild": m.guild, "channel": m.channel}, "speaker": m.speaker,
+                              "event_time": m.timestamp} for m in part], vectors=vectors[start : start + len(part)])
+        adds_per_s = n / (time.perf_counter() - started)
+        queries = np.stack([memory.embedder.embed_query(q) for q in _QUERY_TEXTS])
+    counts: dict[str, int] = {}
+    for m in messages:
+        counts[m.channel] = counts.get(m.channel, 0) + 1
+    return queries, max(counts, key=lambda c: counts[c]), adds_per_s
+
+
+def measure_pgstateless(url: str, sizes: list[int], *, base: int = 1000, queries: int = 50,
+                        cache_dir: Path | None = None) -> dict[str, Any]:
+    _QUERY_TEXTS[:] = generate_queries(queries)
+    results: list[dict[str, Any]] = []
+    for n in sizes:
+        location = with_schema(url, f"bench_stateless_{n}")
+        query_vectors, channel, adds_per_s = _fill(location, n, base, cache_dir)
+        with tempfile.TemporaryDirectory(prefix="gieok-stateless-") as tmp:
+            query_file = str(Path(tmp) / "queries.npy")
+            np.save(query_file, query_vectors)
+            runs = {mode: _run_worker(location, mode, query_file, channel) for mode in MODES}
+        memory_run, database_run = runs["memory"], runs["database"]
+        agreement: dict[str, Any] = {}
+        for where in ("all", "channel"):
+            pairs = list(zip(memory_run["ranked"][where], database_run["ranked"][where]))
+            agreement[where] = {
+                "top1_same": float(np.mean([bool(a and b and a[0] == b[0]) for a, b in pairs])),
+                "top10_overlap": float(np.mean([len(set(a) & set(b)) / max(1, len(a)) for a, b in pairs])),
+            }
+        row: dict[str, Any] = {"blocks": n, "channel_blocks": channel, "adds_per_s": adds_per_s, "agreement": agreement}
+        for mode, run in runs.items():
+            row[mode] = {
+                "worker_rss_mb": run["rss_after_mb"], "rss_before_open_mb": run["rss_before_mb"],
+                "rss_after_open_mb": run["rss_open_mb"], "open_cold_s": run["open_cold_s"],
+                "search_p50_ms": {w: p50_p95(run["timings_ms"][w])["p50"] for w in ("all", "channel")},
+                "search_p95_ms": {w: p50_p95(run["timings_ms"][w])["p95"] for w in ("all", "channel")},
+            }
+        results.append(row)
+    last = results[-1]
+    return {
+        # the issue's keys, for the database mode (the proposed default on PostgreSQL)
+        "blocks": last["blocks"], "worker_rss_mb": last["database"]["worker_rss_mb"],
+        "open_cold_s": last["database"]["open_cold_s"],
+        "search_p50_ms": {str(r["blocks"]): r["database"]["search_p50_ms"]["all"] for r in results},
+        "search_p95_ms": {str(r["blocks"]): r["database"]["search_p95_ms"]["all"] for r in results},
+        "adds_per_s": last["adds_per_s"],
+        "agreement": {"top1_same": last["agreement"]["all"]["top1_same"]},
+        "sizes": results, "queries": queries, "base_real_vectors": base,
+    }
+
+
+def _run_worker(url: str, mode: str, query_file: str, channel: str) -> dict[str, Any]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.pgstateless", url, mode, query_file, channel,
+                           json.dumps(_QUERY_TEXTS)], capture_output=True, text=True, env=env, timeout=3600,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{mode} worker failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def print_pgstateless(report: dict[str, Any], console: Console | None = None) -> None:
+    console = table_console(console)
+    table = results_table("PostgreSQL: in-process indexes vs the database",
+                          ("blocks", "mode", "RSS MB", "open s", "p50 ms", "p95 ms", "p50 ms (channel)", "top-1 same"),
+                          left=("mode",))
+    for row in report["sizes"]:
+        for mode in MODES:
+            r = row[mode]
+            table.add_row(f"{row['blocks']:,}", mode, f"{r['worker_rss_mb']:.0f}", f"{r['open_cold_s']:.2f}",
+                          f"{r['search_p50_ms']['all']:.1f}", f"{r['search_p95_ms']['all']:.1f}",
+                          f"{r['search_p50_ms']['channel']:.1f}", f"{row['agreement']['all']['top1_same']:.2f}")
+    console.print(table)
+
+
+def run_pgstateless(url: str, json_out: Path | None, *, sizes: list[int], base: int, queries: int,
+                    cache_dir: Path | None) -> dict[str, Any]:
+    report = measure_pgstateless(url, sizes, base=base, queries=queries, cache_dir=cache_dir)
+    return print_and_write(report, print_pgstateless, json_out)
+
+
+def main() -> None:
+    url, mode, query_file, channel, texts = sys.argv[1:6]
+    _QUERY_TEXTS[:] = json.loads(texts)
+    print(json.dumps(worker(url, mode, query_file, channel)))
+
+
+if __name__ == "__main__":
+    main()
