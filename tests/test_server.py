@@ -194,7 +194,8 @@ def test_every_route_gets_its_role_gate_from_its_router(deployment: Deployment) 
         if not routes:
             continue  # the event WebSocket: accepted, then its key checked in the handler (4401 / 4403)
         if router in (public, sign_in):
-            assert not found and {r.path for r in routes} <= {"/healthz", "/readyz", "/login", "/logout"}
+            public_paths = {"/healthz", "/readyz", "/login", "/logout", "/docs"}  # /docs: the API reference page
+            assert not found and {r.path for r in routes} <= public_paths
             continue
         assert len(found) == 1, f"a router with gates {found}: {[r.path for r in routes]}"
         for route in routes:
@@ -305,11 +306,13 @@ def test_export_then_import_into_another_tenant_keeps_the_chain(deployment: Depl
     exported = d.client.get("/v1/export", headers=d.as_("alpha"))
     assert exported.status_code == 200 and exported.headers["content-type"].startswith("application/x-ndjson")
     lines = exported.text.splitlines()
-    assert json.loads(lines[0])["format"] == "gieok-blocks" and len(lines) == 8  # header + 7 blocks
+    # header + 8 blocks: the 7 seeded and the turn the server's start made of the L1 message the seed left
+    # without one (a crash's leftover, recovered when warming builds the tenant's pipeline)
+    assert json.loads(lines[0])["format"] == "gieok-blocks" and len(lines) == 9
     key, _ = d.state.keys.create("gamma", "write")
     gamma = {"Authorization": f"Bearer {key}"}
     imported = d.client.post("/v1/import", content=exported.text.encode(), headers=gamma)
-    assert imported.json() == {"imported": 7}
+    assert imported.json() == {"imported": 8}
     assert d.client.get("/v1/verify", headers=gamma).json() == {**d.client.get("/v1/verify",
                                                                                  headers=d.as_("alpha")).json()}
     bad = d.client.post("/v1/import", content=exported.text.replace(MARKER, "TAMPERED", 1).encode(),
