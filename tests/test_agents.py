@@ -11,10 +11,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from fastapi.testclient import TestClient
 
+from gieok.chat.agent.agents import RecalledTurn, assemble_context
 from gieok.chat.layers.recent import conversation_of
 from gieok.server import ServerState, create_app
 from gieok.server.settings import ServerSettings
@@ -305,3 +307,22 @@ def test_duties_expire_stm_and_extract_quiet_conversations_once_per_tenant(tmp_p
                 # another worker of the same deployment holds no lease while this one renews it
                 other = Duties(served.state.tenants, 0.5)
                 assert asyncio.run(other.tenant_duties("acme")) is None
+
+
+def test_recalled_turns_name_each_speakers_id_once_unless_two_share_a_name() -> None:
+    day = 1_700_000_000.0
+    turns = [RecalledTurn("I adopted a cat named Bori", "u-minji", "Minji", day, 0.9, 1, "turn", "user"),
+             RecalledTurn("Bori sleeps all day", "u-minji", "Minji", day, 0.8, 2, "turn", "user"),
+             RecalledTurn("I moved to Berlin", "u-alex-1", "Alex", day, 0.7, 3, "turn", "user"),
+             RecalledTurn("I moved to Busan", "u-alex-2", "Alex", day, 0.6, 4, "turn", "user"),
+             RecalledTurn("Congratulations!", None, None, day, 0.5, 5, "turn", "assistant")]
+    context = assemble_context(conversation={"guild": None, "channel": "c"}, query="who has a cat",
+                               budget_tokens=1000, include=("recalled",), facts=[], summary_parts=None,
+                               recalled=turns, recent=[], zone=ZoneInfo("UTC"), assistant_name="누리")
+    lines = context.text.splitlines()
+    assert lines[1] == "(Speakers: Minji = <user:u-minji>)"  # once, for every line of hers
+    assert "- (2023-11-14) Minji: I adopted a cat named Bori" in lines
+    assert "- (2023-11-14) Alex (<user:u-alex-1>): I moved to Berlin" in lines  # two Alexes: ids stay
+    assert "- (2023-11-14) Alex (<user:u-alex-2>): I moved to Busan" in lines
+    assert "- (2023-11-14) 누리: Congratulations!" in lines
+    assert context.tokens["total"] <= 1000 and len(context.parts["recalled"]) == 5

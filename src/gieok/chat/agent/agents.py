@@ -41,10 +41,10 @@ MIN_BUDGET, MAX_BUDGET = 100, 32_000
 SHARES = {"summary": 0.15, "facts": 0.2, "recent": 0.25}
 HEADERS = {
     "ko": {"facts": "알고 있는 사실", "summary": "대화 요약", "recalled": "관련된 예전 대화", "recent": "최근 대화",
-           "core": "바뀌지 않는 사실", "you": "나", "until": "까지", "since": "부터"},
+           "core": "바뀌지 않는 사실", "you": "나", "until": "까지", "since": "부터", "speakers": "말한 사람"},
     "en": {"facts": "Known facts", "summary": "Conversation summary", "recalled": "Related earlier messages",
            "recent": "Recent messages", "core": "Facts that never change", "you": "you", "until": "until",
-           "since": "since"},
+           "since": "since", "speakers": "Speakers"},
 }
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 _LATIN = re.compile(r"[A-Za-z]")
@@ -277,10 +277,18 @@ def assemble_context(*, conversation: dict[str, str | None], query: str, budget_
             shown_blocks = {line.block_index for line in recent[len(recent) - count:] if line.block_index is not None}
     if "recalled" in include and recalled:
         fresh = [turn for turn in recalled if turn.block_index not in shown_blocks]
-        lines = [_turn_line(turn, zone, assistant_name) for turn in fresh]
-        section, kept = items_section("recalled", lines, max(0, left - estimate_tokens(f"# {h['recalled']}\n") - 1))
+        # Each speaker's id once, in a legend, instead of on every line: a third of a turn's tokens
+        # went to "(<user:…>)". A name two speakers share keeps the id on its lines.
+        named = _named_speakers(fresh)
+        lines = [_turn_line(turn, zone, assistant_name, named) for turn in fresh]
+        reserve = estimate_tokens(f"# {h['recalled']}\n") + 1 + estimate_tokens(_legend(named, h)) + 1
+        section, kept = items_section("recalled", lines, max(0, left - reserve))
         if kept:
-            spend("recalled", section)
+            legend = _legend({turn.name: turn.speaker for turn in (fresh[i] for i in kept)
+                              if turn.name and turn.speaker and named.get(turn.name) == turn.speaker}, h)
+            text = f"{legend}\n{section.text}" if legend else section.text
+            spend("recalled", Section(section.name, text, estimate_tokens(text), kept=section.kept,
+                                      dropped=section.dropped))
             parts["recalled"] = [_turn_dict(fresh[i], zone) for i in kept]
     # The text reads best in this order: what is known, what the conversation is about, what was
     # said before, what was said just now.
@@ -302,9 +310,26 @@ def _fact_dict(fact: KnownFact, zone: ZoneInfo) -> dict[str, Any]:
             "current": fact.valid_to is None, "score": round(fact.score, 4), "block_index": fact.block_index}
 
 
-def _turn_line(turn: RecalledTurn, zone: ZoneInfo, assistant_name: str) -> str:
+def _named_speakers(turns: Sequence[RecalledTurn]) -> dict[str, str]:
+    """Display name -> user id for the users' turns whose name belongs to exactly one speaker."""
+    ids: dict[str, set[str]] = {}
+    for turn in turns:
+        if turn.role != "assistant" and turn.name and turn.speaker:
+            ids.setdefault(turn.name, set()).add(turn.speaker)
+    return {name: next(iter(speakers)) for name, speakers in ids.items() if len(speakers) == 1}
+
+
+def _legend(named: Mapping[str, str], h: dict[str, str]) -> str:
+    """`(Speakers: Melanie = <user:…>, Caroline = <user:…>)`; empty without named speakers."""
+    pairs = [f"{name} = <user:{speaker}>" for name, speaker in named.items()]
+    return f"({h['speakers']}: {', '.join(pairs)})" if pairs else ""
+
+
+def _turn_line(turn: RecalledTurn, zone: ZoneInfo, assistant_name: str, named: Mapping[str, str]) -> str:
     if turn.role == "assistant":
         who = turn.name or assistant_name
+    elif turn.speaker and turn.name and named.get(turn.name) == turn.speaker:
+        who = turn.name  # its id is in the section's legend
     elif turn.speaker:
         who = f"{turn.name} (<user:{turn.speaker}>)" if turn.name else f"<user:{turn.speaker}>"
     else:
