@@ -82,3 +82,20 @@ def test_input_delimiters_cannot_be_forged() -> None:
 def test_render_shows_sections() -> None:
     text = builder().build(now=NOON_UTC, message="hi", speaker_id="1", speaker_name=None).render()
     assert "===== system =====" in text and "sections: persona" in text
+
+
+def test_a_sections_running_token_count_is_the_count_of_its_joined_text() -> None:
+    """items_section and recent_section add a line's tokens as they go (linear, not re-reading the
+    joined text per line); the count must be the joined text's, Korean, CJK and newlines included."""
+    import random
+
+    from gieok.chat.agent.context import _Tally
+
+    rng = random.Random(7)
+    alphabet = "abc 가나다 漢字 ,.!\n"
+    for _ in range(500):
+        lines = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(rng.randint(1, 12))]
+        tally = _Tally()
+        for i, line in enumerate(lines):
+            assert tally.with_line(line) == estimate_tokens("\n".join(lines[: i + 1]))
+            tally.add(line)
