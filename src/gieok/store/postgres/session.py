@@ -11,6 +11,7 @@ and filtering them away (pgvector 0.8). Transactions are explicit (`transaction(
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -82,7 +83,10 @@ class PgSession:
             conn.execute(pgsql.SQL("SET hnsw.ef_search = {}").format(pgsql.Literal(int(ef_search))))
             register_vector(conn)
 
-        self._pool = ConnectionPool(conninfo, min_size=1, max_size=max_size, kwargs={"autocommit": True},
+        options: dict[str, Any] = {"autocommit": True}
+        if "application_name" not in conninfo:  # which process a connection is (pg_stat_activity), unless the URL says
+            options["application_name"] = f"gieok:{os.getpid()}"
+        self._pool = ConnectionPool(conninfo, min_size=1, max_size=max_size, kwargs=options,
                                     configure=configure, timeout=max(1.0, timeout_s), open=False,
                                     name=f"gieok-{schema}")
         try:
