@@ -179,6 +179,33 @@ MIGRATIONS: list[str] = [
         expires_at REAL NOT NULL
     );
     """,
+    # 8: idempotency keys of the server's writes: a retried write gets the first answer, nothing twice
+    """
+    CREATE TABLE idempotency_keys (
+        idem_key    TEXT PRIMARY KEY,              -- the client's Idempotency-Key
+        fingerprint TEXT NOT NULL,                 -- sha256 of the method, the path and the body
+        status      INTEGER,                       -- NULL while the first request runs
+        response    TEXT,                          -- its answer (JSON)
+        holder      TEXT NOT NULL,                 -- the process running it
+        created_at  REAL NOT NULL                  -- kept 24 h
+    );
+    CREATE INDEX idempotency_by_age ON idempotency_keys(created_at);
+    """,
+    # 9: fencing of a channel's turns (several bot processes). A process that takes a channel's
+    # lease gets the next token of a counter in Redis and writes it here; the rows of a turn (its
+    # claim on the messages it answers, the reply, the turn blocks) are written only in a
+    # transaction that finds no newer token, so a process that stalled past its lease cannot record
+    # a late turn. And which L1 messages a turn took care of: the rows already in L1 count as handled.
+    # (8 is the idempotency keys of wt-harden, the same text on both branches so either merge order
+    # gives one schema.)
+    """
+    CREATE TABLE channel_fences (
+        scope_key TEXT PRIMARY KEY,                -- the conversation: guild/channel
+        token     INTEGER NOT NULL                 -- only ever moves forward
+    );
+    ALTER TABLE l1_messages ADD COLUMN handled_at REAL;  -- when a turn took it (answered or passed over)
+    UPDATE l1_messages SET handled_at = created_at;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

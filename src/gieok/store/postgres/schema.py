@@ -201,6 +201,28 @@ MIGRATIONS: list[str] = [
         expires_at double precision NOT NULL
     );
     """,
+    # 8: idempotency keys of the server's writes: a retried write gets the first answer, nothing twice
+    """
+    CREATE TABLE idempotency_keys (
+        idem_key    text PRIMARY KEY,
+        fingerprint text NOT NULL,
+        status      integer,
+        response    text,
+        holder      text NOT NULL,
+        created_at  double precision NOT NULL
+    );
+    CREATE INDEX idempotency_by_age ON idempotency_keys(created_at);
+    """,
+    # 9: fencing of a channel's turns, and which L1 messages a turn took care of (schema.py of
+    # SQLite says why; 8 is wt-harden's idempotency keys, the same text on both branches)
+    """
+    CREATE TABLE channel_fences (
+        scope_key text PRIMARY KEY,
+        token     bigint NOT NULL
+    );
+    ALTER TABLE l1_messages ADD COLUMN handled_at double precision;
+    UPDATE l1_messages SET handled_at = created_at;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
