@@ -209,7 +209,7 @@ def measure_chaos(*, db: str | None = None, redis: str | None = None, duration: 
             for thread in load:
                 thread.join(timeout=WRITE_TIMEOUT_S * 2)
         ran_s = time.time() - started
-        _drain(history, deployment)
+        _drain(history, injected)
         exits = {bot.name: bot.close() for bot in bots}
         serve_exit = serve.close()
         processes = {"bot_unexpected_exits": sum(b.unexpected_exits for b in bots),
@@ -226,14 +226,14 @@ def measure_chaos(*, db: str | None = None, redis: str | None = None, duration: 
     return report
 
 
-def _drain(history: History, deployment: _Deployment) -> None:
+def _drain(history: History, faults: list[Fault]) -> None:
     """Wait until every message delivered to a bot is answered (or DRAIN_S passes)."""
     from benchmarks.chaos_check import _chat
 
     with progress_bar("answering what is still queued", 1) as advance:
         deadline = time.monotonic() + DRAIN_S
         while time.monotonic() < deadline:
-            chat = _chat(history)
+            chat = _chat(history, [f for f in faults if not f.skipped])
             if chat["messages_lost"] - chat["messages_undelivered"] <= 0:
                 break
             time.sleep(1.0)
@@ -284,6 +284,7 @@ def print_chaos(report: dict[str, Any], console: Console | None = None) -> None:
                          ("chat messages sent / answered", f"{chat['sent']} / {chat['answered']}"),
                          ("messages lost (of which no bot was up)",
                           f"{report['messages_lost']} ({chat['messages_undelivered']})"),
+                         ("missed: taken by a turn of a process then killed", report["missed_killed_mid_turn"]),
                          ("answered twice", report["answered_twice"]), ("misrouted", report["misrouted"]),
                          ("out of order", report["out_of_order"]),
                          ("messages stored twice / not stored", f"{chat['chat_stored_twice']} / "

@@ -7,6 +7,7 @@ happens, one JSON line on stdout per event, flushed at once (a report at the end
     {"ev": "accepted" | "duplicate", "id": <message id>, "t": <unix time>}
     {"ev": "refused", "id": …, "error": "…", "t": …}        the message could not be taken in
     {"ev": "send" | "edit", "mid": <reply id>, "channel": …, "text": …, "t": …}
+    {"ev": "claimed", "channel": …, "ids": [message ids], "pid": …, "t": …}   a turn took them
     {"ev": "turn", "channel": …, "messages": n, "responded": bool, "t": …}
 
 Messages come as JSON lines on stdin, as a Discord gateway delivers them to every replica of a
@@ -125,7 +126,9 @@ def main(argv: list[str] | None = None) -> None:
                         shared=SharedChannels(connection, lease_seconds=settings.redis_lease_seconds))
 
         def turns(kind: str, data: dict[str, Any]) -> None:
-            if kind == "turn.timings":
+            if kind == "turn.claimed":  # a crash from here until the reply is out misses these
+                say("claimed", channel=data.get("channel"), ids=data.get("messages"), pid=os.getpid())
+            elif kind == "turn.timings":
                 say("turn", channel=data.get("channel"), messages=data.get("messages"),
                     responded=data.get("responded"))
 

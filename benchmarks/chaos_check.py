@@ -5,7 +5,9 @@ database (every process stopped):
   acknowledged with (`acked_lost`: not there at all); no writer's tag is stored twice
   (`stored_twice`, any write, acknowledged or not: a retry must never store a second copy);
 - **chat**: every message sent is answered (`messages_lost`, of which `messages_undelivered`
-  reached no live bot process), once (`answered_twice`), in its own channel (`misrouted`), and,
+  reached no live bot process) or recorded as missed (`missed_killed_mid_turn`: a turn had taken
+  it — the `claimed` event — in a process that was then killed before its reply went out; the
+  runtime answers at most once), once (`answered_twice`), in its own channel (`misrouted`), and,
   within a channel, never after a later message of the channel was answered
   (`out_of_order`); each message is stored as one L1 row (`chat_stored_twice`) and every L1 row
   becomes one turn block (`l1_written_twice`);
@@ -58,7 +60,31 @@ def _replies(history: History) -> list[dict[str, Any]]:
     return sorted(final.values(), key=lambda r: r["t"])
 
 
-def _chat(history: History) -> dict[str, Any]:
+def _killed_mid_turn(history: History, faults: Sequence[Fault], lost: Sequence[Any]) -> set[str]:
+    """Tags of lost messages that a turn had taken (`claimed`) in a process killed (kill -9) after
+    it took them: the runtime answers a message at most once, so these are recorded as missed
+    rather than answered again by the next process (which could answer twice)."""
+    import re
+
+    killed: dict[int, float] = {}
+    for fault in faults:
+        found = re.search(r"pid (\d+)", fault.target) if fault.kind == "kill_bot" and not fault.skipped else None
+        if found:
+            killed[int(found.group(1))] = fault.started
+    claimed: dict[str, tuple[int, float]] = {}
+    for event in history.snapshot("bot_events"):
+        if event.get("ev") == "claimed":
+            for message_id in event.get("ids") or ():
+                claimed[f"[{message_id}]"] = (int(event.get("pid", 0)), float(event["t"]))
+    missed = set()
+    for sent in lost:
+        pid, when = claimed.get(sent.tag, (0, 0.0))
+        if pid in killed and killed[pid] >= when:
+            missed.add(sent.tag)
+    return missed
+
+
+def _chat(history: History, faults: Sequence[Fault] = ()) -> dict[str, Any]:
     sent = history.snapshot("sent")
     channel_of = {s.tag: s.channel for s in sent}
     number_of = {s.tag: s.number for s in sent}
@@ -77,14 +103,17 @@ def _chat(history: History) -> dict[str, Any]:
         for tag in tags:
             if channel_of.get(tag) == reply["channel"]:
                 highest[reply["channel"]] = max(highest[reply["channel"]], number_of[tag])
-    lost = [s for s in sent if not answered[s.tag]]
+    unanswered = [s for s in sent if not answered[s.tag]]
+    missed = _killed_mid_turn(history, faults, unanswered)
+    lost = [s for s in unanswered if s.tag not in missed]
     events = history.snapshot("bot_events")
     return {"sent": len(sent), "answered": sum(1 for s in sent if answered[s.tag]),
+            "missed_killed_mid_turn": len(missed),
             "messages_lost": len(lost), "messages_undelivered": sum(1 for s in lost if s.delivered == 0),
             "answered_twice": sum(1 for s in sent if answered[s.tag] > 1), "misrouted": misrouted,
             "out_of_order": out_of_order,
             "refused_by_a_process": sum(1 for e in events if e.get("ev") == "refused"),
-            "_lost_examples": [s.tag for s in lost[:10]],
+            "_lost_examples": [s.tag for s in lost[:10]], "_missed_examples": sorted(missed)[:10],
             "_twice_examples": [tag for tag, n in answered.items() if n > 1][:10]}
 
 
@@ -175,7 +204,7 @@ def check_run(db: str, history: History, faults: Sequence[Fault], processes: dic
     for fault in injected:
         if fault.recovered is not None:
             by_kind[fault.kind].append(fault.recovered - fault.ended)
-    chat = _chat(history)
+    chat = _chat(history, injected)
     store = _store(db, history)
     view = _client_view(history, faults)
     report: dict[str, Any] = {
@@ -195,6 +224,7 @@ def check_run(db: str, history: History, faults: Sequence[Fault], processes: dic
         "not_recovered": sum(1 for f in injected if f.recovered is None),
         "l1_written_twice": store["l1_written_twice"],
         "writes": {k: store[k] for k in ("writes", "acked", "unacked", "acked_wrong_index")},
+        "missed_killed_mid_turn": chat["missed_killed_mid_turn"],
         "chat": {k: chat[k] for k in ("sent", "answered", "messages_undelivered", "refused_by_a_process")}
                 | {"chat_stored_twice": store["chat_stored_twice"], "messages_unstored": store["messages_unstored"]},
         "requests": view["requests"],
@@ -202,7 +232,8 @@ def check_run(db: str, history: History, faults: Sequence[Fault], processes: dic
         "processes": processes,
         "fault_log": [f.as_dict() for f in injected],
         "_examples": {"acked_lost": store["_lost_examples"], "stored_twice": store["_twice_examples"],
-                      "messages_lost": chat["_lost_examples"], "answered_twice": chat["_twice_examples"]},
+                      "messages_lost": chat["_lost_examples"], "answered_twice": chat["_twice_examples"],
+                      "missed_killed_mid_turn": chat["_missed_examples"]},
         "_chain": store["chain"],
     }
     return report

@@ -359,7 +359,7 @@ def bench_chaos(
     redis: Annotated[str | None, typer.Option("--redis", help="A Redis URL (default: a throwaway redis-server "
                                                               "with an append-only file); Redis restarts need "
                                                               "the throwaway server and are left out.")] = None,
-    duration: Annotated[float, typer.Option(help="Seconds of load and faults.")] = 300.0,
+    duration: Annotated[float, typer.Option("--duration", "--seconds", help="Seconds of load and faults.")] = 300.0,
     faults: Annotated[str, typer.Option(help="all, or a comma-separated list of: kill_serve, kill_bot, "
                                              "stall_bot, pg_restart_fast, pg_restart_immediate, redis_restart, "
                                              "pg_drop, redis_drop.")] = "all",

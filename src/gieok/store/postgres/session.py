@@ -86,9 +86,12 @@ class PgSession:
         options: dict[str, Any] = {"autocommit": True}
         if "application_name" not in conninfo:  # which process a connection is (pg_stat_activity), unless the URL says
             options["application_name"] = f"gieok:{os.getpid()}"
+        # `check`: a pooled connection is tested (an empty query) before it is lent, so one the
+        # server closed — a PostgreSQL restart, pg_terminate_backend — is replaced with a new one
+        # instead of failing the request that drew it: after a restart the pool reconnects by itself.
         self._pool = ConnectionPool(conninfo, min_size=1, max_size=max_size, kwargs=options,
                                     configure=configure, timeout=max(1.0, timeout_s), open=False,
-                                    name=f"gieok-{schema}")
+                                    name=f"gieok-{schema}", check=ConnectionPool.check_connection)
         try:
             self._pool.open(wait=True, timeout=max(1.0, timeout_s))
         except (psycopg.Error, PoolTimeout) as exc:
