@@ -59,6 +59,7 @@ def _python(code: str, *, blocked: tuple[str, ...] = (), timeout: float = 180) -
     return subprocess.run([sys.executable, "-c", block + code], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_the_engine_imports_no_chat_server_or_model_library(tmp_path: Path) -> None:
     code = f"""
 import sys, json, gieok, gieok.client
@@ -82,26 +83,45 @@ def test_the_extra_only_libraries_are_known() -> None:
     assert not {"numpy", "httpx", "typer", "rich", "tenacity", "gieok"} & set(extra_only_modules())
 
 
+@pytest.mark.slow
 def test_the_command_line_works_without_the_extras_and_names_the_one_a_command_needs(tmp_path: Path) -> None:
     db = str(tmp_path / "plain.db")
-
-    def gieok(*args: str) -> subprocess.CompletedProcess[str]:
-        return _python(f"sys.argv = ['gieok', *{list(args)!r}]\nfrom gieok.cli import main\nmain()",
-                       blocked=extra_only_modules())
-
-    assert gieok("--help").returncode == 0
-    added = gieok("add", "민지: 고양이 이름은 보리야", "--channel", "general", "--db", db)
-    assert added.returncode == 0, added.stderr
-    found = gieok("search", "민지 고양이 이름", "--channel", "general", "--db", db, "--json")
-    assert found.returncode == 0 and "보리" in found.stdout, found.stderr
-    key = gieok("keys", "create", "--tenant", "default", "--role", "read", "--db", db, "--json")
-    assert key.returncode == 0 and "gk_" in key.stdout, key.stderr
-    for args, extra in ((("serve", "--db", db), "server"), (("mcp", "--db", db), "server"),
-                        (("bot", "--db", db), "discord")):
-        refused = gieok(*args)
-        assert refused.returncode == 1, (args, refused.stdout, refused.stderr)
-        assert f"needs the {extra} extra" in refused.stderr and f"pip install 'gieok[{extra}]'" in refused.stderr
-        assert "Traceback" not in refused.stderr
+    commands = [["--help"],
+                ["add", "민지: 고양이 이름은 보리야", "--channel", "general", "--db", db],
+                ["search", "민지 고양이 이름", "--channel", "general", "--db", db, "--json"],
+                ["keys", "create", "--tenant", "default", "--role", "read", "--db", db, "--json"],
+                ["serve", "--db", db], ["mcp", "--db", db], ["bot", "--db", db]]
+    # One interpreter without the extras runs the commands one after another through the entry
+    # point (a process each would only load the embedding model seven times), each with stdout
+    # and stderr of its own and its exit code.
+    code = f"""
+import contextlib, io, json
+from gieok.cli import main
+ran = []
+for argv in {commands!r}:
+    sys.argv = ["gieok", *argv]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    ran.append({{"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}})
+print(json.dumps(ran))
+"""
+    done = _python(code, blocked=extra_only_modules())
+    assert done.returncode == 0, done.stderr
+    shown, added, found, key, *refusals = json.loads(done.stdout.strip().splitlines()[-1])
+    assert shown["returncode"] == 0 and "search" in shown["stdout"]
+    assert added["returncode"] == 0, added["stderr"]
+    assert found["returncode"] == 0 and "보리" in found["stdout"], found["stderr"]
+    assert key["returncode"] == 0 and "gk_" in key["stdout"], key["stderr"]
+    for refused, (command, extra) in zip(refusals, (("serve", "server"), ("mcp", "server"), ("bot", "discord"))):
+        assert refused["returncode"] == 1, (command, refused)
+        assert f"needs the {extra} extra" in refused["stderr"]
+        assert f"pip install 'gieok[{extra}]'" in refused["stderr"]
+        assert "Traceback" not in refused["stderr"]
 
 
 def test_a_gemini_model_without_its_extra_is_one_clear_error() -> None:
