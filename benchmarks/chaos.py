@@ -217,6 +217,7 @@ def measure_chaos(*, db: str | None = None, redis: str | None = None, duration: 
                      "serve_worker_unexpected_exits": serve.unexpected_exits,
                      "serve_workers_killed": len(serve.killed), "bot_exit_codes": exits, "serve_exit": serve_exit}
         report = check_run(location, history, injected, processes)
+        _write_history(history, work / "history.jsonl")
     report.update(_notes=notes, _work=str(work), _ran_s=ran_s,
                   _load={"channels": channels, "rate": rate, "writers": writers, "write_interval": write_interval,
                          "lease_seconds": lease_seconds, "duration": duration, "seed": seed, "kinds": kinds})
@@ -224,6 +225,19 @@ def measure_chaos(*, db: str | None = None, redis: str | None = None, duration: 
     report["run"] = {"duration_s": duration, "seed": seed, "channels": channels, "rate_per_channel": rate,
                      "writers": writers, "lease_seconds": lease_seconds, "kinds": kinds}
     return report
+
+
+def _write_history(history: History, path: Path) -> None:
+    """Everything recorded, one JSON line per event (what the checks were made from), beside the
+    processes' logs: to find out what happened to a message a check names."""
+    import dataclasses
+    import json
+
+    with path.open("w", encoding="utf-8") as out:
+        for kind in ("sent", "bot_events", "writes", "attempts"):
+            for item in history.snapshot(kind):
+                row = dict(item) if isinstance(item, dict) else dataclasses.asdict(item)
+                out.write(json.dumps({"kind": kind, **row}, ensure_ascii=False) + "\n")
 
 
 def _drain(history: History, faults: list[Fault]) -> None:

@@ -554,11 +554,11 @@ def test_fences_refuse_a_turn_written_under_an_older_token(backend: Backend) -> 
     rows = [old.conversation.l1_append(key, "user", f"m{i}", "u1", None, T0 + i, True, False, f"e{i}", keep=50)
             for i in range(3)]
     old.conversation.fence_advance(key, 1)
-    assert old.conversation.l1_claim(key, [rows[0].message_id], T0 + 5, fence=1) == {rows[0].message_id}
+    assert old.conversation.l1_claim(key, [(rows[0].message_id, "a1")], T0 + 5, fence=1) == {rows[0].message_id}
     new.conversation.fence_advance(key, 2)  # another process took the lease
     assert new.conversation.fence_token(key) == old.conversation.fence_token(key) == 2
     with pytest.raises(LeaseLostError):
-        old.conversation.l1_claim(key, [rows[1].message_id], T0 + 6, fence=1)
+        old.conversation.l1_claim(key, [(rows[1].message_id, "a2")], T0 + 6, fence=1)
     with pytest.raises(LeaseLostError):
         old.conversation.l1_append(key, "assistant", "late reply", None, None, T0 + 7, False, False, None, keep=50,
                                    fence=1)
@@ -570,9 +570,12 @@ def test_fences_refuse_a_turn_written_under_an_older_token(backend: Backend) -> 
         old.append([new_block("m1", scope=Scope("g", "c", "u1"))], unit_vectors(1), T0, within=hook)
     assert old.last_block_index() == before and new.last_block_index() == before  # nothing written
     # the new holder claims what the old one had not, and nothing twice
-    assert new.conversation.l1_claim(key, [r.message_id for r in rows], T0 + 8, fence=2) == {
-        rows[1].message_id, rows[2].message_id}
-    assert new.conversation.l1_claim(key, [rows[1].message_id], T0 + 9, fence=2) == set()
+    assert new.conversation.l1_claim(key, [(r.message_id, f"b{i}") for i, r in enumerate(rows)], T0 + 8,
+                                     fence=2) == {rows[1].message_id, rows[2].message_id}
+    assert new.conversation.l1_claim(key, [(rows[1].message_id, "b9")], T0 + 9, fence=2) == set(), \
+        "another claim on a message taken already is refused"
+    assert new.conversation.l1_claim(key, [(rows[1].message_id, "b1")], T0 + 9, fence=2) == {rows[1].message_id}, \
+        "the same claim again (a retry whose commit answer was lost) is granted"
     assert [r.content for r in new.conversation.l1_recent(key, 10)] == ["m0", "m1", "m2"]  # no late reply
     # a newer token in the write itself moves the fence too; another conversation has its own
     new.conversation.l1_append(key, "assistant", "reply", None, None, T0 + 10, False, False, None, keep=50, fence=3)

@@ -104,7 +104,7 @@ class ConversationStore(Protocol):
 
     def fence_token(self, scope_key: str) -> int | None: ...
 
-    def l1_claim(self, scope_key: str, message_ids: Sequence[int], when: float,
+    def l1_claim(self, scope_key: str, claims: Sequence[tuple[int, str]], when: float,
                  fence: int | None = None) -> set[int]: ...
 
     def turn_blocks_hook(self, message_ids: Sequence[int], *, scope_key: str | None = None,
@@ -252,19 +252,22 @@ class ConversationTables:
         rows = self._rows("SELECT token FROM channel_fences WHERE scope_key = ?", (scope_key,))
         return int(rows[0][0]) if rows else None
 
-    def l1_claim(self, scope_key: str, message_ids: Sequence[int], when: float,
+    def l1_claim(self, scope_key: str, claims: Sequence[tuple[int, str]], when: float,
                  fence: int | None = None) -> set[int]:
-        """A turn takes these user messages to answer: the ones no turn took before are marked
-        handled and returned (a message handed from process to process is answered once). Under
-        `fence`, in the transaction that checks it: a process that lost the channel claims nothing
-        (LeaseLostError)."""
+        """A turn takes these user messages to answer, each (L1 message id, claim id): the ones no
+        other claim took before are marked handled and returned (a message handed from process to
+        process is answered once). A claim id names one attempt to answer one copy of a message:
+        the same claim again — a retry after the commit's answer was lost — is granted again.
+        Under `fence`, in the transaction that checks it: a process that lost the channel claims
+        nothing (LeaseLostError)."""
         claimed: set[int] = set()
         with self.store.transaction() as conn:
             if fence is not None:
                 check_fence(conn, scope_key, fence)
-            for message_id in message_ids:
-                cursor = conn.execute("UPDATE l1_messages SET handled_at = ? WHERE message_id = ? AND scope_key = ? "
-                                      "AND handled_at IS NULL", (when, message_id, scope_key))
+            for message_id, claim in claims:
+                cursor = conn.execute("UPDATE l1_messages SET handled_at = ?, handled_by = ? WHERE message_id = ? "
+                                      "AND scope_key = ? AND (handled_at IS NULL OR handled_by = ?)",
+                                      (when, claim, message_id, scope_key, claim))
                 if cursor.rowcount:
                     claimed.add(int(message_id))
         return claimed

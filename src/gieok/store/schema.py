@@ -204,6 +204,7 @@ MIGRATIONS: list[str] = [
         token     INTEGER NOT NULL                 -- only ever moves forward
     );
     ALTER TABLE l1_messages ADD COLUMN handled_at REAL;  -- when a turn took it (answered or passed over)
+    ALTER TABLE l1_messages ADD COLUMN handled_by TEXT;  -- which turn's claim: its retry is not refused
     UPDATE l1_messages SET handled_at = created_at;
     """,
 ]

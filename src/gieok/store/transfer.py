@@ -35,7 +35,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "stm_entries": ("entry_id", "scope_key", "text", "metadata", "importance", "created_at", "expires_at",
                     "block_index"),
     "l1_messages": ("message_id", "scope_key", "role", "content", "user_id", "display_name", "created_at",
-                    "addressed", "flagged", "external_id", "block_index", "handled_at"),
+                    "addressed", "flagged", "external_id", "block_index", "handled_at", "handled_by"),
     "channel_fences": ("scope_key", "token"),
     "summaries": ("scope_key", "data", "updated_at"),
     "facts": ("block_index", "fact_type", "topic", "guild", "user_id", "source_message", "valid_from", "valid_to",

@@ -30,6 +30,7 @@ import contextlib
 import functools
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -116,6 +117,7 @@ class _Pending:
     payload: dict[str, Any] | None = None  # shared mode: as drained from the inbox (in flight until claimed)
     claimed: bool = False  # a turn of this process took it (its L1 row is marked handled)
     attempts: int = 0  # turns that failed before taking it (the database or Redis away)
+    claim_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # this copy's claim on its L1 row
 
 
 @dataclass
@@ -165,6 +167,7 @@ class BotCore:
         self.shared = shared
         self._leases: set[str] = set()  # channel keys whose lease this process holds
         self._fences: dict[str, int] = {}  # channel key → the fencing token of this process's lease
+        self._taking: set[str] = set()  # channels the lease upkeep is taking over now
         self._services: list[asyncio.Task] = []  # shared mode: wake-ups, lease upkeep
         self._chores: set[asyncio.Task] = set()  # shared mode: inbox drains, active-set reloads
         self._started = False
@@ -307,6 +310,12 @@ class BotCore:
         self._start_worker(state)
         self._drain_soon(state)
         return True
+
+    async def _take_over(self, state: _Channel, token: int) -> None:
+        try:
+            await self._took(state, token)
+        finally:
+            self._taking.discard(state.key)
 
     async def _advance_fence(self, key: str, token: int) -> None:
         assert self.shared is not None
@@ -466,11 +475,14 @@ class BotCore:
                         self._channels[key].wake.set()
                 if self._closing:
                     continue
-                for key in sorted(await self.shared.waiting() - self._leases):
+                for key in sorted(await self.shared.waiting() - self._leases - self._taking):
                     if token := await self.shared.try_lease(key):
                         where = scope_from_key(key)
                         assert where.channel is not None
-                        await self._took(self._state(ChannelRef(where.channel, where.guild)), token)
+                        # beside the upkeep: a take waits for the store (its fence), and the
+                        # renewals of the leases held must not wait for it
+                        self._taking.add(key)
+                        self._chore(self._take_over(self._state(ChannelRef(where.channel, where.guild)), token))
                 self._active = await self.shared.active_keys()
                 self.health.ok("shared")
             except Exception as exc:  # Redis away for a moment: try again next round
@@ -655,7 +667,8 @@ class BotCore:
         todo = [p for p in batch if not p.claimed]
         if todo:
             claimed = await asyncio.to_thread(self.pipeline.tables.l1_claim, state.key,
-                                              [p.observation.row.message_id for p in todo], time.time(), fence)
+                                              [(p.observation.row.message_id, p.claim_id) for p in todo],
+                                              time.time(), fence)
             for pending in todo:
                 pending.claimed = pending.observation.row.message_id in claimed
             taken = [p.message.message_id for p in todo if p.claimed]

@@ -221,6 +221,7 @@ MIGRATIONS: list[str] = [
         token     bigint NOT NULL
     );
     ALTER TABLE l1_messages ADD COLUMN handled_at double precision;
+    ALTER TABLE l1_messages ADD COLUMN handled_by text;
     UPDATE l1_messages SET handled_at = created_at;
     """,
 ]
