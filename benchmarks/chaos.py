@@ -170,6 +170,7 @@ def measure_chaos(*, db: str | None = None, redis: str | None = None, duration: 
             stack.callback(bot.close)
         deployment = _Deployment(bots, serve, postgres, redis_server, admin_db, redis_url, lease_seconds)
         _wait(deployment.all_up, BOT_START_SECONDS, "the deployment starting")
+        _warm_up(history, deployment)
         load: list[threading.Thread] = [
             Writer(i + 1, serve.url, key, history, stop_load, interval=write_interval, seed=seed * 100 + i,
                    timeout=WRITE_TIMEOUT_S, retries=WRITE_RETRIES) for i in range(writers)]
@@ -193,11 +194,11 @@ def measure_chaos(*, db: str | None = None, redis: str | None = None, duration: 
 
                 time.sleep(min(2.0, duration / 10))  # the load is under way before the first fault
                 while time.time() < end:
-                    fault = injector.inject(plan.next_kind())
+                    fault = injector.inject(plan.next_kind(deployment.all_up()))
                     injected.append(fault)
                     tick()
                     if not fault.skipped:
-                        _wait_recovered(history, fault, end)
+                        _wait_recovered(history, fault, fault.ended + RECOVERY_CAP_S)  # the load goes on
                     tick()
                     resume = min(end, time.time() + plan.gap())
                     while time.time() < resume:
@@ -225,6 +226,30 @@ def measure_chaos(*, db: str | None = None, redis: str | None = None, duration: 
     report["run"] = {"duration_s": duration, "seed": seed, "channels": channels, "rate_per_channel": rate,
                      "writers": writers, "lease_seconds": lease_seconds, "kinds": kinds}
     return report
+
+
+WARM_CHANNELS = 4
+
+
+def _warm_up(history: History, deployment: _Deployment) -> None:
+    """Chat on channels of their own (`warm-NN`, not counted) until each bot process has answered:
+    a process's first turns load what a turn needs (classifiers, the recall path) and take tens of
+    seconds on a busy machine; the faults are to meet a deployment at work, not one starting."""
+    names = {bot.name for bot in deployment.bots}
+    deadline = time.monotonic() + BOT_START_SECONDS
+    sent = 0
+    with progress_bar("warming up: a first answer from each bot process", 1) as advance:
+        while time.monotonic() < deadline:
+            answered = {e["proc"] for e in history.snapshot("bot_events")
+                        if e.get("ev") == "send" and str(e.get("channel", "")).startswith("warm-")}
+            if answered >= names:
+                advance()
+                return
+            deployment.deliver({"channel": f"warm-{sent % WARM_CHANNELS:02d}", "guild": "chaos-guild",
+                                "user": "warm", "text": f"누리야 warm-up {sent}", "id": f"warm-{sent}"})
+            sent += 1
+            time.sleep(2.0)
+    raise RuntimeError(f"the bot processes did not all answer within {BOT_START_SECONDS:g} s")
 
 
 def _write_history(history: History, path: Path) -> None:

@@ -39,6 +39,7 @@ from gieok.memory import Memory
 __all__ = ["main", "READY"]
 
 READY = "ready"
+DEBOUNCE_S = 1.0  # a chat of short questions: the recovery after a fault is timed by the next answer
 
 
 def say(event: str, **fields: Any) -> None:
@@ -118,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     settings = ChatSettings.load(db=args.db, redis=args.redis, redis_namespace=args.namespace,
                                  redis_lease_seconds=args.lease_seconds, llm_chain="openai:bench-model",
                                  openai_base_url=args.llm_url, rate_limit_channel_seconds=0.0,
-                                 rate_limit_global_seconds=0.0)
+                                 rate_limit_global_seconds=0.0, debounce_seconds=DEBOUNCE_S,
+                                 debounce_finished_seconds=DEBOUNCE_S / 2)
     memory = Memory(settings=settings)
     connection = RedisConnection(settings.redis, settings.redis_namespace)
     try:

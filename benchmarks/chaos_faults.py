@@ -36,7 +36,8 @@ PG_KINDS = ("pg_restart_fast", "pg_restart_immediate", "pg_drop")  # need the da
 REDIS_KINDS = ("redis_restart",)  # needs a Redis the harness started
 SERVICE_DOWN_S = (0.5, 3.0)
 STALL_LEASES = (1.3, 1.8)
-GAP_S = (0.5, 2.0)
+GAP_S = (0.3, 1.2)
+NEEDS_ALL_UP = ("kill_serve", "kill_bot", "stall_bot", "pg_drop", "redis_drop")  # aimed at a running process
 
 
 def parse_faults(value: str) -> list[str]:
@@ -83,10 +84,17 @@ class FaultPlan:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
 
-    def next_kind(self) -> str:
+    def next_kind(self, all_up: bool = True) -> str:
+        """The next kind of the round; while a process is still starting again (a killed serve
+        worker or bot loads its models for tens of seconds), one of the round's kinds that does
+        not aim at a process comes first, so the schedule does not stand still meanwhile."""
         if not self._round:
             self._round = list(self.kinds)
             self.rng.shuffle(self._round)
+        if not all_up:
+            for at in range(len(self._round) - 1, -1, -1):
+                if self._round[at] not in NEEDS_ALL_UP:
+                    return self._round.pop(at)
         return self._round.pop()
 
     def gap(self) -> float:
@@ -138,7 +146,7 @@ class Injector:
 
     def inject(self, kind: str) -> Fault:
         d = self.deployment
-        if kind in ("kill_serve", "kill_bot", "stall_bot", "pg_drop", "redis_drop") and not self._wait_all_up():
+        if kind in NEEDS_ALL_UP and not self._wait_all_up():
             return Fault(kind, time.time(), time.time(), skipped="the deployment was not all up")
         started = time.time()
         fault = Fault(kind, started)

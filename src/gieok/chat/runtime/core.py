@@ -34,7 +34,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ...errors import (
     CoordinationUnavailableError,
@@ -65,6 +65,9 @@ log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 0.5  # a turn the database or Redis refused is tried again after this …
 MAX_ATTEMPTS = 60  # … this many times before its messages are given up (logged)
+TAKEN_REMEMBERED = 10_000  # message ids a process remembers having taken in (redeliveries)
+SUBMIT_PATIENCE_S = 60.0  # how long a message is held while the database or Redis is away
+T = TypeVar("T")
 
 FAILURE_MESSAGES = {
     "ko": "앗, 지금은 대답을 만들 수가 없어. 잠시 후에 다시 불러줘!",
@@ -120,6 +123,12 @@ class _Pending:
     claim_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # this copy's claim on its L1 row
 
 
+def _order(pending: _Pending) -> tuple[float, int]:
+    """Where a message stands in its channel: when it was sent (the transport's timestamp), then
+    its L1 row."""
+    return (pending.message.timestamp or 0.0, pending.observation.row.message_id)
+
+
 @dataclass
 class _Channel:
     ref: ChannelRef
@@ -168,6 +177,8 @@ class BotCore:
         self._leases: set[str] = set()  # channel keys whose lease this process holds
         self._fences: dict[str, int] = {}  # channel key → the fencing token of this process's lease
         self._taking: set[str] = set()  # channels the lease upkeep is taking over now
+        self._taken: set[tuple[str, str]] = set()  # (channel, message id) this process took in lately
+        self._taken_order: deque[tuple[str, str]] = deque()
         self._services: list[asyncio.Task] = []  # shared mode: wake-ups, lease upkeep
         self._chores: set[asyncio.Task] = set()  # shared mode: inbox drains, active-set reloads
         self._started = False
@@ -236,31 +247,65 @@ class BotCore:
                                    active=self.is_active(message.ref), timestamp=message.timestamp,
                                    message_id=message.message_id)
         if self.shared is not None:
+            shared = self.shared
             state = self._state(message.ref)
-            if message.message_id and not await self._shared_step(
-                    self.shared.claim_message(state.key, message.message_id)):
+            message_id = message.message_id
+            if message_id and ((state.key, message_id) in self._taken or not await self._patiently(
+                    lambda: self._shared_step(shared.claim_message(state.key, message_id)))):
                 self.health.duplicates += 1
                 return None
+            if message_id:  # a claim answers its claimant yes again: a redelivery to this process is caught here
+                self._taken.add((state.key, message_id))
+                self._taken_order.append((state.key, message_id))
+                if len(self._taken_order) > TAKEN_REMEMBERED:
+                    self._taken.discard(self._taken_order.popleft())
         else:
             state = self._channel(message.ref)
-        try:
-            observation = await asyncio.to_thread(functools.partial(
-                self.pipeline.observe, incoming, needed_now=self._fills_batch(state, message.user_id)))
-        except Exception as exc:
-            self.health.failed("observe", exc)
-            raise
+
+        async def observe() -> Observation:
+            try:
+                return await asyncio.to_thread(functools.partial(
+                    self.pipeline.observe, incoming, needed_now=self._fills_batch(state, message.user_id)))
+            except Exception as exc:
+                self.health.failed("observe", exc)
+                raise
+
+        observation = await self._patiently(observe)
         self.health.ok("observe")
         self.health.messages_in += 1
         if self.shared is None:
             self._arrive(state, _Pending(message, observation, explicit, self.clock()))
         else:
-            await self._shared_step(self.shared.enqueue(state.key, to_payload(message, observation, explicit)))
-            await self._take_or_wake(state)
+            payload = to_payload(message, observation, explicit)
+            await self._patiently(lambda: self._shared_step(shared.enqueue(state.key, payload)))
+            await self._patiently(lambda: self._take_or_wake(state))
         return observation
 
+    async def _patiently(self, step: Callable[[], Awaitable[T]]) -> T:
+        """A step of taking a message in, tried again while the database or Redis is away (a
+        restart): the message is held here meanwhile, and fails only after SUBMIT_PATIENCE_S.
+        (A replica that lost the message's claim to this process has dropped it: giving up at
+        the first error would lose it.)"""
+        deadline = self.clock() + SUBMIT_PATIENCE_S
+        while True:
+            try:
+                return await step()
+            except (DatabaseUnavailableError, CoordinationUnavailableError):
+                if self._closing or self.clock() >= deadline:
+                    raise
+                await self.sleep(RETRY_SECONDS)
+
     def _arrive(self, state: _Channel, pending: _Pending) -> None:
-        """A message joins the channel's debounce (in the process that runs the channel)."""
-        state.pending.append(pending)
+        """A message joins the channel's debounce (in the process that runs the channel), in the
+        order the channel saw the messages: one handed back by a process that lost the channel,
+        or received by the other replica a moment later, may arrive after a newer one."""
+        at = len(state.pending)
+        if pending.message.timestamp is not None:
+            key = _order(pending)
+            while at > 0 and state.pending[at - 1].message.timestamp is not None \
+                    and _order(state.pending[at - 1]) > key:
+                at -= 1
+        state.pending.insert(at, pending)
         state.last_arrival = self.clock()
         if self._merges_into_plan(state, pending.message.user_id):
             state.merge_requested = True
@@ -501,6 +546,28 @@ class BotCore:
 
     # -- the channel worker ----------------------------------------------------------------------
     async def _run(self, state: _Channel) -> None:
+        """The channel's worker, kept alive through errors outside a turn (Redis or the database
+        away while it drains, hands back or releases): a worker that died while its process
+        still held the channel's lease would strand the channel's messages (the lease renewed,
+        nobody answering)."""
+        failures = 0
+        while True:
+            try:
+                await self._run_channel(state)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                if self._closing and failures > MAX_ATTEMPTS:  # shutting down, Redis gone: the queue waits there
+                    log.error("channel %s stopped: %s", state.key, exc)
+                    state.worker = None
+                    return
+                log.warning("channel %s: %s (going on in %.1f s)", state.key, exc, RETRY_SECONDS)
+                self.health.failed("shared" if self.shared is not None else "generation", exc)
+                await self.sleep(RETRY_SECONDS)
+
+    async def _run_channel(self, state: _Channel) -> None:
         while True:
             if self.shared is not None:
                 if state.key not in self._leases:

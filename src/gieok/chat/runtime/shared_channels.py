@@ -37,23 +37,30 @@ log = logging.getLogger(__name__)
 WAKE_INBOX = "inbox"  # a channel's inbox grew: its owner should drain it
 WAKE_ACTIVE = "active"  # the active channels changed: reload them
 
+# KEYS: seen · ARGV: owner, ttl ms — the message is ours: newly, or already
+_CLAIM = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+return 0
+"""
 # KEYS: inbox, waiting set · ARGV: channel key, payload
 _ENQUEUE = """
 redis.call('RPUSH', KEYS[1], ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[1])
 return 1
 """
-# KEYS: inbox, waiting set, lease, in flight · ARGV: channel key, owner — everything queued, and the
-# channel off the waiting set; nothing (false) unless the caller holds the lease, so a process that
-# lost it while stalled cannot take messages from the one that holds it now. What is drained stays
-# in the channel's in-flight list until a turn took it (`done`): if the process dies first, the
-# next holder finds it there.
+# KEYS: inbox, waiting set, lease, in flight · ARGV: channel key, owner — everything queued;
+# nothing (false) unless the caller holds the lease, so a process that lost it while stalled cannot
+# take messages from the one that holds it now. What is drained stays in the channel's in-flight
+# list until a turn took it (`done`): if the process dies first, the next holder finds it there. A
+# channel is on the waiting set while its inbox or its in-flight list holds anything, so the
+# processes' sweeps find the channel of a dead process that had drained its messages.
 _DRAIN = """
 if redis.call('GET', KEYS[3]) ~= ARGV[2] then return false end
 local items = redis.call('LRANGE', KEYS[1], 0, -1)
 redis.call('DEL', KEYS[1])
-redis.call('SREM', KEYS[2], ARGV[1])
 for i = 1, #items do redis.call('RPUSH', KEYS[4], items[i]) end
+if redis.call('LLEN', KEYS[4]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
 return items
 """
 # KEYS: inbox, waiting set · ARGV: channel key, payloads (oldest first) — back at the head
@@ -62,9 +69,12 @@ for i = #ARGV, 2, -1 do redis.call('LPUSH', KEYS[1], ARGV[i]) end
 redis.call('SADD', KEYS[2], ARGV[1])
 return 1
 """
-# KEYS: in flight · ARGV: payloads a turn took (or that were duplicates)
+# KEYS: in flight, inbox, waiting set · ARGV: channel key, payloads a turn took (or duplicates)
 _DONE = """
-for i = 1, #ARGV do redis.call('LREM', KEYS[1], 1, ARGV[i]) end
+for i = 2, #ARGV do redis.call('LREM', KEYS[1], 1, ARGV[i]) end
+if redis.call('LLEN', KEYS[1]) == 0 and redis.call('LLEN', KEYS[2]) == 0 then
+  redis.call('SREM', KEYS[3], ARGV[1])
+end
 return 1
 """
 # KEYS: lease, fence counter, inbox, waiting set, in flight · ARGV: owner, ttl ms, channel key — the
@@ -96,11 +106,13 @@ _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
-# KEYS: lease, in flight · ARGV: owner — only our own lease is removed (with nothing in flight: the
-# holder releases a channel when every message it drained has had its turn)
+# KEYS: lease, in flight, inbox, waiting set · ARGV: owner, channel key — only our own lease is
+# removed (with nothing in flight: the holder releases a channel when every message it drained
+# has had its turn)
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
+  if redis.call('LLEN', KEYS[3]) == 0 then redis.call('SREM', KEYS[4], ARGV[2]) end
   return redis.call('DEL', KEYS[1])
 end
 return 0
@@ -162,9 +174,10 @@ class SharedChannels:
 
     # -- claims ----------------------------------------------------------------------------------
     async def claim_message(self, channel_key: str, message_id: str) -> bool:
-        """True for the first process to claim this message (replicas all receive it)."""
+        """True for the first process to claim this message (replicas all receive it) — and
+        again for that process (a retry whose answer was lost to a dropped connection)."""
         key = self._key("seen", channel_key, message_id)
-        return bool(await self._call(lambda r: r.set(key, self.owner, nx=True, px=_ms(self.claim_seconds))))
+        return bool(await self._call(lambda r: r.eval(_CLAIM, 1, key, self.owner, _ms(self.claim_seconds))))
 
     # -- inboxes ---------------------------------------------------------------------------------
     def _inbox(self, channel_key: str) -> str:
@@ -187,7 +200,8 @@ class SharedChannels:
         """Drained messages a turn took (or that were duplicates): no longer in flight."""
         if payloads:
             data = [json.dumps(p, ensure_ascii=False) for p in payloads]
-            await self._call(lambda r: r.eval(_DONE, 1, self._inflight(channel_key), *data))
+            keys = [self._inflight(channel_key), self._inbox(channel_key), self._key("waiting")]
+            await self._call(lambda r: r.eval(_DONE, 3, *keys, channel_key, *data))
 
     def _inflight(self, channel_key: str) -> str:
         return self._key("inflight", channel_key)
@@ -203,7 +217,7 @@ class SharedChannels:
         return int(await self._call(lambda r: r.llen(self._inbox(channel_key))))
 
     async def waiting(self) -> set[str]:
-        """Channels whose inbox holds messages."""
+        """Channels whose inbox or in-flight list holds messages."""
         return set(await self._call(lambda r: r.smembers(self._key("waiting"))))
 
     # -- leases ----------------------------------------------------------------------------------
@@ -240,8 +254,8 @@ class SharedChannels:
         return {key for key, ok in zip(keys, results) if not ok}
 
     async def release(self, channel_key: str) -> None:
-        keys = [self._lease(channel_key), self._inflight(channel_key)]
-        await self._call(lambda r: r.eval(_RELEASE, 2, *keys, self.owner))
+        keys = [self._lease(channel_key), self._inflight(channel_key), self._inbox(channel_key), self._key("waiting")]
+        await self._call(lambda r: r.eval(_RELEASE, 4, *keys, self.owner, channel_key))
 
     async def lease_holder(self, channel_key: str) -> str | None:
         holder = await self._call(lambda r: r.get(self._lease(channel_key)))
