@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -251,3 +252,35 @@ def test_settings_check_the_redis_url() -> None:
     assert Settings(redis="redis://cache:6379/1").redis == "redis://cache:6379/1"
     with pytest.raises(ConfigError, match="redis"):
         Settings(redis="cache:6379")
+
+
+def test_clients_reconnect_after_a_redis_restart_and_leases_survive_it(tmp_path: Any) -> None:
+    """A Redis restarted on its port (append-only file, as `gieok bench chaos` runs it): while it
+    is down every call is one clear CoordinationUnavailableError; after, the same clients work
+    again without being made anew, and the lease, its fencing token and the inbox are still there."""
+    from benchmarks.redis_server import RedisServer, redis_server_binary
+
+    if redis_server_binary() is None:
+        pytest.skip("redis-server is not installed")
+    server = RedisServer(persistent=True)
+    connection = RedisConnection(server.url, "restart")
+    shared = SharedChannels(connection, lease_seconds=30.0)
+
+    async def scenario() -> None:
+        token = await shared.try_lease("k")
+        await shared.enqueue("k", {"n": 1})
+        server.stop()
+        with pytest.raises(CoordinationUnavailableError):
+            await shared.queued("k")
+        server.start()
+        assert await shared.queued("k") == 1, "the asyncio client reconnected; the inbox survived"
+        assert await shared.renew(["k"]) == set(), "the lease survived: still ours"
+        assert await shared.try_lease("k") > token, "the fencing counter survived"
+        assert connection.client.ping()
+        await shared.aclose()
+
+    try:
+        run(scenario())
+    finally:
+        connection.close()
+        server.close()
