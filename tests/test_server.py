@@ -447,6 +447,26 @@ def test_readyz_answers_200_only_once_warm(deployment: Deployment) -> None:
     assert failed.status_code == 503 and failed.json()["status"] == "failed" and "Retry-After" not in failed.headers
 
 
+def test_a_warming_server_asks_api_clients_to_come_back(deployment: Deployment,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker started again (`--workers N`: one was killed) is handed requests while it loads
+    its models: an API request waits a moment, then gets 503 + Retry-After rather than hanging;
+    once warm, it is answered. Liveness and the dashboard are not held."""
+    import gieok.server.warm as warm
+
+    monkeypatch.setattr(warm, "WARM_WAIT_S", 0.3)
+    state = deployment.state
+    assert state.readiness.done.wait(120)
+    state.readiness = Readiness()  # warming again
+    answer = deployment.client.post("/v1/search", json={"query": "고양이"}, headers=deployment.as_("alpha"))
+    assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
+    assert answer.json()["error"]["type"] == "warming"
+    assert deployment.client.get("/healthz").status_code == 200
+    state.readiness.finish()
+    assert deployment.client.post("/v1/search", json={"query": "고양이"},
+                                  headers=deployment.as_("alpha")).status_code == 200
+
+
 def test_openapi_and_docs(deployment: Deployment) -> None:
     spec = deployment.client.get("/openapi.json").json()
     assert "/v1/search" in spec["paths"] and spec["info"]["title"] == "gieok"
