@@ -5,11 +5,13 @@ docs/scale-out.md says why), or the ones given; `gieok serve --workers 2`; two b
 (`bench.chaos_bot`) answering through the loopback provider with a short lease
 (`lease_seconds`). The load (`bench.chaos_load`): writers adding notes and conversation messages
 through `gieok.client` (retries, one Idempotency-Key per write), and a chat driver sending
-explicit calls to `channels` channels, each message to both bot processes. While it runs, a seeded
+explicit calls to `channels` channels, each message to both bot processes. First a warm-up on
+channels of its own (not counted) until each bot process has answered. While the load runs, a seeded
 schedule injects one fault at a time (`bench.chaos_faults`: kill -9 of a serve worker or a bot,
 SIGSTOP of a bot beyond its lease, PostgreSQL and Redis restarts, dropped connections), waiting
 after each for the deployment to recover. Then the load stops, what is still queued is answered,
-every process stops, and `bench.chaos_check` reads the history and the database.
+every process stops, and `bench.chaos_check` reads the history and the database; the history is
+written beside the processes' logs (`history.jsonl`).
 
 Targets (never adjusted): ≥ 50 faults with every kind present; 0 acknowledged writes lost, 0
 stored twice, the chain verifies; 0 messages lost, answered twice, misrouted or out of order;
