@@ -396,6 +396,7 @@ def test_without_a_key_a_body_must_say_it_is_json(tmp_path: Path) -> None:
     says why; /mcp and the import route are not JSON routes and keep their own rules."""
     state = ServerState.open(ServerSettings.load(db=str(tmp_path / "open.db")), auth=False)
     with TestClient(create_app(state)) as client:
+        assert state.readiness.done.wait(120)  # a warming server answers the API 503 after a short wait
         for content_type in ("application/x-www-form-urlencoded", "text/plain"):
             refused = client.post("/v1/memories", content=b'{"text": "from another site"}',
                                   headers={"content-type": content_type})
@@ -499,6 +500,7 @@ def test_websocket_says_when_the_buffer_no_longer_reaches_back(tmp_path: Path) -
     key, _ = state.keys.create("default", "write")
     headers = {"Authorization": f"Bearer {key}"}
     with TestClient(create_app(state)) as client:
+        assert state.readiness.done.wait(120)
         for i in range(4):
             client.post("/v1/memories", json={"text": f"이벤트 {i}"}, headers=headers)
         with client.websocket_connect("/v1/events/ws?since=0", headers=headers) as socket:

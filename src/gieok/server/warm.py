@@ -23,6 +23,7 @@ from .tenants import DEFAULT_TENANT, TenantRegistry
 __all__ = ["Readiness", "warm_tenants", "tenants_to_warm", "start_warming", "WarmGate", "WARM_WAIT_S"]
 
 WARM_WAIT_S = 10.0  # how long a request waits for a warming server before it is told to come back
+UNGATED = ("/v1/events", "/v1/health", "/v1/keys")  # they need no model: answered while warming
 
 log = logging.getLogger("uvicorn.error")  # uvicorn's own log: it is what `gieok serve` prints
 
@@ -111,7 +112,7 @@ class WarmGate:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path = str(scope.get("path", "")) if scope.get("type") == "http" else ""
-        if path.startswith("/v1/") and not path.startswith("/v1/events") and self.state.warming:
+        if path.startswith("/v1/") and not path.startswith(UNGATED) and self.state.warming:
             import asyncio
 
             from .errors import error_response
