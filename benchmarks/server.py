@@ -165,11 +165,12 @@ def create_key(db: Path | str) -> str:
 
 
 class ServeProcess:
-    """`gieok serve --db DB --port P --workers W` on 127.0.0.1 in a subprocess, its output in
-    `log`. `db`: a memory file or a database URL. `env`: the server's whole environment
+    """`gieok serve --db DB --port P --workers W [extra_args]` on 127.0.0.1 in a subprocess, its
+    output in `log`. `db`: a memory file or a database URL. `env`: the server's whole environment
     (default: this process's)."""
 
-    def __init__(self, db: Path | str, log: Path, workers: int = 1, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, db: Path | str, log: Path, workers: int = 1, *, extra_args: Sequence[str] = (),
+                 env: Mapping[str, str] | None = None) -> None:
         import httpx
 
         self.port = _free_port()
@@ -179,7 +180,7 @@ class ServeProcess:
         self._sink = log.open("wb")
         self.process = subprocess.Popen([sys.executable, "-m", "gieok.cli", "serve", "--db", str(db),
                                          "--host", "127.0.0.1", "--port", str(self.port),
-                                         "--workers", str(workers)],
+                                         "--workers", str(workers), *extra_args],
                                         stdin=subprocess.DEVNULL, stdout=self._sink, stderr=subprocess.STDOUT,
                                         env={**(os.environ if env is None else env)}, cwd=log.parent)
         self.ready_seconds: float | None = None

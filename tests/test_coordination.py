@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,7 @@ def test_a_message_is_claimed_once_per_channel(pair: tuple[SharedChannels, Share
     async def scenario() -> None:
         assert await a.claim_message("g1/cafe", "m1")
         assert not await b.claim_message("g1/cafe", "m1"), "the replica that comes second gets nothing"
-        assert not await a.claim_message("g1/cafe", "m1")
+        assert await a.claim_message("g1/cafe", "m1"), "its claimant again: a retry whose answer was lost"
         assert await b.claim_message("g1/lounge", "m1"), "ids are per channel"
         await a.aclose()
         await b.aclose()
@@ -64,11 +65,40 @@ def test_inbox_keeps_order_across_processes_and_drains_once(pair: tuple[SharedCh
         assert drained is not None and [item["n"] for item in drained] == [1, 2, 3]
         assert drained[0]["text"] == "첫 번째"
         assert await b.drain("k") == [], "drained items are gone"
-        assert await a.waiting() == set(), "an empty inbox is not waiting"
+        assert await a.waiting() == {"k"}, "drained but no turn took them yet: in flight, still waiting"
+        await b.done("k", drained)
+        assert await a.waiting() == set(), "an empty inbox with nothing in flight is not waiting"
         await a.requeue_front("k", drained[1:])
         await a.enqueue("k", {"n": 4})
         again = await b.drain("k")
         assert again is not None and [item["n"] for item in again] == [2, 3, 4], "handed-back messages go first"
+        await a.aclose()
+        await b.aclose()
+
+    run(scenario())
+
+
+def test_what_a_dead_holder_drained_goes_to_the_next_holder(pair: tuple[SharedChannels, SharedChannels],
+                                                              redis_namespace: str) -> None:
+    a, b = pair
+
+    async def scenario() -> None:
+        for n in (1, 2, 3):
+            await a.enqueue("k", {"n": n})
+        first = await b.try_lease("k")
+        drained = await b.drain("k")
+        assert drained is not None and len(drained) == 3
+        await b.done("k", drained[:1])  # a turn took the first; then b dies
+        b.connection.client.delete(f"{redis_namespace}:lease:k")  # its lease lapses
+        await a.enqueue("k", {"n": 4})
+        assert await a.waiting() == {"k"}, "the sweep finds the channel"
+        second = await a.try_lease("k")
+        assert second > first > 0, "each take counts the fencing token up"
+        again = await a.drain("k")
+        assert again is not None and [item["n"] for item in again] == [2, 3, 4], "in flight first, in order"
+        await a.done("k", again)
+        await a.release("k")
+        assert await a.waiting() == set()
         await a.aclose()
         await b.aclose()
 
@@ -222,3 +252,35 @@ def test_settings_check_the_redis_url() -> None:
     assert Settings(redis="redis://cache:6379/1").redis == "redis://cache:6379/1"
     with pytest.raises(ConfigError, match="redis"):
         Settings(redis="cache:6379")
+
+
+def test_clients_reconnect_after_a_redis_restart_and_leases_survive_it(tmp_path: Any) -> None:
+    """A Redis restarted on its port (append-only file, as `gieok bench chaos` runs it): while it
+    is down every call is one clear CoordinationUnavailableError; after, the same clients work
+    again without being made anew, and the lease, its fencing token and the inbox are still there."""
+    from benchmarks.redis_server import RedisServer, redis_server_binary
+
+    if redis_server_binary() is None:
+        pytest.skip("redis-server is not installed")
+    server = RedisServer(persistent=True)
+    connection = RedisConnection(server.url, "restart")
+    shared = SharedChannels(connection, lease_seconds=30.0)
+
+    async def scenario() -> None:
+        token = await shared.try_lease("k")
+        await shared.enqueue("k", {"n": 1})
+        server.stop()
+        with pytest.raises(CoordinationUnavailableError):
+            await shared.queued("k")
+        server.start()
+        assert await shared.queued("k") == 1, "the asyncio client reconnected; the inbox survived"
+        assert await shared.renew(["k"]) == set(), "the lease survived: still ours"
+        assert await shared.try_lease("k") > token, "the fencing counter survived"
+        assert connection.client.ping()
+        await shared.aclose()
+
+    try:
+        run(scenario())
+    finally:
+        connection.close()
+        server.close()

@@ -276,3 +276,36 @@ def test_messages_a_process_holds_when_its_lease_is_lost_are_handed_back(spawn: 
         await close_all(a, b)
 
     run(scenario())
+
+
+def test_a_stalled_owners_late_turn_is_refused_by_the_fence(spawn: Any, redis_namespace: str,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """a drains a message and stalls while planning its turn, past its lease (its lease check
+    before the turn had passed); b takes the channel — a newer fencing token, written to the
+    store — and gets the message a had drained back from the channel's in-flight list. When a
+    resumes, its claim on the message is refused in the store: the message is answered once, by
+    b, and a writes nothing."""
+    a = spawn(redis_lease_seconds=60.0)  # stalled: not even its lease upkeep runs until it resumes
+    b = spawn()
+    key = conversation_key("g1", "cafe")
+
+    async def scenario() -> None:
+        await b.core.start()
+        a.model.hold = asyncio.Event()
+        await a.core.submit(msg("누리야 [t1] 거기 있어?", "m1"))
+        await until(lambda: len(a.model.decisions) == 1, 10)  # a's turn is under way, held
+        assert a.connection.client.delete(f"{redis_namespace}:lease:{key}") == 1  # a's lease lapsed
+        await b.core.submit(msg("누리야 [t2] 대답해줘", "m2"))
+        await until(lambda: key in b.core.held_channels, 5)
+        await settled(b, replies_expected=1, timeout=20)
+        assert a.memory.store.conversation.fence_token(key) == b.core._fences[key] > a.core._fences[key]
+        a.model.hold.set()  # a resumes
+        await until(lambda: "another process runs this channel" in caplog.text, 10)
+        await handed_back(a, b, replies_expected=1)
+        assert tag_counts(a, b) == {"[t1]": 1, "[t2]": 1}
+        assert a.outbox.sent == [], "a's late turn was refused before it answered"
+        rows = b.memory.store.conversation.l1_recent(key, 10)
+        assert [r.role for r in rows].count("assistant") == 1
+        await close_all(a, b)
+
+    run(scenario())

@@ -399,6 +399,7 @@ def test_without_a_key_a_body_must_say_it_is_json(tmp_path: Path) -> None:
     says why; /mcp and the import route are not JSON routes and keep their own rules."""
     state = ServerState.open(ServerSettings.load(db=str(tmp_path / "open.db")), auth=False)
     with TestClient(create_app(state), base_url="http://127.0.0.1") as client:  # keyless: loopback Host names only
+        assert state.readiness.done.wait(120)  # a warming server answers the API 503 after a short wait
         for content_type in ("application/x-www-form-urlencoded", "text/plain"):
             refused = client.post("/v1/memories", content=b'{"text": "from another site"}',
                                   headers={"content-type": content_type})
@@ -450,6 +451,26 @@ def test_readyz_answers_200_only_once_warm(deployment: Deployment) -> None:
     assert failed.status_code == 503 and failed.json()["status"] == "failed" and "Retry-After" not in failed.headers
 
 
+def test_a_warming_server_asks_api_clients_to_come_back(deployment: Deployment,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker started again (`--workers N`: one was killed) is handed requests while it loads
+    its models: an API request waits a moment, then gets 503 + Retry-After rather than hanging;
+    once warm, it is answered. Liveness and the dashboard are not held."""
+    import gieok.server.warm as warm
+
+    monkeypatch.setattr(warm, "WARM_WAIT_S", 0.3)
+    state = deployment.state
+    assert state.readiness.done.wait(120)
+    state.readiness = Readiness()  # warming again
+    answer = deployment.client.post("/v1/search", json={"query": "고양이"}, headers=deployment.as_("alpha"))
+    assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
+    assert answer.json()["error"]["type"] == "warming"
+    assert deployment.client.get("/healthz").status_code == 200
+    state.readiness.finish()
+    assert deployment.client.post("/v1/search", json={"query": "고양이"},
+                                  headers=deployment.as_("alpha")).status_code == 200
+
+
 def test_openapi_and_docs(deployment: Deployment) -> None:
     spec = deployment.client.get("/openapi.json").json()
     assert "/v1/search" in spec["paths"] and spec["info"]["title"] == "gieok"
@@ -482,6 +503,7 @@ def test_websocket_says_when_the_buffer_no_longer_reaches_back(tmp_path: Path) -
     key, _ = state.keys.create("default", "write")
     headers = {"Authorization": f"Bearer {key}"}
     with TestClient(create_app(state)) as client:
+        assert state.readiness.done.wait(120)
         for i in range(4):
             client.post("/v1/memories", json={"text": f"이벤트 {i}"}, headers=headers)
         with client.websocket_connect("/v1/events/ws?since=0", headers=headers) as socket:

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from gieok.chain import GENESIS
-from gieok.errors import CorruptDatabaseError, StoreError
+from gieok.errors import CorruptDatabaseError, LeaseLostError, StoreError
 from gieok.store.base import BM25Filter, NewBlock, Store, VectorSearchStore
-from gieok.store.conversation import FactRow
+from gieok.store.conversation import FactRow, L1RowsTakenError
 from gieok.types import Block, Scope, scope_key
 from store_backends import Backend
 
@@ -545,6 +545,63 @@ def test_message_ids_are_claimed_once_with_their_l1_row(store: Store) -> None:
     assert [r.content for r in tables.l1_recent(key, 10)] == ["안녕"]
     tables.l1_set_blocks([(first.message_id, 7)])
     assert tables.l1_blocks_of([first.message_id, other.message_id]) == {first.message_id: 7}
+
+
+def test_fences_refuse_a_turn_written_under_an_older_token(backend: Backend) -> None:
+    """Two processes on two connections: the one that took the channel's lease later (a newer
+    fencing token) moves the fence; the other's claim, reply and turn blocks are refused whole."""
+    old, new = backend.open(), backend.open()
+    key = scope_key(Scope("g", "c"))
+    rows = [old.conversation.l1_append(key, "user", f"m{i}", "u1", None, T0 + i, True, False, f"e{i}", keep=50)
+            for i in range(3)]
+    old.conversation.fence_advance(key, 1)
+    assert old.conversation.l1_claim(key, [(rows[0].message_id, "a1")], T0 + 5, fence=1) == {rows[0].message_id}
+    new.conversation.fence_advance(key, 2)  # another process took the lease
+    assert new.conversation.fence_token(key) == old.conversation.fence_token(key) == 2
+    with pytest.raises(LeaseLostError):
+        old.conversation.l1_claim(key, [(rows[1].message_id, "a2")], T0 + 6, fence=1)
+    with pytest.raises(LeaseLostError):
+        old.conversation.l1_append(key, "assistant", "late reply", None, None, T0 + 7, False, False, None, keep=50,
+                                   fence=1)
+    with pytest.raises(LeaseLostError):
+        old.conversation.fence_advance(key, 1)  # the fence never moves back
+    before = old.last_block_index()
+    hook = old.conversation.turn_blocks_hook([rows[1].message_id], scope_key=key, fence=1)
+    with pytest.raises(LeaseLostError):
+        old.append([new_block("m1", scope=Scope("g", "c", "u1"))], unit_vectors(1), T0, within=hook)
+    assert old.last_block_index() == before and new.last_block_index() == before  # nothing written
+    # the new holder claims what the old one had not, and nothing twice
+    assert new.conversation.l1_claim(key, [(r.message_id, f"b{i}") for i, r in enumerate(rows)], T0 + 8,
+                                     fence=2) == {rows[1].message_id, rows[2].message_id}
+    assert new.conversation.l1_claim(key, [(rows[1].message_id, "b9")], T0 + 9, fence=2) == set(), \
+        "another claim on a message taken already is refused"
+    assert new.conversation.l1_claim(key, [(rows[1].message_id, "b1")], T0 + 9, fence=2) == {rows[1].message_id}, \
+        "the same claim again (a retry whose commit answer was lost) is granted"
+    assert [r.content for r in new.conversation.l1_recent(key, 10)] == ["m0", "m1", "m2"]  # no late reply
+    # a newer token in the write itself moves the fence too; another conversation has its own
+    new.conversation.l1_append(key, "assistant", "reply", None, None, T0 + 10, False, False, None, keep=50, fence=3)
+    assert new.conversation.fence_token(key) == 3
+    assert new.conversation.fence_token(scope_key(Scope("g", "other"))) is None
+    assert new.conversation.l1_claim(scope_key(Scope("g", "other")), [], T0, fence=1) == set()
+
+
+def test_turn_blocks_link_their_l1_rows_once(backend: Backend) -> None:
+    """Two writers racing to write the same L1 rows as turn blocks: the second append is refused
+    whole (no second block), and the rows point at the first writer's blocks."""
+    a, b = backend.open(), backend.open()
+    key = scope_key(Scope("g", "c"))
+    rows = [a.conversation.l1_append(key, "user", f"m{i}", "u1", None, T0 + i, True, False, None, keep=50)
+            for i in range(2)]
+    ids = [r.message_id for r in rows]
+    written = a.append([new_block(r.content) for r in rows], unit_vectors(2), T0,
+                       within=a.conversation.turn_blocks_hook(ids))
+    assert a.conversation.l1_blocks_of(ids) == {i: blk.block_index for i, blk in zip(ids, written)}
+    last = b.last_block_index()
+    with pytest.raises(L1RowsTakenError):
+        b.append([new_block(r.content) for r in rows], unit_vectors(2), T0, within=b.conversation.turn_blocks_hook(ids))
+    assert b.last_block_index() == last == written[-1].block_index
+    assert b.verify().ok
+    assert a.conversation.l1_pending(key) == []
 
 
 def test_leases_are_held_by_one_holder_until_they_lapse(backend: Backend) -> None:

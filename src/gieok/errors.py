@@ -20,6 +20,7 @@ __all__ = [
     "DatabaseUnavailableError",
     "SchemaTooNewError",
     "CoordinationUnavailableError",
+    "LeaseLostError",
     "EmbedderError",
     "EmbedderUnavailableError",
     "EmbedderMismatchError",
@@ -93,6 +94,11 @@ class SchemaTooNewError(StoreError):
 class CoordinationUnavailableError(GieokError):
     """Redis (what several bot and server processes share: `redis` setting) cannot be reached,
     or refused the connection."""
+
+
+class LeaseLostError(GieokError):
+    """A write was refused because this process no longer runs the channel: another process took
+    its lease since (the store's fencing token for the channel is newer than this process's)."""
 
 
 class EmbedderError(GieokError):

@@ -74,8 +74,10 @@ class RedisConnection:
         self.command_seconds = max(command_seconds, timeout_seconds)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._module = _redis()
+        # Each connection carries the process's identity (CLIENT LIST shows which gieok process it is).
         self.client = self._module.Redis.from_url(url, socket_timeout=self.command_seconds,
-                                                  socket_connect_timeout=timeout_seconds, decode_responses=True)
+                                                  socket_connect_timeout=timeout_seconds, decode_responses=True,
+                                                  client_name=self.owner)
         try:
             self.client.ping()
         except redis_errors() as exc:
@@ -94,7 +96,7 @@ class RedisConnection:
         BLOCK), added to the socket timeout so the wait itself is not an error."""
         return self._module.asyncio.Redis.from_url(
             self.url, socket_timeout=self.command_seconds + blocking_seconds,
-            socket_connect_timeout=self.timeout_seconds, decode_responses=True)
+            socket_connect_timeout=self.timeout_seconds, decode_responses=True, client_name=self.owner)
 
     def close(self) -> None:
         self.client.close()

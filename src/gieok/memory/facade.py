@@ -23,7 +23,7 @@ from ..errors import BlockNotFoundError, InvalidInputError, InvalidTypeError
 from ..index.catalog import Catalog
 from ..index.vector import VectorIndex, limit_blas_threads
 from ..retrieval.hybrid import MODES, RankingCandidates, SearchRequest
-from ..store.base import BM25Filter, NewBlock, Store, VerifyReport
+from ..store.base import AppendHook, BM25Filter, NewBlock, Store, VerifyReport
 from ..store.factory import open_store
 from ..text.tokenize import Tokenizer, get_tokenizer
 from ..types import Block, Scope, SearchResult, Stats
@@ -243,9 +243,13 @@ class Memory:
         self._feed_layers(block)
         return block
 
-    def remember_many(self, items: Iterable[Mapping[str, Any]]) -> list[Block]:
-        """`remember` for several turns at once: one batched embedding, one transaction per chunk."""
-        blocks = self.add_many(items)
+    def remember_many(self, items: Iterable[Mapping[str, Any]], *, within: AppendHook | None = None) -> list[Block]:
+        """`remember` for several turns at once: one batched embedding, one transaction per chunk.
+        `within`: called inside each chunk's transaction with its blocks as stored, for rows that
+        must commit or roll back with them (the conversation layers' L1 links and fence)."""
+        self._check_open()
+        prepared = ingest.prepare_many(self.settings, self.tokenizer, items)
+        blocks = self._writes.write_chunked(prepared, None, None, within=within)
         for block in blocks:
             self._feed_layers(block)
         return blocks

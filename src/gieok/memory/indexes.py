@@ -126,6 +126,17 @@ class MemoryIndexes:
     # -- following commits -------------------------------------------------------------------
     def sync(self) -> None:
         """Pick up blocks and forgets committed by other processes since we last looked."""
+        if self.dimension is None:
+            # Recording the embedder changes no block, so the change counter does not say it
+            # happened: another process may have recorded it before any block exists.
+            recorded = self.store.get_meta("dimension")
+            if recorded:
+                self.change_token = self.store.change_token()
+                self.on_foreign_change()
+                if self.database is not None:
+                    self.database.changed()
+                self.adopt(int(recorded))
+            return
         token = self.store.change_token()
         if token == self.change_token:
             return
@@ -133,12 +144,6 @@ class MemoryIndexes:
         self.on_foreign_change()  # another process wrote: nothing cached may be trusted
         if self.database is not None:
             self.database.changed()
-        if self.dimension is None:
-            recorded = self.store.get_meta("dimension")
-            if recorded:
-                self.adopt(int(recorded))
-            return
-        if self.database is not None:
             return
         self.catch_up()
         forgotten = self.store.forgotten_indices()

@@ -14,7 +14,7 @@ import numpy as np
 from ..config import Settings
 from ..embed import CachedEmbedder
 from ..retrieval.passages import PassageContext, PassageSource
-from ..store.base import NewBlock, Store
+from ..store.base import AppendHook, NewBlock, Store
 from ..types import Block
 from . import ingest
 from .embedding import embed_passages
@@ -56,14 +56,15 @@ class WritePath:
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         return embed_passages(self.embedder(), texts, self.settings.embed_batch_size)
 
-    def write(self, blocks: list[NewBlock], vectors: np.ndarray | None = None) -> list[Block]:
+    def write(self, blocks: list[NewBlock], vectors: np.ndarray | None = None,
+              within: AppendHook | None = None) -> list[Block]:
         if vectors is None:
             vectors = self.embed_passages(self.passage_context().texts_for(
                 [ingest.new_passage_source(b) for b in blocks]))
         with self.lock:
             self.check_open()
             self.indexes.sync()
-            written = self.store.append(blocks, vectors, insert_time=time.time())
+            written = self.store.append(blocks, vectors, insert_time=time.time(), within=within)
             self.indexes.after_append(written, vectors, [b.tokens for b in blocks])
             self.indexes.noted()
             self.layers.invalidate(b.scope for b in written)
@@ -72,12 +73,13 @@ class WritePath:
         return written
 
     def write_chunked(self, prepared: list[NewBlock], vectors: np.ndarray | None,
-                      progress: Progress | None) -> list[Block]:
-        """Many blocks, each chunk of `WRITE_CHUNK` one transaction."""
+                      progress: Progress | None, *, within: AppendHook | None = None) -> list[Block]:
+        """Many blocks, each chunk of `WRITE_CHUNK` one transaction (`within` runs in each)."""
         out: list[Block] = []
         for start in range(0, len(prepared), WRITE_CHUNK):
             chunk = prepared[start : start + WRITE_CHUNK]
-            out.extend(self.write(chunk, vectors[start : start + len(chunk)] if vectors is not None else None))
+            out.extend(self.write(chunk, vectors[start : start + len(chunk)] if vectors is not None else None,
+                                  within))
             if progress:
                 progress(len(chunk))
         return out

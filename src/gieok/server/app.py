@@ -20,6 +20,7 @@ from .hosts import LOOPBACK_NAMES, HostGuard, allowed_host_names
 from .limits import BodyLimit
 from .routes import ROUTERS
 from .state import ServerState
+from .warm import WarmGate
 from .web import install as install_dashboard
 
 __all__ = ["create_app", "BEARER_SCHEME"]
@@ -76,6 +77,7 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, 
         app.include_router(router)
     install_dashboard(app)  # the web dashboard at / (server/web/)
     app.add_middleware(JsonBodies)  # `curl -d '{...}'` with a key: the body is JSON (server/bodies.py)
+    app.add_middleware(WarmGate, state=state)  # a worker still warming says 503 + Retry-After, not a hang
     app.add_middleware(BodyLimit, default=state.settings.server_max_body_bytes,
                        larger={"/v1/import": state.settings.server_max_import_bytes})
     if not state.auth:  # no keys: a page that rebinds its own name to this address must not be answered

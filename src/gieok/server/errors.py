@@ -1,5 +1,7 @@
 """Every error leaves the server as JSON: `{"error": {"type": ..., "message": ...}}` with a 4xx
-for what the caller can fix and a 5xx only for what they cannot."""
+for what the caller can fix and a 5xx only for what they cannot. What is away for a moment — the
+database, Redis, the embedding engine — is a 503 with `Retry-After` (seconds), never a 500: a
+client (gieok.client) waits that long and tries again."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
     AuthenticationError,
+    CoordinationUnavailableError,
     EmbedderError,
     GieokError,
     InvalidInputError,
@@ -25,7 +28,9 @@ from ..errors import (
 from .bodies import SENT_CONTENT_TYPE, is_json_content_type
 from .events import SinceAheadError
 
-__all__ = ["error_body", "error_response", "install_error_handlers", "status_of"]
+__all__ = ["error_body", "error_response", "install_error_handlers", "status_of", "RETRY_AFTER_SECONDS"]
+
+RETRY_AFTER_SECONDS = 1  # what a 503 asks the client to wait: a restart of PostgreSQL or Redis takes seconds
 
 log = logging.getLogger("gieok.server")
 
@@ -38,6 +43,7 @@ _STATUS: list[tuple[type[Exception], int, str]] = [
     (InvalidTypeError, 400, "invalid_input"),
     (EmbedderError, 503, "embedder_unavailable"),
     (StoreError, 503, "store_unavailable"),
+    (CoordinationUnavailableError, 503, "coordination_unavailable"),
     (LLMError, 502, "llm_unavailable"),
 ]
 _HTTP_TYPES = {400: "bad_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
@@ -50,15 +56,34 @@ def error_body(type_: str, message: str, **extra: Any) -> dict[str, Any]:
 
 
 def error_response(status: int, type_: str, message: str, **extra: Any) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = None
+    if status == 401:
+        headers = {"WWW-Authenticate": "Bearer"}
+    elif status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
     return JSONResponse(error_body(type_, message, **extra), status_code=status, headers=headers)
 
 
-def status_of(exc: Exception) -> tuple[int, str]:
+def status_of(exc: BaseException) -> tuple[int, str]:
     for kind, status, name in _STATUS:
         if isinstance(exc, kind):
             return status, name
+    if _driver_unavailable(exc):
+        return 503, "store_unavailable"
     return 500, "internal_error"
+
+
+_UNAVAILABLE_NAMES = {"OperationalError", "InterfaceError", "PoolTimeout", "PoolClosed", "ConnectionError",
+                      "TimeoutError", "BusyLoadingError"}
+
+
+def _driver_unavailable(exc: BaseException) -> bool:
+    """A database or Redis driver's own "cannot reach the server" error that escaped translation
+    into gieok's (psycopg's OperationalError, redis-py's ConnectionError …): still a 503."""
+    for cls in type(exc).__mro__:
+        if cls.__module__.split(".")[0] in ("psycopg", "psycopg_pool", "redis") and cls.__name__ in _UNAVAILABLE_NAMES:
+            return True
+    return False
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -93,6 +118,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # (a GieokError raised in a middleware — key lookup — comes here, not to the handler above)
+        status, name = status_of(exc)
+        if status < 500 or status == 503:
+            if status == 503:
+                log.error("%s %s: %s", request.method, request.url.path, exc)
+            return error_response(status, name, str(exc) if isinstance(exc, GieokError)
+                                  else f"a server this one depends on is away: {exc}")
         log.exception("%s %s failed", request.method, request.url.path)
         return error_response(500, "internal_error", "the server failed; see its log")
 

@@ -12,7 +12,7 @@ tenant's Redis stream (`coordination.SharedEventLog`) and every feed reads it, s
 `gieok serve` worker sees the events of every worker and every bot process, with one sequence.
 
 Event types: memory.added, memory.forgotten, memory.promoted, search.answered, summary.updated,
-fact.added, fact.superseded, fact.duplicate, guard.fired, turn.timings, pipeline.* (other
+fact.added, fact.superseded, fact.duplicate, guard.fired, turn.claimed, turn.timings, pipeline.* (other
 pipeline events), and stream.gap (sent to a subscriber only).
 """
 

@@ -70,6 +70,11 @@ class ServerState:
             self._stop_duties.set()
         self.duties, self._stop_duties = None, None
 
+    @property
+    def warming(self) -> bool:
+        """Warming started (the app's start-up) and is not done yet."""
+        return self._warming is not None and not self.readiness.done.is_set()
+
     def start_warming(self) -> None:
         """Warm the tenants beside the running server, once (the app's start-up calls this)."""
         if self._warming is None:

@@ -20,7 +20,10 @@ from typing import Any
 from ..errors import GieokError
 from .tenants import DEFAULT_TENANT, TenantRegistry
 
-__all__ = ["Readiness", "warm_tenants", "tenants_to_warm", "start_warming"]
+__all__ = ["Readiness", "warm_tenants", "tenants_to_warm", "start_warming", "WarmGate", "WARM_WAIT_S"]
+
+WARM_WAIT_S = 10.0  # how long a request waits for a warming server before it is told to come back
+UNGATED = ("/v1/events", "/v1/health", "/v1/keys")  # they need no model: answered while warming
 
 log = logging.getLogger("uvicorn.error")  # uvicorn's own log: it is what `gieok serve` prints
 
@@ -94,3 +97,33 @@ def start_warming(registry: TenantRegistry, names: list[str], readiness: Readine
                               name="gieok-warm", daemon=True)
     thread.start()
     return thread
+
+
+class WarmGate:
+    """ASGI middleware: while the server warms, a request to the API waits for it up to
+    `WARM_WAIT_S`, then is answered 503 with `Retry-After` rather than hanging behind the model
+    load. A worker that `gieok serve --workers N` started again (one was killed) shares the
+    listening socket with the others and is handed requests at once, and on a busy machine its
+    warming takes minutes: a client is better told to come back (and may reach a warm worker)."""
+
+    def __init__(self, app: Any, *, state: Any) -> None:
+        self.app = app
+        self.state = state  # ServerState
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = str(scope.get("path", "")) if scope.get("type") == "http" else ""
+        if path.startswith("/v1/") and not path.startswith(UNGATED) and self.state.warming:
+            import asyncio
+
+            from .errors import error_response
+
+            deadline = time.monotonic() + WARM_WAIT_S
+            while self.state.warming and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            if self.state.warming:
+                readiness = self.state.readiness
+                response = error_response(503, "warming", "this server is still loading its models (for "
+                                          f"{time.monotonic() - readiness.started:.0f} s); try again")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..chain import GENESIS, digest_of, hash_of
 from ..types import Block, Scope
-from .conversation import ConversationStore
+from .conversation import AppendHook, ConversationStore
 from .idempotency import IdempotencyStore
 from .keys import KeyStore
 from .layer_tables import LayerStore
@@ -29,7 +29,7 @@ from .sequences import EventSequenceStore
 from .sessions import SessionStore
 
 __all__ = ["Store", "BlockStore", "VectorSearchStore", "NewBlock", "IndexRows", "BM25Filter", "VerifyReport",
-           "verify_chain"]
+           "verify_chain", "AppendHook"]
 
 
 @dataclass(slots=True)
@@ -144,7 +144,8 @@ class BlockStore(Protocol):
     def size_bytes(self) -> int: ...
 
     # writes: each call is one transaction
-    def append(self, blocks: Sequence[NewBlock], vectors: np.ndarray, insert_time: float) -> list[Block]: ...
+    def append(self, blocks: Sequence[NewBlock], vectors: np.ndarray, insert_time: float,
+               within: AppendHook | None = None) -> list[Block]: ...
 
     def append_exact(self, blocks: Sequence[Block], tokens: Sequence[list[str]], vectors: np.ndarray) -> None: ...
 

@@ -9,14 +9,24 @@ the store's connection and transactions."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..types import Scope, scope_from_key
-from .sql import SqlSession
+from ..errors import LeaseLostError, StoreError
+from ..types import Block, Scope, scope_from_key
+from .sql import SqlSession, SqlWriter
 
-__all__ = ["ConversationStore", "ConversationTables", "L1Row", "FactRow"]
+AppendHook = Callable[[SqlWriter, Sequence[Block]], None]
+"""Called inside a block append's transaction with the blocks as they are stored, to write rows
+that must commit or roll back with them; raising refuses the whole append."""
+
+
+class L1RowsTakenError(StoreError):
+    """Turn blocks for L1 messages that another writer already wrote as blocks (nothing written)."""
+
+__all__ = ["ConversationStore", "ConversationTables", "L1Row", "FactRow", "AppendHook", "L1RowsTakenError",
+           "check_fence"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +81,8 @@ class ConversationStore(Protocol):
     """Persistence of the conversation layers. Each write is one transaction."""
 
     def l1_append(self, scope_key: str, role: str, content: str, user_id: str | None, display_name: str | None,
-                  created_at: float, addressed: bool, flagged: bool, external_id: str | None, keep: int) -> L1Row: ...
+                  created_at: float, addressed: bool, flagged: bool, external_id: str | None, keep: int,
+                  fence: int | None = None) -> L1Row: ...
 
     def l1_append_once(self, scope_key: str, role: str, content: str, user_id: str | None, display_name: str | None,
                        created_at: float, addressed: bool, flagged: bool, external_id: str,
@@ -88,6 +99,16 @@ class ConversationStore(Protocol):
     def l1_pending(self, scope_key: str | None = None, limit: int = 100_000) -> list[L1Row]: ...
 
     def l1_set_blocks(self, pairs: Sequence[tuple[int, int]]) -> None: ...
+
+    def fence_advance(self, scope_key: str, token: int) -> None: ...
+
+    def fence_token(self, scope_key: str) -> int | None: ...
+
+    def l1_claim(self, scope_key: str, claims: Sequence[tuple[int, str]], when: float,
+                 fence: int | None = None) -> set[int]: ...
+
+    def turn_blocks_hook(self, message_ids: Sequence[int], *, scope_key: str | None = None,
+                         fence: int | None = None) -> AppendHook: ...
 
     def l1_flag(self, message_id: int) -> None: ...
 
@@ -145,10 +166,14 @@ class ConversationTables:
 
     # -- L1 ---------------------------------------------------------------------------------
     def l1_append(self, scope_key: str, role: str, content: str, user_id: str | None, display_name: str | None,
-                  created_at: float, addressed: bool, flagged: bool, external_id: str | None, keep: int) -> L1Row:
+                  created_at: float, addressed: bool, flagged: bool, external_id: str | None, keep: int,
+                  fence: int | None = None) -> L1Row:
         """Insert a message and trim the conversation to its newest `keep` rows — but never
-        drop a row whose turn block is not written yet (it would be lost)."""
+        drop a row whose turn block is not written yet (it would be lost). `fence`: the writer's
+        fencing token for the conversation (`check_fence`), checked in the same transaction."""
         with self.store.transaction() as conn:
+            if fence is not None:
+                check_fence(conn, scope_key, fence)
             message_id = _l1_insert(conn, scope_key, role, content, user_id, display_name, created_at, addressed,
                                     flagged, external_id, keep)
         return L1Row(message_id, scope_key, role, content, user_id, display_name, created_at, addressed, flagged,
@@ -215,6 +240,61 @@ class ConversationTables:
         with self.store.transaction() as conn:
             conn.executemany("UPDATE l1_messages SET block_index = ? WHERE message_id = ?",
                              [(block, message) for message, block in pairs])
+
+    # -- fencing (schema v9) ----------------------------------------------------------------
+    def fence_advance(self, scope_key: str, token: int) -> None:
+        """A process took the conversation's lease with `token`: from now on only writes under it
+        (or a newer one) are accepted. LeaseLostError if a newer token is stored already."""
+        with self.store.transaction() as conn:
+            check_fence(conn, scope_key, token)
+
+    def fence_token(self, scope_key: str) -> int | None:
+        rows = self._rows("SELECT token FROM channel_fences WHERE scope_key = ?", (scope_key,))
+        return int(rows[0][0]) if rows else None
+
+    def l1_claim(self, scope_key: str, claims: Sequence[tuple[int, str]], when: float,
+                 fence: int | None = None) -> set[int]:
+        """A turn takes these user messages to answer, each (L1 message id, claim id): the ones no
+        other claim took before are marked handled and returned (a message handed from process to
+        process is answered once). A claim id names one attempt to answer one copy of a message:
+        the same claim again — a retry after the commit's answer was lost — is granted again.
+        Under `fence`, in the transaction that checks it: a process that lost the channel claims
+        nothing (LeaseLostError)."""
+        claimed: set[int] = set()
+        with self.store.transaction() as conn:
+            if fence is not None:
+                check_fence(conn, scope_key, fence)
+            for message_id, claim in claims:
+                cursor = conn.execute("UPDATE l1_messages SET handled_at = ?, handled_by = ? WHERE message_id = ? "
+                                      "AND scope_key = ? AND (handled_at IS NULL OR handled_by = ?)",
+                                      (when, claim, message_id, scope_key, claim))
+                if cursor.rowcount:
+                    claimed.add(int(message_id))
+        return claimed
+
+    def turn_blocks_hook(self, message_ids: Sequence[int], *, scope_key: str | None = None,
+                         fence: int | None = None) -> AppendHook:
+        """For `Store.append(within=…)`: link the L1 messages `message_ids` (in the order of the blocks
+        appended) to their turn blocks in the append's own transaction — refused, and the blocks
+        with it, when another writer linked one of them first (L1RowsTakenError) or when `fence`
+        is stale for `scope_key` (LeaseLostError). So no L1 row ever becomes two turn blocks."""
+        ids = list(message_ids)
+        done = [0]  # an append in chunks calls this once per chunk, in order
+
+        def link(conn: SqlWriter, blocks: Sequence[Block]) -> None:
+            chunk = ids[done[0] : done[0] + len(blocks)]
+            if len(chunk) != len(blocks):
+                raise StoreError("turn blocks: one block per L1 message is required")
+            if fence is not None and scope_key is not None:
+                check_fence(conn, scope_key, fence)
+            for message_id, block in zip(chunk, blocks):
+                cursor = conn.execute("UPDATE l1_messages SET block_index = ? WHERE message_id = ? "
+                                      "AND block_index IS NULL", (block.block_index, message_id))
+                if cursor.rowcount != 1:
+                    raise L1RowsTakenError(f"L1 message {message_id} is a turn block already (another writer)")
+            done[0] += len(blocks)
+
+        return link
 
     def l1_flag(self, message_id: int) -> None:
         with self.store.transaction() as conn:
@@ -341,6 +421,18 @@ class ConversationTables:
                              "activated_by = excluded.activated_by", (scope_key, when, by))
             else:
                 conn.execute("DELETE FROM active_channels WHERE scope_key = ?", (scope_key,))
+
+
+def check_fence(conn: SqlWriter, scope_key: str, token: int) -> None:
+    """Inside a transaction: go on only if no newer fencing token than `token` is stored for the
+    conversation (and store `token` if it is newer). The statement locks the fence row until the
+    transaction ends, so a process taking the lease (`fence_advance`) waits for a write under the
+    old token to commit, and every write after it is refused."""
+    cursor = conn.execute("INSERT INTO channel_fences(scope_key, token) VALUES (?, ?) ON CONFLICT(scope_key) "
+                          "DO UPDATE SET token = excluded.token WHERE channel_fences.token <= excluded.token",
+                          (scope_key, int(token)))
+    if cursor.rowcount == 0:
+        raise LeaseLostError(f"{scope_key}: another process runs this channel now (fencing token {token} is stale)")
 
 
 def _l1_insert(conn: Any, scope_key: str, role: str, content: str, user_id: str | None, display_name: str | None,

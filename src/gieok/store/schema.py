@@ -208,6 +208,22 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX dashboard_sessions_by_key ON dashboard_sessions(key_id);
     """,
+    # 11: fencing of a channel's turns (several bot processes). A process that takes a channel's
+    # lease gets the next token of a counter in Redis and writes it here; the rows of a turn (its
+    # claim on the messages it answers, the reply, the turn blocks) are written only in a
+    # transaction that finds no newer token, so a process that stalled past its lease cannot record
+    # a late turn. And which L1 messages a turn took care of: the rows already in L1 count as handled.
+    # (8 is the idempotency keys of wt-harden, the same text on both branches so either merge order
+    # gives one schema.)
+    """
+    CREATE TABLE channel_fences (
+        scope_key TEXT PRIMARY KEY,                -- the conversation: guild/channel
+        token     INTEGER NOT NULL                 -- only ever moves forward
+    );
+    ALTER TABLE l1_messages ADD COLUMN handled_at REAL;  -- when a turn took it (answered or passed over)
+    ALTER TABLE l1_messages ADD COLUMN handled_by TEXT;  -- which turn's claim: its retry is not refused
+    UPDATE l1_messages SET handled_at = created_at;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

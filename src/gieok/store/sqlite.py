@@ -28,7 +28,7 @@ from ..errors import (
     StoreError,
 )
 from ..types import Block, Scope
-from .base import BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
+from .base import AppendHook, BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
 from .conversation import ConversationStore, ConversationTables
 from .idempotency import IdempotencyStore, IdempotencyTable
 from .keys import KeyStore, KeyTable
@@ -219,7 +219,8 @@ class SQLiteStore:
             return int(self._query("PRAGMA user_version").fetchone()[0])
 
     # -- writes ---------------------------------------------------------------------------
-    def append(self, blocks: Sequence[NewBlock], vectors: np.ndarray, insert_time: float) -> list[Block]:
+    def append(self, blocks: Sequence[NewBlock], vectors: np.ndarray, insert_time: float,
+               within: AppendHook | None = None) -> list[Block]:
         if len(blocks) != len(vectors):
             raise StoreError("append: one vector per block is required")
         with self.transaction() as conn:
@@ -235,6 +236,8 @@ class SQLiteStore:
             fts_rows = [(b.block_index, " ".join(new.tokens), facet_tokens(b.scope, b.kind))
                         for b, new in zip(out, blocks)]
             self._insert_rows(conn, block_rows, vector_rows, fts_rows)
+            if within is not None:
+                within(conn, out)
         return out
 
     def append_exact(self, blocks: Sequence[Block], tokens: Sequence[list[str]], vectors: np.ndarray) -> None:

@@ -22,6 +22,7 @@ starts the stage-2 extraction in the background on a snapshot of the conversatio
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import re
@@ -39,7 +40,7 @@ from ...embed.priority import Priority, embedding_priority
 from ...errors import GieokError, InvalidInputError, InvalidTypeError
 from ...memory import Memory
 from ...retrieval.passages import SPEAKER_NAME_KEY, speaker_name_of
-from ...store.conversation import L1Row
+from ...store.conversation import L1Row, L1RowsTakenError
 from ...types import Scope, scope_from_key, scope_key
 from ...validate import check_speaker_names, clean_text
 from ..layers.conversation import ConversationMemory, check_id
@@ -512,21 +513,23 @@ class ConversationPipeline:
         return await self.plan(message, dry_run=True)
 
     # -- record -------------------------------------------------------------------------------
-    async def record(self, plan: Plan, reply: str | None, *, wait: bool = True) -> None:
+    async def record(self, plan: Plan, reply: str | None, *, wait: bool = True, fence: int | None = None) -> None:
         """After the reply is known (or not sent): L1, turn blocks, working memory, and the
         background extraction when scheduled. The reply is in L1 (durable, and in the next
         prompt) when this returns; with `wait=False` the turn blocks are written behind, at
         background embedding priority (a runtime does not hold the channel for them; `drain`
-        waits for them, and a crash leaves them in L1 for start-up)."""
+        waits for them, and a crash leaves them in L1 for start-up). `fence`: the channel's
+        fencing token of the process that runs it (several bot processes); the reply and the turn
+        blocks are written only while it is the newest (else LeaseLostError, nothing written)."""
         if plan.l1_row is None:
             raise InvalidInputError("this plan was a dry run; nothing to record")
         async with self._lock(plan.conversation):
-            await asyncio.to_thread(self._append_reply, plan, reply)
+            await asyncio.to_thread(self._append_reply, plan, reply, fence)
             if plan.analyse:
                 snapshot = await asyncio.to_thread(self._snapshot, plan.conversation)
                 if snapshot is not None:
                     self._spawn(self._extract(plan.conversation, plan.message.guild, *snapshot))
-        commit = self._spawn(self._commit_behind(plan.conversation))
+        commit = self._spawn(self._commit_behind(plan.conversation, fence))
         commits = self._commits.setdefault(scope_key(plan.conversation), set())
         commits.add(commit)
         commit.add_done_callback(commits.discard)
@@ -552,26 +555,31 @@ class ConversationPipeline:
             # Nothing is lost (the messages stay in L1 and start-up writes them); say so loudly.
             self._event("background_failed", {"error": repr(task.exception())})
 
-    async def _commit_behind(self, conversation: Scope) -> None:
+    async def _commit_behind(self, conversation: Scope, fence: int | None = None) -> None:
         waiting = await asyncio.to_thread(self.tables.l1_pending, scope_key(conversation))
         if waiting:  # vectors first, awaited without a thread, behind every turn's own work
             texts = await asyncio.to_thread(self.memory.passage_texts, self._turn_items(waiting))
             await self.memory.embedder.aembed_passages(texts, Priority.LATER)
-            await asyncio.to_thread(self.commit_pending, conversation, embedded_only=True)
+            await asyncio.to_thread(functools.partial(self.commit_pending, conversation, embedded_only=True,
+                                                      fence=fence))
 
-    def _append_reply(self, plan: Plan, reply: str | None) -> None:
+    def _append_reply(self, plan: Plan, reply: str | None, fence: int | None = None) -> None:
         if reply is not None and reply.strip():
             self.l1.append(plan.conversation, role="assistant", content=reply[: self.settings.max_text_chars],
-                           user_id=None, display_name=self.settings.bot_name)
+                           user_id=None, display_name=self.settings.bot_name, fence=fence)
 
-    def commit_pending(self, conversation: Scope | None = None, *, embedded_only: bool = False) -> int:
+    def commit_pending(self, conversation: Scope | None = None, *, embedded_only: bool = False,
+                       fence: int | None = None) -> int:
         """Write the L1 messages that are not yet turn blocks into long-term memory (one
         conversation's, or all of them at start-up). Serialised: two channels recording at
         once must not both write the same row. The embedding (the slow part) happens before
         the lock, so one channel's long reply does not hold up every other channel's commit.
         `embedded_only`: write only the leading rows whose vectors are already cached and leave
         the rest for a later commit, so the lock is never held waiting for the engine (under
-        load, write-behind embeddings wait behind every turn)."""
+        load, write-behind embeddings wait behind every turn). Each row's block is linked to it in
+        the block's own transaction, refused when another process wrote the row first (0 here) or,
+        under `fence` (one conversation's, several bot processes), when the process lost the channel
+        (LeaseLostError)."""
         key = scope_key(conversation) if conversation is not None else None
         waiting = self.tables.l1_pending(key)
         if not waiting:
@@ -587,8 +595,11 @@ class ConversationPipeline:
                 pending, items = pending[:ready], items[:ready]
             if not pending:
                 return 0
-            blocks = self.memory.remember_many(items)
-            self.tables.l1_set_blocks([(row.message_id, block.block_index) for row, block in zip(pending, blocks)])
+            link = self.tables.turn_blocks_hook([row.message_id for row in pending], scope_key=key, fence=fence)
+            try:
+                self.memory.remember_many(items, within=link)
+            except L1RowsTakenError:
+                return 0  # another process wrote them meanwhile (it held the channel before this one)
             return len(pending)
 
     def _turn_items(self, rows: Sequence[L1Row]) -> list[dict[str, Any]]:

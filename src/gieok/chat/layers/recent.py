@@ -43,12 +43,12 @@ class RecentMessages:
 
     def append(self, conversation: Scope, *, role: str, content: str, user_id: str | None,
                display_name: str | None = None, addressed: bool = False, flagged: bool = False,
-               external_id: str | None = None, when: float | None = None) -> L1Row:
+               external_id: str | None = None, when: float | None = None, fence: int | None = None) -> L1Row:
         if role not in ROLES:
             raise InvalidInputError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         return self.tables.l1_append(scope_key(conversation), role, content, user_id, display_name,
                                      self.clock() if when is None else when, addressed, flagged, external_id,
-                                     self.capacity)
+                                     self.capacity, fence=fence)
 
     def recent(self, conversation: Scope, n: int | None = None) -> list[L1Row]:
         return self.tables.l1_recent(scope_key(conversation), self.capacity if n is None else n)

@@ -30,12 +30,19 @@ import contextlib
 import functools
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from ...errors import GieokError, LLMError
+from ...errors import (
+    CoordinationUnavailableError,
+    DatabaseUnavailableError,
+    GieokError,
+    LeaseLostError,
+    LLMError,
+)
 from ...types import scope_from_key
 from ..agent.context import AssembledPrompt
 from ..agent.pipeline import ConversationPipeline, IncomingMessage, Observation, Plan
@@ -55,6 +62,12 @@ from .shared_channels import WAKE_ACTIVE, WAKE_INBOX, SharedChannels
 __all__ = ["BotCore", "InboundMessage", "Outbox", "ChannelRef", "Reply"]
 
 log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 0.5  # a turn the database or Redis refused is tried again after this …
+MAX_ATTEMPTS = 60  # … this many times before its messages are given up (logged)
+TAKEN_REMEMBERED = 10_000  # message ids a process remembers having taken in (redeliveries)
+SUBMIT_PATIENCE_S = 60.0  # how long a message is held while the database or Redis is away
+T = TypeVar("T")
 
 FAILURE_MESSAGES = {
     "ko": "앗, 지금은 대답을 만들 수가 없어. 잠시 후에 다시 불러줘!",
@@ -104,6 +117,16 @@ class _Pending:
     observation: Observation
     explicit: bool
     arrived: float
+    payload: dict[str, Any] | None = None  # shared mode: as drained from the inbox (in flight until claimed)
+    claimed: bool = False  # a turn of this process took it (its L1 row is marked handled)
+    attempts: int = 0  # turns that failed before taking it (the database or Redis away)
+    claim_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # this copy's claim on its L1 row
+
+
+def _order(pending: _Pending) -> tuple[float, int]:
+    """Where a message stands in its channel: when it was sent (the transport's timestamp), then
+    its L1 row."""
+    return (pending.message.timestamp or 0.0, pending.observation.row.message_id)
 
 
 @dataclass
@@ -152,6 +175,10 @@ class BotCore:
         self._channels: dict[str, _Channel] = {}
         self.shared = shared
         self._leases: set[str] = set()  # channel keys whose lease this process holds
+        self._fences: dict[str, int] = {}  # channel key → the fencing token of this process's lease
+        self._taking: set[str] = set()  # channels the lease upkeep is taking over now
+        self._taken: set[tuple[str, str]] = set()  # (channel, message id) this process took in lately
+        self._taken_order: deque[tuple[str, str]] = deque()
         self._services: list[asyncio.Task] = []  # shared mode: wake-ups, lease upkeep
         self._chores: set[asyncio.Task] = set()  # shared mode: inbox drains, active-set reloads
         self._started = False
@@ -220,31 +247,65 @@ class BotCore:
                                    active=self.is_active(message.ref), timestamp=message.timestamp,
                                    message_id=message.message_id)
         if self.shared is not None:
+            shared = self.shared
             state = self._state(message.ref)
-            if message.message_id and not await self._shared_step(
-                    self.shared.claim_message(state.key, message.message_id)):
+            message_id = message.message_id
+            if message_id and ((state.key, message_id) in self._taken or not await self._patiently(
+                    lambda: self._shared_step(shared.claim_message(state.key, message_id)))):
                 self.health.duplicates += 1
                 return None
+            if message_id:  # a claim answers its claimant yes again: a redelivery to this process is caught here
+                self._taken.add((state.key, message_id))
+                self._taken_order.append((state.key, message_id))
+                if len(self._taken_order) > TAKEN_REMEMBERED:
+                    self._taken.discard(self._taken_order.popleft())
         else:
             state = self._channel(message.ref)
-        try:
-            observation = await asyncio.to_thread(functools.partial(
-                self.pipeline.observe, incoming, needed_now=self._fills_batch(state, message.user_id)))
-        except Exception as exc:
-            self.health.failed("observe", exc)
-            raise
+
+        async def observe() -> Observation:
+            try:
+                return await asyncio.to_thread(functools.partial(
+                    self.pipeline.observe, incoming, needed_now=self._fills_batch(state, message.user_id)))
+            except Exception as exc:
+                self.health.failed("observe", exc)
+                raise
+
+        observation = await self._patiently(observe)
         self.health.ok("observe")
         self.health.messages_in += 1
         if self.shared is None:
             self._arrive(state, _Pending(message, observation, explicit, self.clock()))
         else:
-            await self._shared_step(self.shared.enqueue(state.key, to_payload(message, observation, explicit)))
-            await self._take_or_wake(state)
+            payload = to_payload(message, observation, explicit)
+            await self._patiently(lambda: self._shared_step(shared.enqueue(state.key, payload)))
+            await self._patiently(lambda: self._take_or_wake(state))
         return observation
 
+    async def _patiently(self, step: Callable[[], Awaitable[T]]) -> T:
+        """A step of taking a message in, tried again while the database or Redis is away (a
+        restart): the message is held here meanwhile, and fails only after SUBMIT_PATIENCE_S.
+        (A replica that lost the message's claim to this process has dropped it: giving up at
+        the first error would lose it.)"""
+        deadline = self.clock() + SUBMIT_PATIENCE_S
+        while True:
+            try:
+                return await step()
+            except (DatabaseUnavailableError, CoordinationUnavailableError):
+                if self._closing or self.clock() >= deadline:
+                    raise
+                await self.sleep(RETRY_SECONDS)
+
     def _arrive(self, state: _Channel, pending: _Pending) -> None:
-        """A message joins the channel's debounce (in the process that runs the channel)."""
-        state.pending.append(pending)
+        """A message joins the channel's debounce (in the process that runs the channel), in the
+        order the channel saw the messages: one handed back by a process that lost the channel,
+        or received by the other replica a moment later, may arrive after a newer one."""
+        at = len(state.pending)
+        if pending.message.timestamp is not None:
+            key = _order(pending)
+            while at > 0 and state.pending[at - 1].message.timestamp is not None \
+                    and _order(state.pending[at - 1]) > key:
+                at -= 1
+        state.pending.insert(at, pending)
         state.last_arrival = self.clock()
         if self._merges_into_plan(state, pending.message.user_id):
             state.merge_requested = True
@@ -268,19 +329,48 @@ class BotCore:
         assert self.shared is not None
         if state.key in self._leases:
             self._drain_soon(state)
-        elif await self._shared_step(self.shared.try_lease(state.key)):
-            await self._took(state)
+        elif token := await self._shared_step(self.shared.try_lease(state.key)):
+            await self._took(state, token)
         else:
             await self._shared_step(self.shared.notify(WAKE_INBOX, state.key))
 
-    async def _took(self, state: _Channel) -> None:
-        """This process now runs the channel: what another process changed in its working
-        memory since is read again, then its inbox is drained into the debounce."""
+    async def _took(self, state: _Channel, token: int) -> bool:
+        """This process now runs the channel, under fencing `token`: the store's fence moves to
+        it first (from then on a turn of the process that ran the channel before is refused),
+        what another process changed in its working memory since is read again, then its inbox
+        is drained into the debounce. When the store cannot be reached, the lease goes back (the
+        inbox waits for the next sweep) and this returns False."""
+        assert self.shared is not None
+        try:
+            await self._advance_fence(state.key, token)
+            await asyncio.to_thread(self.pipeline.memory.reload_conversation,
+                                    conversation_of(state.ref.guild, state.ref.channel))
+        except Exception as exc:
+            self.health.failed("shared", exc)
+            log.warning("could not take over %s: %s", state.key, exc)
+            with contextlib.suppress(Exception):
+                await self.shared.release(state.key)
+            return False
         self._leases.add(state.key)
-        await asyncio.to_thread(self.pipeline.memory.reload_conversation,
-                                conversation_of(state.ref.guild, state.ref.channel))
         self._start_worker(state)
         self._drain_soon(state)
+        return True
+
+    async def _take_over(self, state: _Channel, token: int) -> None:
+        try:
+            await self._took(state, token)
+        finally:
+            self._taking.discard(state.key)
+
+    async def _advance_fence(self, key: str, token: int) -> None:
+        assert self.shared is not None
+        try:
+            await asyncio.to_thread(self.pipeline.tables.fence_advance, key, token)
+        except LeaseLostError:  # the store has a newer token than Redis: Redis lost its counter
+            stored = await asyncio.to_thread(self.pipeline.tables.fence_token, key)
+            token = await self._shared_step(self.shared.fence_floor(key, stored or 0))
+            await asyncio.to_thread(self.pipeline.tables.fence_advance, key, token)
+        self._fences[key] = token
 
     def _drain_soon(self, state: _Channel) -> None:
         self._chore(self._drain(state))
@@ -306,6 +396,7 @@ class BotCore:
                 self._leases.discard(state.key)
                 state.wake.set()
                 return
+            passed_over: list[dict[str, Any]] = []
             for payload in drained:
                 try:
                     fields, observation, explicit = from_payload(payload)
@@ -313,11 +404,24 @@ class BotCore:
                 except (ValueError, TypeError, KeyError) as exc:  # stored, but cannot be answered here
                     log.error("a queued message in %s could not be read: %s", state.key, exc)
                     self.health.failed("shared", exc)
+                    passed_over.append(payload)
                     continue
                 if observation.row.message_id in state.drained:
+                    passed_over.append(payload)
                     continue
                 state.drained.append(observation.row.message_id)
-                self._arrive(state, _Pending(message, observation, explicit, self.clock()))
+                self._arrive(state, _Pending(message, observation, explicit, self.clock(), payload))
+            if passed_over:
+                await self._settle_in_flight(state.key, passed_over)
+
+    async def _settle_in_flight(self, key: str, payloads: list[dict[str, Any]]) -> None:
+        """Best effort: a message left in flight is only looked at again (and passed over: its
+        L1 row is claimed) by the next process to take the channel, and forgotten at release."""
+        assert self.shared is not None
+        try:
+            await self.shared.done(key, payloads)
+        except Exception as exc:
+            log.warning("could not mark %d message(s) of %s done: %s", len(payloads), key, exc)
 
     async def _release_or_continue(self, state: _Channel) -> bool:
         """The channel has nothing pending here: hand it back, unless work arrived meanwhile.
@@ -327,15 +431,25 @@ class BotCore:
         inbox again — a message enqueued before that look is seen by it, and one enqueued after
         it finds the lease free for its sender."""
         assert self.shared is not None
-        await self.pipeline.settle(conversation_of(state.ref.guild, state.ref.channel))
+        conversation = conversation_of(state.ref.guild, state.ref.channel)
+        await self.pipeline.settle(conversation)
+        if state.key in self._leases:  # what a write behind could not write (the database was away)
+            try:
+                await asyncio.to_thread(functools.partial(self.pipeline.commit_pending, conversation,
+                                                          fence=self._fences.get(state.key)))
+            except LeaseLostError:
+                self._leases.discard(state.key)
+            except Exception as exc:  # still away: the next holder writes them
+                log.warning("turn blocks of %s left in L1 for now: %s", state.key, exc)
         await self._drain(state)
         if state.pending:
             return True
         await self._shared_step(self.shared.release(state.key))
         self._leases.discard(state.key)
         if (not self._closing and await self._shared_step(self.shared.queued(state.key))
-                and await self._shared_step(self.shared.try_lease(state.key))):
-            await self._took(state)
+                and (token := await self._shared_step(self.shared.try_lease(state.key)))):
+            if not await self._took(state, token):
+                return False
             await self._drain(state)
             return True
         return False
@@ -383,9 +497,12 @@ class BotCore:
         assert self.shared is not None
         keys = {row.scope_key for row in await asyncio.to_thread(self.pipeline.tables.l1_pending, None)}
         for key in sorted(keys - self._leases):
-            if await self._shared_step(self.shared.try_lease(key)):
+            if token := await self._shared_step(self.shared.try_lease(key)):
                 try:
-                    await asyncio.to_thread(self.pipeline.commit_pending, scope_from_key(key))
+                    await asyncio.to_thread(functools.partial(self.pipeline.commit_pending, scope_from_key(key),
+                                                              fence=token))
+                except LeaseLostError as exc:
+                    log.warning("%s", exc)
                 finally:
                     await self._shared_step(self.shared.release(key))
 
@@ -403,11 +520,14 @@ class BotCore:
                         self._channels[key].wake.set()
                 if self._closing:
                     continue
-                for key in sorted(await self.shared.waiting() - self._leases):
-                    if await self.shared.try_lease(key):
+                for key in sorted(await self.shared.waiting() - self._leases - self._taking):
+                    if token := await self.shared.try_lease(key):
                         where = scope_from_key(key)
                         assert where.channel is not None
-                        await self._took(self._state(ChannelRef(where.channel, where.guild)))
+                        # beside the upkeep: a take waits for the store (its fence), and the
+                        # renewals of the leases held must not wait for it
+                        self._taking.add(key)
+                        self._chore(self._take_over(self._state(ChannelRef(where.channel, where.guild)), token))
                 self._active = await self.shared.active_keys()
                 self.health.ok("shared")
             except Exception as exc:  # Redis away for a moment: try again next round
@@ -426,6 +546,28 @@ class BotCore:
 
     # -- the channel worker ----------------------------------------------------------------------
     async def _run(self, state: _Channel) -> None:
+        """The channel's worker, kept alive through errors outside a turn (Redis or the database
+        away while it drains, hands back or releases): a worker that died while its process
+        still held the channel's lease would strand the channel's messages (the lease renewed,
+        nobody answering)."""
+        failures = 0
+        while True:
+            try:
+                await self._run_channel(state)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                if self._closing and failures > MAX_ATTEMPTS:  # shutting down, Redis gone: the queue waits there
+                    log.error("channel %s stopped: %s", state.key, exc)
+                    state.worker = None
+                    return
+                log.warning("channel %s: %s (going on in %.1f s)", state.key, exc, RETRY_SECONDS)
+                self.health.failed("shared" if self.shared is not None else "generation", exc)
+                await self.sleep(RETRY_SECONDS)
+
+    async def _run_channel(self, state: _Channel) -> None:
         while True:
             if self.shared is not None:
                 if state.key not in self._leases:
@@ -466,6 +608,11 @@ class BotCore:
                 await self._turn(state, ready)
             except asyncio.CancelledError:
                 raise
+            except (DatabaseUnavailableError, CoordinationUnavailableError) as exc:
+                # the batch is back at the head of the channel (`_turn`): try again in a moment
+                log.warning("turn postponed in %s: %s", state.key, exc)
+                self.health.failed("record" if isinstance(exc, DatabaseUnavailableError) else "shared", exc)
+                await self.sleep(RETRY_SECONDS)
             except Exception as exc:  # one bad turn must not stop the channel
                 log.exception("turn failed in %s", state.key)
                 self.health.failed("generation", exc)
@@ -547,6 +694,73 @@ class BotCore:
         batch = self._take_batch(state, [])
         timings = TurnTimings(channel=state.ref.channel, messages=len(batch),
                               debounce_ms=(ready - batch[0].arrived) * 1000, ready_at=ready)
+        try:
+            planned = await self._plan_and_claim(state, batch, timings)
+        except LeaseLostError as exc:  # another process runs the channel now: it answers these
+            log.warning("%s", exc)
+            state.pending[:0] = [p for p in batch if not p.claimed]
+            self._leases.discard(state.key)
+            return
+        except (DatabaseUnavailableError, CoordinationUnavailableError):  # the batch waits for the next turn
+            self._put_back(state, batch)
+            raise
+        if planned is None:
+            return
+        plan, batch = planned
+        await self._answer(state, plan, batch, timings)
+
+    def _put_back(self, state: _Channel, batch: list[_Pending]) -> None:
+        back = []
+        for pending in batch:
+            if pending.claimed:
+                continue
+            pending.attempts += 1
+            if pending.attempts > MAX_ATTEMPTS:
+                log.error("gave up on message %s in %s after %d failed turns", pending.message.message_id,
+                          state.key, pending.attempts)
+                continue
+            back.append(pending)
+        state.pending[:0] = back
+
+    async def _claim(self, state: _Channel, batch: list[_Pending]) -> list[_Pending]:
+        """Mark the batch's L1 rows handled (under this process's fencing token in shared mode):
+        the messages another turn took already are left out. LeaseLostError when this process
+        no longer runs the channel."""
+        fence = None
+        if self.shared is not None:
+            if state.key not in self._leases or state.key not in self._fences:
+                raise LeaseLostError(f"{state.key}: this process no longer holds the channel's lease")
+            fence = self._fences[state.key]
+        todo = [p for p in batch if not p.claimed]
+        if todo:
+            claimed = await asyncio.to_thread(self.pipeline.tables.l1_claim, state.key,
+                                              [(p.observation.row.message_id, p.claim_id) for p in todo],
+                                              time.time(), fence)
+            for pending in todo:
+                pending.claimed = pending.observation.row.message_id in claimed
+            taken = [p.message.message_id for p in todo if p.claimed]
+            if taken:  # from here until the reply is out, a crash of this process misses these messages
+                self.pipeline.memory.emit("turn.claimed", {"guild": state.ref.guild, "channel": state.ref.channel,
+                                                           "messages": taken})
+            if self.shared is not None:
+                await self._settle_in_flight(state.key, [p.payload for p in todo if p.payload is not None])
+        return [p for p in batch if p.claimed]
+
+    async def _plan_and_claim(self, state: _Channel, batch: list[_Pending],
+                              timings: TurnTimings) -> tuple[Plan, list[_Pending]] | None:
+        """The turn's plan, for the messages it takes (`_claim`); None when every one of them was
+        answered elsewhere already."""
+        while True:
+            plan = await self._plan(state, batch, timings)
+            taken = await self._claim(state, batch)
+            if len(taken) == len(batch):
+                return plan, batch
+            self.health.duplicates += len(batch) - len(taken)
+            if not taken:
+                return None
+            batch[:] = taken  # plan again without the messages answered elsewhere
+
+    async def _plan(self, state: _Channel, batch: list[_Pending], timings: TurnTimings) -> Plan:
         while True:  # plan; redo with merged messages if the same user writes meanwhile
             state.planning_user = batch[0].message.user_id
             state.planning_size = len(batch)
@@ -569,6 +783,9 @@ class BotCore:
             finally:
                 state.planning_user = None
         state.planning_task = None
+        return plan
+
+    async def _answer(self, state: _Channel, plan: Plan, batch: list[_Pending], timings: TurnTimings) -> None:
         self.last_plans[state.key] = plan
         self.health.ok("gatekeeper")
         timings.stage1_ms = plan.timings_ms.get("stage1_ms", 0.0)
@@ -589,9 +806,14 @@ class BotCore:
             if reply_text is not None and not plan.message.explicit:
                 await self._note_reply(state.key)
         timings.responded = reply_text is not None
-        try:
-            await self.pipeline.record(plan, reply_text, wait=False)  # blocks are written behind
+        try:  # blocks are written behind
+            await self.pipeline.record(plan, reply_text, wait=False, fence=self._fences.get(state.key)
+                                       if self.shared is not None else None)
             self.health.ok("record")
+        except LeaseLostError as exc:  # stalled past the lease: the reply went out, the turn is not recorded
+            log.warning("%s", exc)
+            self._leases.discard(state.key)
+            return
         except Exception as exc:
             self.health.failed("record", exc)
             raise

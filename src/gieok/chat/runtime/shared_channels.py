@@ -5,7 +5,10 @@
   received them (`enqueue` / `drain`);
 - **leases**: one process at a time runs a channel's turns (`try_lease` / `renew` / `release`),
   so a channel is debounced, batched and answered in one place and never twice; a lease that is
-  not renewed (its process died) expires and another process takes the channel and its inbox;
+  not renewed (its process died) expires and another process takes the channel, its inbox and
+  what the dead one had drained but not answered (the in-flight list). Each take of a lease
+  counts up the channel's **fencing token**, which the store checks where the turn is written
+  (`ConversationStore.check_fence`): a process that stalled past its lease cannot write a late turn;
 - **wake-ups**: a pub/sub message tells the channel's owner that its inbox grew, or every process
   that the active channels changed;
 - **active channels**: the set of channels the bot speaks in unprompted;
@@ -34,20 +37,30 @@ log = logging.getLogger(__name__)
 WAKE_INBOX = "inbox"  # a channel's inbox grew: its owner should drain it
 WAKE_ACTIVE = "active"  # the active channels changed: reload them
 
+# KEYS: seen · ARGV: owner, ttl ms — the message is ours: newly, or already
+_CLAIM = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+return 0
+"""
 # KEYS: inbox, waiting set · ARGV: channel key, payload
 _ENQUEUE = """
 redis.call('RPUSH', KEYS[1], ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[1])
 return 1
 """
-# KEYS: inbox, waiting set, lease · ARGV: channel key, owner — everything queued, and the channel off
-# the waiting set; nothing (false) unless the caller holds the lease, so a process that lost it
-# while stalled cannot take messages from the one that holds it now
+# KEYS: inbox, waiting set, lease, in flight · ARGV: channel key, owner — everything queued;
+# nothing (false) unless the caller holds the lease, so a process that lost it while stalled cannot
+# take messages from the one that holds it now. What is drained stays in the channel's in-flight
+# list until a turn took it (`done`): if the process dies first, the next holder finds it there. A
+# channel is on the waiting set while its inbox or its in-flight list holds anything, so the
+# processes' sweeps find the channel of a dead process that had drained its messages.
 _DRAIN = """
 if redis.call('GET', KEYS[3]) ~= ARGV[2] then return false end
 local items = redis.call('LRANGE', KEYS[1], 0, -1)
 redis.call('DEL', KEYS[1])
-redis.call('SREM', KEYS[2], ARGV[1])
+for i = 1, #items do redis.call('RPUSH', KEYS[4], items[i]) end
+if redis.call('LLEN', KEYS[4]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
 return items
 """
 # KEYS: inbox, waiting set · ARGV: channel key, payloads (oldest first) — back at the head
@@ -56,20 +69,52 @@ for i = #ARGV, 2, -1 do redis.call('LPUSH', KEYS[1], ARGV[i]) end
 redis.call('SADD', KEYS[2], ARGV[1])
 return 1
 """
-# KEYS: lease · ARGV: owner, ttl ms — taken, or already ours (then extended)
+# KEYS: in flight, inbox, waiting set · ARGV: channel key, payloads a turn took (or duplicates)
+_DONE = """
+for i = 2, #ARGV do redis.call('LREM', KEYS[1], 1, ARGV[i]) end
+if redis.call('LLEN', KEYS[1]) == 0 and redis.call('LLEN', KEYS[2]) == 0 then
+  redis.call('SREM', KEYS[3], ARGV[1])
+end
+return 1
+"""
+# KEYS: lease, fence counter, inbox, waiting set, in flight · ARGV: owner, ttl ms, channel key — the
+# lease taken (or already ours, then extended) with the channel's next fencing token, else 0. What
+# an earlier holder drained and no turn took goes back to the head of the inbox (it died, or lost
+# the lease, before answering; a message it did answer is refused by its claim in the store).
 _TAKE = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
-return 0
+local taken = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not taken then
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+local stranded = redis.call('LRANGE', KEYS[5], 0, -1)
+if #stranded > 0 then
+  for i = #stranded, 1, -1 do redis.call('LPUSH', KEYS[3], stranded[i]) end
+  redis.call('DEL', KEYS[5])
+  redis.call('SADD', KEYS[4], ARGV[3])
+end
+return redis.call('INCR', KEYS[2])
+"""
+# KEYS: fence counter · ARGV: the store's token — the counter moved past it (Redis lost its data)
+_FENCE_FLOOR = """
+local now = tonumber(redis.call('GET', KEYS[1]) or '0')
+if now < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return redis.call('INCR', KEYS[1])
 """
 # KEYS: lease · ARGV: owner, ttl ms
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
-# KEYS: lease · ARGV: owner — only our own lease is removed
+# KEYS: lease, in flight, inbox, waiting set · ARGV: owner, channel key — only our own lease is
+# removed (with nothing in flight: the holder releases a channel when every message it drained
+# has had its turn)
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+  if redis.call('LLEN', KEYS[3]) == 0 then redis.call('SREM', KEYS[4], ARGV[2]) end
+  return redis.call('DEL', KEYS[1])
+end
 return 0
 """
 # KEYS: channel window, global window · ARGV: channel ms, global ms (0: no window)
@@ -129,9 +174,10 @@ class SharedChannels:
 
     # -- claims ----------------------------------------------------------------------------------
     async def claim_message(self, channel_key: str, message_id: str) -> bool:
-        """True for the first process to claim this message (replicas all receive it)."""
+        """True for the first process to claim this message (replicas all receive it) — and
+        again for that process (a retry whose answer was lost to a dropped connection)."""
         key = self._key("seen", channel_key, message_id)
-        return bool(await self._call(lambda r: r.set(key, self.owner, nx=True, px=_ms(self.claim_seconds))))
+        return bool(await self._call(lambda r: r.eval(_CLAIM, 1, key, self.owner, _ms(self.claim_seconds))))
 
     # -- inboxes ---------------------------------------------------------------------------------
     def _inbox(self, channel_key: str) -> str:
@@ -144,10 +190,21 @@ class SharedChannels:
 
     async def drain(self, channel_key: str) -> list[dict[str, Any]] | None:
         """Everything in the channel's inbox, oldest first, and the inbox empty after; None when
-        this process does not hold the channel's lease (any more)."""
-        keys = [self._inbox(channel_key), self._key("waiting"), self._lease(channel_key)]
-        items = await self._call(lambda r: r.eval(_DRAIN, 3, *keys, channel_key, self.owner))
+        this process does not hold the channel's lease (any more). The messages stay in flight
+        until `done`: a process that takes the channel next gets back those no turn took."""
+        keys = [self._inbox(channel_key), self._key("waiting"), self._lease(channel_key), self._inflight(channel_key)]
+        items = await self._call(lambda r: r.eval(_DRAIN, 4, *keys, channel_key, self.owner))
         return None if items is None else [json.loads(item) for item in items]
+
+    async def done(self, channel_key: str, payloads: list[dict[str, Any]]) -> None:
+        """Drained messages a turn took (or that were duplicates): no longer in flight."""
+        if payloads:
+            data = [json.dumps(p, ensure_ascii=False) for p in payloads]
+            keys = [self._inflight(channel_key), self._inbox(channel_key), self._key("waiting")]
+            await self._call(lambda r: r.eval(_DONE, 3, *keys, channel_key, *data))
+
+    def _inflight(self, channel_key: str) -> str:
+        return self._key("inflight", channel_key)
 
     async def requeue_front(self, channel_key: str, payloads: list[dict[str, Any]]) -> None:
         """Put drained messages back at the head of the inbox (a lease lost before their turn)."""
@@ -160,16 +217,26 @@ class SharedChannels:
         return int(await self._call(lambda r: r.llen(self._inbox(channel_key))))
 
     async def waiting(self) -> set[str]:
-        """Channels whose inbox holds messages."""
+        """Channels whose inbox or in-flight list holds messages."""
         return set(await self._call(lambda r: r.smembers(self._key("waiting"))))
 
     # -- leases ----------------------------------------------------------------------------------
     def _lease(self, channel_key: str) -> str:
         return self._key("lease", channel_key)
 
-    async def try_lease(self, channel_key: str) -> bool:
-        key = self._lease(channel_key)
-        return bool(await self._call(lambda r: r.eval(_TAKE, 1, key, self.owner, _ms(self.lease_seconds))))
+    async def try_lease(self, channel_key: str) -> int:
+        """Take the channel's lease (or extend ours): its new fencing token (> 0), which the store
+        checks where the channel's turns are written — or 0 when another process holds it."""
+        keys = [self._lease(channel_key), self._key("fence", channel_key), self._inbox(channel_key),
+                self._key("waiting"), self._inflight(channel_key)]
+        return int(await self._call(lambda r: r.eval(_TAKE, 5, *keys, self.owner, _ms(self.lease_seconds),
+                                                     channel_key)))
+
+    async def fence_floor(self, channel_key: str, stored: int) -> int:
+        """A token newer than `stored` (the store's): Redis lost its counter (a restart without
+        its data), and the store's fence only moves forward."""
+        key = self._key("fence", channel_key)
+        return int(await self._call(lambda r: r.eval(_FENCE_FLOOR, 1, key, int(stored))))
 
     async def renew(self, channel_keys: Iterable[str]) -> set[str]:
         """Extend our leases; returns the channels whose lease we no longer hold."""
@@ -187,7 +254,8 @@ class SharedChannels:
         return {key for key, ok in zip(keys, results) if not ok}
 
     async def release(self, channel_key: str) -> None:
-        await self._call(lambda r: r.eval(_RELEASE, 1, self._lease(channel_key), self.owner))
+        keys = [self._lease(channel_key), self._inflight(channel_key), self._inbox(channel_key), self._key("waiting")]
+        await self._call(lambda r: r.eval(_RELEASE, 4, *keys, self.owner, channel_key))
 
     async def lease_holder(self, channel_key: str) -> str | None:
         holder = await self._call(lambda r: r.get(self._lease(channel_key)))

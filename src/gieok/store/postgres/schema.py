@@ -238,6 +238,17 @@ MIGRATIONS: list[str] = [
     CREATE INDEX blocks_by_kind ON blocks(kind, event_time);
     CREATE INDEX blocks_by_channel_live ON blocks(channel, block_index) WHERE forgotten_at IS NULL;
     """,
+    # 12: fencing of a channel's turns, and which L1 messages a turn took care of (schema.py of
+    # SQLite says why; 8 is wt-harden's idempotency keys, the same text on both branches)
+    """
+    CREATE TABLE channel_fences (
+        scope_key text PRIMARY KEY,
+        token     bigint NOT NULL
+    );
+    ALTER TABLE l1_messages ADD COLUMN handled_at double precision;
+    ALTER TABLE l1_messages ADD COLUMN handled_by text;
+    UPDATE l1_messages SET handled_at = created_at;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

