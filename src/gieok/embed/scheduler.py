@@ -203,6 +203,12 @@ class EmbeddingScheduler:
         with self._cond:
             return len(self._pending)
 
+    @property
+    def bulk_engines(self) -> int:
+        """Bulk engines loaded and serving (they load on the first bulk work)."""
+        with self._cond:
+            return self._bulk_live
+
     def close(self, timeout: float = 10.0) -> None:
         """Stop: queued texts fail with `EmbedderError`, engine calls already running finish, the
         workers exit; later `submit`s raise."""
