@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from benchmarks.redis_server import redis_server_binary, throwaway_redis
 
@@ -101,12 +102,34 @@ def memory(db_path: Path) -> Iterator[Memory]:
         m.close()
 
 
+@pytest.fixture(scope="session")
+def _seed_vectors() -> dict[tuple[str, tuple[str, ...]], np.ndarray]:
+    """Passage vectors the session's seeds computed, by embedder and the texts embedded."""
+    return {}
+
+
 @pytest.fixture
-def seed() -> Callable[..., list[Block]]:
-    """`seed(memory)` writes the bilingual conversation (one add_many) and returns its blocks."""
+def seed(_seed_vectors: dict[tuple[str, tuple[str, ...]], np.ndarray]) -> Callable[..., list[Block]]:
+    """`seed(memory)` writes the bilingual conversation (one add_many) and returns its blocks.
+
+    The first seed of a session embeds (add_many with the real model); a later seed of the same
+    passage texts (`memory.passage_texts`: the same items, embedder and context settings) hands
+    add_many the vectors that seed stored (its `vectors=`), instead of embedding them again. So
+    everything but the model call is the same add_many; a test about embedding itself (that
+    add_many embeds, what stats say after it) calls add_many instead of seed.
+    """
 
     def _seed(memory: Memory, items: Sequence[dict[str, Any]] | None = None) -> list[Block]:
-        return memory.add_many(conversation() if items is None else items)
+        items = conversation() if items is None else list(items)
+        key = (memory.embedder.name, tuple(memory.passage_texts(items)))
+        known = _seed_vectors.get(key)
+        if known is not None:
+            return memory.add_many(items, vectors=known)
+        blocks = memory.add_many(items)
+        stored = memory.vectors_of([b.block_index for b in blocks])
+        if all(v is not None for v in stored):
+            _seed_vectors[key] = np.stack(stored)  # type: ignore[arg-type]
+        return blocks
 
     return _seed
 

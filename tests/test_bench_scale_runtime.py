@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from benchmarks.scale_runtime import measure_shared_runtime
 
 from gieok import Memory
 
 
+@pytest.mark.slow
 def test_two_bot_processes_answer_a_split_load_once_each(tmp_path: Path, redis_url: str) -> None:
     db = str(tmp_path / "scale.db")
     Memory(db).close()

@@ -1,30 +1,22 @@
-"""`gieok bench server` end to end, small: a real `gieok serve` subprocess, REST at two client
+"""`gieok bench server` end to end, small (the benchmark in process, through the real entry point:
+cli_runner.py): a real `gieok serve` subprocess, REST at two client
 counts, MCP, the JSON it writes. Behaviour only (shape, no errors, numbers present), never speed."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-GIEOK = [sys.executable, "-m", "gieok.cli"]
-RUN_SECONDS = 600  # the whole small run, model loading in two processes included
+from cli_runner import gieok
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIEOK_")}
-    return {**env, "OMP_WAIT_POLICY": "PASSIVE", "COLUMNS": "200"}
-
-
+@pytest.mark.slow
 def test_bench_server_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "server.json"
-    done = subprocess.run([*GIEOK, "bench", "server", "--blocks", "0", "--clients", "1,2", "--duration", "2",
-                           "--queries", "200", "--db", str(tmp_path / "work"), "--json", str(out)],
-                          capture_output=True, text=True, env=_env(), timeout=RUN_SECONDS, cwd=tmp_path)
+    done = gieok("bench", "server", "--blocks", "0", "--clients", "1,2", "--duration", "2",
+                 "--queries", "200", "--db", str(tmp_path / "work"), "--json", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
     assert set(report) == {"blocks", "in_process", "first_search", "http", "mcp", "mcp_stdio", "targets"}
@@ -59,8 +51,7 @@ def test_bench_server_end_to_end(tmp_path: Path) -> None:
 
 
 def test_bench_server_help_has_an_example() -> None:
-    done = subprocess.run([*GIEOK, "bench", "server", "--help"], capture_output=True, text=True, env=_env(),
-                          timeout=120)
+    done = gieok("bench", "server", "--help")
     assert done.returncode == 0 and "Example:" in done.stdout and "--clients" in done.stdout
 
 
@@ -72,8 +63,7 @@ def test_bench_server_help_has_an_example() -> None:
 ])
 def test_bench_server_refuses_bad_input(args: tuple[str, ...], message: str, tmp_path: Path) -> None:
     work = tmp_path / "work"
-    done = subprocess.run([*GIEOK, "bench", "server", *args, "--db", str(work)], capture_output=True, text=True,
-                          env=_env(), timeout=120)
+    done = gieok("bench", "server", *args, "--db", str(work))
     assert done.returncode == 1
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "error:" in lines[0] and message in lines[0], done.stderr

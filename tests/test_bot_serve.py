@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 
+from cli_runner import gieok
 from gieok import Memory
 from gieok.chat.compose import build_bot
 from gieok.chat.runtime.core import ChannelRef, InboundMessage
@@ -96,8 +95,6 @@ def test_the_bots_turns_and_health_are_visible_live(tmp_path: Path) -> None:
 
 
 def test_bot_serve_checks_its_configuration_first(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "gieok.cli", "bot", "--serve", "--db", str(tmp_path / "b.db")],
-                          capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    done = gieok("bot", "--serve", "--db", str(tmp_path / "b.db"), env={"DISCORD_TOKEN": None, "HOME": str(tmp_path)})
     assert done.returncode == 1 and "no Discord token" in done.stderr
     assert not (tmp_path / "b.db").exists()

@@ -1,24 +1,33 @@
-"""The `gieok` command line, run as a real subprocess: exit codes, one-line errors, output."""
+"""The `gieok` command line: exit codes, one-line errors, output. Run in process through the
+real entry point (`gieok.cli.main`, see cli_runner.py); one test runs the installed console
+script as its own process."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from cli_runner import gieok
 
-def gieok(*args: str, env_db: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("GIEOK_EMBEDDER", None)
-    if env_db is not None:
-        env["GIEOK_DB"] = str(env_db)
-    env["COLUMNS"] = "200"
-    return subprocess.run([sys.executable, "-m", "gieok.cli", *args], capture_output=True, text=True,
-                          env=env, input=stdin, timeout=300)
+
+@pytest.mark.slow
+def test_the_console_script_runs_and_exits_1_with_one_line_on_an_error(tmp_path: Path) -> None:
+    """The `gieok` executable pip installed, as a shell runs it: help, exit 0; an error, exit 1."""
+    script = shutil.which("gieok", path=str(Path(sys.executable).parent))
+    assert script is not None, "the gieok console script is not installed next to this Python"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GIEOK_")}, "COLUMNS": "200"}
+    shown = subprocess.run([script, "--help"], capture_output=True, text=True, env=env, timeout=300)
+    assert shown.returncode == 0 and "search" in shown.stdout and "Example: gieok demo" in shown.stdout
+    failed = subprocess.run([script, "get", "99", "--db", str(tmp_path / "e.db")], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert failed.returncode == 1 and failed.stdout == ""
+    assert failed.stderr.startswith("error:") and failed.stderr.count("\n") == 1 and "no block" in failed.stderr
 
 
 def test_help_has_examples():
@@ -104,6 +113,7 @@ def test_corrupt_and_unwritable_databases(tmp_path):
     assert corrupt.read_bytes() != b"" and blocker.read_text() == "not a directory"
 
 
+@pytest.mark.slow
 def test_demo_runs_and_refuses_foreign_files(tmp_path):
     db = tmp_path / "demo.db"
     result = gieok("demo", "--db", str(db), "-k", "5")

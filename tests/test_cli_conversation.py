@@ -1,12 +1,14 @@
-"""The conversation commands as real subprocesses: inspect-prompt, summary, facts, lore,
-forget-user — and their errors."""
+"""The conversation commands through the real entry point, in process (cli_runner.py):
+inspect-prompt, summary, facts, lore, forget-user — and their errors."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from test_cli import gieok
+import pytest
+
+from cli_runner import gieok
 
 
 def test_inspect_prompt_shows_the_prompt_and_changes_nothing(tmp_path: Path) -> None:
@@ -73,6 +75,7 @@ def test_bench_facts_scores_a_labeled_file(tmp_path: Path) -> None:
     assert refused.returncode == 1 and "line 1" in refused.stderr
 
 
+@pytest.mark.slow
 def test_bench_runtime_loses_and_misroutes_nothing(tmp_path: Path) -> None:
     """A small run of the real benchmark (loopback provider in its own process, real runtime):
     behaviour only — every message stored and answered in its own channel; speed is the
@@ -89,6 +92,7 @@ def test_bench_runtime_loses_and_misroutes_nothing(tmp_path: Path) -> None:
     assert refused.returncode == 1 and "--arrivals" in refused.stderr
 
 
+@pytest.mark.slow
 def test_bench_pipeline_plays_the_conversation_with_and_without_a_debounce(tmp_path: Path) -> None:
     """A small run of the real benchmark: every message after the warm-up planned and measured,
     both ways (planned at once, or observed and planned after a debounce as the runtime does)."""

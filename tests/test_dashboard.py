@@ -46,14 +46,16 @@ expect = sync_api.expect
 
 from gieok import Memory  # noqa: E402
 from gieok.chat.compose import build_bot  # noqa: E402
+from gieok.chat.demo import load_sample_conversation  # noqa: E402
 from gieok.chat.layers.recent import conversation_of  # noqa: E402
 from gieok.chat.llm.router import LLMRouter, Route  # noqa: E402
 from gieok.chat.runtime.core import ChannelRef, InboundMessage  # noqa: E402
-from gieok.demo import load_sample_conversation  # noqa: E402
 from gieok.server import ServerState, create_app  # noqa: E402
 from gieok.server.beside import attach_bot, serve_beside  # noqa: E402
 from gieok.server.settings import ServerSettings  # noqa: E402
 from runtime_helpers import ChatModel, RecordingOutbox  # noqa: E402
+
+pytestmark = pytest.mark.slow  # a real browser against a real `gieok serve` over a 300-turn memory
 
 # Read at import: the suite's autouse fixture clears GIEOK_* variables and changes directory per test.
 SCREENSHOTS = Path(os.environ["GIEOK_SCREENSHOTS"]).resolve() if os.environ.get("GIEOK_SCREENSHOTS") else None

@@ -113,6 +113,7 @@ def test_a_bot_process_memory_publishes_into_the_servers_stream(buses: tuple[Eve
         connection.close()
 
 
+@pytest.mark.slow
 def test_two_server_workers_stream_each_others_events(tmp_path: Path, redis_url: str, redis_namespace: str,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GIEOK_REDIS_NAMESPACE", redis_namespace)

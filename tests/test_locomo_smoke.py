@@ -48,6 +48,7 @@ def _slice(source: Path, target: Path) -> dict[str, Any]:
     return {"turns": len(dia_ids), "questions": len(qa)}
 
 
+@pytest.mark.slow
 def test_run_locomo_on_a_small_slice(locomo_path: Path, tmp_path: Path) -> None:
     slice_path = tmp_path / "locomo_slice.json"
     sizes = _slice(locomo_path, slice_path)
@@ -91,6 +92,7 @@ def test_run_locomo_on_a_small_slice(locomo_path: Path, tmp_path: Path) -> None:
         assert memory.verify().ok
 
 
+@pytest.mark.slow
 def test_ranking_ablation_rows(locomo_path: Path, tmp_path: Path) -> None:
     # --ablation also ranks the same stored turns with the settings before each ranking step;
     # with the question and passage vectors cached, a second run reads them back

@@ -35,6 +35,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
+from cli_runner import Ran, gieok
 from gieok import Memory
 from gieok.chat.layers.recent import conversation_of
 from gieok.server import Principal, ServerState
@@ -310,6 +311,7 @@ def _keyed_home(tmp_path: Path, *keys: tuple[str, str]) -> tuple[Path, list[tupl
         opened.close()
 
 
+@pytest.mark.slow
 def test_stdio_subprocess(tmp_path: Path) -> None:
     home, [(key, _)] = _keyed_home(tmp_path, ("default", "write"))
     params = StdioServerParameters(command=sys.executable, args=["-m", "gieok.cli", "mcp", "--db", str(home)],
@@ -333,6 +335,7 @@ def test_stdio_subprocess(tmp_path: Path) -> None:
         memory.close()
 
 
+@pytest.mark.slow
 def test_stdio_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
     """Raw JSON-RPC lines in, and every line out is JSON-RPC: loading the embedder, opening the
     memory and logging print nothing on stdout."""
@@ -386,10 +389,8 @@ def test_stdio_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
 def test_stdio_refuses_a_missing_or_bad_key_before_starting(tmp_path: Path) -> None:
     home, [(key, key_id)] = _keyed_home(tmp_path, ("default", "write"))
 
-    def gieok_mcp(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "gieok.cli", "mcp", *args], capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, env=_subprocess_env(COLUMNS="300", **env), timeout=120,
-                              cwd=tmp_path)
+    def gieok_mcp(*args: str, **env: str) -> Ran:  # in process: refused before anything starts
+        return gieok("mcp", *args, env=env, columns=300, stdin="")
 
     missing = gieok_mcp("--db", str(home))
     bad = gieok_mcp("--db", str(home), "--key", "gk_00000000_" + "x" * 43)
@@ -406,16 +407,14 @@ def test_stdio_refuses_a_missing_or_bad_key_before_starting(tmp_path: Path) -> N
         assert "Traceback" not in result.stderr
     assert not (tmp_path / "absent.db").exists()
 
-    revoked = subprocess.run([sys.executable, "-m", "gieok.cli", "keys", "revoke", str(key_id), "--db", str(home)],
-                             capture_output=True, text=True, env=_subprocess_env(), timeout=120)
+    revoked = gieok("keys", "revoke", str(key_id), "--db", str(home))
     assert revoked.returncode == 0, revoked.stderr
     after = gieok_mcp("--db", str(home), "--key", key)
     assert after.returncode == 1 and "revoked" in after.stderr and after.stdout == ""
 
 
 def test_mcp_help_has_an_example() -> None:
-    result = subprocess.run([sys.executable, "-m", "gieok.cli", "mcp", "--help"], capture_output=True, text=True,
-                            env=_subprocess_env(COLUMNS="200"), timeout=120)
+    result = gieok("mcp", "--help")
     assert result.returncode == 0 and "Example:" in result.stdout and "GIEOK_API_KEY" in result.stdout
 
 
@@ -559,6 +558,7 @@ async def beta_tries_alpha(beta: Client, index: int, *, own_blocks: int) -> None
     assert not [answer for answer in call.seen if MARKER in answer]
 
 
+@pytest.mark.slow
 def test_streamable_http_against_gieok_serve(tmp_path: Path) -> None:
     home, made = _keyed_home(tmp_path, ("alpha", "write"), ("beta", "admin"), ("beta", "read"), ("alpha", "read"))
     (alpha_key, _), (beta_key, _), (beta_reader, _), (alpha_reader, alpha_reader_id) = made

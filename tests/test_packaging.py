@@ -4,17 +4,52 @@ no evaluation data (those stay in a source checkout's `benchmarks/`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import subprocess
 import sys
+import tomllib
 import zipfile
+from functools import cache
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SERVER_AND_CHAT_LIBRARIES = ("fastapi", "starlette", "uvicorn", "mcp", "jinja2", "discord", "google.genai",
-                             "websockets")
+EXTRAS = ("server", "discord", "gemini", "postgres", "redis")
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[ ;<>=!~\[(]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _closure(requirements: list[str]) -> set[str]:
+    """The distributions `requirements` install, following each one's own requirements."""
+    seen: set[str] = set()
+    todo = [r for r in requirements if "extra ==" not in r]
+    while todo:
+        name = _requirement_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            todo += [r for r in metadata.requires(name) or [] if "extra ==" not in r]
+    return seen
+
+
+@cache
+def extra_only_modules() -> tuple[str, ...]:
+    """Every top-level module that only an extra installs, read from pyproject.toml and the installed
+    distributions' metadata, so a core import of an extra-only library (tenacity once) is caught."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    core = _closure(project["dependencies"])
+    extras = _closure([r for extra in EXTRAS for r in project["optional-dependencies"][extra]])
+    only = extras - core
+    return tuple(sorted({module for module, dists in metadata.packages_distributions().items()
+                         if not module.startswith("_")
+                         and any(d.lower().replace("_", "-") in only for d in dists)}))
 
 
 def _python(code: str, *, blocked: tuple[str, ...] = (), timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -24,6 +59,7 @@ def _python(code: str, *, blocked: tuple[str, ...] = (), timeout: float = 180) -
     return subprocess.run([sys.executable, "-c", block + code], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_the_engine_imports_no_chat_server_or_model_library(tmp_path: Path) -> None:
     code = f"""
 import sys, json, gieok, gieok.client
@@ -41,26 +77,51 @@ print(json.dumps({{"loaded": loaded, "hits": len(hits)}}))
     assert report == {"loaded": [], "hits": 1}
 
 
+def test_the_extra_only_libraries_are_known() -> None:
+    assert {"fastapi", "starlette", "uvicorn", "mcp", "jinja2", "discord", "google", "websockets", "psycopg",
+            "redis"} <= set(extra_only_modules())
+    assert not {"numpy", "httpx", "typer", "rich", "tenacity", "gieok"} & set(extra_only_modules())
+
+
+@pytest.mark.slow
 def test_the_command_line_works_without_the_extras_and_names_the_one_a_command_needs(tmp_path: Path) -> None:
     db = str(tmp_path / "plain.db")
-
-    def gieok(*args: str) -> subprocess.CompletedProcess[str]:
-        return _python(f"sys.argv = ['gieok', *{list(args)!r}]\nfrom gieok.cli import main\nmain()",
-                       blocked=SERVER_AND_CHAT_LIBRARIES)
-
-    assert gieok("--help").returncode == 0
-    added = gieok("add", "민지: 고양이 이름은 보리야", "--channel", "general", "--db", db)
-    assert added.returncode == 0, added.stderr
-    found = gieok("search", "민지 고양이 이름", "--channel", "general", "--db", db, "--json")
-    assert found.returncode == 0 and "보리" in found.stdout, found.stderr
-    key = gieok("keys", "create", "--tenant", "default", "--role", "read", "--db", db, "--json")
-    assert key.returncode == 0 and "gk_" in key.stdout, key.stderr
-    for args, extra in ((("serve", "--db", db), "server"), (("mcp", "--db", db), "server"),
-                        (("bot", "--db", db), "discord")):
-        refused = gieok(*args)
-        assert refused.returncode == 1, (args, refused.stdout, refused.stderr)
-        assert f"needs the {extra} extra" in refused.stderr and f"pip install 'gieok[{extra}]'" in refused.stderr
-        assert "Traceback" not in refused.stderr
+    commands = [["--help"],
+                ["add", "민지: 고양이 이름은 보리야", "--channel", "general", "--db", db],
+                ["search", "민지 고양이 이름", "--channel", "general", "--db", db, "--json"],
+                ["keys", "create", "--tenant", "default", "--role", "read", "--db", db, "--json"],
+                ["serve", "--db", db], ["mcp", "--db", db], ["bot", "--db", db]]
+    # One interpreter without the extras runs the commands one after another through the entry
+    # point (a process each would only load the embedding model seven times), each with stdout
+    # and stderr of its own and its exit code.
+    code = f"""
+import contextlib, io, json
+from gieok.cli import main
+ran = []
+for argv in {commands!r}:
+    sys.argv = ["gieok", *argv]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    ran.append({{"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}})
+print(json.dumps(ran))
+"""
+    done = _python(code, blocked=extra_only_modules())
+    assert done.returncode == 0, done.stderr
+    shown, added, found, key, *refusals = json.loads(done.stdout.strip().splitlines()[-1])
+    assert shown["returncode"] == 0 and "search" in shown["stdout"]
+    assert added["returncode"] == 0, added["stderr"]
+    assert found["returncode"] == 0 and "보리" in found["stdout"], found["stderr"]
+    assert key["returncode"] == 0 and "gk_" in key["stdout"], key["stderr"]
+    for refused, (command, extra) in zip(refusals, (("serve", "server"), ("mcp", "server"), ("bot", "discord"))):
+        assert refused["returncode"] == 1, (command, refused)
+        assert f"needs the {extra} extra" in refused["stderr"]
+        assert f"pip install 'gieok[{extra}]'" in refused["stderr"]
+        assert "Traceback" not in refused["stderr"]
 
 
 def test_a_gemini_model_without_its_extra_is_one_clear_error() -> None:
@@ -98,8 +159,8 @@ def test_the_wheel_holds_no_benchmark_code_and_no_evaluation_data(tmp_path: Path
                 "gatekeeper.jsonl")
     leaked = [name for name in names if any(part in name for part in held_out)]
     assert not leaked, f"the wheel carries benchmark code or evaluation data: {leaked}"
-    metadata = next(name for name in names if name.endswith(".dist-info/METADATA"))
-    requires = [line for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+    metadata_file = next(name for name in names if name.endswith(".dist-info/METADATA"))
+    requires = [line for line in zipfile.ZipFile(wheel).read(metadata_file).decode().splitlines()
                 if line.startswith("Requires-Dist:")]
     plain = [line for line in requires if "extra ==" not in line]
     for library in ("fastapi", "uvicorn", "mcp", "discord", "google-genai", "jinja2", "psycopg", "redis"):

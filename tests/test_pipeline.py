@@ -156,6 +156,7 @@ def test_look_alikes_are_not_flagged(memory: Memory) -> None:
         assert not plan.flagged, text
 
 
+@pytest.mark.slow
 def test_raw_input_limit_and_bad_input_store_nothing(memory: Memory) -> None:
     pipeline = ConversationPipeline(memory)
     run(exchange(pipeline, msg("기존 메시지")))

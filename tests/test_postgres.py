@@ -5,7 +5,6 @@ database, and errors a user can act on. A real throwaway PostgreSQL (pixeltable-
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -13,6 +12,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from cli_runner import Ran
+from cli_runner import gieok as run_gieok
 from gieok import Memory
 from gieok.errors import CorruptDatabaseError, DatabaseUnavailableError, InvalidInputError, SchemaTooNewError
 from gieok.server.tenants import tenant_location
@@ -29,12 +30,8 @@ def url(pg_server: PostgresServer) -> str:
 
 
 def test_the_db_setting_selects_postgres_and_the_cli_works_on_it(url: str) -> None:
-    env = {**os.environ, "GIEOK_DB": url, "COLUMNS": "200"}
-    env.pop("GIEOK_EMBEDDER", None)
-
-    def gieok(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "gieok.cli", *args], capture_output=True, text=True, env=env,
-                              timeout=300)
+    def gieok(*args: str) -> Ran:
+        return run_gieok(*args, env={"GIEOK_DB": url})
 
     added = gieok("add", "민지: 고양이 이름은 보리야", "--channel", "cafe", "--speaker", "민지")
     assert added.returncode == 0, added.stderr
@@ -48,6 +45,7 @@ def test_the_db_setting_selects_postgres_and_the_cli_works_on_it(url: str) -> No
         assert memory.search("보리", k=1).hits[0].block.speaker == "민지"
 
 
+@pytest.mark.slow
 def test_appends_from_several_processes_keep_one_chain(url: str) -> None:
     """Four processes append at once; the advisory lock orders them into one gap-free chain."""
     script = textwrap.dedent(f"""
@@ -143,12 +141,10 @@ def test_migrate_copies_a_memory_to_postgres_and_back_with_the_same_chain(url: s
         moved.add("a new block after the move", scope={"channel": "c"})
         assert moved.verify().ok
     back = tmp_path / "back.db"
-    result = subprocess.run([sys.executable, "-m", "gieok.cli", "migrate", "--from", url, "--to", str(back), "--json"],
-                            capture_output=True, text=True, timeout=300)
+    result = run_gieok("migrate", "--from", url, "--to", str(back), "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["blocks"] == 7
-    refused = subprocess.run([sys.executable, "-m", "gieok.cli", "migrate", "--from", url, "--to", str(back)],
-                             capture_output=True, text=True, timeout=300)
+    refused = run_gieok("migrate", "--from", url, "--to", str(back))
     assert refused.returncode == 1 and "already holds blocks" in refused.stderr
 
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from benchmarks.datasets import LOCOMO_KO_DEV
 
+from cli_runner import gieok
 from gieok import Memory
 from gieok.errors import InvalidInputError, InvalidTypeError
 from gieok.retrieval.ranker import FEATURES, LearnedRanker, fit_pairwise, shipped_ranker
-from test_cli import gieok
 
 F = {name: i for i, name in enumerate(FEATURES)}
 
@@ -258,6 +258,7 @@ def _korean_slice(target: Path, conversations: int = 2, sessions: int = 2) -> in
     return sum(len(s["qa"]) for s in out)
 
 
+@pytest.mark.slow
 def test_bench_ranker_cross_validates_and_saves(tmp_path: Path) -> None:
     data = tmp_path / "ko_slice.json"
     questions = _korean_slice(data)
@@ -280,19 +281,25 @@ def test_bench_ranker_cross_validates_and_saves(tmp_path: Path) -> None:
     refused = gieok("bench", "ranker", "--data", str(data), "--drop", "no_such_feature")
     assert refused.returncode == 1 and refused.stderr.startswith("error:") and refused.stderr.count("\n") == 1
 
-    # The training settings can be changed for an experiment, and are written down.
+    # The training settings can be changed for an experiment, and are written down. The runs from
+    # here on share an embedding cache (--embed-cache): the first of them computes the slice's
+    # vectors, the next reads them back (embedding the slice is most of a run's time).
+    cache = tmp_path / "vectors"
     result = gieok("bench", "ranker", "--data", str(data), "--json", str(out), "--save-model", str(model),
-                   "--l2", "0.03", "--negatives", "0", "--db", str(tmp_path / "work2"))
+                   "--l2", "0.03", "--negatives", "0", "--db", str(tmp_path / "work2"), "--embed-cache", str(cache))
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text(encoding="utf-8"))
     assert report["l2"] == 0.03 and report["negatives"] == "all"
     assert LearnedRanker.load(model).meta["l2"] == 0.03 and "L2 0.03, negatives all" in result.stdout
+    fusion = per["fusion"]["ko_slice"]
+    assert report["results"]["fusion"]["ko_slice"] == fusion, "the training settings change nothing before the model"
     # Stored the chat bot's way too: the same conversations twice, a fold holding one out of both.
     result = gieok("bench", "ranker", "--data", str(data), "--json", str(out), "--storage", "both",
-                   "--db", str(tmp_path / "work3"))
+                   "--db", str(tmp_path / "work3"), "--embed-cache", str(cache))
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text(encoding="utf-8"))
     assert [d["storage"] for d in report["datasets"]] == ["text", "bot"] and report["folds"] == 2
+    assert report["results"]["fusion"]["ko_slice"] == fusion, "vectors read from the cache rank as computed ones"
     bot = report["results"]["learned, out of fold"]["ko_slice (bot storage)"]["turn_recall"]
     assert 0.0 < bot["5"] <= bot["10"] <= 1.0 and report["storage"] == "both"
     for bad in (("--l2", "-1"), ("--l2", "nan"), ("--negatives", "-5"), ("--storage", "paper")):

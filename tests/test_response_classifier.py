@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 
 import numpy as np
 import pytest
 
+from cli_runner import gieok
 from gieok.chat.agent.classifier import embed_messages
 from gieok.chat.agent.response_classifier import (
     BUNDLED_MODEL,
@@ -184,9 +182,8 @@ def test_bench_cli_on_a_small_file(tmp_path):
     data = tmp_path / "small.jsonl"
     data.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
     out = tmp_path / "out.json"
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    result = subprocess.run([sys.executable, "-m", "gieok.cli", "bench", "gatekeeper", "--data", str(data),
-                             "--json", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    result = gieok("bench", "gatekeeper", "--data", str(data), "--json", str(out), env=env)
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text(encoding="utf-8"))
     assert {"accuracy", "precision", "recall", "f1", "p50_ms", "p50_ms_classifier"} <= set(report)
@@ -195,6 +192,5 @@ def test_bench_cli_on_a_small_file(tmp_path):
     assert 0 < report["p50_ms_classifier"] < report["p50_ms"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"context": [], "message": "hi", "label": true}\n{"message": 1}\n', encoding="utf-8")
-    failed = subprocess.run([sys.executable, "-m", "gieok.cli", "bench", "gatekeeper", "--data", str(bad)],
-                            capture_output=True, text=True, timeout=120, env=env)
+    failed = gieok("bench", "gatekeeper", "--data", str(bad), env=env)
     assert failed.returncode == 1 and "line 2" in failed.stderr

@@ -113,6 +113,7 @@ def turn_blocks(memory: Memory) -> list[str]:
     return [block.text for block in memory.iter_blocks() if block.kind == "turn"]
 
 
+@pytest.mark.slow
 def test_each_message_is_answered_once_in_its_own_channel(spawn: Any) -> None:
     a, b = spawn(), spawn()
 
@@ -252,6 +253,7 @@ def test_the_next_owner_reads_the_working_memory_the_last_one_left(spawn: Any) -
     run(scenario())
 
 
+@pytest.mark.slow
 def test_messages_a_process_holds_when_its_lease_is_lost_are_handed_back(spawn: Any, redis_url: str,
                                                                          redis_namespace: str,
                                                                          caplog: pytest.LogCaptureFixture) -> None:

@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, settings
 from gieok.server import ServerState, create_app
 from gieok.server.settings import ServerSettings
 
+pytestmark = pytest.mark.slow  # schemathesis sends a few hundred generated requests
+
 _WORKDIR = Path(tempfile.mkdtemp(prefix="gieok-fuzz-"))
 _STATE = ServerState.open(ServerSettings.load(db=str(_WORKDIR / "home.db"), cache_size=0))
 _KEY, _ = _STATE.keys.create("fuzz", "admin", "schemathesis")

@@ -18,7 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cli_runner import gieok
 from gieok import Memory
+
+pytestmark = pytest.mark.slow  # every test starts a real `gieok serve` process
 
 GIEOK = [sys.executable, "-m", "gieok.cli"]
 
@@ -30,8 +33,8 @@ def free_port() -> int:
 
 
 def create_key(db: Path, tenant: str = "default", role: str = "write") -> str:
-    done = subprocess.run([*GIEOK, "keys", "create", "--tenant", tenant, "--role", role, "--db", str(db), "--json"],
-                          capture_output=True, text=True, timeout=60, check=True)
+    done = gieok("keys", "create", "--tenant", tenant, "--role", role, "--db", str(db), "--json")
+    assert done.returncode == 0, done.stderr
     return str(json.loads(done.stdout)["key"])
 
 
@@ -51,6 +54,7 @@ class Server:
                     return
             except httpx.HTTPError:
                 time.sleep(0.2)
+        self.stop()  # not left running (with its workers) after the test gives up on it
         raise RuntimeError("server did not start in 60 s")
 
     def stop(self) -> int:
@@ -179,8 +183,7 @@ def test_no_auth_is_refused_off_loopback_and_bad_options_exit_1(tmp_path: Path) 
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1 and "--no-auth is refused" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) <= 2
-    bad = subprocess.run([*GIEOK, "keys", "create", "--tenant", "../etc", "--db", str(tmp_path / "x.db")],
-                         capture_output=True, text=True, timeout=60)
+    bad = gieok("keys", "create", "--tenant", "../etc", "--db", str(tmp_path / "x.db"))
     assert bad.returncode == 1 and "tenant" in bad.stderr
 
 

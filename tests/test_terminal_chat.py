@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from cli_runner import gieok
 from gieok import Memory
 from gieok.chat.adapters.terminal import LOCAL_USER, TerminalChat
 from gieok.chat.llm.configured import llm_configured
@@ -75,11 +76,8 @@ def chat_env(server: LLMServer, db: Path) -> dict[str, str]:
 
 
 def test_without_a_model_it_says_what_to_set_and_opens_nothing(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIEOK_")}
     db = tmp_path / "never.db"
-    result = subprocess.run([sys.executable, "-m", "gieok.cli", "chat", "--db", str(db)], capture_output=True,
-                            text=True, env={**env, "COLUMNS": "300"}, stdin=subprocess.DEVNULL, timeout=60,
-                            cwd=tmp_path)
+    result = gieok("chat", "--db", str(db), columns=300)
     assert result.returncode == 1, result
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: no language model configured"), \
         result.stderr
@@ -157,6 +155,7 @@ def read_until(fd: int, wanted: Callable[[str], bool], timeout: float, seen: byt
     return text
 
 
+@pytest.mark.slow
 def test_gieok_chat_on_a_pseudo_terminal(server: LLMServer, tmp_path: Path) -> None:
     scripted_server(server)
     db = tmp_path / "pty.db"
