@@ -45,6 +45,7 @@ from benchmarks.report import median, percentile, print_and_write, progress_bar,
 from gieok.config import Settings, load_settings
 from gieok.embed import CachedEmbedder, EmbeddingScheduler, Priority, local_scheduler
 from gieok.embed.scheduler import default_bulk_workers
+from gieok.errors import InvalidInputError
 from gieok.memory import Memory
 
 __all__ = ["measure_ingest", "print_ingest", "run_ingest", "TARGET_TURNS_PER_S", "TARGET_QUERY_RATIO"]
@@ -217,6 +218,8 @@ def measure_ingest(data_path: str | Path, *, turns: int | None = None, queries: 
                    query_gap_ms: float = 50.0, group_seconds: float = 10.0, api: bool = True,
                    workdir: Path | None = None) -> dict[str, Any]:
     data: LocomoData = load_locomo(data_path)
+    if not data.turns or not data.questions:
+        raise InvalidInputError(f"{data_path}: no turns or no questions with evidence to measure with")
     chosen = data.turns[:turns] if turns else data.turns
     items = [_turn_item(t) for t in chosen]
     questions = [q.question for q in data.questions][:queries]

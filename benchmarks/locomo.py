@@ -80,6 +80,15 @@ def load_locomo(path: str | Path) -> LocomoData:
         raise InvalidInputError(f"{path} is not JSON: {exc.msg}") from None
     if not isinstance(raw, list):
         raise InvalidInputError(f"{path}: expected a list of conversations")
+    try:
+        return _parse_locomo(raw)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise InvalidInputError(f"{path} is not in LoCoMo's format (a list of samples with 'sample_id', "
+                                f"'conversation' with session_N lists of turns, 'qa'): {type(exc).__name__} "
+                                f"{exc}") from None
+
+
+def _parse_locomo(raw: list[Any]) -> LocomoData:
     turns: list[Turn] = []
     questions: list[Question] = []
     skipped = 0

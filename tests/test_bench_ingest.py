@@ -6,30 +6,21 @@ every turn stored, no errors, numbers present), never speed."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
 from benchmarks.datasets import LOCOMO_KO_DEV
 
+from cli_runner import gieok
 from gieok import Memory
 
-GIEOK = [sys.executable, "-m", "gieok.cli"]
-RUN_SECONDS = 900
 
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIEOK_")}
-    return {**env, "OMP_WAIT_POLICY": "PASSIVE", "COLUMNS": "200"}
-
-
+@pytest.mark.slow  # starts a real `gieok serve` and loads three engines
 def test_bench_ingest_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "ingest.json"
     work = tmp_path / "work"
-    done = subprocess.run([*GIEOK, "bench", "ingest", "--data", str(LOCOMO_KO_DEV), "--turns", "60", "--queries", "8",
-                           "--query-gap-ms", "5", "--group-seconds", "0.5", "--db", str(work), "--json", str(out)],
-                          capture_output=True, text=True, env=_env(), timeout=RUN_SECONDS, cwd=tmp_path)
+    done = gieok("bench", "ingest", "--data", LOCOMO_KO_DEV, "--turns", "60", "--queries", "8", "--query-gap-ms", "5",
+                 "--group-seconds", "0.5", "--db", work, "--json", out)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
     assert report["turns"] == 60
@@ -49,8 +40,25 @@ def test_bench_ingest_end_to_end(tmp_path: Path) -> None:
     assert "add_many, all cores" in done.stdout and "targets:" in done.stdout
 
 
-def test_bench_ingest_refuses_bad_input(tmp_path: Path) -> None:
-    done = subprocess.run([*GIEOK, "bench", "ingest", "--data", str(LOCOMO_KO_DEV), "--turns", "0",
-                           "--db", str(tmp_path / "work")], capture_output=True, text=True, env=_env(), timeout=120)
+@pytest.mark.parametrize(("content", "said"), [
+    (None, "not found"),
+    ('{"sample_id": 1', "is not JSON"),
+    ('[{"sample_id": "a"}]', "is not in LoCoMo's format"),
+    ("[]", "no turns"),
+])
+def test_bench_ingest_says_what_is_wrong_with_a_data_file(tmp_path: Path, content: str | None, said: str) -> None:
+    data = tmp_path / "data.json"
+    if content is not None:
+        data.write_text(content, encoding="utf-8")
+    done = gieok("bench", "ingest", "--data", data, "--db", tmp_path / "work", "--no-api")
+    assert done.returncode == 1 and said in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # one line, no traceback
+    assert not (tmp_path / "work").exists()
+
+
+def test_bench_ingest_refuses_bad_options(tmp_path: Path) -> None:
+    done = gieok("bench", "ingest", "--data", LOCOMO_KO_DEV, "--turns", "0", "--db", tmp_path / "work")
     assert done.returncode == 1 and "--turns" in done.stderr
     assert not (tmp_path / "work").exists()
+    helped = gieok("bench", "ingest", "--help")
+    assert helped.returncode == 0 and "Example: gieok bench ingest --data" in helped.stdout
