@@ -174,8 +174,9 @@ def measure(variants: Sequence[str], sets: Sequence[str], cache_path: Path, ks: 
                                                        modes=(("gieok", "hybrid"), ("vector", "vector")))
                     finally:
                         memory.close()
-                row: dict[str, Any] = {"tokens": tokens, "tokens_per_turn": round(tokens / len(texts), 1) if tokens else None,
-                       "load_1m": round(os.getloadavg()[0], 2)}
+                per_turn = round(tokens / len(texts), 1) if tokens else None
+                row: dict[str, Any] = {"tokens": tokens, "tokens_per_turn": per_turn,
+                                       "load_1m": round(os.getloadavg()[0], 2)}
                 for system, found in systems.items():
                     row[system] = {k: round(v, 4) for k, v in found["turn_recall"].items()}
                 report.setdefault(name, {})[variant] = row

@@ -170,6 +170,7 @@ class Settings:
     neighbour_sources: int = setting(10, not_negative)  # the best candidates whose neighbours join the pool
     embed_context_turns: int = setting(1, between(0, 8))  # earlier turns of the channel embedded with a turn
     embed_context_gap_seconds: float = setting(3600.0, positive)  # ...if they came at most this long before
+    embed_context_words: int = setting(0, not_negative)  # ...each cut to its last N words (0: whole)
     recency_weight: float = setting(0.0, not_negative)
     recency_half_life_days: float = setting(30.0, positive)
     importance_weight: float = setting(0.0, not_negative)

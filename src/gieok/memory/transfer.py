@@ -24,7 +24,7 @@ from ..config import Settings
 from ..config.settings import is_database_url
 from ..embed import Priority, create_embedder, embed_ahead
 from ..errors import ImportFormatError, InvalidInputError
-from ..retrieval.passages import PassageContext
+from ..retrieval.passages import PASSAGES_KEY, PassageContext
 from ..store.factory import open_store
 from ..types import Block, Scope
 from ..validate import check_importance, check_kind, clean_text
@@ -163,7 +163,8 @@ def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
     try:
         spec = embedder_spec or settings.embedder or store.get_meta("embedder_spec") or DEFAULT_EMBEDDER
         embedder = create_embedder(spec, settings)
-        context = PassageContext(settings.embed_context_turns, settings.embed_context_gap_seconds)
+        context = PassageContext(settings.embed_context_turns, settings.embed_context_gap_seconds,
+                                 context_words=settings.embed_context_words)
         live, texts = [], []
         for block in store.iter_blocks():  # every block, in order: forgotten turns still end a context
             text = context.text_for(passage_source(block))
@@ -180,6 +181,7 @@ def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
                     progress(len(chunk_vectors))
         store.reembed([b.block_index for b in live], vectors, {
             "embedder_spec": spec, "embedder": embedder.name, "dimension": str(embedder.dimension),
+            PASSAGES_KEY: context.recipe,
         })
     finally:
         store.close()

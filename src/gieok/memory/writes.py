@@ -44,7 +44,8 @@ class WritePath:
 
     def passage_context(self) -> PassageContext:
         s = self.settings
-        return PassageContext(s.embed_context_turns, s.embed_context_gap_seconds, self._earlier_turns)
+        return PassageContext(s.embed_context_turns, s.embed_context_gap_seconds, self._earlier_turns,
+                              s.embed_context_words)
 
     def _earlier_turns(self, channel: str) -> list[PassageSource]:
         """The channel's last stored turns, oldest first (forgotten ones with no text)."""
