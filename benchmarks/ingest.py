@@ -6,18 +6,19 @@ conversation, the speaker's name in the text); each is embedded as its contextua
 turn with the one before it). Every run embeds from scratch (no vector cache), on engines loaded
 and warmed before the clock starts:
 
-1. **query embedding, idle**: `--queries` of the file's questions, one at a time `--query-gap-ms`
-   apart, each embedded as a search embeds it (`NOW`, the urgent engine; no cache);
-2. **`add_many`** of every turn into a fresh memory, with one bulk engine ("1") and with one per
+1. **`add_many`** of every turn into a fresh memory, with one bulk engine ("1") and with one per
    core ("all": the default, `embed_bulk_workers = 0`);
-3. **import**: that memory exported (`Memory.export_jsonl`, as `gieok export`; an export holds no
+2. **import**: that memory exported (`Memory.export_jsonl`, as `gieok export`; an export holds no
    vectors) and imported into a fresh one (`Memory.import_jsonl`, what `gieok import` runs), all
    cores;
-4. **query embedding during an import**: the same questions the same way, while a second import
-   runs in another thread of the same process (one scheduler for both, as in a server);
-5. **queries from 16 clients at once**: 16 threads embedding distinct questions back to back for
+3. **query embedding, idle and during an import**: `--queries` of the file's questions, one at a
+   time `--query-gap-ms` apart, each embedded as a search embeds it (`NOW`, the urgent engine; no
+   cache): half of them idle, then all of them while a second import runs in another thread of the
+   same process (one scheduler for both, as in a server), then the other half idle again — the two
+   are compared at the same load, minutes apart at most;
+4. **queries from 16 clients at once**: 16 threads embedding distinct questions back to back for
    `--group-seconds`, waiting queries grouped into one engine call (the default) and one call each;
-6. **the messages API** (unless `--no-api`): a real `gieok serve` on 127.0.0.1, every conversation
+5. **the messages API** (unless `--no-api`): a real `gieok serve` on 127.0.0.1, every conversation
    posted to `POST /v1/conversations/messages` by a client of its own, 256 messages a request, as
    the chat bot stores turns (the name as `name`, the text without it).
 
@@ -229,10 +230,6 @@ def measure_ingest(data_path: str | Path, *, turns: int | None = None, queries: 
     one = _scheduler(settings, 1)
     every = _scheduler(settings, cores)
     try:
-        with progress_bar("query embeddings, idle", len(questions)) as advance:
-            idle = _query_ms(CachedEmbedder(every, 0), questions, query_gap_ms)
-            advance(len(questions))
-        idle_load = _load()
         add_one = _add_many(workdir / "ingest-1.db", one, items, "1 bulk engine")
         one.close()
         add_all = _add_many(workdir / "ingest-all.db", every, items, f"{cores} bulk engines (one per core)")
@@ -240,9 +237,19 @@ def measure_ingest(data_path: str | Path, *, turns: int | None = None, queries: 
         with Memory(workdir / "ingest-all.db", **bench_settings()) as stored:
             stored.export_jsonl(export)
         imported = _import(export, workdir / "ingest-import.db", every, len(chosen), "import (gieok import)")
-        during_import, during = _import_with_queries(export, workdir / "ingest-import-2.db", every, len(chosen),
-                                                     questions, query_gap_ms)
-        during_load = _load()
+        # Idle queries just before and just after the import they are compared with: on a shared
+        # machine the load drifts within minutes, and an idle run at the start compared a load of
+        # 9.6 with 4.0 (half the questions each side, the same questions during the import).
+        half = max(1, len(questions) // 2)
+        with progress_bar("query embeddings, idle", len(questions)) as advance:
+            idle = _query_ms(CachedEmbedder(every, 0), questions[:half], query_gap_ms)
+            advance(half)
+            during_import, during = _import_with_queries(export, workdir / "ingest-import-2.db", every,
+                                                         len(chosen), questions, query_gap_ms)
+            during_load = _load()
+            idle += _query_ms(CachedEmbedder(every, 0), questions[half:], query_gap_ms)
+            advance(len(questions) - half)
+        idle_load = _load()
         grouped = _grouped_queries(every, questions, group_seconds)
     finally:
         one.close()

