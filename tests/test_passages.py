@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_runner import gieok
 from gieok import Memory
 from gieok.errors import InvalidInputError
 from gieok.memory import reindex
@@ -157,6 +158,8 @@ def test_the_passage_recipe_is_recorded_and_reindex_brings_vectors_up_to_the_set
         stats = cut.stats()
         assert stats.passages == passage_recipe(1, 3600) != stats.passages_configured
         assert stats.passages_configured == "the turn with the turn before (its last 12 words) within 3600 s"
+    told = gieok("stats", "--db", db, env={"GIEOK_EMBED_CONTEXT_WORDS": "12"}, columns=400)
+    assert told.returncode == 0 and "run `gieok reindex` to re-embed every block the new way" in told.stdout
     reindex(db, settings=Settings(embed_context_words=12))
     with Memory(db, embed_context_words=12) as reindexed:
         stats = reindexed.stats()
