@@ -40,7 +40,8 @@ from gieok.embed import Priority, local_scheduler
 
 __all__ = ["variant_texts", "main"]
 
-SETS = {"locomo": Path("/work/shared/data/locomo/locomo_dev5.json"),
+# The LoCoMo file sits beside the repository (../shared/data/locomo), the Korean set inside it.
+SETS = {"locomo": Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo" / "locomo_dev5.json",
         "ko": Path(__file__).parent / "data" / "locomo_ko_dev.json"}
 GAP_SECONDS = 3600.0
 _SENTENCE = re.compile(r"(?<=[.!?。？！])\s+")
