@@ -54,6 +54,34 @@ def bench_locomo(
         run_locomo(data, _ks(k), json_out, db_dir=target, embed_cache=embed_cache, ablation=ablation)
 
 
+@bench_app.command("ingest")
+def bench_ingest(
+    data: Annotated[Path, typer.Option("--data", help="LoCoMo-format JSON file whose turns are ingested.")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    turns: Annotated[int | None, typer.Option(help="Only the first N turns (default: all).")] = None,
+    queries: Annotated[int, typer.Option(help="Questions whose query embedding is timed, idle and during an "
+                                              "import.")] = 300,
+    query_gap_ms: Annotated[float, typer.Option(help="Pause before each timed query.")] = 50.0,
+    group_seconds: Annotated[float, typer.Option(help="Seconds of 16 clients embedding queries at once, grouped "
+                                                      "and one call each.")] = 10.0,
+    api: Annotated[bool, typer.Option("--api/--no-api", help="Also post the turns to a real gieok serve's "
+                                                             "messages API.")] = True,
+    workdir: Annotated[Path | None, typer.Option("--db", help="Directory for the benchmark databases (recreated; "
+                                                              "default: a temp dir).")] = None,
+) -> None:
+    """Ingest speed with embedding: add_many (1 and all cores), the messages API, gieok import; and a
+    query's embedding idle and during an import.
+
+    Example: gieok bench ingest --data ../shared/data/locomo/locomo_dev5.json --json ingest.json
+    """
+    from benchmarks.ingest import run_ingest
+
+    if (turns is not None and turns < 1) or queries < 1 or query_gap_ms < 0 or group_seconds <= 0:
+        raise InvalidInputError("--turns and --queries must be >= 1, --query-gap-ms >= 0, --group-seconds > 0")
+    run_ingest(data, json_out, turns=turns, queries=queries, query_gap_ms=query_gap_ms,
+               group_seconds=group_seconds, api=api, workdir=workdir)
+
+
 @bench_app.command("ranker")
 def bench_ranker(
     data: Annotated[list[Path], typer.Option("--data", help="LoCoMo-format dev set (repeat for several; each "

@@ -22,10 +22,11 @@ FILL_BATCH = 2000
 
 
 def bench_workdir(name: str, workdir: Path | None = None) -> Path:
-    """`workdir` (created if missing), or a new temp dir named after the benchmark."""
+    """`workdir` (created if missing), or a new temp dir named after the benchmark; absolute (a
+    server the benchmark starts runs in another directory)."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix=f"gieok-{name}-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    return workdir
+    return workdir.resolve()
 
 
 def fresh_memory(db: Path | str, **memory_options: Any) -> Memory:

@@ -31,6 +31,7 @@ from gieok.text.tokenize import Tokenizer, TokenizerOptions
 __all__ = ["LocomoData", "ingest_as_bot", "load_locomo", "measure_locomo", "print_locomo", "run_locomo"]
 
 _DIA = re.compile(r"^D(\d+):(\d+)$")
+ADD_BATCH = 4096  # turns per add_many: its embedding runs ahead of its commits, on every engine
 
 
 @dataclass
@@ -83,7 +84,7 @@ def load_locomo(path: str | Path) -> LocomoData:
         raise InvalidInputError(f"{path}: expected a list of conversations")
     try:
         return _parse_locomo(raw)
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
         if isinstance(exc, InvalidInputError):
             raise
         raise InvalidInputError(f"{path} is not LoCoMo JSON ({type(exc).__name__}: {exc}): expected a list of "
@@ -150,11 +151,10 @@ def _add_turns(memory: Memory, turns: list[Turn], vectors: np.ndarray | None, ba
     for start in range(0, len(turns), batch):
         part = turns[start : start + batch]
         written = memory.add_many([item(t) for t in part],
-                                  vectors=vectors[start : start + batch] if vectors is not None else None)
+                                  vectors=vectors[start : start + batch] if vectors is not None else None,
+                                  progress=advance)
         for turn, block in zip(part, written):
             dia_of[block.block_index] = turn.dia_id
-        if advance is not None:
-            advance(len(part))
     return dia_of
 
 
@@ -172,10 +172,10 @@ def _ingest(memory: Memory, data: LocomoData,
     with progress_bar("ingest turns", len(texts)) as advance:
         if embed_cache is not None:
             cache = EmbeddingCache(embed_cache, memory.embedder.name)
-            vectors, _ = cache.get_or_compute(texts, "passage", memory.embedder.inner.embed_passages)
+            vectors, _ = cache.get_or_embed(texts, memory.embedder)
         else:
             vectors = None
-        dia_of = _add_turns(memory, data.turns, vectors, 256, _turn_item, advance)
+        dia_of = _add_turns(memory, data.turns, vectors, ADD_BATCH, _turn_item, advance)
     return dia_of, vectors, time.perf_counter() - started
 
 
@@ -313,10 +313,10 @@ def ingest_as_bot(memory: Memory, data: LocomoData, embed_cache: Path | None,
     if embed_cache is not None:
         texts = memory.passage_texts([item(t) for t in data.turns])
         with progress_bar("embed turns as the bot stores them", len(texts)) as advance:
-            vectors, _ = EmbeddingCache(embed_cache, memory.embedder.name).get_or_compute(
-                texts, "passage", memory.embedder.inner.embed_passages, progress=advance)
+            vectors, _ = EmbeddingCache(embed_cache, memory.embedder.name).get_or_embed(
+                texts, memory.embedder, progress=advance)
     with progress_bar("ingest turns as the bot stores them", len(data.turns)) as advance:
-        dia_of = _add_turns(memory, data.turns, vectors, 256, item, advance)
+        dia_of = _add_turns(memory, data.turns, vectors, ADD_BATCH, item, advance)
     return dia_of, {uid: name for name, uid in ids.items()}
 
 

@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from gieok.cli.options import rate_column
+
 __all__ = ["console", "progress_bar", "percentile", "median", "p50_p95", "table_console", "results_table",
            "published", "write_json", "print_and_write"]
 
@@ -25,8 +27,8 @@ console = Console(stderr=True)
 
 @contextmanager
 def progress_bar(description: str, total: int) -> Iterator[Any]:
-    """Yields `advance(n)`; the bar goes to stderr so stdout stays a clean table."""
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+    """Yields `advance(n)`; the bar (with items per second) goes to stderr so stdout stays a clean table."""
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), rate_column(),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n=1: bar.advance(task, n)

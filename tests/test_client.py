@@ -164,6 +164,7 @@ def test_every_block_method_returns_the_engines_types(served: Served) -> None:
         stats = client.stats()
         assert isinstance(stats, ServerStats) and stats.live_blocks >= 4 and stats.dimension > 0
         assert stats.embedder and stats.layers
+        assert stats.passages and stats.passages == stats.passages_configured
         report = client.verify()
         assert isinstance(report, VerifyReport) and report.ok and report.checked >= 4
 

@@ -381,7 +381,8 @@ def test_stats_counts(memory: Memory) -> None:
     assert after.blocks == 15 and after.live_blocks == 13 and after.forgotten_blocks == 2
     assert after.by_kind == {"turn": 12, "note": 1}
     assert set(after.as_dict()) == {"path", "blocks", "live_blocks", "forgotten_blocks", "by_kind", "channels",
-                                    "embedder", "dimension", "vector_index", "schema_version", "file_bytes"}
+                                    "embedder", "dimension", "vector_index", "schema_version", "file_bytes",
+                                    "passages", "passages_configured"}
 
 
 # -- persistence -----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_runner import gieok
 from gieok import Memory
 from gieok.errors import InvalidInputError
 from gieok.memory import reindex
@@ -127,3 +128,39 @@ def test_passage_texts_checks_its_items(tmp_path: Path) -> None:
         with pytest.raises(InvalidInputError, match="item 1"):
             memory.passage_texts([{"text": "ok"}, {"text": ""}])
         assert memory.stats().blocks == 0
+
+
+def test_a_context_turn_can_be_cut_to_its_last_words_keeping_its_speaker() -> None:
+    context = PassageContext(1, 3600, context_words=3)
+    texts = context.texts_for([
+        PassageSource("Caroline: I went to the support group yesterday, it was powerful", "turn", "c1", T0,
+                      speaker="Caroline"),
+        PassageSource("That sounds amazing", "turn", "c1", T0 + 1, name="Mel"),
+        PassageSource("짧은 말", "turn", "c1", T0 + 2),
+        PassageSource("다음", "turn", "c1", T0 + 3),
+    ])
+    assert texts == ["Caroline: I went to the support group yesterday, it was powerful",
+                     "Caroline: it was powerful\nMel: That sounds amazing",
+                     "Mel: That sounds amazing\n짧은 말", "짧은 말\n다음"]
+
+
+def test_the_passage_recipe_is_recorded_and_reindex_brings_vectors_up_to_the_settings(tmp_path: Path) -> None:
+    from gieok.config import Settings
+    from gieok.retrieval.passages import passage_recipe
+
+    db = tmp_path / "m.db"
+    with Memory(db) as memory:
+        assert memory.stats().passages == ""  # nothing embedded yet
+        memory.add_many(ITEMS)
+        stats = memory.stats()
+        assert stats.passages == stats.passages_configured == passage_recipe(1, 3600)
+    with Memory(db, embed_context_words=12) as cut:
+        stats = cut.stats()
+        assert stats.passages == passage_recipe(1, 3600) != stats.passages_configured
+        assert stats.passages_configured == "the turn with the turn before (its last 12 words) within 3600 s"
+    told = gieok("stats", "--db", db, env={"GIEOK_EMBED_CONTEXT_WORDS": "12"}, columns=400)
+    assert told.returncode == 0 and "run `gieok reindex` to re-embed every block the new way" in told.stdout
+    reindex(db, settings=Settings(embed_context_words=12))
+    with Memory(db, embed_context_words=12) as reindexed:
+        stats = reindexed.stats()
+        assert stats.passages == stats.passages_configured

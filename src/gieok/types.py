@@ -259,6 +259,10 @@ class Stats:
     vector_index: str
     schema_version: int
     file_bytes: int
+    # how the vectors held were made from turns ("" before any), and how new ones are made under the
+    # current settings: when they differ, `gieok reindex` makes them all one kind (retrieval/passages.py)
+    passages: str = ""
+    passages_configured: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}

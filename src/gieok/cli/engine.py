@@ -145,6 +145,9 @@ def stats(db: DbOption = None, as_json: JsonFlag = False) -> None:
         per_layer.add_row(name, str(stats_["attempts"]), str(stats_["answers"]), f"{stats_['hit_rate']:.2f}",
                           f"{stats_['avg_ms']:.2f}")
     out.print(per_layer)
+    if s.passages and s.passages != s.passages_configured:
+        out.print(f"vectors made from {s.passages}; the settings make {s.passages_configured}: "
+                  f"run `gieok reindex` to re-embed every block the new way")
 
 
 @app.command()

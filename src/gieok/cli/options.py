@@ -14,7 +14,7 @@ from ..memory import Memory
 from ..server.settings import ServerSettings
 
 __all__ = ["load", "out", "err", "DbOption", "RedisOption", "JsonFlag", "GuildOpt", "ChannelOpt", "UserOpt", "_open",
-           "_scope", "given", "progress"]
+           "_scope", "given", "progress", "rate_column"]
 
 out = Console()
 err = Console(stderr=True)
@@ -62,7 +62,20 @@ def progress(description: str, total: int | None) -> Iterator[Callable[..., None
     """A progress bar on stderr for a long operation: yields `advance(n=1)`."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as bar:
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), rate_column(),
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n=1: bar.advance(task, n)
+
+
+def rate_column(unit: str = "/s") -> Any:
+    """A progress bar column: items per second (blocks, texts) over the last half minute."""
+    from rich.progress import ProgressColumn, Task
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("" if speed is None else f"{speed:,.1f}{unit}", style="progress.data.speed")
+
+    return Rate()

@@ -229,6 +229,8 @@ class ServerStats:
     vector_index: str = ""
     schema_version: int = 0
     file_bytes: int = 0
+    passages: str = ""  # how the vectors held were made from turns; `passages_configured`: how new ones are
+    passages_configured: str = ""
     layers: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

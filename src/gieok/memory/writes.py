@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from contextlib import closing
 
 import numpy as np
 
 from ..config import Settings
-from ..embed import CachedEmbedder
+from ..embed import CachedEmbedder, bulk_priority, embed_ahead
 from ..retrieval.passages import PassageContext, PassageSource
 from ..store.base import NewBlock, Store
 from ..types import Block
@@ -43,7 +44,8 @@ class WritePath:
 
     def passage_context(self) -> PassageContext:
         s = self.settings
-        return PassageContext(s.embed_context_turns, s.embed_context_gap_seconds, self._earlier_turns)
+        return PassageContext(s.embed_context_turns, s.embed_context_gap_seconds, self._earlier_turns,
+                              s.embed_context_words)
 
     def _earlier_turns(self, channel: str) -> list[PassageSource]:
         """The channel's last stored turns, oldest first (forgotten ones with no text)."""
@@ -73,14 +75,31 @@ class WritePath:
 
     def write_chunked(self, prepared: list[NewBlock], vectors: np.ndarray | None,
                       progress: Progress | None) -> list[Block]:
-        """Many blocks, each chunk of `WRITE_CHUNK` one transaction."""
+        """Many blocks, each chunk of `WRITE_CHUNK` one transaction. Without `vectors`, the passage
+        texts of every block are made first (a turn with the turns before it, as `write` would)
+        and embedded ahead of the commits — more than `BULK_MIN_TEXTS` as bulk work, on every
+        engine, yielding to queries and replies."""
         out: list[Block] = []
-        for start in range(0, len(prepared), WRITE_CHUNK):
-            chunk = prepared[start : start + WRITE_CHUNK]
-            out.extend(self.write(chunk, vectors[start : start + len(chunk)] if vectors is not None else None))
-            if progress:
-                progress(len(chunk))
+        with closing(self._chunks(prepared, vectors)) as chunks:
+            for chunk, chunk_vectors in chunks:
+                out.extend(self.write(chunk, chunk_vectors))
+                if progress:
+                    progress(len(chunk))
         return out
+
+    def _chunks(self, prepared: list[NewBlock],
+                vectors: np.ndarray | None) -> Generator[tuple[list[NewBlock], np.ndarray], None, None]:
+        starts = range(0, len(prepared), WRITE_CHUNK)
+        if not prepared:
+            return
+        if vectors is not None:
+            yield from ((prepared[s : s + WRITE_CHUNK], vectors[s : s + WRITE_CHUNK]) for s in starts)
+            return
+        texts = self.passage_context().texts_for([ingest.new_passage_source(b) for b in prepared])
+        with closing(embed_ahead(self.embedder(), ((prepared[s : s + WRITE_CHUNK], texts[s : s + WRITE_CHUNK])
+                                                   for s in starts),
+                                 self.settings.embed_batch_size, priority=bulk_priority(len(texts)))) as ahead:
+            yield from ahead
 
     def append_exact(self, chunk: list[Block], tokens: list[list[str]], vectors: np.ndarray) -> None:
         """Blocks of an export into an empty memory, with their indices and hashes (transfer.py)."""

@@ -23,9 +23,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PassageContext", "PassageSource", "SPEAKER_NAME_KEY", "speaker_name_of"]
+__all__ = ["PassageContext", "PassageSource", "SPEAKER_NAME_KEY", "PASSAGES_KEY", "passage_recipe", "speaker_name_of"]
 
 SPEAKER_NAME_KEY = "speaker_name"  # the metadata key of the name a turn's vector is embedded with
+PASSAGES_KEY = "passages"  # the store's meta key of the recipe its vectors were made with (passage_recipe)
+
+
+def passage_recipe(turns: int, gap_seconds: float, context_words: int = 0) -> str:
+    """How turns become passage texts, in words: recorded with a memory's vectors (meta
+    `passages`) when it first embeds and by `gieok reindex`. Vectors of two recipes are
+    comparable (one model) but not the same, so a memory whose recipe differs from the settings'
+    says so (`Memory.stats().passages`) until `gieok reindex` re-embeds it."""
+    if turns <= 0:
+        return "the turn alone"
+    earlier = "the turn before" if turns == 1 else f"the {turns} turns before"
+    cut = f" (its last {context_words} words)" if context_words > 0 and turns == 1 else (
+        f" (their last {context_words} words each)" if context_words > 0 else "")
+    return f"the turn with {earlier}{cut} within {gap_seconds:g} s"
 
 
 def speaker_name_of(metadata: Any) -> str | None:
@@ -44,10 +58,23 @@ class PassageSource:
     channel: str | None
     event_time: float
     name: str | None = None  # the speaker's name from the metadata (speaker_name_of)
+    speaker: str | None = None  # the block's speaker field: a text that starts "speaker: " keeps it when cut
 
     @property
     def line(self) -> str:
         return f"{self.name}: {self.text}" if self.name and self.text else self.text
+
+    def context_line(self, words: int) -> str:
+        """The line as context for the next turn: its last `words` words (all when 0), the
+        speaker's label ("민지: ", from the metadata or at the head of the text) always kept."""
+        if words <= 0:
+            return self.line
+        text = self.text
+        label = f"{self.name}: " if self.name else ""
+        if not label and self.speaker and text.startswith(f"{self.speaker}: "):
+            label, text = f"{self.speaker}: ", text[len(self.speaker) + 2 :]
+        kept = text.split()
+        return label + " ".join(kept[-words:]) if len(kept) > words else label + text
 
 
 EarlierTurns = Callable[[str], Sequence[PassageSource]]
@@ -58,9 +85,11 @@ class PassageContext:
     text to embed for each. `earlier(channel)` supplies the turns already stored before the
     walk began (oldest first); it is asked once per channel."""
 
-    def __init__(self, turns: int, gap_seconds: float, earlier: EarlierTurns | None = None) -> None:
+    def __init__(self, turns: int, gap_seconds: float, earlier: EarlierTurns | None = None,
+                 context_words: int = 0) -> None:
         self.turns = max(0, int(turns))
         self.gap_seconds = float(gap_seconds)
+        self.context_words = max(0, int(context_words))
         self._earlier = earlier
         self._recent: dict[str, deque[PassageSource]] = {}
 
@@ -71,13 +100,17 @@ class PassageContext:
         if self.turns == 0 or block.channel is None:
             return block.line
         recent = self._channel(block.channel)
-        context = [t.line for t in recent
+        context = [t.context_line(self.context_words) for t in recent
                    if t.text and abs(block.event_time - t.event_time) <= self.gap_seconds]
         recent.append(block)
         return "\n".join([*context, block.line]) if context else block.line
 
     def texts_for(self, blocks: Sequence[PassageSource]) -> list[str]:
         return [self.text_for(b) for b in blocks]
+
+    @property
+    def recipe(self) -> str:
+        return passage_recipe(self.turns, self.gap_seconds, self.context_words)
 
     def _channel(self, channel: str) -> deque[PassageSource]:
         recent = self._recent.get(channel)

@@ -35,7 +35,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 
 from ...config import read_text_file
-from ...embed.priority import Priority, embedding_priority
+from ...embed.priority import Priority, bulk_priority, embedding_priority
 from ...errors import GieokError, InvalidInputError, InvalidTypeError
 from ...memory import Memory
 from ...retrieval.passages import SPEAKER_NAME_KEY, speaker_name_of
@@ -576,8 +576,10 @@ class ConversationPipeline:
         waiting = self.tables.l1_pending(key)
         if not waiting:
             return 0
-        if not embedded_only:  # into the cache, outside the lock
-            self.memory.embedder.embed_passages(self.memory.passage_texts(self._turn_items(waiting)))
+        if not embedded_only:  # into the cache, outside the lock; many messages (an agent's backfill) as bulk work
+            texts = self.memory.passage_texts(self._turn_items(waiting))
+            with embedding_priority(bulk_priority(len(texts))):
+                self.memory.embedder.embed_passages(texts)
         with self._commit_lock:
             pending = self.tables.l1_pending(key)  # again: another commit may have written some
             items = self._turn_items(pending)
