@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,20 +35,10 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
-GIEOK = [sys.executable, "-m", "gieok.cli"]
+from live_server import GIEOK, clean_env, free_port
+from test_server_process import sse_events
+
 ATTACKER = "http://attacker.example"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIEOK_")}
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    return env
 
 
 def create_key(db: Path, tenant: str = "default", role: str = "write") -> tuple[str, int]:
@@ -453,22 +441,6 @@ def test_finding_11_a_retry_after_a_cut_connection_stores_the_batch_once(tmp_pat
 
 # -- 3. event ids survive a restart; a `since` ahead of the stream is refused ------------------------
 
-def _sse(response: httpx.Response, count: int) -> list[dict[str, str]]:
-    events: list[dict[str, str]] = []
-    current: dict[str, str] = {}
-    for line in response.iter_lines():
-        if not line:
-            if current:
-                events.append(current)
-                current = {}
-                if len(events) == count:
-                    return events
-            continue
-        if not line.startswith(":"):
-            name, _, value = line.partition(": ")
-            current[name] = value
-    return events
-
 
 @pytest.mark.slow  # a real `gieok serve` process
 def test_finding_3_resume_across_a_restart_loses_no_event_and_repeats_none(tmp_path: Path) -> None:
@@ -483,7 +455,7 @@ def test_finding_3_resume_across_a_restart_loses_no_event_and_repeats_none(tmp_p
                 client.stream("GET", "/v1/events") as stream:
             for i in range(3):
                 client.post("/v1/memories", json={"text": f"재시작 전 {i}"})
-            before = _sse(stream, 3)
+            before = sse_events(stream, 3)
         assert [e["id"] for e in before] == ["1", "2", "3"]
         seen = int(before[-1]["id"])
     finally:
@@ -495,13 +467,13 @@ def test_finding_3_resume_across_a_restart_loses_no_event_and_repeats_none(tmp_p
                 client.post("/v1/memories", json={"text": f"재시작 후 {i}"})
             started = time.monotonic()
             with client.stream("GET", "/v1/events", headers={"Last-Event-ID": str(seen)}) as stream:
-                after = _sse(stream, 2)
+                after = sse_events(stream, 2)
             resume_seconds = time.monotonic() - started
             assert [int(e["id"]) for e in after] == [seen + 1, seen + 2]  # none lost, none repeated
             assert [json.loads(e["data"])["data"]["blocks"][0]["text"] for e in after] == ["재시작 후 0", "재시작 후 1"]
             # a client that had seen less is told what it missed (the old process's buffer is gone)
             with client.stream("GET", "/v1/events?since=1") as stream:
-                gap, first = _sse(stream, 2)
+                gap, first = sse_events(stream, 2)
             assert gap["event"] == "stream.gap" and json.loads(gap["data"])["data"]["missed"] == 2
             assert int(first["id"]) == seen + 1
             # a since the stream never reached: a clear 409, not a silent wait
@@ -520,7 +492,7 @@ def test_finding_3_resume_across_a_restart_loses_no_event_and_repeats_none(tmp_p
         with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {other}"}, timeout=60) as client:
             with client.stream("GET", "/v1/events") as stream:
                 client.post("/v1/memories", json={"text": "다른 테넌트"})
-                [mine] = _sse(stream, 1)
+                [mine] = sse_events(stream, 1)
             assert mine["id"] == "1"
         print(f"resume after restart: {resume_seconds * 1000:.0f} ms for 2 events")
     finally:
