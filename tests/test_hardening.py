@@ -405,6 +405,68 @@ def test_finding_11_the_same_idempotency_key_twice_writes_once_on_every_write_ro
             assert not any(t.startswith("b:" if tenant == "a" else "a:") for t in texts)
 
 
+def _dead_holder() -> str:
+    """A holder name of a process on this machine that has exited (as a worker killed with -9)."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    return f"{socket.gethostname()}:{gone.pid}:killed"
+
+
+@pytest.mark.parametrize("route, body", [
+    ("/v1/memories", {"text": "죽은 워커가 저장한 블록: 점심은 비빔밥"}),
+    ("/v1/memories:batch", {"items": [{"text": f"죽은 워커의 배치 {i}"} for i in range(3)]}),
+])
+def test_finding_11_a_worker_killed_between_its_commit_and_its_answer_stores_nothing_twice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str, body: dict[str, Any]) -> None:
+    """The key records the stored blocks inside their own transaction, so a retry after the worker
+    died (blocks committed, no answer kept) is answered from those blocks instead of writing again."""
+    from gieok.server import idempotency
+    from gieok.store.idempotency import IdempotencyTable
+
+    _, client, keys = _in_process(tmp_path)
+    h, key = keys["a"], {"Idempotency-Key": "killed-after-commit"}
+    with client:
+        with monkeypatch.context() as dying:  # the first request runs in a process that dies after its commit
+            dying.setattr(idempotency, "HOLDER", _dead_holder())
+            dying.setattr(IdempotencyTable, "finish", lambda *args: None)
+            first = client.post(route, json=body, headers={**h, **key})
+        assert first.status_code == 201, first.text
+        stored = client.get("/v1/stats", headers=h).json()["blocks"]
+        retry = client.post(route, json=body, headers={**h, **key})
+        assert retry.status_code == 201 and retry.headers.get("idempotent-replayed") == "true", retry.text
+        assert retry.json() == first.json()
+        assert client.get("/v1/stats", headers=h).json()["blocks"] == stored
+        again = client.post(route, json=body, headers={**h, **key})  # the rebuilt answer is kept with the key
+        assert again.json() == first.json() and again.headers.get("idempotent-replayed") == "true"
+        # the other tenant's same key is its own: it writes
+        other = client.post(route, json=body, headers={**keys["b"], **key})
+        assert other.status_code == 201 and other.headers.get("idempotent-replayed") is None
+        assert client.get("/v1/stats", headers=h).json()["blocks"] == stored
+
+
+def test_finding_11_a_write_that_failed_after_its_commit_is_answered_from_its_blocks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gieok.store.idempotency import IdempotencyTable
+
+    _, client, keys = _in_process(tmp_path)
+    h, key = keys["a"], {"Idempotency-Key": "failed-after-commit"}
+    body = {"text": "커밋 뒤에 실패한 요청"}
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("the answer could not be kept")
+
+    with client:
+        with monkeypatch.context() as failing:
+            failing.setattr(IdempotencyTable, "finish", broken)
+            with pytest.raises(RuntimeError):
+                client.post("/v1/memories", json=body, headers={**h, **key})
+        assert client.get("/v1/stats", headers=h).json()["blocks"] == 1  # it had committed
+        retry = client.post("/v1/memories", json=body, headers={**h, **key})
+        assert retry.status_code == 201 and retry.headers.get("idempotent-replayed") == "true", retry.text
+        assert retry.json()["block_index"] == 1 and retry.json()["text"] == body["text"]
+        assert client.get("/v1/stats", headers=h).json()["blocks"] == 1
+
+
 def _post_and_cut(port: int, path: str, body: bytes, headers: dict[str, str]) -> None:
     """Send a whole request, then close the connection before any answer comes."""
     lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Content-Type: application/json",

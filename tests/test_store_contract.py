@@ -16,6 +16,7 @@ from gieok.chain import GENESIS
 from gieok.errors import CorruptDatabaseError, LeaseLostError, StoreError
 from gieok.store.base import BM25Filter, NewBlock, Store, VectorSearchStore
 from gieok.store.conversation import FactRow, L1RowsTakenError
+from gieok.store.idempotency import ORPHANED, IdempotencyKeyTakenError
 from gieok.types import Block, Scope, scope_key
 from store_backends import Backend
 
@@ -641,6 +642,37 @@ def test_idempotency_keys_claim_once_replay_and_expire(backend: Backend) -> None
     assert b.idempotency.claim("k1", "fp2", "worker-b", T0 + 86401, expire_before=T0 + 1,
                                stale_before=T0) is None
     assert a.idempotency.get("k1") is not None and a.idempotency.get("k1").fingerprint == "fp2"  # type: ignore[union-attr]
+
+
+def test_an_idempotency_key_records_its_blocks_in_their_transaction(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()
+    keep = dict(expire_before=T0 - 86400, stale_before=T0 - 900)
+    assert a.idempotency.claim("k", "fp", "worker-a", T0, **keep) is None
+    written = a.append([new_block("한 번만"), new_block("twice never")], unit_vectors(2), T0,
+                       within=a.idempotency.written_hook("k", "worker-a"))
+    row = b.idempotency.get("k")
+    assert row is not None and row.status is None
+    assert row.written_indices == [blk.block_index for blk in written]
+    # its holder died before it answered: the key is not handed over to run again (it stored), but
+    # returned with what it stored, for the answer
+    found = b.idempotency.claim("k", "fp", "worker-b", T0 + 5, **keep, dead=frozenset({"worker-a"}))
+    assert found is not None and found.holder == "worker-a" and found.written_indices == row.written_indices
+    stale = b.idempotency.claim("k", "fp", "worker-b", T0 + 5, expire_before=T0 - 86400, stale_before=T0 + 5)
+    assert stale is not None and stale.written is not None
+    # a hook whose key is no longer its holder's refuses the append: nothing is written
+    assert a.idempotency.claim("k2", "fp", "worker-a", T0, **keep) is None
+    assert b.idempotency.claim("k2", "fp", "worker-b", T0 + 5, **keep, dead=frozenset({"worker-a"})) is None
+    last = a.last_block_index()
+    with pytest.raises(IdempotencyKeyTakenError):
+        a.append([new_block("늦은 쓰기")], unit_vectors(1), T0, within=a.idempotency.written_hook("k2", "worker-a"))
+    assert b.last_block_index() == last and b.idempotency.get("k2").written is None  # type: ignore[union-attr]
+    # a request that failed after its commit keeps its blocks on the key, with no holder
+    assert a.idempotency.claim("k3", "fp", "worker-a", T0, **keep) is None
+    a.append([new_block("x")], unit_vectors(1), T0, within=a.idempotency.written_hook("k3", "worker-a"))
+    a.idempotency.abandon("k3", "worker-a")
+    orphan = b.idempotency.get("k3")
+    assert orphan is not None and orphan.holder == ORPHANED and orphan.written_indices == [last + 1]
+    assert b.verify().ok
 
 
 def test_event_sequences_go_on_after_a_restart_and_never_repeat(backend: Backend) -> None:

@@ -188,23 +188,25 @@ class Memory:
     def add(self, text: str, *, kind: str = "turn", scope: Scope | Mapping[str, Any] | None = None,
             speaker: str | None = None, event_time: Any = None, importance: float = 0.5,
             keywords: Sequence[str] | None = None, tags: Sequence[str] | None = None,
-            metadata: Mapping[str, Any] | None = None) -> Block:
-        """Append one block. Keywords are extracted from the text when not given."""
+            metadata: Mapping[str, Any] | None = None, within: AppendHook | None = None) -> Block:
+        """Append one block. Keywords are extracted from the text when not given. `within`: called
+        inside the append's transaction with the block as stored (rows that commit with it)."""
         self._check_open()
         new = self._prepare(text, kind=kind, scope=scope, speaker=speaker, event_time=event_time,
                             importance=importance, keywords=keywords, tags=tags, metadata=metadata)
-        return self._write([new])[0]
+        return self._writes.write([new], None, within)[0]
 
     def add_many(self, items: Iterable[str | Mapping[str, Any]], *, vectors: np.ndarray | None = None,
-                 progress: Progress | None = None) -> list[Block]:
+                 progress: Progress | None = None, within: AppendHook | None = None) -> list[Block]:
         """Append many blocks. Every item is validated before anything is written; then blocks are
-        embedded in batches and committed in chunks (each chunk one transaction). `vectors`: passage
-        vectors already computed with this memory's embedder, one row per item, of the texts
-        `passage_texts(items)` gives; checked for shape and finiteness, never for meaning."""
+        embedded in batches and committed in chunks (each chunk one transaction, `within` called
+        inside each with its blocks). `vectors`: passage vectors already computed with this
+        memory's embedder, one row per item, of the texts `passage_texts(items)` gives; checked
+        for shape and finiteness, never for meaning."""
         self._check_open()
         prepared = ingest.prepare_many(self.settings, self.tokenizer, items)
         given = check_vectors(vectors, len(prepared), self.embedder.dimension) if vectors is not None else None
-        return self._writes.write_chunked(prepared, given, progress)
+        return self._writes.write_chunked(prepared, given, progress, within=within)
 
     def passage_texts(self, items: Iterable[str | Mapping[str, Any]]) -> list[str]:
         """The texts `add_many` would embed for `items` if they were added now: a turn with the

@@ -25,6 +25,7 @@ from ..errors import (
     PermissionDeniedError,
     StoreError,
 )
+from ..store.idempotency import IdempotencyKeyTakenError
 from .bodies import SENT_CONTENT_TYPE, is_json_content_type
 from .events import SinceAheadError
 
@@ -36,6 +37,7 @@ log = logging.getLogger("gieok.server")
 
 _STATUS: list[tuple[type[Exception], int, str]] = [
     (SinceAheadError, 409, "since_ahead"),
+    (IdempotencyKeyTakenError, 409, "idempotency_in_progress"),
     (AuthenticationError, 401, "unauthenticated"),
     (PermissionDeniedError, 403, "forbidden"),
     (NotFoundError, 404, "not_found"),

@@ -13,8 +13,12 @@ runs; its answer is kept with the key. The same key again, within 24 h:
 - with another request: 422 `idempotency_key_reused`.
 
 A request refused or failed (4xx, 5xx: nothing was written) leaves no key behind, so a retry runs
-again. A request whose process died mid-way (the key held, no answer) is run again by a retry
-once that process is known to be gone (same machine) or after `STALE_SECONDS`.
+again. The writes that store blocks (`/v1/memories`, `:batch`) record the stored block indices on
+the key inside the blocks' own transaction; so a request whose process died mid-way (the key held,
+no answer) is, once that process is known to be gone (same machine) or after `STALE_SECONDS`,
+either answered from the blocks it stored (they committed) or run again (they did not) — never
+stored twice. (`/v1/import` skips blocks already there and conversation messages dedupe by id, so
+running those again stores nothing twice either.)
 
 Keys are the tenant's: the same key sent by two tenants is two keys. Without the header nothing
 changes (message ids still dedupe conversation messages)."""
@@ -36,7 +40,9 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from ..errors import InvalidInputError
-from ..store.idempotency import IdempotencyRow, IdempotencyStore
+from ..store.conversation import AppendHook
+from ..store.idempotency import ORPHANED, IdempotencyRow, IdempotencyStore
+from ..types import Block
 from .errors import error_response
 from .tenants import Tenant
 
@@ -90,12 +96,19 @@ def _replay(status: int, body: str) -> Response:
     return JSONResponse(json.loads(body), status_code=status, headers={"Idempotent-Replayed": "true"})
 
 
-async def idempotent(request: Request, tenant: Tenant, body: BaseModel | bytes,
-                     work: Callable[[], Awaitable[Response]]) -> Response:
-    """Run `work` (the write) under the request's `Idempotency-Key`, if it has one (module docstring)."""
+Work = Callable[[AppendHook | None], Awaitable[Response]]
+"""A write: given the hook to run inside its blocks' transaction (None: no key), its answer."""
+
+
+async def idempotent(request: Request, tenant: Tenant, body: BaseModel | bytes, work: Work, *,
+                     answer: Callable[[list[Block]], JSONResponse] | None = None) -> Response:
+    """Run `work` (the write) under the request's `Idempotency-Key`, if it has one (module docstring).
+    `answer`: for a write that stores blocks, its answer made from them — `work` passes the hook it
+    gets to the append, and a retry of a request that died after its commit is answered by
+    `answer` from the blocks the key recorded."""
     sent = request.headers.get(HEADER)
     if sent is None:
-        return await work()
+        return await work(None)
     key = _check_key(sent.strip())
     table = tenant.memory.store.idempotency
     fingerprint = _fingerprint(request, body)
@@ -109,6 +122,8 @@ async def idempotent(request: Request, tenant: Tenant, body: BaseModel | bytes,
                                   "another request (another route or body); use a new key for a new request")
         if found.status is not None and found.response is not None:
             return _replay(found.status, found.response)
+        if answer is not None and found.written is not None and _orphaned(found):
+            return await run_in_threadpool(_answer_stored, tenant, table, found, answer)
         if time.monotonic() > deadline:
             busy = error_response(409, "idempotency_in_progress", f"a request with this {HEADER} is still "
                                   "running; retry later with the same key to get its answer")
@@ -116,14 +131,32 @@ async def idempotent(request: Request, tenant: Tenant, body: BaseModel | bytes,
             return busy
         await asyncio.sleep(_POLL_SECONDS)
     try:
-        response = await work()
+        response = await work(table.written_hook(key, HOLDER) if answer is not None else None)
+        if 200 <= response.status_code < 300 and isinstance(response, JSONResponse):
+            await run_in_threadpool(table.finish, key, HOLDER, response.status_code, bytes(response.body).decode())
+            return response
     except BaseException:
-        await run_in_threadpool(table.abandon, key, HOLDER)
+        await run_in_threadpool(table.abandon, key, HOLDER)  # keeps what it stored, for a retry's answer
         raise
-    if 200 <= response.status_code < 300 and isinstance(response, JSONResponse):
-        await run_in_threadpool(table.finish, key, HOLDER, response.status_code, bytes(response.body).decode())
-    else:
-        await run_in_threadpool(table.abandon, key, HOLDER)
+    await run_in_threadpool(table.abandon, key, HOLDER)
+    return response
+
+
+def _orphaned(row: IdempotencyRow) -> bool:
+    """Whether a pending key's request will never answer: it failed after storing, its process is
+    gone, or it has held the key past `STALE_SECONDS`."""
+    return row.holder == ORPHANED or _gone(row.holder) or row.created_at < time.time() - STALE_SECONDS
+
+
+def _answer_stored(tenant: Tenant, table: IdempotencyStore, row: IdempotencyRow,
+                   answer: Callable[[list[Block]], JSONResponse]) -> Response:
+    """The answer of a request that stored its blocks and died before it answered, made from those
+    blocks and kept with the key (so every later retry gets the same)."""
+    indices = row.written_indices or []
+    found = tenant.memory.store.get_many(indices)
+    response = answer([found[i] for i in indices if i in found])
+    table.finish(row.key, row.holder, response.status_code, bytes(response.body).decode())
+    response.headers["Idempotent-Replayed"] = "true"
     return response
 
 

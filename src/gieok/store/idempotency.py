@@ -1,18 +1,31 @@
 """Idempotency keys of the server's writes (schema v8): a client that sends a write again with the
 same `Idempotency-Key` (a retry after a dropped connection) gets the first answer, and nothing is
 written twice. A row per key, in the tenant's own store: the request's fingerprint, who runs it
-while it runs, then its answer. `IdempotencyTable` implements the port once in portable SQL."""
+while it runs, the blocks it stored (written in the blocks' own transaction, so a process killed
+between its commit and its answer leaves a key that says what was stored), then its answer.
+`IdempotencyTable` implements the port once in portable SQL."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .sql import SqlSession
+from ..errors import StoreError
+from ..types import Block
+from .sql import SqlSession, SqlWriter
 
-__all__ = ["IdempotencyRow", "IdempotencyStore", "IdempotencyTable"]
+__all__ = ["IdempotencyRow", "IdempotencyStore", "IdempotencyTable", "IdempotencyKeyTakenError", "ORPHANED"]
 
-_COLUMNS = ("idem_key", "fingerprint", "status", "response", "holder", "created_at")
+ORPHANED = ""  # the holder of a key whose request stored its blocks and then failed
+
+_COLUMNS = ("idem_key", "fingerprint", "status", "response", "holder", "created_at", "written")
+
+
+class IdempotencyKeyTakenError(StoreError):
+    """The key a write runs under was taken over by a retry (its holder looked gone): the write is
+    refused, so only one of the two stores anything."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +36,11 @@ class IdempotencyRow:
     response: str | None  # its answer (JSON) once it has one
     holder: str  # the process running it
     created_at: float
+    written: str | None = None  # the block indices it stored (JSON), set in their transaction
+
+    @property
+    def written_indices(self) -> list[int] | None:
+        return None if self.written is None else [int(i) for i in json.loads(self.written)]
 
 
 class IdempotencyStore(Protocol):
@@ -32,6 +50,8 @@ class IdempotencyStore(Protocol):
               stale_before: float, dead: frozenset[str] = frozenset()) -> IdempotencyRow | None: ...
 
     def finish(self, key: str, holder: str, status: int, response: str) -> None: ...
+
+    def written_hook(self, key: str, holder: str) -> Callable[[SqlWriter, Sequence[Block]], None]: ...
 
     def abandon(self, key: str, holder: str) -> None: ...
 
@@ -47,8 +67,9 @@ class IdempotencyTable:
     def claim(self, key: str, fingerprint: str, holder: str, now: float, *, expire_before: float,
               stale_before: float, dead: frozenset[str] = frozenset()) -> IdempotencyRow | None:
         """Take `key` for a request about to run: None when it is this caller's to run (new, expired,
-        or left pending by a holder that is gone: in `dead`, or since before `stale_before`), else
-        the row of the request that has it (running, or done with its answer)."""
+        or left pending by a holder that is gone — in `dead`, or since before `stale_before` — before
+        it stored anything), else the row of the request that has it (running, done with its
+        answer, or gone after storing its blocks: `written` says which, for the answer)."""
         with self.store.transaction() as conn:
             conn.execute("DELETE FROM idempotency_keys WHERE created_at < ?", (expire_before,))
             taken = conn.execute("INSERT INTO idempotency_keys(idem_key, fingerprint, holder, created_at) "
@@ -61,7 +82,7 @@ class IdempotencyTable:
             if row is None:
                 return None  # pragma: no cover - deleted between the two statements
             found = IdempotencyRow(*row)
-            if found.status is None and found.fingerprint == fingerprint and (
+            if found.status is None and found.written is None and found.fingerprint == fingerprint and (
                     found.holder in dead or found.created_at < stale_before):
                 conn.execute("UPDATE idempotency_keys SET holder = ?, created_at = ? WHERE idem_key = ? AND holder = ?",
                              (holder, now, key, found.holder))
@@ -73,11 +94,29 @@ class IdempotencyTable:
             conn.execute("UPDATE idempotency_keys SET status = ?, response = ? WHERE idem_key = ? AND holder = ?",
                          (status, response, key, holder))
 
+    def written_hook(self, key: str, holder: str) -> Callable[[SqlWriter, Sequence[Block]], None]:
+        """An append hook (`Memory.add(within=…)`) that records the stored blocks' indices on the key
+        in their own transaction; refuses the write (IdempotencyKeyTakenError) when the key is no
+        longer this holder's."""
+        def mark(tx: SqlWriter, blocks: Sequence[Block]) -> None:
+            row = tx.execute("SELECT written FROM idempotency_keys WHERE idem_key = ? AND holder = ? "
+                             "AND status IS NULL", (key, holder)).fetchone()
+            if row is None:
+                raise IdempotencyKeyTakenError(f"the Idempotency-Key {key!r} was taken over by a retry")
+            indices = (json.loads(row[0]) if row[0] else []) + [b.block_index for b in blocks]
+            tx.execute("UPDATE idempotency_keys SET written = ? WHERE idem_key = ? AND holder = ?",
+                       (json.dumps(indices), key, holder))
+        return mark
+
     def abandon(self, key: str, holder: str) -> None:
-        """Forget a key whose request failed (nothing was written): a retry runs it again."""
+        """Forget a key whose request failed before it stored anything: a retry runs it again. One
+        that failed after its blocks were stored keeps them, with no holder (`ORPHANED`): a retry
+        answers from them."""
         with self.store.transaction() as conn:
-            conn.execute("DELETE FROM idempotency_keys WHERE idem_key = ? AND holder = ? AND status IS NULL",
-                         (key, holder))
+            conn.execute("DELETE FROM idempotency_keys WHERE idem_key = ? AND holder = ? AND status IS NULL "
+                         "AND written IS NULL", (key, holder))
+            conn.execute("UPDATE idempotency_keys SET holder = ? WHERE idem_key = ? AND holder = ? AND status IS NULL",
+                         (ORPHANED, key, holder))
 
     def get(self, key: str) -> IdempotencyRow | None:
         rows = self.store.fetch(f"SELECT {', '.join(_COLUMNS)} FROM idempotency_keys WHERE idem_key = ?", (key,))

@@ -224,6 +224,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE l1_messages ADD COLUMN handled_by TEXT;  -- which turn's claim: its retry is not refused
     UPDATE l1_messages SET handled_at = created_at;
     """,
+    # 12: the blocks a write stored under its Idempotency-Key, written in the blocks' own transaction:
+    # a process killed between that commit and its answer leaves a key a retry answers from them
+    """
+    ALTER TABLE idempotency_keys ADD COLUMN written TEXT;  -- JSON list of block indices
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -63,7 +63,7 @@ async def add_messages(request: Request, body: MessagesIn, t: TenantDep) -> Resp
         result = await pipeline.add_messages(body.guild, body.channel, [m.model_dump() for m in body.messages])
         return json_response(result.as_dict(), 202)
 
-    return await idempotent(request, t, body, add)
+    return await idempotent(request, t, body, lambda _: add())  # message ids dedupe a run after a crash
 
 
 @reads.post("/conversations/context",

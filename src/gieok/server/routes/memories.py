@@ -10,6 +10,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from ...errors import InvalidInputError
+from ...store.conversation import AppendHook
+from ...types import Block
 from ..deps import reader, tenant, writer
 from ..idempotency import idempotent
 from ..models import MAX_ID, BatchIn, Kind, MemoryIn, SearchIn
@@ -44,20 +46,27 @@ def _before(cursor: str | None) -> int | None:
 
 @writes.post("/memories", status_code=201, summary="Remember one block (Idempotency-Key: a retry stores it once)")
 async def add_memory(request: Request, body: MemoryIn, t: TenantDep) -> Response:
-    def add() -> JSONResponse:
-        return json_response(t.memory.add(**body.as_item()).as_dict(), 201)
+    def add(within: AppendHook | None) -> JSONResponse:
+        return _one([t.memory.add(**body.as_item(), within=within)])
 
-    return await idempotent(request, t, body, lambda: run_in_threadpool(add))
+    return await idempotent(request, t, body, lambda within: run_in_threadpool(add, within), answer=_one)
+
+
+def _one(blocks: list[Block]) -> JSONResponse:
+    return json_response(blocks[0].as_dict(), 201)
+
+
+def _many(blocks: list[Block]) -> JSONResponse:
+    return json_response({"blocks": [block.as_dict() for block in blocks]}, 201)
 
 
 @writes.post("/memories:batch", status_code=201,
              summary="Remember up to 256 blocks in one transaction (Idempotency-Key: a retry stores them once)")
 async def add_memories(request: Request, body: BatchIn, t: TenantDep) -> Response:
-    def add() -> JSONResponse:
-        blocks = t.memory.add_many([item.as_item() for item in body.items])  # every item checked before any write
-        return json_response({"blocks": [block.as_dict() for block in blocks]}, 201)
+    def add(within: AppendHook | None) -> JSONResponse:  # every item checked before any write
+        return _many(t.memory.add_many([item.as_item() for item in body.items], within=within))
 
-    return await idempotent(request, t, body, lambda: run_in_threadpool(add))
+    return await idempotent(request, t, body, lambda within: run_in_threadpool(add, within), answer=_many)
 
 
 @reads.get("/memories/{block_index}", summary="One block")

@@ -81,7 +81,7 @@ async def import_(request: Request, t: TenantDep) -> Response:
     def run() -> JSONResponse:
         return json_response({"imported": t.memory.import_jsonl(io.StringIO(text))})
 
-    return await idempotent(request, t, raw, lambda: run_in_threadpool(run))
+    return await idempotent(request, t, raw, lambda _: run_in_threadpool(run))  # imports skip blocks already there
 
 
 @reads.get("/health", summary="Engine, embedder and (when a bot runs here) bot and provider health")

@@ -249,6 +249,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE l1_messages ADD COLUMN handled_by text;
     UPDATE l1_messages SET handled_at = created_at;
     """,
+    # 13: the blocks a write stored under its Idempotency-Key, in the blocks' own transaction
+    # (schema.py of SQLite says why)
+    """
+    ALTER TABLE idempotency_keys ADD COLUMN written text;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
