@@ -206,8 +206,10 @@ class ServeWorkers:
             self._known = now
 
     def serving(self) -> bool:
-        """Every worker process is up and has opened its deployment: uvicorn logs "Started server
-        process [pid]" once the app factory returned (the memory and the key table are open)."""
+        """Every worker process is up and warm: uvicorn logs "Started server process [pid]" once the
+        app factory returned (the memory and the key table are open), and gieok "ready — warm in …
+        [process pid]" once the models and indexes are loaded. (A worker that answers only 503
+        "warming" is not serving: killing its sibling then would leave no worker at all.)"""
         pids = self.worker_pids()
         if len(pids) < self.workers or self.serve.process.poll() is not None:
             return False
@@ -215,7 +217,7 @@ class ServeWorkers:
             log = self.serve.log.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return False
-        return all(f"Started server process [{pid}]" in log for pid in pids)
+        return all(f"Started server process [{pid}]" in log and f"[process {pid}]" in log for pid in pids)
 
     def kill_one(self, choose: Any) -> int | None:
         pids = self.worker_pids()

@@ -467,6 +467,38 @@ def test_finding_11_a_write_that_failed_after_its_commit_is_answered_from_its_bl
         assert client.get("/v1/stats", headers=h).json()["blocks"] == 1
 
 
+def test_finding_11_a_key_a_failed_request_could_not_give_back_does_not_hold_its_retry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database went away during a write: the write failed (503) and so did giving its key
+    back. The retry, in the same process, once the database is back, runs at once — it does not
+    wait for a request that is no longer running (found by `gieok bench chaos`: every writer hung
+    after a PostgreSQL restart)."""
+    from gieok.errors import StoreError
+    from gieok.memory import Memory
+    from gieok.store.idempotency import IdempotencyTable
+
+    _, client, keys = _in_process(tmp_path)
+    h, key = keys["a"], {"Idempotency-Key": "db-was-down"}
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise StoreError("the database server is not answering")
+
+    with client:
+        for route, body in (("/v1/memories", {"text": "데이터베이스가 돌아온 뒤"}),
+                            ("/v1/conversations/messages", _messages("a", 1))):
+            with monkeypatch.context() as outage:
+                outage.setattr(Memory, "add", down)
+                outage.setattr(Memory, "remember_many", down)
+                outage.setattr(IdempotencyTable, "abandon", down)
+                failed = client.post(route, json=body, headers={**h, **key, "Idempotency-Key": route})
+            assert failed.status_code == 503, failed.text
+            started = time.monotonic()
+            retry = client.post(route, json=body, headers={**h, **key, "Idempotency-Key": route})
+            assert retry.status_code in (201, 202), retry.text
+            assert time.monotonic() - started < 20  # not the 60 s wait for a running request
+            assert retry.headers.get("idempotent-replayed") is None
+
+
 def _post_and_cut(port: int, path: str, body: bytes, headers: dict[str, str]) -> None:
     """Send a whole request, then close the connection before any answer comes."""
     lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Content-Type: application/json",

@@ -17,7 +17,9 @@ again. The writes that store blocks (`/v1/memories`, `:batch`) record the stored
 the key inside the blocks' own transaction; so a request whose process died mid-way (the key held,
 no answer) is, once that process is known to be gone (same machine) or after `STALE_SECONDS`,
 either answered from the blocks it stored (they committed) or run again (they did not) — never
-stored twice. (`/v1/import` skips blocks already there and conversation messages dedupe by id, so
+stored twice. Each request holds its key under an id of its own, so a key that a failed request
+could not give back (the database was down when it tried) does not hold up the retry that this
+same process gets once the database is back. (`/v1/import` skips blocks already there and conversation messages dedupe by id, so
 running those again stores nothing twice either.)
 
 Keys are the tenant's: the same key sent by two tenants is two keys. Without the header nothing
@@ -55,7 +57,8 @@ STALE_SECONDS = 900.0  # a key held this long without an answer, by a process th
 _POLL_SECONDS = 0.05
 _MAX_KEY = 255
 _HOST = socket.gethostname()
-HOLDER = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"  # this process
+HOLDER = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"  # this process; a request holds HOLDER:<its own id>
+_running: set[str] = set()  # the holders of the requests this process runs now
 
 
 def _check_key(value: str) -> str:
@@ -75,11 +78,15 @@ def _fingerprint(request: Request, body: BaseModel | bytes) -> str:
 
 
 def _gone(holder: str) -> bool:
-    """Whether the process that holds a key is known to be gone: another incarnation on this
-    machine (a restart), whose pid is no longer alive or is this process's own."""
+    """Whether the request that holds a key is known to be gone: one of this process that is not
+    running any more (it failed and could not give its key back, e.g. the database was down), or
+    one of another incarnation on this machine (a restart), whose pid is no longer alive or is
+    this process's own."""
+    if holder.startswith(HOLDER + ":"):
+        return holder not in _running
     host, _, rest = holder.partition(":")
     pid = rest.partition(":")[0]
-    if host != _HOST or holder == HOLDER or not pid.isdigit():
+    if host != _HOST or not pid.isdigit():
         return False
     if int(pid) == os.getpid():
         return True
@@ -113,8 +120,19 @@ async def idempotent(request: Request, tenant: Tenant, body: BaseModel | bytes, 
     table = tenant.memory.store.idempotency
     fingerprint = _fingerprint(request, body)
     deadline = time.monotonic() + WAIT_SECONDS
+    holder = f"{HOLDER}:{uuid.uuid4().hex[:12]}"
+    _running.add(holder)  # before the claim: a retry in this process must never see it as gone
+    try:
+        return await _run_held(request, tenant, table, key, fingerprint, holder, deadline, work, answer)
+    finally:
+        _running.discard(holder)
+
+
+async def _run_held(request: Request, tenant: Tenant, table: IdempotencyStore, key: str, fingerprint: str,
+                    holder: str, deadline: float, work: Work,
+                    answer: Callable[[list[Block]], JSONResponse] | None) -> Response:
     while True:
-        found = await run_in_threadpool(_claim, table, key, fingerprint)
+        found = await run_in_threadpool(_claim, table, key, fingerprint, holder)
         if found is None:
             break
         if found.fingerprint != fingerprint:
@@ -131,14 +149,14 @@ async def idempotent(request: Request, tenant: Tenant, body: BaseModel | bytes, 
             return busy
         await asyncio.sleep(_POLL_SECONDS)
     try:
-        response = await work(table.written_hook(key, HOLDER) if answer is not None else None)
+        response = await work(table.written_hook(key, holder) if answer is not None else None)
         if 200 <= response.status_code < 300 and isinstance(response, JSONResponse):
-            await run_in_threadpool(table.finish, key, HOLDER, response.status_code, bytes(response.body).decode())
+            await run_in_threadpool(table.finish, key, holder, response.status_code, bytes(response.body).decode())
             return response
     except BaseException:
-        await run_in_threadpool(table.abandon, key, HOLDER)  # keeps what it stored, for a retry's answer
+        await run_in_threadpool(table.abandon, key, holder)  # keeps what it stored, for a retry's answer
         raise
-    await run_in_threadpool(table.abandon, key, HOLDER)
+    await run_in_threadpool(table.abandon, key, holder)
     return response
 
 
@@ -160,9 +178,9 @@ def _answer_stored(tenant: Tenant, table: IdempotencyStore, row: IdempotencyRow,
     return response
 
 
-def _claim(table: IdempotencyStore, key: str, fingerprint: str) -> IdempotencyRow | None:
+def _claim(table: IdempotencyStore, key: str, fingerprint: str, holder: str) -> IdempotencyRow | None:
     now = time.time()
-    return table.claim(key, fingerprint, HOLDER, now, expire_before=now - KEEP_SECONDS,
+    return table.claim(key, fingerprint, holder, now, expire_before=now - KEEP_SECONDS,
                        stale_before=now - STALE_SECONDS, dead=_dead_holders(table, key))
 
 

@@ -12,6 +12,7 @@ used first, up to `server_open_tenants`.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -86,8 +87,9 @@ def warm_tenants(registry: TenantRegistry, names: list[str], readiness: Readines
         readiness.finish(str(exc))
         return
     readiness.finish()
-    log.info("gieok: ready — warm in %.1f s (the embedding model, the Korean analyser and %d tenant%s indexes)",
-             readiness.seconds or 0.0, len(readiness.tenants), "" if len(readiness.tenants) == 1 else "s'")
+    log.info("gieok: ready — warm in %.1f s (the embedding model, the Korean analyser and %d tenant%s indexes) "
+             "[process %d]", readiness.seconds or 0.0, len(readiness.tenants),
+             "" if len(readiness.tenants) == 1 else "s'", os.getpid())  # which of --workers N is ready
 
 
 def start_warming(registry: TenantRegistry, names: list[str], readiness: Readiness,
