@@ -91,6 +91,7 @@ def _chat(history: History, faults: Sequence[Fault] = ()) -> dict[str, Any]:
     answered: Counter[str] = Counter()
     misrouted = out_of_order = 0
     highest: dict[str, int] = defaultdict(int)
+    late: list[str] = []  # examples: "tag (proc) after #n"
     for reply in _replies(history):
         tags = list(dict.fromkeys(TAG.findall(reply["text"])))
         for tag in tags:
@@ -99,6 +100,7 @@ def _chat(history: History, faults: Sequence[Fault] = ()) -> dict[str, Any]:
                 continue
             if not answered[tag] and number_of[tag] < highest[reply["channel"]]:
                 out_of_order += 1
+                late.append(f"{tag}({reply['proc']})<#{highest[reply['channel']]}")
             answered[tag] += 1
         for tag in tags:
             if channel_of.get(tag) == reply["channel"]:
@@ -114,7 +116,7 @@ def _chat(history: History, faults: Sequence[Fault] = ()) -> dict[str, Any]:
             "out_of_order": out_of_order,
             "refused_by_a_process": sum(1 for e in events if e.get("ev") == "refused"),
             "_lost_examples": [s.tag for s in lost[:10]], "_missed_examples": sorted(missed)[:10],
-            "_twice_examples": [tag for tag, n in answered.items() if n > 1][:10]}
+            "_twice_examples": [tag for tag, n in answered.items() if n > 1][:10], "_order_examples": late[:10]}
 
 
 def _store(db: str, history: History) -> dict[str, Any]:
@@ -233,7 +235,7 @@ def check_run(db: str, history: History, faults: Sequence[Fault], processes: dic
         "fault_log": [f.as_dict() for f in injected],
         "_examples": {"acked_lost": store["_lost_examples"], "stored_twice": store["_twice_examples"],
                       "messages_lost": chat["_lost_examples"], "answered_twice": chat["_twice_examples"],
-                      "missed_killed_mid_turn": chat["_missed_examples"]},
+                      "out_of_order": chat["_order_examples"], "missed_killed_mid_turn": chat["_missed_examples"]},
         "_chain": store["chain"],
     }
     return report

@@ -40,7 +40,7 @@ def test_a_minute_of_faults_loses_nothing(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=_env(), timeout=RUN_SECONDS, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
-    printed = done.stdout[-4000:]  # the examples of what went wrong (the JSON keeps no "_" keys)
+    printed = done.stdout[-12000:]  # the examples of what went wrong (the JSON keeps no "_" keys)
     by_kind = report["faults"]["by_kind"]
     assert report["faults"]["total"] >= len(KINDS) and set(by_kind) == set(KINDS), by_kind
     assert report["acked_lost"] == 0 and report["stored_twice"] == 0, printed

@@ -499,6 +499,26 @@ def test_finding_11_a_key_a_failed_request_could_not_give_back_does_not_hold_its
             assert retry.headers.get("idempotent-replayed") is None
 
 
+def test_finding_11_a_killed_worker_not_yet_reaped_holds_no_key() -> None:
+    """uvicorn's supervisor reaps a killed worker when it next looks (found by `gieok bench chaos`:
+    once a minute later); until then its pid still answers kill(pid, 0). Its keys are free at once."""
+    from gieok.server.idempotency import HOLDER, _gone
+
+    child = subprocess.Popen(["true"])
+    try:
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child did not exit"
+            time.sleep(0.05)
+        assert _gone(f"{socket.gethostname()}:{child.pid}:someproc:somereq")  # exited, not reaped
+    finally:
+        child.wait()
+    assert _gone(f"{socket.gethostname()}:{child.pid}:someproc:somereq")  # reaped
+    assert not _gone(f"{socket.gethostname()}:1:someproc:somereq")  # init is alive
+    assert not _gone(f"another-host:{child.pid}:someproc:somereq")  # another machine: unknown
+    assert _gone(f"{HOLDER}:a-request-not-running")
+
+
 def _post_and_cut(port: int, path: str, body: bytes, headers: dict[str, str]) -> None:
     """Send a whole request, then close the connection before any answer comes."""
     lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Content-Type: application/json",

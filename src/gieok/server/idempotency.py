@@ -19,8 +19,8 @@ no answer) is, once that process is known to be gone (same machine) or after `ST
 either answered from the blocks it stored (they committed) or run again (they did not) — never
 stored twice. Each request holds its key under an id of its own, so a key that a failed request
 could not give back (the database was down when it tried) does not hold up the retry that this
-same process gets once the database is back. (`/v1/import` skips blocks already there and conversation messages dedupe by id, so
-running those again stores nothing twice either.)
+same process gets once the database is back. (`/v1/import` skips blocks already there and
+conversation messages dedupe by id, so running those again stores nothing twice either.)
 
 Keys are the tenant's: the same key sent by two tenants is two keys. Without the header nothing
 changes (message ids still dedupe conversation messages)."""
@@ -35,6 +35,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
@@ -96,7 +97,17 @@ def _gone(holder: str) -> bool:
         return True
     except OSError:
         return False
-    return False
+    return _zombie(int(pid))
+
+
+def _zombie(pid: int) -> bool:
+    """A process that has exited but was not reaped yet (kill -9 of a `--workers N` worker: the
+    supervisor reaps it when it next looks, seconds or a minute later) still answers kill(pid, 0)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False  # no /proc (not Linux): alive as far as we can tell
+    return stat.rpartition(")")[2].split()[:1] in (["Z"], ["X"])
 
 
 def _replay(status: int, body: str) -> Response:
