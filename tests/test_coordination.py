@@ -49,6 +49,47 @@ def test_a_message_is_claimed_once_per_channel(pair: tuple[SharedChannels, Share
     run(scenario())
 
 
+def test_a_message_claimed_later_waits_for_one_claimed_earlier_that_is_still_being_stored(
+        redis_url: str, redis_namespace: str) -> None:
+    """Found by `gieok bench chaos`: a process claimed c03-m009, then waited for PostgreSQL (a
+    restart) to store it; the other process claimed, queued and answered m010 and m011 first."""
+    first, second = RedisConnection(redis_url, redis_namespace), RedisConnection(redis_url, redis_namespace)
+    a, b = SharedChannels(first, lease_seconds=5.0, hold_seconds=0.6), SharedChannels(second, lease_seconds=5.0)
+
+    def payload(n: int, order: int) -> dict[str, Any]:
+        return {"n": n, "order": order}
+
+    async def scenario() -> None:
+        m9 = await a.claim_message("k", "m9")  # a is slow to store it
+        m10, m11 = await b.claim_message("k", "m10"), await b.claim_message("k", "m11")
+        assert 0 < m9 < m10 < m11 and await a.claim_message("k", "m9") == m9
+        await b.enqueue("k", payload(10, m10), "m10")
+        await b.enqueue("k", payload(11, m11), "m11")
+        assert await b.try_lease("k")
+        assert await b.drain("k") == [], "m10 and m11 wait for m9"
+        assert await b.waiting() == {"k"}, "and the channel stays on the sweep's list"
+        await a.enqueue("k", payload(9, m9), "m9")
+        drained = await b.drain("k")
+        assert drained is not None and [p["n"] for p in drained] == [9, 10, 11], "in the order claimed"
+        # a claim whose process died before it queued the message holds the others back no longer
+        # than hold_seconds
+        m12 = await a.claim_message("k", "m12")
+        m13 = await b.claim_message("k", "m13")
+        await b.enqueue("k", payload(13, m13), "m13")
+        assert await b.drain("k") == []
+        await asyncio.sleep(0.8)
+        late = await b.drain("k")
+        assert late is not None and [p["n"] for p in late] == [13] and m12 < m13
+        await a.aclose()
+        await b.aclose()
+
+    try:
+        run(scenario())
+    finally:
+        first.close()
+        second.close()
+
+
 def test_inbox_keeps_order_across_processes_and_drains_once(pair: tuple[SharedChannels, SharedChannels]) -> None:
     a, b = pair
 

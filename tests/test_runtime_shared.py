@@ -9,6 +9,7 @@ lease identity) on a real redis-server. Real time, with short debounces."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -65,9 +66,11 @@ def spawn(location: str, redis_url: str, redis_namespace: str) -> Iterator[Any]:
                        shared=SharedChannels(connection, lease_seconds=settings.redis_lease_seconds))
         process = Process(memory, core, outbox, model, connection)
         made.append(process)
+        _SPAWNED.append(process)
         return process
 
     yield make
+    _SPAWNED.clear()
     for process in made:
         process.connection.close()
         process.memory.close()
@@ -77,8 +80,22 @@ def msg(text: str, mid: str, user: str = "1", ref: ChannelRef = CAFE) -> Inbound
     return InboundMessage(ref, user, text, display_name=f"user{user}", message_id=mid)
 
 
+_SPAWNED: list[Process] = []  # this test's processes: closed when its scenario fails
+
+
 def run(coro: Any) -> Any:
-    return asyncio.run(coro)
+    """The scenario; when it fails, the processes' cores are closed before the loop ends (else
+    their channel workers keep the loop's shutdown waiting, and a failed assertion is a hang)."""
+    async def guarded() -> Any:
+        try:
+            return await coro
+        except BaseException:
+            for process in _SPAWNED:
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(process.core.close(), 30)
+            raise
+
+    return asyncio.run(guarded())
 
 
 def replies(*processes: Process) -> list[tuple[ChannelRef, str]]:
@@ -242,13 +259,18 @@ def test_the_next_owner_reads_the_working_memory_the_last_one_left(spawn: Any) -
         await a.core.submit(msg("누리야 [t1] 우리 고양이 이름은 보리야", "m1"))
         await settled(a, b, replies_expected=1)
         await handed_back(a, b, replies_expected=1)
-        assert a.memory.working.slots(conversation), "a's turn fed its working memory"
-        assert not b.memory.working.slots(conversation), "b has not run this channel yet"
-        await b.core.submit(msg("누리야 [t2] 내 고양이 이름 기억나?", "m2"))
-        await settled(a, b, replies_expected=2)
-        seen_by_b = {slot.content for slot in b.memory.working.slots(conversation)}
-        assert any("보리" in content for content in seen_by_b), seen_by_b
-        await close_all(a, b)
+        await a.core.pipeline.drain()  # the turn blocks are written behind the reply: wait for them
+        await b.core.pipeline.drain()
+        # whichever took the channel (the one it came to, or the other's sweep) ran the turn
+        first, second = (a, b) if a.memory.working.slots(conversation) else (b, a)
+        assert first.memory.working.slots(conversation), "the turn fed its process's working memory"
+        assert not second.memory.working.slots(conversation), "the other has not run this channel yet"
+        await first.core.close()  # the next turn can only run in the other process
+        await second.core.submit(msg("누리야 [t2] 내 고양이 이름 기억나?", "m2"))
+        await settled(second, replies_expected=1)
+        seen = {slot.content for slot in second.memory.working.slots(conversation)}
+        assert any("보리" in content for content in seen), seen
+        await close_all(second)
 
     run(scenario())
 

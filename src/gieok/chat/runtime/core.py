@@ -250,8 +250,10 @@ class BotCore:
             shared = self.shared
             state = self._state(message.ref)
             message_id = message.message_id
-            if message_id and ((state.key, message_id) in self._taken or not await self._patiently(
-                    lambda: self._shared_step(shared.claim_message(state.key, message_id)))):
+            order = 0  # its place in the channel's order (claim_message): later messages wait for it
+            if message_id and (state.key, message_id) not in self._taken:
+                order = await self._patiently(lambda: self._shared_step(shared.claim_message(state.key, message_id)))
+            if message_id and not order:
                 self.health.duplicates += 1
                 return None
             if message_id:  # a claim answers its claimant yes again: a redelivery to this process is caught here
@@ -276,8 +278,8 @@ class BotCore:
         if self.shared is None:
             self._arrive(state, _Pending(message, observation, explicit, self.clock()))
         else:
-            payload = to_payload(message, observation, explicit)
-            await self._patiently(lambda: self._shared_step(shared.enqueue(state.key, payload)))
+            payload = {**to_payload(message, observation, explicit), **({"order": order} if order else {})}
+            await self._patiently(lambda: self._shared_step(shared.enqueue(state.key, payload, message_id)))
             await self._patiently(lambda: self._take_or_wake(state))
         return observation
 

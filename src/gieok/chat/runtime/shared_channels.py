@@ -37,31 +37,74 @@ log = logging.getLogger(__name__)
 WAKE_INBOX = "inbox"  # a channel's inbox grew: its owner should drain it
 WAKE_ACTIVE = "active"  # the active channels changed: reload them
 
-# KEYS: seen · ARGV: owner, ttl ms — the message is ours: newly, or already
+# KEYS: seen, the channel's claim counter, claims not yet queued (zset by order), their deadlines
+# (hash) · ARGV: owner, ttl ms, message id, hold ms — the message is ours (newly, or already): its
+# place in the channel's order (> 0), or 0 when another process took it. Until it is queued
+# (`enqueue`), messages claimed after it wait in the inbox (`_DRAIN`): a process slow to store it
+# (the database restarting) must not have a later message of the channel answered before it.
 _CLAIM = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
-return 0
+local v = redis.call('GET', KEYS[1])
+if v then
+  local mine = ARGV[1] .. '|'
+  if string.sub(v, 1, #mine) == mine then return tonumber(string.sub(v, #mine + 1)) end
+  return 0
+end
+local order = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. order, 'PX', ARGV[2])
+redis.call('ZADD', KEYS[3], order, ARGV[3])
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[4], ARGV[3], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[4]))
+return order
 """
-# KEYS: inbox, waiting set · ARGV: channel key, payload
+# KEYS: inbox, waiting set, claims not yet queued, their deadlines · ARGV: channel key, payload,
+# message id ('' for none) — queued, and no longer holding back the messages claimed after it
 _ENQUEUE = """
 redis.call('RPUSH', KEYS[1], ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[1])
+if ARGV[3] ~= '' then
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  redis.call('HDEL', KEYS[4], ARGV[3])
+end
 return 1
 """
-# KEYS: inbox, waiting set, lease, in flight · ARGV: channel key, owner — everything queued;
+# KEYS: inbox, waiting set, lease, in flight, claims not yet queued, their deadlines · ARGV:
+# channel key, owner — everything queued that no earlier-claimed message is still on its way to
+# (`_CLAIM`; a claim whose process gave up or died stops holding others back at its deadline);
 # nothing (false) unless the caller holds the lease, so a process that lost it while stalled cannot
 # take messages from the one that holds it now. What is drained stays in the channel's in-flight
 # list until a turn took it (`done`): if the process dies first, the next holder finds it there. A
 # channel is on the waiting set while its inbox or its in-flight list holds anything, so the
-# processes' sweeps find the channel of a dead process that had drained its messages.
+# processes' sweeps find the channel of a dead process that had drained its messages (and the
+# messages held back here).
 _DRAIN = """
 if redis.call('GET', KEYS[3]) ~= ARGV[2] then return false end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local due = redis.call('HGETALL', KEYS[6])
+for i = 1, #due, 2 do
+  if tonumber(due[i + 1]) <= now then
+    redis.call('ZREM', KEYS[5], due[i])
+    redis.call('HDEL', KEYS[6], due[i])
+  end
+end
+local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+local limit = first[2] and tonumber(first[2]) or nil
 local items = redis.call('LRANGE', KEYS[1], 0, -1)
 redis.call('DEL', KEYS[1])
-for i = 1, #items do redis.call('RPUSH', KEYS[4], items[i]) end
-if redis.call('LLEN', KEYS[4]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
-return items
+local taken = {}
+for i = 1, #items do
+  local order = limit and cjson.decode(items[i])['order']
+  if limit and type(order) == 'number' and order > limit then
+    redis.call('RPUSH', KEYS[1], items[i])
+  else
+    redis.call('RPUSH', KEYS[4], items[i])
+    taken[#taken + 1] = items[i]
+  end
+end
+if redis.call('LLEN', KEYS[4]) == 0 and redis.call('LLEN', KEYS[1]) == 0 then
+  redis.call('SREM', KEYS[2], ARGV[1])
+end
+return taken
 """
 # KEYS: inbox, waiting set · ARGV: channel key, payloads (oldest first) — back at the head
 _REQUEUE = """
@@ -135,11 +178,12 @@ class SharedChannels:
     process's identity in leases."""
 
     def __init__(self, connection: RedisConnection, *, lease_seconds: float = 30.0,
-                 claim_seconds: float = 86_400.0) -> None:
+                 claim_seconds: float = 86_400.0, hold_seconds: float = 75.0) -> None:
         self.connection = connection
         self.owner = connection.owner
         self.lease_seconds = lease_seconds
         self.claim_seconds = claim_seconds
+        self.hold_seconds = hold_seconds  # how long a claimed message not yet queued holds back later ones
         self._client: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._errors = redis_errors()
@@ -173,28 +217,45 @@ class SharedChannels:
             await client.aclose()
 
     # -- claims ----------------------------------------------------------------------------------
-    async def claim_message(self, channel_key: str, message_id: str) -> bool:
-        """True for the first process to claim this message (replicas all receive it) — and
-        again for that process (a retry whose answer was lost to a dropped connection)."""
-        key = self._key("seen", channel_key, message_id)
-        return bool(await self._call(lambda r: r.eval(_CLAIM, 1, key, self.owner, _ms(self.claim_seconds))))
+    async def claim_message(self, channel_key: str, message_id: str) -> int:
+        """The message's place in its channel's order (> 0) for the first process to claim it
+        (replicas all receive it) — and again for that process (a retry whose answer was lost to
+        a dropped connection); 0 for the others. Messages of the channel claimed after it are not
+        drained until it is queued (`enqueue` with its id) or `hold_seconds` have passed."""
+        keys = [self._key("seen", channel_key, message_id), self._key("order", channel_key),
+                self._claimed(channel_key), self._key("claimed-until", channel_key)]
+        return int(await self._call(lambda r: r.eval(_CLAIM, 4, *keys, self.owner, _ms(self.claim_seconds),
+                                                     message_id, _ms(self.hold_seconds))))
+
+    def _claimed(self, channel_key: str) -> str:
+        return self._key("claimed", channel_key)
 
     # -- inboxes ---------------------------------------------------------------------------------
     def _inbox(self, channel_key: str) -> str:
         return self._key("inbox", channel_key)
 
-    async def enqueue(self, channel_key: str, payload: dict[str, Any]) -> None:
+    async def enqueue(self, channel_key: str, payload: dict[str, Any], message_id: str | None = None) -> None:
+        """Queue a message for the channel's turn; `message_id`: the claim it settles (its
+        payload carries its place, `order`, from `claim_message`)."""
         data = json.dumps(payload, ensure_ascii=False)
-        keys = [self._inbox(channel_key), self._key("waiting")]
-        await self._call(lambda r: r.eval(_ENQUEUE, 2, *keys, channel_key, data))
+        keys = [self._inbox(channel_key), self._key("waiting"), self._claimed(channel_key),
+                self._key("claimed-until", channel_key)]
+        await self._call(lambda r: r.eval(_ENQUEUE, 4, *keys, channel_key, data, message_id or ""))
 
     async def drain(self, channel_key: str) -> list[dict[str, Any]] | None:
-        """Everything in the channel's inbox, oldest first, and the inbox empty after; None when
+        """Everything in the channel's inbox (bar what waits for an earlier-claimed message still
+        on its way: `claim_message`), oldest first, and the inbox empty after; None when
         this process does not hold the channel's lease (any more). The messages stay in flight
         until `done`: a process that takes the channel next gets back those no turn took."""
-        keys = [self._inbox(channel_key), self._key("waiting"), self._lease(channel_key), self._inflight(channel_key)]
-        items = await self._call(lambda r: r.eval(_DRAIN, 4, *keys, channel_key, self.owner))
-        return None if items is None else [json.loads(item) for item in items]
+        keys = [self._inbox(channel_key), self._key("waiting"), self._lease(channel_key), self._inflight(channel_key),
+                self._claimed(channel_key), self._key("claimed-until", channel_key)]
+        items = await self._call(lambda r: r.eval(_DRAIN, 6, *keys, channel_key, self.owner))
+        if items is None:
+            return None
+        payloads = [json.loads(item) for item in items]
+        if all(isinstance(p.get("order"), int) for p in payloads):  # in the order they were claimed
+            payloads.sort(key=lambda p: p["order"])
+        return payloads
 
     async def done(self, channel_key: str, payloads: list[dict[str, Any]]) -> None:
         """Drained messages a turn took (or that were duplicates): no longer in flight."""
