@@ -93,9 +93,16 @@ def loopback_llm() -> Iterator[str]:
         stop_child(child)
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer (a bot process killed on purpose) is no error here."""
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 def main() -> None:
     """Serve until terminated; the first line on stdout is the base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server = _Server(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     print(f"http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
     with suppress(KeyboardInterrupt):
