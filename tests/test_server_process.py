@@ -70,6 +70,10 @@ class Server:
         self.log.close()
         return int(self.process.returncode)
 
+    def log_text(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text(encoding="utf-8", errors="replace")
+
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[Server, dict[str, str]]]:
@@ -173,9 +177,37 @@ def test_several_workers_share_one_memory(tmp_path: Path) -> None:
             for i in range(6):  # spread over both workers by the kernel
                 assert client.post("/v1/memories", json={"text": f"worker message {i} 워커"}).status_code == 201
             counts = {client.get("/v1/stats").json()["blocks"] for _ in range(6)}
-        assert counts == {6}
+            assert counts == {6}
+            # A worker killed while the supervisor awaits its health-check answer (stopped first, so
+            # the ping is surely pending) is replaced within seconds, not after the 60 s health check.
+            workers = _workers(srv)
+            assert len(workers) == 2, workers
+            victim = workers[0]
+            os.kill(victim, signal.SIGSTOP)
+            time.sleep(1.5)
+            os.kill(victim, signal.SIGKILL)
+            killed = time.monotonic()
+            while not [pid for pid in _workers(srv) if pid not in workers]:  # a new worker started
+                assert time.monotonic() - killed < 20, srv.log_text()
+                time.sleep(0.1)
+            assert "died" in srv.log_text()
+            assert client.get("/v1/stats").json()["blocks"] == 6  # the other worker serves meanwhile
     finally:
         assert srv.stop() in (0, -signal.SIGTERM)
+
+
+def _workers(srv: Server) -> list[int]:
+    """The pids of `gieok serve --workers N`'s worker processes (not multiprocessing's tracker)."""
+    import psutil
+
+    found = []
+    for child in psutil.Process(srv.process.pid).children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(child.cmdline()):
+                found.append(child.pid)
+        except psutil.Error:
+            continue
+    return sorted(found)
 
 
 def test_no_auth_is_refused_off_loopback_and_bad_options_exit_1(tmp_path: Path) -> None:

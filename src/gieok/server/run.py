@@ -15,6 +15,7 @@ from .hosts import is_loopback
 from .mcp import create_app_with_mcp
 from .settings import ServerSettings
 from .state import ServerState
+from .supervise import install as install_supervision
 
 __all__ = ["serve", "worker_app", "GRACEFUL_SHUTDOWN_SECONDS"]
 
@@ -60,6 +61,7 @@ def serve(settings: ServerSettings, *, host: str | None = None, port: int | None
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     # A worker loading a memory or the embedding model can hold the GIL for seconds on a busy machine;
     # uvicorn's 5 s health check then kills it mid-request. 60 s still catches a hung worker.
+    install_supervision()  # a killed worker is replaced within a second, not after the health check's minute
     uvicorn.run("gieok.server.run:worker_app", factory=True, workers=workers, timeout_worker_healthcheck=60,
                 **options)  # type: ignore[arg-type]
 
