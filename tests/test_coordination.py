@@ -80,14 +80,26 @@ def test_a_message_claimed_later_waits_for_one_claimed_earlier_that_is_still_bei
         await asyncio.sleep(0.8)
         late = await b.drain("k")
         assert late is not None and [p["n"] for p in late] == [13] and m12 < m13
+        # …and no longer than its process is present: one whose presence (renewed with its leases
+        # every third of a lease) lapsed holds nothing back, however long the hold
+        m14 = await c.claim_message("k", "m14")
+        m15 = await b.claim_message("k", "m15")
+        await b.enqueue("k", payload(15, m15), "m15")
+        assert await b.drain("k") == [] and m14 < m15
+        await asyncio.sleep(0.5)  # c's lease time (0.3 s) without a renewal: c is gone
+        assert [p["n"] for p in await b.drain("k") or []] == [15]
         await a.aclose()
         await b.aclose()
+        await c.aclose()
 
+    third = RedisConnection(redis_url, redis_namespace)
+    c = SharedChannels(third, lease_seconds=0.3)
     try:
         run(scenario())
     finally:
         first.close()
         second.close()
+        third.close()
 
 
 def test_inbox_keeps_order_across_processes_and_drains_once(pair: tuple[SharedChannels, SharedChannels]) -> None:

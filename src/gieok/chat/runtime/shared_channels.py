@@ -38,10 +38,11 @@ WAKE_INBOX = "inbox"  # a channel's inbox grew: its owner should drain it
 WAKE_ACTIVE = "active"  # the active channels changed: reload them
 
 # KEYS: seen, the channel's claim counter, claims not yet queued (zset by order), their deadlines
-# (hash) · ARGV: owner, ttl ms, message id, hold ms — the message is ours (newly, or already): its
-# place in the channel's order (> 0), or 0 when another process took it. Until it is queued
-# (`enqueue`), messages claimed after it wait in the inbox (`_DRAIN`): a process slow to store it
-# (the database restarting) must not have a later message of the channel answered before it.
+# and claimants (hash), the claimant's presence · ARGV: owner, ttl ms, message id, hold ms, lease
+# ms — the message is ours (newly, or already): its place in the channel's order (> 0), or 0 when
+# another process took it. Until it is queued (`enqueue`), messages claimed after it wait in the
+# inbox (`_DRAIN`): a process slow to store it (the database restarting) must not have a later
+# message of the channel answered before it.
 _CLAIM = """
 local v = redis.call('GET', KEYS[1])
 if v then
@@ -53,7 +54,9 @@ local order = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. order, 'PX', ARGV[2])
 redis.call('ZADD', KEYS[3], order, ARGV[3])
 local t = redis.call('TIME')
-redis.call('HSET', KEYS[4], ARGV[3], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[4]))
+local due = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[4])
+redis.call('HSET', KEYS[4], ARGV[3], due .. '|' .. ARGV[1])
+redis.call('SET', KEYS[5], '1', 'PX', ARGV[5])
 return order
 """
 # KEYS: inbox, waiting set, claims not yet queued, their deadlines · ARGV: channel key, payload,
@@ -68,8 +71,9 @@ end
 return 1
 """
 # KEYS: inbox, waiting set, lease, in flight, claims not yet queued, their deadlines · ARGV:
-# channel key, owner — everything queued that no earlier-claimed message is still on its way to
-# (`_CLAIM`; a claim whose process gave up or died stops holding others back at its deadline);
+# channel key, owner, presence key prefix — everything queued that no earlier-claimed message is
+# still on its way to (`_CLAIM`; a claim stops holding others back at its deadline, or at once when
+# its process is gone: its presence, renewed with its leases, lapsed);
 # nothing (false) unless the caller holds the lease, so a process that lost it while stalled cannot
 # take messages from the one that holds it now. What is drained stays in the channel's in-flight
 # list until a turn took it (`done`): if the process dies first, the next holder finds it there. A
@@ -82,7 +86,8 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local due = redis.call('HGETALL', KEYS[6])
 for i = 1, #due, 2 do
-  if tonumber(due[i + 1]) <= now then
+  local deadline, claimant = string.match(due[i + 1], '^(%d+)|(.*)$')
+  if tonumber(deadline) <= now or redis.call('EXISTS', ARGV[3] .. claimant) == 0 then
     redis.call('ZREM', KEYS[5], due[i])
     redis.call('HDEL', KEYS[6], due[i])
   end
@@ -223,9 +228,13 @@ class SharedChannels:
         a dropped connection); 0 for the others. Messages of the channel claimed after it are not
         drained until it is queued (`enqueue` with its id) or `hold_seconds` have passed."""
         keys = [self._key("seen", channel_key, message_id), self._key("order", channel_key),
-                self._claimed(channel_key), self._key("claimed-until", channel_key)]
-        return int(await self._call(lambda r: r.eval(_CLAIM, 4, *keys, self.owner, _ms(self.claim_seconds),
-                                                     message_id, _ms(self.hold_seconds))))
+                self._claimed(channel_key), self._key("claimed-until", channel_key), self._alive(self.owner)]
+        return int(await self._call(lambda r: r.eval(_CLAIM, 5, *keys, self.owner, _ms(self.claim_seconds),
+                                                     message_id, _ms(self.hold_seconds), _ms(self.lease_seconds))))
+
+    def _alive(self, owner: str) -> str:
+        """A process's presence: renewed with its leases (`renew`), gone a lease after it stops."""
+        return self._key("alive", owner)
 
     def _claimed(self, channel_key: str) -> str:
         return self._key("claimed", channel_key)
@@ -249,7 +258,7 @@ class SharedChannels:
         until `done`: a process that takes the channel next gets back those no turn took."""
         keys = [self._inbox(channel_key), self._key("waiting"), self._lease(channel_key), self._inflight(channel_key),
                 self._claimed(channel_key), self._key("claimed-until", channel_key)]
-        items = await self._call(lambda r: r.eval(_DRAIN, 6, *keys, channel_key, self.owner))
+        items = await self._call(lambda r: r.eval(_DRAIN, 6, *keys, channel_key, self.owner, self._alive("")))
         if items is None:
             return None
         payloads = [json.loads(item) for item in items]
@@ -300,18 +309,18 @@ class SharedChannels:
         return int(await self._call(lambda r: r.eval(_FENCE_FLOOR, 1, key, int(stored))))
 
     async def renew(self, channel_keys: Iterable[str]) -> set[str]:
-        """Extend our leases; returns the channels whose lease we no longer hold."""
+        """Extend our leases, and our presence (`_alive`); returns the channels whose lease we no
+        longer hold."""
         keys = list(channel_keys)
-        if not keys:
-            return set()
 
         async def renew_all(r: Any) -> list[Any]:
             pipe = r.pipeline(transaction=False)
+            pipe.set(self._alive(self.owner), "1", px=_ms(self.lease_seconds))
             for key in keys:
                 pipe.eval(_RENEW, 1, self._lease(key), self.owner, _ms(self.lease_seconds))
             return list(await pipe.execute())
 
-        results = await self._call(renew_all)
+        results = (await self._call(renew_all))[1:]
         return {key for key, ok in zip(keys, results) if not ok}
 
     async def release(self, channel_key: str) -> None:
