@@ -102,6 +102,23 @@ def test_every_channel_message_enters_l1_and_memory(memory: Memory) -> None:
     assert memory.get(rows[0].block_index).text == "준호야 어제 경기 봤어?"
 
 
+def test_a_message_with_an_id_is_stored_once_however_often_it_is_taken_in(memory: Memory) -> None:
+    """An intake retried after its database connection dropped mid-commit (or a transport's
+    redelivery) finds the row the first try wrote: `gieok bench chaos` saw one message as two rows."""
+    from dataclasses import replace
+
+    pipeline = ConversationPipeline(memory, classifier=None)
+    message = replace(msg("누리야 내일 몇 시에 만나?", explicit=False), message_id="discord-1001")
+    first = pipeline.observe(message)
+    again = pipeline.observe(message)
+    assert again.row == first.row
+    other = pipeline.observe(replace(message, message_id="discord-1002"))
+    assert other.row.message_id != first.row.message_id
+    assert [r.external_id for r in pipeline.l1.recent(CAFE)] == ["discord-1001", "discord-1002"]
+    elsewhere = pipeline.observe(replace(message, channel="lounge"))  # ids are per conversation
+    assert elsewhere.row.message_id != first.row.message_id
+
+
 def test_inactive_channel_answers_only_explicit_calls(memory: Memory) -> None:
     brain = Brain()
     pipeline = ConversationPipeline(memory, llm=ScriptedLLM(brain))

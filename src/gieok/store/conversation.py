@@ -94,6 +94,8 @@ class ConversationStore(Protocol):
 
     def l1_recent(self, scope_key: str, limit: int) -> list[L1Row]: ...
 
+    def l1_by_external_id(self, scope_key: str, external_id: str) -> L1Row | None: ...
+
     def l1_since(self, scope_key: str, after_message_id: int, limit: int) -> list[L1Row]: ...
 
     def l1_pending(self, scope_key: str | None = None, limit: int = 100_000) -> list[L1Row]: ...
@@ -217,6 +219,13 @@ class ConversationTables:
                 f"SELECT external_id FROM message_ids WHERE scope_key = ? AND external_id IN ({marks})",
                 (scope_key, *chunk)))
         return known
+
+    def l1_by_external_id(self, scope_key: str, external_id: str) -> L1Row | None:
+        """The L1 row of a message its sender named by id (`l1_append_once`), while L1 keeps it."""
+        rows = self._rows(f"SELECT {', '.join('l.' + c for c in _L1_COLUMNS)} FROM message_ids m "
+                          "JOIN l1_messages l ON l.message_id = m.message_id "
+                          "WHERE m.scope_key = ? AND m.external_id = ?", (scope_key, external_id))
+        return _l1(rows[0]) if rows else None
 
     def l1_recent(self, scope_key: str, limit: int) -> list[L1Row]:
         rows = self._rows(f"SELECT {', '.join(_L1_COLUMNS)} FROM l1_messages WHERE scope_key = ? "

@@ -277,9 +277,7 @@ class ConversationPipeline:
         verdict = self.guard.patterns.check(message.content)
         key = scope_key(conversation)
         state = self.tables.channel_state(key)
-        row = self.l1.append(conversation, role="user", content=message.content, user_id=message.user_id,
-                             display_name=message.display_name, addressed=message.explicit, flagged=verdict.attack,
-                             external_id=message.message_id, when=message.timestamp)
+        row = self._store_once(conversation, message, verdict.attack)
         self.tables.channel_state_save(key, (state[0] if state else 0) + 1, state[1] if state else 0, self.clock())
         self.summaries.note_speaker(conversation, message.user_id)
         # Its classifier vector (guard, stage 1) is computed while the debounce runs, so the turn
@@ -296,6 +294,26 @@ class ConversationPipeline:
             self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
                                                "score": verdict.score, "matches": list(verdict.matches)})
         return Observation(message, conversation, verdict, row, first=state is None)
+
+    def _store_once(self, conversation: Scope, message: IncomingMessage, flagged: bool) -> L1Row:
+        """The message's L1 row: a message with an id is stored once per conversation (an intake
+        retried after its database connection dropped mid-commit finds the row the first try wrote:
+        `gieok bench chaos` saw one message stored as two rows), one without is appended."""
+        if message.message_id is None:
+            return self.l1.append(conversation, role="user", content=message.content, user_id=message.user_id,
+                                  display_name=message.display_name, addressed=message.explicit, flagged=flagged,
+                                  when=message.timestamp)
+        key = scope_key(conversation)
+        row = self.tables.l1_append_once(key, "user", message.content, message.user_id, message.display_name,
+                                         self.clock() if message.timestamp is None else message.timestamp,
+                                         message.explicit, flagged, message.message_id, self.l1.capacity)
+        if row is None:
+            row = self.tables.l1_by_external_id(key, message.message_id)
+        if row is None:  # stored long ago and trimmed from L1 since: a new row, as before ids were kept
+            row = self.l1.append(conversation, role="user", content=message.content, user_id=message.user_id,
+                                 display_name=message.display_name, addressed=message.explicit, flagged=flagged,
+                                 external_id=message.message_id, when=message.timestamp)
+        return row
 
     def _prepare(self, message: IncomingMessage, observed: Sequence[Observation], dry_run: bool) -> dict[str, Any]:
         """Everything before the judgement, from what `observe` stored."""
