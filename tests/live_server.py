@@ -42,15 +42,16 @@ def create_key(db: Path, tenant: str = "default", role: str = "write") -> str:
 
 
 class LiveServer:
-    """`gieok serve --db db` on a free port, started and waited on until warm."""
+    """`gieok serve --db db …` on a port (a free one unless given), started and waited on until warm
+    (/readyz). Each start logs to a file of its own, so a restart on the same database keeps both logs."""
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path, *extra: str, port: int | None = None) -> None:
         self.db = db
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = db.with_suffix(".log")
+        self.log_path = db.with_name(f"{db.stem}-{self.port}-{time.monotonic_ns()}.log")
         with self.log_path.open("wb") as sink:
-            self.process = subprocess.Popen([*GIEOK, "serve", "--db", str(db), "--port", str(self.port)],
+            self.process = subprocess.Popen([*GIEOK, "serve", "--db", str(db), "--port", str(self.port), *extra],
                                             stdout=sink, stderr=subprocess.STDOUT, env=clean_env(), cwd=db.parent)
         try:
             self._wait_ready()
@@ -58,20 +59,25 @@ class LiveServer:
             self.stop()
             raise
 
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
     def _wait_ready(self, seconds: float = 120) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"gieok serve exited: {self.log_path.read_text()}")
+                raise RuntimeError(f"gieok serve exited: {self.log}")
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError(f"gieok serve was not ready in {seconds:g} s: {self.log_path.read_text()}")
+        raise RuntimeError(f"gieok serve was not ready in {seconds:g} s: {self.log}")
 
-    def stop(self) -> None:
+    def stop(self) -> int:
+        """SIGTERM, then SIGKILL after 60 s; the exit code."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -79,6 +85,7 @@ class LiveServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
+        return int(self.process.returncode)
 
 
 def _read_request(conn: socket.socket) -> bytes:

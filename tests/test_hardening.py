@@ -35,7 +35,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
-from live_server import GIEOK, clean_env, free_port
+from live_server import GIEOK, clean_env
+from live_server import LiveServer as Server
 from test_server_process import sse_events
 
 ATTACKER = "http://attacker.example"
@@ -46,45 +47,6 @@ def create_key(db: Path, tenant: str = "default", role: str = "write") -> tuple[
                           capture_output=True, text=True, timeout=120, check=True, env=clean_env(), cwd=db.parent)
     made = json.loads(done.stdout)
     return str(made["key"]), int(made["id"])
-
-
-class Server:
-    """`gieok serve --db db …` on a port (a free one unless given), waited on until /readyz."""
-
-    def __init__(self, db: Path, *extra: str, port: int | None = None) -> None:
-        self.db = db
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = db.with_name(f"{db.stem}-{self.port}-{time.monotonic_ns()}.log")
-        with self.log_path.open("wb") as sink:
-            self.process = subprocess.Popen([*GIEOK, "serve", "--db", str(db), "--port", str(self.port), *extra],
-                                            stdout=sink, stderr=subprocess.STDOUT, env=clean_env(), cwd=db.parent)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"gieok serve exited: {self.log}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"gieok serve was not ready in 120 s: {self.log}")
-
-    @property
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        return int(self.process.returncode)
 
 
 @pytest.fixture
