@@ -299,21 +299,18 @@ class ConversationPipeline:
         """The message's L1 row: a message with an id is stored once per conversation (an intake
         retried after its database connection dropped mid-commit finds the row the first try wrote:
         `gieok bench chaos` saw one message stored as two rows), one without is appended."""
-        if message.message_id is None:
-            return self.l1.append(conversation, role="user", content=message.content, user_id=message.user_id,
-                                  display_name=message.display_name, addressed=message.explicit, flagged=flagged,
-                                  when=message.timestamp)
-        key = scope_key(conversation)
-        row = self.tables.l1_append_once(key, "user", message.content, message.user_id, message.display_name,
-                                         self.clock() if message.timestamp is None else message.timestamp,
-                                         message.explicit, flagged, message.message_id, self.l1.capacity)
-        if row is None:
-            row = self.tables.l1_by_external_id(key, message.message_id)
-        if row is None:  # stored long ago and trimmed from L1 since: a new row, as before ids were kept
-            row = self.l1.append(conversation, role="user", content=message.content, user_id=message.user_id,
-                                 display_name=message.display_name, addressed=message.explicit, flagged=flagged,
-                                 external_id=message.message_id, when=message.timestamp)
-        return row
+        if message.message_id is not None:
+            key = scope_key(conversation)
+            row = self.tables.l1_append_once(key, "user", message.content, message.user_id, message.display_name,
+                                             self.clock() if message.timestamp is None else message.timestamp,
+                                             message.explicit, flagged, message.message_id, self.l1.capacity)
+            row = row or self.tables.l1_by_external_id(key, message.message_id)
+            if row is not None:
+                return row
+            # else stored long ago and trimmed from L1 since: a new row, as before ids were kept
+        return self.l1.append(conversation, role="user", content=message.content, user_id=message.user_id,
+                              display_name=message.display_name, addressed=message.explicit, flagged=flagged,
+                              external_id=message.message_id, when=message.timestamp)
 
     def _prepare(self, message: IncomingMessage, observed: Sequence[Observation], dry_run: bool) -> dict[str, Any]:
         """Everything before the judgement, from what `observe` stored."""
