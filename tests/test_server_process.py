@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -166,6 +167,37 @@ def test_graceful_shutdown_finishes_in_flight_requests_and_loses_nothing(tmp_pat
     with Memory(db) as memory:
         assert len(memory) == 120 and memory.verify().ok
         assert memory.search("종료 직전 메시지", 3, scope={"channel": "late"}).hits
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_stop_ends_the_open_event_streams_at_once(tmp_path: Path, workers: str) -> None:
+    # An SSE stream never finishes on its own: uvicorn's graceful stop waited its whole 30 s for it.
+    db = tmp_path / "home.db"
+    headers = {"Authorization": f"Bearer {create_key(db)}"}
+    srv = Server(db, "--workers", workers)
+    ended: dict[str, Any] = {}
+
+    def listen() -> None:
+        with httpx.stream("GET", f"{srv.url}/v1/events", headers=headers, timeout=httpx.Timeout(60, read=60)) as stream:
+            ended["events"] = sse_events(stream, 2)
+
+    listener = threading.Thread(target=listen, daemon=True)
+    try:
+        listener.start()
+        time.sleep(1.0)
+        assert httpx.post(f"{srv.url}/v1/memories", json={"text": "멈추기 전"}, headers=headers,
+                          timeout=60).status_code == 201
+        time.sleep(0.5)
+    finally:
+        started = time.monotonic()
+        code = srv.stop()
+        stopped_s = time.monotonic() - started
+    listener.join(timeout=10)
+    assert code in (0, -signal.SIGTERM)
+    assert stopped_s < 10, f"the stop took {stopped_s:.1f} s"
+    first, last = ended["events"]
+    assert first["event"] == "memory.added" and last["event"] == "stream.closed"
+    assert json.loads(last["data"])["reason"] == "stopping"
 
 
 def test_several_workers_share_one_memory(tmp_path: Path) -> None:

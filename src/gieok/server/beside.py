@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from ..chat.compose import Bot
 from .settings import ServerSettings
 from .state import ServerState
+from .stopping import Server
 from .tenants import DEFAULT_TENANT
 
 __all__ = ["attach_bot", "serve_beside", "EmbeddedServer", "run_discord_bot_with_server"]
@@ -51,7 +52,7 @@ def run_discord_bot_with_server(settings: ServerSettings, *, host: str | None = 
             state.close()
 
 
-class EmbeddedServer(uvicorn.Server):
+class EmbeddedServer(Server):
     """A uvicorn server that leaves signals to the program it runs in."""
 
     @contextlib.contextmanager

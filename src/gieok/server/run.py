@@ -5,16 +5,19 @@ app's shutdown closes every memory."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.main import STARTUP_FAILURE
 
 from ..errors import ConfigError
 from .hosts import is_loopback
 from .mcp import create_app_with_mcp
 from .settings import ServerSettings
 from .state import ServerState
+from .stopping import Server
 from .supervise import install as install_supervision
 
 __all__ = ["serve", "worker_app", "GRACEFUL_SHUTDOWN_SECONDS"]
@@ -46,7 +49,11 @@ def serve(settings: ServerSettings, *, host: str | None = None, port: int | None
                    server_header=False)
     if workers == 1:
         app = create_app_with_mcp(ServerState.open(settings, auth=auth), host=host)
-        uvicorn.run(app, **options)  # type: ignore[arg-type]
+        server = Server(uvicorn.Config(app, **options))  # type: ignore[arg-type]
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
+        if not server.started:  # the port taken, the app's start-up failed: uvicorn logged why
+            raise SystemExit(STARTUP_FAILURE)
         return
     os.environ["GIEOK_DB"] = settings.db_location()  # each worker loads the same settings
     if settings.redis:  # …and shares the event stream through the same Redis

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from .duties import Duties
 from .events import EventBus
 from .sessions import LoginThrottle, Sessions
 from .settings import ServerSettings
+from .stopping import on_stop
 from .tenants import TenantRegistry
 from .warm import Readiness, start_warming, tenants_to_warm
 
@@ -48,6 +50,8 @@ class ServerState:
     _warming: threading.Thread | None = field(default=None, repr=False)
     duties: Duties | None = field(default=None, repr=False)  # the background duties of this process
     _stop_duties: asyncio.Event | None = field(default=None, repr=False)
+    stopping: threading.Event = field(default_factory=threading.Event, repr=False)  # the server began to stop
+    _forget_stop_hook: Callable[[], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -55,6 +59,7 @@ class ServerState:
                             max_seconds=settings.server_session_max_seconds)
         self.access = Access(self.keys, self.tenants, auth=self.auth, sessions=sessions)
         self.login_throttle = LoginThrottle(settings.server_login_attempts, settings.server_login_window_seconds)
+        self._forget_stop_hook = on_stop(self.stopping.set)  # open event streams end when the server stops
 
     def start_duties(self) -> asyncio.Task[None] | None:
         """The background duties on this event loop (server/duties.py), once; None when turned off."""
@@ -110,6 +115,9 @@ class ServerState:
 
     def close(self) -> None:
         self._stop_warming.set()
+        if self._forget_stop_hook is not None:
+            self._forget_stop_hook()
+            self._forget_stop_hook = None
         self.tenants.close()
         self.bus.close()  # unused reserved event ids go back: the next process goes on from the last one
         if self._keys_store is not None:

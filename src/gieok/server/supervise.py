@@ -7,7 +7,8 @@ answers, and uvicorn waited out the whole minute before it noticed the death and
 worker: measured 59 s (SIGSTOP, then kill -9) and three times in a row in `gieok bench chaos`,
 where a second fault in that minute left no worker at all. `WorkerProcess` waits for the answer
 in short steps and gives up as soon as the process is gone, so a dead worker is replaced within a
-second; a live, busy one still has the whole timeout."""
+second; a live, busy one still has the whole timeout. Its server is `stopping.Server`, whose stop
+ends the worker's open event streams at once."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import time
 
 from uvicorn.supervisors import multiprocess
 
+from .stopping import Server
+
 __all__ = ["WorkerProcess", "install"]
 
 _STEP_SECONDS = 0.25
@@ -23,6 +26,12 @@ _STEP_SECONDS = 0.25
 
 class WorkerProcess(multiprocess.Process):
     """uvicorn's worker process handle; its health check notices the process's death at once."""
+
+    @property
+    def server(self) -> Server:
+        if self._server is None:
+            self._server = Server(config=self.config)
+        return self._server  # type: ignore[return-value]
 
     def _healthcheck(self, timeout: float) -> bool | None:
         try:

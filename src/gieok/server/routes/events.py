@@ -3,7 +3,9 @@ with curl) and a WebSocket (`/v1/events/ws`). `?since=SEQ` (or SSE's `Last-Event
 after the last event seen; `since=0` replays everything the buffer holds; without it only new
 events come. A caller sees their own tenant's events and nothing else, for as long as their key
 (or dashboard session) stands: an open stream re-checks it every REVALIDATE_SECONDS and ends when it
-was revoked (SSE: a last `stream.closed` event; WebSocket: close code 4401)."""
+was revoked (SSE: a last `stream.closed` event, `reason` "revoked"; WebSocket: close code 4401). When
+the server stops, an SSE stream ends the same way within a second (`reason` "stopping": reconnect
+with Last-Event-ID; server/stopping.py) and a WebSocket closes with 1012."""
 
 from __future__ import annotations
 
@@ -31,7 +33,10 @@ sockets = APIRouter(prefix="/v1", tags=["events"])  # a WebSocket is accepted fi
 ROUTERS = [reads, sockets]
 HEARTBEAT_SECONDS = 15.0  # an SSE comment now and then keeps proxies from closing an idle stream
 REVALIDATE_SECONDS = 1.0  # an open stream re-checks its key (or session) this often: revoked, it is closed
-_ENDED = {"type": "stream.closed", "message": "this stream's API key was revoked or its session ended"}
+_ENDED = {"type": "stream.closed", "reason": "revoked",
+          "message": "this stream's API key was revoked or its session ended"}
+_STOPPING = {"type": "stream.closed", "reason": "stopping",
+             "message": "the server is stopping: reconnect with Last-Event-ID to resume"}
 
 Since = Annotated[int | None, Query(ge=0, le=2**62, description="Resume after this sequence number")]
 
@@ -54,7 +59,7 @@ async def events_sse(request: Request, who: Caller,
     bus = server_state(request).bus
     bus.check_since(who.tenant, start)  # 409 before the stream starts, not a silent wait
 
-    access = server_state(request).access
+    access, stopping = server_state(request).access, server_state(request).stopping
 
     async def frames() -> AsyncIterator[str]:
         feed = bus.feed(who.tenant, start)
@@ -66,6 +71,9 @@ async def events_sse(request: Request, who: Caller,
                     event: Event | bool | None = await asyncio.wait_for(feed.next(), REVALIDATE_SECONDS)
                 except TimeoutError:
                     event = False
+                if stopping.is_set():  # uvicorn would wait for this stream until its graceful timeout
+                    yield f"event: stream.closed\ndata: {json.dumps(_STOPPING)}\n\n"
+                    return
                 if time.monotonic() - checked >= REVALIDATE_SECONDS:  # revoked, or the session ended: stop
                     checked = time.monotonic()
                     if not await run_in_threadpool(access.still_valid, who):
