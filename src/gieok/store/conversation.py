@@ -71,10 +71,11 @@ _FACT_COLUMNS = ("block_index", "fact_type", "topic", "guild", "user_id", "sourc
 
 
 def _l1(row: tuple[Any, ...]) -> L1Row:
-    values = dict(zip(_L1_COLUMNS, row))
-    values["addressed"] = bool(values["addressed"])
-    values["flagged"] = bool(values["flagged"])
-    return L1Row(**values)
+    """A row of `_L1_COLUMNS`, in their order (positional: every context call reads 50 of them)."""
+    (message_id, scope_key, role, content, user_id, display_name, created_at, addressed, flagged, external_id,
+     block_index) = row
+    return L1Row(message_id, scope_key, role, content, user_id, display_name, created_at, bool(addressed),
+                 bool(flagged), external_id, block_index)
 
 
 class ConversationStore(Protocol):

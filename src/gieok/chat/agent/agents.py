@@ -16,6 +16,7 @@ tools carry; the pipeline methods behind them are `ConversationPipeline.add_mess
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -196,10 +197,14 @@ def language_of(texts: Sequence[str]) -> str:
     return "ko" if hangul and hangul * 3 >= latin else "en"
 
 
+# A context writes every recalled turn's time twice (its line's date, its part's ISO time): 160
+# conversions with a time zone for 80 turns, a third of the assembly. Turns recur from call to call.
+@functools.lru_cache(maxsize=8192)
 def _iso(epoch: float | None, zone: ZoneInfo) -> str | None:
     return None if epoch is None else _dt.datetime.fromtimestamp(epoch, zone).isoformat(timespec="seconds")
 
 
+@functools.lru_cache(maxsize=8192)
 def _date(epoch: float | None, zone: ZoneInfo) -> str:
     return "" if epoch is None else f"{_dt.datetime.fromtimestamp(epoch, zone):%Y-%m-%d}"
 

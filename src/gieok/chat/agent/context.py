@@ -60,14 +60,20 @@ class _Tally:
 
     def __init__(self) -> None:
         self.wide = self.narrow = self.lines = 0
+        self._measured: tuple[str, int] = ("", 0)  # the last line `with_line` counted: `add` usually follows
+
+    def _wide(self, text: str) -> int:
+        if self._measured[0] is not text:
+            self._measured = (text, len(_WIDE.findall(text)))
+        return self._measured[1]
 
     def with_line(self, text: str) -> int:
         """The tokens of the joined lines if `text` were added."""
-        wide = len(_WIDE.findall(text))
+        wide = self._wide(text)
         return self.wide + wide + math.ceil((self.narrow + len(text) - wide + (1 if self.lines else 0)) / 4)
 
     def add(self, text: str) -> None:
-        wide = len(_WIDE.findall(text))
+        wide = self._wide(text)
         self.narrow += len(text) - wide + (1 if self.lines else 0)
         self.wide += wide
         self.lines += 1

@@ -634,7 +634,8 @@ class ConversationPipeline:
             # the person a question names (docs/benchmarks.md, "Speakers as the chat bot stores them").
             # (An agent's assistant messages carry the agent's own name; the bot's, the bot's.)
             assistant = (row.display_name or "").strip() or self.settings.bot_name
-            name = assistant if row.role != "user" else _display_name(row)
+            name = assistant if row.role != "user" else (
+                _display_name(row.user_id, row.display_name) if row.user_id and row.display_name else None)
             if name:
                 metadata[SPEAKER_NAME_KEY] = name
             items.append({"text": row.content, "scope": {"guild": where.guild, "channel": where.channel,
@@ -878,16 +879,24 @@ class ConversationPipeline:
 
 
 def _speaker_names(rows: Sequence[L1Row]) -> dict[str, str]:
-    """User id → display name from L1 rows, the newest name winning."""
-    return {row.user_id: name for row in rows if row.user_id and (name := _display_name(row))}
+    """User id → display name from L1 rows, the newest accepted name winning (each distinct name
+    checked once: 50 rows usually hold two or three speakers)."""
+    checked: dict[tuple[str, str], str | None] = {}
+    names: dict[str, str] = {}
+    for row in rows:
+        if row.user_id and row.display_name:
+            pair = (row.user_id, row.display_name)
+            if pair not in checked:
+                checked[pair] = _display_name(*pair)
+            if (name := checked[pair]) is not None:
+                names[row.user_id] = name
+    return names
 
 
-def _display_name(row: L1Row) -> str | None:
-    """The row's display name as a search accepts it; one it would refuse (blank, control
-    characters) is left out rather than failing the reply."""
-    if not (row.user_id and row.display_name):
-        return None
+def _display_name(user_id: str, display_name: str) -> str | None:
+    """The display name as a search accepts it; one it would refuse (blank, control characters)
+    is left out rather than failing the reply."""
     try:
-        return check_speaker_names({row.user_id: row.display_name})[row.user_id]
+        return check_speaker_names({user_id: display_name})[user_id]
     except GieokError:
         return None
