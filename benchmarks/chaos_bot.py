@@ -20,7 +20,6 @@ shuts down gracefully. Logs go to stderr. Run by `bench.chaos`, never by hand:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
@@ -29,12 +28,8 @@ import sys
 import time
 from typing import Any
 
-from gieok.chat.compose import build_bot
+from benchmarks.bot_process import bot_settings, shared_bot
 from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
-from gieok.chat.runtime.shared_channels import SharedChannels
-from gieok.chat.settings import ChatSettings
-from gieok.coordination import RedisConnection
-from gieok.memory import Memory
 
 __all__ = ["main", "READY"]
 
@@ -107,25 +102,10 @@ async def _serve(core: BotCore, llm: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--db", required=True)
-    parser.add_argument("--redis", required=True)
-    parser.add_argument("--namespace", required=True)
-    parser.add_argument("--llm-url", required=True)
-    parser.add_argument("--lease-seconds", type=float, default=30.0)
-    args = parser.parse_args(argv)
+    settings = bot_settings(argv, __doc__, debounce_seconds=DEBOUNCE_S, debounce_finished_seconds=DEBOUNCE_S / 2)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format=f"%(asctime)s bot[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
-    settings = ChatSettings.load(db=args.db, redis=args.redis, redis_namespace=args.namespace,
-                                 redis_lease_seconds=args.lease_seconds, llm_chain="openai:bench-model",
-                                 openai_base_url=args.llm_url, rate_limit_channel_seconds=0.0,
-                                 rate_limit_global_seconds=0.0, debounce_seconds=DEBOUNCE_S,
-                                 debounce_finished_seconds=DEBOUNCE_S / 2)
-    memory = Memory(settings=settings)
-    connection = RedisConnection(settings.redis, settings.redis_namespace)
-    try:
-        bot = build_bot(settings, memory, outbox=StreamingOutbox(),
-                        shared=SharedChannels(connection, lease_seconds=settings.redis_lease_seconds))
+    with shared_bot(settings, StreamingOutbox()) as (bot, memory):
 
         def turns(kind: str, data: dict[str, Any]) -> None:
             if kind == "turn.claimed":  # a crash from here until the reply is out misses these
@@ -135,12 +115,7 @@ def main(argv: list[str] | None = None) -> None:
                     responded=data.get("responded"))
 
         memory.listener = turns
-        memory.embedder.embed_queries(["워밍업 warm-up"])
         asyncio.run(_serve(bot.core, bot.llm))
-    finally:
-        connection.close()
-        memory.close()
-
 
 if __name__ == "__main__":
     main()

@@ -9,20 +9,15 @@ stderr. Run by `bench.scale_runtime`, never by hand:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
 import time
 from typing import Any
 
+from benchmarks.bot_process import bot_settings, shared_bot
 from benchmarks.runtime import BenchOutbox
-from gieok.chat.compose import build_bot
 from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
-from gieok.chat.runtime.shared_channels import SharedChannels
-from gieok.chat.settings import ChatSettings
-from gieok.coordination import RedisConnection
-from gieok.memory import Memory
 
 __all__ = ["main"]
 
@@ -57,30 +52,10 @@ def _report(core: BotCore, outbox: BenchOutbox) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--db", required=True)
-    parser.add_argument("--redis", required=True)
-    parser.add_argument("--namespace", required=True)
-    parser.add_argument("--llm-url", required=True)
-    parser.add_argument("--lease-seconds", type=float, default=30.0)
-    args = parser.parse_args(argv)
-    settings = ChatSettings.load(db=args.db, redis=args.redis, redis_namespace=args.namespace,
-                             redis_lease_seconds=args.lease_seconds, llm_chain="openai:bench-model",
-                             openai_base_url=args.llm_url, rate_limit_channel_seconds=0.0,
-                             rate_limit_global_seconds=0.0)
-    memory = Memory(settings=settings)
-    connection = RedisConnection(settings.redis, settings.redis_namespace)
-    try:
-        outbox = BenchOutbox()
-        bot = build_bot(settings, memory, outbox=outbox,
-                        shared=SharedChannels(connection, lease_seconds=settings.redis_lease_seconds))
-        memory.embedder.embed_queries(["워밍업 warm-up"])
+    outbox = BenchOutbox()
+    with shared_bot(bot_settings(argv, __doc__), outbox) as (bot, _):
         asyncio.run(_serve(bot.core, bot.llm))
         print(json.dumps(_report(bot.core, outbox), ensure_ascii=False), flush=True)
-    finally:
-        connection.close()
-        memory.close()
-
 
 if __name__ == "__main__":
     main()

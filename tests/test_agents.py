@@ -321,8 +321,30 @@ def test_recalled_turns_name_each_speakers_id_once_unless_two_share_a_name() -> 
                                recalled=turns, recent=[], zone=ZoneInfo("UTC"), assistant_name="누리")
     lines = context.text.splitlines()
     assert lines[1] == "(Speakers: Minji = <user:u-minji>)"  # once, for every line of hers
-    assert "- (2023-11-14) Minji: I adopted a cat named Bori" in lines
-    assert "- (2023-11-14) Alex (<user:u-alex-1>): I moved to Berlin" in lines  # two Alexes: ids stay
-    assert "- (2023-11-14) Alex (<user:u-alex-2>): I moved to Busan" in lines
-    assert "- (2023-11-14) 누리: Congratulations!" in lines
+    assert lines[2:] == ["[2023-11-14]",  # the day once, for every turn of that day
+                         "- Minji: I adopted a cat named Bori",
+                         "- Minji: Bori sleeps all day",
+                         "- Alex (<user:u-alex-1>): I moved to Berlin",  # two Alexes: ids stay
+                         "- Alex (<user:u-alex-2>): I moved to Busan",
+                         "- 누리: Congratulations!"]
     assert context.tokens["total"] <= 1000 and len(context.parts["recalled"]) == 5
+
+
+def test_recalled_turns_are_chosen_by_score_and_written_by_day_oldest_first() -> None:
+    day = 86_400.0
+    may, june = 1_683_504_000.0, 1_686_096_000.0  # 2023-05-08, 2023-06-07 (UTC)
+    turns = [RecalledTurn("민지가 고양이를 입양했대", "u-a", "지수", june + 60, 0.9, 40, "turn", "user"),
+             RecalledTurn("이름은 보리로 지었어", "u-b", "민지", may + 120, 0.8, 12, "turn", "user"),
+             RecalledTurn("보리는 츄르를 좋아해", "u-b", "민지", june + 30, 0.7, 39, "turn", "user"),
+             RecalledTurn("보호소에 가 보자", "u-a", "지수", may + 60, 0.6, 11, "turn", "user"),
+             RecalledTurn("다음 주에 다시 얘기하자 " * 40, "u-a", "지수", may + day, 0.5, 20, "turn", "user")]
+    context = assemble_context(conversation={"guild": None, "channel": "c"}, query="민지 고양이 이름이 뭐야",
+                               budget_tokens=100, include=("recalled",), facts=[], summary_parts=None,
+                               recalled=turns, recent=[], zone=ZoneInfo("UTC"), assistant_name="누리")
+    lines = context.text.splitlines()
+    assert lines[0] == "# 관련된 예전 대화" and lines[1].startswith("(말한 사람: ")
+    assert lines[2:] == ["[2023-05-08]", "- 지수: 보호소에 가 보자", "- 민지: 이름은 보리로 지었어",
+                         "[2023-06-07]", "- 민지: 보리는 츄르를 좋아해", "- 지수: 민지가 고양이를 입양했대"]
+    # the parts keep the score order; the long turn did not fit and no day line was paid for it
+    assert [turn["block_index"] for turn in context.parts["recalled"]] == [40, 12, 39, 11]
+    assert "2023-05-09" not in context.text and context.tokens["total"] <= 100

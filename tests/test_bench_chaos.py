@@ -51,7 +51,10 @@ def test_a_minute_of_faults_loses_nothing(tmp_path: Path) -> None:
     errors = report["client_errors"]
     assert errors["500"] == 0 and errors["timeouts"] == 0 and errors["503_incomplete"] == 0, errors
     assert report["not_recovered"] == 0 and report["recovery_s"]["p95"] <= 10.0, report["recovery_s_by_kind"]
-    assert report["writes"]["acked"] > 0 and report["chat"]["answered"] == report["chat"]["sent"]
+    # every message answered, or missed because the bot running its turn was killed mid-turn (a
+    # reply is sent at most once: docs/scale-out.md) — a kill may or may not land inside a turn
+    chat = report["chat"]
+    assert report["writes"]["acked"] > 0 and chat["answered"] + report["missed_killed_mid_turn"] == chat["sent"], chat
     targets = {name: t["pass"] for name, t in report["targets"].items() if name != "faults"}
     assert all(targets.values()), targets
     assert "what the history shows" in done.stdout and "targets" in done.stdout

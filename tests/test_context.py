@@ -89,13 +89,13 @@ def test_a_sections_running_token_count_is_the_count_of_its_joined_text() -> Non
     joined text per line); the count must be the joined text's, Korean, CJK and newlines included."""
     import random
 
-    from gieok.chat.agent.context import _Tally
+    from gieok.chat.agent.context import TokenTally
 
     rng = random.Random(7)
     alphabet = "abc 가나다 漢字 ,.!\n"
     for _ in range(500):
         lines = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(rng.randint(1, 12))]
-        tally = _Tally()
+        tally = TokenTally()
         for i, line in enumerate(lines):
             assert tally.with_line(line) == estimate_tokens("\n".join(lines[: i + 1]))
             tally.add(line)

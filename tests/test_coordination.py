@@ -39,10 +39,14 @@ def test_a_message_is_claimed_once_per_channel(pair: tuple[SharedChannels, Share
     a, b = pair
 
     async def scenario() -> None:
-        assert await a.claim_message("g1/cafe", "m1")
-        assert not await b.claim_message("g1/cafe", "m1"), "the replica that comes second gets nothing"
-        assert await a.claim_message("g1/cafe", "m1"), "its claimant again: a retry whose answer was lost"
-        assert await b.claim_message("g1/lounge", "m1"), "ids are per channel"
+        order = await a.claim_message("g1/cafe", "m1")
+        assert order > 0
+        assert await b.claim_message("g1/cafe", "m1") == -1, "the replica that comes second waits: not queued yet"
+        assert await a.claim_message("g1/cafe", "m1") == order, "its claimant again: a retry whose answer was lost"
+        await a.enqueue("g1/cafe", {"order": order}, "m1")
+        assert await b.claim_message("g1/cafe", "m1") == 0, "queued by its claimant: nothing for the other"
+        assert await a.claim_message("g1/cafe", "m1") == order, "…and its claimant's retry still gets its place"
+        assert await b.claim_message("g1/lounge", "m1") > 0, "ids are per channel"
         await a.aclose()
         await b.aclose()
 
@@ -100,6 +104,39 @@ def test_a_message_claimed_later_waits_for_one_claimed_earlier_that_is_still_bei
         first.close()
         second.close()
         third.close()
+
+
+def test_the_claim_of_a_process_that_died_before_queueing_is_taken_over_in_its_place(
+        redis_url: str, redis_namespace: str) -> None:
+    """Found by `gieok bench chaos`: a bot killed between its claim of a message and its `enqueue`
+    lost the message — the other replica had dropped it on losing the claim."""
+    doomed_connection, other_connection = RedisConnection(redis_url, redis_namespace), RedisConnection(
+        redis_url, redis_namespace)
+    doomed, other = SharedChannels(doomed_connection, lease_seconds=0.3), SharedChannels(other_connection)
+
+    async def scenario() -> None:
+        m1 = await doomed.claim_message("k", "m1")
+        m2 = await other.claim_message("k", "m2")
+        assert await other.claim_message("k", "m1") == -1, "its claimant is alive: not yet"
+        await other.enqueue("k", {"n": 2, "order": m2}, "m2")
+        await asyncio.sleep(0.5)  # a lease without a renewal: the claimant is gone
+        assert await other.claim_message("k", "m1") == m1, "taken over, in the claimant's place"
+        assert await doomed.claim_message("k", "m1") == -1, "the claim is the other's now"
+        assert not await doomed.enqueue("k", {"n": 1, "order": m1}, "m1"), "a claimant stopped, not dead, "\
+            "that wakes up after the takeover queues nothing: the message is not answered twice"
+        await other.enqueue("k", {"n": 1, "order": m1}, "m1")
+        assert await other.try_lease("k")
+        drained = await other.drain("k")
+        assert drained is not None and [p["n"] for p in drained] == [1, 2], "in the order first claimed"
+        assert await doomed.claim_message("k", "m1") == 0, "queued: settled for everyone else"
+        await doomed.aclose()
+        await other.aclose()
+
+    try:
+        run(scenario())
+    finally:
+        doomed_connection.close()
+        other_connection.close()
 
 
 def test_inbox_keeps_order_across_processes_and_drains_once(pair: tuple[SharedChannels, SharedChannels]) -> None:

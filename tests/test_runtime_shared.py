@@ -192,6 +192,31 @@ def test_a_replicas_copy_of_a_message_is_taken_in_once(spawn: Any) -> None:
     run(scenario())
 
 
+def test_a_message_whose_claimant_died_before_queueing_it_is_taken_in_by_the_other_replica(
+        spawn: Any, redis_url: str, redis_namespace: str) -> None:
+    """Found by `gieok bench chaos`: a bot killed between its claim of a message and queueing it
+    lost the message; the other replica had dropped its copy on losing the claim."""
+    b = spawn()
+    dead = SharedChannels(RedisConnection(redis_url, redis_namespace), lease_seconds=1.0)
+
+    async def scenario() -> None:
+        key = conversation_key("g1", "cafe")
+        assert await dead.claim_message(key, "m1") > 0, "a replica claims the message, then dies before queueing it"
+        assert await b.core.submit(msg("누리야 [t1] 내 말 들려?", "m1")) is None, "the claim is the other's"
+        await settled(b, replies_expected=1, timeout=20)
+        assert tag_counts(b) == {"[t1]": 1}
+        assert b.core.health.claims_taken_over == 1 and b.core.health.duplicates == 0
+        rows = b.core.pipeline.l1.recent(conversation_of("g1", "cafe"))
+        assert [r.content for r in rows if r.role == "user"] == ["누리야 [t1] 내 말 들려?"]
+        await close_all(b)
+        await dead.aclose()
+
+    try:
+        run(scenario())
+    finally:
+        dead.connection.close()
+
+
 def test_a_dead_processs_channel_is_taken_over_after_its_lease(spawn: Any, redis_url: str,
                                                                redis_namespace: str) -> None:
     b = spawn()

@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -169,35 +168,45 @@ def test_graceful_shutdown_finishes_in_flight_requests_and_loses_nothing(tmp_pat
         assert memory.search("종료 직전 메시지", 3, scope={"channel": "late"}).hits
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
-def test_a_stop_ends_the_open_event_streams_at_once(tmp_path: Path, workers: str) -> None:
-    # An SSE stream never finishes on its own: uvicorn's graceful stop waited its whole 30 s for it.
+class OpenStream:
+    """An SSE stream held open on `srv` in a thread, for a stop to end: an SSE stream never finishes
+    on its own, and uvicorn's graceful stop waited its whole 30 s for it."""
+
+    def __init__(self, srv: Server, headers: dict[str, str]) -> None:
+        self.events: list[dict[str, str]] = []
+        self.thread = threading.Thread(target=self._listen, args=(srv, headers), daemon=True)
+        self.thread.start()
+
+    def _listen(self, srv: Server, headers: dict[str, str]) -> None:
+        with httpx.stream("GET", f"{srv.url}/v1/events", headers=headers, timeout=httpx.Timeout(60, read=60)) as stream:
+            self.events = sse_events(stream, 2)
+
+    def stop_server(self, srv: Server) -> float:
+        """Stop `srv` and check the stream's end; the seconds the stop took."""
+        started = time.monotonic()
+        assert srv.stop() in (0, -signal.SIGTERM)
+        stopped_s = time.monotonic() - started
+        self.thread.join(timeout=10)
+        first, last = self.events
+        assert first["event"] == "memory.added" and last["event"] == "stream.closed"
+        assert json.loads(last["data"])["reason"] == "stopping"
+        return stopped_s
+
+
+def test_a_stop_ends_the_open_event_streams_at_once(tmp_path: Path) -> None:
     db = tmp_path / "home.db"
     headers = {"Authorization": f"Bearer {create_key(db)}"}
-    srv = Server(db, "--workers", workers)
-    ended: dict[str, Any] = {}
-
-    def listen() -> None:
-        with httpx.stream("GET", f"{srv.url}/v1/events", headers=headers, timeout=httpx.Timeout(60, read=60)) as stream:
-            ended["events"] = sse_events(stream, 2)
-
-    listener = threading.Thread(target=listen, daemon=True)
+    srv = Server(db)
     try:
-        listener.start()
+        stream = OpenStream(srv, headers)
         time.sleep(1.0)
-        assert httpx.post(f"{srv.url}/v1/memories", json={"text": "멈추기 전"}, headers=headers,
-                          timeout=60).status_code == 201
+        added = httpx.post(f"{srv.url}/v1/memories", json={"text": "멈추기 전"}, headers=headers, timeout=60)
+        assert added.status_code == 201
         time.sleep(0.5)
+        stopped_s = stream.stop_server(srv)
+        assert stopped_s < 10, f"the stop took {stopped_s:.1f} s"
     finally:
-        started = time.monotonic()
-        code = srv.stop()
-        stopped_s = time.monotonic() - started
-    listener.join(timeout=10)
-    assert code in (0, -signal.SIGTERM)
-    assert stopped_s < 10, f"the stop took {stopped_s:.1f} s"
-    first, last = ended["events"]
-    assert first["event"] == "memory.added" and last["event"] == "stream.closed"
-    assert json.loads(last["data"])["reason"] == "stopping"
+        srv.stop()
 
 
 def test_several_workers_share_one_memory(tmp_path: Path) -> None:
@@ -224,8 +233,14 @@ def test_several_workers_share_one_memory(tmp_path: Path) -> None:
                 time.sleep(0.1)
             assert "died" in srv.log_text()
             assert client.get("/v1/stats").json()["blocks"] == 6  # the other worker serves meanwhile
+            stream = OpenStream(srv, headers)  # …and a stop of several workers ends open streams at once
+            time.sleep(1.0)
+            assert client.post("/v1/memories", json={"text": "멈추기 전"}).status_code == 201
+            time.sleep(0.5)
+        stopped_s = stream.stop_server(srv)
+        assert stopped_s < 10, f"the stop took {stopped_s:.1f} s"
     finally:
-        assert srv.stop() in (0, -signal.SIGTERM)
+        srv.stop()
 
 
 def _workers(srv: Server) -> list[int]:

@@ -192,10 +192,4 @@ def _answer_stored(tenant: Tenant, table: IdempotencyStore, row: IdempotencyRow,
 def _claim(table: IdempotencyStore, key: str, fingerprint: str, holder: str) -> IdempotencyRow | None:
     now = time.time()
     return table.claim(key, fingerprint, holder, now, expire_before=now - KEEP_SECONDS,
-                       stale_before=now - STALE_SECONDS, dead=_dead_holders(table, key))
-
-
-def _dead_holders(table: IdempotencyStore, key: str) -> frozenset[str]:
-    """The holder of `key` when it is known to be gone (checked only when a row is there)."""
-    row = table.get(key)
-    return frozenset({row.holder}) if row is not None and row.status is None and _gone(row.holder) else frozenset()
+                       stale_before=now - STALE_SECONDS, dead=_gone)

@@ -20,6 +20,11 @@ __all__ = ["IdempotencyRow", "IdempotencyStore", "IdempotencyTable", "Idempotenc
 
 ORPHANED = ""  # the holder of a key whose request stored its blocks and then failed
 
+def _nobody(holder: str) -> bool:
+    """No holder is known to be gone (the default of `claim`'s `dead`)."""
+    return False
+
+
 _COLUMNS = ("idem_key", "fingerprint", "status", "response", "holder", "created_at", "written")
 
 
@@ -47,7 +52,7 @@ class IdempotencyStore(Protocol):
     """The idempotency keys of one tenant's writes."""
 
     def claim(self, key: str, fingerprint: str, holder: str, now: float, *, expire_before: float,
-              stale_before: float, dead: frozenset[str] = frozenset()) -> IdempotencyRow | None: ...
+              stale_before: float, dead: Callable[[str], bool] = _nobody) -> IdempotencyRow | None: ...
 
     def finish(self, key: str, holder: str, status: int, response: str) -> None: ...
 
@@ -65,9 +70,10 @@ class IdempotencyTable:
         self.store = store
 
     def claim(self, key: str, fingerprint: str, holder: str, now: float, *, expire_before: float,
-              stale_before: float, dead: frozenset[str] = frozenset()) -> IdempotencyRow | None:
+              stale_before: float, dead: Callable[[str], bool] = _nobody) -> IdempotencyRow | None:
         """Take `key` for a request about to run: None when it is this caller's to run (new, expired,
-        or left pending by a holder that is gone — in `dead`, or since before `stale_before` — before
+        or left pending by a holder that is gone — `dead(holder)`, asked only of a row pending with
+        the same request, or since before `stale_before` — before
         it stored anything), else the row of the request that has it (running, done with its
         answer, or gone after storing its blocks: `written` says which, for the answer)."""
         with self.store.transaction() as conn:
@@ -83,7 +89,7 @@ class IdempotencyTable:
                 return None  # pragma: no cover - deleted between the two statements
             found = IdempotencyRow(*row)
             if found.status is None and found.written is None and found.fingerprint == fingerprint and (
-                    found.holder in dead or found.created_at < stale_before):
+                    found.created_at < stale_before or dead(found.holder)):
                 conn.execute("UPDATE idempotency_keys SET holder = ?, created_at = ? WHERE idem_key = ? AND holder = ?",
                              (holder, now, key, found.holder))
                 return None

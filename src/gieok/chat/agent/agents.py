@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo
 from ...errors import InvalidInputError, InvalidTypeError
 from ...validate import check_time, clean_text
 from ..layers.conversation import check_id
-from .context import RecentLine, Section, estimate_tokens, items_section, recent_section, summary_section
+from .context import RecentLine, Section, TokenTally, estimate_tokens, items_section, recent_section, summary_section
 
 __all__ = ["MessageIn", "StoredMessage", "Ingested", "AgentContext", "PARTS", "MAX_MESSAGES", "check_messages",
            "assemble_context", "language_of", "MIN_BUDGET", "MAX_BUDGET"]
@@ -285,9 +285,8 @@ def assemble_context(*, conversation: dict[str, str | None], query: str, budget_
         # Each speaker's id once, in a legend, instead of on every line: a third of a turn's tokens
         # went to "(<user:…>)". A name two speakers share keeps the id on its lines.
         named = _named_speakers(fresh)
-        lines = [_turn_line(turn, zone, assistant_name, named) for turn in fresh]
         reserve = estimate_tokens(f"# {h['recalled']}\n") + 1 + estimate_tokens(_legend(named, h)) + 1
-        section, kept = items_section("recalled", lines, max(0, left - reserve))
+        section, kept = _recalled_section(fresh, zone, assistant_name, named, max(0, left - reserve))
         if kept:
             legend = _legend({turn.name: turn.speaker for turn in (fresh[i] for i in kept)
                               if turn.name and turn.speaker and named.get(turn.name) == turn.speaker}, h)
@@ -330,7 +329,35 @@ def _legend(named: Mapping[str, str], h: dict[str, str]) -> str:
     return f"({h['speakers']}: {', '.join(pairs)})" if pairs else ""
 
 
-def _turn_line(turn: RecalledTurn, zone: ZoneInfo, assistant_name: str, named: Mapping[str, str]) -> str:
+def _recalled_section(turns: Sequence[RecalledTurn], zone: ZoneInfo, assistant_name: str,
+                      named: Mapping[str, str], budget: int) -> tuple[Section, list[int]]:
+    """Whole turns in score order while they fit (a long one is skipped, a later short one may still
+    fit), written by day: a `[YYYY-MM-DD]` line, then that day's turns in the order they were said,
+    the days oldest first. A day's line is paid for by the first turn of that day kept; written on
+    every turn, the date cost a tenth of a LoCoMo turn's tokens. Returns the section and the
+    positions of the turns kept (score order)."""
+    tally = TokenTally()
+    days: dict[str, list[int]] = {}
+    for position, turn in enumerate(turns):
+        day = _date(turn.time, zone)
+        line = _turn_line(turn, assistant_name, named)
+        cost = line if day in days or not day else f"[{day}]\n{line}"  # a count does not depend on line order
+        if tally.with_line(cost) <= budget:
+            tally.add(cost)
+            days.setdefault(day, []).append(position)
+    kept = [position for day in days.values() for position in day]
+    lines: list[str] = []
+    for day in sorted(days):
+        if day:
+            lines.append(f"[{day}]")
+        in_order = sorted(days[day], key=lambda i: (turns[i].time or 0.0, turns[i].block_index))
+        lines.extend(_turn_line(turns[i], assistant_name, named) for i in in_order)
+    text = "\n".join(lines)
+    return Section("recalled", text, estimate_tokens(text), kept=len(kept),
+                   dropped=len(turns) - len(kept)), sorted(kept)
+
+
+def _turn_line(turn: RecalledTurn, assistant_name: str, named: Mapping[str, str]) -> str:
     if turn.role == "assistant":
         who = turn.name or assistant_name
     elif turn.speaker and turn.name and named.get(turn.name) == turn.speaker:
@@ -339,7 +366,7 @@ def _turn_line(turn: RecalledTurn, zone: ZoneInfo, assistant_name: str, named: M
         who = f"{turn.name} (<user:{turn.speaker}>)" if turn.name else f"<user:{turn.speaker}>"
     else:
         who = ""
-    return f"- ({_date(turn.time, zone)}) {who}: {turn.text}" if who else f"- ({_date(turn.time, zone)}) {turn.text}"
+    return f"- {who}: {turn.text}" if who else f"- {turn.text}"
 
 
 def _turn_dict(turn: RecalledTurn, zone: ZoneInfo) -> dict[str, Any]:

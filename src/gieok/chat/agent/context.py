@@ -32,7 +32,8 @@ from zoneinfo import ZoneInfo
 from ...errors import ConfigError
 from ..llm.base import ChatMessage
 
-__all__ = ["Budget", "Section", "AssembledPrompt", "ContextBuilder", "MemoryLine", "RecentLine", "estimate_tokens"]
+__all__ = ["Budget", "Section", "AssembledPrompt", "ContextBuilder", "MemoryLine", "RecentLine", "estimate_tokens",
+           "TokenTally"]
 
 _WIDE = re.compile(r"[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00-\ud7a3\uf900-\ufaff]")
 
@@ -53,7 +54,7 @@ def estimate_tokens(text: str) -> int:
     return wide + math.ceil((len(text) - wide) / 4)
 
 
-class _Tally:
+class TokenTally:
     """`estimate_tokens` of lines joined by newlines, kept as the lines are added: the same count
     as estimating the joined text each time, without re-reading it (a section of 80 recalled turns
     re-read its text 80 times)."""
@@ -199,7 +200,7 @@ def items_section(name: str, items: Sequence[str], budget: int) -> tuple[Section
     still fit); with the positions of the items kept."""
     kept: list[str] = []
     positions: list[int] = []
-    tally = _Tally()
+    tally = TokenTally()
     for position, item in enumerate(items):
         if tally.with_line(item) <= budget:
             kept.append(item)
@@ -215,7 +216,7 @@ def recent_section(recent: Sequence[RecentLine], budget: int, zone: ZoneInfo, bo
     is cut at its end. Returns the section and how many of the newest messages it holds. `stamp`:
     how each line's time is written (the bot's prompt: the time of day; an agent's context: the date too)."""
     kept: list[str] = []
-    tally = _Tally()
+    tally = TokenTally()
     truncated = False
     for line in reversed(recent):  # newest first
         local = _dt.datetime.fromtimestamp(line.created_at, zone)

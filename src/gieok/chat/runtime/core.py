@@ -16,7 +16,8 @@ Time is injectable (`clock`, `sleep`) so tests run on virtual time.
 
 With `shared` (a `coordination.SharedChannels` on the deployment's Redis), several processes —
 Discord shards or replicas — run one bot: a message is claimed by the first process that sees
-it, observed there, and put in its channel's shared inbox; whichever process holds the channel's
+it, observed there, and put in its channel's shared inbox (a replica that lost the claim keeps its
+copy until then, and takes the claim over if the claimant dies first); whichever process holds the channel's
 lease drains the inbox into its debounce and runs the channel's turns, one at a time; a lease is
 renewed while held and released when the channel has nothing left to do, so the next message may
 be answered by any process; a dead process's lease expires and the others take its channels.
@@ -67,6 +68,7 @@ RETRY_SECONDS = 0.5  # a turn the database or Redis refused is tried again after
 MAX_ATTEMPTS = 60  # … this many times before its messages are given up (logged)
 TAKEN_REMEMBERED = 10_000  # message ids a process remembers having taken in (redeliveries)
 SUBMIT_PATIENCE_S = 60.0  # how long a message is held while the database or Redis is away
+CLAIM_WATCH_SECONDS = 1.0  # how often a replica asks whether a message another one claimed was queued
 T = TypeVar("T")
 
 FAILURE_MESSAGES = {
@@ -246,24 +248,62 @@ class BotCore:
                                    guild=message.ref.guild, display_name=message.display_name, explicit=explicit,
                                    active=self.is_active(message.ref), timestamp=message.timestamp,
                                    message_id=message.message_id)
-        if self.shared is not None:
-            shared = self.shared
-            state = self._state(message.ref)
-            message_id = message.message_id
-            order = 0  # its place in the channel's order (claim_message): later messages wait for it
-            if message_id and (state.key, message_id) not in self._taken:
-                order = await self._patiently(lambda: self._shared_step(shared.claim_message(state.key, message_id)))
-            if message_id and not order:
-                self.health.duplicates += 1
-                return None
-            if message_id:  # a claim answers its claimant yes again: a redelivery to this process is caught here
-                self._taken.add((state.key, message_id))
-                self._taken_order.append((state.key, message_id))
-                if len(self._taken_order) > TAKEN_REMEMBERED:
-                    self._taken.discard(self._taken_order.popleft())
-        else:
-            state = self._channel(message.ref)
+        if self.shared is None:
+            return await self._take_in(message, self._channel(message.ref), incoming, explicit, 0)
+        shared = self.shared
+        state = self._state(message.ref)
+        message_id = message.message_id
+        order = 0  # its place in the channel's order (claim_message): later messages wait for it
+        if message_id and (state.key, message_id) not in self._taken:
+            order = await self._patiently(lambda: self._shared_step(shared.claim_message(state.key, message_id)))
+        if message_id and order <= 0:
+            self.health.duplicates += 1
+            if order < 0:  # claimed by a live process that has not queued it yet: it may die first
+                self._chore(self._watch_claim(message, state, incoming, explicit))
+            return None
+        if message_id:
+            self._remember_taken(state.key, message_id)
+        return await self._take_in(message, state, incoming, explicit, order)
 
+    def _remember_taken(self, key: str, message_id: str) -> None:
+        """A claim answers its claimant yes again: a redelivery to this process is caught here."""
+        self._taken.add((key, message_id))
+        self._taken_order.append((key, message_id))
+        if len(self._taken_order) > TAKEN_REMEMBERED:
+            self._taken.discard(self._taken_order.popleft())
+
+    async def _watch_claim(self, message: InboundMessage, state: _Channel, incoming: IncomingMessage,
+                           explicit: bool) -> None:
+        """A message this replica lost the claim of, kept until its claimant has queued it: if the
+        claimant dies first (killed between its claim and its `enqueue`, its presence lapsed),
+        this process takes the claim over — in the same place of the channel's order — and the
+        message in (stored once: the pipeline knows its id). Gives up after the claimant's own
+        patience and a lease, or at shutdown."""
+        assert self.shared is not None and message.message_id is not None
+        shared, message_id = self.shared, message.message_id
+        deadline = self.clock() + SUBMIT_PATIENCE_S + shared.lease_seconds
+        while not self._closing and self.clock() < deadline:
+            await self._sleep_unless_closing(CLAIM_WATCH_SECONDS, asyncio.Event())
+            if self._closing:
+                return
+            try:
+                order = await self._shared_step(shared.claim_message(state.key, message_id))
+            except (DatabaseUnavailableError, CoordinationUnavailableError):
+                continue
+            if order == 0:
+                return  # queued by its claimant
+            if order > 0:
+                self.health.duplicates -= 1
+                self.health.claims_taken_over += 1
+                self._remember_taken(state.key, message_id)
+                log.warning("took over message %s of %s: the process that claimed it died before queueing it",
+                            message_id, state.key)
+                await self._take_in(message, state, incoming, explicit, order)
+                return
+
+    async def _take_in(self, message: InboundMessage, state: _Channel, incoming: IncomingMessage, explicit: bool,
+                       order: int) -> Observation:
+        """Observe and store a message this process has (claimed), and queue it for its turn."""
         async def observe() -> Observation:
             try:
                 return await asyncio.to_thread(functools.partial(
@@ -278,9 +318,14 @@ class BotCore:
         if self.shared is None:
             self._arrive(state, _Pending(message, observation, explicit, self.clock()))
         else:
+            shared = self.shared
             payload = {**to_payload(message, observation, explicit), **({"order": order} if order else {})}
-            await self._patiently(lambda: self._shared_step(shared.enqueue(state.key, payload, message_id)))
-            await self._patiently(lambda: self._take_or_wake(state))
+            if await self._patiently(lambda: self._shared_step(shared.enqueue(state.key, payload,
+                                                                              message.message_id))):
+                await self._patiently(lambda: self._take_or_wake(state))
+            else:  # stopped past its presence, this process lost the claim: the one that took it over queues it
+                log.warning("message %s of %s: its claim was taken over while this process was stopped",
+                            message.message_id, state.key)
         return observation
 
     async def _patiently(self, step: Callable[[], Awaitable[T]]) -> T:

@@ -36,6 +36,7 @@ class Health:
     rate_limited: int = 0
     merged: int = 0  # plans redone because the same user wrote again while planning
     duplicates: int = 0  # messages another process (a replica) had already taken in
+    claims_taken_over: int = 0  # messages taken in here because the process that claimed them died first
 
     def ok(self, stage: str) -> None:
         entry = self.stages[stage]
@@ -51,7 +52,7 @@ class Health:
     def as_dict(self) -> dict[str, Any]:
         return {"uptime_s": round(self.clock() - self.started, 1), "messages_in": self.messages_in,
                 "replies_out": self.replies_out, "rate_limited": self.rate_limited, "merged": self.merged,
-                "duplicates": self.duplicates,
+                "duplicates": self.duplicates, "claims_taken_over": self.claims_taken_over,
                 "stages": {name: s.as_dict() for name, s in self.stages.items()}}
 
 

@@ -39,18 +39,28 @@ WAKE_ACTIVE = "active"  # the active channels changed: reload them
 
 # KEYS: seen, the channel's claim counter, claims not yet queued (zset by order), their deadlines
 # and claimants (hash), the claimant's presence · ARGV: owner, ttl ms, message id, hold ms, lease
-# ms — the message is ours (newly, or already): its place in the channel's order (> 0), or 0 when
-# another process took it. Until it is queued (`enqueue`), messages claimed after it wait in the
-# inbox (`_DRAIN`): a process slow to store it (the database restarting) must not have a later
-# message of the channel answered before it.
+# ms, presence key prefix — the message is ours (newly, already, or taken over): its place in the
+# channel's order (> 0); 0 when another process took it and queued it; -1 while another process
+# holds the claim and is alive. A claim whose process died before it queued the message (its
+# presence, renewed with its leases, lapsed) is taken over by the next process that asks, in the
+# same place: a replica that lost the claim watches it until it is queued (`BotCore`), so a process
+# killed between its claim and its `enqueue` loses no message. Until it is queued, messages claimed
+# after it wait in the inbox (`_DRAIN`): a process slow to store it (the database restarting) must
+# not have a later message of the channel answered before it. The seen value is "owner|order",
+# and "owner|order|q" once queued.
 _CLAIM = """
 local v = redis.call('GET', KEYS[1])
+local order
 if v then
-  local mine = ARGV[1] .. '|'
-  if string.sub(v, 1, #mine) == mine then return tonumber(string.sub(v, #mine + 1)) end
-  return 0
+  local owner, place, queued = string.match(v, '^(.*)|(%d+)(|?q?)$')
+  if owner == ARGV[1] then return tonumber(place) end
+  if queued ~= '' or redis.call('EXISTS', ARGV[6] .. owner) == 1 then
+    return queued ~= '' and 0 or -1
+  end
+  order = tonumber(place)
+else
+  order = redis.call('INCR', KEYS[2])
 end
-local order = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. order, 'PX', ARGV[2])
 redis.call('ZADD', KEYS[3], order, ARGV[3])
 local t = redis.call('TIME')
@@ -59,14 +69,23 @@ redis.call('HSET', KEYS[4], ARGV[3], due .. '|' .. ARGV[1])
 redis.call('SET', KEYS[5], '1', 'PX', ARGV[5])
 return order
 """
-# KEYS: inbox, waiting set, claims not yet queued, their deadlines · ARGV: channel key, payload,
-# message id ('' for none) — queued, and no longer holding back the messages claimed after it
+# KEYS: inbox, waiting set, claims not yet queued, their deadlines, the message's seen key ·
+# ARGV: channel key, payload, message id ('' for none), owner — queued (1), no longer holding
+# back the messages claimed after it, and its claim settled (no other process takes it over); 0
+# and nothing queued when another process holds its claim now (it took the claim over while this
+# one was stopped: it queues the message itself)
 _ENQUEUE = """
+local v = ARGV[3] ~= '' and redis.call('GET', KEYS[5])
+if v then
+  local owner = string.match(v, '^(.*)|%d+|?q?$')
+  if owner ~= ARGV[4] then return 0 end
+end
 redis.call('RPUSH', KEYS[1], ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[1])
 if ARGV[3] ~= '' then
   redis.call('ZREM', KEYS[3], ARGV[3])
   redis.call('HDEL', KEYS[4], ARGV[3])
+  if v and string.sub(v, -2) ~= '|q' then redis.call('SET', KEYS[5], v .. '|q', 'KEEPTTL') end
 end
 return 1
 """
@@ -225,12 +244,19 @@ class SharedChannels:
     async def claim_message(self, channel_key: str, message_id: str) -> int:
         """The message's place in its channel's order (> 0) for the first process to claim it
         (replicas all receive it) — and again for that process (a retry whose answer was lost to
-        a dropped connection); 0 for the others. Messages of the channel claimed after it are not
-        drained until it is queued (`enqueue` with its id) or `hold_seconds` have passed."""
-        keys = [self._key("seen", channel_key, message_id), self._key("order", channel_key),
+        a dropped connection) — and for a process that takes over the claim of one that died
+        before it queued the message; 0 for the others once it is queued, -1 while its claimant
+        lives and has not queued it yet (ask again: `_CLAIM`). Messages of the channel claimed
+        after it are not drained until it is queued (`enqueue` with its id) or `hold_seconds` have
+        passed, or its claimant is gone."""
+        keys = [self._seen(channel_key, message_id), self._key("order", channel_key),
                 self._claimed(channel_key), self._key("claimed-until", channel_key), self._alive(self.owner)]
         return int(await self._call(lambda r: r.eval(_CLAIM, 5, *keys, self.owner, _ms(self.claim_seconds),
-                                                     message_id, _ms(self.hold_seconds), _ms(self.lease_seconds))))
+                                                     message_id, _ms(self.hold_seconds), _ms(self.lease_seconds),
+                                                     self._alive(""))))
+
+    def _seen(self, channel_key: str, message_id: str) -> str:
+        return self._key("seen", channel_key, message_id)
 
     def _alive(self, owner: str) -> str:
         """A process's presence: renewed with its leases (`renew`), gone a lease after it stops."""
@@ -243,13 +269,15 @@ class SharedChannels:
     def _inbox(self, channel_key: str) -> str:
         return self._key("inbox", channel_key)
 
-    async def enqueue(self, channel_key: str, payload: dict[str, Any], message_id: str | None = None) -> None:
+    async def enqueue(self, channel_key: str, payload: dict[str, Any], message_id: str | None = None) -> bool:
         """Queue a message for the channel's turn; `message_id`: the claim it settles (its
-        payload carries its place, `order`, from `claim_message`)."""
+        payload carries its place, `order`, from `claim_message`). False, and nothing queued,
+        when another process took the claim over (this one was stopped past its presence)."""
         data = json.dumps(payload, ensure_ascii=False)
         keys = [self._inbox(channel_key), self._key("waiting"), self._claimed(channel_key),
-                self._key("claimed-until", channel_key)]
-        await self._call(lambda r: r.eval(_ENQUEUE, 4, *keys, channel_key, data, message_id or ""))
+                self._key("claimed-until", channel_key), self._seen(channel_key, message_id or "")]
+        return bool(await self._call(lambda r: r.eval(_ENQUEUE, 5, *keys, channel_key, data, message_id or "",
+                                                      self.owner)))
 
     async def drain(self, channel_key: str) -> list[dict[str, Any]] | None:
         """Everything in the channel's inbox (bar what waits for an earlier-claimed message still

@@ -1,0 +1,53 @@
+"""What the benchmarks' bot processes (`scale_worker`, `chaos_bot`) share: their five options and
+a BotCore on the shared database and Redis that answers through the loopback provider."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from gieok.chat.compose import Bot, build_bot
+from gieok.chat.runtime.core import Outbox
+from gieok.chat.runtime.shared_channels import SharedChannels
+from gieok.chat.settings import ChatSettings
+from gieok.coordination import RedisConnection
+from gieok.memory import Memory
+
+__all__ = ["bot_settings", "shared_bot"]
+
+
+def bot_settings(argv: Sequence[str] | None, description: str | None, **overrides: Any) -> ChatSettings:
+    """`--db --redis --namespace --llm-url [--lease-seconds]` as the chat settings of a bot that
+    answers every message at once (no rate limits) through the loopback model."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--redis", required=True)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--llm-url", required=True)
+    parser.add_argument("--lease-seconds", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    return ChatSettings.load(db=args.db, redis=args.redis, redis_namespace=args.namespace,
+                             redis_lease_seconds=args.lease_seconds, llm_chain="openai:bench-model",
+                             openai_base_url=args.llm_url, rate_limit_channel_seconds=0.0,
+                             rate_limit_global_seconds=0.0, **overrides)
+
+
+@contextmanager
+def shared_bot(settings: ChatSettings, outbox: Outbox) -> Iterator[tuple[Bot, Memory]]:
+    """The bot of `settings` on its shared Redis, its embedder warm; closed on the way out."""
+    memory = Memory(settings=settings)
+    try:
+        connection = RedisConnection(settings.redis, settings.redis_namespace)
+    except BaseException:
+        memory.close()
+        raise
+    try:
+        bot = build_bot(settings, memory, outbox=outbox,
+                        shared=SharedChannels(connection, lease_seconds=settings.redis_lease_seconds))
+        memory.embedder.embed_queries(["워밍업 warm-up"])
+        yield bot, memory
+    finally:
+        connection.close()
+        memory.close()
