@@ -192,12 +192,22 @@ def test_a_replicas_copy_of_a_message_is_taken_in_once(spawn: Any) -> None:
     run(scenario())
 
 
+@pytest.fixture
+def dead(redis_url: str, redis_namespace: str) -> Iterator[SharedChannels]:
+    """The shared state of a process that takes something, then dies without a word (its lease
+    and its presence lapse after 1 s)."""
+    connection = RedisConnection(redis_url, redis_namespace)
+    try:
+        yield SharedChannels(connection, lease_seconds=1.0)
+    finally:
+        connection.close()
+
+
 def test_a_message_whose_claimant_died_before_queueing_it_is_taken_in_by_the_other_replica(
-        spawn: Any, redis_url: str, redis_namespace: str) -> None:
+        spawn: Any, dead: SharedChannels) -> None:
     """Found by `gieok bench chaos`: a bot killed between its claim of a message and queueing it
     lost the message; the other replica had dropped its copy on losing the claim."""
     b = spawn()
-    dead = SharedChannels(RedisConnection(redis_url, redis_namespace), lease_seconds=1.0)
 
     async def scenario() -> None:
         key = conversation_key("g1", "cafe")
@@ -211,16 +221,11 @@ def test_a_message_whose_claimant_died_before_queueing_it_is_taken_in_by_the_oth
         await close_all(b)
         await dead.aclose()
 
-    try:
-        run(scenario())
-    finally:
-        dead.connection.close()
+    run(scenario())
 
 
-def test_a_dead_processs_channel_is_taken_over_after_its_lease(spawn: Any, redis_url: str,
-                                                               redis_namespace: str) -> None:
+def test_a_dead_processs_channel_is_taken_over_after_its_lease(spawn: Any, dead: SharedChannels) -> None:
     b = spawn()
-    dead = SharedChannels(RedisConnection(redis_url, redis_namespace), lease_seconds=1.0)
 
     async def scenario() -> None:
         key = conversation_key("g1", "cafe")
@@ -234,10 +239,7 @@ def test_a_dead_processs_channel_is_taken_over_after_its_lease(spawn: Any, redis
         await close_all(b)
         await dead.aclose()
 
-    try:
-        run(scenario())
-    finally:
-        dead.connection.close()
+    run(scenario())
 
 
 def test_rate_limits_hold_across_processes(spawn: Any) -> None:

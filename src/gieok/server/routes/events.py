@@ -56,10 +56,9 @@ def _since(query: int | None, last_event_id: str | None) -> int | None:
 async def events_sse(request: Request, who: Caller,
                      since: Since = None) -> StreamingResponse:
     start = _since(since, request.headers.get("last-event-id"))
-    bus = server_state(request).bus
+    state = server_state(request)
+    bus, access, stopping = state.bus, state.access, state.stopping
     bus.check_since(who.tenant, start)  # 409 before the stream starts, not a silent wait
-
-    access, stopping = server_state(request).access, server_state(request).stopping
 
     async def frames() -> AsyncIterator[str]:
         feed = bus.feed(who.tenant, start)
