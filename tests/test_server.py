@@ -10,12 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from starlette.responses import JSONResponse
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from gieok.chat.layers.recent import conversation_of
 from gieok.server import ServerState, create_app, tenant_path
+from gieok.server.responses import json_response
 from gieok.server.settings import ServerSettings
 from gieok.server.warm import Readiness
 
@@ -518,3 +521,16 @@ def test_websocket_without_a_key_is_closed(deployment: Deployment) -> None:
             deployment.client.websocket_connect("/v1/events/ws") as socket:
         socket.receive_text()
     assert closed.value.code == 4401
+
+
+def test_answers_are_the_bytes_the_standard_library_would_write() -> None:
+    """The API's JSON (orjson) is byte for byte Starlette's standard-library encoding — compact,
+    UTF-8 Korean unescaped, int keys as strings — and also writes numpy numbers, which it cannot."""
+    payload = {"text": "누리야, 민지는 고양이 \"나비\"를 키워 \U0001f431\n", "k": 3, "score": 0.8125, "none": None,
+               "hits": [{"block_index": 7, "tags": ["고양이", "pet"], "ok": True}], 1000: {"recall": 0.916}}
+    assert json_response(payload).body == JSONResponse(payload).body
+    mixed = json_response({"scores": np.array([0.5, 0.25], dtype=np.float32), "n": np.int64(4),
+                           "mean": np.float64(0.75)}, status=202, headers={"X-Test": "1"})
+    assert json.loads(mixed.body) == {"scores": [0.5, 0.25], "n": 4, "mean": 0.75}
+    assert mixed.status_code == 202 and mixed.headers["x-test"] == "1"
+    assert mixed.headers["content-type"] == "application/json"

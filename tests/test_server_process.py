@@ -124,6 +124,24 @@ def test_sse_streams_events_and_resumes_with_last_event_id(server: tuple[Server,
         assert client.get("/v1/events", headers={"Authorization": "Bearer wrong"}).status_code == 401
 
 
+def test_a_starting_server_answers_at_once_from_its_first_answer_on(server: tuple[Server, dict[str, str]]) -> None:
+    """kiwi holds the interpreter lock for seconds while it loads; loaded beside the first requests it
+    left /healthz unanswered 5.8 s here. The server loads it before it opens its port, so from the
+    first answer on (the fixture's first /healthz) none waits, warming or not."""
+    srv, headers = server
+    log = srv.log_text()
+    assert "the Korean analyser loaded in" in log and "Uvicorn running on" in log, log
+    assert log.index("the Korean analyser loaded in") < log.index("Uvicorn running on"), log
+    with httpx.Client(base_url=srv.url, timeout=2.0) as client:  # a wait of 2 s raises ReadTimeout
+        statuses = [(client.get("/healthz").status_code, client.get("/readyz").status_code, time.sleep(0.05))[:2]
+                    for _ in range(20)]
+        deadline = time.monotonic() + 120
+        while client.get("/readyz").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert client.get("/v1/stats", headers=headers).status_code == 200
+    assert all(health == 200 and ready in (200, 503) for health, ready in statuses), statuses
+
+
 def test_requests_are_served_while_a_long_one_runs(server: tuple[Server, dict[str, str]]) -> None:
     srv, headers = server
     long_done = threading.Event()

@@ -72,6 +72,11 @@ def _quote(token: str) -> str:
     return '"' + token.replace('"', '""') + '"'
 
 
+def _json_list(raw: str) -> tuple[Any, ...]:
+    # most blocks have no tags: a search materialises up to a hundred rows, three JSON columns each
+    return () if raw == "[]" else tuple(json.loads(raw))
+
+
 def _row_to_block(row: sqlite3.Row | tuple) -> Block:
     (index, kind, guild, channel, user, speaker, text, event_time, insert_time, importance,
      keywords, tags, metadata, conv_pos, digest, prev_hash, hash_, forgotten_at) = row
@@ -84,9 +89,9 @@ def _row_to_block(row: sqlite3.Row | tuple) -> Block:
         event_time=event_time,
         insert_time=insert_time,
         importance=importance,
-        keywords=tuple(json.loads(keywords)),
-        tags=tuple(json.loads(tags)),
-        metadata=json.loads(metadata),
+        keywords=_json_list(keywords),
+        tags=_json_list(tags),
+        metadata=json.loads(metadata) if metadata != "{}" else {},
         conv_pos=conv_pos,
         content_digest=digest,
         prev_hash=prev_hash,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
@@ -92,6 +93,17 @@ class Tokenizer:
     @property
     def name(self) -> str:
         return self.options.name
+
+    def load(self) -> float:
+        """Load the Korean analyser now; the seconds it took (about 0 once loaded, or without kiwi).
+        kiwi reads its model when made and builds it on its first analysis, ~5 s here (20–30 s on a
+        loaded machine), all of it holding the interpreter lock: a server calls this before it opens
+        its port, since no other thread of the process runs meanwhile — an answer would wait."""
+        if self.options.korean != "kiwi":
+            return 0.0
+        started = time.perf_counter()
+        self.analyze("누리야 안녕")
+        return time.perf_counter() - started
 
     # -- public -------------------------------------------------------------------------
     def tokens(self, text: str) -> list[str]:

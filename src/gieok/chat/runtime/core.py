@@ -283,7 +283,7 @@ class BotCore:
         shared, message_id = self.shared, message.message_id
         deadline = self.clock() + SUBMIT_PATIENCE_S + shared.lease_seconds
         while not self._closing and self.clock() < deadline:
-            await self._sleep_unless_closing(CLAIM_WATCH_SECONDS, asyncio.Event())
+            await self._sleep_unless_closing(CLAIM_WATCH_SECONDS)
             if self._closing:
                 return
             try:
@@ -708,17 +708,18 @@ class BotCore:
             run += 1
         return run >= self.settings.max_batch
 
-    async def _sleep_unless_closing(self, delay: float, arrival: asyncio.Event) -> None:
+    async def _sleep_unless_closing(self, delay: float, arrival: asyncio.Event | None = None) -> None:
         """Shutdown must not wait out a debounce: queued messages are answered at once. A new
-        message ends the nap too, so the deadline is recomputed and a batch that just became
-        full is answered without waiting out the debounce."""
-        sleeper = asyncio.ensure_future(self.sleep(delay))
-        closer = asyncio.ensure_future(self._closing_event.wait())
-        arrived = asyncio.ensure_future(arrival.wait())
+        message (`arrival`) ends the nap too, so the deadline is recomputed and a batch that just
+        became full is answered without waiting out the debounce."""
+        naps: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.sleep(delay)),
+                                           asyncio.ensure_future(self._closing_event.wait())]
+        if arrival is not None:
+            naps.append(asyncio.ensure_future(arrival.wait()))
         try:
-            await asyncio.wait({sleeper, closer, arrived}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(naps, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (sleeper, closer, arrived):
+            for task in naps:
                 if not task.done():
                     task.cancel()
 
