@@ -31,7 +31,7 @@ from rich.console import Console
 from benchmarks.corpus import generate_messages, generate_queries
 from benchmarks.embed_cache import corpus_vectors
 from benchmarks.pgindex import mixed_vectors
-from benchmarks.report import p50_p95, print_and_write, results_table, table_console
+from benchmarks.report import p50_p95, print_and_write, progress_bar, results_table, table_console
 from gieok import Memory
 from gieok.store.factory import open_store
 from gieok.store.urls import with_schema
@@ -102,10 +102,13 @@ def _fill(url: str, n: int, base: int, cache_dir: Path | None) -> tuple[np.ndarr
         real = corpus_vectors(memory.embedder, [m.text for m in messages[:base]], cache_dir)
         vectors, _ = mixed_vectors(real, n)
         started = time.perf_counter()
-        for start in range(0, n, FILL_CHUNK):
-            part = messages[start : start + FILL_CHUNK]
-            memory.add_many([{"text": m.text, "scope": {"guild": m.guild, "channel": m.channel}, "speaker": m.speaker,
-                              "event_time": m.timestamp} for m in part], vectors=vectors[start : start + len(part)])
+        with progress_bar(f"fill {n:,} blocks (vectors given)", n) as advance:
+            for start in range(0, n, FILL_CHUNK):
+                part = messages[start : start + FILL_CHUNK]
+                memory.add_many([{"text": m.text, "scope": {"guild": m.guild, "channel": m.channel},
+                                  "speaker": m.speaker, "event_time": m.timestamp} for m in part],
+                                vectors=vectors[start : start + len(part)])
+                advance(len(part))
         adds_per_s = n / (time.perf_counter() - started)
         queries = np.stack([memory.embedder.embed_query(q) for q in _QUERY_TEXTS])
     counts: dict[str, int] = {}

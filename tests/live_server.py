@@ -19,6 +19,8 @@ from pathlib import Path
 
 import httpx
 
+from cli_runner import gieok
+
 GIEOK = [sys.executable, "-m", "gieok.cli"]
 
 
@@ -35,10 +37,17 @@ def clean_env() -> dict[str, str]:
     return env
 
 
+def create_key_with_id(db: Path, tenant: str = "default", role: str = "write") -> tuple[str, int]:
+    """A key made by the real `gieok keys create --json` on `db` (run in this process: a fresh
+    interpreter would add ~2.4 s a key and test nothing more), and its id."""
+    done = gieok("keys", "create", "--tenant", tenant, "--role", role, "--db", str(db), "--json")
+    assert done.returncode == 0, done.stderr
+    made = json.loads(done.stdout)
+    return str(made["key"]), int(made["id"])
+
+
 def create_key(db: Path, tenant: str = "default", role: str = "write") -> str:
-    done = subprocess.run([*GIEOK, "keys", "create", "--tenant", tenant, "--role", role, "--db", str(db), "--json"],
-                          capture_output=True, text=True, timeout=120, check=True, env=clean_env(), cwd=db.parent)
-    return str(json.loads(done.stdout)["key"])
+    return create_key_with_id(db, tenant, role)[0]
 
 
 class LiveServer:
@@ -63,7 +72,7 @@ class LiveServer:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def _wait_ready(self, seconds: float = 120) -> None:
+    def _wait_ready(self, seconds: float = 180) -> None:  # generous: a busy machine starts --workers 2 slowly
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

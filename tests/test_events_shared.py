@@ -17,7 +17,9 @@ import pytest
 from gieok import Memory
 from gieok.coordination import RedisConnection, SharedEventLog
 from gieok.server.events import EventBus
-from test_server_process import Server, create_key, sse_events
+from live_server import LiveServer as Server
+from live_server import create_key
+from test_server_process import sse_events
 
 
 @pytest.fixture

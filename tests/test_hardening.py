@@ -35,18 +35,11 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
-from live_server import GIEOK, clean_env
+from live_server import GIEOK, clean_env, create_key_with_id
 from live_server import LiveServer as Server
 from test_server_process import sse_events
 
 ATTACKER = "http://attacker.example"
-
-
-def create_key(db: Path, tenant: str = "default", role: str = "write") -> tuple[str, int]:
-    done = subprocess.run([*GIEOK, "keys", "create", "--tenant", tenant, "--role", role, "--db", str(db), "--json"],
-                          capture_output=True, text=True, timeout=120, check=True, env=clean_env(), cwd=db.parent)
-    made = json.loads(done.stdout)
-    return str(made["key"]), int(made["id"])
 
 
 @pytest.fixture
@@ -493,7 +486,7 @@ def _post_and_cut(port: int, path: str, body: bytes, headers: dict[str, str]) ->
 @pytest.mark.slow  # a real `gieok serve` process
 def test_finding_11_a_retry_after_a_cut_connection_stores_the_batch_once(tmp_path: Path) -> None:
     db = tmp_path / "home.db"
-    key, _ = create_key(db)
+    key, _ = create_key_with_id(db)
     srv = Server(db)
     try:
         auth = {"Authorization": f"Bearer {key}"}
@@ -521,8 +514,8 @@ def test_finding_11_a_retry_after_a_cut_connection_stores_the_batch_once(tmp_pat
 @pytest.mark.slow  # a real `gieok serve` process
 def test_finding_3_resume_across_a_restart_loses_no_event_and_repeats_none(tmp_path: Path) -> None:
     db = tmp_path / "home.db"
-    key, _ = create_key(db)
-    other, _ = create_key(db, tenant="other")
+    key, _ = create_key_with_id(db)
+    other, _ = create_key_with_id(db, tenant="other")
     auth = {"Authorization": f"Bearer {key}"}
     srv = Server(db)
     port = srv.port
@@ -610,9 +603,9 @@ def test_finding_2_revoking_a_key_closes_its_open_streams_within_5_s(tmp_path: P
     import threading
 
     db = tmp_path / "home.db"
-    reader, reader_id = create_key(db, role="read")
-    writer, _ = create_key(db, role="write")
-    other, _ = create_key(db, tenant="other", role="read")
+    reader, reader_id = create_key_with_id(db, role="read")
+    writer, _ = create_key_with_id(db, role="write")
+    other, _ = create_key_with_id(db, tenant="other", role="read")
     srv = Server(db)
     try:
         closed_at: dict[str, float] = {}
@@ -829,7 +822,7 @@ def test_finding_4_docs_come_from_this_server_under_the_csp_and_the_schema_names
 def test_behind_a_tls_proxy_the_session_cookie_is_secure_and_throttling_counts_the_real_client(
         tmp_path: Path) -> None:
     db = tmp_path / "home.db"
-    key, _ = create_key(db, tenant="a", role="read")
+    key, _ = create_key_with_id(db, tenant="a", role="read")
     srv = Server(db, "--proxy-headers")
     plain = Server(tmp_path / "plain.db")  # no --proxy-headers: the forwarded scheme is not believed
     try:
@@ -854,7 +847,7 @@ def test_behind_a_tls_proxy_the_session_cookie_is_secure_and_throttling_counts_t
         assert throttled.status_code == 429 and int(throttled.headers["retry-after"]) > 0
         assert login(srv, key, "203.0.113.8", **proxied).status_code == 303  # another client behind the proxy
         # without --proxy-headers a forwarded https is not believed: no Secure cookie
-        plain_key, _ = create_key(plain.db, tenant="a", role="read")
+        plain_key, _ = create_key_with_id(plain.db, tenant="a", role="read")
         unproxied = login(plain, plain_key, "203.0.113.1", Origin=plain.url, **{"X-Forwarded-Proto": "https"})
         assert unproxied.status_code == 303 and "secure" not in unproxied.headers["set-cookie"].lower()
     finally:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,59 +19,12 @@ import pytest
 
 from cli_runner import gieok
 from gieok import Memory
+from live_server import LiveServer as Server
+from live_server import create_key
 
 pytestmark = pytest.mark.slow  # every test starts a real `gieok serve` process
 
 GIEOK = [sys.executable, "-m", "gieok.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def create_key(db: Path, tenant: str = "default", role: str = "write") -> str:
-    done = gieok("keys", "create", "--tenant", tenant, "--role", role, "--db", str(db), "--json")
-    assert done.returncode == 0, done.stderr
-    return str(json.loads(done.stdout)["key"])
-
-
-class Server:
-    def __init__(self, db: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = db.with_suffix(".log").open("w")
-        self.process = subprocess.Popen([*GIEOK, "serve", "--db", str(db), "--port", str(self.port), *extra],
-                                        stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ})
-        deadline = time.monotonic() + 180  # generous: a busy machine starts --workers 2 slowly
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {db.with_suffix('.log').read_text()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        self.stop()  # not left running (with its workers) after the test gives up on it
-        raise RuntimeError("server did not start in 180 s")
-
-    def stop(self) -> int:
-        """SIGTERM and wait. uvicorn shuts down gracefully and then re-raises the signal, so a
-        clean stop exits with -15 (killed by SIGTERM after finishing), as servers conventionally do."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        self.log.close()
-        return int(self.process.returncode)
-
-    def log_text(self) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text(encoding="utf-8", errors="replace")
 
 
 @pytest.fixture
@@ -129,7 +81,7 @@ def test_a_starting_server_answers_at_once_from_its_first_answer_on(server: tupl
     left /healthz unanswered 5.8 s here. The server loads it before it opens its port, so from the
     first answer on (the fixture's first /healthz) none waits, warming or not."""
     srv, headers = server
-    log = srv.log_text()
+    log = srv.log
     assert "the Korean analyser loaded in" in log and "Uvicorn running on" in log, log
     assert log.index("the Korean analyser loaded in") < log.index("Uvicorn running on"), log
     with httpx.Client(base_url=srv.url, timeout=2.0) as client:  # a wait of 2 s raises ReadTimeout
@@ -180,7 +132,7 @@ def test_graceful_shutdown_finishes_in_flight_requests_and_loses_nothing(tmp_pat
     code = srv.stop()
     worker.join(timeout=300)
     assert code in (0, -signal.SIGTERM) and result.get("status") == 201
-    assert "Application shutdown complete" in db.with_suffix(".log").read_text()
+    assert "Application shutdown complete" in srv.log
     with Memory(db) as memory:
         assert len(memory) == 120 and memory.verify().ok
         assert memory.search("종료 직전 메시지", 3, scope={"channel": "late"}).hits
@@ -247,9 +199,9 @@ def test_several_workers_share_one_memory(tmp_path: Path) -> None:
             os.kill(victim, signal.SIGKILL)
             killed = time.monotonic()
             while not [pid for pid in _workers(srv) if pid not in workers]:  # a new worker started
-                assert time.monotonic() - killed < 20, srv.log_text()
+                assert time.monotonic() - killed < 20, srv.log
                 time.sleep(0.1)
-            assert "died" in srv.log_text()
+            assert "died" in srv.log
             assert client.get("/v1/stats").json()["blocks"] == 6  # the other worker serves meanwhile
             stream = OpenStream(srv, headers)  # …and a stop of several workers ends open streams at once
             time.sleep(1.0)
