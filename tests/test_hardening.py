@@ -42,10 +42,12 @@ from test_server_process import sse_events
 ATTACKER = "http://attacker.example"
 
 
-@pytest.fixture
-def open_server(tmp_path: Path) -> Iterator[Server]:
-    """A `--no-auth` server that also answers to `memory.test` (`--allow-host`)."""
-    srv = Server(tmp_path / "open.db", "--no-auth", "--allow-host", "memory.test")
+@pytest.fixture(scope="module")
+def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A `--no-auth` server that also answers to `memory.test` (`--allow-host`), shared by the
+    module's tests (a start costs ~11 s): each counts from what it finds, and the one that stops
+    it to read its whole log comes last."""
+    srv = Server(tmp_path_factory.mktemp("open") / "open.db", "--no-auth", "--allow-host", "memory.test")
     try:
         yield srv
     finally:
@@ -77,6 +79,7 @@ def test_finding_1_no_auth_answers_no_foreign_host_and_no_cross_origin_write(ope
     srv = open_server
     foreign = {"Host": "attacker.example"}
     with httpx.Client(base_url=srv.url, timeout=60) as client:
+        before = client.get("/v1/stats").json()["blocks"]
         assert client.post("/v1/memories", json={"text": "로컬 메모"}).status_code == 201
         # DNS rebinding: every route, read or not, refuses a Host that is not this server's
         for path in ("/v1/memories", "/v1/stats", "/v1/export", "/healthz", "/readyz", "/", "/docs", "/openapi.json",
@@ -101,11 +104,11 @@ def test_finding_1_no_auth_answers_no_foreign_host_and_no_cross_origin_write(ope
             assert written.status_code == 403, (origin, written.text)
         assert client.delete("/v1/memories/1", headers={"Origin": ATTACKER}).status_code == 403
         assert client.delete("/v1/facts/users/u1", headers={"Origin": ATTACKER}).status_code == 403
-        assert client.get("/v1/stats").json()["blocks"] == 1
+        assert client.get("/v1/stats").json()["blocks"] == before + 1
         # this server's own pages (and clients that send no Origin) still write
         own = client.post("/v1/memories", json={"text": "same origin"}, headers={"Origin": srv.url})
         assert own.status_code == 201
-        assert client.get("/v1/stats").json()["blocks"] == 2
+        assert client.get("/v1/stats").json()["blocks"] == before + 2
     # the WebSocket: another site's page gets nothing; a foreign Host is refused at the handshake
     socket_url = f"ws://127.0.0.1:{srv.port}/v1/events/ws?since=0"
     with ws_connect(socket_url, additional_headers={"Origin": ATTACKER}, open_timeout=10) as ws, \
