@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,12 +18,10 @@ import pytest
 
 from cli_runner import gieok
 from gieok import Memory
+from live_server import GIEOK, create_key
 from live_server import LiveServer as Server
-from live_server import create_key
 
 pytestmark = pytest.mark.slow  # every test starts a real `gieok serve` process
-
-GIEOK = [sys.executable, "-m", "gieok.cli"]
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -15,17 +14,14 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from .. import __version__
-from ..text import get_tokenizer
 from .bodies import JsonBodies
 from .errors import install_error_handlers
 from .hosts import LOOPBACK_NAMES, HostGuard, allowed_host_names
 from .limits import BodyLimit
 from .routes import ROUTERS
 from .state import ServerState
-from .warm import WarmGate
+from .warm import WarmGate, load_analyser
 from .web import install as install_dashboard
-
-log = logging.getLogger("uvicorn.error")  # uvicorn's own log: what `gieok serve` prints
 
 __all__ = ["create_app", "BEARER_SCHEME"]
 
@@ -59,12 +55,7 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Before the port opens (uvicorn listens once start-up is done): kiwi holds the interpreter
-        # lock for seconds while it loads, so a server that loaded it beside its first requests
-        # would leave them, and /healthz, unanswered that long.
-        loaded = get_tokenizer().load()
-        if loaded >= 0.1:
-            log.info("gieok: the Korean analyser loaded in %.1f s", loaded)
+        load_analyser()  # before the port opens: uvicorn listens once start-up is done
         async with _nested(extra_lifespans or [], app):
             state.start_warming()  # beside the server: /healthz answers meanwhile, /readyz once warm
             duties = state.start_duties()  # STM expiry and quiet conversations' extraction, on a timer

@@ -1,12 +1,13 @@
 """Warm before ready: a fresh server loads what a first request would otherwise load — the
-embedding model, the Korean analyser, the tenants' indexes and ranker, and for a tenant that holds
+Korean analyser, the embedding model, the tenants' indexes and ranker, and for a tenant that holds
 conversations the pipeline an agent's messages go through — and says when it has.
 
 `/healthz` is liveness (the process answers); `/readyz` answers 200 only once warming is done, so
 a load balancer or a client sends the first search to a server that answers it at warm speed.
-Warming runs beside the server, not before it: the process is alive and says so meanwhile. The
-tenants warmed are the default one (the `--db` memory) and those with live keys, most recently
-used first, up to `server_open_tenants`.
+The Korean analyser loads before the port opens (`load_analyser`: it holds the interpreter lock
+for seconds, so nothing could be answered meanwhile); the rest warms beside the running server:
+the process is alive and says so. The tenants warmed are the default one (the `--db` memory) and
+those with live keys, most recently used first, up to `server_open_tenants`.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GieokError
+from ..text import get_tokenizer
 from .tenants import DEFAULT_TENANT, TenantRegistry
 
-__all__ = ["Readiness", "warm_tenants", "tenants_to_warm", "start_warming", "WarmGate", "WARM_WAIT_S"]
+__all__ = ["Readiness", "load_analyser", "warm_tenants", "tenants_to_warm", "start_warming", "WarmGate", "WARM_WAIT_S"]
 
 WARM_WAIT_S = 10.0  # how long a request waits for a warming server before it is told to come back
 UNGATED = ("/v1/events", "/v1/health", "/v1/keys")  # they need no model: answered while warming
@@ -58,6 +60,14 @@ class Readiness:
         self.seconds = time.monotonic() - self.started
         self.status, self.error = ("failed", error) if error else ("ready", None)
         self.done.set()
+
+
+def load_analyser() -> None:
+    """Load kiwi now, in the app's start-up (which uvicorn finishes before it listens): loaded beside
+    the first requests it left them, and /healthz, unanswered for its seconds (`Tokenizer.load`)."""
+    seconds = get_tokenizer().load()
+    if seconds >= 0.1:
+        log.info("gieok: the Korean analyser loaded in %.1f s", seconds)
 
 
 def tenants_to_warm(registry: TenantRegistry, key_rows: list[Any], limit: int) -> list[str]:
