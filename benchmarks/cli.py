@@ -510,7 +510,8 @@ def bench_pgindex(
 def bench_pgstateless(
     sizes: Annotated[str, typer.Option(help="Blocks in the memory, comma-separated (a schema each).")] = "20000",
     db: Annotated[str | None, typer.Option("--db", help="A postgresql:// URL (its bench_stateless_<n> schemas are "
-                                                        "created); default: a throwaway PostgreSQL.")] = None,
+                                                        "created, or searched as they are when they hold n blocks "
+                                                        "already); default: a throwaway PostgreSQL.")] = None,
     base: Annotated[int, typer.Option(help="Real e5 corpus vectors the others are mixed from.")] = 1000,
     queries: Annotated[int, typer.Option(help="Real e5 query vectors; each searched unscoped and in a channel.")] = 50,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,

@@ -33,10 +33,11 @@ from benchmarks.embed_cache import corpus_vectors
 from benchmarks.pgindex import mixed_vectors
 from benchmarks.report import p50_p95, print_and_write, progress_bar, results_table, table_console
 from gieok import Memory
+from gieok.errors import InvalidInputError
 from gieok.store.factory import open_store
 from gieok.store.urls import with_schema
 
-__all__ = ["measure_pgstateless", "run_pgstateless", "PreEmbedded"]
+__all__ = ["measure_pgstateless", "run_pgstateless", "fill_corpus", "PreEmbedded"]
 
 MODES = ("memory", "database")
 FILL_CHUNK = 2000
@@ -95,26 +96,36 @@ def worker(url: str, mode: str, query_file: str, channel: str) -> dict[str, Any]
 _QUERY_TEXTS: list[str] = []
 
 
-def _fill(url: str, n: int, base: int, cache_dir: Path | None) -> tuple[np.ndarray, str, float]:
-    """N corpus blocks into a fresh schema: (query vectors, the largest channel, adds per second)."""
+def fill_corpus(url: str, n: int, base: int, cache_dir: Path | None,
+                queries: list[str]) -> tuple[np.ndarray, str, float | None]:
+    """N corpus blocks into a fresh schema: (the `queries`' vectors, the largest channel, adds per second).
+    A schema that holds exactly N blocks already (a `--db` kept from an earlier run: the corpus is
+    generated the same way every time) is searched as it is — a 100k fill takes ~20 min — and its
+    adds per second are None; any other count is refused rather than added to."""
     messages = generate_messages(n)
-    with Memory(url, pg_index="memory") as memory:
-        real = corpus_vectors(memory.embedder, [m.text for m in messages[:base]], cache_dir)
-        vectors, _ = mixed_vectors(real, n)
-        started = time.perf_counter()
-        with progress_bar(f"fill {n:,} blocks (vectors given)", n) as advance:
-            for start in range(0, n, FILL_CHUNK):
-                part = messages[start : start + FILL_CHUNK]
-                memory.add_many([{"text": m.text, "scope": {"guild": m.guild, "channel": m.channel},
-                                  "speaker": m.speaker, "event_time": m.timestamp} for m in part],
-                                vectors=vectors[start : start + len(part)])
-                advance(len(part))
-        adds_per_s = n / (time.perf_counter() - started)
-        queries = np.stack([memory.embedder.embed_query(q) for q in _QUERY_TEXTS])
+    with Memory(url, pg_index="database") as memory:  # opens without loading anything
+        held = len(memory)
+        if held not in (0, n):
+            raise InvalidInputError(f"schema bench_stateless_{n} of --db holds {held:,} blocks, not "
+                                    f"{n:,}: drop it (DROP SCHEMA bench_stateless_{n} CASCADE) or give another --db")
+        adds_per_s: float | None = None
+        if held == 0:
+            real = corpus_vectors(memory.embedder, [m.text for m in messages[:base]], cache_dir)
+            vectors, _ = mixed_vectors(real, n)
+            started = time.perf_counter()
+            with progress_bar(f"fill {n:,} blocks (vectors given)", n) as advance:
+                for start in range(0, n, FILL_CHUNK):
+                    part = messages[start : start + FILL_CHUNK]
+                    memory.add_many([{"text": m.text, "scope": {"guild": m.guild, "channel": m.channel},
+                                      "speaker": m.speaker, "event_time": m.timestamp} for m in part],
+                                    vectors=vectors[start : start + len(part)])
+                    advance(len(part))
+            adds_per_s = n / (time.perf_counter() - started)
+        vectors_of_queries = np.stack([memory.embedder.embed_query(q) for q in queries])
     counts: dict[str, int] = {}
     for m in messages:
         counts[m.channel] = counts.get(m.channel, 0) + 1
-    return queries, max(counts, key=lambda c: counts[c]), adds_per_s
+    return vectors_of_queries, max(counts, key=lambda c: counts[c]), adds_per_s
 
 
 def measure_pgstateless(url: str, sizes: list[int], *, base: int = 1000, queries: int = 50,
@@ -123,7 +134,7 @@ def measure_pgstateless(url: str, sizes: list[int], *, base: int = 1000, queries
     results: list[dict[str, Any]] = []
     for n in sizes:
         location = with_schema(url, f"bench_stateless_{n}")
-        query_vectors, channel, adds_per_s = _fill(location, n, base, cache_dir)
+        query_vectors, channel, adds_per_s = fill_corpus(location, n, base, cache_dir, _QUERY_TEXTS)
         with tempfile.TemporaryDirectory(prefix="gieok-stateless-") as tmp:
             query_file = str(Path(tmp) / "queries.npy")
             np.save(query_file, query_vectors)

@@ -198,3 +198,42 @@ def test_searches_rank_and_score_as_on_sqlite(url: str, tmp_path) -> None:
     with Memory(with_schema(url, "same"), layers=False, bm25_engine="fts5") as in_sql:
         for in_engine_hits, sql in zip(fused_in_engine, searches(in_sql, unfiltered)):
             _same_hits(in_engine_hits, sql)
+
+
+def test_a_memory_from_before_postings_had_lengths_is_brought_up_to_date(url: str) -> None:
+    """Migration 14 copies each block's token count into its postings (BM25 in SQL then reads the
+    postings alone). A schema written before it — simulated by dropping the column and the
+    version — is backfilled on open, and both SQL BM25s (the database index and `bm25_engine =
+    "fts5"`) rank as they did before; blocks written afterwards carry their length too."""
+    from conftest import conversation
+
+    location = with_schema(url, "older")
+    queries = ["민지 고양이 이름", "hiking in the mountains", "고양이 사진 study"]
+
+    def ranked(**options: str) -> list[list[tuple[int, float]]]:
+        with Memory(location, layers=False, **options) as memory:
+            return [[(h.block.block_index, round(h.score, 6)) for h in memory.search(q, k=8, mode="bm25").hits]
+                    for q in queries]
+
+    with Memory(location, layers=False) as memory:
+        memory.add_many(conversation())
+        memory.forget([2])
+    before = {"database": ranked(pg_index="database"), "fts5": ranked(bm25_engine="fts5")}
+    assert all(before["database"]) and all(before["fts5"])
+    store = open_store(location)
+    with store.transaction() as tx:  # type: ignore[attr-defined]
+        tx.execute("ALTER TABLE postings DROP COLUMN length")
+        tx.execute("UPDATE meta SET value = '13' WHERE key = 'schema_version'")
+    store.close()
+
+    assert {"database": ranked(pg_index="database"), "fts5": ranked(bm25_engine="fts5")} == before
+    with Memory(location, layers=False) as memory:
+        memory.add("민지는 고양이 사진을 또 올렸어", scope={"guild": "g1", "channel": "cafe"})
+    store = open_store(location)
+    with store.transaction() as tx:  # type: ignore[attr-defined]
+        wrong = tx.execute("SELECT count(*) FROM postings p JOIN block_tokens bt USING (block_index) "
+                           "WHERE p.length IS DISTINCT FROM bt.length").fetchone()[0]
+        total = tx.execute("SELECT count(*) FROM postings").fetchone()[0]
+        version = tx.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+    store.close()
+    assert wrong == 0 and total > 0 and version == "14"

@@ -1,4 +1,4 @@
-"""BM25 in SQL over gieok's own tokens (`postings` and `block_tokens`), scored like SQLite's FTS5:
+"""BM25 in SQL over gieok's own tokens (`postings`, each with its block's length), scored like SQLite's FTS5:
 k1 = 1.2, b = 0.75, idf = ln((N - df + 0.5) / (df + 0.5)) floored at 1e-6, with N and the
 average length over every live block (FTS5's whole-table statistics) and df from the postings.
 
@@ -28,8 +28,7 @@ def bm25_query(conditions: list[str]) -> str:
         "weights AS MATERIALIZED (SELECT t.term, greatest(1e-6, ln((s.n - t.df + 0.5) / (t.df + 0.5))) AS idf "
         "FROM (SELECT q.term, (SELECT count(*) FROM postings p WHERE p.term = q.term) AS df "
         "FROM unnest(?::text[]) AS q(term)) t CROSS JOIN stats s WHERE t.df > 0) "
-        f"SELECT p.block_index, sum(w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * ({1 - B} + {B} * bt.length / s.avgdl))) "
-        "AS score FROM weights w JOIN postings p ON p.term = w.term "
-        "JOIN block_tokens bt ON bt.block_index = p.block_index CROSS JOIN stats s "
+        f"SELECT p.block_index, sum(w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * ({1 - B} + {B} * p.length / s.avgdl))) "
+        "AS score FROM weights w JOIN postings p ON p.term = w.term CROSS JOIN stats s "
         f"{blocks}GROUP BY p.block_index ORDER BY score DESC, p.block_index LIMIT ?"
     )

@@ -254,6 +254,17 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE idempotency_keys ADD COLUMN written text;
     """,
+    # 14: each posting carries its block's token count, so BM25 in SQL (`pg_index = "database"`)
+    # reads the postings of the query's terms and nothing else. Joined to `block_tokens` for the
+    # length, the planner hashed the whole of `block_tokens` for every search (a sequential scan of
+    # 100k rows, 36 of 53 ms at 100k blocks: docs/architecture.md), a cost that grew with the memory.
+    # A block's tokens never change once written (forget deletes its postings), so the copy cannot
+    # go stale. The backfill rewrites `postings` once: about a minute per million blocks.
+    """
+    ALTER TABLE postings ADD COLUMN length integer;
+    UPDATE postings p SET length = bt.length FROM block_tokens bt WHERE bt.block_index = p.block_index;
+    ALTER TABLE postings ALTER COLUMN length SET NOT NULL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

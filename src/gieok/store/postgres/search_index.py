@@ -6,8 +6,8 @@ What each question costs (every statement one round trip, on indexes of migratio
 
 - **Filters** (scope, kinds, time range, live) are `WHERE` conditions on `blocks`, the same ones
   `list_blocks` uses (`_filter_sql`).
-- **BM25** reads the postings of the query's terms with their block's token count (`postings` ⋈
-  `block_tokens`, joined with `blocks` only when the search is filtered), materialises them once,
+- **BM25** reads the postings of the query's terms, each with its block's token count (migration
+  14; joined with `blocks` only when the search is filtered), materialises them once,
   takes each term's document frequency from that set and scores with FTS5's formula and constants
   — the engine's in-process BM25 (`index/bm25.py`): the statistics (N, average length, df) are the
   searched scope's, not the whole store's. N and the total length of a scope are a count over
@@ -136,8 +136,8 @@ class _DatabaseScope:
         scope = (f"JOIN blocks b ON b.block_index = p.block_index AND {' AND '.join(self.conditions)} "
                  if self.filtered else "")
         sql = (
-            "WITH matches AS MATERIALIZED (SELECT p.term, p.block_index, p.tf, bt.length FROM postings p "
-            f"JOIN block_tokens bt ON bt.block_index = p.block_index {scope}WHERE p.term = ANY(?)), "
+            "WITH matches AS MATERIALIZED (SELECT p.term, p.block_index, p.tf, p.length FROM postings p "
+            f"{scope}WHERE p.term = ANY(?)), "
             "weights AS MATERIALIZED (SELECT term, greatest(1e-6, ln((?::float8 - count(*) + 0.5) / (count(*) + 0.5))) "
             "AS idf FROM matches GROUP BY term) "
             f"SELECT m.block_index, sum((w.idf * m.tf * {K1 + 1} / "

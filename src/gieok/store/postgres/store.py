@@ -203,8 +203,9 @@ class PostgresStore:
                        [(b.block_index, v) for b, _, v in kept])
         tx.executemany("INSERT INTO block_tokens(block_index, tokens, length) VALUES (?, ?, ?)",
                        [(b.block_index, " ".join(toks), len(toks)) for b, toks, _ in kept])
-        tx.executemany("INSERT INTO postings(term, block_index, tf) VALUES (?, ?, ?)",
-                       [(term, b.block_index, tf) for b, toks, _ in kept for term, tf in Counter(toks).items()])
+        tx.executemany("INSERT INTO postings(term, block_index, tf, length) VALUES (?, ?, ?, ?)",
+                       [(term, b.block_index, tf, len(toks)) for b, toks, _ in kept
+                        for term, tf in Counter(toks).items()])
         tx.execute("UPDATE bm25_stats SET documents = documents + ?, total_length = total_length + ?",
                    (len(kept), sum(len(toks) for _, toks, _ in kept)))
         tx.execute("UPDATE changes SET counter = counter + 1")
