@@ -24,9 +24,11 @@ from live_server import LiveServer as Server
 pytestmark = pytest.mark.slow  # every test starts a real `gieok serve` process
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[Server, dict[str, str]]]:
-    db = tmp_path / "home.db"
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict[str, str]]]:
+    """One server for the tests that only talk to it (a start costs ~11 s, most of it kiwi's load);
+    the first of them watches its warm-up, so it comes first in this file."""
+    db = tmp_path_factory.mktemp("served") / "home.db"
     headers = {"Authorization": f"Bearer {create_key(db)}"}
     running = Server(db)
     try:
@@ -54,25 +56,6 @@ def sse_events(response: httpx.Response, count: int) -> list[dict[str, str]]:
     return events
 
 
-def test_sse_streams_events_and_resumes_with_last_event_id(server: tuple[Server, dict[str, str]]) -> None:
-    srv, headers = server
-    with httpx.Client(base_url=srv.url, headers=headers, timeout=30) as client:
-        with client.stream("GET", "/v1/events") as stream:
-            assert stream.headers["content-type"].startswith("text/event-stream")
-            client.post("/v1/memories", json={"text": "민지는 고양이를 키워", "scope": {"channel": "cafe"}})
-            [added] = sse_events(stream, 1)
-        assert added["event"] == "memory.added"
-        assert json.loads(added["data"])["data"]["blocks"][0]["text"] == "민지는 고양이를 키워"
-        client.post("/v1/search", json={"query": "민지 고양이"})  # while nobody listens
-        with client.stream("GET", "/v1/events", headers={"Last-Event-ID": added["id"]}) as stream:
-            [missed] = sse_events(stream, 1)
-        assert missed["event"] == "search.answered" and int(missed["id"]) == int(added["id"]) + 1
-        with client.stream("GET", "/v1/events?since=0") as stream:
-            replay = sse_events(stream, 2)
-        assert [e["id"] for e in replay] == ["1", "2"]
-        assert client.get("/v1/events", headers={"Authorization": "Bearer wrong"}).status_code == 401
-
-
 def test_a_starting_server_answers_at_once_from_its_first_answer_on(server: tuple[Server, dict[str, str]]) -> None:
     """kiwi holds the interpreter lock for seconds while it loads; loaded beside the first requests it
     left /healthz unanswered 5.8 s here. The server loads it before it opens its port, so from the
@@ -89,6 +72,25 @@ def test_a_starting_server_answers_at_once_from_its_first_answer_on(server: tupl
             time.sleep(0.1)
         assert client.get("/v1/stats", headers=headers).status_code == 200
     assert all(health == 200 and ready in (200, 503) for health, ready in statuses), statuses
+
+
+def test_sse_streams_events_and_resumes_with_last_event_id(server: tuple[Server, dict[str, str]]) -> None:
+    srv, headers = server
+    with httpx.Client(base_url=srv.url, headers=headers, timeout=30) as client:
+        with client.stream("GET", "/v1/events") as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            client.post("/v1/memories", json={"text": "민지는 고양이를 키워", "scope": {"channel": "cafe"}})
+            [added] = sse_events(stream, 1)
+        assert added["event"] == "memory.added"
+        assert json.loads(added["data"])["data"]["blocks"][0]["text"] == "민지는 고양이를 키워"
+        client.post("/v1/search", json={"query": "민지 고양이"})  # while nobody listens
+        with client.stream("GET", "/v1/events", headers={"Last-Event-ID": added["id"]}) as stream:
+            [missed] = sse_events(stream, 1)
+        assert missed["event"] == "search.answered" and int(missed["id"]) == int(added["id"]) + 1
+        with client.stream("GET", f"/v1/events?since={int(added['id']) - 1}") as stream:
+            replay = sse_events(stream, 2)
+        assert [e["id"] for e in replay] == [added["id"], missed["id"]]
+        assert client.get("/v1/events", headers={"Authorization": "Bearer wrong"}).status_code == 401
 
 
 def test_requests_are_served_while_a_long_one_runs(server: tuple[Server, dict[str, str]]) -> None:
