@@ -221,8 +221,10 @@ def test_a_memory_from_before_postings_had_lengths_is_brought_up_to_date(url: st
     before = {"database": ranked(pg_index="database"), "fts5": ranked(bm25_engine="fts5")}
     assert all(before["database"]) and all(before["fts5"])
     store = open_store(location)
-    with store.transaction() as tx:  # type: ignore[attr-defined]
+    with store.transaction() as tx:  # type: ignore[attr-defined]  # back to migration 13's postings
+        tx.execute("ALTER TABLE postings DROP CONSTRAINT postings_pkey")
         tx.execute("ALTER TABLE postings DROP COLUMN length")
+        tx.execute("ALTER TABLE postings ADD CONSTRAINT postings_pkey PRIMARY KEY (term, block_index)")
         tx.execute("UPDATE meta SET value = '13' WHERE key = 'schema_version'")
     store.close()
 
@@ -235,5 +237,10 @@ def test_a_memory_from_before_postings_had_lengths_is_brought_up_to_date(url: st
                            "WHERE p.length IS DISTINCT FROM bt.length").fetchone()[0]
         total = tx.execute("SELECT count(*) FROM postings").fetchone()[0]
         version = tx.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+        key = tx.execute("SELECT pg_get_indexdef('postings_pkey'::regclass)").fetchone()[0]
+        vacuumed = tx.execute("SELECT last_vacuum FROM pg_stat_user_tables WHERE relname = 'postings' "
+                              "AND schemaname = current_schema()").fetchone()
     store.close()
     assert wrong == 0 and total > 0 and version == "14"
+    assert key.endswith("(term, block_index) INCLUDE (tf, length)"), key  # BM25 reads the index alone
+    assert vacuumed is not None and vacuumed[0] is not None  # the rewritten table was vacuumed after the commit

@@ -28,7 +28,8 @@ def bm25_query(conditions: list[str]) -> str:
         "weights AS MATERIALIZED (SELECT t.term, greatest(1e-6, ln((s.n - t.df + 0.5) / (t.df + 0.5))) AS idf "
         "FROM (SELECT q.term, (SELECT count(*) FROM postings p WHERE p.term = q.term) AS df "
         "FROM unnest(?::text[]) AS q(term)) t CROSS JOIN stats s WHERE t.df > 0) "
-        f"SELECT p.block_index, sum(w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * ({1 - B} + {B} * p.length / s.avgdl))) "
-        "AS score FROM weights w JOIN postings p ON p.term = w.term CROSS JOIN stats s "
+        f"SELECT p.block_index, sum(w.idf * p.tf * {K1 + 1} / "
+        f"(p.tf + {K1} * ({1 - B} + {B}::float8 * p.length / s.avgdl))) AS score "
+        "FROM weights w JOIN postings p ON p.term = w.term CROSS JOIN stats s "
         f"{blocks}GROUP BY p.block_index ORDER BY score DESC, p.block_index LIMIT ?"
     )

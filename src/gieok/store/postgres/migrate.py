@@ -12,7 +12,7 @@ from psycopg import sql as pgsql
 
 from ...errors import CorruptDatabaseError, SchemaTooNewError, StoreError
 from ..sql import split_sql
-from .schema import MIGRATIONS, SCHEMA_VERSION
+from .schema import MIGRATIONS, SCHEMA_VERSION, VACUUM_AFTER
 
 __all__ = ["migrate", "MIGRATION_LOCK"]
 
@@ -21,6 +21,7 @@ MIGRATION_LOCK = 0x6769_656F_6B00  # "gieok\0": one database-wide key, since CRE
 
 def migrate(conn: psycopg.Connection[Any], schema: str, where: str) -> str:
     """Create or upgrade `schema`; returns the schema that holds pgvector (for `search_path`)."""
+    rewritten: list[str] = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
         extension_schema = _ensure_pgvector(conn, where)
@@ -38,6 +39,10 @@ def migrate(conn: psycopg.Connection[Any], schema: str, where: str) -> str:
                 conn.execute("INSERT INTO meta(key, value) VALUES ('created_at', %s)", (str(time.time()),))
             conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', %s) ON CONFLICT (key) "
                          "DO UPDATE SET value = excluded.value", (str(target),))
+            if version > 0:  # a new schema's tables are empty: nothing to vacuum
+                rewritten.extend(t for t in VACUUM_AFTER.get(target, ()) if t not in rewritten)
+    for table in rewritten:  # after the commit: VACUUM cannot run inside a transaction
+        conn.execute(pgsql.SQL("VACUUM (ANALYZE) {}.{}").format(pgsql.Identifier(schema), pgsql.Identifier(table)))
     return extension_schema
 
 

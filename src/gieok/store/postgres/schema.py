@@ -11,7 +11,7 @@ Add a migration by appending to MIGRATIONS; never edit one that has shipped.
 
 from __future__ import annotations
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VACUUM_AFTER"]
 
 MIGRATIONS: list[str] = [
     # 1: blocks, their vectors, their tokens and BM25 postings, key/value metadata, the change counter
@@ -254,17 +254,33 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE idempotency_keys ADD COLUMN written text;
     """,
-    # 14: each posting carries its block's token count, so BM25 in SQL (`pg_index = "database"`)
-    # reads the postings of the query's terms and nothing else. Joined to `block_tokens` for the
-    # length, the planner hashed the whole of `block_tokens` for every search (a sequential scan of
-    # 100k rows, 36 of 53 ms at 100k blocks: docs/architecture.md), a cost that grew with the memory.
-    # A block's tokens never change once written (forget deletes its postings), so the copy cannot
-    # go stale. The backfill rewrites `postings` once: about a minute per million blocks.
+    # 14: each posting carries its block's token count, and the primary key's index carries the
+    # term frequency and that count, so BM25 in SQL (`pg_index = "database"`) reads the postings of
+    # the query's terms from the index alone (an index-only scan once VACUUM has seen the rows).
+    # Joined to `block_tokens` for the length, the planner hashed the whole of `block_tokens` for
+    # every search (a sequential scan of 100k rows, 36 of 53 ms at 100k blocks:
+    # docs/architecture.md), a cost that grew with the memory. A block's tokens never change once
+    # written (forget deletes its postings), so the copy cannot go stale. The table is written anew
+    # rather than updated in place: an UPDATE leaves every old row behind until VACUUM and doubles
+    # the new key's index (docs/architecture.md has the time it takes).
     """
-    ALTER TABLE postings ADD COLUMN length integer;
-    UPDATE postings p SET length = bt.length FROM block_tokens bt WHERE bt.block_index = p.block_index;
-    ALTER TABLE postings ALTER COLUMN length SET NOT NULL;
+    CREATE TABLE postings_with_length AS
+        SELECT p.term, p.block_index, p.tf, bt.length FROM postings p
+        JOIN block_tokens bt ON bt.block_index = p.block_index;
+    DROP TABLE postings;
+    ALTER TABLE postings_with_length RENAME TO postings;
+    ALTER TABLE postings ALTER COLUMN term SET NOT NULL, ALTER COLUMN block_index SET NOT NULL,
+        ALTER COLUMN tf SET NOT NULL, ALTER COLUMN length SET NOT NULL;
+    ALTER TABLE postings ADD CONSTRAINT postings_pkey PRIMARY KEY (term, block_index) INCLUDE (tf, length);
+    ALTER TABLE postings ADD CONSTRAINT postings_block_index_fkey
+        FOREIGN KEY (block_index) REFERENCES blocks(block_index);
+    CREATE INDEX postings_by_block ON postings(block_index);
     """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+# Tables a migration rewrote, vacuumed (and analysed) once it has committed — VACUUM cannot run
+# inside the migration's transaction. Until VACUUM has marked a rewritten table's pages visible to
+# all, an index-only scan of it still reads every row's page; autovacuum would get there, later.
+VACUUM_AFTER: dict[int, tuple[str, ...]] = {14: ("postings",)}

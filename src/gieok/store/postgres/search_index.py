@@ -141,7 +141,7 @@ class _DatabaseScope:
             "weights AS MATERIALIZED (SELECT term, greatest(1e-6, ln((?::float8 - count(*) + 0.5) / (count(*) + 0.5))) "
             "AS idf FROM matches GROUP BY term) "
             f"SELECT m.block_index, sum((w.idf * m.tf * {K1 + 1} / "
-            f"(m.tf + {K1} * ({1 - B} + {B} * m.length / ?::float8)))::real) AS score "
+            f"(m.tf + {K1} * ({1 - B} + {B}::float8 * m.length / ?::float8)))::real) AS score "
             "FROM matches m JOIN weights w ON w.term = m.term GROUP BY m.block_index "
             "ORDER BY score DESC, m.block_index LIMIT ?"
         )
