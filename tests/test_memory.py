@@ -511,3 +511,33 @@ def test_neighbours_are_the_turns_around_a_turn_in_its_channel(seeded) -> None:
     assert [b.block_index for b in memory.neighbours(fact.block_index)] == [fact.block_index]
     with pytest.raises(InvalidInputError):
         memory.neighbours(cafe[0].block_index, window=500)
+
+
+def test_tokens_another_tokenizer_made_are_remade_when_the_memory_opens(tmp_path: Path) -> None:
+    """A memory records what made its BM25 tokens; one whose tokens an older analyser made (kiwi
+    with its multi-word dictionary kept a title it knew as one token) is re-tokenized once when it
+    opens, so a query naming part of the title finds the block by BM25 again."""
+    from gieok.store.base import TOKENIZER_KEY, BM25Filter
+    from gieok.store.factory import open_store
+    from gieok.text.tokenize import get_tokenizer
+
+    path = tmp_path / "older.db"
+    with Memory(path) as memory:
+        title = memory.add("붕괴: 스타레일 새 캐릭터 나왔어", scope={"channel": "games"})
+        other = memory.add("the cats are sleeping on the sofa", scope={"channel": "games"})
+    store = open_store(str(path))
+    assert store.get_meta(TOKENIZER_KEY) == get_tokenizer().version
+    kept = dict(store.load_tokens(0))[other.block_index]
+    store.replace_tokens({title.block_index: ["붕괴스타레일", "새", "캐릭터", "나오다"]}, "kiwi+stem+stop/1")
+    assert store.bm25(get_tokenizer().tokens("스타레일"), BM25Filter(), 3) == []  # stale: the part finds nothing
+    store.close()
+
+    for engine in ("memory", "fts5"):  # the first open re-tokenizes; both BM25 engines then agree
+        with Memory(path, bm25_engine=engine) as memory:
+            assert [h.block.block_index for h in memory.search("스타레일", k=3, mode="bm25").hits] == [
+                title.block_index]
+    store = open_store(str(path))
+    assert store.get_meta(TOKENIZER_KEY) == get_tokenizer().version
+    tokens = dict(store.load_tokens(0))
+    assert "스타레일" in tokens[title.block_index].split() and tokens[other.block_index] == kept
+    store.close()

@@ -14,7 +14,7 @@ import pytest
 
 from gieok.chain import GENESIS
 from gieok.errors import CorruptDatabaseError, LeaseLostError, StoreError
-from gieok.store.base import BM25Filter, NewBlock, Store, VectorSearchStore
+from gieok.store.base import TOKENIZER_KEY, BM25Filter, NewBlock, Store, VectorSearchStore
 from gieok.store.conversation import FactRow, L1RowsTakenError
 from gieok.store.idempotency import ORPHANED, IdempotencyKeyTakenError
 from gieok.types import Block, Scope, scope_key
@@ -131,6 +131,27 @@ def test_reembed_swaps_every_vector_and_the_recorded_embedder(store: Store) -> N
     np.testing.assert_allclose(rows.vectors[[0, 1, 3, 4, 5]], fresh, rtol=1e-6)
     assert not rows.vectors[2].any()
     assert store.get_meta("embedder") == "other"
+
+
+def test_replace_tokens_swaps_bm25_tokens_once_per_tokenizer_version(store: Store) -> None:
+    seed_chat(store)
+    store.forget([3], T0)
+    assert store.get_meta(TOKENIZER_KEY) is None
+    before = dict(store.bm25(["cat"], BM25Filter(), 10))
+    assert set(before) == {1, 2, 6}
+    # block 2 loses "cat" and gains "tabby"; block 5 gets longer: the statistics follow
+    assert store.replace_tokens({2: ["the", "tabby", "is", "three", "years", "old"],
+                                 5: "study group meets at the library on fridays".split()}, "test/2")
+    assert store.get_meta(TOKENIZER_KEY) == "test/2"
+    tokens = dict(store.load_tokens(0))
+    assert tokens[2] == "the tabby is three years old" and tokens[5].endswith("on fridays") and 3 not in tokens
+    assert {i for i, _ in store.bm25(["cat"], BM25Filter(), 10)} == {1, 6}
+    assert [i for i, _ in store.bm25(["tabby"], BM25Filter(), 10)] == [2]
+    assert [i for i, _ in store.bm25(["fridays"], BM25Filter(Scope(guild="g2")), 10)] == [5]
+    # the same version again changes nothing (another process got there first)
+    assert not store.replace_tokens({2: ["cat"]}, "test/2")
+    assert dict(store.load_tokens(0))[2] == "the tabby is three years old"
+    assert store.replace_tokens({}, "test/3") and store.get_meta(TOKENIZER_KEY) == "test/3"
 
 
 # -- blocks: reads -----------------------------------------------------------------------------------

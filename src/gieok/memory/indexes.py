@@ -31,6 +31,7 @@ from ..store.base import BM25Filter, IndexRows, Store, VectorSearchStore
 from ..text.dates import resolve_zone
 from ..text.tokenize import Tokenizer
 from ..types import Block
+from .tokens import refresh_tokens
 
 __all__ = ["MemoryIndexes"]
 
@@ -42,6 +43,7 @@ class MemoryIndexes:
 
     def __init__(self, store: Store, settings: Settings, tokenizer: Tokenizer, embedder_spec: str,
                  sidecar: Path, on_foreign_change: Callable[[], None]) -> None:
+        refresh_tokens(store, tokenizer)  # stored BM25 tokens made as this tokenizer makes a query's
         self.store = store
         self.settings = settings
         self.tokenizer = tokenizer

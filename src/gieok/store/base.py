@@ -29,7 +29,9 @@ from .sequences import EventSequenceStore
 from .sessions import SessionStore
 
 __all__ = ["Store", "BlockStore", "VectorSearchStore", "NewBlock", "IndexRows", "BM25Filter", "VerifyReport",
-           "verify_chain", "AppendHook"]
+           "verify_chain", "AppendHook", "TOKENIZER_KEY"]
+
+TOKENIZER_KEY = "tokenizer"  # the meta key of what made the stored BM25 tokens (`Tokenizer.version`)
 
 
 @dataclass(slots=True)
@@ -152,6 +154,8 @@ class BlockStore(Protocol):
     def forget(self, block_indices: Sequence[int], when: float) -> list[int]: ...
 
     def reembed(self, block_indices: Sequence[int], vectors: np.ndarray, meta: dict[str, str]) -> None: ...
+
+    def replace_tokens(self, tokens: Mapping[int, Sequence[str]], version: str) -> bool: ...
 
     # reads
     def get_many(self, block_indices: Sequence[int]) -> dict[int, Block]: ...

@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from ..errors import (
     StoreError,
 )
 from ..types import Block, Scope
-from .base import AppendHook, BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
+from .base import TOKENIZER_KEY, AppendHook, BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
 from .conversation import ConversationStore, ConversationTables
 from .idempotency import IdempotencyStore, IdempotencyTable
 from .keys import KeyStore, KeyTable
@@ -307,6 +307,19 @@ class SQLiteStore:
                 "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 list(meta.items()),
             )
+
+    def replace_tokens(self, tokens: Mapping[int, Sequence[str]], version: str) -> bool:
+        """Re-tokenized live blocks' BM25 tokens and the tokenizer `version` that made them, in one
+        transaction — unless `version` is recorded already (another process did it): then False."""
+        with self.transaction() as conn:
+            found = conn.execute("SELECT value FROM meta WHERE key = ?", (TOKENIZER_KEY,)).fetchone()
+            if found and found[0] == version:
+                return False
+            conn.executemany("UPDATE blocks_fts SET tokens = ? WHERE rowid = ?",
+                             [(" ".join(toks), int(index)) for index, toks in tokens.items()])
+            conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                         "value = excluded.value", (TOKENIZER_KEY, version))
+        return True
 
     # -- reads ----------------------------------------------------------------------------
     def _query(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-__all__ = ["Tokenizer", "TokenizerOptions", "get_tokenizer", "Analysis"]
+__all__ = ["Tokenizer", "TokenizerOptions", "get_tokenizer", "Analysis", "TOKENS_VERSION"]
 
 _HANGUL = re.compile(r"[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
@@ -60,13 +60,25 @@ def _english_stopwords() -> frozenset[str]:
     return frozenset(words)
 
 
+# What the stored BM25 tokens of a memory were made by: `Tokenizer.version` is recorded with them,
+# and a memory whose tokens another version made is re-tokenized when it opens
+# (`memory/tokens.py`), since a query's tokens must be made the way the stored ones were.
+# 1: kiwi with its multi-word dictionary. 2: without it (below).
+TOKENS_VERSION = 2
+
+
 @lru_cache(maxsize=1)
 def _kiwi():
     import os
 
     from kiwipiepy import Kiwi
 
-    return Kiwi(num_workers=min(4, os.cpu_count() or 1))
+    # Without kiwi's multi-word dictionary (`load_multi_dict`): it costs every process ~200 MB of
+    # memory (515 → 317 MB resident after the first analysis) and ~2 s of start-up (3.9 → 1.7 s),
+    # and what it adds hurts BM25: a title it knows becomes one token ("붕괴: 스타레일 했어" →
+    # `붕괴: 스타레일`), which a query naming part of it ("스타레일") never matches. It changed the
+    # tokens of 4 of the 3,107 Korean texts of benchmarks/data, and no recall of the Korean dev set.
+    return Kiwi(num_workers=min(4, os.cpu_count() or 1), load_multi_dict=False)
 
 
 def _bigrams(run: str) -> list[str]:
@@ -93,6 +105,11 @@ class Tokenizer:
     @property
     def name(self) -> str:
         return self.options.name
+
+    @property
+    def version(self) -> str:
+        """What made this tokenizer's tokens: its options and `TOKENS_VERSION` (recorded in a memory)."""
+        return f"{self.options.name}/{TOKENS_VERSION}"
 
     def load(self) -> float:
         """Load the Korean analyser now; the seconds it took (about 0 once loaded, or without kiwi).

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,7 @@ import psycopg
 from ...chain import GENESIS
 from ...errors import CorruptDatabaseError, StoreError
 from ...types import Block, Scope
-from ..base import AppendHook, BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
+from ..base import TOKENIZER_KEY, AppendHook, BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
 from ..conversation import ConversationStore, ConversationTables
 from ..idempotency import IdempotencyStore, IdempotencyTable
 from ..keys import KeyStore, KeyTable
@@ -232,6 +232,33 @@ class PostgresStore:
             if erased:
                 tx.execute("UPDATE changes SET counter = counter + 1")
         return erased
+
+    def replace_tokens(self, tokens: Mapping[int, Sequence[str]], version: str) -> bool:
+        """Re-tokenized live blocks' BM25 tokens, postings and totals and the tokenizer `version`
+        that made them, in one transaction — unless `version` is recorded already: then False.
+        An advisory lock per schema makes a second process wait, then find it done."""
+        with self.db.transaction() as tx:
+            tx.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':tokens'))")
+            found = tx.execute("SELECT value FROM meta WHERE key = ?", (TOKENIZER_KEY,)).fetchone()
+            if found and found[0] == version:
+                return False
+            delta = 0
+            for index, toks in tokens.items():
+                old = tx.execute("SELECT length FROM block_tokens WHERE block_index = ?", (int(index),)).fetchone()
+                if old is None:  # forgotten meanwhile: it has no tokens to replace
+                    continue
+                tx.execute("UPDATE block_tokens SET tokens = ?, length = ? WHERE block_index = ?",
+                           (" ".join(toks), len(toks), int(index)))
+                delta += len(toks) - int(old[0])
+                tx.execute("DELETE FROM postings WHERE block_index = ?", (int(index),))
+                tx.executemany("INSERT INTO postings(term, block_index, tf, length) VALUES (?, ?, ?, ?)",
+                               [(term, int(index), tf, len(toks)) for term, tf in Counter(toks).items()])
+            tx.execute("UPDATE bm25_stats SET total_length = total_length + ?", (delta,))
+            tx.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT (key) "
+                       "DO UPDATE SET value = excluded.value", (TOKENIZER_KEY, version))
+            if tokens:
+                tx.execute("UPDATE changes SET counter = counter + 1")
+        return True
 
     def reembed(self, block_indices: Sequence[int], vectors: np.ndarray, meta: dict[str, str]) -> None:
         """Swap every vector and the recorded embedder in one transaction (reindex); the HNSW index
