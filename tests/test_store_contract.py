@@ -141,7 +141,7 @@ def test_replace_tokens_swaps_bm25_tokens_once_per_tokenizer_version(store: Stor
     assert set(before) == {1, 2, 6}
     # block 2 loses "cat" and gains "tabby"; block 5 gets longer: the statistics follow
     assert store.replace_tokens({2: ["the", "tabby", "is", "three", "years", "old"],
-                                 5: "study group meets at the library on fridays".split()}, "test/2")
+                                 5: ["study", "group", "meets", "at", "the", "library", "on", "fridays"]}, "test/2")
     assert store.get_meta(TOKENIZER_KEY) == "test/2"
     tokens = dict(store.load_tokens(0))
     assert tokens[2] == "the tabby is three years old" and tokens[5].endswith("on fridays") and 3 not in tokens
