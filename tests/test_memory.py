@@ -515,9 +515,10 @@ def test_neighbours_are_the_turns_around_a_turn_in_its_channel(seeded) -> None:
 
 def test_tokens_another_tokenizer_made_are_remade_when_the_memory_opens(tmp_path: Path) -> None:
     """A memory records what made its BM25 tokens; one whose tokens an older analyser made (kiwi
-    with its multi-word dictionary kept a title it knew as one token) is re-tokenized once when it
-    opens, so a query naming part of the title finds the block by BM25 again."""
-    from gieok.store.base import TOKENIZER_KEY, BM25Filter
+    with its multi-word dictionary read a title it knew as one morpheme, punctuation and all:
+    `붕괴:`) is re-tokenized once when it opens, so a query for a word of the title ("붕괴") finds
+    the block by BM25 again."""
+    from gieok.store.base import TOKENIZER_KEY
     from gieok.store.factory import open_store
     from gieok.text.tokenize import get_tokenizer
 
@@ -528,16 +529,17 @@ def test_tokens_another_tokenizer_made_are_remade_when_the_memory_opens(tmp_path
     store = open_store(str(path))
     assert store.get_meta(TOKENIZER_KEY) == get_tokenizer().version
     kept = dict(store.load_tokens(0))[other.block_index]
-    store.replace_tokens({title.block_index: ["붕괴스타레일", "새", "캐릭터", "나오다"]}, "kiwi+stem+stop/1")
-    assert store.bm25(get_tokenizer().tokens("스타레일"), BM25Filter(), 3) == []  # stale: the part finds nothing
+    store.replace_tokens({title.block_index: ["붕괴:", "스타레일", "캐릭터", "나오다"]}, "kiwi+stem+stop/1")
+    # stale: the engine's BM25 reads the stored tokens split on spaces, and holds no `붕괴` for the query's
+    assert "붕괴" not in dict(store.load_tokens(0))[title.block_index].split()
     store.close()
 
     for engine in ("memory", "fts5"):  # the first open re-tokenizes; both BM25 engines then agree
         with Memory(path, bm25_engine=engine) as memory:
-            assert [h.block.block_index for h in memory.search("스타레일", k=3, mode="bm25").hits] == [
+            assert [h.block.block_index for h in memory.search("붕괴", k=3, mode="bm25").hits] == [
                 title.block_index]
     store = open_store(str(path))
     assert store.get_meta(TOKENIZER_KEY) == get_tokenizer().version
     tokens = dict(store.load_tokens(0))
-    assert "스타레일" in tokens[title.block_index].split() and tokens[other.block_index] == kept
+    assert tokens[title.block_index].split()[:2] == ["붕괴", "스타레일"] and tokens[other.block_index] == kept
     store.close()

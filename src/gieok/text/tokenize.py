@@ -75,9 +75,11 @@ def _kiwi():
 
     # Without kiwi's multi-word dictionary (`load_multi_dict`): it costs every process ~200 MB of
     # memory (515 → 317 MB resident after the first analysis) and ~2 s of start-up (3.9 → 1.7 s),
-    # and what it adds hurts BM25: a title it knows becomes one token ("붕괴: 스타레일 했어" →
-    # `붕괴: 스타레일`), which a query naming part of it ("스타레일") never matches. It changed the
-    # tokens of 4 of the 3,107 Korean texts of benchmarks/data, and no recall of the Korean dev set.
+    # and what it adds hurts BM25: a title it knows comes back as one morpheme with its punctuation
+    # ("붕괴: 스타레일 했어" → `붕괴: 스타레일`, indexed as `붕괴:` and `스타레일`), so a query
+    # "붕괴" missed it. It changed the tokens of 4 of the 3,107 Korean texts of benchmarks/data
+    # (1,775 of the 100k generated chat blocks of `bench pgstateless`), and no recall of the
+    # Korean dev set.
     return Kiwi(num_workers=min(4, os.cpu_count() or 1), load_multi_dict=False)
 
 
