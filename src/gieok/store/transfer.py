@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..types import Block
-from .base import IndexRows, Store, VerifyReport
+from .base import TOKENIZER_KEY, IndexRows, Store, VerifyReport
 from .sql import SqlSession
 
 __all__ = ["copy_store", "TransferReport", "TABLES"]
@@ -76,6 +76,7 @@ def copy_store(source: Store, target: Store, *, progress: Callable[[int], None] 
     if not isinstance(source, SqlSession) or not isinstance(target, SqlSession):
         raise InvalidInputError("both stores must be SQL stores")
     meta = {str(k): str(v) for k, v in source.fetch("SELECT key, value FROM meta") if k not in _NOT_COPIED_META}
+    meta.setdefault(TOKENIZER_KEY, "")  # tokens copied as they are: made by what made the source's, maybe unknown
     dimension = meta.pop("dimension", None)
     target.set_meta(meta)  # the vector index is built after the rows are in (faster than row by row)
     blocks = _copy_blocks(source, target, int(dimension) if dimension else None, progress)
