@@ -508,31 +508,42 @@ def bench_pgindex(
 
 @bench_app.command("pgstateless")
 def bench_pgstateless(
-    sizes: Annotated[str, typer.Option(help="Blocks in the memory, comma-separated (a schema each).")] = "20000",
+    sizes: Annotated[str, typer.Option(help="Blocks in the memory, comma-separated (a schema each); none: "
+                                            "only --tenants.")] = "20000",
     db: Annotated[str | None, typer.Option("--db", help="A postgresql:// URL (its bench_stateless_<n> schemas are "
                                                         "created, or searched as they are when they hold n blocks "
                                                         "already); default: a throwaway PostgreSQL.")] = None,
     base: Annotated[int, typer.Option(help="Real e5 corpus vectors the others are mixed from.")] = 1000,
     queries: Annotated[int, typer.Option(help="Real e5 query vectors; each searched unscoped and in a channel.")] = 50,
+    tenants: Annotated[int, typer.Option(help="Also: this many small tenants served round-robin by two "
+                                               "database-mode workers (RSS, open and search times); 0: not.")] = 0,
+    tenant_blocks: Annotated[int, typer.Option(help="Blocks in each of those tenants.")] = 20,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Corpus vector cache (default: user cache dir).")] = None,
 ) -> None:
     """PostgreSQL workers with pg_index = memory (indexes loaded per process) vs database (SQL, nothing loaded):
-    worker RSS, cold open, search p50/p95 without the query embedding, and top-1 agreement.
+    worker RSS, cold open, search p50/p95 without the query embedding, and top-1 agreement; with --tenants,
+    many small tenants served by two database-mode workers.
 
     Example: gieok bench pgstateless --sizes 20000,50000 --json pgstateless.json
+    Example: gieok bench pgstateless --sizes none --tenants 1000 --db postgresql://… --json tenants.json
     """
     from benchmarks.pg import backend_database
     from benchmarks.pgstateless import run_pgstateless
 
-    counts = _counts(sizes, "--sizes")
+    counts = [] if sizes.strip().lower() == "none" else _counts(sizes, "--sizes")
+    if not counts and tenants < 1:
+        raise InvalidInputError("nothing to measure: give --sizes, or --tenants N")
+    if tenants < 0 or not 1 <= tenant_blocks <= 10_000:
+        raise InvalidInputError("--tenants must be >= 0 and --tenant-blocks 1–10000")
     if db is not None and not is_database_url(db):
         raise InvalidInputError(f"--db must be a postgresql:// URL, got {db!r}")
     if base < 100 or queries < 1:
         raise InvalidInputError("--base must be >= 100 and --queries >= 1")
     with backend_database("postgres", db, {"shared_buffers": "1GB"}) as url:
         assert url is not None
-        run_pgstateless(url, json_out, sizes=counts, base=base, queries=queries, cache_dir=cache_dir)
+        run_pgstateless(url, json_out, sizes=counts, base=base, queries=queries, cache_dir=cache_dir,
+                        tenants=tenants, tenant_blocks=tenant_blocks)
 
 
 @bench_app.command("facts")

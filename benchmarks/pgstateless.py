@@ -31,6 +31,7 @@ from rich.console import Console
 from benchmarks.corpus import generate_messages, generate_queries
 from benchmarks.embed_cache import corpus_vectors
 from benchmarks.pgindex import mixed_vectors
+from benchmarks.pgtenants import measure_tenants
 from benchmarks.report import p50_p95, print_and_write, progress_bar, results_table, table_console
 from gieok import Memory
 from gieok.errors import InvalidInputError
@@ -129,8 +130,18 @@ def fill_corpus(url: str, n: int, base: int, cache_dir: Path | None,
 
 
 def measure_pgstateless(url: str, sizes: list[int], *, base: int = 1000, queries: int = 50,
-                        cache_dir: Path | None = None) -> dict[str, Any]:
+                        cache_dir: Path | None = None, tenants: int = 0, tenant_blocks: int = 20) -> dict[str, Any]:
     _QUERY_TEXTS[:] = generate_queries(queries)
+    report: dict[str, Any] = {}
+    if sizes:
+        report.update(_measure_sizes(url, sizes, base, queries, cache_dir))
+    if tenants:
+        report["tenants"] = measure_tenants(url, tenants, blocks=tenant_blocks, base=base, queries=queries,
+                                            cache_dir=cache_dir)
+    return report
+
+
+def _measure_sizes(url: str, sizes: list[int], base: int, queries: int, cache_dir: Path | None) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     for n in sizes:
         location = with_schema(url, f"bench_stateless_{n}")
@@ -181,21 +192,35 @@ def _run_worker(url: str, mode: str, query_file: str, channel: str) -> dict[str,
 
 def print_pgstateless(report: dict[str, Any], console: Console | None = None) -> None:
     console = table_console(console)
-    table = results_table("PostgreSQL: in-process indexes vs the database",
-                          ("blocks", "mode", "RSS MB", "open s", "p50 ms", "p95 ms", "p50 ms (channel)", "top-1 same"),
-                          left=("mode",))
-    for row in report["sizes"]:
-        for mode in MODES:
-            r = row[mode]
-            table.add_row(f"{row['blocks']:,}", mode, f"{r['worker_rss_mb']:.0f}", f"{r['open_cold_s']:.2f}",
-                          f"{r['search_p50_ms']['all']:.1f}", f"{r['search_p95_ms']['all']:.1f}",
-                          f"{r['search_p50_ms']['channel']:.1f}", f"{row['agreement']['all']['top1_same']:.2f}")
-    console.print(table)
+    if "sizes" in report:
+        table = results_table("PostgreSQL: in-process indexes vs the database",
+                              ("blocks", "mode", "RSS MB", "open s", "p50 ms", "p95 ms", "p50 ms (channel)",
+                               "top-1 same"), left=("mode",))
+        for row in report["sizes"]:
+            for mode in MODES:
+                r = row[mode]
+                table.add_row(f"{row['blocks']:,}", mode, f"{r['worker_rss_mb']:.0f}", f"{r['open_cold_s']:.2f}",
+                              f"{r['search_p50_ms']['all']:.1f}", f"{r['search_p95_ms']['all']:.1f}",
+                              f"{r['search_p50_ms']['channel']:.1f}", f"{row['agreement']['all']['top1_same']:.2f}")
+        console.print(table)
+    if "tenants" in report:
+        t = report["tenants"]
+        table = results_table(f"{t['count']:,} tenants × {t['blocks_each']} blocks, {t['workers']} database-mode "
+                              "workers round-robin",
+                              ("worker", "RSS MB (max)", "RSS at start", "open p50 / p95 ms", "search p50 / p95 ms",
+                               "open at end"))
+        for i, w in enumerate(t["per_worker"]):
+            table.add_row(str(i), f"{w['worker_rss_mb']:.0f}", f"{w['rss_start_mb']:.0f}",
+                          f"{w['open_ms']['p50']:.1f} / {w['open_ms']['p95']:.1f}",
+                          f"{w['search_ms']['p50']:.1f} / {w['search_ms']['p95']:.1f}",
+                          f"{w['open_at_end']} of ≤ {w['max_open']}")
+        console.print(table)
 
 
 def run_pgstateless(url: str, json_out: Path | None, *, sizes: list[int], base: int, queries: int,
-                    cache_dir: Path | None) -> dict[str, Any]:
-    report = measure_pgstateless(url, sizes, base=base, queries=queries, cache_dir=cache_dir)
+                    cache_dir: Path | None, tenants: int = 0, tenant_blocks: int = 20) -> dict[str, Any]:
+    report = measure_pgstateless(url, sizes, base=base, queries=queries, cache_dir=cache_dir, tenants=tenants,
+                                 tenant_blocks=tenant_blocks)
     return print_and_write(report, print_pgstateless, json_out)
 
 

@@ -1,6 +1,7 @@
 """`gieok bench pgstateless`, small, on the test PostgreSQL: both modes' workers run and agree, the
-JSON has the issue's keys, and a `--db` kept from an earlier run is searched as it is rather than
-filled twice (a schema with another count is refused). Behaviour only, never speed."""
+JSON has the issue's keys, a few tenants are served by both tenant workers (`--tenants`), and a
+`--db` kept from an earlier run is searched as it is rather than filled twice (a schema with
+another count is refused). Behaviour only, never speed."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not HAVE_PGSERVER, reason="pi
 
 def _run(url: str, out: Path, cache: Path) -> tuple[int, str, str]:
     done = gieok("bench", "pgstateless", "--db", url, "--sizes", "400", "--base", "100", "--queries", "4",
-                 "--json", str(out), "--cache-dir", str(cache))
+                 "--tenants", "6", "--tenant-blocks", "5", "--json", str(out), "--cache-dir", str(cache))
     return done.returncode, done.stdout, done.stderr
 
 
@@ -38,6 +39,13 @@ def test_both_modes_run_agree_and_a_kept_schema_is_searched_as_it_is(pg_server: 
         assert row[mode]["search_p95_ms"]["all"] >= row[mode]["search_p50_ms"]["all"] > 0
     assert row["agreement"]["all"]["top1_same"] == 1.0  # 400 blocks: both search every vector exactly
     assert "in-process indexes vs the database" in stdout
+    tenants = first["tenants"]  # six tenants, each opened and searched by both workers
+    assert tenants["count"] == 6 and tenants["filled"] == 6 and len(tenants["per_worker"]) == 2
+    for worker in tenants["per_worker"]:
+        assert worker["open_at_end"] == 6 and worker["search_ms"]["p50"] > 0 and worker["open_ms"]["p50"] > 0
+        assert worker["worker_rss_mb"] >= worker["rss_start_mb"] > 0
+    assert tenants["worker_rss_mb"] == max(w["worker_rss_mb"] for w in tenants["per_worker"])
+    assert "6 tenants × 5 blocks" in stdout
 
     # the same --db again: searched as it is, not filled twice (what the second run's workers then
     # measure is the first's); a schema that is not a whole fill is refused, not added to
