@@ -540,7 +540,9 @@ def bench_pgstateless(
         raise InvalidInputError(f"--db must be a postgresql:// URL, got {db!r}")
     if base < 100 or queries < 1:
         raise InvalidInputError("--base must be >= 100 and --queries >= 1")
-    with backend_database("postgres", db, {"shared_buffers": "1GB"}) as url:
+    # every tenant a worker keeps open holds a PostgreSQL connection: two workers × 64 open tenants
+    # (`server_open_tenants`) are more than PostgreSQL's default 100 connections
+    with backend_database("postgres", db, {"shared_buffers": "1GB", "max_connections": "300"}) as url:
         assert url is not None
         run_pgstateless(url, json_out, sizes=counts, base=base, queries=queries, cache_dir=cache_dir,
                         tenants=tenants, tenant_blocks=tenant_blocks)
