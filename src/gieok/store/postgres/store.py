@@ -66,6 +66,14 @@ def _row_to_block(row: Sequence[Any]) -> Block:
                  forgotten=forgotten_at is not None)
 
 
+_INSERT_POSTINGS = "INSERT INTO postings(term, block_index, tf, length) VALUES (?, ?, ?, ?)"
+
+
+def _postings(block_index: int, tokens: Sequence[str]) -> list[tuple[str, int, int, int]]:
+    """A block's `postings` rows: each distinct term with its frequency and the block's token count."""
+    return [(term, block_index, tf, len(tokens)) for term, tf in Counter(tokens).items()]
+
+
 def _block_params(block: Block, forgotten_at: float | None = None) -> tuple[Any, ...]:
     return (block.block_index, block.kind, block.scope.guild, block.scope.channel, block.scope.user, block.speaker,
             block.text, block.event_time, block.insert_time, block.importance,
@@ -203,9 +211,7 @@ class PostgresStore:
                        [(b.block_index, v) for b, _, v in kept])
         tx.executemany("INSERT INTO block_tokens(block_index, tokens, length) VALUES (?, ?, ?)",
                        [(b.block_index, " ".join(toks), len(toks)) for b, toks, _ in kept])
-        tx.executemany("INSERT INTO postings(term, block_index, tf, length) VALUES (?, ?, ?, ?)",
-                       [(term, b.block_index, tf, len(toks)) for b, toks, _ in kept
-                        for term, tf in Counter(toks).items()])
+        tx.executemany(_INSERT_POSTINGS, [row for b, toks, _ in kept for row in _postings(b.block_index, toks)])
         tx.execute("UPDATE bm25_stats SET documents = documents + ?, total_length = total_length + ?",
                    (len(kept), sum(len(toks) for _, toks, _ in kept)))
         tx.execute("UPDATE changes SET counter = counter + 1")
@@ -251,8 +257,7 @@ class PostgresStore:
                            (" ".join(toks), len(toks), int(index)))
                 delta += len(toks) - int(old[0])
                 tx.execute("DELETE FROM postings WHERE block_index = ?", (int(index),))
-                tx.executemany("INSERT INTO postings(term, block_index, tf, length) VALUES (?, ?, ?, ?)",
-                               [(term, int(index), tf, len(toks)) for term, tf in Counter(toks).items()])
+                tx.executemany(_INSERT_POSTINGS, _postings(int(index), toks))
             tx.execute("UPDATE bm25_stats SET total_length = total_length + ?", (delta,))
             tx.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT (key) "
                        "DO UPDATE SET value = excluded.value", (TOKENIZER_KEY, version))
