@@ -30,9 +30,10 @@ from rich.console import Console
 
 from benchmarks.corpus import generate_messages, generate_queries
 from benchmarks.embed_cache import corpus_vectors
+from benchmarks.fill import corpus_items
 from benchmarks.pgindex import mixed_vectors
 from benchmarks.pgtenants import measure_tenants
-from benchmarks.report import p50_p95, print_and_write, progress_bar, results_table, table_console
+from benchmarks.report import p50_p95, print_and_write, progress_bar, results_table, rss_mb, table_console
 from gieok import Memory
 from gieok.errors import InvalidInputError
 from gieok.store.factory import open_store
@@ -58,13 +59,6 @@ class PreEmbedded:
     embed_queries = embed_passages
 
 
-def _rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def worker(url: str, mode: str, query_file: str, channel: str) -> dict[str, Any]:
     """One worker process's measurements (run in a child: `main`)."""
     from gieok.text.tokenize import get_tokenizer
@@ -74,12 +68,12 @@ def worker(url: str, mode: str, query_file: str, channel: str) -> dict[str, Any]
     recorded = open_store(url)
     name, dimension = recorded.get_meta("embedder"), int(recorded.get_meta("dimension") or 0)
     recorded.close()
-    rss_before = _rss_mb()
+    rss_before = rss_mb()
     t0 = time.perf_counter()
     memory = Memory(url, pg_index=mode, embedder=PreEmbedded(str(name), dimension))
     len(memory)  # one query: the memory is open and usable
     open_s = time.perf_counter() - t0
-    rss_open = _rss_mb()
+    rss_open = rss_mb()
     timings: dict[str, list[float]] = {"all": [], "channel": []}
     ranked: dict[str, list[list[int]]] = {"all": [], "channel": []}
     for vector in queries:
@@ -90,7 +84,7 @@ def worker(url: str, mode: str, query_file: str, channel: str) -> dict[str, Any]
             timings[where].append((time.perf_counter() - t) * 1000)
             ranked[where].append([h.block.block_index for h in result.hits])
     memory.close()
-    return {"mode": mode, "rss_before_mb": rss_before, "rss_open_mb": rss_open, "rss_after_mb": _rss_mb(),
+    return {"mode": mode, "rss_before_mb": rss_before, "rss_open_mb": rss_open, "rss_after_mb": rss_mb(),
             "open_cold_s": open_s, "timings_ms": timings, "ranked": ranked}
 
 
@@ -117,9 +111,7 @@ def fill_corpus(url: str, n: int, base: int, cache_dir: Path | None,
             with progress_bar(f"fill {n:,} blocks (vectors given)", n) as advance:
                 for start in range(0, n, FILL_CHUNK):
                     part = messages[start : start + FILL_CHUNK]
-                    memory.add_many([{"text": m.text, "scope": {"guild": m.guild, "channel": m.channel},
-                                      "speaker": m.speaker, "event_time": m.timestamp} for m in part],
-                                    vectors=vectors[start : start + len(part)])
+                    memory.add_many(corpus_items(part), vectors=vectors[start : start + len(part)])
                     advance(len(part))
             adds_per_s = n / (time.perf_counter() - started)
         vectors_of_queries = np.stack([memory.embedder.embed_query(q) for q in queries])

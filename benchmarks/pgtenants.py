@@ -30,8 +30,9 @@ import numpy as np
 
 from benchmarks.corpus import generate_messages, generate_queries
 from benchmarks.embed_cache import corpus_vectors
+from benchmarks.fill import corpus_items
 from benchmarks.pgindex import mixed_vectors
-from benchmarks.report import p50_p95, progress_bar
+from benchmarks.report import p50_p95, progress_bar, rss_mb
 from gieok import Memory
 from gieok.config import Settings
 from gieok.embed import create_embedder
@@ -47,13 +48,6 @@ RSS_EVERY = 50
 
 def tenant_names(count: int) -> list[str]:
     return [f"t{i:04d}" for i in range(count)]
-
-
-def _rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def _fill(home: str, count: int, blocks: int, base: int, cache_dir: Path | None) -> int:
@@ -74,9 +68,7 @@ def _fill(home: str, count: int, blocks: int, base: int, cache_dir: Path | None)
                                             f"{HOME_SCHEMA}_* schemas, or give another --db")
                 if held == 0:
                     part = messages[i * blocks : (i + 1) * blocks]
-                    memory.add_many([{"text": m.text, "scope": {"guild": m.guild, "channel": m.channel},
-                                      "speaker": m.speaker, "event_time": m.timestamp} for m in part],
-                                    vectors=vectors[i * blocks : (i + 1) * blocks])
+                    memory.add_many(corpus_items(part), vectors=vectors[i * blocks : (i + 1) * blocks])
                     filled += 1
             advance(1)
     return filled
@@ -91,7 +83,7 @@ def worker(home: str, count: int, start: int, query_file: str, texts: list[str])
     registry = TenantRegistry(home, settings, max_open=settings.server_open_tenants)
     queries = np.load(query_file)
     names = tenant_names(count)
-    rss: list[float] = [_rss_mb()]
+    rss: list[float] = [rss_mb()]
     opens: list[float] = []
     searches: list[float] = []
     try:
@@ -108,8 +100,8 @@ def worker(home: str, count: int, start: int, query_file: str, texts: list[str])
             finally:
                 registry.release(tenant)
             if step == 0 or (step + 1) % RSS_EVERY == 0:
-                rss.append(_rss_mb())
-        rss.append(_rss_mb())
+                rss.append(rss_mb())
+        rss.append(rss_mb())
         open_at_end = len(registry.open_names())
     finally:
         registry.close()

@@ -1,4 +1,4 @@
-"""Shared benchmark plumbing: rich progress bars, tables, percentiles and JSON output.
+"""Shared benchmark plumbing: rich progress bars, tables, percentiles, resident memory and JSON output.
 
 A benchmark's `measure_…` returns its report; keys starting with "_" hold what only its
 `print_…` needs (examples it got wrong, the run's parameters) and are never written as JSON.
@@ -19,8 +19,8 @@ from rich.table import Table
 
 from gieok.cli.options import rate_column
 
-__all__ = ["console", "progress_bar", "percentile", "median", "p50_p95", "table_console", "results_table",
-           "published", "write_json", "print_and_write"]
+__all__ = ["console", "progress_bar", "percentile", "median", "p50_p95", "rss_mb", "table_console",
+           "results_table", "published", "write_json", "print_and_write"]
 
 console = Console(stderr=True)
 
@@ -49,6 +49,14 @@ def median(values: Sequence[float]) -> float:
 def p50_p95(values: Sequence[float], suffix: str = "") -> dict[str, float]:
     """{"p50<suffix>": median, "p95<suffix>": 95th percentile}, both rounded to 3 decimals."""
     return {f"p50{suffix}": round(median(values), 3), f"p95{suffix}": round(percentile(values, 95), 3)}
+
+
+def rss_mb() -> float:
+    """This process's resident memory now (MB, from /proc)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def table_console(console: Console | None = None) -> Console:
