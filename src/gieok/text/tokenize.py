@@ -115,7 +115,7 @@ class Tokenizer:
 
     def load(self) -> float:
         """Load the Korean analyser now; the seconds it took (about 0 once loaded, or without kiwi).
-        kiwi reads its model when made and builds it on its first analysis, ~5 s here (20–30 s on a
+        kiwi reads its model when made and builds it on its first analysis, ~2 s here (20–30 s on a
         loaded machine), all of it holding the interpreter lock: a server calls this before it opens
         its port, since no other thread of the process runs meanwhile — an answer would wait."""
         if self.options.korean != "kiwi":
@@ -263,7 +263,7 @@ _shared_lock = threading.Lock()
 
 
 def get_tokenizer(options: TokenizerOptions | None = None) -> Tokenizer:
-    """One tokenizer per option set per process: kiwi's model takes ~1 s and ~100 MB to load."""
+    """One tokenizer per option set per process: kiwi takes ~2 s and ~300 MB to load (`_kiwi`)."""
     options = options or TokenizerOptions()
     with _shared_lock:
         if options not in _shared:
