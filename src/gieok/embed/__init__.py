@@ -64,7 +64,7 @@ def local_scheduler(spec: str, settings: Settings) -> EmbeddingScheduler:
         return EmbeddingScheduler(engine, query_group=group)
     workers = settings.embed_bulk_workers or default_bulk_workers(settings.embed_threads)
     return EmbeddingScheduler(engine, query_group=group, engines=lambda: _build_bulk(spec, settings),
-                              bulk_workers=workers)
+                              bulk_workers=workers, bulk_idle_seconds=settings.embed_bulk_idle_seconds or None)
 
 
 def _build_bulk(spec: str, settings: Settings) -> Embedder:

