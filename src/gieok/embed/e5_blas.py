@@ -42,6 +42,7 @@ _Q4 = np.dtype([("d", "<u2"), ("qs", "u1", 16)])
 _META = "\u2581"  # SentencePiece's word-start marker
 _SPACES = re.compile(" {2,}")
 _WORD_CACHE = 1 << 16  # words kept tokenized per tokenizer (chat repeats its words)
+_CACHED_WORD_CHARS = 48
 _SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
 
 
@@ -82,10 +83,11 @@ class UnigramTokenizer:
             cached = self._words.get(word)
             if cached is None:
                 cached = self._segment(word)
-                with self._lock:
-                    if len(self._words) >= _WORD_CACHE:
-                        self._words.clear()
-                    self._words[word] = cached
+                if len(word) <= _CACHED_WORD_CHARS:  # a 100k-character run is segmented, not kept
+                    with self._lock:
+                        if len(self._words) >= _WORD_CACHE:
+                            self._words.clear()
+                        self._words[word] = cached
             ids.extend(cached)
         return ids
 
