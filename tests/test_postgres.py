@@ -244,3 +244,42 @@ def test_a_memory_from_before_postings_had_lengths_is_brought_up_to_date(url: st
     assert wrong == 0 and total > 0 and version == "14"
     assert key.endswith("(term, block_index) INCLUDE (tf, length)"), key  # BM25 reads the index alone
     assert vacuumed is not None and vacuumed[0] is not None  # the rewritten table was vacuumed after the commit
+
+
+def _graph(store: object) -> bool:
+    rows = store.fetch("SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() "  # type: ignore[attr-defined]
+                       "AND indexname = 'embeddings_hnsw'")
+    return bool(rows)
+
+
+def test_a_bulk_load_builds_the_vector_graph_once_after_its_rows(url: str, tmp_path) -> None:
+    """`vector_index_deferred` drops the HNSW graph for a bulk load and builds it over the loaded
+    rows; a load that dies inside it leaves no graph, and the next open builds it. An import into
+    an empty PostgreSQL memory loads that way; vector search finds the same blocks after it."""
+    from conftest import conversation
+
+    location = with_schema(url, "bulkload")
+    with Memory(location, layers=False) as memory:
+        memory.add("먼저 있던 메모: 민지는 고양이 나비를 키워", scope={"channel": "cafe"})
+        store = memory.store
+        assert _graph(store)
+        with store.vector_index_deferred():
+            assert not _graph(store), "no graph while the rows go in"
+            memory.add_many(conversation())
+            inside = [h.block.block_index for h in memory.search("민지 고양이 이름", k=3, mode="vector").hits]
+        assert _graph(store), "built once the load ended"
+        after = [h.block.block_index for h in memory.search("민지 고양이 이름", k=3, mode="vector").hits]
+        assert inside == after and after
+        memory.export_jsonl(tmp_path / "export.jsonl")
+        with pytest.raises(RuntimeError), store.vector_index_deferred():
+            raise RuntimeError("the load failed")
+        assert _graph(store), "a failed load still rebuilds the graph"
+        with store.transaction() as tx:  # type: ignore[attr-defined]  # as if the process died in a load
+            tx.execute("DROP INDEX embeddings_hnsw")
+    with Memory(location, layers=False) as reopened:
+        assert _graph(reopened.store), "the next open built the missing graph"
+        assert [h.block.block_index for h in reopened.search("민지 고양이 이름", k=3, mode="vector").hits] == after
+    with Memory(with_schema(url, "imported"), layers=False) as imported:
+        assert imported.import_jsonl(tmp_path / "export.jsonl") == len(conversation()) + 1
+        assert _graph(imported.store)
+        assert [h.block.block_index for h in imported.search("민지 고양이 이름", k=3, mode="vector").hits] == after

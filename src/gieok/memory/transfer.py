@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import closing
+from contextlib import closing, nullcontext
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -43,6 +43,11 @@ EXPORT_FORMAT = "gieok-blocks"
 EXPORT_VERSION = 1
 WRITE_CHUNK = 256
 IMPORT_GROUP = 4096  # records per `add_many` of an import into a memory that is not empty
+# An import into a memory that holds blocks builds the store's vector graph once after it (PostgreSQL;
+# store.vector_index_deferred) when it brings at least this many and the memory holds at most
+# RATIO × as many: a vector inserted into the graph costs ~15 × what building over it does.
+DEFER_INDEX_MIN = 1000
+DEFER_INDEX_RATIO = 5
 
 Progress = Callable[[int], None]  # called with the number of items just finished
 
@@ -99,9 +104,17 @@ def import_jsonl(memory: Memory, source: str | os.PathLike[str] | IO[str], progr
     for record in records():  # the append path re-validates against this store's limits
         if new(record):
             memory._prepare(**_record_fields(record))
+    incoming = sum(1 for record in records() if new(record))
+    defer = incoming >= DEFER_INDEX_MIN and len(present) <= DEFER_INDEX_RATIO * incoming
+    with memory.store.vector_index_deferred() if defer else nullcontext():
+        return _import_new(memory, records(), new, progress)
+
+
+def _import_new(memory: Memory, records: Iterable[Block], new: Callable[[Block], bool],
+                progress: Progress | None) -> int:
     count = 0
     group: list[dict[str, Any]] = []
-    for record in records():  # groups: each add_many embeds ahead of its commits on every engine
+    for record in records:  # groups: each add_many embeds ahead of its commits on every engine
         if not new(record):
             continue
         group.append(_record_fields(record))
@@ -130,8 +143,9 @@ def _import_exact(memory: Memory, records: Iterable[Block], progress: Progress |
             yield chunk, _live_texts(chunk, context)
 
     total = 0
-    with closing(embed_ahead(memory.embedder, chunks(), memory.settings.embed_batch_size,
-                             priority=Priority.BULK)) as embedded:
+    with memory.store.vector_index_deferred(), \
+            closing(embed_ahead(memory.embedder, chunks(), memory.settings.embed_batch_size,
+                                priority=Priority.BULK)) as embedded:  # into an empty memory: build the graph once
         for chunk, vectors_live in embedded:
             _import_exact_chunk(memory, chunk, vectors_live)
             total += len(chunk)

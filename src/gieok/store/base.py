@@ -13,6 +13,7 @@ four: the block operations directly and the others as `store.layers`, `store.con
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -154,6 +155,11 @@ class BlockStore(Protocol):
     def forget(self, block_indices: Sequence[int], when: float) -> list[int]: ...
 
     def reembed(self, block_indices: Sequence[int], vectors: np.ndarray, meta: dict[str, str]) -> None: ...
+
+    def vector_index_deferred(self) -> AbstractContextManager[None]:
+        """Around a bulk load: a vector index the store keeps is built once after it, not row by
+        row (PostgreSQL's HNSW graph); a no-op where the process builds its own (SQLite)."""
+        ...
 
     def replace_tokens(self, tokens: Mapping[int, Sequence[str]], version: str) -> bool: ...
 

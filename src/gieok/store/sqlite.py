@@ -295,6 +295,11 @@ class SQLiteStore:
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return erased
 
+    @contextlib.contextmanager
+    def vector_index_deferred(self) -> Iterator[None]:
+        """Nothing to defer: the vector index is the process's own (index/vector.py)."""
+        yield
+
     def reembed(self, block_indices: Sequence[int], vectors: np.ndarray, meta: dict[str, str]) -> None:
         """Swap every vector and the recorded embedder in one transaction (reindex)."""
         with self.transaction() as conn:
