@@ -165,7 +165,9 @@ class PostgresStore:
         """A bulk load without the HNSW graph: it is dropped, the rows go in, and it is built once
         over all of them. Inserting a vector into the graph cost ~9 ms here (m 32, ef_construction
         120); building the graph over loaded rows ~0.6 ms a vector at 1M (docs/architecture.md).
-        Searches meanwhile are exact scans. If the process dies first, the next open rebuilds it."""
+        Searches meanwhile are exact scans. If the process dies first, the next open rebuilds it;
+        a process that opens the schema during the load builds it too (then the rest of the load
+        goes in row by row: slower, still correct)."""
         with self.db.transaction() as tx:
             tx.execute("DROP INDEX IF EXISTS embeddings_hnsw")
         try:
