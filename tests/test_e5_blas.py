@@ -107,3 +107,16 @@ def test_idle_bulk_engines_exit_and_give_their_weights_back(tmp_path: Path, nano
         assert str(model) not in e5_blas._loaded, "their weights were kept"
     assert len(made) >= 3, "the second round loaded engines again"
     scheduler.close()
+
+
+def test_a_vocabulary_with_pieces_across_words_is_segmented_whole() -> None:
+    from gieok.embed.e5_blas import UnigramTokenizer
+
+    pieces = {"\u2581a": 0, "\u2581b": 1, "\u2581a\u2581b": 2, "a": 3, "b": 4}
+    scores = [-1.0, -1.0, -1.5, -3.0, -3.0]
+    across = UnigramTokenizer(pieces, scores, {}, unknown=9, max_piece_chars=4, max_piece_bytes=12)
+    assert across.encode("a b") == [2], "a piece spanning two words wins when one exists"
+    by_word = UnigramTokenizer({k: v for k, v in pieces.items() if v != 2}, scores, {}, unknown=9,
+                               max_piece_chars=2, max_piece_bytes=6)
+    assert by_word.encode("a  b") == [0, 1], "runs of spaces are one"
+    assert by_word.encode("a b ") == [0, 1, 9], "a trailing space is a token of its own (unknown here)"

