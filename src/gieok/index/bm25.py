@@ -184,7 +184,14 @@ class BM25Index:
             touched = touched[alive[touched]]
             cand_rows, cand_scores = touched, scores[touched]
         if cand_rows.shape[0] > k:
-            top = np.argpartition(-cand_scores, k - 1)[:k]
+            # The k best; among documents tied at the cut, the oldest (lowest rows), as the SQL
+            # BM25s order them (`ORDER BY score DESC, block_index`): argpartition alone would keep
+            # an arbitrary few of them, and equal-length turns sharing one word tie often.
+            cut = cand_scores[np.argpartition(-cand_scores, k - 1)[k - 1]]
+            above = np.flatnonzero(cand_scores > cut)
+            tied = np.flatnonzero(cand_scores == cut)
+            tied = tied[np.argsort(cand_rows[tied], kind="stable")[: k - above.shape[0]]]
+            top = np.concatenate([above, tied])
             cand_rows, cand_scores = cand_rows[top], cand_scores[top]
         order = np.lexsort((cand_rows, -cand_scores))
         return cand_rows[order].astype(np.int64), cand_scores[order]
