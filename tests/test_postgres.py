@@ -283,3 +283,12 @@ def test_a_bulk_load_builds_the_vector_graph_once_after_its_rows(url: str, tmp_p
         assert imported.import_jsonl(tmp_path / "export.jsonl") == len(conversation()) + 1
         assert _graph(imported.store)
         assert [h.block.block_index for h in imported.search("민지 고양이 이름", k=3, mode="vector").hits] == after
+    # A fresh memory gets its vector type (and so its graph) from its first write: inside a bulk
+    # load that write must not build the graph, else every later row goes in one by one (~9 ms each).
+    with Memory(with_schema(url, "fresh_bulk"), layers=False) as fresh:
+        with fresh.store.vector_index_deferred():
+            fresh.add_many(conversation())
+            assert not _graph(fresh.store), "the first write typed the vectors without building the graph"
+            exact = [h.block.block_index for h in fresh.search("민지 고양이 이름", k=3, mode="vector").hits]
+        assert _graph(fresh.store)
+        assert [h.block.block_index for h in fresh.search("민지 고양이 이름", k=3, mode="vector").hits] == exact

@@ -117,6 +117,7 @@ class PostgresStore:
                             ef_search=hnsw_ef_search, max_size=pool_size)
         self._append_lock = _lock_key(self.schema)
         self._hnsw = (int(hnsw_m), int(hnsw_ef_construction))
+        self._loads_deferring_graph = 0  # bulk loads under way in this process (vector_index_deferred)
         self._search_sql = {filtered: vector_search_sql("embeddings", filtered=filtered) for filtered in (False, True)}
         self.layers: LayerStore = LayerTables(self.db)
         self.conversation: ConversationStore = ConversationTables(self.db)
@@ -158,7 +159,8 @@ class PostgresStore:
             return
         tx.execute("DROP INDEX IF EXISTS embeddings_hnsw")
         tx.execute(f"ALTER TABLE embeddings ALTER COLUMN vector TYPE vector({int(dimension)})")
-        tx.execute(hnsw_index_sql("embeddings_hnsw", "embeddings", *self._hnsw))
+        if not self._loads_deferring_graph:  # a fresh memory typed by a bulk load's first write: built after it
+            tx.execute(hnsw_index_sql("embeddings_hnsw", "embeddings", *self._hnsw))
 
     @contextmanager
     def vector_index_deferred(self) -> Iterator[None]:
@@ -170,10 +172,13 @@ class PostgresStore:
         goes in row by row: slower, still correct)."""
         with self.db.transaction() as tx:
             tx.execute("DROP INDEX IF EXISTS embeddings_hnsw")
+        self._loads_deferring_graph += 1
         try:
             yield
         finally:
-            self._vector_index_present()
+            self._loads_deferring_graph -= 1
+            if not self._loads_deferring_graph:
+                self._vector_index_present()
 
     def _vector_index_present(self) -> None:
         """Build the HNSW graph if the vectors have a dimension and it is missing (one catalog query
