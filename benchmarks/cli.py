@@ -379,19 +379,50 @@ def bench_scale(
     channels: Annotated[int, typer.Option(help="Runtime part: channels, each sending --rate msg/s.")] = 20,
     runtime_seconds: Annotated[float, typer.Option(help="Runtime part: seconds of messages.")] = 30.0,
     rate: Annotated[float, typer.Option(help="Runtime part: messages per second per channel.")] = 1.0,
+    measure: Annotated[str, typer.Option(
+        help="workers: the worker and bot-process loads above; data: stateless PostgreSQL workers "
+             "(pg_index = database) at --blocks per tenant and --tenants tenants; auto: data when --tenants "
+             f"is given or --blocks >= {100_000:,}, else workers.")] = "auto",
+    tenants: Annotated[int, typer.Option(help="data: this many small tenants opened round-robin by two "
+                                              "workers (0: not measured).")] = 0,
+    tenant_blocks: Annotated[int, typer.Option(help="data: blocks in each of those tenants.")] = 20,
+    base: Annotated[int, typer.Option(help="data: real e5 corpus vectors the others are mixed from.")] = 1000,
+    search_queries: Annotated[int, typer.Option(help="data: real e5 query vectors, each searched unscoped "
+                                                     "and in a channel, at each size.")] = 40,
+    adds: Annotated[int, typer.Option(help="data: blocks added (then forgotten) into the full-size memory "
+                                           "to time adds at that size.")] = 2000,
+    locomo: Annotated[Path | None, typer.Option(
+        "--locomo", help="data: a LoCoMo-format file (e.g. ../shared/data/locomo/locomo_dev5.json) whose "
+                         "questions compare the two modes beside 100k blocks (default: not compared).")] = None,
 ) -> None:
-    """The HTTP load of `bench server` against 1, 2, … gieok serve worker processes on one database,
-    then the runtime load of `bench runtime` split over bot processes sharing Redis.
+    """What more processes and more data cost: the HTTP load of `bench server` against 1, 2, … gieok
+    serve worker processes on one database, then the runtime load of `bench runtime` split over bot
+    processes sharing Redis (--measure workers); or stateless PostgreSQL workers at a million blocks
+    and a thousand tenants (--measure data).
 
-    Searches/s, p50/p95, add p50, errors and stale reads (a note added through one connection, not
-    found by a search on another) for each worker count; messages lost, stored twice, answered twice
-    (duplicate replies) or in the wrong channel (misrouted) across the bot processes.
+    workers: searches/s, p50/p95, add p50, errors and stale reads (a note added through one
+    connection, not found by a search on another) for each worker count; messages lost, stored
+    twice, answered twice (duplicate replies) or in the wrong channel (misrouted) across the bot
+    processes.
+
+    data: worker RSS, cold open, search p50/p95 without the query embedding at 100k and --blocks,
+    adds per second at that size, the 100k subset ranked by both modes (LoCoMo turn recall@10 and
+    top-1), and --tenants tenants served round-robin by two workers. Without --db it starts a
+    throwaway PostgreSQL; with --db, schemas already filled are searched as they are.
 
     Example: gieok bench scale --backend postgres --workers 1,2 --json scale.json
+    Example: gieok bench scale --blocks 1000000 --tenants 1000 --locomo locomo_dev5.json --json data.json
     """
     from benchmarks.pg import backend_database
     from benchmarks.scale import run_scale
 
+    if measure not in ("auto", "workers", "data"):
+        raise InvalidInputError(f"--measure must be auto, workers or data, got {measure!r}")
+    if measure == "data" or (measure == "auto" and (tenants > 0 or blocks >= 100_000)):
+        _bench_data_scale(db=db, backend=backend, blocks=blocks, tenants=tenants, tenant_blocks=tenant_blocks,
+                          base=base, queries=search_queries, adds=adds, locomo=locomo, json_out=json_out,
+                          cache_dir=cache_dir)
+        return
     counts = _counts(workers, "--workers")
     if clients < 1:
         raise InvalidInputError("--clients must be >= 1")
@@ -411,6 +442,28 @@ def bench_scale(
         run_scale(json_out, workers=counts, db=target, blocks=blocks, clients=clients, duration=duration,
                   queries=queries, checks=checks, cache_dir=cache_dir, redis=redis, processes=processes,
                   channels=channels, runtime_seconds=runtime_seconds, rate=rate)
+
+
+def _bench_data_scale(*, db: str | None, backend: str, blocks: int, tenants: int, tenant_blocks: int, base: int,
+                      queries: int, adds: int, locomo: Path | None, json_out: Path | None,
+                      cache_dir: Path | None) -> None:
+    from benchmarks.locomo import load_locomo
+    from benchmarks.pg import backend_database
+    from benchmarks.pgscale import run_data_scale
+
+    if db is not None and not is_database_url(db):
+        raise InvalidInputError(f"--measure data runs on PostgreSQL: --db must be a postgresql:// URL, got {db!r}")
+    if blocks < 1000 or tenants < 0 or not 1 <= tenant_blocks <= 10_000:
+        raise InvalidInputError("--blocks must be >= 1000, --tenants >= 0 and --tenant-blocks 1–10000")
+    if base < 100 or queries < 1 or adds < 0:
+        raise InvalidInputError("--base must be >= 100, --search-queries >= 1 and --adds >= 0")
+    if locomo is not None:
+        load_locomo(locomo)  # a missing or malformed file is refused before anything starts
+    with backend_database("postgres", db, {"shared_buffers": "1GB", "max_connections": "300",
+                                           "maintenance_work_mem": "2GB"}) as url:
+        assert url is not None
+        run_data_scale(url, json_out, blocks=blocks, tenants=tenants, tenant_blocks=tenant_blocks, base=base,
+                       queries=queries, adds=adds, locomo=locomo, cache_dir=cache_dir)
 
 
 @bench_app.command("chaos")

@@ -95,11 +95,15 @@ def fill_corpus(url: str, n: int, base: int, cache_dir: Path | None,
                 queries: list[str]) -> tuple[np.ndarray, str, float | None]:
     """N corpus blocks into a fresh schema: (the `queries`' vectors, the largest channel, adds per second).
     A schema that holds exactly N blocks already (a `--db` kept from an earlier run: the corpus is
-    generated the same way every time) is searched as it is — a 100k fill takes ~20 min — and its
-    adds per second are None; any other count is refused rather than added to."""
+    generated the same way every time) is searched as it is — its adds per second are then None —
+    also when blocks after the fill were added and forgotten again; any other count is refused
+    rather than added to."""
     messages = generate_messages(n)
     with Memory(url, pg_index="database") as memory:  # opens without loading anything
         held = len(memory)
+        if held > n and not memory.store.fetch(  # type: ignore[attr-defined]
+                "SELECT 1 FROM blocks WHERE block_index > ? AND forgotten_at IS NULL LIMIT 1", (n,)):
+            held = n  # a full fill, then adds that were forgotten again (bench scale's adds at size)
         if held not in (0, n):
             raise InvalidInputError(f"schema bench_stateless_{n} of --db holds {held:,} blocks, not "
                                     f"{n:,}: drop it (DROP SCHEMA bench_stateless_{n} CASCADE) or give another --db")
@@ -125,18 +129,21 @@ def fill_corpus(url: str, n: int, base: int, cache_dir: Path | None,
 
 
 def measure_pgstateless(url: str, sizes: list[int], *, base: int = 1000, queries: int = 50,
-                        cache_dir: Path | None = None, tenants: int = 0, tenant_blocks: int = 20) -> dict[str, Any]:
+                        cache_dir: Path | None = None, tenants: int = 0, tenant_blocks: int = 20,
+                        memory_up_to: int | None = None) -> dict[str, Any]:
+    """`memory_up_to`: run the in-process mode's worker only at sizes up to this (None: at every size)."""
     _QUERY_TEXTS[:] = generate_queries(queries)
     report: dict[str, Any] = {}
     if sizes:
-        report.update(_measure_sizes(url, sizes, base, queries, cache_dir))
+        report.update(_measure_sizes(url, sizes, base, queries, cache_dir, memory_up_to))
     if tenants:
         report["tenants"] = measure_tenants(url, tenants, blocks=tenant_blocks, base=base, queries=queries,
                                             cache_dir=cache_dir)
     return report
 
 
-def _measure_sizes(url: str, sizes: list[int], base: int, queries: int, cache_dir: Path | None) -> dict[str, Any]:
+def _measure_sizes(url: str, sizes: list[int], base: int, queries: int, cache_dir: Path | None,
+                   memory_up_to: int | None = None) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     for n in sizes:
         location = with_schema(url, f"bench_stateless_{n}")
@@ -144,11 +151,11 @@ def _measure_sizes(url: str, sizes: list[int], base: int, queries: int, cache_di
         with tempfile.TemporaryDirectory(prefix="gieok-stateless-") as tmp:
             query_file = str(Path(tmp) / "queries.npy")
             np.save(query_file, query_vectors)
-            runs = {mode: _run_worker(location, mode, query_file, channel) for mode in MODES}
-        memory_run, database_run = runs["memory"], runs["database"]
-        agreement: dict[str, Any] = {}
-        for where in ("all", "channel"):
-            pairs = list(zip(memory_run["ranked"][where], database_run["ranked"][where]))
+            runs = {mode: _run_worker(location, mode, query_file, channel) for mode in MODES
+                    if mode == "database" or memory_up_to is None or n <= memory_up_to}
+        agreement: dict[str, Any] = {}  # empty where only the database mode ran
+        for where in ("all", "channel") if "memory" in runs else ():
+            pairs = list(zip(runs["memory"]["ranked"][where], runs["database"]["ranked"][where]))
             agreement[where] = {
                 "top1_same": float(np.mean([bool(a and b and a[0] == b[0]) for a, b in pairs])),
                 "top10_overlap": float(np.mean([len(set(a) & set(b)) / max(1, len(a)) for a, b in pairs])),
@@ -170,7 +177,8 @@ def _measure_sizes(url: str, sizes: list[int], base: int, queries: int, cache_di
         "search_p50_ms": {str(r["blocks"]): r["database"]["search_p50_ms"]["all"] for r in results},
         "search_p95_ms": {str(r["blocks"]): r["database"]["search_p95_ms"]["all"] for r in results},
         "adds_per_s": last["adds_per_s"],
-        "agreement": {"top1_same": last["agreement"]["all"]["top1_same"]},
+        "agreement": next(({"top1_same": r["agreement"]["all"]["top1_same"], "blocks": r["blocks"]}
+                           for r in reversed(results) if r["agreement"]), {}),
         "sizes": results, "queries": queries, "base_real_vectors": base,
     }
 
@@ -193,10 +201,13 @@ def print_pgstateless(report: dict[str, Any], console: Console | None = None) ->
                                "top-1 same"), left=("mode",))
         for row in report["sizes"]:
             for mode in MODES:
+                if mode not in row:
+                    continue
                 r = row[mode]
                 table.add_row(f"{row['blocks']:,}", mode, f"{r['worker_rss_mb']:.0f}", f"{r['open_cold_s']:.2f}",
                               f"{r['search_p50_ms']['all']:.1f}", f"{r['search_p95_ms']['all']:.1f}",
-                              f"{r['search_p50_ms']['channel']:.1f}", f"{row['agreement']['all']['top1_same']:.2f}")
+                              f"{r['search_p50_ms']['channel']:.1f}",
+                              f"{row['agreement']['all']['top1_same']:.2f}" if row["agreement"] else "—")
         console.print(table)
     if "tenants" in report:
         t = report["tenants"]

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..text.dates import mentions_time
 
-__all__ = ["BM25Index", "hangul_share"]
+__all__ = ["BM25Index", "best_first", "hangul_share"]
 
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 _LATIN = re.compile(r"[a-z]")
@@ -183,15 +183,19 @@ class BM25Index:
             touched = np.flatnonzero(scores)
             touched = touched[alive[touched]]
             cand_rows, cand_scores = touched, scores[touched]
-        if cand_rows.shape[0] > k:
-            # The k best; among documents tied at the cut, the oldest (lowest rows), as the SQL
-            # BM25s order them (`ORDER BY score DESC, block_index`): argpartition alone would keep
-            # an arbitrary few of them, and equal-length turns sharing one word tie often.
-            cut = cand_scores[np.argpartition(-cand_scores, k - 1)[k - 1]]
-            above = np.flatnonzero(cand_scores > cut)
-            tied = np.flatnonzero(cand_scores == cut)
-            tied = tied[np.argsort(cand_rows[tied], kind="stable")[: k - above.shape[0]]]
-            top = np.concatenate([above, tied])
-            cand_rows, cand_scores = cand_rows[top], cand_scores[top]
-        order = np.lexsort((cand_rows, -cand_scores))
-        return cand_rows[order].astype(np.int64), cand_scores[order]
+        return best_first(cand_rows, cand_scores, k)
+
+
+def best_first(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The `k` best (rows, scores), best first; among documents tied at the cut, the oldest
+    (lowest rows), as the SQL BM25s order them (`ORDER BY score DESC, block_index`): argpartition
+    alone would keep an arbitrary few of them, and equal-length turns sharing one word tie often."""
+    if rows.shape[0] > k:
+        cut = scores[np.argpartition(-scores, k - 1)[k - 1]]
+        above = np.flatnonzero(scores > cut)
+        tied = np.flatnonzero(scores == cut)
+        tied = tied[np.argsort(rows[tied], kind="stable")[: k - above.shape[0]]]
+        top = np.concatenate([above, tied])
+        rows, scores = rows[top], scores[top]
+    order = np.lexsort((rows, -scores))
+    return rows[order].astype(np.int64), scores[order]

@@ -276,6 +276,26 @@ MIGRATIONS: list[str] = [
         FOREIGN KEY (block_index) REFERENCES blocks(block_index);
     CREATE INDEX postings_by_block ON postings(block_index);
     """,
+    # 15: each term's postings packed into a few rows of arrays (store/postgres/packs.py), so a
+    # search reads a frequent term's 50,000 postings at a million blocks as three byte strings
+    # instead of 50,000 index tuples (~0.6 us each: 30 ms a search). Postings of blocks after
+    # `packed_upto` are read from `postings` (the rows stay the durable copy; packs are rebuilt
+    # from them); the first search or write after this migration packs what is there.
+    """
+    ALTER TABLE bm25_stats ADD COLUMN packed_upto bigint NOT NULL DEFAULT 0;
+    CREATE TABLE posting_packs (
+        term        text NOT NULL,
+        first_block bigint NOT NULL,
+        last_block  bigint NOT NULL,
+        postings    integer NOT NULL,
+        blocks      bytea NOT NULL,                  -- int8send of each block index, ascending
+        tfs         bytea NOT NULL,                  -- int4send of each term frequency, same order
+        lengths     bytea NOT NULL,                  -- int4send of each block's token count
+        PRIMARY KEY (term, first_block)
+    );
+    ALTER TABLE posting_packs ALTER COLUMN blocks SET STORAGE EXTERNAL,
+        ALTER COLUMN tfs SET STORAGE EXTERNAL, ALTER COLUMN lengths SET STORAGE EXTERNAL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

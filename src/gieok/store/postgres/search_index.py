@@ -27,6 +27,7 @@ What each question costs (every statement one round trip, on indexes of migratio
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -35,13 +36,14 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from ...index.bm25 import hangul_share
+from ...index.bm25 import best_first, hangul_share
 from ...index.search_index import CandidateFacts, NeighbourLinks
 from ...index.vector import EXACT_SUBSET_MAX
 from ...text.dates import mentions_time
 from ..base import BM25Filter
 from .bm25 import K1, B
 from .filters import filter_sql, is_filtered
+from .packs import READ_PACKS, decode_postings
 from .session import PgSession
 
 __all__ = ["PostgresSearchIndex"]
@@ -133,6 +135,8 @@ class _DatabaseScope:
         stats = self.statistics()
         documents = max(1, stats.documents)
         avgdl = max(1e-9, stats.total_length / documents)
+        if not self.filtered:
+            return self._bm25_packed(terms, documents, avgdl, limit)
         scope = (f"JOIN blocks b ON b.block_index = p.block_index AND {' AND '.join(self.conditions)} "
                  if self.filtered else "")
         sql = (
@@ -149,6 +153,25 @@ class _DatabaseScope:
         rows = self.index.db.fetch(sql, params)
         return (np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
                 np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows)))
+
+    def _bm25_packed(self, terms: list[str], documents: int, avgdl: float, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """Unscoped BM25 over the terms' packed postings (store/postgres/packs.py), scored as the
+        in-process index scores (index/bm25.py: float32, term by term in query order, the same
+        statistics), so both modes give the same scores, not just the same order."""
+        postings = decode_postings(self.index.db.fetch(READ_PACKS, (terms, terms)))
+        present = [t for t in terms if t in postings]
+        if not present:
+            return _EMPTY
+        scores = np.zeros(max(int(postings[t][0].max()) for t in present) + 1, dtype=np.float32)
+        for term in present:
+            rows, tf, length = postings[term]
+            df = rows.shape[0]  # every posting is a live block's: forget deletes them, and repacks
+            idf = max(1e-6, math.log((documents - df + 0.5) / (df + 0.5)))  # as FTS5 computes it
+            norm = tf + K1 * (1.0 - B + B * length / avgdl)
+            scores[rows] += (idf * (K1 + 1.0)) * tf / norm
+        touched = np.flatnonzero(scores)
+        found, found_scores = best_first(touched, scores[touched], limit)
+        return found, found_scores.astype(np.float64)
 
     def nearest(self, query: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
         stats = self.statistics()

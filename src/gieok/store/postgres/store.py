@@ -45,6 +45,7 @@ from ..urls import display_url, split_url
 from .bm25 import bm25_query
 from .filters import filter_sql
 from .migrate import migrate
+from .packs import PACK_EVERY, drop_packs, lock_packs, pack_tail, repack_terms
 from .search_index import PostgresSearchIndex
 from .session import PgSession, translate
 from .vectors import hnsw_index_sql, vector_search_sql
@@ -228,9 +229,11 @@ class PostgresStore:
                 return int(row[0] or 0)
 
             out = link_blocks(blocks, insert_time, index, prev_hash, last_position)
-            self._insert(tx, out, [list(b.tokens) for b in blocks], vectors, [True] * len(out))
+            pack_due = self._insert(tx, out, [list(b.tokens) for b in blocks], vectors, [True] * len(out))
             if within is not None:
                 within(tx, out)
+        if pack_due:
+            self.pack_postings()
         return out
 
     def append_exact(self, blocks: Sequence[Block], tokens: Sequence[list[str]], vectors: np.ndarray) -> None:
@@ -241,10 +244,19 @@ class PostgresStore:
                 if block.block_index != index + 1 or block.prev_hash != prev_hash:
                     raise StoreError(f"block {block.block_index} does not continue the chain at {index}")
                 index, prev_hash = block.block_index, block.hash
-            self._insert(tx, list(blocks), list(tokens), vectors, [not b.forgotten for b in blocks])
+            pack_due = self._insert(tx, list(blocks), list(tokens), vectors, [not b.forgotten for b in blocks])
+        if pack_due:
+            self.pack_postings()
+
+    def pack_postings(self, minimum: int | None = None) -> int:
+        """Pack the BM25 postings of blocks not packed yet, if at least `minimum` (default
+        `PACK_EVERY`) of them wait (store/postgres/packs.py); returns how many blocks were packed."""
+        with self.db.transaction() as tx:
+            return pack_tail(tx, PACK_EVERY if minimum is None else minimum)
 
     def _insert(self, tx: SqlWriter, blocks: list[Block], tokens: list[list[str]], vectors: np.ndarray,
-                live: list[bool]) -> None:
+                live: list[bool]) -> bool:
+        """Write the rows; True when the postings not packed yet reached `PACK_EVERY` blocks."""
         tx.executemany(f"INSERT INTO blocks({_BLOCK_COLUMNS}) VALUES ({', '.join('?' * 18)})",
                        [_block_params(b, None if keep else b.insert_time) for b, keep in zip(blocks, live)])
         kept = [(b, toks, np.asarray(v, dtype=np.float32)) for b, toks, v, keep in zip(blocks, tokens, vectors, live)
@@ -257,12 +269,16 @@ class PostgresStore:
         tx.execute("UPDATE bm25_stats SET documents = documents + ?, total_length = total_length + ?",
                    (len(kept), sum(len(toks) for _, toks, _ in kept)))
         tx.execute("UPDATE changes SET counter = counter + 1")
+        row = tx.execute("SELECT packed_upto FROM bm25_stats").fetchone()
+        return bool(blocks) and blocks[-1].block_index - int(row[0] if row else 0) >= PACK_EVERY
 
     def forget(self, block_indices: Sequence[int], when: float) -> list[int]:
         """Erase content, vector, tokens and postings of live blocks. PostgreSQL keeps the old row
         versions until VACUUM reclaims them; autovacuum does, or run `VACUUM` after a large forget."""
         erased: list[int] = []
         with self.db.transaction() as tx:
+            packed_upto = lock_packs(tx)  # the packs of a forgotten block's terms are rebuilt below
+            repack: list[str] = []
             for index in dict.fromkeys(int(i) for i in block_indices):
                 row = tx.execute("UPDATE blocks SET text = '', speaker = NULL, keywords = '[]', tags = '[]', "
                                  "metadata = '{}', forgotten_at = ? WHERE block_index = ? AND forgotten_at IS NULL "
@@ -270,13 +286,16 @@ class PostgresStore:
                 if row is None:
                     continue
                 tx.execute("DELETE FROM embeddings WHERE block_index = ?", (index,))
-                tx.execute("DELETE FROM postings WHERE block_index = ?", (index,))
+                terms = tx.execute("DELETE FROM postings WHERE block_index = ? RETURNING term", (index,)).fetchall()
+                if index <= packed_upto:
+                    repack.extend(str(t[0]) for t in terms)
                 gone = tx.execute("DELETE FROM block_tokens WHERE block_index = ? RETURNING length",
                                   (index,)).fetchone()
                 if gone is not None:
                     tx.execute("UPDATE bm25_stats SET documents = documents - 1, total_length = total_length - ?",
                                (int(gone[0]),))
                 erased.append(index)
+            repack_terms(tx, repack, packed_upto)
             if erased:
                 tx.execute("UPDATE changes SET counter = counter + 1")
         return erased
@@ -301,6 +320,8 @@ class PostgresStore:
                 tx.execute("DELETE FROM postings WHERE block_index = ?", (int(index),))
                 tx.executemany(_INSERT_POSTINGS, _postings(int(index), toks))
             tx.execute("UPDATE bm25_stats SET total_length = total_length + ?", (delta,))
+            if tokens:
+                drop_packs(tx)  # packed again from the new rows by the next pack_postings
             tx.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT (key) "
                        "DO UPDATE SET value = excluded.value", (TOKENIZER_KEY, version))
             if tokens:
@@ -362,7 +383,10 @@ class PostgresStore:
         return [(int(i), float(s)) for i, s in rows]
 
     def database_index(self, *, ann_threshold: int, cache_size: int) -> PostgresSearchIndex:
-        """The search index that answers in SQL (`pg_index = "database"`): nothing loaded per process."""
+        """The search index that answers in SQL (`pg_index = "database"`): nothing loaded per process.
+        Postings not packed yet are packed first if enough wait (once after migration 15: ~1 s per
+        100k blocks)."""
+        self.pack_postings()
         return PostgresSearchIndex(self.db, ann_threshold=ann_threshold, cache_size=cache_size)
 
     def vector_search(self, query: np.ndarray, k: int, allowed: bytes | None,
