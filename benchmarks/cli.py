@@ -459,7 +459,8 @@ def _bench_data_scale(*, db: str | None, backend: str, blocks: int, tenants: int
         raise InvalidInputError("--base must be >= 100, --search-queries >= 1 and --adds >= 0")
     if locomo is not None:
         load_locomo(locomo)  # a missing or malformed file is refused before anything starts
-    with backend_database("postgres", db, {"shared_buffers": "1GB", "max_connections": "300",
+    # shared_buffers: a million 384-d vectors' HNSW graph is 2 GB; searches want it in memory
+    with backend_database("postgres", db, {"shared_buffers": "4GB", "max_connections": "300",
                                            "maintenance_work_mem": "2GB"}) as url:
         assert url is not None
         run_data_scale(url, json_out, blocks=blocks, tenants=tenants, tenant_blocks=tenant_blocks, base=base,

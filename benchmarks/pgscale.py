@@ -156,9 +156,11 @@ def measure_agreement(url: str, data_path: Path, background: int, base: int,
 
 def measure_data_scale(url: str, *, blocks: int, tenants: int, tenant_blocks: int = 20, base: int = 1000,
                        queries: int = 40, adds: int = 2000, memory_up_to: int = SUBSET,
-                       locomo: Path | None = None, agreement_background: int = SUBSET,
-                       cache_dir: Path | None = None) -> dict[str, Any]:
-    sizes = sorted({min(SUBSET, blocks), blocks})
+                       locomo: Path | None = None, cache_dir: Path | None = None) -> dict[str, Any]:
+    """Issue 25's report (module docstring); the subset, the in-process comparison and LoCoMo's
+    background are `SUBSET` blocks, or all of them when `blocks` is smaller."""
+    subset = min(SUBSET, blocks)
+    sizes = sorted({subset, blocks})
     report = measure_pgstateless(url, sizes, base=base, queries=queries, cache_dir=cache_dir, tenants=tenants,
                                  tenant_blocks=tenant_blocks, memory_up_to=memory_up_to)
     report["fill_adds_per_s"] = report["sizes"][-1]["adds_per_s"]  # the bulk fill, graph built after (None: reused)
@@ -166,7 +168,7 @@ def measure_data_scale(url: str, *, blocks: int, tenants: int, tenant_blocks: in
         report["adds"] = measure_adds(with_schema(url, f"bench_stateless_{blocks}"), adds, base, cache_dir)
         report["adds_per_s"] = report["adds"]["adds_per_s"]  # the issue's key: adds into the full-size memory
     if locomo is not None:
-        agreement = measure_agreement(url, locomo, agreement_background, base, cache_dir)
+        agreement = measure_agreement(url, locomo, subset, base, cache_dir)
         report["agreement"] = {
             "turn_recall_10_delta": agreement["all"]["turn_recall_10_delta"],
             "top1_same": agreement["all"]["top1_same"], "locomo": agreement,

@@ -11,7 +11,7 @@ import numpy as np
 from ..store.base import BlockStore, BM25Filter
 from .bm25 import BM25Index
 from .catalog import Catalog
-from .search_index import CandidateFacts, NeighbourLinks
+from .search_index import BothFound, CandidateFacts, NeighbourLinks, one_after_the_other
 from .vector import VectorIndex
 
 __all__ = ["InProcessIndex"]
@@ -41,6 +41,9 @@ class _InProcessScope:
     def passing(self, ids: np.ndarray) -> np.ndarray:
         f = self.filt
         return self.index.catalog.passes_many(ids, f.scope, f.kinds, f.since, f.until)
+
+    def both(self, tokens: list[str], query: np.ndarray, limit: int) -> BothFound:
+        return one_after_the_other(self, tokens, query, limit)
 
 
 class InProcessIndex:

@@ -201,11 +201,14 @@ class HybridRetriever:
         limit = max(p.candidates, request.k)  # never fewer candidates than hits asked for
         empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
         bm25_found, vector_found = empty, empty
-        if request.mode in ("hybrid", "bm25"):
+        if request.mode == "hybrid" and query_vector is not None:  # both at once where the index can
+            bm25_found, vector_found, timings["bm25_ms"], timings["vector_ms"] = scoped.both(
+                self.tokenizer.tokens(request.query), query_vector, limit)
+        elif request.mode == "bm25" or request.mode == "hybrid":
             started = time.perf_counter()
             bm25_found = scoped.bm25(self.tokenizer.tokens(request.query), limit)
             timings["bm25_ms"] = (time.perf_counter() - started) * 1000
-        if request.mode in ("hybrid", "vector") and query_vector is not None:
+        elif request.mode == "vector" and query_vector is not None:
             started = time.perf_counter()
             vector_found = scoped.nearest(query_vector, limit)
             timings["vector_ms"] = (time.perf_counter() - started) * 1000

@@ -29,15 +29,17 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from ...index.bm25 import best_first, hangul_share
-from ...index.search_index import CandidateFacts, NeighbourLinks
+from ...index.search_index import BothFound, CandidateFacts, NeighbourLinks
 from ...index.vector import EXACT_SUBSET_MAX
 from ...text.dates import mentions_time
 from ..base import BM25Filter
@@ -52,6 +54,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 SCOPE_STATISTICS_CACHED = 256  # filters whose live-block count and total length a process keeps
+SECOND_QUESTIONS = 4  # searches of a process whose vector query may run beside its BM25 at once
 
 
 class BoundedCache(Generic[K, V]):
@@ -169,9 +172,37 @@ class _DatabaseScope:
             idf = max(1e-6, math.log((documents - df + 0.5) / (df + 0.5)))  # as FTS5 computes it
             norm = tf + K1 * (1.0 - B + B * length / avgdl)
             scores[rows] += (idf * (K1 + 1.0)) * tf / norm
-        touched = np.flatnonzero(scores)
+        # The candidates without scanning the dense array (5 ms at a million blocks): each block
+        # appears once per query term it holds, so the best `limit × terms` postings by their
+        # block's total cover the best `limit` blocks — and every block tied with the last of them.
+        touched = np.concatenate([postings[t][0] for t in present])
+        totals = scores[touched]
+        enough = limit * len(present)
+        if touched.shape[0] > enough:
+            keep = totals >= totals[np.argpartition(-totals, enough - 1)[enough - 1]]
+            touched = touched[keep]
+        touched = np.unique(touched)
         found, found_scores = best_first(touched, scores[touched], limit)
         return found, found_scores.astype(np.float64)
+
+    def both(self, tokens: list[str], query: np.ndarray, limit: int) -> BothFound:
+        """The vector query on a second connection while BM25 runs on this thread: each waits
+        on PostgreSQL (and numpy) with the GIL released, so a search waits for the slower of the
+        two, not their sum. Threads of one pool shared by every memory of the process."""
+        self.statistics()  # computed once, before either thread needs it
+        started = time.perf_counter()
+
+        def timed_nearest() -> tuple[tuple[np.ndarray, np.ndarray], float]:
+            begun = time.perf_counter()
+            found = self.nearest(query, limit)
+            return found, (time.perf_counter() - begun) * 1000
+
+        vector = _second_connection().submit(timed_nearest)
+        try:
+            bm25 = self.bm25(tokens, limit)
+        finally:
+            nearest, vector_ms = vector.result()
+        return bm25, nearest, (time.perf_counter() - started) * 1000, vector_ms
 
     def nearest(self, query: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
         stats = self.statistics()
@@ -211,6 +242,19 @@ class _DatabaseScope:
             return np.zeros(0, dtype=bool)
         found = self.index.live_among(ids.tolist(), self.filt)
         return np.isin(ids, np.asarray(found, dtype=np.int64))
+
+
+_PARALLEL_LOCK = threading.Lock()
+_parallel: ThreadPoolExecutor | None = None
+
+
+def _second_connection() -> ThreadPoolExecutor:
+    """The process's threads for a search's second question (created on first use)."""
+    global _parallel
+    with _PARALLEL_LOCK:
+        if _parallel is None:
+            _parallel = ThreadPoolExecutor(max_workers=SECOND_QUESTIONS, thread_name_prefix="gieok-pg-search")
+        return _parallel
 
 
 class PostgresSearchIndex:

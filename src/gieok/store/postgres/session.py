@@ -14,6 +14,7 @@ import functools
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -37,6 +38,7 @@ __all__ = ["PgSession", "translate"]
 PROBE_CONNECT_S = 2  # how long a look at whether the server is back may wait for it
 PROBE_EVERY_S = 0.5  # while it is away, how often a request looks
 QUICK_WAIT_S = 2.0  # a pool with no connection to lend after this is looked into (busy, or server away)
+CHECK_IDLE_S = 1.0  # a pooled connection idle this long is tested before it is lent (PgSession._check)
 
 _VECTOR_TYPES = ("vector", "bit", "halfvec", "sparsevec")
 _vector_adapters: dict[tuple[str, str], AdaptersMap] = {}
@@ -137,6 +139,7 @@ class PgSession:
         self._away_since: float | None = None  # the server was last found away (a restart, a crash)
         self._last_probe = 0.0
         self._probe_lock = threading.Lock()
+        self._returned: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = weakref.WeakKeyDictionary()
         self._pool = self._new_pool()
         try:
             self._pool.open(wait=True, timeout=self._timeout_s)
@@ -145,12 +148,19 @@ class PgSession:
             raise translate(exc, where) from None
 
     def _new_pool(self) -> ConnectionPool:
-        # `check`: a pooled connection is tested (an empty query) before it is lent, so one the
-        # server closed — a PostgreSQL restart, pg_terminate_backend — is replaced with a new one
-        # instead of failing the request that drew it.
         return ConnectionPool(self._conninfo, min_size=1, max_size=self._max_size, kwargs=self._options,
                               configure=self._configure, timeout=self._timeout_s, open=False,
-                              name=f"gieok-{self.schema}", check=ConnectionPool.check_connection)
+                              name=f"gieok-{self.schema}", check=self._check)
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """Before a pooled connection is lent: one idle for `CHECK_IDLE_S` or more is tested (an
+        empty query), so one the server closed meanwhile — a PostgreSQL restart,
+        pg_terminate_backend — is replaced with a new one instead of failing the request that drew
+        it. One given back less than that ago is lent as it is: a server cannot stop and start
+        again in that time, and the test was a round trip before every statement (five a search)."""
+        returned = self._returned.get(conn)
+        if returned is None or time.monotonic() - returned >= CHECK_IDLE_S:
+            ConnectionPool.check_connection(conn)
 
     def close(self) -> None:
         self._pool.close()
@@ -231,6 +241,7 @@ class PgSession:
                 self._away()
             raise translate(exc, self.where) from None
         finally:
+            self._returned[conn] = time.monotonic()
             pool.putconn(conn)
 
     @contextmanager
