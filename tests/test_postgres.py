@@ -183,9 +183,11 @@ def test_searches_rank_and_score_as_on_sqlite(url: str, tmp_path) -> None:
                  memory.search(q, k=8, mode=mode, query_vector=vectors[5], **filters).hits]
                 for q, filters in queries for mode in ("bm25", "hybrid")]
 
+    # The in-process indexes on both backends (PostgreSQL's default is the database index, whose
+    # pgvector cosines differ from numpy's by ~1e-7: its agreement is test_pg_database_index's)
     results = {}
     for name, location in (("sqlite", str(tmp_path / "same.db")), ("postgres", with_schema(url, "same"))):
-        with Memory(location, layers=False) as memory:
+        with Memory(location, layers=False, pg_index="memory") as memory:
             memory.add_many(items, vectors=vectors)
             memory.forget([3])
             results[name] = searches(memory, unfiltered + filtered)
@@ -194,9 +196,9 @@ def test_searches_rank_and_score_as_on_sqlite(url: str, tmp_path) -> None:
         _same_hits(on_sqlite, on_postgres)
     # BM25 in SQL has no per-row token statistics for the learned ranker, so it ranks by fusion:
     # compare it with the engine's BM25 under the same fusion ranking.
-    with Memory(with_schema(url, "same"), layers=False, ranker="fusion") as in_engine:
+    with Memory(with_schema(url, "same"), layers=False, ranker="fusion", pg_index="memory") as in_engine:
         fused_in_engine = searches(in_engine, unfiltered)
-    with Memory(with_schema(url, "same"), layers=False, bm25_engine="fts5") as in_sql:
+    with Memory(with_schema(url, "same"), layers=False, bm25_engine="fts5", pg_index="memory") as in_sql:
         for in_engine_hits, sql in zip(fused_in_engine, searches(in_sql, unfiltered)):
             _same_hits(in_engine_hits, sql)
 
@@ -219,7 +221,7 @@ def test_a_memory_from_before_postings_had_lengths_is_brought_up_to_date(url: st
     with Memory(location, layers=False) as memory:
         memory.add_many(conversation())
         memory.forget([2])
-    before = {"database": ranked(pg_index="database"), "fts5": ranked(bm25_engine="fts5")}
+    before = {"database": ranked(pg_index="database"), "fts5": ranked(bm25_engine="fts5", pg_index="memory")}
     assert all(before["database"]) and all(before["fts5"])
     store = open_store(location)
     with store.transaction() as tx:  # type: ignore[attr-defined]  # back to migration 13's postings
@@ -231,7 +233,7 @@ def test_a_memory_from_before_postings_had_lengths_is_brought_up_to_date(url: st
         tx.execute("UPDATE meta SET value = '13' WHERE key = 'schema_version'")
     store.close()
 
-    assert {"database": ranked(pg_index="database"), "fts5": ranked(bm25_engine="fts5")} == before
+    assert {"database": ranked(pg_index="database"), "fts5": ranked(bm25_engine="fts5", pg_index="memory")} == before
     with Memory(location, layers=False) as memory:
         memory.add("민지는 고양이 사진을 또 올렸어", scope={"guild": "g1", "channel": "cafe"})
     store = open_store(location)

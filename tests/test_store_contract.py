@@ -525,7 +525,7 @@ def test_the_vector_graph_answers_filtered_searches_with_k_rows(backend: Backend
               "fact"} for i in range(n)]
     with Memory(store=backend.open(), layers=False, ann_threshold=0) as memory:
         memory.add_many(items, vectors=vectors)
-        assert memory.stats().vector_index in ("faiss-hnsw", "pgvector-hnsw")
+        assert memory.stats().vector_index in ("faiss-hnsw", "pgvector-hnsw", "pgvector-hnsw (database)")
         query = vectors[123] + 0.05 * unit_vectors_384(1, seed=9)[0]
         top = memory.search("q", k=5, mode="vector", query_vector=query, neighbours=False)
         assert top.hits[0].block.block_index == 124
