@@ -12,7 +12,9 @@ in the same statement, so one snapshot sees packs and tail together.
 The rows of `postings` stay the durable copy; packs are derived from them and rebuilt from them:
 - after appends, once the tail holds `PACK_EVERY` blocks, it is packed (one new pack per term it
   touches) and `packed_upto` moves — in a transaction of its own, after the append committed;
-- a term with more than `MAX_PACKS` packs has them merged into one;
+- a term with more than `MAX_PACKS` packs has them merged into one (a frequent term's whole list is
+  rewritten every `PACK_EVERY × MAX_PACKS` blocks: simple, and at a million blocks ~1 GB written
+  over the whole fill; merging only the small packs would write less — not needed yet);
 - forgetting a block rebuilds the packs of its terms from the remaining rows (forget is rare);
 - re-tokenizing drops every pack (`packed_upto` = 0): the next packing rebuilds them.
 Each of these takes the schema's `:packs` advisory lock, so two processes never pack the same

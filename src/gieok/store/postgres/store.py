@@ -251,8 +251,12 @@ class PostgresStore:
     def pack_postings(self, minimum: int | None = None) -> int:
         """Pack the BM25 postings of blocks not packed yet, if at least `minimum` (default
         `PACK_EVERY`) of them wait (store/postgres/packs.py); returns how many blocks were packed."""
+        minimum = PACK_EVERY if minimum is None else minimum
+        row = self.db.fetch("SELECT packed_upto, (SELECT coalesce(max(block_index), 0) FROM blocks) FROM bm25_stats")
+        if not row or int(row[0][1]) - int(row[0][0]) < max(1, minimum):
+            return 0  # not due: one query, no lock (every database-mode open asks)
         with self.db.transaction() as tx:
-            return pack_tail(tx, PACK_EVERY if minimum is None else minimum)
+            return pack_tail(tx, minimum)
 
     def _insert(self, tx: SqlWriter, blocks: list[Block], tokens: list[list[str]], vectors: np.ndarray,
                 live: list[bool]) -> bool:
