@@ -28,6 +28,7 @@ What each question costs (every statement one round trip, on indexes of migratio
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -255,6 +256,18 @@ def _second_connection() -> ThreadPoolExecutor:
         if _parallel is None:
             _parallel = ThreadPoolExecutor(max_workers=SECOND_QUESTIONS, thread_name_prefix="gieok-pg-search")
         return _parallel
+
+
+def _threads_stayed_behind() -> None:
+    """In a forked child: the parent's threads did not come along, and an executor that counts one
+    of them as idle would queue work nobody runs; the child makes its own on first use."""
+    global _parallel, _PARALLEL_LOCK
+    _parallel = None
+    _PARALLEL_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_threads_stayed_behind)
 
 
 class PostgresSearchIndex:
