@@ -5,7 +5,7 @@ cached on disk per model."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from gieok.config.settings import is_database_url
 from gieok.memory import Memory, remove_memory_files
 from gieok.store.urls import with_schema
 
-__all__ = ["bench_workdir", "corpus_items", "fill_background", "filled_memory", "fresh_memory"]
+__all__ = ["add_corpus", "bench_workdir", "corpus_items", "fill_background", "filled_memory", "fresh_memory"]
 
 FILL_BATCH = 2000
 
@@ -73,10 +73,17 @@ def fill_background(memory: Memory, n: int, cache_dir: Path | None = None) -> No
     messages = generate_messages(max(100_000, n))[:n]
     vectors = corpus_vectors(memory.embedder, [m.text for m in messages], cache_dir)
     with progress_bar(f"fill {n:,} blocks from other channels", n) as advance:
-        for start in range(0, n, FILL_BATCH):
-            batch = messages[start : min(n, start + FILL_BATCH)]
-            memory.add_many(corpus_items(batch, "fill-"), vectors=vectors[start : start + len(batch)])
-            advance(len(batch))
+        add_corpus(memory, messages, vectors, advance, "fill-")
+
+
+def add_corpus(memory: Memory, messages: Sequence[ChatMessage], vectors: Any, advance: Callable[[int], None],
+               channel_prefix: str = "") -> None:
+    """`messages` with their `vectors` into `memory`, `FILL_BATCH` to an `add_many` (`corpus_items`),
+    `advance` called after each."""
+    for start in range(0, len(messages), FILL_BATCH):
+        batch = messages[start : start + FILL_BATCH]
+        memory.add_many(corpus_items(batch, channel_prefix), vectors=vectors[start : start + len(batch)])
+        advance(len(batch))
 
 
 def filled_memory(name: str, blocks: int, workdir: Path | str | None = None, cache_dir: Path | None = None, *,

@@ -32,7 +32,7 @@ from rich.console import Console
 
 from benchmarks.corpus import generate_messages
 from benchmarks.embed_cache import EmbeddingCache, corpus_vectors, default_cache_dir
-from benchmarks.fill import corpus_items
+from benchmarks.fill import add_corpus, corpus_items
 from benchmarks.locomo import _DIA, LocomoData, _score, _turn_item, bench_settings, load_locomo
 from benchmarks.pgindex import mixed_vectors
 from benchmarks.pgstateless import MODES, PreEmbedded, measure_pgstateless, print_pgstateless
@@ -46,7 +46,6 @@ __all__ = ["measure_data_scale", "run_data_scale", "SUBSET"]
 SUBSET = 100_000  # blocks of the subset both modes are compared on
 ADD_BATCH = 100  # items per add_many of the adds-at-size measurement
 ADDS_CHANNEL = "bench-adds"
-FILL_CHUNK = 2000
 
 
 def measure_adds(location: str, n: int, base: int, cache_dir: Path | None) -> dict[str, Any]:
@@ -98,10 +97,7 @@ def _agreement_memory(url: str, data: LocomoData, background: int, base: int,
                 turn_vectors, _ = cache.get_or_embed(memory.passage_texts(items), memory.embedder, progress=advance)
             with memory.store.vector_index_deferred(), progress_bar(
                     f"fill {background:,} background blocks + {len(items):,} LoCoMo turns", total) as advance:
-                for start in range(0, background, FILL_CHUNK):
-                    part = messages[start : start + FILL_CHUNK]
-                    memory.add_many(corpus_items(part, "fill-"), vectors=vectors[start : start + len(part)])
-                    advance(len(part))
+                add_corpus(memory, messages, vectors, advance, "fill-")
                 memory.add_many(items, vectors=turn_vectors)
                 advance(len(items))
         first = memory.get(background + 1)

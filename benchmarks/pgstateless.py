@@ -30,7 +30,7 @@ from rich.console import Console
 
 from benchmarks.corpus import generate_messages, generate_queries
 from benchmarks.embed_cache import corpus_vectors
-from benchmarks.fill import corpus_items
+from benchmarks.fill import add_corpus
 from benchmarks.pgindex import mixed_vectors
 from benchmarks.pgtenants import measure_tenants
 from benchmarks.report import p50_p95, print_and_write, progress_bar, results_table, rss_mb, table_console
@@ -42,7 +42,6 @@ from gieok.store.urls import with_schema
 __all__ = ["measure_pgstateless", "run_pgstateless", "fill_corpus", "PreEmbedded"]
 
 MODES = ("memory", "database")
-FILL_CHUNK = 2000
 
 
 class PreEmbedded:
@@ -130,10 +129,7 @@ def fill_corpus(url: str, n: int, base: int, cache_dir: Path | None,
             # inside the timed fill: row by row it cost ~9 ms a vector, over 2 h at 1M.
             with memory.store.vector_index_deferred(), \
                     progress_bar(f"fill {n:,} blocks (vectors given)", n) as advance:
-                for start in range(0, n, FILL_CHUNK):
-                    part = messages[start : start + FILL_CHUNK]
-                    memory.add_many(corpus_items(part), vectors=vectors[start : start + len(part)])
-                    advance(len(part))
+                add_corpus(memory, messages, vectors, advance)
             adds_per_s = n / (time.perf_counter() - started)
         vectors_of_queries = np.stack([memory.embedder.embed_query(q) for q in queries])
     counts: dict[str, int] = {}

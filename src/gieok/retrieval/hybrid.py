@@ -204,7 +204,7 @@ class HybridRetriever:
         if request.mode == "hybrid" and query_vector is not None:  # both at once where the index can
             bm25_found, vector_found, timings["bm25_ms"], timings["vector_ms"] = scoped.both(
                 self.tokenizer.tokens(request.query), query_vector, limit)
-        elif request.mode == "bm25" or request.mode == "hybrid":
+        elif request.mode in ("hybrid", "bm25"):
             started = time.perf_counter()
             bm25_found = scoped.bm25(self.tokenizer.tokens(request.query), limit)
             timings["bm25_ms"] = (time.perf_counter() - started) * 1000

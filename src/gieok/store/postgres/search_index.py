@@ -141,8 +141,7 @@ class _DatabaseScope:
         avgdl = max(1e-9, stats.total_length / documents)
         if not self.filtered:
             return self._bm25_packed(terms, documents, avgdl, limit)
-        scope = (f"JOIN blocks b ON b.block_index = p.block_index AND {' AND '.join(self.conditions)} "
-                 if self.filtered else "")
+        scope = f"JOIN blocks b ON b.block_index = p.block_index AND {' AND '.join(self.conditions)} "
         sql = (
             "WITH matches AS MATERIALIZED (SELECT p.term, p.block_index, p.tf, p.length FROM postings p "
             f"{scope}WHERE p.term = ANY(?)), "
@@ -153,7 +152,7 @@ class _DatabaseScope:
             "FROM matches m JOIN weights w ON w.term = m.term GROUP BY m.block_index "
             "ORDER BY score DESC, m.block_index LIMIT ?"
         )
-        params = [*(self.params if self.filtered else []), terms, float(documents), float(avgdl), int(limit)]
+        params = [*self.params, terms, float(documents), float(avgdl), int(limit)]
         rows = self.index.db.fetch(sql, params)
         return (np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
                 np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows)))

@@ -270,10 +270,9 @@ class PostgresStore:
         tx.executemany("INSERT INTO block_tokens(block_index, tokens, length) VALUES (?, ?, ?)",
                        [(b.block_index, " ".join(toks), len(toks)) for b, toks, _ in kept])
         tx.executemany(_INSERT_POSTINGS, [row for b, toks, _ in kept for row in _postings(b.block_index, toks)])
-        tx.execute("UPDATE bm25_stats SET documents = documents + ?, total_length = total_length + ?",
-                   (len(kept), sum(len(toks) for _, toks, _ in kept)))
+        row = tx.execute("UPDATE bm25_stats SET documents = documents + ?, total_length = total_length + ? "
+                         "RETURNING packed_upto", (len(kept), sum(len(toks) for _, toks, _ in kept))).fetchone()
         tx.execute("UPDATE changes SET counter = counter + 1")
-        row = tx.execute("SELECT packed_upto FROM bm25_stats").fetchone()
         return bool(blocks) and blocks[-1].block_index - int(row[0] if row else 0) >= PACK_EVERY
 
     def forget(self, block_indices: Sequence[int], when: float) -> list[int]:
