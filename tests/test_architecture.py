@@ -28,7 +28,7 @@ RINGS = {"engine": 0, "chat": 1, "server": 2, "cli": 3}
 
 # Rows inside the engine (docs/architecture.md), bottom (0) to top.
 ENGINE_ROWS: dict[str, int] = {
-    "types": 0, "errors": 0, "chain": 0, "config": 0, "data": 0,
+    "types": 0, "errors": 0, "chain": 0, "callbacks": 0, "config": 0, "data": 0,
     "store": 1, "embed": 1, "index": 1, "text": 1, "validate": 1, "coordination": 1,
     "layers": 2, "retrieval": 2,
     "memory": 3, "client": 4,  # the client (gieok.client) stands on the types and errors, as a program using them would

@@ -17,6 +17,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..callbacks import weakly
 from ..config import Settings
 from ..embed import CachedEmbedder, Embedder, create_embedder
 from ..errors import BlockNotFoundError, InvalidInputError, InvalidTypeError
@@ -82,23 +83,30 @@ class Memory:
         try:
             self._embedder_spec = resolve_spec(self.store, self.settings, embedder, self.location)
             self.indexes = MemoryIndexes(self.store, s, self.tokenizer, self._embedder_spec,
-                                         sidecar_path(self.path), self._drop_cached_answers)
+                                         sidecar_path(self.path), weakly(self._drop_cached_answers))
             self._init_layers()
         except BaseException:
             self.store.close()
             raise
 
     def _init_layers(self) -> None:
+        # The parts call back through `weakly`: a closed memory is freed at once (gieok/callbacks.py)
         self.layers = LayerStack(self.store, self.settings, self.tokenizer, self.indexes,
-                                 self._write_note, self.events.emit)
+                                 weakly(self._write_note), self.events.emit)
         stack = self.layers  # the parts, by the names callers have always used
         self.working, self.stm, self.hybrid = stack.working, stack.stm, stack.hybrid
         self.checkpoints, self.localized, self.cache, self.coordinator = (stack.checkpoints, stack.localized,
                                                                           stack.cache, stack.coordinator)
         self._search = SearchPath(self.store, self.indexes, self.coordinator, self._lock,
-                                  lambda query: self.embedder.embed_query(query))
+                                  weakly(self._embed_query))
         self._writes = WritePath(self.store, self.settings, self.indexes, self.layers, self.events, self._lock,
-                                 lambda: self.embedder, self._check_open)
+                                 weakly(self._current_embedder), weakly(self._check_open))
+
+    def _embed_query(self, query: str) -> np.ndarray:
+        return self.embedder.embed_query(query)
+
+    def _current_embedder(self) -> CachedEmbedder:
+        return self.embedder
 
     def _drop_cached_answers(self) -> None:
         if hasattr(self, "cache"):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..callbacks import weakly
 from ..config import Settings
 from ..index.search_index import BlockLookup
 from ..layers.cache import SearchCache
@@ -45,10 +46,11 @@ class LayerStack:
         self.store = store
         self.write_note = write_note
         self.emit = emit
-        self.working = WorkingMemory(store.layers, tokenizer, self._promote_slot, slots=s.wm_slots,
+        # callbacks into this stack held weakly: no cycle keeps a closed memory alive (gieok/callbacks.py)
+        self.working = WorkingMemory(store.layers, tokenizer, weakly(self._promote_slot), slots=s.wm_slots,
                                      relevance=s.wm_relevance,
-                                     on_slot_freed=lambda slot: self.checkpoints.forget_slot(slot))
-        self.stm = ShortTermMemory(store.layers, tokenizer, self._promote_entry, ttl_seconds=s.stm_ttl_seconds,
+                                     on_slot_freed=weakly(self._slot_freed))
+        self.stm = ShortTermMemory(store.layers, tokenizer, weakly(self._promote_entry), ttl_seconds=s.stm_ttl_seconds,
                                    promote_importance=s.stm_promote_importance)
         self.hybrid = HybridSTM(self.working, self.stm, s.stm_mode)
         self.checkpoints = CheckpointManager(store.layers, lookup, max_per_slot=s.max_checkpoints_per_slot,
@@ -58,6 +60,9 @@ class LayerStack:
         self.cache = SearchCache(s.cache_size, s.cache_ttl_seconds)
         self.coordinator = SearchCoordinator(self.hybrid, self.cache, self.checkpoints, self.localized,
                                              CoordinatorConfig.from_settings(s))
+
+    def _slot_freed(self, slot: Slot) -> None:
+        self.checkpoints.forget_slot(slot)
 
     def _promote_slot(self, slot: Slot, priority: float, reason: str) -> Block:
         """Working memory evicted `slot`: into long-term memory with its provenance."""

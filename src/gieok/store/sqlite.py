@@ -14,6 +14,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -109,13 +110,16 @@ class SQLiteStore:
         self.path = str(path)
         self._lock = threading.RLock()
         self._conn = self._connect(Path(path), busy_timeout_ms)
-        self.layers: LayerStore = LayerTables(self)
-        self.conversation: ConversationStore = ConversationTables(self)
-        self.keys: KeyStore = KeyTable(self)
-        self.leases: LeaseStore = LeaseTable(self)
-        self.idempotency: IdempotencyStore = IdempotencyTable(self)
-        self.event_sequences: EventSequenceStore = EventSequenceTable(self)
-        self.sessions: SessionStore = SessionTable(self)
+        # The tables reach this store's connection through a weak proxy: held as `self`, each made
+        # a reference cycle, and a closed store waited for the cycle collector (gieok/callbacks.py)
+        session = weakref.proxy(self)
+        self.layers: LayerStore = LayerTables(session)
+        self.conversation: ConversationStore = ConversationTables(session)
+        self.keys: KeyStore = KeyTable(session)
+        self.leases: LeaseStore = LeaseTable(session)
+        self.idempotency: IdempotencyStore = IdempotencyTable(session)
+        self.event_sequences: EventSequenceStore = EventSequenceTable(session)
+        self.sessions: SessionStore = SessionTable(session)
 
     # -- lifecycle ------------------------------------------------------------------------
     def _connect(self, path: Path, busy_timeout_ms: int) -> sqlite3.Connection:

@@ -25,6 +25,7 @@ from psycopg.adapt import AdaptersMap
 from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ...callbacks import weakly
 from ...errors import (
     CorruptDatabaseError,
     DatabaseUnavailableError,
@@ -150,7 +151,7 @@ class PgSession:
     def _new_pool(self) -> ConnectionPool:
         return ConnectionPool(self._conninfo, min_size=1, max_size=self._max_size, kwargs=self._options,
                               configure=self._configure, timeout=self._timeout_s, open=False,
-                              name=f"gieok-{self.schema}", check=self._check)
+                              name=f"gieok-{self.schema}", check=weakly(self._check))  # no cycle: gieok/callbacks.py
 
     def _check(self, conn: psycopg.Connection[Any]) -> None:
         """Before a pooled connection is lent: one idle for `CHECK_IDLE_S` or more is tested (an
