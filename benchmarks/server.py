@@ -353,21 +353,25 @@ async def _mcp_stdio(db: Path, key: str, queries: list[str], workdir: Path) -> d
     """`gieok mcp --db DB` as an MCP client starts it: the time to an initialized session, the
     first search_memory, then `STDIO_CALLS` more for the warm p50."""
     from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
 
     params = StdioServerParameters(command=sys.executable, args=["-m", "gieok.cli", "mcp", "--db", str(db)],
                                    env={**os.environ, "GIEOK_API_KEY": key}, cwd=str(workdir))
     latencies: list[float] = []
     errors: list[str] = []
     started = time.perf_counter()
-    async with Client(params, read_timeout_seconds=REQUEST_SECONDS) as client:
-        ready_s = time.perf_counter() - started
-        for query in queries[: STDIO_CALLS + 1]:
-            t0 = time.perf_counter()
-            result = await client.call_tool("search_memory", {"query": query, "k": K})
-            if result.is_error:
-                errors.append(" ".join(getattr(c, "text", "") for c in result.content)[:200])
-            else:
-                latencies.append((time.perf_counter() - t0) * 1000)
+    # The server's log goes to a file of the work directory: the SDK's default is this process's
+    # stderr, which has no file descriptor when the command runs inside a test's CliRunner.
+    with open(workdir / "mcp-stdio.log", "w", encoding="utf-8") as log:
+        async with Client(stdio_client(params, errlog=log), read_timeout_seconds=REQUEST_SECONDS) as client:
+            ready_s = time.perf_counter() - started
+            for query in queries[: STDIO_CALLS + 1]:
+                t0 = time.perf_counter()
+                result = await client.call_tool("search_memory", {"query": query, "k": K})
+                if result.is_error:
+                    errors.append(" ".join(getattr(c, "text", "") for c in result.content)[:200])
+                else:
+                    latencies.append((time.perf_counter() - t0) * 1000)
     first = latencies[0] if latencies else None
     return {"ready_s": round(ready_s, 3), "first_search_ms": round(first, 3) if first is not None else None,
             "search_p50_ms": round(median(latencies[1:]), 3) if len(latencies) > 1 else None,
