@@ -11,7 +11,14 @@ import numpy as np
 from ..store.base import BlockStore, BM25Filter
 from .bm25 import BM25Index
 from .catalog import Catalog
-from .search_index import BothFound, CandidateFacts, NeighbourLinks, one_after_the_other
+from .search_index import (
+    BothFound,
+    CandidateFacts,
+    NeighbourLinks,
+    ScopedNeighbours,
+    neighbours_then_passing,
+    one_after_the_other,
+)
 from .vector import VectorIndex
 
 __all__ = ["InProcessIndex"]
@@ -44,6 +51,9 @@ class _InProcessScope:
 
     def both(self, tokens: list[str], query: np.ndarray, limit: int) -> BothFound:
         return one_after_the_other(self, tokens, query, limit)
+
+    def neighbours(self, ids: np.ndarray, window: int) -> ScopedNeighbours:
+        return neighbours_then_passing(self.index, self, ids, window)
 
 
 class InProcessIndex:

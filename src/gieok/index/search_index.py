@@ -29,13 +29,16 @@ import numpy as np
 
 from ..store.base import BM25Filter
 
-__all__ = ["BlockLookup", "BothFound", "CandidateFacts", "DatabaseIndexed", "NeighbourLinks", "ScopedSearch",
+__all__ = ["BlockLookup", "BothFound", "CandidateFacts", "DatabaseIndexed", "NeighbourLinks", "ScopedNeighbours",
+           "ScopedSearch",
            "SearchIndex", "one_after_the_other"]
 
 # (index into the source ids, neighbour id, distance in turns), each an int64 array
 NeighbourLinks = tuple[np.ndarray, np.ndarray, np.ndarray]
 # (BM25 ids, scores), (vector ids, cosines), BM25 ms, vector ms
 BothFound = tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], float, float]
+# NeighbourLinks and, per target, whether it passes the search's filters (and is live)
+ScopedNeighbours = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,11 @@ class ScopedSearch(Protocol):
         took: the database asks both questions at once, on two connections."""
         ...
 
+    def neighbours(self, ids: np.ndarray, window: int) -> ScopedNeighbours:
+        """`SearchIndex.neighbour_ids` of `ids` with `passing` of each target: the database asks
+        it as one question."""
+        ...
+
 
 def one_after_the_other(scoped: ScopedSearch, tokens: list[str], query: np.ndarray, limit: int) -> BothFound:
     """`ScopedSearch.both` for an index whose two questions are arrays of this process."""
@@ -81,6 +89,13 @@ def one_after_the_other(scoped: ScopedSearch, tokens: list[str], query: np.ndarr
     middle = time.perf_counter()
     nearest = scoped.nearest(query, limit)
     return bm25, nearest, (middle - started) * 1000, (time.perf_counter() - middle) * 1000
+
+
+def neighbours_then_passing(index: SearchIndex, scoped: ScopedSearch, ids: np.ndarray,
+                            window: int) -> ScopedNeighbours:
+    """`ScopedSearch.neighbours` for an index whose catalog is an array of this process."""
+    source_at, targets, distance = index.neighbour_ids(ids, window)
+    return source_at, targets, distance, scoped.passing(targets)
 
 
 class BlockLookup(Protocol):

@@ -245,15 +245,14 @@ class HybridRetriever:
                 and p.neighbour_window > 0):
             return
         sources = np.lexsort((pool.rows, -pool.fused))[: p.neighbour_sources]
-        source_at, targets, distance = self.index.neighbour_ids(pool.rows[sources], p.neighbour_window)
+        source_at, targets, distance, passes = scoped.neighbours(pool.rows[sources], p.neighbour_window)
         if targets.shape[0] == 0:
             return
         shares = p.neighbour_weight * pool.fused[sources][source_at] / distance
         at = np.minimum(np.searchsorted(pool.rows, targets), len(pool) - 1)
         known = pool.rows[at] == targets
         if not known.all():
-            new = np.unique(targets[~known])
-            new = new[scoped.passing(new)]
+            new = np.unique(targets[~known & passes])
             if new.shape[0]:
                 pool.add_rows(new)
                 at = np.minimum(np.searchsorted(pool.rows, targets), len(pool) - 1)

@@ -40,7 +40,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from ...index.bm25 import best_first, hangul_share
-from ...index.search_index import BothFound, CandidateFacts, NeighbourLinks
+from ...index.search_index import BothFound, CandidateFacts, NeighbourLinks, ScopedNeighbours
 from ...index.vector import EXACT_SUBSET_MAX
 from ...text.dates import mentions_time
 from ..base import BM25Filter
@@ -114,6 +114,13 @@ def _filter_key(filt: BM25Filter) -> tuple[Any, ...]:
 
 
 _EMPTY = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
+# Each source (`?` block indices, in order) joined to the turns within ±`?`/`?` of it in its channel
+_NEIGHBOURS_FROM = (
+    "FROM unnest(?::bigint[]) WITH ORDINALITY AS src(block_index, i) "
+    "JOIN blocks s ON s.block_index = src.block_index "
+    "JOIN blocks n ON n.channel = s.channel AND n.conv_pos BETWEEN s.conv_pos - ? AND s.conv_pos + ? "
+    "AND n.conv_pos <> s.conv_pos "
+    "WHERE s.conv_pos IS NOT NULL AND s.channel IS NOT NULL")
 
 
 class _DatabaseScope:
@@ -243,6 +250,24 @@ class _DatabaseScope:
         found = self.index.live_among(ids.tolist(), self.filt)
         return np.isin(ids, np.asarray(found, dtype=np.int64))
 
+    def neighbours(self, ids: np.ndarray, window: int) -> ScopedNeighbours:
+        """The neighbour links and whether each target passes this search's filters, in one
+        statement (two round trips before: links, then a liveness query for the new ones)."""
+        empty = np.empty(0, dtype=np.int64)
+        if ids.shape[0] == 0 or window <= 0:
+            return empty, empty, empty, np.zeros(0, dtype=bool)
+        conditions, params = filter_sql(self.filt, "n.")
+        passes = " AND ".join(["n.forgotten_at IS NULL", *conditions])
+        rows = self.index.db.fetch(
+            f"SELECT src.i - 1, n.block_index, abs(n.conv_pos - s.conv_pos) AS distance, ({passes}) "
+            f"{_NEIGHBOURS_FROM} ORDER BY src.i, distance, n.conv_pos",
+            (*params, ids.tolist(), int(window), int(window)))
+        n = len(rows)
+        return (np.fromiter((r[0] for r in rows), dtype=np.int64, count=n),
+                np.fromiter((r[1] for r in rows), dtype=np.int64, count=n),
+                np.fromiter((r[2] for r in rows), dtype=np.int64, count=n),
+                np.fromiter((bool(r[3]) for r in rows), dtype=bool, count=n))
+
 
 _PARALLEL_LOCK = threading.Lock()
 _parallel: ThreadPoolExecutor | None = None
@@ -314,12 +339,7 @@ class PostgresSearchIndex:
         if ids.shape[0] == 0 or window <= 0:
             return empty, empty, empty
         rows = self.db.fetch(
-            "SELECT src.i - 1, n.block_index, abs(n.conv_pos - s.conv_pos) AS distance "
-            "FROM unnest(?::bigint[]) WITH ORDINALITY AS src(block_index, i) "
-            "JOIN blocks s ON s.block_index = src.block_index "
-            "JOIN blocks n ON n.channel = s.channel AND n.conv_pos BETWEEN s.conv_pos - ? AND s.conv_pos + ? "
-            "AND n.conv_pos <> s.conv_pos "
-            "WHERE s.conv_pos IS NOT NULL AND s.channel IS NOT NULL "
+            f"SELECT src.i - 1, n.block_index, abs(n.conv_pos - s.conv_pos) AS distance {_NEIGHBOURS_FROM} "
             "ORDER BY src.i, distance, n.conv_pos", (ids.tolist(), int(window), int(window)))
         n = len(rows)
         return (np.fromiter((r[0] for r in rows), dtype=np.int64, count=n),
