@@ -16,7 +16,6 @@ from .search_index import (
     CandidateFacts,
     NeighbourLinks,
     ScopedNeighbours,
-    neighbours_then_passing,
     one_after_the_other,
 )
 from .vector import VectorIndex
@@ -45,15 +44,13 @@ class _InProcessScope:
     def nearest(self, query: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
         return self.index.vectors.search(query, limit, self.rows, self.index.catalog.alive())
 
-    def passing(self, ids: np.ndarray) -> np.ndarray:
-        f = self.filt
-        return self.index.catalog.passes_many(ids, f.scope, f.kinds, f.since, f.until)
-
     def both(self, tokens: list[str], query: np.ndarray, limit: int) -> BothFound:
         return one_after_the_other(self, tokens, query, limit)
 
     def neighbours(self, ids: np.ndarray, window: int) -> ScopedNeighbours:
-        return neighbours_then_passing(self.index, self, ids, window)
+        source_at, targets, distance = self.index.neighbour_ids(ids, window)
+        f = self.filt
+        return source_at, targets, distance, self.index.catalog.passes_many(targets, f.scope, f.kinds, f.since, f.until)
 
 
 class InProcessIndex:

@@ -67,18 +67,14 @@ class ScopedSearch(Protocol):
         """The best `limit` (ids, cosine) by vector, best first."""
         ...
 
-    def passing(self, ids: np.ndarray) -> np.ndarray:
-        """A boolean mask over `ids`: which pass the filters (and are live)."""
-        ...
-
     def both(self, tokens: list[str], query: np.ndarray, limit: int) -> BothFound:
         """A hybrid search's BM25 and vector candidates (as `bm25` and `nearest`) and the ms each
         took: the database asks both questions at once, on two connections."""
         ...
 
     def neighbours(self, ids: np.ndarray, window: int) -> ScopedNeighbours:
-        """`SearchIndex.neighbour_ids` of `ids` with `passing` of each target: the database asks
-        it as one question."""
+        """`SearchIndex.neighbour_ids` of `ids` and a boolean per target: whether it passes the
+        filters (and is live). The database asks it as one question."""
         ...
 
 
@@ -89,13 +85,6 @@ def one_after_the_other(scoped: ScopedSearch, tokens: list[str], query: np.ndarr
     middle = time.perf_counter()
     nearest = scoped.nearest(query, limit)
     return bm25, nearest, (middle - started) * 1000, (time.perf_counter() - middle) * 1000
-
-
-def neighbours_then_passing(index: SearchIndex, scoped: ScopedSearch, ids: np.ndarray,
-                            window: int) -> ScopedNeighbours:
-    """`ScopedSearch.neighbours` for an index whose catalog is an array of this process."""
-    source_at, targets, distance = index.neighbour_ids(ids, window)
-    return source_at, targets, distance, scoped.passing(targets)
 
 
 class BlockLookup(Protocol):

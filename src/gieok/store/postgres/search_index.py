@@ -114,13 +114,6 @@ def _filter_key(filt: BM25Filter) -> tuple[Any, ...]:
 
 
 _EMPTY = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
-# Each source (`?` block indices, in order) joined to the turns within ±`?`/`?` of it in its channel
-_NEIGHBOURS_FROM = (
-    "FROM unnest(?::bigint[]) WITH ORDINALITY AS src(block_index, i) "
-    "JOIN blocks s ON s.block_index = src.block_index "
-    "JOIN blocks n ON n.channel = s.channel AND n.conv_pos BETWEEN s.conv_pos - ? AND s.conv_pos + ? "
-    "AND n.conv_pos <> s.conv_pos "
-    "WHERE s.conv_pos IS NOT NULL AND s.channel IS NOT NULL")
 
 
 class _DatabaseScope:
@@ -244,29 +237,11 @@ class _DatabaseScope:
         return (np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
                 np.fromiter((r[1] for r in rows), dtype=np.float32, count=len(rows)))
 
-    def passing(self, ids: np.ndarray) -> np.ndarray:
-        if ids.shape[0] == 0:
-            return np.zeros(0, dtype=bool)
-        found = self.index.live_among(ids.tolist(), self.filt)
-        return np.isin(ids, np.asarray(found, dtype=np.int64))
-
     def neighbours(self, ids: np.ndarray, window: int) -> ScopedNeighbours:
         """The neighbour links and whether each target passes this search's filters, in one
         statement (two round trips before: links, then a liveness query for the new ones)."""
-        empty = np.empty(0, dtype=np.int64)
-        if ids.shape[0] == 0 or window <= 0:
-            return empty, empty, empty, np.zeros(0, dtype=bool)
         conditions, params = filter_sql(self.filt, "n.")
-        passes = " AND ".join(["n.forgotten_at IS NULL", *conditions])
-        rows = self.index.db.fetch(
-            f"SELECT src.i - 1, n.block_index, abs(n.conv_pos - s.conv_pos) AS distance, ({passes}) "
-            f"{_NEIGHBOURS_FROM} ORDER BY src.i, distance, n.conv_pos",
-            (*params, ids.tolist(), int(window), int(window)))
-        n = len(rows)
-        return (np.fromiter((r[0] for r in rows), dtype=np.int64, count=n),
-                np.fromiter((r[1] for r in rows), dtype=np.int64, count=n),
-                np.fromiter((r[2] for r in rows), dtype=np.int64, count=n),
-                np.fromiter((bool(r[3]) for r in rows), dtype=bool, count=n))
+        return self.index.neighbour_links(ids, window, " AND ".join(["n.forgotten_at IS NULL", *conditions]), params)
 
 
 _PARALLEL_LOCK = threading.Lock()
@@ -335,16 +310,29 @@ class PostgresSearchIndex:
         return _DatabaseScope(self, filt)
 
     def neighbour_ids(self, ids: np.ndarray, window: int) -> NeighbourLinks:
+        source_at, targets, distance, _ = self.neighbour_links(ids, window)
+        return source_at, targets, distance
+
+    def neighbour_links(self, ids: np.ndarray, window: int, passes: str = "TRUE",
+                        params: Sequence[Any] = ()) -> ScopedNeighbours:
+        """`neighbour_ids` and, per target, the SQL condition `passes` on it (`n.`, with `params`)."""
         empty = np.empty(0, dtype=np.int64)
         if ids.shape[0] == 0 or window <= 0:
-            return empty, empty, empty
+            return empty, empty, empty, np.zeros(0, dtype=bool)
         rows = self.db.fetch(
-            f"SELECT src.i - 1, n.block_index, abs(n.conv_pos - s.conv_pos) AS distance {_NEIGHBOURS_FROM} "
-            "ORDER BY src.i, distance, n.conv_pos", (ids.tolist(), int(window), int(window)))
+            f"SELECT src.i - 1, n.block_index, abs(n.conv_pos - s.conv_pos) AS distance, ({passes}) "
+            "FROM unnest(?::bigint[]) WITH ORDINALITY AS src(block_index, i) "
+            "JOIN blocks s ON s.block_index = src.block_index "
+            "JOIN blocks n ON n.channel = s.channel AND n.conv_pos BETWEEN s.conv_pos - ? AND s.conv_pos + ? "
+            "AND n.conv_pos <> s.conv_pos "
+            "WHERE s.conv_pos IS NOT NULL AND s.channel IS NOT NULL "
+            "ORDER BY src.i, distance, n.conv_pos",
+            (*params, ids.tolist(), int(window), int(window)))
         n = len(rows)
         return (np.fromiter((r[0] for r in rows), dtype=np.int64, count=n),
                 np.fromiter((r[1] for r in rows), dtype=np.int64, count=n),
-                np.fromiter((r[2] for r in rows), dtype=np.int64, count=n))
+                np.fromiter((r[2] for r in rows), dtype=np.int64, count=n),
+                np.fromiter((bool(r[3]) for r in rows), dtype=bool, count=n))
 
     def facts(self, ids: np.ndarray) -> CandidateFacts:
         wanted = ids.tolist()
