@@ -63,8 +63,8 @@ def _english_stopwords() -> frozenset[str]:
 # What the stored BM25 tokens of a memory were made by: `Tokenizer.version` is recorded with them,
 # and a memory whose tokens another version made is re-tokenized when it opens
 # (`memory/tokens.py`), since a query's tokens must be made the way the stored ones were.
-# 1: kiwi with its multi-word dictionary. 2: without it (below).
-TOKENS_VERSION = 2
+# 1: kiwi with its multi-word dictionary. 2: without it. 3: without its default dictionary too (below).
+TOKENS_VERSION = 3
 
 
 @lru_cache(maxsize=1)
@@ -80,7 +80,17 @@ def _kiwi():
     # "붕괴" missed it. It changed the tokens of 4 of the 3,107 Korean texts of benchmarks/data
     # (1,775 of the 100k generated chat blocks of `bench pgstateless`), and no recall of the
     # Korean dev set.
-    return Kiwi(num_workers=min(4, os.cpu_count() or 1), load_multi_dict=False)
+    #
+    # Without its default dictionary (`load_default_dict`: 113k Wikipedia and Namuwiki titles as
+    # proper nouns, and a few contractions) too: it costs every process 67 MB (302 → 234 MB after
+    # the first analyses) and half of kiwi's start-up (1.5–1.8 → 0.8 s), which kept a server worker
+    # with 1,000 tenants over 400 MB (issue 25). What it changes: 32 of the 1,895 Korean texts of
+    # benchmarks/data tokenize differently, some better (`누리로` → `누리` + `로`), some worse
+    # (`하린이가` keeps `하린이`); on the Korean dev set, gieok's turn recall @5 / @10 is the same
+    # (0.784 / 0.858) and @20 0.950 → 0.943 (one question), the bot's storage @5 0.781 → 0.788;
+    # the fact judge's pairs 0.667 → 0.669 accuracy; a name with a particle keeps its tokens as
+    # often as before (13 vs 14 misses in 192 sentences of 24 real names × 8 particles).
+    return Kiwi(num_workers=min(4, os.cpu_count() or 1), load_multi_dict=False, load_default_dict=False)
 
 
 def _bigrams(run: str) -> list[str]:
