@@ -9,6 +9,7 @@ import pytest
 from gieok import Memory, Scope
 from gieok.layers.cache import SearchCache, normalise_query
 from gieok.layers.working import WorkingMemory, jaccard, time_factor, usage_factor
+from gieok.store.base import NewBlock
 from gieok.store.sqlite import SQLiteStore
 from gieok.text import get_tokenizer
 
@@ -224,6 +225,30 @@ def test_cache_answers_repeats_and_never_serves_stale_results(replayed):
     after_forget = replayed.search("login bug timezone", 3, scope=scope, neighbours=False)
     assert after_forget.source != "cache"
     assert new.block_index not in [h.block.block_index for h in after_forget.hits]
+
+
+def test_cache_outlives_other_connections_commits_but_not_their_blocks(replayed):
+    """A server's home store is a second connection to the default memory's file: its key table
+    notes a key's use, and it reserves event ids. Those commits are not changes to the blocks and
+    keep the cached answers; another connection's block still empties the cache."""
+    scope = {"guild": "g", "channel": "c"}
+    replayed.search("login bug timezone", 3, scope=scope, neighbours=False)
+    other = SQLiteStore(replayed.path)
+    try:
+        key = other.keys.insert("dddd4444", "hash-d", "default", "read", "", 1.0)
+        other.keys.touch(key.key_id, 61.0)
+        other.event_sequences.reserve("default", 100)
+        assert replayed.search("login bug timezone", 3, scope=scope, neighbours=False).source == "cache"
+        text = "the login bug timezone note from another process"
+        written = other.append([NewBlock(kind="note", scope=Scope("g", "c"), speaker=None, text=text, event_time=1.0,
+                                         importance=0.5, keywords=[], tags=[], metadata={},
+                                         tokens=get_tokenizer().analyze(text).tokens)],
+                               np.asarray(replayed.embedder.embed_queries([text]), dtype=np.float32), 1.0)
+        after = replayed.search("login bug timezone", 3, scope=scope, neighbours=False)
+        assert after.source != "cache"
+        assert written[0].block_index in [h.block.block_index for h in after.hits]
+    finally:
+        other.close()
 
 
 def test_cache_invalidated_by_promotion(replayed):

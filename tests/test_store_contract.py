@@ -289,6 +289,28 @@ def test_change_token_moves_when_another_connection_writes(backend: Backend) -> 
     assert mine.last_block_index() == 1 and mine.forgotten_indices() == {1}
 
 
+def test_change_token_moves_with_the_blocks_only(backend: Backend) -> None:
+    """Another connection's commits to other tables — a server's key table noting a key's use, its
+    event ids, metadata — leave the token: they used to empty the memory's search cache. Each
+    change to the blocks moves it, whoever makes it."""
+    mine, theirs = backend.open(), backend.open()
+    blocks = append(theirs, new_block("first"), new_block("second"))
+    token = mine.change_token()
+    key = theirs.keys.insert("cccc3333", "hash-c", "acme", "read", "", T0)
+    theirs.keys.touch(key.key_id, T0 + 60)
+    theirs.event_sequences.reserve("acme", 100)
+    theirs.set_meta({"note": "not a block"})
+    assert mine.change_token() == token
+    changes = [lambda: theirs.reembed([b.block_index for b in blocks], unit_vectors(2, seed=3), {}),
+               lambda: theirs.replace_tokens({blocks[0].block_index: ["remade"]}, "another/tokenizer"),
+               lambda: theirs.forget([blocks[1].block_index], T0),
+               lambda: append(mine, new_block("mine"))]
+    for change in changes:
+        change()
+        assert mine.change_token() != token
+        token = mine.change_token()
+
+
 def test_concurrent_appends_from_several_connections_keep_one_chain(backend: Backend) -> None:
     stores = [backend.open() for _ in range(3)]
     errors: list[BaseException] = []

@@ -229,6 +229,15 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE idempotency_keys ADD COLUMN written TEXT;  -- JSON list of block indices
     """,
+    # 13: a counter of the changes to the blocks (appends, forgets, re-embedding, re-tokenizing),
+    # bumped in their own transactions, as PostgreSQL's `changes`: what `change_token` reads. Any
+    # other connection's commit to any table used to count (PRAGMA data_version), so a server's
+    # key table noting a key's use, or reserving event ids, in the home memory emptied that
+    # memory's search cache and made its indexes catch up
+    """
+    CREATE TABLE changes (counter INTEGER NOT NULL);
+    INSERT INTO changes(counter) VALUES (0);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

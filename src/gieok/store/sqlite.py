@@ -2,7 +2,9 @@
 
 The connection is shared by the threads of one process and guarded by a lock;
 other processes coordinate through SQLite's own locking (`BEGIN IMMEDIATE` with a
-busy timeout), and `change_token` lets the engine notice their commits.
+busy timeout), and `change_token` lets the engine notice their changes to the blocks: the
+`changes` counter, bumped in the same transaction as every append, forget, re-embedding and
+re-tokenizing (the other tables' commits do not count).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ __all__ = ["SQLiteStore", "facet_tokens"]
 # The channel's last conversation position. `conv_pos IS NOT NULL` lets SQLite use the partial
 # index blocks_by_position; without it every append scanned the whole table (18 ms at 100k blocks).
 LAST_POSITION_SQL = "SELECT max(conv_pos) FROM blocks WHERE channel = ? AND conv_pos IS NOT NULL"
+_CHANGED = "UPDATE changes SET counter = counter + 1"  # in every transaction that changes blocks (change_token)
 
 _BLOCK_COLUMNS = (
     "block_index, kind, guild, channel, user_id, speaker, text, event_time, insert_time, importance, "
@@ -273,6 +276,7 @@ class SQLiteStore:
         conn.executemany(f"INSERT INTO blocks({_BLOCK_COLUMNS}) VALUES ({', '.join('?' * 18)})", block_rows)
         conn.executemany("INSERT INTO embeddings(block_index, vector) VALUES (?, ?)", vector_rows)
         conn.executemany("INSERT INTO blocks_fts(rowid, tokens, facets) VALUES (?, ?, ?)", fts_rows)
+        conn.execute(_CHANGED)
 
     def forget(self, block_indices: Sequence[int], when: float) -> list[int]:
         erased: list[int] = []
@@ -290,6 +294,7 @@ class SQLiteStore:
                 conn.execute("DELETE FROM blocks_fts WHERE rowid = ?", (index,))
                 erased.append(index)
             if erased:
+                conn.execute(_CHANGED)
                 # FTS5 deletes only mark postings as gone until segments merge; merge now so the
                 # erased words leave the file (SQLite 3.40 has no FTS5 secure-delete option).
                 conn.execute("INSERT INTO blocks_fts(blocks_fts) VALUES ('optimize')")
@@ -316,6 +321,7 @@ class SQLiteStore:
                 "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 list(meta.items()),
             )
+            conn.execute(_CHANGED)
 
     def replace_tokens(self, tokens: Mapping[int, Sequence[str]], version: str) -> bool:
         """Re-tokenized live blocks' BM25 tokens and the tokenizer `version` that made them, in one
@@ -326,6 +332,8 @@ class SQLiteStore:
                 return False
             conn.executemany("UPDATE blocks_fts SET tokens = ? WHERE rowid = ?",
                              [(" ".join(toks), int(index)) for index, toks in tokens.items()])
+            if tokens:
+                conn.execute(_CHANGED)
             conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
                          "value = excluded.value", (TOKENIZER_KEY, version))
         return True
@@ -499,9 +507,10 @@ class SQLiteStore:
         return {"blocks": total, "forgotten": forgotten, "by_kind": by_kind, "channels": channels}
 
     def change_token(self) -> int:
-        """Changes when another connection commits (PRAGMA data_version)."""
+        """Bumped by every transaction that appends, forgets, re-embeds or re-tokenizes blocks, in
+        any process (the `changes` counter; a commit to another table leaves it)."""
         with self._lock:
-            return int(self._query("PRAGMA data_version").fetchone()[0])
+            return int(self._query("SELECT counter FROM changes").fetchone()[0])
 
     def verify(self) -> VerifyReport:
         return verify_chain(self.iter_blocks(batch=2000))

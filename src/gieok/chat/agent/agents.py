@@ -338,9 +338,11 @@ def _recalled_section(turns: Sequence[RecalledTurn], zone: ZoneInfo, assistant_n
     positions of the turns kept (score order)."""
     tally = TokenTally()
     days: dict[str, list[int]] = {}
+    written: list[str] = []  # each turn's line, made once
     for position, turn in enumerate(turns):
         day = _date(turn.time, zone)
         line = _turn_line(turn, assistant_name, named)
+        written.append(line)
         cost = line if day in days or not day else f"[{day}]\n{line}"  # a count does not depend on line order
         if tally.with_line(cost) <= budget:
             tally.add(cost)
@@ -351,7 +353,7 @@ def _recalled_section(turns: Sequence[RecalledTurn], zone: ZoneInfo, assistant_n
         if day:
             lines.append(f"[{day}]")
         in_order = sorted(days[day], key=lambda i: (turns[i].time or 0.0, turns[i].block_index))
-        lines.extend(_turn_line(turns[i], assistant_name, named) for i in in_order)
+        lines.extend(written[i] for i in in_order)
     text = "\n".join(lines)
     return Section("recalled", text, estimate_tokens(text), kept=len(kept),
                    dropped=len(turns) - len(kept)), sorted(kept)

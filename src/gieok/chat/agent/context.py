@@ -49,8 +49,14 @@ HEADERS = {
 WEEKDAYS = {"ko": "월화수목금토일", "en": None}
 
 
+def _wide_count(text: str) -> int:
+    """Characters that cost a token each (Hangul, kana, CJK). None in ASCII text, which is told
+    without the pattern: a context's ~100 English lines spent 0.3 ms in it."""
+    return 0 if text.isascii() else len(_WIDE.findall(text))
+
+
 def estimate_tokens(text: str) -> int:
-    wide = len(_WIDE.findall(text))
+    wide = _wide_count(text)
     return wide + math.ceil((len(text) - wide) / 4)
 
 
@@ -65,7 +71,7 @@ class TokenTally:
 
     def _wide(self, text: str) -> int:
         if self._measured[0] is not text:
-            self._measured = (text, len(_WIDE.findall(text)))
+            self._measured = (text, _wide_count(text))
         return self._measured[1]
 
     def with_line(self, text: str) -> int:
