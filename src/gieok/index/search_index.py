@@ -30,8 +30,7 @@ import numpy as np
 from ..store.base import BM25Filter
 
 __all__ = ["BlockLookup", "BothFound", "CandidateFacts", "DatabaseIndexed", "NeighbourLinks", "ScopedNeighbours",
-           "ScopedSearch",
-           "SearchIndex", "one_after_the_other"]
+           "ScopedSearch", "SearchIndex", "one_after_the_other"]
 
 # (index into the source ids, neighbour id, distance in turns), each an int64 array
 NeighbourLinks = tuple[np.ndarray, np.ndarray, np.ndarray]
