@@ -77,6 +77,24 @@ def conversation() -> list[dict[str, Any]]:
             for item in CONVERSATION]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Test ids xdist can tell apart, and the files with slow tests first.
+
+    Schemathesis (4.32 on pytest 9.2) names each operation's item `test_x[GET /path]` but gives
+    all of them the function's node id. pytest-xdist hands tests to its workers by node id, so all
+    but one would silently not run: each gets its operation in its id here, as a parametrized
+    test's would be (`…::test_x[GET /path]`). Only items whose id lacks their name's `[…]` change."""
+    for item in items:
+        original = getattr(item, "originalname", item.name)
+        node_id = getattr(item, "_id", None)
+        if item.name.startswith(original + "[") and getattr(node_id, "params", "") is None:
+            item._id = node_id.with_params(item.name[len(original) + 1:-1])  # type: ignore[union-attr]
+    # The files with slow tests first (each file keeps its order): the workers take files in this
+    # order, so the long ones start early and the short ones fill in, and the workers end together.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No GIEOK_* variable or ./gieok.toml of the developer's shell leaks into a test."""

@@ -44,6 +44,7 @@ def _slice(source: Path, target: Path) -> dict[str, Any]:
     return {"turns": len(dia_ids), "questions": len(qa), "categories": {str(q["category"]) for q in qa}}
 
 
+@pytest.mark.slow
 def test_bench_context_end_to_end(locomo_path: Path, tmp_path: Path) -> None:
     data = tmp_path / "slice.json"
     sizes = _slice(locomo_path, data)

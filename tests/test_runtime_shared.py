@@ -80,15 +80,17 @@ def msg(text: str, mid: str, user: str = "1", ref: ChannelRef = CAFE) -> Inbound
     return InboundMessage(ref, user, text, display_name=f"user{user}", message_id=mid)
 
 
+SCENARIO_SECONDS = 180  # each takes a few seconds; many times that on a loaded machine
 _SPAWNED: list[Process] = []  # this test's processes: closed when its scenario fails
 
 
 def run(coro: Any) -> Any:
-    """The scenario; when it fails, the processes' cores are closed before the loop ends (else
-    their channel workers keep the loop's shutdown waiting, and a failed assertion is a hang)."""
+    """The scenario, bounded in time (a wait that never ends fails with where it was stuck); when
+    it fails, the processes' cores are closed before the loop ends (else their channel workers
+    keep the loop's shutdown waiting, and a failed assertion is a hang)."""
     async def guarded() -> Any:
         try:
-            return await coro
+            return await asyncio.wait_for(coro, SCENARIO_SECONDS)
         except BaseException:
             for process in _SPAWNED:
                 with contextlib.suppress(BaseException):

@@ -6,6 +6,7 @@ stopped with pg_ctl in both of its shutdown modes."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from gieok.errors import DatabaseUnavailableError
 from gieok.server import ServerState, create_app
+from gieok.server.run import open_worker_state
 from gieok.server.settings import ServerSettings
 from gieok.store.urls import with_schema
 from store_backends import HAVE_PGSERVER
@@ -71,3 +74,53 @@ def test_postgres_away_is_503_with_retry_after_and_the_pool_reconnects(postgres:
         texts = {hit["block"]["text"] for hit in found.json()["hits"]}
         assert {"before the restart", "after the restart"} <= texts
         assert "while it is away" not in texts
+
+
+def _start_after(postgres: object, seconds: float) -> threading.Thread:
+    def start() -> None:
+        time.sleep(seconds)
+        postgres.start()  # type: ignore[attr-defined]
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_worker_starting_while_postgres_restarts_waits_for_it_then_warms(postgres: object) -> None:
+    """Found by `gieok bench chaos`: a serve worker killed, and its replacement starting while
+    PostgreSQL restarted, failed its start-up — and uvicorn stops the whole server when a worker
+    fails to start. The replacement opens its state once the database is back, and warms then."""
+    url = with_schema(postgres.url, "restarting")  # type: ignore[attr-defined]
+    first = ServerState.open(ServerSettings.load(db=url))
+    key, _ = first.keys.create("default", "admin", "restart")
+    with first.tenants.use("default") as tenant:
+        tenant.memory.add("민지는 고양이 나비를 키워")
+    first.close()
+    settings = ServerSettings.load(db=url)
+
+    postgres.stop("immediate")  # type: ignore[attr-defined]
+    starting = _start_after(postgres, 1.5)
+    state = open_worker_state(settings, wait_s=60)  # the worker process's factory (`worker_app`)
+    starting.join()
+
+    postgres.stop("immediate")  # type: ignore[attr-defined]  # away again while the app starts: warming waits
+    starting = _start_after(postgres, 1.5)
+    with TestClient(create_app(state)) as client:
+        starting.join()
+        assert state.readiness.done.wait(120), "warming never finished"
+        assert state.readiness.ready, state.readiness.as_dict()
+        assert client.get("/readyz").status_code == 200
+        found = client.post("/v1/search", json={"query": "나비", "k": 3}, headers={"Authorization": f"Bearer {key}"})
+        assert found.status_code == 200, found.text[:300]
+        assert "민지는 고양이 나비를 키워" in [hit["block"]["text"] for hit in found.json()["hits"]]
+
+
+def test_a_worker_gives_up_on_a_database_that_stays_away_with_the_reason(postgres: object) -> None:
+    url = with_schema(postgres.url, "away")  # type: ignore[attr-defined]
+    ServerState.open(ServerSettings.load(db=url)).close()
+    postgres.stop("fast")  # type: ignore[attr-defined]
+    try:
+        with pytest.raises(DatabaseUnavailableError):
+            open_worker_state(ServerSettings.load(db=url), wait_s=1.0)
+    finally:
+        postgres.start()  # type: ignore[attr-defined]

@@ -82,8 +82,10 @@ class ServerState:
 
     def start_warming(self) -> None:
         """Warm the tenants beside the running server, once (the app's start-up calls this)."""
-        if self._warming is None:
-            names = tenants_to_warm(self.tenants, self.keys.keys(), self.settings.server_open_tenants)
+        if self._warming is None:  # the key table is read in the warming thread: the database may be restarting
+            def names() -> list[str]:
+                return tenants_to_warm(self.tenants, self.keys.keys(), self.settings.server_open_tenants)
+
             self._warming = start_warming(self.tenants, names, self.readiness, self._stop_warming)
 
     @classmethod

@@ -16,16 +16,21 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import GieokError
+import tenacity
+
+from ..errors import DatabaseUnavailableError, GieokError
 from ..text import get_tokenizer
 from .tenants import DEFAULT_TENANT, TenantRegistry
 
-__all__ = ["Readiness", "load_analyser", "warm_tenants", "tenants_to_warm", "start_warming", "WarmGate", "WARM_WAIT_S"]
+__all__ = ["Readiness", "load_analyser", "warm_tenants", "tenants_to_warm", "start_warming", "WarmGate", "WARM_WAIT_S",
+           "DATABASE_WAIT_S"]
 
 WARM_WAIT_S = 10.0  # how long a request waits for a warming server before it is told to come back
+DATABASE_WAIT_S = 300.0  # how long warming waits for an unreachable database before it gives up
 UNGATED = ("/v1/events", "/v1/health", "/v1/keys")  # they need no model: answered while warming
 
 log = logging.getLogger("uvicorn.error")  # uvicorn's own log: it is what `gieok serve` prints
@@ -78,20 +83,43 @@ def tenants_to_warm(registry: TenantRegistry, key_rows: list[Any], limit: int) -
     return list(dict.fromkeys(names))[: max(1, limit)]
 
 
-def warm_tenants(registry: TenantRegistry, names: list[str], readiness: Readiness,
-                 stop: threading.Event | None = None) -> None:
-    """Open and warm each tenant (`Memory.warm`: one search through every part); then ready."""
+def warm_tenants(registry: TenantRegistry, names: list[str] | Callable[[], list[str]], readiness: Readiness,
+                 stop: threading.Event | None = None, *, database_wait_s: float = DATABASE_WAIT_S) -> None:
+    """Open and warm each tenant (`Memory.warm`: one search through every part); then ready.
+    `names` may be a function (it reads the key table: `tenants_to_warm`).
+
+    An unreachable database is waited for (`database_wait_s`, then warming fails): a worker that
+    `--workers N` started again after a crash may start while PostgreSQL restarts, and it warms
+    once the database is back rather than staying unwarmed or failing."""
+    stopped = stop or threading.Event()
+
+    def note_retry(state: tenacity.RetryCallState) -> None:
+        log.warning("gieok: warming waits for the database (%s); trying again in %.1f s",
+                    state.outcome.exception() if state.outcome else "?",
+                    state.next_action.sleep if state.next_action else 0.0)
+
+    def warm(name: str) -> None:
+        with registry.use(name) as tenant:
+            tenant.memory.warm()
+            if tenant.memory.store.conversation.l1_count():  # agents write conversations here:
+                tenant.pipeline.warm()  # the guard's classifiers and their encoder, loaded now too
+
+    def pause(seconds: float) -> None:
+        stopped.wait(seconds)  # a stop ends the pause at once (and then the retries)
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(DatabaseUnavailableError),
+        wait=tenacity.wait_exponential(multiplier=0.25, max=5.0),
+        stop=tenacity.stop_after_delay(database_wait_s) | tenacity.stop_when_event_set(stopped),
+        before_sleep=note_retry, sleep=pause, reraise=True)
     try:
-        for name in names:
-            if stop is not None and stop.is_set():
+        for name in retrying(names) if callable(names) else names:
+            if stopped.is_set():
                 return
-            with registry.use(name) as tenant:
-                tenant.memory.warm()
-                if tenant.memory.store.conversation.l1_count():  # agents write conversations here:
-                    tenant.pipeline.warm()  # the guard's classifiers and their encoder, loaded now too
+            retrying(warm, name)
             readiness.tenants.append(name)
     except GieokError as exc:
-        if stop is not None and stop.is_set():
+        if stopped.is_set():
             return  # shutting down while warming: nothing to report
         log.error("gieok: warming failed: %s", exc)
         readiness.finish(str(exc))
@@ -102,7 +130,7 @@ def warm_tenants(registry: TenantRegistry, names: list[str], readiness: Readines
              "" if len(readiness.tenants) == 1 else "s'", os.getpid())  # which of --workers N is ready
 
 
-def start_warming(registry: TenantRegistry, names: list[str], readiness: Readiness,
+def start_warming(registry: TenantRegistry, names: list[str] | Callable[[], list[str]], readiness: Readiness,
                   stop: threading.Event) -> threading.Thread:
     """Warm in a daemon thread (the server answers /healthz and /readyz meanwhile)."""
     thread = threading.Thread(target=warm_tenants, args=(registry, names, readiness, stop),
