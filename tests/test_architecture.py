@@ -147,6 +147,13 @@ def test_no_memory_is_typed_any() -> None:
     assert not wrong, "memory typed Any:\n" + "\n".join(wrong)
 
 
+def test_the_memory_facade_stays_a_facade() -> None:
+    """`Memory` wires its parts (memory/: indexes, layers, search, writes, transfer, events) and
+    checks what callers give it; the work is in the parts. 400 lines is the line it keeps under."""
+    lines = (SOURCE / "memory" / "facade.py").read_text(encoding="utf-8").count("\n")
+    assert lines <= 400, f"memory/facade.py has {lines} lines: move the work into a part of memory/"
+
+
 def test_the_bot_is_wired_in_one_place() -> None:
     """The chain Memory → model → pipeline → bot core is built by `gieok.chat.compose` alone:
     Discord, the terminal chat, the server and the benchmarks all ask it."""

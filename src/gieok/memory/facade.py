@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -229,20 +228,7 @@ class Memory:
         """Erase the content of blocks (text, speaker, keywords, tags, metadata, vector, BM25
         entry); the header and content digest stay so the chain still verifies."""
         self._check_open()
-        indices = ingest.block_indices(block_indices)
-        with self._lock:
-            existing = self.store.get_many(indices)
-            missing = [i for i in indices if i not in existing]
-            if missing:
-                raise BlockNotFoundError(f"no block with index {missing[0]}")
-            erased = self.store.forget(indices, time.time())
-            self.indexes.noted()
-            self.layers.invalidate(existing[i].scope for i in erased)
-            self.layers.drop_copies(sorted(erased))
-            self.indexes.erase(erased)
-        if erased:
-            self.events.emit("memory.forgotten", {"block_indices": erased})
-        return erased
+        return self._writes.forget(ingest.block_indices(block_indices))
 
     def remember(self, text: str, *, scope: Scope | Mapping[str, Any] | None = None, speaker: str | None = None,
                  event_time: Any = None, importance: float = 0.5, kind: str = "turn",

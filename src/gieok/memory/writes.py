@@ -1,7 +1,8 @@
-"""How blocks reach the store. A write embeds outside the memory's lock (the slow part), then
-commits in one transaction under it; the indexes take the new rows, cached answers of the scopes
-it touched are dropped, and listeners hear of it. A turn is embedded as a passage with the turns
-just before it in its channel (`retrieval/passages.py`), read from what is already stored."""
+"""How blocks reach the store, and leave it. A write embeds outside the memory's lock (the slow
+part), then commits in one transaction under it; the indexes take the new rows, cached answers of
+the scopes it touched are dropped, and listeners hear of it. A turn is embedded as a passage with
+the turns just before it in its channel (`retrieval/passages.py`), read from what is already
+stored. `forget` erases blocks' content the same way: under the lock, then indexes, layers, events."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from ..config import Settings
 from ..embed import CachedEmbedder, bulk_priority, embed_ahead
+from ..errors import BlockNotFoundError
 from ..retrieval.passages import PassageContext, PassageSource
 from ..store.base import AppendHook, NewBlock, Store
 from ..types import Block
@@ -109,3 +111,19 @@ class WritePath:
             self.indexes.catch_up()
             self.indexes.noted()
             self.layers.invalidate(b.scope for b in chunk)
+
+    def forget(self, indices: list[int]) -> list[int]:
+        """Erase the content of blocks (checked indices); `BlockNotFoundError` for one that never was."""
+        with self.lock:
+            existing = self.store.get_many(indices)
+            missing = [i for i in indices if i not in existing]
+            if missing:
+                raise BlockNotFoundError(f"no block with index {missing[0]}")
+            erased = self.store.forget(indices, time.time())
+            self.indexes.noted()
+            self.layers.invalidate(existing[i].scope for i in erased)
+            self.layers.drop_copies(sorted(erased))
+            self.indexes.erase(erased)
+        if erased:
+            self.events.emit("memory.forgotten", {"block_indices": erased})
+        return erased
