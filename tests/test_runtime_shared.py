@@ -360,3 +360,36 @@ def test_a_stalled_owners_late_turn_is_refused_by_the_fence(spawn: Any, redis_na
         await close_all(a, b)
 
     run(scenario())
+
+
+def test_close_ends_the_shared_services_even_when_a_cancellation_is_lost(spawn: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the parallel suite (a close that never ended, twice in ~10 runs): Python 3.11's
+    asyncio.timeout, inside redis-py's reads, can turn a cancellation that lands as its timeout
+    fires into TimeoutError — an OSError, so the lease upkeep took it for Redis being away and went
+    on, and `close` waited for it forever. Here a renewal loses every cancellation that way: the
+    upkeep and the wake-up listener still end once `close` has asked them to."""
+    renew = SharedChannels.renew
+    slow = asyncio.Event()
+
+    async def renew_losing_the_cancellation(self: SharedChannels, channel_keys: Any) -> set[str]:
+        try:
+            if slow.is_set():
+                await asyncio.sleep(5.0)  # a slow renewal: `close`'s cancellation lands in here
+            return await renew(self, channel_keys)
+        except asyncio.CancelledError:
+            raise self.connection.unavailable(TimeoutError("a cancellation, as asyncio.timeout turns it")) from None
+
+    monkeypatch.setattr(SharedChannels, "renew", renew_losing_the_cancellation)
+    a = spawn()
+
+    async def scenario() -> None:
+        await a.core.start()
+        await a.core.submit(msg("누리야 [t1] 안녕", "m1"))
+        await settled(a, replies_expected=1)
+        slow.set()
+        await asyncio.sleep(0.5)  # the upkeep (every third of the 1-s lease) is inside a renewal now
+        await asyncio.wait_for(a.core.close(), 10)  # it used to wait for the upkeep forever
+        assert all(task.done() for task in a.core._services)
+
+    run(scenario())

@@ -364,19 +364,21 @@ class SharedChannels:
         message = json.dumps({"kind": kind, "key": channel_key})
         await self._call(lambda r: r.publish(self._key("wake"), message))
 
-    async def listen(self, on_wake: Callable[[str, str], None], ready: asyncio.Event | None = None) -> None:
-        """Call `on_wake(kind, channel_key)` for every wake-up until cancelled. A dropped
-        connection is retried; what was missed meanwhile is found by the owner's next drain and
-        the periodic sweep, never lost (wake-ups only make things prompt)."""
+    async def listen(self, on_wake: Callable[[str, str], None], ready: asyncio.Event | None = None,
+                     stopping: Callable[[], bool] = lambda: False) -> None:
+        """Call `on_wake(kind, channel_key)` for every wake-up until cancelled, or until `stopping()`
+        (checked each second: a cancellation taken for a dropped connection still ends it). A
+        dropped connection is retried; what was missed meanwhile is found by the owner's next
+        drain and the periodic sweep, never lost (wake-ups only make things prompt)."""
         channel = self._key("wake")
-        while True:
+        while not stopping():
             client = self.connection.async_client(blocking_seconds=1.0)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(channel)
                 if ready is not None:
                     ready.set()
-                while True:
+                while not stopping():
                     message = await pubsub.get_message(timeout=1.0)
                     if message is None or message.get("type") != "message":
                         continue
