@@ -6,29 +6,26 @@ app's shutdown closes every memory."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 
-import tenacity
 import uvicorn
 from fastapi import FastAPI
 from uvicorn.main import STARTUP_FAILURE
 
-from ..errors import ConfigError, DatabaseUnavailableError
+from ..errors import ConfigError
 from .hosts import is_loopback
 from .mcp import create_app_with_mcp
 from .settings import ServerSettings
 from .state import ServerState
 from .stopping import Server
 from .supervise import install as install_supervision
+from .warm import waiting_for_the_database
 
 __all__ = ["serve", "worker_app", "open_worker_state", "GRACEFUL_SHUTDOWN_SECONDS", "WORKER_DATABASE_WAIT_S"]
 
 GRACEFUL_SHUTDOWN_SECONDS = 30  # in-flight requests get this long after Ctrl-C / SIGTERM
 _NO_AUTH_VARIABLE = "GIEOK_SERVE_NO_AUTH"  # passes --no-auth to worker processes
 WORKER_DATABASE_WAIT_S = 120.0  # how long a worker starting waits for an unreachable database
-
-log = logging.getLogger("uvicorn.error")
 
 
 def _check(host: str, port: int, auth: bool, workers: int) -> None:
@@ -93,12 +90,5 @@ def open_worker_state(settings: ServerSettings, *, auth: bool = True,
     start (it takes that for a broken app). A worker started again while PostgreSQL restarts must
     wait for it, not take the other workers down with it: found by `gieok bench chaos` (a
     serve worker killed, then an immediate PostgreSQL restart while its replacement started)."""
-    def note_retry(state: tenacity.RetryCallState) -> None:
-        log.warning("gieok: worker %d waits for the database (%s); trying again in %.1f s", os.getpid(),
-                    state.outcome.exception() if state.outcome else "?",
-                    state.next_action.sleep if state.next_action else 0.0)
-
-    retrying = tenacity.Retrying(retry=tenacity.retry_if_exception_type(DatabaseUnavailableError),
-                                 wait=tenacity.wait_exponential(multiplier=0.25, max=5.0),
-                                 stop=tenacity.stop_after_delay(wait_s), before_sleep=note_retry, reraise=True)
+    retrying = waiting_for_the_database(f"worker {os.getpid()}", wait_s)
     return retrying(ServerState.open, settings, auth=auth)

@@ -27,7 +27,7 @@ from ..text import get_tokenizer
 from .tenants import DEFAULT_TENANT, TenantRegistry
 
 __all__ = ["Readiness", "load_analyser", "warm_tenants", "tenants_to_warm", "start_warming", "WarmGate", "WARM_WAIT_S",
-           "DATABASE_WAIT_S"]
+           "DATABASE_WAIT_S", "waiting_for_the_database"]
 
 WARM_WAIT_S = 10.0  # how long a request waits for a warming server before it is told to come back
 DATABASE_WAIT_S = 300.0  # how long warming waits for an unreachable database before it gives up
@@ -83,6 +83,26 @@ def tenants_to_warm(registry: TenantRegistry, key_rows: list[Any], limit: int) -
     return list(dict.fromkeys(names))[: max(1, limit)]
 
 
+def waiting_for_the_database(who: str, wait_s: float, stop: threading.Event | None = None) -> tenacity.Retrying:
+    """Retries of a call while the database is unreachable (`DatabaseUnavailableError`): 0.25 s
+    doubling to 5 s, a warning line before each pause, for `wait_s` (then the error is raised);
+    `stop` set ends a pause and the retries at once. Used by a starting worker and by warming."""
+    stopped = stop or threading.Event()
+
+    def note_retry(state: tenacity.RetryCallState) -> None:
+        log.warning("gieok: %s waits for the database (%s); trying again in %.1f s", who,
+                    state.outcome.exception() if state.outcome else "?",
+                    state.next_action.sleep if state.next_action else 0.0)
+
+    def pause(seconds: float) -> None:
+        stopped.wait(seconds)
+
+    return tenacity.Retrying(retry=tenacity.retry_if_exception_type(DatabaseUnavailableError),
+                             wait=tenacity.wait_exponential(multiplier=0.25, max=5.0),
+                             stop=tenacity.stop_after_delay(wait_s) | tenacity.stop_when_event_set(stopped),
+                             before_sleep=note_retry, sleep=pause, reraise=True)
+
+
 def warm_tenants(registry: TenantRegistry, names: list[str] | Callable[[], list[str]], readiness: Readiness,
                  stop: threading.Event | None = None, *, database_wait_s: float = DATABASE_WAIT_S) -> None:
     """Open and warm each tenant (`Memory.warm`: one search through every part); then ready.
@@ -93,25 +113,13 @@ def warm_tenants(registry: TenantRegistry, names: list[str] | Callable[[], list[
     once the database is back rather than staying unwarmed or failing."""
     stopped = stop or threading.Event()
 
-    def note_retry(state: tenacity.RetryCallState) -> None:
-        log.warning("gieok: warming waits for the database (%s); trying again in %.1f s",
-                    state.outcome.exception() if state.outcome else "?",
-                    state.next_action.sleep if state.next_action else 0.0)
-
     def warm(name: str) -> None:
         with registry.use(name) as tenant:
             tenant.memory.warm()
             if tenant.memory.store.conversation.l1_count():  # agents write conversations here:
                 tenant.pipeline.warm()  # the guard's classifiers and their encoder, loaded now too
 
-    def pause(seconds: float) -> None:
-        stopped.wait(seconds)  # a stop ends the pause at once (and then the retries)
-
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(DatabaseUnavailableError),
-        wait=tenacity.wait_exponential(multiplier=0.25, max=5.0),
-        stop=tenacity.stop_after_delay(database_wait_s) | tenacity.stop_when_event_set(stopped),
-        before_sleep=note_retry, sleep=pause, reraise=True)
+    retrying = waiting_for_the_database("warming", database_wait_s, stopped)
     try:
         for name in retrying(names) if callable(names) else names:
             if stopped.is_set():

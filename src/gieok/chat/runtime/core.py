@@ -185,7 +185,7 @@ class BotCore:
         # Set by `close` beside cancelling them: a loop that missed its cancellation still ends
         # (Python 3.11's asyncio.timeout, inside redis-py's reads, can turn a cancellation that
         # lands as its timeout fires into TimeoutError, which a loop takes for Redis being away).
-        self._services_stopping = False
+        self._services_stop = asyncio.Event()
         self._chores: set[asyncio.Task] = set()  # shared mode: inbox drains, active-set reloads
         self._started = False
         stored = pipeline.tables.active_keys()
@@ -537,7 +537,7 @@ class BotCore:
             return
         self._started = True
         ready = asyncio.Event()
-        self._services.append(asyncio.create_task(self.shared.listen(self._on_wake, ready, self._stopping_services),
+        self._services.append(asyncio.create_task(self.shared.listen(self._on_wake, ready, self._services_stop.is_set),
                                                   name="gieok-wake"))
         await asyncio.wait_for(ready.wait(), timeout=self.shared.connection.timeout_seconds)
         await self._reload_active()  # changed since this process read them, before it listened
@@ -563,7 +563,7 @@ class BotCore:
         back), take channels with waiting messages that nobody holds, reload active channels."""
         assert self.shared is not None
         interval = self.shared.lease_seconds / 3
-        while not self._services_stopping:
+        while not self._services_stop.is_set():
             await asyncio.sleep(interval)
             try:
                 for key in await self.shared.renew(set(self._leases)):
@@ -585,9 +585,6 @@ class BotCore:
             except Exception as exc:  # Redis away for a moment: try again next round
                 self.health.failed("shared", exc)
                 log.warning("lease upkeep failed: %s", exc)
-
-    def _stopping_services(self) -> bool:
-        return self._services_stopping
 
     def _ensure_executor(self) -> None:
         """Blocking work (SQLite, embedding hand-off) runs in worker threads. asyncio's default
@@ -1011,7 +1008,7 @@ class BotCore:
             await asyncio.to_thread(self.pipeline.commit_pending)
             return
         await asyncio.gather(*list(self._chores), return_exceptions=True)
-        self._services_stopping = True
+        self._services_stop.set()
         for task in self._services:
             task.cancel()
         await asyncio.gather(*self._services, return_exceptions=True)
