@@ -16,10 +16,12 @@ from zoneinfo import ZoneInfo
 import pytest
 from fastapi.testclient import TestClient
 
-from gieok.chat.agent.agents import RecalledTurn, assemble_context
+from gieok.chat.agent.agents import assemble_context
+from gieok.chat.agent.gather import Gathered, RecalledTurn
 from gieok.chat.layers.recent import conversation_of
 from gieok.server import ServerState, create_app
 from gieok.server.settings import ServerSettings
+from gieok.types import Scope
 from llm_servers import Reply, openai_completion, serve
 
 CAFE = {"channel": "cafe", "guild": "g1"}
@@ -316,9 +318,8 @@ def test_recalled_turns_name_each_speakers_id_once_unless_two_share_a_name() -> 
              RecalledTurn("I moved to Berlin", "u-alex-1", "Alex", day, 0.7, 3, "turn", "user"),
              RecalledTurn("I moved to Busan", "u-alex-2", "Alex", day, 0.6, 4, "turn", "user"),
              RecalledTurn("Congratulations!", None, None, day, 0.5, 5, "turn", "assistant")]
-    context = assemble_context(conversation={"guild": None, "channel": "c"}, query="who has a cat",
-                               budget_tokens=1000, include=("recalled",), facts=[], summary_parts=None,
-                               recalled=turns, recent=[], zone=ZoneInfo("UTC"), assistant_name="누리")
+    context = assemble_context(Gathered(Scope(None, "c"), True, "who has a cat", recalled=turns), budget_tokens=1000,
+                               include=("recalled",), zone=ZoneInfo("UTC"), assistant_name="누리")
     lines = context.text.splitlines()
     assert lines[1] == "(Speakers: Minji = <user:u-minji>)"  # once, for every line of hers
     assert lines[2:] == ["[2023-11-14]",  # the day once, for every turn of that day
@@ -338,9 +339,8 @@ def test_recalled_turns_are_chosen_by_score_and_written_by_day_oldest_first() ->
              RecalledTurn("보리는 츄르를 좋아해", "u-b", "민지", june + 30, 0.7, 39, "turn", "user"),
              RecalledTurn("보호소에 가 보자", "u-a", "지수", may + 60, 0.6, 11, "turn", "user"),
              RecalledTurn("다음 주에 다시 얘기하자 " * 40, "u-a", "지수", may + day, 0.5, 20, "turn", "user")]
-    context = assemble_context(conversation={"guild": None, "channel": "c"}, query="민지 고양이 이름이 뭐야",
-                               budget_tokens=100, include=("recalled",), facts=[], summary_parts=None,
-                               recalled=turns, recent=[], zone=ZoneInfo("UTC"), assistant_name="누리")
+    context = assemble_context(Gathered(Scope(None, "c"), True, "민지 고양이 이름이 뭐야", recalled=turns),
+                               budget_tokens=100, include=("recalled",), zone=ZoneInfo("UTC"), assistant_name="누리")
     lines = context.text.splitlines()
     assert lines[0] == "# 관련된 예전 대화" and lines[1].startswith("(말한 사람: ")
     assert lines[2:] == ["[2023-05-08]", "- 지수: 보호소에 가 보자", "- 민지: 이름은 보리로 지었어",

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from .errors import InvalidInputError, InvalidTypeError
 from .text.validate import check_encodable, clean_text
 from .types import Kind
 
-__all__ = ["check_kind", "check_kinds", "check_importance", "check_time", "check_words", "check_metadata",
-           "check_speaker", "check_speaker_names", "check_k", "clean_text"]
+__all__ = ["check_kind", "check_kinds", "check_importance", "check_time", "check_message_time", "check_words",
+           "check_metadata", "check_speaker", "check_speaker_names", "check_k", "clean_text"]
 
 _KINDS = {k.value for k in Kind}
 MAX_WORD_CHARS = 200
@@ -69,6 +70,57 @@ def check_time(value: Any, what: str = "time") -> float | None:
             value = value.replace(tzinfo=UTC)
         return value.timestamp()
     raise InvalidTypeError(f"{what} must be a datetime, ISO string or epoch seconds, not {type(value).__name__}")
+
+
+FUTURE_SLACK_SECONDS = 86_400.0  # a message's clock may run ahead of ours, but not by more than a day
+_MILLIS_FROM = 1e11  # 5138-11-16 in seconds, 1973-03-03 in milliseconds: a larger number is milliseconds
+
+
+def check_message_time(value: Any, what: str = "time", *, zone: tzinfo = UTC, now: float | None = None) -> float | None:
+    """When a message was said, as epoch seconds: None (the caller's now), epoch seconds, a
+    datetime or an ISO-8601 string — one without a zone read in `zone`. Refused, naming `what` and
+    the unit expected: what cannot be a real message's time — before 1970-01-01, zero or negative,
+    epoch milliseconds (JavaScript's `Date.now()`), or more than a day ahead of `now`."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InvalidTypeError(f"{what} must be an ISO-8601 string or epoch seconds, not bool")
+    expected = "epoch seconds (e.g. 1790000000) or ISO 8601 (e.g. 2026-11-15T14:30:00+09:00)"
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise InvalidInputError(f"{what} must be a finite number of {expected}")
+        if value >= _MILLIS_FROM:
+            raise InvalidInputError(f"{what} {value!r} looks like epoch milliseconds; send {expected} "
+                                    f"(milliseconds / 1000)")
+        when = float(value)
+    elif isinstance(value, (str, datetime)):
+        when = _iso_seconds(value, what, zone, expected)
+    else:
+        raise InvalidTypeError(f"{what} must be {expected}, not {type(value).__name__}")
+    if when <= 0:
+        raise InvalidInputError(f"{what} {value!r} is not after 1970-01-01; send {expected}")
+    now = time.time() if now is None else now
+    if when > now + FUTURE_SLACK_SECONDS:
+        raise InvalidInputError(f"{what} {value!r} is more than a day in the future "
+                                f"({datetime.fromtimestamp(when, UTC):%Y-%m-%d %H:%M} UTC); send {expected}")
+    return when
+
+
+def _iso_seconds(value: str | datetime, what: str, zone: tzinfo, expected: str) -> float:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidInputError(f"{what} {str(value)[:40]!r} is not an ISO-8601 date/time; "
+                                    f"send {expected}") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=zone)
+    if value.year < 1970:
+        raise InvalidInputError(f"{what} {value.isoformat()} is before 1970; send {expected}")
+    try:
+        return value.timestamp()
+    except (OverflowError, OSError, ValueError):
+        raise InvalidInputError(f"{what} {value.isoformat()} is out of range; send {expected}") from None
 
 
 def check_words(value: Any, what: str) -> list[str] | None:

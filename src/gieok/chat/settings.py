@@ -125,7 +125,10 @@ class ChatSettings(Settings):
     llamacpp_chat_format: str = ""  # empty: the GGUF's own template; "chatml-function-calling" for tool calls
     # conversation: L1 recent messages, L2 summary, L3 facts, gatekeeper, context, guardrails
     bot_name: str = setting("누리", not_blank)
-    language: str = setting("ko", one_of("ko", "en"))  # prompts and persona
+    language: str = setting("ko", one_of("ko", "en"))  # the bot's prompts and persona
+    # what extraction and summary prompts (so facts and summaries) are written in: "auto" follows each
+    # conversation's messages (Hangul's share of their letters); "ko" / "en" fix it
+    conversation_language: str = setting("auto", one_of("auto", "ko", "en"))
     persona_file: str = ""  # "" = the bundled persona of `language`
     core_file: str = ""  # permanent core lines for every conversation (one per line)
     lore_file: str = ""  # lore seeded at start-up, idempotently (one fact per line)
@@ -155,7 +158,8 @@ class ChatSettings(Settings):
     guard_second_threshold: float = setting(0.77, probability)
     budget_persona: int = setting(900, at_least(1))  # token budgets per prompt section (estimated tokens)
     budget_summary: int = setting(400, at_least(1))
-    budget_facts: int = setting(500, at_least(1))
+    budget_facts: int = setting(300, at_least(1))  # the facts, a section of their own
+    budget_recalled: int = setting(500, at_least(1))  # recalled older turns
     budget_working: int = setting(300, at_least(1))
     budget_recent: int = setting(900, at_least(1))
     budget_input: int = setting(2000, at_least(1))

@@ -84,8 +84,13 @@ class LayerStack:
 
     def feed(self, block: Block, vector: np.ndarray | None) -> None:
         """A turn just stored: into its conversation's working memory and STM."""
+        metadata: dict[str, Any] = {"speaker": block.speaker} if block.speaker else {}
+        if block.metadata.get("flagged"):  # a prompt that shows the slot marks it as the turn is marked
+            metadata["flagged"] = True
+        if block.metadata.get("role") == "assistant":  # its speaker is a name, not a user's id
+            metadata["role"] = "assistant"
         self.hybrid.add(_conversation(block.scope), block.text, importance=block.importance, embedding=vector,
-                        block_index=block.block_index, metadata={"speaker": block.speaker} if block.speaker else None)
+                        block_index=block.block_index, metadata=metadata or None)
 
     def invalidate(self, scopes: Iterable[Scope]) -> None:
         for scope in set(scopes):

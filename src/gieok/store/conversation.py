@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..errors import LeaseLostError, StoreError
@@ -25,8 +25,8 @@ that must commit or roll back with them; raising refuses the whole append."""
 class L1RowsTakenError(StoreError):
     """Turn blocks for L1 messages that another writer already wrote as blocks (nothing written)."""
 
-__all__ = ["ConversationStore", "ConversationTables", "L1Row", "FactRow", "AppendHook", "L1RowsTakenError",
-           "check_fence"]
+__all__ = ["ConversationStore", "ConversationTables", "L1Row", "FactRow", "FactSourceRow", "FactChanges",
+           "KnownMessage", "AppendHook", "L1RowsTakenError", "check_fence"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +62,78 @@ class FactRow:
     valid_to: float | None
     superseded_by: int | None
     lore_key: str | None
+    recorded_at: float | None = None  # when gieok learned it (None: before schema 14, see valid_from)
+    expired_at: float | None = None  # when gieok learned it stopped being true (valid_to set)
+
+
+@dataclass(frozen=True, slots=True)
+class FactSourceRow:
+    """One statement of a fact: the message that said it, and when (the conversation's clock)."""
+
+    block_index: int
+    said_at: float
+    message_id: int | None = None  # its L1 message id
+    scope_key: str | None = None  # its conversation
+    external_id: str | None = None  # the sender's id for it
+    user_id: str | None = None
+    recorded_at: float = 0.0
+
+    @property
+    def name(self) -> str | None:
+        """How the message is named to a user: the sender's id, else the L1 id."""
+        return self.external_id or (str(self.message_id) if self.message_id is not None else None)
+
+
+@dataclass
+class FactChanges:
+    """What one write does to the facts tables, applied in one transaction (`facts_apply`), inside
+    the new fact blocks' own append when there are any. New facts' block indices may be
+    placeholders (-1, -2 …: the first, second … block of that append) until `resolved`."""
+
+    inserts: list[FactRow] = field(default_factory=list)
+    updates: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # block → columns to set
+    sources: list[FactSourceRow] = field(default_factory=list)  # statements to add
+    moves: list[tuple[int, int, float]] = field(default_factory=list)  # (from, to, said after): sources moved
+    dropped_sources: list[tuple[int, int]] = field(default_factory=list)  # (block, L1 message id)
+    deletes: list[int] = field(default_factory=list)  # fact rows (and their sources) removed
+
+    def __bool__(self) -> bool:
+        return bool(self.inserts or self.updates or self.sources or self.moves or self.dropped_sources or self.deletes)
+
+    def resolved(self, new_blocks: Sequence[int]) -> FactChanges:
+        def real(index: int | None) -> int | None:
+            return new_blocks[-index - 1] if index is not None and index < 0 else index
+
+        def columns(values: dict[str, Any]) -> dict[str, Any]:
+            return {k: real(v) if k == "superseded_by" else v for k, v in values.items()}
+
+        return FactChanges(
+            [replace(r, block_index=int(real(r.block_index) or 0), superseded_by=real(r.superseded_by))
+             for r in self.inserts],
+            [(int(real(b) or 0), columns(v)) for b, v in self.updates],
+            [replace(r, block_index=int(real(r.block_index) or 0)) for r in self.sources],
+            [(int(real(a) or 0), int(real(b) or 0), t) for a, b, t in self.moves],
+            list(self.dropped_sources), list(self.deletes))
+
+
+@dataclass(frozen=True, slots=True)
+class KnownMessage:
+    """A client's message id as the conversation keeps it (schema 14): its L1 row (the row may be
+    trimmed since), its turn block once written, and whether its sender deleted it."""
+
+    external_id: str
+    message_id: int
+    block_index: int | None
+    deleted: bool
+    content: str | None  # its text while L1 holds the row
 
 
 _L1_COLUMNS = ("message_id", "scope_key", "role", "content", "user_id", "display_name", "created_at", "addressed",
                "flagged", "external_id", "block_index")
 _FACT_COLUMNS = ("block_index", "fact_type", "topic", "guild", "user_id", "source_message", "valid_from", "valid_to",
-                 "superseded_by", "lore_key")
+                 "superseded_by", "lore_key", "recorded_at", "expired_at")
+_SOURCE_COLUMNS = ("block_index", "said_at", "message_id", "scope_key", "external_id", "user_id", "recorded_at")
+_FACT_UPDATABLE = frozenset({"valid_from", "valid_to", "superseded_by", "expired_at", "source_message"})
 
 
 def _l1(row: tuple[Any, ...]) -> L1Row:
@@ -90,6 +156,14 @@ class ConversationStore(Protocol):
                        keep: int) -> L1Row | None: ...
 
     def message_ids_known(self, scope_key: str, external_ids: Sequence[str]) -> set[str]: ...
+
+    def messages_known(self, scope_key: str, external_ids: Sequence[str]) -> dict[str, KnownMessage]: ...
+
+    def l1_edit(self, message_id: int, content: str, flagged: bool) -> None: ...
+
+    def message_block_hook(self, scope_key: str, external_id: str) -> AppendHook: ...
+
+    def message_delete(self, scope_key: str, external_id: str, message_id: int, when: float) -> None: ...
 
     def l1_blocks_of(self, message_ids: Sequence[int]) -> dict[int, int]: ...
 
@@ -125,6 +199,8 @@ class ConversationStore(Protocol):
 
     def l1_count(self, scope_key: str | None = None) -> int: ...
 
+    def conversations_of_channel(self, channel: str) -> list[Scope]: ...
+
     def summary_load(self, scope_key: str) -> dict[str, Any] | None: ...
 
     def summary_save(self, scope_key: str, data: dict[str, Any], when: float) -> None: ...
@@ -138,13 +214,23 @@ class ConversationStore(Protocol):
     def facts_current(self, fact_type: str, guild: str | None, user_id: str | None) -> list[FactRow]: ...
 
     def facts_where(self, *, user_id: str | None = None, guild: str | None = None, include_history: bool = False,
-                    limit: int = 1000) -> list[FactRow]: ...
+                    limit: int = 1000, as_of: float | None = None, known_at: float | None = None) -> list[FactRow]: ...
 
     def facts_exist(self, *, guild: str | None = None, user_id: str | None = None) -> bool: ...
 
     def lore_keys(self) -> set[str]: ...
 
     def facts_delete_blocks(self, block_indices: Sequence[int]) -> None: ...
+
+    def facts_of_subject(self, fact_type: str, guild: str | None, user_id: str | None) -> list[FactRow]: ...
+
+    def fact_sources_of(self, block_indices: Sequence[int]) -> dict[int, list[FactSourceRow]]: ...
+
+    def fact_sources_from(self, message_ids: Sequence[int]) -> list[FactSourceRow]: ...
+
+    def facts_apply(self, changes: FactChanges) -> None: ...
+
+    def facts_hook(self, changes: FactChanges) -> AppendHook: ...
 
     def channel_state(self, scope_key: str) -> tuple[int, int] | None: ...
 
@@ -198,6 +284,47 @@ class ConversationTables:
                          (message_id, scope_key, external_id))
         return L1Row(message_id, scope_key, role, content, user_id, display_name, created_at, addressed, flagged,
                      external_id, None)
+
+    def messages_known(self, scope_key: str, external_ids: Sequence[str]) -> dict[str, KnownMessage]:
+        """The ids among `external_ids` this conversation has stored, with their L1 row, turn block,
+        deletion and (while L1 holds it) text: what tells a resend from an edit."""
+        out: dict[str, KnownMessage] = {}
+        for start in range(0, len(external_ids), 500):
+            chunk = list(external_ids[start : start + 500])
+            marks = ", ".join("?" for _ in chunk)
+            for external_id, message_id, block_index, deleted_at, content, l1_block in self._rows(
+                    "SELECT m.external_id, m.message_id, m.block_index, m.deleted_at, l.content, l.block_index "
+                    "FROM message_ids m LEFT JOIN l1_messages l ON l.message_id = m.message_id "
+                    f"WHERE m.scope_key = ? AND m.external_id IN ({marks})", [scope_key, *chunk]):
+                block = block_index if block_index is not None else l1_block
+                out[external_id] = KnownMessage(external_id, int(message_id), None if block is None else int(block),
+                                                deleted_at is not None, content)
+        return out
+
+    def l1_edit(self, message_id: int, content: str, flagged: bool) -> None:
+        """A message's new text (its sender edited it): the L1 row, if L1 still holds it, takes the
+        text and waits to become a turn block again (`l1_pending`); the id forgets its old block."""
+        with self.store.transaction() as conn:
+            conn.execute("UPDATE l1_messages SET content = ?, flagged = ?, block_index = NULL WHERE message_id = ?",
+                         (content, int(flagged), message_id))
+            conn.execute("UPDATE message_ids SET block_index = NULL WHERE message_id = ?", (message_id,))
+
+    def message_block_hook(self, scope_key: str, external_id: str) -> AppendHook:
+        """For `Memory.add(within=…)`: the block appended is this message's turn now (an edit of a
+        message L1 no longer holds), recorded in the block's own transaction."""
+        def link(conn: SqlWriter, blocks: Sequence[Block]) -> None:
+            conn.execute("UPDATE message_ids SET block_index = ? WHERE scope_key = ? AND external_id = ?",
+                         (blocks[0].block_index, scope_key, external_id))
+
+        return link
+
+    def message_delete(self, scope_key: str, external_id: str, message_id: int, when: float) -> None:
+        """A message its sender deleted: its L1 row goes; its id stays taken (a late retry of the
+        request that sent it must not bring it back) and is marked deleted."""
+        with self.store.transaction() as conn:
+            conn.execute("DELETE FROM l1_messages WHERE message_id = ?", (message_id,))
+            conn.execute("UPDATE message_ids SET deleted_at = ?, block_index = NULL WHERE scope_key = ? "
+                         "AND external_id = ?", (when, scope_key, external_id))
 
     def l1_blocks_of(self, message_ids: Sequence[int]) -> dict[int, int]:
         """L1 message id → its turn block, for those written (and not trimmed) yet."""
@@ -302,6 +429,8 @@ class ConversationTables:
                                       "AND block_index IS NULL", (block.block_index, message_id))
                 if cursor.rowcount != 1:
                     raise L1RowsTakenError(f"L1 message {message_id} is a turn block already (another writer)")
+                conn.execute("UPDATE message_ids SET block_index = ? WHERE message_id = ?",
+                             (block.block_index, message_id))
             done[0] += len(blocks)
 
         return link
@@ -327,6 +456,15 @@ class ConversationTables:
         rows = self._rows("SELECT scope_key, count(*), max(created_at) FROM l1_messages GROUP BY scope_key "
                           "ORDER BY max(created_at) DESC LIMIT ?", (limit,))
         return [(scope_from_key(key), int(count), float(last)) for key, count, last in rows]
+
+    def conversations_of_channel(self, channel: str) -> list[Scope]:
+        """Every conversation with this channel id that has messages here (in any guild, or none)."""
+        found: set[str] = set()
+        for table in ("l1_messages", "channel_state"):
+            found.update(row[0] for row in self._rows(f"SELECT DISTINCT scope_key FROM {table} WHERE scope_key LIKE ?",
+                                                       (f'%,{json.dumps(channel, ensure_ascii=False)},%',)))
+        scopes = [scope_from_key(key) for key in found]
+        return sorted((s for s in scopes if s.channel == channel), key=lambda s: (s.guild or "", s.user or ""))
 
     def l1_count(self, scope_key: str | None = None) -> int:
         if scope_key is None:
@@ -355,9 +493,10 @@ class ConversationTables:
                          f"VALUES ({', '.join('?' * len(_FACT_COLUMNS))}) ON CONFLICT DO NOTHING",
                          [getattr(row, c) for c in _FACT_COLUMNS])
             if supersede is not None:
-                conn.execute("UPDATE facts SET valid_to = ?, superseded_by = ? WHERE block_index = ? "
+                conn.execute("UPDATE facts SET valid_to = ?, superseded_by = ?, expired_at = ? WHERE block_index = ? "
                              "AND valid_to IS NULL", (row.valid_from if when is None else when, row.block_index,
-                                                      supersede))
+                                                      row.recorded_at if row.recorded_at is not None
+                                                      else row.valid_from, supersede))
 
     def facts_get(self, block_indices: Sequence[int]) -> dict[int, FactRow]:
         if not block_indices:
@@ -375,7 +514,11 @@ class ConversationTables:
         return [FactRow(*r) for r in rows]
 
     def facts_where(self, *, user_id: str | None = None, guild: str | None = None, include_history: bool = False,
-                    limit: int = 1000) -> list[FactRow]:
+                    limit: int = 1000, as_of: float | None = None, known_at: float | None = None) -> list[FactRow]:
+        """Facts by user and guild: the current ones, or every version (`include_history`).
+        `as_of`: the versions true at that moment of the conversation's clock. `known_at`: as gieok
+        knew them then — only what it had learned by then, and a version it learned was over only
+        later is still open (its valid_to and expired_at unset in the rows returned)."""
         sql = f"SELECT {', '.join(_FACT_COLUMNS)} FROM facts WHERE 1 = 1"
         params: list[Any] = []
         if user_id is not None:
@@ -384,11 +527,65 @@ class ConversationTables:
         if guild is not None:
             sql += " AND guild = ?"
             params.append(guild)
-        if not include_history:
-            sql += " AND valid_to IS NULL"
+        if known_at is not None:
+            sql += " AND coalesce(recorded_at, valid_from) <= ?"
+            params.append(known_at)
+        open_then = "valid_to IS NULL" if known_at is None else "(valid_to IS NULL OR coalesce(expired_at, 0) > ?)"
+        if as_of is not None:
+            sql += f" AND valid_from <= ? AND ({open_then} OR valid_to > ?)"
+            params += [as_of, *([known_at] if known_at is not None else []), as_of]
+        elif not include_history:
+            sql += f" AND {open_then}"
+            params += [known_at] if known_at is not None else []
         sql += " ORDER BY block_index LIMIT ?"
         params.append(limit)
-        return [FactRow(*r) for r in self._rows(sql, params)]
+        rows = [FactRow(*r) for r in self._rows(sql, params)]
+        if known_at is not None:  # what was not known then is not shown
+            rows = [replace(r, valid_to=None, superseded_by=None, expired_at=None)
+                    if r.expired_at is not None and r.expired_at > known_at else r for r in rows]
+        return rows
+
+    def facts_of_subject(self, fact_type: str, guild: str | None, user_id: str | None) -> list[FactRow]:
+        """Every version of the facts about one subject, current and superseded, oldest first."""
+        rows = self._rows(f"SELECT {', '.join(_FACT_COLUMNS)} FROM facts WHERE fact_type = ? "
+                          "AND guild IS NOT DISTINCT FROM ? AND user_id IS NOT DISTINCT FROM ? "
+                          "ORDER BY valid_from, block_index", (fact_type, guild, user_id))
+        return [FactRow(*r) for r in rows]
+
+    def fact_sources_of(self, block_indices: Sequence[int]) -> dict[int, list[FactSourceRow]]:
+        """Each fact's statements, earliest first."""
+        out: dict[int, list[FactSourceRow]] = {}
+        for start in range(0, len(block_indices), 500):
+            chunk = list(block_indices[start : start + 500])
+            marks = ", ".join("?" for _ in chunk)
+            for row in self._rows(f"SELECT {', '.join(_SOURCE_COLUMNS)} FROM fact_sources "
+                                  f"WHERE block_index IN ({marks}) ORDER BY said_at", chunk):
+                out.setdefault(int(row[0]), []).append(FactSourceRow(*row))
+        return out
+
+    def fact_sources_from(self, message_ids: Sequence[int]) -> list[FactSourceRow]:
+        """The statements of facts that these L1 messages made."""
+        out: list[FactSourceRow] = []
+        for start in range(0, len(message_ids), 500):
+            chunk = list(message_ids[start : start + 500])
+            marks = ", ".join("?" for _ in chunk)
+            out += [FactSourceRow(*row) for row in self._rows(
+                f"SELECT {', '.join(_SOURCE_COLUMNS)} FROM fact_sources WHERE message_id IN ({marks}) "
+                "ORDER BY said_at", chunk)]
+        return out
+
+    def facts_apply(self, changes: FactChanges) -> None:
+        """`changes` in one transaction."""
+        with self.store.transaction() as conn:
+            _apply_fact_changes(conn, changes)
+
+    def facts_hook(self, changes: FactChanges) -> AppendHook:
+        """For `Memory.add(within=…)`: `changes`, their placeholders resolved to the blocks appended,
+        written in the append's own transaction — a fact block never stands without its row."""
+        def write(conn: SqlWriter, blocks: Sequence[Block]) -> None:
+            _apply_fact_changes(conn, changes.resolved([b.block_index for b in blocks]))
+
+        return write
 
     def facts_exist(self, *, guild: str | None = None, user_id: str | None = None) -> bool:
         if guild is not None:
@@ -401,6 +598,7 @@ class ConversationTables:
     def facts_delete_blocks(self, block_indices: Sequence[int]) -> None:
         with self.store.transaction() as conn:
             conn.executemany("DELETE FROM facts WHERE block_index = ?", [(i,) for i in block_indices])
+            conn.executemany("DELETE FROM fact_sources WHERE block_index = ?", [(i,) for i in block_indices])
 
     # -- analysis schedule --------------------------------------------------------------------
     def channel_state(self, scope_key: str) -> tuple[int, int] | None:
@@ -431,6 +629,32 @@ class ConversationTables:
                              "activated_by = excluded.activated_by", (scope_key, when, by))
             else:
                 conn.execute("DELETE FROM active_channels WHERE scope_key = ?", (scope_key,))
+
+
+def _apply_fact_changes(conn: SqlWriter, changes: FactChanges) -> None:
+    for row in changes.inserts:
+        conn.execute(f"INSERT INTO facts({', '.join(_FACT_COLUMNS)}) VALUES ({', '.join('?' * len(_FACT_COLUMNS))}) "
+                     "ON CONFLICT DO NOTHING", [getattr(row, c) for c in _FACT_COLUMNS])
+    for block_index, values in changes.updates:
+        unknown = set(values) - _FACT_UPDATABLE
+        if unknown:
+            raise StoreError(f"facts: cannot set {sorted(unknown)}")
+        if values:
+            names = sorted(values)
+            conn.execute(f"UPDATE facts SET {', '.join(f'{n} = ?' for n in names)} WHERE block_index = ?",
+                         [*(values[n] for n in names), block_index])
+    for source, target, after in changes.moves:
+        conn.execute("UPDATE fact_sources SET block_index = ? WHERE block_index = ? AND said_at > ?",
+                     (target, source, after))
+    for block_index, message_id in changes.dropped_sources:
+        conn.execute("DELETE FROM fact_sources WHERE block_index = ? AND message_id = ?", (block_index, message_id))
+    for source_row in changes.sources:
+        conn.execute(f"INSERT INTO fact_sources({', '.join(_SOURCE_COLUMNS)}) "
+                     f"VALUES ({', '.join('?' * len(_SOURCE_COLUMNS))})",
+                     [getattr(source_row, c) for c in _SOURCE_COLUMNS])
+    for block_index in changes.deletes:
+        conn.execute("DELETE FROM facts WHERE block_index = ?", (block_index,))
+        conn.execute("DELETE FROM fact_sources WHERE block_index = ?", (block_index,))
 
 
 def check_fence(conn: SqlWriter, scope_key: str, token: int) -> None:

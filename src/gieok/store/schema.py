@@ -238,6 +238,38 @@ MIGRATIONS: list[str] = [
     CREATE TABLE changes (counter INTEGER NOT NULL);
     INSERT INTO changes(counter) VALUES (0);
     """,
+    # 14: time as the conversation lived it. A fact's validity follows the messages that stated it
+    # (their event times), and what gieok knew when is kept beside it: `recorded_at` (when the fact
+    # was learned) and `expired_at` (when gieok learned it stopped being true). Each statement of a
+    # fact is a row of `fact_sources` — the message, its conversation and when it was said — so a
+    # fact said again keeps every source, a backfilled older message finds its place in the
+    # fact's history, and editing or deleting a message reaches the facts it gave. A client's
+    # message id also keeps its turn block (an edit replaces it) and whether it was deleted.
+    """
+    ALTER TABLE facts ADD COLUMN recorded_at REAL;
+    ALTER TABLE facts ADD COLUMN expired_at REAL;
+    UPDATE facts SET recorded_at = valid_from;
+    UPDATE facts SET expired_at = valid_to WHERE valid_to IS NOT NULL;
+    CREATE TABLE fact_sources (
+        block_index INTEGER NOT NULL,              -- the fact (one version of it)
+        said_at     REAL NOT NULL,                 -- when the message was said (its event time)
+        message_id  INTEGER,                       -- its L1 message id (the row may be trimmed since)
+        scope_key   TEXT,                          -- its conversation
+        external_id TEXT,                          -- the sender's id for it
+        user_id     TEXT,                          -- who said it
+        recorded_at REAL NOT NULL                  -- when gieok learned it from there
+    );
+    CREATE INDEX fact_sources_by_fact ON fact_sources(block_index);
+    CREATE INDEX fact_sources_by_message ON fact_sources(message_id) WHERE message_id IS NOT NULL;
+    INSERT INTO fact_sources(block_index, said_at, external_id, user_id, recorded_at)
+        SELECT block_index, valid_from, source_message, user_id, valid_from FROM facts
+        WHERE source_message IS NOT NULL;
+    ALTER TABLE message_ids ADD COLUMN block_index INTEGER;   -- its turn block once written
+    ALTER TABLE message_ids ADD COLUMN deleted_at REAL;       -- erased by its sender (the id stays taken)
+    CREATE INDEX message_ids_by_message ON message_ids(message_id);
+    UPDATE message_ids SET block_index = (SELECT l.block_index FROM l1_messages l
+                                          WHERE l.message_id = message_ids.message_id);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -15,21 +15,37 @@ tools carry; the pipeline methods behind them are `ConversationPipeline.add_mess
 
 from __future__ import annotations
 
-import datetime as _dt
 import functools
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from ...errors import InvalidInputError, InvalidTypeError
-from ...validate import check_time, clean_text
+from ...types import Scope
+from ...validate import check_message_time, clean_text
 from ..layers.conversation import check_id
-from .context import RecentLine, Section, TokenTally, estimate_tokens, items_section, recent_section, summary_section
+from ..layers.recent import conversation_of
+from .context import (
+    MARKS,
+    Section,
+    TokenTally,
+    day_of,
+    estimate_tokens,
+    fact_period,
+    items_section,
+    local_time,
+    marked_text,
+    recent_section,
+    summary_section,
+)
+from .gather import ContextGatherer, Gathered, KnownFact, RecalledTurn
 
 __all__ = ["MessageIn", "StoredMessage", "Ingested", "AgentContext", "PARTS", "MAX_MESSAGES", "check_messages",
-           "assemble_context", "language_of", "MIN_BUDGET", "MAX_BUDGET"]
+           "assemble_context", "agent_context", "language_of", "MIN_BUDGET", "MAX_BUDGET", "KnownFact", "RecalledTurn"]
 
 MAX_MESSAGES = 256  # one request's batch; checked whole before anything is written
 MAX_MESSAGE_ID = 200
@@ -42,10 +58,10 @@ MIN_BUDGET, MAX_BUDGET = 100, 32_000
 SHARES = {"summary": 0.15, "facts": 0.2, "recent": 0.25}
 HEADERS = {
     "ko": {"facts": "알고 있는 사실", "summary": "대화 요약", "recalled": "관련된 예전 대화", "recent": "최근 대화",
-           "core": "바뀌지 않는 사실", "you": "나", "until": "까지", "since": "부터", "speakers": "말한 사람"},
+           "core": "바뀌지 않는 사실", "you": "나", "speakers": "말한 사람", **MARKS["ko"]},
     "en": {"facts": "Known facts", "summary": "Conversation summary", "recalled": "Related earlier messages",
-           "recent": "Recent messages", "core": "Facts that never change", "you": "you", "until": "until",
-           "since": "since", "speakers": "Speakers"},
+           "recent": "Recent messages", "core": "Facts that never change", "you": "you", "speakers": "Speakers",
+           **MARKS["en"]},
 }
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 _LATIN = re.compile(r"[A-Za-z]")
@@ -80,7 +96,8 @@ class StoredMessage:
 
 @dataclass
 class Ingested:
-    """What `add_messages` stored: the new messages, the ids seen before, the flagged ones, and
+    """What `add_messages` stored: the new messages, the ids seen before (sent again unchanged),
+    the ids sent again with another text (`edited`: the message is replaced), the flagged ones, and
     whether summaries and facts follow (a model is configured) and were started now."""
 
     conversation: dict[str, str | None]
@@ -88,10 +105,12 @@ class Ingested:
     duplicates: list[str]
     summaries_and_facts: str
     extraction: str
+    edited: list[StoredMessage] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"conversation": self.conversation, "stored": [m.as_dict() for m in self.stored],
-                "duplicates": self.duplicates, "flagged": [m.id for m in self.stored if m.flagged],
+                "duplicates": self.duplicates, "edited": [m.as_dict() for m in self.edited],
+                "flagged": [m.id for m in (*self.stored, *self.edited) if m.flagged],
                 "summaries_and_facts": self.summaries_and_facts, "extraction": self.extraction}
 
 
@@ -100,7 +119,7 @@ class AgentContext:
     """The context for an agent's next reply: `parts` (structured), `text` (one block to paste
     into a system prompt), `tokens` per part, and where the time went."""
 
-    conversation: dict[str, str | None]
+    conversation: dict[str, str | None] | None  # None: gieok has never seen this conversation (`warnings` say so)
     query: str
     language: str
     parts: dict[str, Any]
@@ -108,11 +127,12 @@ class AgentContext:
     tokens: dict[str, int]
     budget_tokens: int
     timings_ms: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"conversation": self.conversation, "query": self.query, "language": self.language,
                 "parts": self.parts, "text": self.text, "tokens": self.tokens, "budget_tokens": self.budget_tokens,
-                "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()}}
+                "warnings": self.warnings, "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()}}
 
 
 # -- checking what comes in ------------------------------------------------------------------------
@@ -127,9 +147,11 @@ def _text_field(value: Any, what: str, limit: int) -> str | None:
     return value.strip()
 
 
-def check_messages(messages: Sequence[Any], max_text_chars: int) -> list[MessageIn]:
+def check_messages(messages: Sequence[Any], max_text_chars: int, zone: tzinfo = UTC,
+                   now: float | None = None) -> list[MessageIn]:
     """Every message checked before anything is written; the first problem names its position.
-    Dicts (the JSON shape: id, role, text, user, name, time) or `MessageIn`s."""
+    Dicts (the JSON shape: id, role, text, user, name, time) or `MessageIn`s. A time without a
+    zone is read in `zone`; a time that cannot be a message's (`check_message_time`) is refused."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise InvalidTypeError("messages must be a list")
     if not messages:
@@ -162,7 +184,7 @@ def check_messages(messages: Sequence[Any], max_text_chars: int) -> list[Message
             if role == "user" and user is None:
                 raise InvalidInputError("user is missing: a user's message names who wrote it")
             name = _text_field(fields.get("name"), "name", MAX_NAME)
-            when = check_time(fields.get("time"), "time")
+            when = check_message_time(fields.get("time"), "time", zone=zone, now=now)
             checked.append(MessageIn(message_id, role, text, user, name, when))
         except (InvalidInputError, InvalidTypeError) as exc:
             raise type(exc)(f"message {position}: {exc}") from None
@@ -201,45 +223,64 @@ def language_of(texts: Sequence[str]) -> str:
 # conversions with a time zone for 80 turns, a third of the assembly. Turns recur from call to call.
 @functools.lru_cache(maxsize=8192)
 def _iso(epoch: float | None, zone: ZoneInfo) -> str | None:
-    return None if epoch is None else _dt.datetime.fromtimestamp(epoch, zone).isoformat(timespec="seconds")
+    local = local_time(epoch, zone)
+    return None if local is None else local.isoformat(timespec="seconds")
 
 
-@functools.lru_cache(maxsize=8192)
-def _date(epoch: float | None, zone: ZoneInfo) -> str:
-    return "" if epoch is None else f"{_dt.datetime.fromtimestamp(epoch, zone):%Y-%m-%d}"
+def agent_context(gatherer: ContextGatherer, guild: str | None, channel: str, *, user: str | None = None,
+                  query: str | None = None, budget_tokens: int = 2000, include: Sequence[str] | None = None,
+                  zone: ZoneInfo, assistant_name: str) -> AgentContext:
+    """What to put in an agent's next prompt: the user's facts (isolation rules as for the bot),
+    the summary, recalled older turns and the recent messages, within the budget. A conversation
+    gieok has never seen answers `conversation: None` with a warning that names where it looked
+    (and where a conversation with that channel id is)."""
+    started = time.perf_counter()
+    conversation = conversation_of(check_id(guild, "guild", optional=True), str(check_id(channel, "channel")))
+    user = check_id(user, "user", optional=True)
+    budget_tokens, parts = check_budget(budget_tokens), check_include(include)
+    s = gatherer.settings
+    t = time.perf_counter()
+    rows = gatherer.recent_rows(conversation, s.l1_size)
+    if query is None:
+        last = next((r for r in reversed(rows) if r.role == "user" and (user is None or r.user_id == user)), None)
+        query = last.content if last is not None else ""
+    query = clean_text(query, max_chars=s.max_text_chars, what="query") if query else ""
+    read_ms = (time.perf_counter() - t) * 1000
+    gathered = gatherer.gather(conversation, query=query, user=user, guild=conversation.guild, parts=parts,
+                               facts_k=max(s.recall_k, budget_tokens // 100),
+                               turns_k=min(100, max(s.recall_k, budget_tokens // 25)), rows=rows)
+    t = time.perf_counter()
+    context = assemble_context(gathered, budget_tokens=budget_tokens, include=parts, zone=zone,
+                               assistant_name=assistant_name)
+    if not gathered.exists:
+        context.conversation = None
+        context.warnings.append(_unknown_conversation(conversation, gatherer.elsewhere(conversation)))
+    timings = {"l1_ms": read_ms + gathered.timings_ms.pop("l1_ms", 0.0), **gathered.timings_ms}
+    timings["assemble_ms"] = (time.perf_counter() - t) * 1000
+    timings["total_ms"] = (time.perf_counter() - started) * 1000
+    context.timings_ms = timings
+    return context
 
 
-@dataclass(frozen=True)
-class RecalledTurn:
-    text: str
-    speaker: str | None
-    name: str | None
-    time: float
-    score: float
-    block_index: int
-    kind: str
-    role: str
+def _unknown_conversation(conversation: Scope, elsewhere: Sequence[Scope]) -> str:
+    where = f"channel {conversation.channel!r} " + (f"in guild {conversation.guild!r}" if conversation.guild
+                                                     else "without a guild")
+    said = f"no conversation {where} has been stored in this memory"
+    if elsewhere:
+        guilds = ", ".join(repr(s.guild) if s.guild else "no guild" for s in elsewhere[:5])
+        said += f"; channel {conversation.channel!r} exists with guild {guilds}: pass that guild"
+    return said
 
 
-@dataclass(frozen=True)
-class KnownFact:
-    text: str
-    fact_type: str
-    user: str | None
-    guild: str | None
-    valid_from: float
-    valid_to: float | None
-    score: float
-    block_index: int
-
-
-def assemble_context(*, conversation: dict[str, str | None], query: str, budget_tokens: int,
-                     include: Sequence[str], facts: Sequence[KnownFact], summary_parts: dict[str, list[str]] | None,
-                     recalled: Sequence[RecalledTurn], recent: Sequence[RecentLine], zone: ZoneInfo,
+def assemble_context(gathered: Gathered, *, budget_tokens: int, include: Sequence[str], zone: ZoneInfo,
                      assistant_name: str) -> AgentContext:
     """The context within `budget_tokens` (the module docstring: what goes where). Whole items are
     kept or dropped as the bot's prompt does (context.py); a recalled turn already among the
     recent messages is not repeated."""
+    where = gathered.conversation
+    conversation: dict[str, str | None] = {"guild": where.guild, "channel": where.channel}
+    query, facts, recalled, recent = gathered.query, gathered.facts, gathered.recalled, gathered.recent
+    summary_parts = gathered.summary_parts
     language = language_of([query]) if _LETTERS.search(query) else language_of([line.content for line in recent[-8:]])
     h = HEADERS[language]
     left = budget_tokens
@@ -264,7 +305,7 @@ def assemble_context(*, conversation: dict[str, str | None], query: str, budget_
             spend("summary", section)
             parts["summary"] = {"text": section.text, "kept": section.kept, "dropped": section.dropped}
     if "facts" in include and facts:
-        lines = [_fact_line(fact, zone, h) for fact in facts]
+        lines = [f"- {fact.text} {fact_period(fact.valid_from, fact.valid_to, zone, language)}" for fact in facts]
         section, kept = items_section("facts", lines, share("facts"))
         if kept:
             spend("facts", section)
@@ -286,7 +327,7 @@ def assemble_context(*, conversation: dict[str, str | None], query: str, budget_
         # went to "(<user:…>)". A name two speakers share keeps the id on its lines.
         named = _named_speakers(fresh)
         reserve = estimate_tokens(f"# {h['recalled']}\n") + 1 + estimate_tokens(_legend(named, h)) + 1
-        section, kept = _recalled_section(fresh, zone, assistant_name, named, max(0, left - reserve))
+        section, kept = _recalled_section(fresh, zone, assistant_name, named, max(0, left - reserve), language)
         if kept:
             legend = _legend({turn.name: turn.speaker for turn in (fresh[i] for i in kept)
                               if turn.name and turn.speaker and named.get(turn.name) == turn.speaker}, h)
@@ -300,12 +341,6 @@ def assemble_context(*, conversation: dict[str, str | None], query: str, budget_
     tokens = {name: tokens.get(name, 0) for name in include}  # every part asked for, 0 when it had nothing
     tokens["total"] = estimate_tokens(text)
     return AgentContext(conversation, query, language, parts, text, tokens, budget_tokens)
-
-
-def _fact_line(fact: KnownFact, zone: ZoneInfo, h: dict[str, str]) -> str:
-    validity = f" ({_date(fact.valid_from, zone)}{h['since']}"
-    validity += f", {_date(fact.valid_to, zone)}{h['until']})" if fact.valid_to is not None else ")"
-    return f"- {fact.text}{validity}"
 
 
 def _fact_dict(fact: KnownFact, zone: ZoneInfo) -> dict[str, Any]:
@@ -330,7 +365,7 @@ def _legend(named: Mapping[str, str], h: dict[str, str]) -> str:
 
 
 def _recalled_section(turns: Sequence[RecalledTurn], zone: ZoneInfo, assistant_name: str,
-                      named: Mapping[str, str], budget: int) -> tuple[Section, list[int]]:
+                      named: Mapping[str, str], budget: int, language: str) -> tuple[Section, list[int]]:
     """Whole turns in score order while they fit (a long one is skipped, a later short one may still
     fit), written by day: a `[YYYY-MM-DD]` line, then that day's turns in the order they were said,
     the days oldest first. A day's line is paid for by the first turn of that day kept; written on
@@ -340,8 +375,8 @@ def _recalled_section(turns: Sequence[RecalledTurn], zone: ZoneInfo, assistant_n
     days: dict[str, list[int]] = {}
     written: list[str] = []  # each turn's line, made once
     for position, turn in enumerate(turns):
-        day = _date(turn.time, zone)
-        line = _turn_line(turn, assistant_name, named)
+        day = day_of(turn.time, zone)
+        line = _turn_line(turn, assistant_name, named, zone, language)
         written.append(line)
         cost = line if day in days or not day else f"[{day}]\n{line}"  # a count does not depend on line order
         if tally.with_line(cost) <= budget:
@@ -359,7 +394,10 @@ def _recalled_section(turns: Sequence[RecalledTurn], zone: ZoneInfo, assistant_n
                    dropped=len(turns) - len(kept)), sorted(kept)
 
 
-def _turn_line(turn: RecalledTurn, assistant_name: str, named: Mapping[str, str]) -> str:
+def _turn_line(turn: RecalledTurn, assistant_name: str, named: Mapping[str, str], zone: ZoneInfo,
+               language: str) -> str:
+    text = marked_text(turn.text, said_at=turn.time, zone=zone, language=language, flagged=turn.flagged,
+                       later=(turn.later.text, turn.later.since) if turn.later else None)
     if turn.role == "assistant":
         who = turn.name or assistant_name
     elif turn.speaker and turn.name and named.get(turn.name) == turn.speaker:
@@ -368,10 +406,15 @@ def _turn_line(turn: RecalledTurn, assistant_name: str, named: Mapping[str, str]
         who = f"{turn.name} (<user:{turn.speaker}>)" if turn.name else f"<user:{turn.speaker}>"
     else:
         who = ""
-    return f"- {who}: {turn.text}" if who else f"- {turn.text}"
+    return f"- {who}: {text}" if who else f"- {text}"
 
 
 def _turn_dict(turn: RecalledTurn, zone: ZoneInfo) -> dict[str, Any]:
-    return {"text": turn.text, "speaker": turn.speaker, "name": turn.name, "role": turn.role,
-            "time": _iso(turn.time, zone), "score": round(turn.score, 4), "block_index": turn.block_index,
-            "kind": turn.kind}
+    out: dict[str, Any] = {"text": turn.text, "speaker": turn.speaker, "name": turn.name, "role": turn.role,
+                           "time": _iso(turn.time, zone), "score": round(turn.score, 4),
+                           "block_index": turn.block_index, "kind": turn.kind}
+    if turn.flagged:
+        out["flagged"] = True
+    if turn.later is not None:
+        out["superseded_by"] = {"text": turn.later.text, "valid_from": _iso(turn.later.since, zone)}
+    return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..layers.facts import FactOutcome, FactStore, FactType, ModelVerdict
+from ..layers.facts import FactOutcome, FactStore, FactType, ModelVerdict, Statement
 from .gatekeeper import ExtractedFact
 
 __all__ = ["KnownFact", "KnownFacts", "list_known_facts", "review", "store_reviewed", "MAX_SHOWN_PER_SUBJECT",
@@ -88,17 +88,20 @@ def review(item: ExtractedFact, known: KnownFacts) -> tuple[ModelVerdict | None,
 
 
 def store_reviewed(facts: FactStore, item: ExtractedFact, text: str, known: KnownFacts, *, guild: str | None,
-                   source_message: str | None = None) -> tuple[FactOutcome | None, str | None]:
+                   source_message: str | None = None,
+                   statement: Statement | None = None) -> tuple[FactOutcome | None, str | None]:
     """Store one extracted fact (its `text` already cleaned by the caller) under the model's
     checked verdict: (the outcome, or None when the model said `ignore`; why the model's answer
-    was not used, if it was not). Raises what `FactStore.add` raises for bad input."""
+    was not used, if it was not). `statement`: the message that said it (its time dates the fact).
+    Raises what `FactStore.add` raises for bad input."""
     verdict, problem = review(item, known)
     if verdict is not None and verdict.action == "ignore":
         return None, None
     if item.user_id is not None:
         outcome = facts.add(text, fact_type=FactType.USER, topic=item.topic, keywords=item.keywords, guild=guild,
-                            user_id=item.user_id, source_message=source_message, verdict=verdict)
+                            user_id=item.user_id, source_message=source_message, verdict=verdict,
+                            statement=statement)
     else:
         outcome = facts.add(text, fact_type=FactType.GUILD, topic=item.topic, keywords=item.keywords, guild=guild,
-                            verdict=verdict)
+                            source_message=source_message, verdict=verdict, statement=statement)
     return outcome, problem or outcome.note

@@ -45,8 +45,9 @@ DECISION_SCHEMA: dict[str, Any] = {
 _FACT: dict[str, Any] = {"type": "object", "properties": {"fact": {"type": "string"}, "topic": {"type": "string"},
                                           "keywords": {"type": "array", "items": {"type": "string"}},
                                           "action": {"type": "string", "enum": list(FACT_ACTIONS)},
-                                          "ref": {"type": "string"}},
+                                          "ref": {"type": "string"}, "source": {"type": "string"}},
          "required": ["fact"]}
+_SOURCE = re.compile(r"^[<\[(]?\s*m?(\d{1,4})\s*[>\])]?$", re.IGNORECASE)
 EXTRACTION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -102,6 +103,7 @@ class ExtractedFact:
     action: str | None = None  # add | duplicate | replaces | ignore; None: not given or not readable
     ref: str | None = None  # "F3": the known fact it repeats or replaces, as shown to the model
     problem: str | None = None  # why `action` / `ref` could not be read (the offline judge decides)
+    source: str | None = None  # "m3": the transcript line that stated it; None: not given or not readable
 
 
 def parse_fact_action(action: Any, ref: Any) -> tuple[str | None, str | None, str | None]:
@@ -183,9 +185,11 @@ def _fact_items(value: Any, with_user: bool, known_users: set[str], rejected: li
                 rejected.append(f"fact about a user not in the conversation ({user_id!r}): {text}")
                 continue
         action, ref, problem = parse_fact_action(item.get("action"), item.get("ref"))
+        raw_source = item.get("source")
+        source = _SOURCE.match(str(raw_source).strip()) if isinstance(raw_source, (str, int)) else None
         out.append(ExtractedFact(text[:1000], topic.strip()[:80],
                                  tuple(str(k)[:40] for k in keywords if isinstance(k, (str, int)))[:5], user_id,
-                                 action, ref, problem))
+                                 action, ref, problem, f"m{int(source.group(1))}" if source else None))
     return out
 
 
@@ -215,7 +219,8 @@ class Analyst:
         self.language = language
         self.on_event = on_event or (lambda kind, data: None)
 
-    async def _ask_json(self, text: str, schema: dict[str, Any], parse: Callable[[Any], Any]) -> Any:
+    async def _ask_json(self, text: str, schema: dict[str, Any], parse: Callable[[Any], Any],
+                        language: str | None = None) -> Any:
         if self.llm is None:
             raise LLMError("no language model configured for the gatekeeper")
         messages = [ChatMessage("user", text)]
@@ -224,7 +229,7 @@ class Analyst:
             return parse(first_json_object(response.text))
         except LLMOutputError as exc:
             log.info("gatekeeper: %s; asking once more", exc)
-            repair = prompt("repair", self.language).substitute(problem=str(exc))
+            repair = prompt("repair", language or self.language).substitute(problem=str(exc))
             messages = [*messages, ChatMessage("assistant", response.text[:4000]), ChatMessage("user", repair)]
             response = await self.llm.chat(messages, json_schema=schema, temperature=0.0)
             return parse(first_json_object(response.text))
@@ -242,14 +247,17 @@ class Analyst:
                             search_query=message[:MAX_QUERY_CHARS], source="fallback", error=str(exc))
 
     async def extract(self, *, transcript: str, summary: str, known_users: set[str],
-                      known_facts: str = "-") -> Extraction:
+                      known_facts: str = "-", language: str | None = None) -> Extraction:
         """`known_facts`: the current facts about the conversation's users and guild, one per
         line with a short id ("F1 <user:42>: …", agent/fact_review.py), for the model to say
-        which new fact repeats or replaces which — in this same call, not another."""
-        text = prompt("extraction", self.language).substitute(bot_name=self.bot_name, summary=summary or "-",
-                                                              transcript=transcript, known_facts=known_facts or "-")
+        which new fact repeats or replaces which — in this same call, not another. `language`:
+        the conversation's (its prompt, so its facts and summary come back in it); default the bot's."""
+        language = language or self.language
+        text = prompt("extraction", language).substitute(bot_name=self.bot_name, summary=summary or "-",
+                                                         transcript=transcript, known_facts=known_facts or "-")
         try:
-            return await self._ask_json(text, EXTRACTION_SCHEMA, lambda d: parse_extraction(d, known_users))
+            return await self._ask_json(text, EXTRACTION_SCHEMA, lambda d: parse_extraction(d, known_users),
+                                        language)
         except LLMError as exc:
             log.warning("gatekeeper extraction fell back (nothing learned): %s", exc)
             self.on_event("extraction_fallback", {"error": str(exc)})

@@ -29,7 +29,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -37,33 +37,42 @@ import numpy as np
 
 from ...config import read_text_file
 from ...embed.priority import Priority, bulk_priority, embedding_priority
-from ...errors import GieokError, InvalidInputError, InvalidTypeError
+from ...errors import InvalidInputError, InvalidTypeError, NotFoundError
 from ...memory import Memory
-from ...retrieval.passages import SPEAKER_NAME_KEY, speaker_name_of
-from ...store.conversation import L1Row, L1RowsTakenError
+from ...retrieval.passages import SPEAKER_NAME_KEY
+from ...store.conversation import KnownMessage, L1Row, L1RowsTakenError
+from ...text.dates import annotate_dates
 from ...types import Scope, scope_from_key, scope_key
-from ...validate import check_speaker_names, clean_text
 from ..layers.conversation import ConversationMemory, check_id
-from ..layers.facts import Fact
+from ..layers.facts import Fact, Statement
 from ..layers.recent import conversation_of
 from ..llm.base import LLM
 from ..settings import ChatSettings, chat_settings
 from .agents import (
     AgentContext,
     Ingested,
-    KnownFact,
     MessageIn,
-    RecalledTurn,
     StoredMessage,
-    assemble_context,
-    check_budget,
-    check_include,
+    agent_context,
     check_messages,
+    language_of,
 )
 from .classifier import classifier_encoder, embed_messages
-from .context import AssembledPrompt, Budget, ContextBuilder, MemoryLine, RecentLine
+from .context import (
+    MARKS,
+    WEEKDAYS,
+    AssembledPrompt,
+    Budget,
+    ContextBuilder,
+    MemoryLine,
+    day_of,
+    fact_period,
+    local_time,
+    marked_text,
+)
 from .fact_review import KnownFacts, list_known_facts, store_reviewed
 from .gatekeeper import Analyst, Decision, Extraction, looks_like_question
+from .gather import ContextGatherer, Gathered, RecalledTurn, WorkingLine, display_name, speaker_names
 from .guard import GuardVerdict, InjectionGuard
 from .guardrails import MessageGuard, check_raw_input, guard_classifier, guard_second_classifier, is_meta_fact
 from .prompts import prompt
@@ -176,6 +185,8 @@ class ConversationPipeline:
         self.l1 = self.conversation.l1
         self.summaries = self.conversation.summaries
         self.facts = self.conversation.facts
+        self.gatherer = ContextGatherer(self.conversation)
+        self.zone = ZoneInfo(s.timezone)  # an IANA name: the settings checked it
         if encoder is None and (classifier is not None or guard is None or guard.classifier is not None):
             encoder = classifier_encoder(s)  # loaded only when a classifier will read it
         self.encoder = encoder
@@ -196,8 +207,8 @@ class ConversationPipeline:
         self.context = ContextBuilder(
             persona=persona, post_instruction=prompt("post_instruction", s.language), bot_name=s.bot_name,
             language=s.language, timezone=s.timezone,
-            budget=Budget(s.budget_persona, s.budget_summary, s.budget_facts, s.budget_working, s.budget_recent,
-                          s.budget_input))
+            budget=Budget(s.budget_persona, s.budget_summary, s.budget_recalled, s.budget_working, s.budget_recent,
+                          s.budget_input, s.budget_facts))
         self.bot_names = tuple({s.bot_name, "nuri" if s.bot_name == "누리" else s.bot_name})
         self._tasks: set[asyncio.Task] = set()
         self._commits: dict[str, set[asyncio.Task]] = {}  # per conversation key: turn blocks being written behind
@@ -376,31 +387,29 @@ class ConversationPipeline:
             plan.timings_ms["stage1_ms"] = (time.perf_counter() - t) * 1000
 
     def _recall_and_assemble(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
+        """The reply's prompt, from what `ContextGatherer` gathers (gather.py): the facts in a place
+        of their own, recalled turns (not those the recent lines show), working memory, summary."""
         s = self.settings
         t = time.perf_counter()
-        if plan.retrieval and plan.search_query:
-            facts = self.facts.recall(plan.search_query, guild=message.guild, user_id=message.user_id, k=s.recall_k)
-            plan.facts = [f for f, _ in facts]
-            lines = [MemoryLine(f.text, score, "fact", f.valid_from) for f, score in facts]
-            in_prompt = {r.block_index for r in recent if r.block_index is not None}
-            # Turn blocks name their speaker by user id (display names live only in L1): the
-            # names of the people in L1 (and of who is speaking now) let a question that names
-            # one rank their turns up.
-            names = _speaker_names([*recent, *plan.l1_rows])
-            turns = self.memory.search(plan.search_query, k=s.recall_k, scope=plan.conversation,
-                                       kinds=("turn", "note"), speaker_names=names)
-            for hit in turns:
-                if hit.block.block_index in in_prompt or hit.block.block_index == 0:
-                    continue
-                lines.append(MemoryLine(self._turn_text(hit.block, names), hit.score, hit.block.kind,
-                                        hit.block.event_time))
-            lines.sort(key=lambda m: -m.score)
-            plan.recalled = lines[: s.recall_k]
+        retrieve = plan.retrieval and bool(plan.search_query)
+        gathered = self.gatherer.gather(
+            plan.conversation, query=plan.search_query if retrieve else "", user=message.user_id, guild=message.guild,
+            parts=("facts", "summary", "recalled"), facts_k=s.recall_k, turns_k=s.recall_k, rows=recent,
+            # Turn blocks name their speaker by user id (display names live only in L1): the names
+            # of the people in L1 (and of who is speaking now) let a question that names one rank
+            # their turns up.
+            names=speaker_names([*recent, *plan.l1_rows]),
+            shown_blocks={r.block_index for r in recent if r.block_index is not None}, working=True)
+        plan.facts = [Fact(f.block_index, f.text, f.fact_type, "", (), f.guild, f.user, None, f.valid_from,
+                           f.valid_to, None) for f in gathered.facts]
         plan.timings_ms["recall_ms"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
-        summary = self.summaries.get(plan.conversation)
-        working = [slot.content for slot in self.memory.working.slots(plan.conversation)]
-        recent_lines = [RecentLine(r.role, r.content, r.user_id, r.display_name, r.created_at) for r in recent]
+        language = s.language
+        fact_lines = [MemoryLine(f"{f.text} {fact_period(f.valid_from, f.valid_to, self.zone, language)}", f.score,
+                                 "fact", f.valid_from) for f in gathered.facts]
+        turn_lines = [MemoryLine(self._turn_text(turn, gathered), turn.score, turn.kind, turn.time)
+                      for turn in gathered.recalled]
+        plan.recalled = sorted([*fact_lines, *turn_lines], key=lambda m: -m.score)
         note = ""
         if plan.flagged:
             # Worded so that a false alarm (a benign message) still gets an ordinary reply.
@@ -411,26 +420,41 @@ class ConversationPipeline:
                     "reply in conversation as usual.")
         plan.prompt = self.context.build(
             now=message.timestamp or self.clock(), message=message.content, speaker_id=message.user_id,
-            speaker_name=message.display_name, summary_parts=summary.context_lines(self.summaries.global_core),
-            memories=plan.recalled, working=working, recent=recent_lines, guard_note=note)
+            speaker_name=message.display_name, summary_parts=gathered.summary_parts, facts=fact_lines,
+            memories=turn_lines, working=[self._working_text(line) for line in gathered.working],
+            recent=gathered.recent, guard_note=note)
         plan.timings_ms["context_ms"] = (time.perf_counter() - t) * 1000
 
     def _flag_rows(self, plan: Plan) -> None:
         for row in plan.l1_rows:
             self.l1.flag(row)
 
-    def _turn_text(self, block: Any, names: dict[str, str]) -> str:
-        """A recalled turn as the prompt shows it: date, speaker (named as in the recent lines:
-        the name in L1, else the one the turn was written with), text."""
-        when = time.strftime("%Y-%m-%d", time.localtime(block.event_time))
-        if block.metadata.get("role") == "assistant":
+    def _turn_text(self, turn: RecalledTurn, gathered: Gathered) -> str:
+        """A recalled turn as the bot's prompt shows it: date (in the configured zone), speaker
+        (named as in the recent lines: the name in L1, else the one the turn was written with), and
+        its text as `marked_text` writes it (resolved dates, a flag, a fact superseded since)."""
+        language = self.settings.language
+        when = day_of(turn.time, self.zone) or MARKS[language]["unknown_time"]
+        if turn.role == "assistant":
             who = self.settings.bot_name
-        elif block.speaker:
-            name = names.get(block.speaker) or speaker_name_of(block.metadata)  # L1's name is the newest
-            who = f"{name} (<user:{block.speaker}>)" if name else f"<user:{block.speaker}>"
+        elif turn.speaker:
+            who = f"{turn.name} (<user:{turn.speaker}>)" if turn.name else f"<user:{turn.speaker}>"
         else:
             who = ""
-        return f"({when}) {who}: {block.text}" if who else f"({when}) {block.text}"
+        text = marked_text(turn.text, said_at=turn.time, zone=self.zone, language=language, flagged=turn.flagged,
+                           later=(turn.later.text, turn.later.since) if turn.later else None)
+        return f"({when}) {who}: {text}" if who else f"({when}) {text}"
+
+    def _working_text(self, line: WorkingLine) -> str:
+        """A working-memory slot with its speaker and, when the guard flagged it, the flag."""
+        text = marked_text(line.content, said_at=None, zone=self.zone, language=self.settings.language,
+                           flagged=line.flagged)
+        if line.role == "assistant":
+            return f"{line.speaker or self.settings.bot_name}: {text}"
+        if line.speaker:
+            who = f"{line.name} (<user:{line.speaker}>)" if line.name else f"<user:{line.speaker}>"
+            return f"{who}: {text}"
+        return text
 
     def _lock(self, conversation: Scope) -> asyncio.Lock:
         key = scope_key(conversation)
@@ -635,7 +659,7 @@ class ConversationPipeline:
             # (An agent's assistant messages carry the agent's own name; the bot's, the bot's.)
             assistant = (row.display_name or "").strip() or self.settings.bot_name
             name = assistant if row.role != "user" else (
-                _display_name(row.user_id, row.display_name) if row.user_id and row.display_name else None)
+                display_name(row.user_id, row.display_name) if row.user_id and row.display_name else None)
             if name:
                 metadata[SPEAKER_NAME_KEY] = name
             items.append({"text": row.content, "scope": {"guild": where.guild, "channel": where.channel,
@@ -657,25 +681,57 @@ class ConversationPipeline:
 
     async def _extract(self, conversation: Scope, guild: str | None, rows: list[L1Row],
                        last_id: int) -> Extraction | None:
+        """Summary updates and facts from a batch of messages, in the order they were said (a
+        backfill that arrived shuffled reads as it happened). Each line of the transcript carries a
+        short reference and its date, so the model names the message a fact came from and reads
+        its relative dates ("어제", "next Friday") against the day it was said; the prompt is in the
+        conversation's language."""
         if not rows or self.analyst.llm is None:
             return None
+        rows = sorted(rows, key=lambda r: (r.created_at, r.message_id))
+        refs = {f"m{position}": row for position, row in enumerate(rows, start=1)}
+        language = self.conversation_language([r.content for r in rows])
         names = {r.user_id: r.display_name for r in rows if r.user_id and r.display_name}
-        transcript = "\n".join(f"<user:{r.user_id}>: {r.content}" if r.role == "user" else
-                               f"{self.settings.bot_name}: {r.content}" for r in rows)
+        transcript = "\n".join(self._transcript_line(ref, row, language) for ref, row in refs.items())
         known = {r.user_id for r in rows if r.role == "user" and r.user_id}
         summary_lines = self.summaries.get(conversation).context_lines().values()
         summary = "\n".join(itertools.chain.from_iterable(summary_lines))
         # The facts the model judges new ones against, in this same call (agent/fact_review.py).
         shown = await asyncio.to_thread(list_known_facts, self.facts, guild, known)
         extraction = await self.analyst.extract(transcript=transcript, summary=summary, known_users=known,
-                                                known_facts=shown.render())
+                                                known_facts=shown.render(), language=language)
         with embedding_priority(Priority.SOON):  # background, but ahead of write-behind: it holds a thread
-            await asyncio.to_thread(self._apply_extraction, conversation, guild, extraction, rows, names, shown)
+            await asyncio.to_thread(self._apply_extraction, conversation, guild, extraction, rows, names, shown, refs)
         return extraction
 
+    def conversation_language(self, texts: Sequence[str]) -> str:
+        """The language a conversation's extraction and summary are written in: `conversation_language`
+        when it names one, else the one its messages are in (Hangul's share of their letters)."""
+        fixed = self.settings.conversation_language
+        return fixed if fixed in ("ko", "en") else language_of(texts)
+
+    def _transcript_line(self, ref: str, row: L1Row, language: str) -> str:
+        """`[m3 2026-11-15 (일) 14:30] <user:42>: …` — the reference the model names as a fact's
+        source, and the day that its relative dates mean."""
+        local = local_time(row.created_at, self.zone)
+        if local is None:
+            stamp = MARKS[language]["unknown_time"]
+        else:
+            weekdays = WEEKDAYS[language]
+            day = weekdays[local.weekday()] if weekdays else local.strftime("%a")
+            stamp = f"{local:%Y-%m-%d} ({day}) {local:%H:%M}"
+        who = f"<user:{row.user_id}>" if row.role == "user" else self.settings.bot_name
+        return f"[{ref} {stamp}] {who}: {row.content}"
+
     def _apply_extraction(self, conversation: Scope, guild: str | None, extraction: Extraction, rows: list[L1Row],
-                          names: dict[str, str], shown: KnownFacts | None = None) -> None:
+                          names: dict[str, str], shown: KnownFacts | None = None,
+                          refs: dict[str, L1Row] | None = None) -> None:
+        """Store what the model extracted. Each fact is dated by the message that stated it — the
+        one the model names (`source`), else the message of its user most like it — and written
+        in the order those messages were said; relative dates in it are resolved against that
+        message's day."""
         shown = shown or KnownFacts()
+        refs = refs or {}
         for reason in extraction.rejected:
             self._event("fact_rejected", {"reason": reason})
         if extraction.summary_updates:
@@ -684,13 +740,21 @@ class ConversationPipeline:
             if after is not before:
                 self._event("summary_updated", {"conversation": conversation.as_dict(),
                                                 "summary": after.as_dict()})
-        last_by_user = {r.user_id: r for r in rows if r.role == "user" and r.user_id}
-        for item in (*extraction.user_facts, *extraction.guild_facts):
+        sourced = [(item, self._source_of(item, refs, rows)) for item in (*extraction.user_facts,
+                                                                            *extraction.guild_facts)]
+        sourced.sort(key=lambda pair: pair[1].created_at if pair[1] is not None else float("inf"))
+        withdrawn = self._withdrawn(rows) if sourced else set()
+        for item, source in sourced:
+            if source is not None and source.message_id in withdrawn:
+                self._event("fact_withdrawn", {"fact": item.text, "source": source.external_id})
+                continue
             text = item.text
             for user_id, name in names.items():  # privacy: display names never reach facts
                 if name and len(name) >= 2:
                     # Korean particles attach to names (민지는), so only Latin letters end a word here.
                     text = re.sub(rf"(?<![A-Za-z0-9_<:]){re.escape(name)}(?![A-Za-z0-9_>])", f"<user:{user_id}>", text)
+            if source is not None:
+                text = annotate_dates(text, source.created_at, self.zone)
             if is_meta_fact(text, self.bot_names):
                 self._event("meta_fact_dropped", {"fact": text})
                 continue
@@ -702,11 +766,10 @@ class ConversationPipeline:
                 continue
             if item.user_id is None and guild is None:
                 continue  # a DM has no guild to hold guild facts
-            source = last_by_user.get(item.user_id) if item.user_id is not None else None
+            statement = None if source is None else Statement(source.created_at, source.message_id, source.scope_key,
+                                                              source.external_id, source.user_id)
             try:
-                outcome, problem = store_reviewed(self.facts, item, text, shown, guild=guild,
-                                                  source_message=source.external_id or str(source.message_id)
-                                                  if source else None)
+                outcome, problem = store_reviewed(self.facts, item, text, shown, guild=guild, statement=statement)
             except (InvalidInputError, InvalidTypeError) as exc:
                 self._event("fact_rejected", {"reason": str(exc), "fact": text})
                 continue
@@ -716,7 +779,40 @@ class ConversationPipeline:
                 self._event("fact_ignored", {"fact": text})
                 continue
             self._event(f"fact_{outcome.action}", {"fact": text, "block": outcome.fact.block_index if outcome.fact
-                                                   else None, "judged_by": outcome.judged_by})
+                                                   else None, "judged_by": outcome.judged_by,
+                                                   "source": statement.name if statement else None})
+
+    def _withdrawn(self, rows: Sequence[L1Row]) -> set[int]:
+        """Messages of an extraction's batch edited or deleted while the model read them: what it
+        learned from their old text is not written (an edit's own extraction reads the new one)."""
+        by_key: dict[str, list[L1Row]] = {}
+        for row in rows:
+            if row.external_id:
+                by_key.setdefault(row.scope_key, []).append(row)
+        gone: set[int] = set()
+        for key, batch in by_key.items():
+            now = self.tables.messages_known(key, [r.external_id for r in batch if r.external_id])
+            for row in batch:
+                seen = now.get(row.external_id or "")
+                if seen is not None and (seen.deleted or (seen.content is not None and seen.content != row.content)):
+                    gone.add(row.message_id)
+        return gone
+
+    def _source_of(self, item: Any, refs: dict[str, L1Row], rows: Sequence[L1Row]) -> L1Row | None:
+        """The message a fact came from: the one the model named, if it named one of the batch;
+        else, among the messages of the fact's user (any user's for a guild fact), the one whose
+        words it shares most (the latest on a tie)."""
+        named = refs.get(item.source or "")
+        if named is not None:
+            return named
+        candidates = [r for r in rows if r.role == "user" and (item.user_id is None or r.user_id == item.user_id)]
+        if not candidates:
+            return None
+        tokenizer = self.memory.tokenizer
+        said = set(tokenizer.analyze(item.text, want_keywords=False).tokens)
+        scored = [(len(said & set(tokenizer.analyze(r.content, want_keywords=False).tokens)), r.created_at,
+                   r.message_id, r) for r in candidates]
+        return max(scored, key=lambda entry: entry[:3])[3]
 
     # -- an agent's conversation (agents.py) -----------------------------------------------------
     @property
@@ -726,40 +822,136 @@ class ConversationPipeline:
 
     async def add_messages(self, guild: str | None, channel: str, messages: Sequence[Any]) -> Ingested:
         """Store an agent's messages as the bot stores its own (agents.py): all checked first; a
-        message id this conversation has seen is a duplicate, not stored again; the guard runs on
-        users' messages (a flagged one is stored, marked, kept out of extraction); L1 rows, then
-        turn blocks (with working memory) before this returns; extraction in the background when due."""
+        message id this conversation has seen is a duplicate, not stored again — unless its text
+        changed: then it is an edit (`edit_messages`); the guard runs on users' messages (a flagged
+        one is stored, marked, kept out of extraction); L1 rows, then turn blocks (with working
+        memory) before this returns; extraction in the background when due."""
         conversation = conversation_of(check_id(guild, "guild", optional=True), str(check_id(channel, "channel")))
-        checked = check_messages(messages, self.settings.max_text_chars)
+        checked = check_messages(messages, self.settings.max_text_chars, self.zone, self.clock())
         key = scope_key(conversation)
-        known = await asyncio.to_thread(self.tables.message_ids_known, key, [m.id for m in checked])
+        known = await asyncio.to_thread(self.tables.messages_known, key, [m.id for m in checked])
         fresh = [m for m in checked if m.id not in known]
-        users = [m for m in fresh if m.role == "user"]
+        changed = await asyncio.to_thread(self._changed, checked, known)
+        users = [m for m in (*fresh, *changed) if m.role == "user"]
         verdicts = await self._guard_texts([block_text(m.text) for m in users])
         flagged = {m.id for m, verdict in zip(users, verdicts) if verdict.attack}
         async with self._lock(conversation):
             rows = await asyncio.to_thread(self._append_messages, conversation, fresh, flagged)
-            duplicates = [m.id for m in checked if m.id not in rows]
+            edited = await asyncio.to_thread(self._edit_messages, conversation, changed, known, flagged)
+            duplicates = [m.id for m in checked if m.id not in rows and m.id not in edited]
             stored_rows = {m.id: rows[m.id] for m in fresh if m.id in rows}
             await asyncio.to_thread(self.commit_pending, conversation)
-            blocks = await asyncio.to_thread(self.tables.l1_blocks_of, [row.message_id for row in stored_rows.values()])
+            written = [row.message_id for row in (*stored_rows.values(), *edited.values())]
+            blocks = await asyncio.to_thread(self.tables.l1_blocks_of, written)
+            blocks.update(await asyncio.to_thread(self._blocks_of_edited, key, edited))
             extraction = "off"
-            if self.extracting and stored_rows:
+            if self.extracting and (stored_rows or edited):
                 extraction = "not due"
-                if await asyncio.to_thread(self._extraction_due, conversation, len(users)):
+                if await asyncio.to_thread(self._extraction_due, conversation,
+                                           sum(1 for m in fresh if m.role == "user")) and stored_rows:
                     snapshot = await asyncio.to_thread(self._snapshot, conversation)
                     if snapshot is not None:
                         self._spawn(self._extract(conversation, conversation.guild, *snapshot))
                         extraction = "started"
-        for message_id in flagged & set(stored_rows):
-            self._event("injection_detected", {"channel": conversation.channel, "user": stored_rows[message_id].user_id,
+                again = [row for m_id, row in edited.items() if m_id not in flagged and row.role == "user"]
+                if again:  # what an edited message says now is learned again; what it said before is gone
+                    self._spawn(self._extract(conversation, conversation.guild, again, 0))
+                    extraction = "started"
+        for message_id in flagged & (set(stored_rows) | set(edited)):
+            row = stored_rows.get(message_id) or edited[message_id]
+            self._event("injection_detected", {"channel": conversation.channel, "user": row.user_id,
                                                "message_id": message_id})
         stored = [StoredMessage(m.id, m.role, stored_rows[m.id].message_id, blocks.get(stored_rows[m.id].message_id),
                                 m.id in flagged) for m in fresh if m.id in stored_rows]
+        edits = [StoredMessage(m.id, m.role, edited[m.id].message_id, blocks.get(edited[m.id].message_id),
+                               m.id in flagged) for m in changed if m.id in edited]
+        for message in edits:
+            self._event("message_edited", {"channel": conversation.channel, "message_id": message.id,
+                                           "block": message.block_index})
         status = "on" if self.extracting else ("off: no language model is configured (set llm_chain, or a Gemini or "
                                                "OpenAI-compatible key); messages, turns and recall work without one")
         return Ingested({"guild": conversation.guild, "channel": conversation.channel}, stored, duplicates, status,
-                        extraction)
+                        extraction, edits)
+
+    def _changed(self, checked: Sequence[MessageIn], known: dict[str, KnownMessage]) -> list[MessageIn]:
+        """Messages sent before whose text is not what is stored: edits. (A deleted message's id
+        stays taken: sent again, it is a duplicate.)"""
+        out = []
+        for message in checked:
+            seen = known.get(message.id)
+            if seen is None or seen.deleted:
+                continue
+            stored = seen.content
+            if stored is None and seen.block_index is not None:
+                block = self.memory.store.get_many([seen.block_index]).get(seen.block_index)
+                stored = block.text if block is not None and not block.forgotten else None
+            if stored is not None and block_text(stored) != block_text(message.text):
+                out.append(message)
+        return out
+
+    def _edit_messages(self, conversation: Scope, changed: Sequence[MessageIn], known: dict[str, KnownMessage],
+                       flagged: set[str]) -> dict[str, L1Row]:
+        """Each edited message takes its new text: its L1 row (while L1 holds it), a new turn block
+        in place of the old one (forgotten: the chain still verifies), and the facts it stated
+        withdrawn (`FactStore.forget_statements`) until the extraction reads it again. Returns
+        each edited message's row as it is now (rebuilt from its old turn when L1 trimmed it)."""
+        out: dict[str, L1Row] = {}
+        key = scope_key(conversation)
+        for message in changed:
+            seen = known[message.id]
+            with self._commit_lock:  # no commit writes this row's block meanwhile
+                old = self.memory.store.get_many([seen.block_index]).get(seen.block_index) \
+                    if seen.block_index is not None else None
+                in_l1 = self.tables.l1_by_external_id(key, message.id)
+                self.tables.l1_edit(seen.message_id, message.text, message.id in flagged)
+                self.facts.forget_statements([seen.message_id])
+                if old is not None and not old.forgotten:
+                    self.memory.forget([old.block_index])
+                if in_l1 is not None:
+                    out[message.id] = replace(in_l1, content=message.text, flagged=message.id in flagged,
+                                              block_index=None)
+                    continue
+                # L1 trimmed it long ago: the new turn goes straight to long-term memory, dated as the old one
+                row = L1Row(seen.message_id, key, message.role, message.text, message.user, message.name,
+                            old.event_time if old is not None else (message.time or self.clock()), False,
+                            message.id in flagged, message.id, None)
+                item = self._turn_items([row])[0]
+                block = self.memory.remember_many([item], within=self.tables.message_block_hook(key, message.id))[0]
+                out[message.id] = replace(row, block_index=block.block_index)
+        return out
+
+    def _blocks_of_edited(self, key: str, edited: dict[str, L1Row]) -> dict[int, int]:
+        known = self.tables.messages_known(key, list(edited))
+        return {seen.message_id: seen.block_index for seen in known.values() if seen.block_index is not None}
+
+    async def delete_message(self, guild: str | None, channel: str, message_id: str) -> dict[str, Any]:
+        """Erase one message an agent (or a transport) sent, and what came from it: its L1 row,
+        its turn block (content forgotten, the chain still verifies; working memory, STM and cached
+        searches with it), and its statements of facts (a fact only it stated is erased; the fact's
+        history re-forms without it). The id stays taken (a late retry does not bring it back).
+        NotFoundError when this conversation never stored that id, or it is deleted already."""
+        conversation = conversation_of(check_id(guild, "guild", optional=True), str(check_id(channel, "channel")))
+        if not isinstance(message_id, str) or not message_id.strip() or len(message_id) > 200:
+            raise InvalidInputError("message id must be 1–200 characters")
+        key = scope_key(conversation)
+        async with self._lock(conversation):
+            return await asyncio.to_thread(self._delete_message, conversation, key, message_id)
+
+    def _delete_message(self, conversation: Scope, key: str, message_id: str) -> dict[str, Any]:
+        seen = self.tables.messages_known(key, [message_id]).get(message_id)
+        if seen is None or seen.deleted:
+            where = f"guild {conversation.guild!r}" if conversation.guild else "no guild"
+            raise NotFoundError(f"no message {message_id!r} in channel {conversation.channel!r} ({where})"
+                                + (": it was deleted already" if seen is not None else ""))
+        with self._commit_lock:
+            facts = self.facts.forget_statements([seen.message_id])
+            block = seen.block_index
+            self.tables.message_delete(key, message_id, seen.message_id, self.clock())
+            erased = self.memory.forget([block]) if block is not None else []
+        self._event("message_deleted", {"channel": conversation.channel, "message_id": message_id,
+                                        "blocks": erased, "facts": facts})
+        return {"conversation": {"guild": conversation.guild, "channel": conversation.channel}, "message": message_id,
+                "erased": {"messages": 1, "blocks": len(erased), "facts": len(facts)}}
 
     async def _guard_texts(self, texts: list[str]) -> list[GuardVerdict]:
         """The guard on each text: its patterns, and its classifiers when there are any."""
@@ -814,57 +1006,9 @@ class ConversationPipeline:
 
     def agent_context(self, guild: str | None, channel: str, *, user: str | None = None, query: str | None = None,
                       budget_tokens: int = 2000, include: Sequence[str] | None = None) -> AgentContext:
-        """What to put in an agent's next prompt (agents.py): the user's facts (isolation rules as
-        for the bot), the summary, recalled older turns and the recent messages, within the budget."""
-        started = time.perf_counter()
-        timings: dict[str, float] = {}
-        conversation = conversation_of(check_id(guild, "guild", optional=True), str(check_id(channel, "channel")))
-        user = check_id(user, "user", optional=True)
-        budget_tokens, parts = check_budget(budget_tokens), check_include(include)
-        s = self.settings
-        t = time.perf_counter()
-        rows = self.l1.recent(conversation, s.l1_size)
-        if query is None:
-            last = next((r for r in reversed(rows) if r.role == "user" and (user is None or r.user_id == user)), None)
-            query = last.content if last is not None else ""
-        query = clean_text(query, max_chars=s.max_text_chars, what="query") if query else ""
-        names = _speaker_names(rows)
-        timings["l1_ms"] = (time.perf_counter() - t) * 1000
-        zone = ZoneInfo(s.timezone)
-        facts: list[KnownFact] = []
-        if "facts" in parts and query:
-            t = time.perf_counter()
-            facts = [KnownFact(f.text, f.fact_type, f.user_id, f.guild, f.valid_from, f.valid_to, score, f.block_index)
-                     for f, score in self.facts.recall(query, guild=conversation.guild, user_id=user,
-                                                       k=max(s.recall_k, budget_tokens // 100))]
-            timings["facts_ms"] = (time.perf_counter() - t) * 1000
-        recalled: list[RecalledTurn] = []
-        if "recalled" in parts and query:
-            t = time.perf_counter()
-            hits = self.memory.search(query, k=min(100, max(s.recall_k, budget_tokens // 25)), scope=conversation,
-                                      kinds=("turn", "note"), speaker_names=names)
-            for hit in hits:
-                block = hit.block
-                if block.block_index == 0:
-                    continue  # a working-memory line that mirrors no stored turn
-                role = str(block.metadata.get("role", "user"))
-                recalled.append(RecalledTurn(block.text, block.speaker if role == "user" else None,
-                                             names.get(block.speaker or "") or speaker_name_of(block.metadata),
-                                             block.event_time, hit.score, block.block_index, block.kind, role))
-            timings["search_ms"] = (time.perf_counter() - t) * 1000
-        t = time.perf_counter()
-        summary = self.summaries.get(conversation)
-        recent = [RecentLine(r.role, r.content, r.user_id, r.display_name, r.created_at, r.block_index, r.flagged)
-                  for r in rows]
-        context = assemble_context(
-            conversation={"guild": conversation.guild, "channel": conversation.channel}, query=query,
-            budget_tokens=budget_tokens, include=parts, facts=facts,
-            summary_parts=summary.context_lines(self.summaries.global_core), recalled=recalled, recent=recent,
-            zone=zone, assistant_name=s.bot_name)
-        timings["assemble_ms"] = (time.perf_counter() - t) * 1000
-        timings["total_ms"] = (time.perf_counter() - started) * 1000
-        context.timings_ms = timings
-        return context
+        """`agents.agent_context` over this pipeline's conversation memory."""
+        return agent_context(self.gatherer, guild, channel, user=user, query=query, budget_tokens=budget_tokens,
+                             include=include, zone=self.zone, assistant_name=self.settings.bot_name)
 
     async def drain(self) -> None:
         """Wait for background extractions (graceful shutdown, tests)."""
@@ -877,26 +1021,3 @@ class ConversationPipeline:
         could write a fact back) awaits `drain()` first, as the chat front-ends do."""
         return self.conversation.forget_user(user_id)
 
-
-def _speaker_names(rows: Sequence[L1Row]) -> dict[str, str]:
-    """User id → display name from L1 rows, the newest accepted name winning (each distinct name
-    checked once: 50 rows usually hold two or three speakers)."""
-    checked: dict[tuple[str, str], str | None] = {}
-    names: dict[str, str] = {}
-    for row in rows:
-        if row.user_id and row.display_name:
-            pair = (row.user_id, row.display_name)
-            if pair not in checked:
-                checked[pair] = _display_name(*pair)
-            if (name := checked[pair]) is not None:
-                names[row.user_id] = name
-    return names
-
-
-def _display_name(user_id: str, display_name: str) -> str | None:
-    """The display name as a search accepts it; one it would refuse (blank, control characters)
-    is left out rather than failing the reply."""
-    try:
-        return check_speaker_names({user_id: display_name})[user_id]
-    except GieokError:
-        return None

@@ -5,6 +5,18 @@ other) plus a row in the `facts` table that holds what may change later: `valid_
 `superseded_by`. A newer fact that contradicts an older one about the same subject
 supersedes it; the old one is kept for history and never silently deleted.
 
+Time is the conversation's, not the extraction's. Each statement of a fact — a message that said
+it, and when it was said — is kept (`fact_sources`); the versions of one attribute of a subject
+("lives in 부산", then "서울", then "부산" again) form a chain ordered by when they were said, each
+valid from its earliest statement until the next version's. A message that arrives late (a
+backfill, a shuffled import) takes its place in that order: an older statement of another value
+becomes history closed by the newer fact, never the current one; an older statement of the same
+value moves the version's start back; one that falls inside a version that was stated again later
+splits it (A, then B, then A again). So the same statements give the same chain in any arrival
+order. Removing a statement (its message edited or deleted) re-forms the chain the same way.
+Beside the conversation's clock, `recorded_at` / `expired_at` keep when gieok learned a version
+and learned it was over: what was true on day D, and what gieok knew on day D.
+
 Isolation is a rule, not a convention: `visible()` decides whether a fact may reach a
 prompt in (guild, user), and every recall passes through it, on top of the scoped searches.
 - lore: everywhere;
@@ -16,11 +28,12 @@ prompt in (guild, user), and every recall passes through it, on top of the scope
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...errors import InvalidInputError, InvalidTypeError
-from ...store.conversation import ConversationStore, FactRow
+from ...store.conversation import ConversationStore, FactChanges, FactRow, FactSourceRow
 from ...types import Block, Scope
 from ...validate import clean_text
 from .fact_align import Paraphrase, judge_shapes, shape_of
@@ -36,7 +49,8 @@ from .fact_align import Paraphrase, judge_shapes, shape_of
 if TYPE_CHECKING:
     from ...memory import Memory
 
-__all__ = ["FactType", "Fact", "FactOutcome", "FactStore", "ModelVerdict", "PairJudge", "visible", "LORE_GUILD"]
+__all__ = ["FactType", "Fact", "FactOutcome", "FactStore", "ModelVerdict", "PairJudge", "Statement", "visible",
+           "LORE_GUILD"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +78,8 @@ class Fact:
     valid_from: float
     valid_to: float | None
     superseded_by: int | None
+    recorded_at: float | None = None  # when gieok learned it
+    expired_at: float | None = None  # when gieok learned it was over
 
     @property
     def current(self) -> bool:
@@ -75,8 +91,24 @@ class Fact:
 
 
 @dataclass(frozen=True, slots=True)
+class Statement:
+    """A message that states a fact: when it was said (the conversation's clock), which L1 message,
+    in which conversation, the sender's id for it, and who said it."""
+
+    said_at: float
+    message_id: int | None = None
+    scope_key: str | None = None
+    external_id: str | None = None
+    user_id: str | None = None
+
+    @property
+    def name(self) -> str | None:
+        return self.external_id or (str(self.message_id) if self.message_id is not None else None)
+
+
+@dataclass(frozen=True, slots=True)
 class FactOutcome:
-    action: str  # stored | duplicate | superseded (stored, and replaced an older fact)
+    action: str  # stored | duplicate | superseded (stored, and replaced an older fact) | history (stored, not current)
     fact: Fact | None  # the stored fact, or the existing one it duplicates
     replaced: Fact | None = None
     similarity: float = 0.0
@@ -96,9 +128,11 @@ class ModelVerdict:
     shown: frozenset[int] = frozenset()
 
 
-def visible(row: FactRow, *, guild: str | None, user_id: str | None, global_user_facts: bool = False) -> bool:
-    """May this fact reach a prompt in `guild` (None = a DM) for `user_id`?"""
-    if row.valid_to is not None:
+def visible(row: FactRow, *, guild: str | None, user_id: str | None, global_user_facts: bool = False,
+            history: bool = False) -> bool:
+    """May this fact reach a prompt in `guild` (None = a DM) for `user_id`? A superseded one only
+    when the prompt asks for `history`."""
+    if row.valid_to is not None and not history:
         return False
     if row.fact_type == FactType.LORE:
         return True
@@ -175,6 +209,76 @@ def _normal(text: str) -> str:
     return re.sub(r"[\W_]+", "", text.casefold())
 
 
+@dataclass(frozen=True, slots=True)
+class _NewVersion:
+    """A version about to be written: its text and labels, the statement's name, and, for the
+    resumed part of a split version, the version it resumes."""
+
+    text: str
+    topic: str
+    keywords: tuple[str, ...]
+    name: str | None
+    lore_key: str | None
+    resumes: FactRow | None = None
+    resumes_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Version:
+    """A version of a chain while it is formed again: its row, and its start when that changes
+    (`None`: as stored) with the name of its earliest statement."""
+
+    row: FactRow
+    start: float | None
+    name: str | None = None
+
+    @property
+    def valid_from(self) -> float:
+        return self.row.valid_from if self.start is None else self.start
+
+
+def _reform(versions: Sequence[_Version], recorded: float) -> list[tuple[int, dict[str, Any]]]:
+    """The updates that make `versions` (one attribute's chain) a timeline: ordered by when each
+    was first said, each valid until the next one's start and superseded by it, the last one
+    current. `recorded`: now, on gieok's clock — when it learned of an end that changed."""
+    ordered = sorted(versions, key=lambda v: (v.valid_from, v.row.block_index))
+    updates: list[tuple[int, dict[str, Any]]] = []
+    for position, version in enumerate(ordered):
+        after = ordered[position + 1] if position + 1 < len(ordered) else None
+        row = version.row
+        wanted: dict[str, Any] = {"valid_from": version.valid_from,
+                                  "valid_to": after.valid_from if after else None,
+                                  "superseded_by": after.row.block_index if after else None}
+        if version.start is not None and version.name is not None:
+            wanted["source_message"] = version.name
+        if wanted["valid_to"] != row.valid_to:
+            wanted["expired_at"] = None if wanted["valid_to"] is None else recorded
+        changed = {k: v for k, v in wanted.items() if getattr(row, k) != v}
+        if changed or row.block_index < 0:
+            updates.append((row.block_index, changed))
+    return [(block, values) for block, values in updates if values]
+
+
+def _merge_repeats(versions: Sequence[_Version], texts: dict[int, str]) -> list[tuple[int, int]]:
+    """Neighbouring versions (in time order) with the same text, once a version between them is
+    gone: (the earlier one, the later one that joins it)."""
+    ordered = sorted(versions, key=lambda v: (v.valid_from, v.row.block_index))
+    merged: list[tuple[int, int]] = []
+    keep = ordered[0].row.block_index if ordered else None
+    for before, after in itertools.pairwise(ordered):
+        if keep is not None and _normal(texts.get(before.row.block_index, "")) == \
+                _normal(texts.get(after.row.block_index, "")) and texts.get(after.row.block_index):
+            merged.append((keep, after.row.block_index))
+        else:
+            keep = after.row.block_index
+    return merged
+
+
+def _source_row(block_index: int, statement: Statement, recorded: float) -> FactSourceRow:
+    return FactSourceRow(block_index, statement.said_at, statement.message_id, statement.scope_key,
+                         statement.external_id, statement.user_id, recorded)
+
+
 class FactStore:
     """L3: writes facts (judging duplicates and conflicts against the subject's current facts),
     seeds lore, repairs interrupted writes, lists and recalls facts under the isolation rule."""
@@ -192,11 +296,15 @@ class FactStore:
     def add(self, text: str, *, fact_type: str | FactType, topic: str = "", keywords: Sequence[str] = (),
             guild: str | None = None, user_id: str | None = None, source_message: str | None = None,
             when: float | None = None, lore_key: str | None = None,
-            verdict: ModelVerdict | None = None) -> FactOutcome:
+            verdict: ModelVerdict | None = None, statement: Statement | None = None) -> FactOutcome:
         """Store a fact about a subject unless it repeats a current one; a fact that changes a
         current one supersedes it. `verdict`: what the extraction model said about it, already
         checked against the facts it was shown (agent/fact_review.py); without one, or when it
-        names a fact that is no longer current, the offline judge (`PairJudge`) decides."""
+        names a fact that is no longer current, the offline judge (`PairJudge`) decides.
+
+        When it was true comes from `statement` (the message that said it, and when), else `when`,
+        else now; a statement older than the current version takes its place in the fact's history
+        (module docstring). `source_message` names the source when there is no statement."""
         fact_type = self._check_type(fact_type)
         text = clean_text(text, max_chars=MAX_FACT_CHARS, what="fact")
         if not isinstance(topic, str):
@@ -215,39 +323,213 @@ class FactStore:
             raise InvalidInputError("guild ids starting with 'gieok:' are reserved")
         if fact_type == FactType.GUILD:
             user_id = None
-        now = self.clock() if when is None else when
+        recorded = self.clock()
+        said_at = statement.said_at if statement is not None else (recorded if when is None else when)
+        name = statement.name if statement is not None else (str(source_message) if source_message else None)
         candidates = list(self._subject_facts(fact_type, guild, user_id))
         verdict, note = self._check_verdict(verdict, candidates)
-        if verdict is not None and verdict.action == "duplicate":
-            row, block, _ = next(c for c in candidates if c[0].block_index == verdict.target)
-            return FactOutcome("duplicate", self._fact(row, block), judged_by="model")
-        if verdict is not None and verdict.action == "replaces":
-            replaced: FactRow | None = next(c[0] for c in candidates if c[0].block_index == verdict.target)
-            similarity, judged_by = 0.0, "model"
+        anchor: FactRow | None = None
+        relation = "distinct"
+        similarity = 0.0
+        judged_by = "offline" if verdict is None else "model"
+        if verdict is not None and verdict.action in ("duplicate", "replaces"):
+            anchor = next(c[0] for c in candidates if c[0].block_index == verdict.target)
+            relation = "duplicate" if verdict.action == "duplicate" else "conflict"
         else:
             pool = candidates if verdict is None else [c for c in candidates if c[0].block_index not in verdict.shown]
-            found = self._judge_offline(text, pool, same_text=[c for c in candidates if c not in pool])
-            if found[0] == "duplicate" and found[1] is not None and found[2] is not None:
-                return FactOutcome("duplicate", self._fact(found[1], found[2]), similarity=found[3], note=note)
-            replaced, similarity = found[1], found[3]
-            judged_by = "model" if verdict is not None else "offline"
-        metadata: dict[str, Any] = {"fact_type": fact_type.value, "topic": topic, "valid_from": now}
-        if source_message:
-            metadata["source_message"] = str(source_message)
-        if replaced is not None:
-            metadata["supersedes"] = replaced.block_index
-        block = self.memory.add(text, kind="fact", scope=Scope(guild, None, user_id), event_time=now, importance=0.8,
-                                keywords=keyword_list or None, metadata=metadata)
-        row = FactRow(block.block_index, fact_type.value, topic, guild, user_id,
-                      str(source_message) if source_message else None, now, None, None, lore_key)
-        self.tables.fact_insert(row, supersede=replaced.block_index if replaced else None, when=now)
-        fact = self._fact(row, block)
+            relation, anchor, _, similarity = self._judge_offline(text, pool,
+                                                                  same_text=[c for c in candidates if c not in pool])
+        new = _NewVersion(text, topic, tuple(keyword_list), name, lore_key)
+        subject = (fact_type, guild, user_id)
+        if anchor is None:
+            return self._write(subject, [], None, new, said_at, recorded, statement, judged_by, note, similarity)
+        chain = self._chain_of(subject, anchor.block_index)
+        return self._place(subject, chain, anchor, relation, new, said_at, recorded, statement, judged_by, note,
+                           similarity)
+
+    def _place(self, subject: tuple[FactType, str | None, str | None], chain: list[FactRow], anchor: FactRow,
+               relation: str, new: _NewVersion, said_at: float, recorded: float, statement: Statement | None,
+               judged_by: str, note: str | None, similarity: float) -> FactOutcome:
+        """A statement about the attribute whose versions are `chain` (oldest first; `anchor`, the
+        current one, last): it repeats the version in force when it was said, moves a later one of
+        the same value back, or is a new version there — splitting the version in force if that
+        one was stated again after it."""
+        at = max((i for i, row in enumerate(chain) if row.valid_from <= said_at), default=-1)
+        texts = self._texts([row.block_index for row in chain])
+
+        def same(row: FactRow) -> bool:
+            if row.block_index == anchor.block_index:
+                return relation == "duplicate"
+            if _normal(texts.get(row.block_index, "")) == _normal(new.text):
+                return True
+            vectors = self.memory.vectors_of([row.block_index])
+            block = self.memory.store.get_many([row.block_index]).get(row.block_index)
+            if block is None:
+                return False
+            return self._judge_offline(new.text, [(row, block, vectors[0])])[0] == "duplicate"
+
+        if at >= 0 and same(chain[at]):
+            return self._write(subject, chain, chain[at], new, said_at, recorded, statement, judged_by, note,
+                               similarity)
+        if at >= 0:
+            in_force = chain[at]
+            stated_after = [src for src in self.tables.fact_sources_of([in_force.block_index]).get(
+                in_force.block_index, []) if src.said_at > said_at]
+            if stated_after:  # said again after this one: the version in force resumes after the new one
+                block = self.memory.store.get_many([in_force.block_index])[in_force.block_index]
+                split = _NewVersion(block.text, in_force.topic, tuple(block.keywords), stated_after[0].name, None,
+                                    resumes=in_force, resumes_at=stated_after[0].said_at)
+                return self._write(subject, chain, None, new, said_at, recorded, statement, judged_by, note,
+                                   similarity, split=split, replaced=in_force)
+        later = chain[at + 1] if at + 1 < len(chain) else None
+        if later is not None and same(later):  # the same value, said earlier than known: it starts sooner
+            return self._write(subject, chain, later, new, said_at, recorded, statement, judged_by, note, similarity)
+        return self._write(subject, chain, None, new, said_at, recorded, statement, judged_by, note, similarity,
+                           replaced=chain[at] if at >= 0 else None)
+
+    def _write(self, subject: tuple[FactType, str | None, str | None], chain: list[FactRow], existing: FactRow | None,
+               new: _NewVersion, said_at: float, recorded: float, statement: Statement | None, judged_by: str,
+               note: str | None, similarity: float, *, split: _NewVersion | None = None,
+               replaced: FactRow | None = None) -> FactOutcome:
+        """Write a statement: onto `existing` (a duplicate), or as a new version (and the resumed
+        copy of a split version); then the chain's intervals again (`_reform`), all in one
+        transaction — inside the new blocks' own append when there are new blocks."""
+        fact_type, guild, user_id = subject
+        changes = FactChanges()
+        versions: list[_Version] = [_Version(row, None) for row in chain]
+        source_of = statement if statement is not None else (Statement(said_at, external_id=new.name)
+                                                              if new.name else None)
+        if existing is not None:
+            target = existing.block_index
+            index = next(i for i, v in enumerate(versions) if v.row.block_index == target)
+            if source_of is not None:
+                changes.sources.append(_source_row(target, source_of, recorded))
+            if said_at < existing.valid_from:
+                versions[index] = _Version(existing, said_at, new.name)
+            changes.updates += _reform(versions, recorded)
+            if changes:
+                self.tables.facts_apply(changes)
+            fresh = self.tables.facts_get([target])[target]
+            block = self.memory.store.get_many([target])[target]
+            return FactOutcome("duplicate", self._fact(fresh, block), similarity=similarity, judged_by=judged_by,
+                               note=note)
+        row = FactRow(-1, fact_type.value, new.topic, guild, user_id, new.name, said_at, None, None, new.lore_key,
+                      recorded, None)
+        changes.inserts.append(row)
+        if source_of is not None:
+            changes.sources.append(_source_row(-1, source_of, recorded))
+        versions.append(_Version(row, None))
+        items = [self._block_item(new, subject, said_at, replaced)]
+        if split is not None and split.resumes is not None and split.resumes_at is not None:
+            resumed = replace(split.resumes, block_index=-2, valid_from=split.resumes_at, valid_to=None,
+                              superseded_by=None, source_message=split.name, recorded_at=recorded, expired_at=None,
+                              lore_key=None)
+            changes.inserts.append(resumed)
+            changes.moves.append((split.resumes.block_index, -2, said_at))
+            versions.append(_Version(resumed, None))
+            items.append(self._block_item(split, subject, split.resumes_at, None))
+        changes.updates += _reform(versions, recorded)
+        hook = self.tables.facts_hook(changes)
+        if len(items) == 1:
+            item = items[0]
+            written = [self.memory.add(item.pop("text"), **item, within=hook)]
+        else:
+            written = self.memory.add_many(items, within=hook)
+        stored = self.tables.facts_get([b.block_index for b in written])
+        fact = self._fact(stored[written[0].block_index], written[0])
+        if not fact.current:
+            return FactOutcome("history", fact, similarity=similarity, judged_by=judged_by, note=note)
         if replaced is None:
             return FactOutcome("stored", fact, judged_by=judged_by, note=note)
         old = self.tables.facts_get([replaced.block_index])[replaced.block_index]
         old_block = self.memory.store.get_many([old.block_index])[old.block_index]
         return FactOutcome("superseded", fact, replaced=self._fact(old, old_block), similarity=similarity,
                            judged_by=judged_by, note=note)
+
+    def _block_item(self, version: _NewVersion, subject: tuple[FactType, str | None, str | None], said_at: float,
+                    replaced: FactRow | None) -> dict[str, Any]:
+        fact_type, guild, user_id = subject
+        metadata: dict[str, Any] = {"fact_type": fact_type.value, "topic": version.topic, "valid_from": said_at}
+        if version.name:
+            metadata["source_message"] = version.name
+        if replaced is not None:
+            metadata["supersedes"] = replaced.block_index
+        return {"text": version.text, "kind": "fact", "scope": Scope(guild, None, user_id),
+                "event_time": said_at, "importance": 0.8, "keywords": list(version.keywords) or None,
+                "metadata": metadata}
+
+    def _texts(self, indices: Sequence[int]) -> dict[int, str]:
+        return {i: b.text for i, b in self.memory.store.get_many(list(indices)).items()}
+
+    def _chain_of(self, subject: tuple[FactType, str | None, str | None], block_index: int) -> list[FactRow]:
+        """The versions of one attribute of a subject, oldest first: the fact `block_index` and every
+        fact linked to it by supersession, before and after."""
+        rows = {row.block_index: row for row in self.tables.facts_of_subject(subject[0].value, subject[1], subject[2])}
+        if block_index not in rows:
+            return []
+        before = {row.superseded_by: row for row in rows.values() if row.superseded_by is not None}
+        chain = [rows[block_index]]
+        seen = {block_index}
+        while chain[0].block_index in before and before[chain[0].block_index].block_index not in seen:
+            chain.insert(0, before[chain[0].block_index])
+            seen.add(chain[0].block_index)
+        while chain[-1].superseded_by in rows and chain[-1].superseded_by not in seen:
+            chain.append(rows[chain[-1].superseded_by])
+            seen.add(chain[-1].block_index)
+        return chain
+
+    def forget_statements(self, message_ids: Sequence[int]) -> list[int]:
+        """What these L1 messages said is withdrawn (their sender edited or deleted them): their
+        statements leave every fact; a version left with no statement is erased (its block
+        forgotten), and each chain is formed again from what remains — a version between two of
+        the same value is gone, and they join. Returns the fact blocks erased."""
+        dropped = self.tables.fact_sources_from(list(message_ids))
+        if not dropped:
+            return []
+        recorded = self.clock()
+        affected = sorted({src.block_index for src in dropped})
+        rows = self.tables.facts_get(affected)
+        remaining = self.tables.fact_sources_of(affected)
+        gone_ids = {src.message_id for src in dropped}
+        erased: list[int] = []
+        changes = FactChanges(dropped_sources=[(src.block_index, int(src.message_id)) for src in dropped
+                                               if src.message_id is not None])
+        chains: dict[int, list[FactRow]] = {}
+        for index in affected:
+            row = rows.get(index)
+            if row is None:
+                continue
+            left = [src for src in remaining.get(index, []) if src.message_id not in gone_ids]
+            chain = next((c for c in chains.values() if any(r.block_index == index for r in c)), None)
+            if chain is None:
+                subject = (FactType(row.fact_type), row.guild, row.user_id)
+                chain = self._chain_of(subject, index)
+                chains[index] = chain
+            if not left:
+                erased.append(index)
+        touched = set(affected)
+        for chain in {id(c): c for c in chains.values()}.values():
+            versions = []
+            for row in chain:
+                if row.block_index in erased:
+                    continue
+                if row.block_index not in touched:
+                    versions.append(_Version(row, None))
+                    continue
+                left = [src for src in remaining.get(row.block_index, []) if src.message_id not in gone_ids]
+                versions.append(_Version(row, left[0].said_at, left[0].name))
+            texts = self._texts([v.row.block_index for v in versions])
+            merged = _merge_repeats(versions, texts)
+            for into, gone in merged:
+                changes.moves.append((gone, into, float("-inf")))
+                erased.append(gone)
+            versions = [v for v in versions if v.row.block_index not in {g for _, g in merged}]
+            changes.updates += _reform(versions, recorded)
+        changes.deletes += erased
+        self.tables.facts_apply(changes)
+        if erased:
+            self.memory.forget(sorted(set(erased)))
+        return sorted(set(erased))
 
     @staticmethod
     def _check_verdict(verdict: ModelVerdict | None, candidates: list[tuple[FactRow, Block, Any]]
@@ -357,14 +639,22 @@ class FactStore:
 
     def _fact(self, row: FactRow, block: Block) -> Fact:
         return Fact(row.block_index, block.text, row.fact_type, row.topic, block.keywords, row.guild, row.user_id,
-                    row.source_message, row.valid_from, row.valid_to, row.superseded_by)
+                    row.source_message, row.valid_from, row.valid_to, row.superseded_by, row.recorded_at,
+                    row.expired_at)
 
     def facts(self, *, user_id: str | None = None, guild: str | None = None, include_history: bool = False,
-              limit: int = 1000) -> list[Fact]:
-        rows = self.tables.facts_where(user_id=user_id, guild=guild, include_history=include_history, limit=limit)
+              limit: int = 1000, as_of: float | None = None, known_at: float | None = None) -> list[Fact]:
+        """Facts by user and guild: current ones, or every version (`include_history`); `as_of`
+        those true then (the conversation's clock), `known_at` as gieok knew them then."""
+        rows = self.tables.facts_where(user_id=user_id, guild=guild, include_history=include_history, limit=limit,
+                                       as_of=as_of, known_at=known_at)
         blocks = self.memory.store.get_many([r.block_index for r in rows])
         return [self._fact(r, blocks[r.block_index]) for r in rows
                 if r.block_index in blocks and not blocks[r.block_index].forgotten]
+
+    def sources(self, block_indices: Sequence[int]) -> dict[int, list[FactSourceRow]]:
+        """Each fact's statements (the messages that said it, and when), earliest first."""
+        return self.tables.fact_sources_of(list(block_indices))
 
     def search_scopes(self, *, guild: str | None, user_id: str | None) -> list[Scope]:
         """The scoped searches that together cover every fact `visible()` allows."""
@@ -378,24 +668,68 @@ class FactStore:
             scopes.append(Scope(user=user_id))
         return scopes
 
-    def recall(self, query: str, *, guild: str | None, user_id: str | None, k: int = 5) -> list[tuple[Fact, float]]:
+    def recall(self, query: str, *, guild: str | None, user_id: str | None, k: int = 5,
+               history: bool = False) -> list[tuple[Fact, float]]:
         """Facts for a prompt in (guild, user): scoped searches through the coordinator, then
-        the isolation rule and validity on every hit."""
+        the isolation rule on every hit. Current facts only, unless `history`: then superseded
+        ones that match come too (a question about the past). A superseded hit whose text a
+        current fact of the same subject repeats (A, then B, then A again) stands for that current
+        fact: the history never hides the present."""
         found: dict[int, tuple[Block, float]] = {}
         for scope in self.search_scopes(guild=guild, user_id=user_id):
             for hit in self.memory.search(query, k=k * 2, scope=scope, kinds="fact"):
                 if hit.block.block_index not in found or found[hit.block.block_index][1] < hit.score:
                     found[hit.block.block_index] = (hit.block, hit.score)
         rows = self.tables.facts_get(list(found))
-        out = []
+        best: dict[int, tuple[Fact, float]] = {}
         for index, (block, score) in found.items():
             row = rows.get(index)
             if row is None or block.forgotten:
                 continue
-            if visible(row, guild=guild, user_id=user_id, global_user_facts=self.global_user_facts):
-                out.append((self._fact(row, block), score))
-        out.sort(key=lambda pair: -pair[1])
+            if row.valid_to is not None:
+                current = self._current_twin(row, block)
+                if current is not None:
+                    row, block = current
+                elif not history:
+                    continue
+            if visible(row, guild=guild, user_id=user_id, global_user_facts=self.global_user_facts,
+                       history=history) and (row.block_index not in best or best[row.block_index][1] < score):
+                best[row.block_index] = (self._fact(row, block), score)
+        out = sorted(best.values(), key=lambda pair: -pair[1])
         return out[:k]
+
+    def later_versions(self, message_ids: Sequence[int], *, guild: str | None,
+                       user_id: str | None) -> dict[int, Fact]:
+        """For messages that stated facts since superseded: message → the version that holds now
+        (only where a prompt in (guild, user) may see it)."""
+        out: dict[int, Fact] = {}
+        sources = [src for src in self.tables.fact_sources_from(list(message_ids)) if src.message_id is not None]
+        if not sources:
+            return out
+        rows = self.tables.facts_get(sorted({src.block_index for src in sources}))
+        for src in sources:
+            row = rows.get(src.block_index)
+            if row is None or row.valid_to is None or src.message_id in out:
+                continue
+            chain = self._chain_of((FactType(row.fact_type), row.guild, row.user_id), row.block_index)
+            now = chain[-1] if chain and chain[-1].valid_to is None else None
+            if now is None or not visible(now, guild=guild, user_id=user_id, global_user_facts=self.global_user_facts):
+                continue
+            block = self.memory.store.get_many([now.block_index]).get(now.block_index)
+            if block is not None and not block.forgotten and src.message_id is not None:
+                out[src.message_id] = self._fact(now, block)
+        return out
+
+    def _current_twin(self, row: FactRow, block: Block) -> tuple[FactRow, Block] | None:
+        """The current fact of the same chain with the same text as a superseded one, if any."""
+        twin = next((r for r in self._chain_of((FactType(row.fact_type), row.guild, row.user_id), row.block_index)
+                     if r.valid_to is None), None)
+        if twin is None:
+            return None
+        twin_block = self.memory.store.get_many([twin.block_index]).get(twin.block_index)
+        if twin_block is None or twin_block.forgotten or _normal(twin_block.text) != _normal(block.text):
+            return None
+        return twin, twin_block
 
     def forget_user(self, user_id: str) -> list[int]:
         """Erase every fact about a user (all guilds, history included)."""

@@ -296,6 +296,32 @@ MIGRATIONS: list[str] = [
     ALTER TABLE posting_packs ALTER COLUMN blocks SET STORAGE EXTERNAL,
         ALTER COLUMN tfs SET STORAGE EXTERNAL, ALTER COLUMN lengths SET STORAGE EXTERNAL;
     """,
+    # 16: time as the conversation lived it: facts' recorded_at / expired_at, each statement of a fact
+    # in `fact_sources`, a client's message id with its turn block and deletion (SQLite's 14 says why)
+    """
+    ALTER TABLE facts ADD COLUMN recorded_at double precision;
+    ALTER TABLE facts ADD COLUMN expired_at double precision;
+    UPDATE facts SET recorded_at = valid_from;
+    UPDATE facts SET expired_at = valid_to WHERE valid_to IS NOT NULL;
+    CREATE TABLE fact_sources (
+        block_index bigint NOT NULL,
+        said_at     double precision NOT NULL,
+        message_id  bigint,
+        scope_key   text,
+        external_id text,
+        user_id     text,
+        recorded_at double precision NOT NULL
+    );
+    CREATE INDEX fact_sources_by_fact ON fact_sources(block_index);
+    CREATE INDEX fact_sources_by_message ON fact_sources(message_id) WHERE message_id IS NOT NULL;
+    INSERT INTO fact_sources(block_index, said_at, external_id, user_id, recorded_at)
+        SELECT block_index, valid_from, source_message, user_id, valid_from FROM facts
+        WHERE source_message IS NOT NULL;
+    ALTER TABLE message_ids ADD COLUMN block_index bigint;
+    ALTER TABLE message_ids ADD COLUMN deleted_at double precision;
+    CREATE INDEX message_ids_by_message ON message_ids(message_id);
+    UPDATE message_ids m SET block_index = l.block_index FROM l1_messages l WHERE l.message_id = m.message_id;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
