@@ -224,6 +224,11 @@ def _norm(text: str) -> str:
     return " ".join(text.split())
 
 
+# A recalled turn's relative dates are written resolved beside them in the context's text ("yesterday
+# (2023-05-07)"); a turn is in the text when its words are, the resolutions set aside.
+_RESOLVED = re.compile(r" ?\(\d{4}(?:-\d{2}){0,2}(?:~\d{4}(?:-\d{2}){0,2})?\)")
+
+
 # -- the server ------------------------------------------------------------------------------------
 
 def _server_env(llm_url: str | None, llm_model: str) -> dict[str, str]:
@@ -373,7 +378,7 @@ def _in_context(answer: dict[str, Any], evidence: Sequence[Message], blocks: dic
     shown_blocks = {r.get("block_index") for r in recalled}
     recalled_texts = {_norm(r["text"]) for r in recalled}
     recent_texts = {_norm(r["text"]) for r in recent}
-    whole = _norm(answer.get("text") or "")
+    whole = _norm(_RESOLVED.sub("", answer.get("text") or ""))
     found = 0
     for message in evidence:
         text = _norm(message.text)

@@ -21,10 +21,12 @@ from gieok.server import ServerState, create_app, tenant_path
 from gieok.server.responses import json_response
 from gieok.server.settings import ServerSettings
 from gieok.server.warm import Readiness
+from gieok.types import scope_key
 
 MARKER = "ALPHA-SECRET-7731"  # every piece of tenant alpha's data carries it
 ALPHA_CHANNEL = "alpha-cafe"
 ALPHA_USER = "4242"
+ALPHA_MESSAGE = "alpha-msg-1"  # a message id only alpha's conversation has
 
 
 @dataclass
@@ -51,6 +53,8 @@ def _seed_alpha(state: ServerState) -> int:
                                 speaker=ALPHA_USER)
         conversation.l1.append(cafe, role="user", content=f"{MARKER} 누리야 안녕", user_id=ALPHA_USER,
                                display_name="민지")
+        conversation.tables.l1_append_once(scope_key(cafe), "user", f"{MARKER} 비밀 메시지", ALPHA_USER, "민지",
+                                           1_790_000_000.0, False, False, ALPHA_MESSAGE, 50)
         conversation.summaries.update(cafe, {"topic": f"{MARKER} 고양이", "new_point": f"{MARKER} 나비"})
         conversation.facts.add(f"<user:{ALPHA_USER}> has a cat named 나비 {MARKER}", fact_type="user_fact",
                                guild="g-alpha", user_id=ALPHA_USER, topic="pet")
@@ -96,6 +100,7 @@ def beta_requests(d: Deployment) -> dict[tuple[str, str], dict[str, Any]]:
         ("POST", "/v1/search"): {"json": {"query": "민지 고양이 나비 잡담 secret", "k": 20}},
         ("GET", "/v1/conversations"): {},
         ("GET", "/v1/conversations/messages"): {"params": a},
+        ("DELETE", "/v1/conversations/messages/{message_id}"): {"path": {"message_id": ALPHA_MESSAGE}, "params": a},
         ("GET", "/v1/conversations/summary"): {"params": a},
         ("PUT", "/v1/conversations/summary/core"): {"json": {**a, "core": ["beta's rule"]}},
         ("POST", "/v1/conversations/messages"): {"json": {**a, "messages": [
@@ -136,6 +141,9 @@ def _alpha_intact(d: Deployment) -> None:
     summary = d.client.get("/v1/conversations/summary", params={"channel": ALPHA_CHANNEL, "guild": "g-alpha"},
                            headers=d.as_("alpha")).json()
     assert MARKER in summary["topic"] and summary["core"] == []
+    recent = d.client.get("/v1/conversations/messages", params={"channel": ALPHA_CHANNEL, "guild": "g-alpha"},
+                          headers=d.as_("alpha")).json()["messages"]
+    assert any(m["external_id"] == ALPHA_MESSAGE for m in recent), "alpha's message is still there"
     assert d.client.get("/v1/keys", headers=d.as_("alpha")).status_code == 200  # alpha's admin key still works
     assert d.client.get("/v1/verify", headers=d.as_("alpha")).json()["ok"]
 
@@ -151,7 +159,7 @@ def test_beta_reaches_nothing_of_alpha_through_any_route(deployment: Deployment)
         assert response.status_code < 500, (method, path, response.text)
         assert MARKER not in response.text, f"{method} {path} leaked alpha's data: {response.text[:300]}"
         assert response.headers["content-type"].startswith(("application/json", "application/x-ndjson"))
-        if "{block_index}" in path or "{key_id}" in path:
+        if "{block_index}" in path or "{key_id}" in path or "{message_id}" in path:
             assert response.status_code == 404 and response.json()["error"]["type"] == "not_found"
     _alpha_intact(d)
     assert tenant_path(d.state.tenants.home, "beta") != tenant_path(d.state.tenants.home, "alpha")
@@ -309,13 +317,13 @@ def test_export_then_import_into_another_tenant_keeps_the_chain(deployment: Depl
     exported = d.client.get("/v1/export", headers=d.as_("alpha"))
     assert exported.status_code == 200 and exported.headers["content-type"].startswith("application/x-ndjson")
     lines = exported.text.splitlines()
-    # header + 8 blocks: the 7 seeded and the turn the server's start made of the L1 message the seed left
-    # without one (a crash's leftover, recovered when warming builds the tenant's pipeline)
-    assert json.loads(lines[0])["format"] == "gieok-blocks" and len(lines) == 9
+    # header + 9 blocks: the 7 seeded and the turns the server's start made of the L1 messages the seed left
+    # without one (a crash's leftovers, recovered when warming builds the tenant's pipeline)
+    assert json.loads(lines[0])["format"] == "gieok-blocks" and len(lines) == 10
     key, _ = d.state.keys.create("gamma", "write")
     gamma = {"Authorization": f"Bearer {key}"}
     imported = d.client.post("/v1/import", content=exported.text.encode(), headers=gamma)
-    assert imported.json() == {"imported": 8}
+    assert imported.json() == {"imported": 9}
     assert d.client.get("/v1/verify", headers=gamma).json() == {**d.client.get("/v1/verify",
                                                                                  headers=d.as_("alpha")).json()}
     bad = d.client.post("/v1/import", content=exported.text.replace(MARKER, "TAMPERED", 1).encode(),

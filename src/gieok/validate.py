@@ -50,8 +50,9 @@ def check_importance(value: Any) -> float:
     return float(value)
 
 
-def check_time(value: Any, what: str = "time") -> float | None:
-    """Accept None, epoch seconds, a datetime (naive means UTC) or an ISO-8601 string."""
+def check_time(value: Any, what: str = "time", *, zone: tzinfo = UTC) -> float | None:
+    """Accept None, epoch seconds, a datetime or an ISO-8601 string (naive: in `zone`, UTC unless
+    the caller says)."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -67,8 +68,11 @@ def check_time(value: Any, what: str = "time") -> float | None:
             raise InvalidInputError(f"{what} {value!r} is not an ISO-8601 date/time") from None
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return value.timestamp()
+            value = value.replace(tzinfo=zone)
+        try:
+            return value.timestamp()
+        except (OverflowError, OSError, ValueError):
+            raise InvalidInputError(f"{what} {value.isoformat()} is out of range") from None
     raise InvalidTypeError(f"{what} must be a datetime, ISO string or epoch seconds, not {type(value).__name__}")
 
 

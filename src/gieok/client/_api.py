@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -179,9 +180,12 @@ class Api:
             yield Sleep(interval)
 
     # -- conversations ---------------------------------------------------------------------------
-    def facts(self, *, user: str | None, guild: str | None, history: bool, limit: int) -> Plan[list[Fact]]:
+    def facts(self, *, user: str | None, guild: str | None, history: bool, limit: int, as_of: When | None = None,
+              known_at: When | None = None) -> Plan[list[Fact]]:
         params = [(k, v) for k, v in (("user", user), ("guild", guild)) if v is not None]
         params += [("history", "true" if history else "false"), ("limit", str(limit))]
+        params += [(name, str(wire_time(value))) for name, value in (("as_of", as_of), ("known_at", known_at))
+                   if value is not None]
         response = yield from self._send(Call("GET", "/v1/facts", params=params))
         return _decoded(response, lambda data: [Fact.from_dict(f) for f in data["facts"]])
 
@@ -203,6 +207,12 @@ class Api:
             result = part if result is None else result.merged(part)
         assert result is not None
         return result
+
+    def delete_message(self, channel: str, message_id: str, *, guild: str | None) -> Plan[dict[str, Any]]:
+        params = [("channel", channel), *([("guild", guild)] if guild is not None else [])]
+        response = yield from self._send(Call("DELETE", f"/v1/conversations/messages/{quote(message_id, safe='')}",
+                                              params=params, write=True))
+        return dict(mapping_of(response))
 
     def context(self, channel: str, *, guild: str | None, user: str | None, query: str | None, budget_tokens: int,
                 include: Iterable[str] | None) -> Plan[Context]:

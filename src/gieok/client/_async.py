@@ -131,9 +131,11 @@ class AsyncClient:
 
     # -- conversations ---------------------------------------------------------------------------
     async def facts(self, user: str | None = None, guild: str | None = None, history: bool = False, *,
-                    limit: int = 200) -> list[Fact]:
-        """L3 facts, current ones (with `history`, superseded ones too)."""
-        return await self._run(self._api.facts(user=user, guild=guild, history=history, limit=limit))
+                    limit: int = 200, as_of: When | None = None, known_at: When | None = None) -> list[Fact]:
+        """L3 facts, current ones (with `history`, superseded ones too); `as_of` those true then (the
+        conversation's clock), `known_at` as the server knew them then."""
+        return await self._run(self._api.facts(user=user, guild=guild, history=history, limit=limit, as_of=as_of,
+                                              known_at=known_at))
 
     async def summary(self, channel: str, guild: str | None = None) -> dict[str, Any]:
         """A conversation's L2 summary as the server sends it (with `markdown`)."""
@@ -144,6 +146,11 @@ class AsyncClient:
         """Record a conversation's messages (each with its transport's `id`), 256 per request in
         order; the server keeps each id once, so sending a message again stores nothing."""
         return await self._run(self._api.add_messages(channel, messages, guild=guild))
+
+    async def delete_message(self, channel: str, message_id: str, *, guild: str | None = None) -> dict[str, Any]:
+        """Delete one message sent with `add_messages` and what came from it (its turn, the facts only it
+        stated); the receipt counts them. Sending a message id again with another text edits it instead."""
+        return await self._run(self._api.delete_message(channel, message_id, guild=guild))
 
     async def context(self, channel: str, *, guild: str | None = None, user: str | None = None,
                       query: str | None = None, budget_tokens: int = 2000,

@@ -78,6 +78,7 @@ class MessagesResult:
     flagged: list[str] = field(default_factory=list)
     summaries_and_facts: str = ""
     extraction: str = ""
+    edited: list[StoredMessage] = field(default_factory=list)  # ids sent again with another text: replaced
 
     @property
     def stored_count(self) -> int:
@@ -90,7 +91,8 @@ class MessagesResult:
                    duplicates=[str(i) for i in data.get("duplicates") or ()],
                    flagged=[str(i) for i in data.get("flagged") or ()],
                    summaries_and_facts=str(data.get("summaries_and_facts") or ""),
-                   extraction=str(data.get("extraction") or ""))
+                   extraction=str(data.get("extraction") or ""),
+                   edited=[_known(StoredMessage, item) for item in data.get("edited") or ()])
 
     def merged(self, later: MessagesResult) -> MessagesResult:
         """This result followed by a later request's (a long list is sent in several): lists
@@ -100,7 +102,8 @@ class MessagesResult:
         return MessagesResult(conversation=self.conversation, stored=[*self.stored, *later.stored],
                               duplicates=[*self.duplicates, *later.duplicates],
                               flagged=[*self.flagged, *later.flagged],
-                              summaries_and_facts=later.summaries_and_facts, extraction=extraction)
+                              summaries_and_facts=later.summaries_and_facts, extraction=extraction,
+                              edited=[*self.edited, *later.edited])
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,8 @@ class RecalledTurn:
     score: float | None = None
     block_index: int | None = None
     kind: str | None = None
+    flagged: bool = False  # the guard flagged it when it was said
+    superseded_by: dict[str, Any] | None = None  # a fact it stated changed since: {text, valid_from}
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +144,7 @@ class RecentMessage:
     user: str | None = None
     name: str | None = None
     time: float | str | None = None
+    flagged: bool = False
 
 
 @dataclass(slots=True)
@@ -173,6 +179,8 @@ class Context:
     tokens: dict[str, int] = field(default_factory=dict)
     budget_tokens: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # e.g. no such conversation (then `known` is False)
+    known: bool = True  # False: the server has never seen this conversation
 
     def __str__(self) -> str:
         return self.text
@@ -184,7 +192,8 @@ class Context:
                    language=str(data.get("language") or ""),
                    tokens={str(k): int(v) for k, v in (data.get("tokens") or {}).items()},
                    budget_tokens=int(data.get("budget_tokens") or 0),
-                   timings_ms={str(k): float(v) for k, v in (data.get("timings_ms") or {}).items()})
+                   timings_ms={str(k): float(v) for k, v in (data.get("timings_ms") or {}).items()},
+                   warnings=[str(w) for w in data.get("warnings") or ()], known=data.get("conversation") is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +212,8 @@ class Fact:
     valid_from: float = 0.0
     valid_to: float | None = None
     superseded_by: int | None = None
+    recorded_at: float | None = None  # when gieok learned it
+    expired_at: float | None = None  # when gieok learned it was over
 
     @property
     def current(self) -> bool:

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Any, Literal, TypeVar
+from zoneinfo import ZoneInfo
 
 import anyio.to_thread
 from fastapi import FastAPI
@@ -34,9 +35,11 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from .. import __version__
+from ..chat.agent.agents import agent_context
 from ..chat.layers.conversation import check_id
 from ..chat.layers.recent import conversation_of
 from ..errors import AuthenticationError, GieokError
+from ..validate import check_time
 from . import compact
 from .access import Access, Credentials
 from .app import create_app
@@ -94,6 +97,10 @@ UserArg = Annotated[Id | None, Field(description="Only facts about this user id 
 HistoryArg = Annotated[bool, Field(description="Also superseded facts, with when each was valid. 이전 사실 포함.")]
 FactGuild = Annotated[Id | None, Field(description="Only facts of this guild. 이 서버만.")]
 LimitArg = Annotated[int, Field(ge=1, le=MAX_FACTS, description=f"At most this many facts (1–{MAX_FACTS}).")]
+MomentArg = Annotated[str | float | None, Field(description=(
+    "Only the facts true at this time (ISO 8601 or epoch seconds), on the conversation's clock. 그 시점의 사실."))]
+KnownAtArg = Annotated[str | float | None, Field(description=(
+    "The facts as gieok knew them at this time (ISO 8601 or epoch seconds). 그 시점에 알던 사실."))]
 SummaryChannel = Annotated[Id, Field(description="The conversation's channel id. 채널 id.")]
 SummaryGuild = Annotated[Id | None, Field(description="Its guild id; omit for a DM. 서버 id (DM이면 생략).")]
 DetailArg = Annotated[bool, Field(description=(
@@ -119,7 +126,8 @@ class MessageArg(BaseModel):
 MessagesArg = Annotated[list[MessageArg], Field(min_length=1, max_length=256, description=(
     "The new messages, oldest first (up to 256). 새 메시지들 (오래된 것부터)."))]
 ContextUser = Annotated[Id | None, Field(description=(
-    "Who the next reply is for: their facts are included (only theirs, the guild's and lore). 답할 상대 id."))]
+    "Who the next reply is for. In a guild: the facts its members stated there, the guild's and lore; in a "
+    "direct conversation: only this user's own. 답할 상대 id."))]
 ContextQuery = Annotated[str | None, Field(description=(
     "What the next reply is about; default: the conversation's last user message. 다음 답의 주제."))]
 BudgetArg = Annotated[int, Field(ge=100, le=32_000, description="At most this many tokens of context (100–32,000).")]
@@ -353,19 +361,25 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
 
     @tool(_reads("List facts"))
     async def list_facts(user: UserArg = None, history: HistoryArg = False, guild: FactGuild = None,
-                         limit: LimitArg = 50, detail: DetailArg = False) -> dict[str, Any]:
+                         limit: LimitArg = 50, as_of: MomentArg = None, known_at: KnownAtArg = None,
+                         detail: DetailArg = False) -> dict[str, Any]:
         """List the facts (L3) learned from conversations: about users, guilds and the world.
 
         Use it to see what is known about someone (`user`) without a search query. Returns `facts`,
         each with its text, type, topic, user and guild, validity (`valid_from`, `valid_to`) and
-        whether it is current; with history=true superseded facts are included too. Newest first,
-        at most `limit` (1–200).
-        대화에서 알게 된 사실(L3) 목록입니다. user로 한 사람의 사실만, history로 지난 사실까지.
+        whether it is current; with history=true superseded facts are included too; `as_of` (a time,
+        ISO 8601 or epoch seconds) gives what was true then, `known_at` what gieok knew then. At most
+        `limit` (1–200).
+        대화에서 알게 된 사실(L3) 목록입니다. user로 한 사람의 사실만, history로 지난 사실까지,
+        as_of로 그때 사실이던 것, known_at으로 그때 알고 있던 것.
         """
         def facts(t: Tenant) -> dict[str, Any]:
+            zone = ZoneInfo(t.conversation.settings.timezone)
             found = t.conversation.facts.facts(user_id=check_id(user, "user", optional=True),
                                                guild=check_id(guild, "guild", optional=True),
-                                               include_history=history, limit=limit)
+                                               include_history=history, limit=limit,
+                                               as_of=check_time(as_of, "as_of", zone=zone),
+                                               known_at=check_time(known_at, "known_at", zone=zone))
             return {"facts": [fact.as_dict() if detail else compact.fact(fact) for fact in found], "count": len(found)}
 
         return await in_tenant("read", facts)
@@ -417,14 +431,18 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
 
         Returns `text`: one ready-to-use block — what is known about the user (facts, with since when),
         the conversation's summary, related earlier messages and the recent messages — in the
-        conversation's language. Call it before answering, with `user` set to who you answer
-        (only their facts, the guild's and lore are included). detail=true adds the structured
+        conversation's language. Call it before answering, with `user` set to who you answer: in a
+        guild, the facts its members stated there (theirs and others'), the guild's and lore; in a
+        direct conversation (no guild), only that user's own. Facts that changed come with their
+        period when the question is about the past. A channel this memory has never seen answers
+        `conversation: null` and a warning naming where it looked. detail=true adds the structured
         `parts` (each fact, turn and message with its time and score) and the timings.
         다음 답에 넣을 맥락(사실·요약·관련 대화·최근 대화)을 토큰 예산 안에서 돌려줍니다.
         """
         def find(t: Tenant) -> dict[str, Any]:
-            found = t.pipeline.agent_context(guild, channel, user=user, query=query, budget_tokens=budget_tokens,
-                                             include=include)
+            settings = t.gatherer.settings
+            found = agent_context(t.gatherer, guild, channel, user=user, query=query, budget_tokens=budget_tokens,
+                                  include=include, zone=ZoneInfo(settings.timezone), assistant_name=settings.bot_name)
             return found.as_dict() if detail else compact.context(found)
 
         return await in_tenant("read", find)

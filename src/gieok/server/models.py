@@ -86,7 +86,9 @@ class MessageIn(_Strict):
     text: str
     user: str | None = Field(None, max_length=MAX_ID, description="Who wrote it (required for role user)")
     name: str | None = Field(None, max_length=100, description="Their display name (kept in L1 only)")
-    time: float | int | str | None = Field(None, description="When: epoch seconds or ISO 8601; default now")
+    time: float | int | str | None = Field(None, description=(
+        "When it was said: epoch seconds or ISO 8601 (without a zone: the server's timezone); default now. "
+        "Refused: epoch milliseconds, 0 or negative, before 1970, more than a day ahead"))
 
 
 class MessagesIn(_Strict):

@@ -6,13 +6,30 @@ adds these to the chat's (the server runs conversations too); `[server]` is thei
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..chat.settings import ChatSettings
-from ..config.settings import at_least, between, not_blank, not_negative, positive, setting
-from ..config.values import comma_list
+from ..config.settings import at_least, between, not_blank, not_negative, positive, setting, time_zone
+from ..config.values import comma_list, split_items
+from ..errors import ConfigError
 
 __all__ = ["ServerSettings"]
+
+
+def tenant_zones(value: Any) -> tuple[tuple[str, str], ...]:
+    """`"acme=Europe/Berlin, beta=America/New_York"` → `(("acme", "Europe/Berlin"), …)`: the time zone
+    each of these tenants' times are read and shown in (the others: `timezone`)."""
+    pairs: dict[str, str] = {}
+    for item in split_items(value, ",\n"):
+        tenant, equals, zone = item.partition("=")
+        tenant, zone = tenant.strip(), zone.strip()
+        if not equals or not tenant or not zone:
+            raise ConfigError(f"tenant_timezones entries look like 'tenant=Area/City', got {item!r}")
+        problem = time_zone(zone)
+        if problem:
+            raise ConfigError(f"tenant_timezones: {tenant}'s zone {problem}, got {zone!r}")
+        pairs[tenant] = zone
+    return tuple(pairs.items())
 
 
 @dataclass(frozen=True, repr=False)  # Settings.__repr__ keeps secrets out
@@ -42,3 +59,11 @@ class ServerSettings(ChatSettings):
     # further logins from there wait (429) until the oldest failure leaves the window
     server_login_attempts: int = setting(5, at_least(1))
     server_login_window_seconds: float = setting(300.0, positive)
+    # tenants whose users live elsewhere: their own time zone ("acme=Europe/Berlin, beta=UTC"), for the times a
+    # request gives without a zone and every date shown to a model; other tenants use `timezone`
+    tenant_timezones: tuple[tuple[str, str], ...] = setting((), parse=tenant_zones)
+
+    def for_tenant(self, tenant: str) -> ServerSettings:
+        """These settings as one tenant's memory reads them (its own `timezone`, if it has one)."""
+        zone = dict(self.tenant_timezones).get(tenant)
+        return self if zone is None or zone == self.timezone else self.with_overrides(timezone=zone)

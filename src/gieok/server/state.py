@@ -104,7 +104,8 @@ class ServerState:
         def pipeline(memory: Memory, conversation: ConversationMemory) -> ConversationPipeline:
             """A tenant's conversation pipeline: the server's model for summaries and facts, the
             guard on what comes in, no stage 1 (an agent decides when it replies)."""
-            return build_pipeline(settings, memory, llm=llm, classifier=None, conversation=conversation)
+            own = memory.settings if isinstance(memory.settings, ServerSettings) else settings  # the tenant's zone
+            return build_pipeline(own, memory, llm=llm, classifier=None, conversation=conversation)
 
         sequences = store.event_sequences  # event ids go on after a restart (in the home store)
         bus = EventBus(settings.event_buffer, sequences=sequences,

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..chat.agent.gather import ContextGatherer
 from ..chat.agent.pipeline import ConversationPipeline
 from ..chat.layers.conversation import ConversationMemory
 from ..config.settings import is_database_url
@@ -66,6 +67,7 @@ class Tenant:
     owned: bool = True  # False: attached by the caller (the bot's memory), never closed here
     users: int = 0
     _conversation: ConversationMemory | None = field(default=None, repr=False)
+    _gatherer: ContextGatherer | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _pipeline: ConversationPipeline | None = field(default=None, repr=False)
     _pipelines: PipelineFactory | None = field(default=None, repr=False)
@@ -76,6 +78,16 @@ class Tenant:
             if self._conversation is None:
                 self._conversation = ConversationMemory(self.memory)
             return self._conversation
+
+    @property
+    def gatherer(self) -> ContextGatherer:
+        """What an agent's context reads (chat/agent/gather.py): the conversation layers and the
+        memory's search, without the pipeline's guard and classifiers (a read judges nothing)."""
+        conversation = self.conversation
+        with self._lock:
+            if self._gatherer is None:
+                self._gatherer = ContextGatherer(conversation)
+            return self._gatherer
 
     @property
     def pipeline(self) -> ConversationPipeline:
@@ -171,7 +183,7 @@ class TenantRegistry:
         return tenant
 
     def _open_memory(self, name: str) -> Memory:
-        memory = Memory(tenant_location(self.location, name), settings=self.settings)
+        memory = Memory(tenant_location(self.location, name), settings=self.settings.for_tenant(name))
         try:
             memory.warm()  # the tenant's first search then runs at warm speed (opening is the slow part anyway)
         except BaseException:

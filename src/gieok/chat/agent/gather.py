@@ -203,7 +203,10 @@ class ContextGatherer:
     def _turns(self, conversation: Scope, query: str, *, guild: str | None, user: str | None, k: int,
                names: Mapping[str, str], shown: set[int]) -> list[RecalledTurn]:
         hits = self.memory.search(query, k=k, scope=conversation, kinds=("turn", "note"), speaker_names=names)
-        kept = [hit for hit in hits if hit.block.block_index != 0 and hit.block.block_index not in shown]
+        # A scope's unset guild matches any guild in a search: a direct conversation named like a
+        # guild's channel ("cafe") must not recall that channel's turns.
+        kept = [hit for hit in hits if hit.block.block_index != 0 and hit.block.block_index not in shown
+                and hit.block.scope.guild == conversation.guild]
         messages = {hit.block.block_index: int(m) for hit in kept
                     if isinstance(m := hit.block.metadata.get("l1_message"), int) and not isinstance(m, bool)}
         later = self.facts.later_versions(list(messages.values()), guild=guild, user_id=user) if messages else {}

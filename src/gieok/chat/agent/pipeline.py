@@ -928,8 +928,9 @@ class ConversationPipeline:
         """Erase one message an agent (or a transport) sent, and what came from it: its L1 row,
         its turn block (content forgotten, the chain still verifies; working memory, STM and cached
         searches with it), and its statements of facts (a fact only it stated is erased; the fact's
-        history re-forms without it). The id stays taken (a late retry does not bring it back).
-        NotFoundError when this conversation never stored that id, or it is deleted already."""
+        history re-forms without it). The id stays taken (a late retry does not bring it back); a
+        second delete answers `already_deleted`. NotFoundError when this conversation never stored
+        that id."""
         conversation = conversation_of(check_id(guild, "guild", optional=True), str(check_id(channel, "channel")))
         if not isinstance(message_id, str) or not message_id.strip() or len(message_id) > 200:
             raise InvalidInputError("message id must be 1–200 characters")
@@ -939,10 +940,13 @@ class ConversationPipeline:
 
     def _delete_message(self, conversation: Scope, key: str, message_id: str) -> dict[str, Any]:
         seen = self.tables.messages_known(key, [message_id]).get(message_id)
-        if seen is None or seen.deleted:
+        receipt: dict[str, Any] = {"conversation": {"guild": conversation.guild, "channel": conversation.channel},
+                                   "message": message_id}
+        if seen is None:
             where = f"guild {conversation.guild!r}" if conversation.guild else "no guild"
-            raise NotFoundError(f"no message {message_id!r} in channel {conversation.channel!r} ({where})"
-                                + (": it was deleted already" if seen is not None else ""))
+            raise NotFoundError(f"no message {message_id!r} in channel {conversation.channel!r} ({where})")
+        if seen.deleted:  # a retried delete: done already
+            return {**receipt, "already_deleted": True, "erased": {"messages": 0, "blocks": 0, "facts": 0}}
         with self._commit_lock:
             facts = self.facts.forget_statements([seen.message_id])
             block = seen.block_index
@@ -950,7 +954,7 @@ class ConversationPipeline:
             erased = self.memory.forget([block]) if block is not None else []
         self._event("message_deleted", {"channel": conversation.channel, "message_id": message_id,
                                         "blocks": erased, "facts": facts})
-        return {"conversation": {"guild": conversation.guild, "channel": conversation.channel}, "message": message_id,
+        return {**receipt, "already_deleted": False,
                 "erased": {"messages": 1, "blocks": len(erased), "facts": len(facts)}}
 
     async def _guard_texts(self, texts: list[str]) -> list[GuardVerdict]:

@@ -31,6 +31,7 @@ import hashlib
 import itertools
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -290,6 +291,9 @@ class FactStore:
         self.judge = judge or PairJudge()
         self.global_user_facts = global_user_facts
         self.clock = clock
+        # A write reads a subject's versions, decides, then writes: two extractions of one memory at
+        # once (two conversations, or an edit's beside a batch's) take turns.
+        self._writing = threading.RLock()
         self.repair()
 
     # -- writing ------------------------------------------------------------------------------
@@ -305,6 +309,14 @@ class FactStore:
         When it was true comes from `statement` (the message that said it, and when), else `when`,
         else now; a statement older than the current version takes its place in the fact's history
         (module docstring). `source_message` names the source when there is no statement."""
+        with self._writing:
+            return self._add(text, fact_type=fact_type, topic=topic, keywords=keywords, guild=guild, user_id=user_id,
+                             source_message=source_message, when=when, lore_key=lore_key, verdict=verdict,
+                             statement=statement)
+
+    def _add(self, text: str, *, fact_type: str | FactType, topic: str, keywords: Sequence[str], guild: str | None,
+             user_id: str | None, source_message: str | None, when: float | None, lore_key: str | None,
+             verdict: ModelVerdict | None, statement: Statement | None) -> FactOutcome:
         fact_type = self._check_type(fact_type)
         text = clean_text(text, max_chars=MAX_FACT_CHARS, what="fact")
         if not isinstance(topic, str):
@@ -483,6 +495,10 @@ class FactStore:
         statements leave every fact; a version left with no statement is erased (its block
         forgotten), and each chain is formed again from what remains — a version between two of
         the same value is gone, and they join. Returns the fact blocks erased."""
+        with self._writing:
+            return self._forget_statements(message_ids)
+
+    def _forget_statements(self, message_ids: Sequence[int]) -> list[int]:
         dropped = self.tables.fact_sources_from(list(message_ids))
         if not dropped:
             return []

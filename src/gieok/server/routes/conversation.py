@@ -5,14 +5,17 @@ A conversation is named by its channel and, outside DMs, its guild — inside th
 from __future__ import annotations
 
 from typing import Annotated
+from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
+from ...chat.agent.agents import agent_context
 from ...chat.layers.conversation import check_id
 from ...chat.layers.recent import conversation_of
 from ...types import Scope
+from ...validate import check_time
 from ..deps import reader, tenant, writer
 from ..idempotency import idempotent
 from ..models import MAX_ID, ContextIn, CoreIn, MessagesIn
@@ -66,12 +69,28 @@ async def add_messages(request: Request, body: MessagesIn, t: TenantDep) -> Resp
     return await idempotent(request, t, body, lambda _: add())  # message ids dedupe a run after a crash
 
 
+@writes.delete("/conversations/messages/{message_id}",
+               summary="Delete one message and what came from it (its turn, the facts only it stated)")
+async def delete_message(message_id: Annotated[str, Path(max_length=MAX_ID)], t: TenantDep, channel: Channel,
+                         guild: Guild = None) -> JSONResponse:
+    """The message its sender deleted: its recent row, its turn block (forgotten: the hash chain
+    still verifies), working memory and cached searches with it, and its statements of facts (a fact
+    only it stated is erased; one said elsewhere too stays, dated by the rest). The id stays taken:
+    sending it again stores nothing. 404 for an id this conversation never stored."""
+    pipeline = await run_in_threadpool(lambda: t.pipeline)
+    return json_response(await pipeline.delete_message(guild, channel, message_id))
+
+
 @reads.post("/conversations/context",
             summary="The context for an agent's next reply: facts, summary, recalled turns, recent messages")
 def context(body: ContextIn, t: TenantDep) -> JSONResponse:
-    """What to put in the next prompt, within `budget_tokens`: as `parts` and as one `text` block."""
-    found = t.pipeline.agent_context(body.guild, body.channel, user=body.user, query=body.query,
-                                     budget_tokens=body.budget_tokens, include=body.include)
+    """What to put in the next prompt, within `budget_tokens`: as `parts` and as one `text` block.
+    A conversation this memory has never seen answers `"conversation": null` and a warning naming
+    the channel and guild it looked for (and the guild that channel is in, if another)."""
+    settings = t.gatherer.settings
+    found = agent_context(t.gatherer, body.guild, body.channel, user=body.user, query=body.query,
+                          budget_tokens=body.budget_tokens, include=body.include, zone=ZoneInfo(settings.timezone),
+                          assistant_name=settings.bot_name)
     return json_response(found.as_dict())
 
 
@@ -90,10 +109,28 @@ def set_core(body: CoreIn, t: TenantDep) -> JSONResponse:
 @reads.get("/facts", summary="Facts (L3): current ones, or with history (superseded, with validity)")
 def facts(t: TenantDep, user: Annotated[str | None, Query(max_length=MAX_ID)] = None,
           guild: Guild = None, history: bool = False,
-          limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> JSONResponse:
+          limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+          as_of: Annotated[str | None, Query(max_length=40, description=(
+              "Only what was true then, on the conversation's clock (ISO 8601 or epoch seconds)"))] = None,
+          known_at: Annotated[str | None, Query(max_length=40, description=(
+              "As gieok knew it then: only what it had learned by that time (ISO 8601 or epoch seconds)"))] = None,
+          ) -> JSONResponse:
+    zone = ZoneInfo(t.conversation.settings.timezone)
     found = t.conversation.facts.facts(user_id=check_id(user, "user", optional=True),
-                                       guild=guild, include_history=history, limit=limit)
+                                       guild=guild, include_history=history, limit=limit,
+                                       as_of=_moment(as_of, "as_of", zone),
+                                       known_at=_moment(known_at, "known_at", zone))
     return json_response({"facts": [fact.as_dict() for fact in found]})
+
+
+def _moment(value: str | None, what: str, zone: ZoneInfo) -> float | None:
+    """A query parameter's time: epoch seconds or ISO 8601 (without a zone: the memory's)."""
+    if value is None:
+        return None
+    try:
+        return check_time(float(value), what)
+    except ValueError:
+        return check_time(value, what, zone=zone)
 
 
 @writes.delete("/facts/users/{user_id}", summary="Forget a user: their facts, messages and summary mentions")
