@@ -43,13 +43,14 @@ from gieok.server.mcp import MAX_K, build_mcp, transport_security
 from gieok.server.settings import ServerSettings
 
 TOOLS = {"remember", "search_memory", "get_memory", "forget_memory", "list_facts", "conversation_summary",
-         "add_messages", "get_context"}
+         "add_messages", "get_context", "remember_fact", "correct_fact", "forget_fact"}
 HANGUL = re.compile(r"[가-힣]")
 CALL_SECONDS = 120  # a first call loads the embedder in the server process
 MARKER = "ALPHA-SECRET-7731"  # every piece of tenant alpha's data carries it
 ALPHA_CHANNEL = "alpha-cafe"
 ALPHA_GUILD = "g-alpha"
 ALPHA_USER = "4242"
+ALPHA_FACT = 6  # alpha's fact: its block after the five filler blocks
 
 
 def run(scenario: Callable[[], Awaitable[Any]], seconds: float = 300) -> Any:
@@ -119,6 +120,7 @@ def test_tools_are_described_for_a_model(state: ServerState) -> None:
             read_only = {name for name, tool in tools.items() if tool.annotations and tool.annotations.read_only_hint}
             assert read_only == {"search_memory", "get_memory", "list_facts", "conversation_summary", "get_context"}
             assert tools["forget_memory"].annotations.destructive_hint
+            assert tools["forget_fact"].annotations.destructive_hint
             assert tools["search_memory"].input_schema["properties"]["k"]["default"] == 5
 
     run(scenario)
@@ -136,6 +138,7 @@ def test_every_tool_in_process_korean_and_english(state: ServerState) -> None:
         facts.add("<user:3>는 25살이다.", fact_type="user_fact", topic="나이", guild="g1", user_id="3", when=200.0)
         tenant.conversation.summaries.update(cafe, {"topic": "고양이 나비 이야기", "new_point": "민지가 나비 소개"})
     server = build_mcp(state, fixed=who)
+    told: dict[str, Any] = {}
 
     async def scenario() -> None:
         async with Client(server) as client:
@@ -214,7 +217,30 @@ def test_every_tool_in_process_korean_and_english(state: ServerState) -> None:
             await refused(client, "conversation_summary", {"channel": "no spaces allowed"}, "invalid_input")
             await refused(client, "list_facts", {"user": "gieok:lore"}, "invalid_input")
 
+            # facts by hand: stated, repeated, changed, corrected, forgotten — the key is their source
+            told.update(await ok(client, "remember_fact", {"text": "<user:5>는 대전에 산다.", "user": "5",
+                                                           "guild": "g1", "valid_from": "2026-01-01T00:00:00+09:00"}))
+            assert told["action"] == "stored" and told["fact"]["valid_from"].startswith("2025-12-31T15:00")
+            again = await ok(client, "remember_fact", {"text": "<user:5>는 대전에 산다", "user": "5", "guild": "g1"})
+            assert again["action"] == "duplicate" and again["block_index"] == told["block_index"]
+            moved = await ok(client, "remember_fact", {"text": "<user:5>는 광주에 산다.", "user": "5", "guild": "g1"})
+            assert moved["action"] == "superseded"
+            fixed = await ok(client, "correct_fact", {"fact_id": moved["block_index"], "text": "<user:5>는 광주 근처 "
+                                                                                              "나주에 산다."})
+            assert fixed["action"] == "corrected" and fixed["fact"]["current"]
+            now = await ok(client, "list_facts", {"user": "5"})
+            assert [f["text"] for f in now["facts"]] == ["<user:5>는 광주 근처 나주에 산다."]
+            gone = await ok(client, "forget_fact", {"fact_id": fixed["block_index"]})
+            assert gone["erased"] == [fixed["block_index"]]
+            await refused(client, "correct_fact", {"fact_id": 99999, "text": "x y z w"}, "not_found")
+            await refused(client, "forget_fact", {"fact_id": 99999}, "not_found")
+            await refused(client, "remember_fact", {"text": "누구에 대한 사실인지 모름"}, "invalid_input")
+            await refused(client, "remember_fact", {"text": "x", "user": "5", "tenant": "other"}, "invalid_input")
+
     run(scenario)
+    with state.tenants.use("default") as tenant:
+        sources = tenant.conversation.facts.sources([told["block_index"]])[told["block_index"]]
+        assert sources[0].author and sources[0].author.startswith("key:")
 
 
 def test_search_k_is_capped(state: ServerState) -> None:
@@ -241,6 +267,9 @@ def test_roles_and_revocation_in_process(state: ServerState) -> None:
     async def scenario() -> None:
         async with Client(build_mcp(state, fixed=reader)) as client:
             await refused(client, "remember", {"text": "읽기 전용 키로 쓰기"}, "forbidden", "write")
+            await refused(client, "remember_fact", {"text": "<user:1>는 읽기 전용이다.", "user": "1"}, "forbidden")
+            await refused(client, "correct_fact", {"fact_id": index, "text": "읽기 전용"}, "forbidden")
+            await refused(client, "forget_fact", {"fact_id": index}, "forbidden")
             await refused(client, "forget_memory", {"block_index": index}, "forbidden")
             assert "forgotten" not in (await ok(client, "get_memory", {"block_index": index}))
             assert (await ok(client, "search_memory", {"query": "준호 등산"}))["hits"]
@@ -262,7 +291,8 @@ def test_without_identity_every_tool_refuses(state: ServerState) -> None:
     calls = {"remember": {"text": "x"}, "search_memory": {"query": "x"}, "get_memory": {"block_index": 1},
              "forget_memory": {"block_index": 1}, "list_facts": {}, "conversation_summary": {"channel": "c"},
              "add_messages": {"channel": "c", "messages": [{"id": "1", "role": "user", "user": "u", "text": "x"}]},
-             "get_context": {"channel": "c"}}
+             "get_context": {"channel": "c"}, "remember_fact": {"text": "<user:u> is here.", "user": "u"},
+             "correct_fact": {"fact_id": 1, "text": "x"}, "forget_fact": {"fact_id": 1}}
     assert set(calls) == TOOLS
 
     async def scenario() -> None:
@@ -551,6 +581,12 @@ async def beta_tries_alpha(beta: Client, index: int, *, own_blocks: int) -> None
         assert not context.is_error  # beta's own (empty) conversation: nothing of alpha's
     own = await call("remember", {"text": "beta's own note about 고양이", **alpha_where})
     assert not own.is_error and own.structured_content["block_index"] == own_blocks + 1  # in beta's memory
+    for tool, arguments in (("correct_fact", {"fact_id": ALPHA_FACT, "text": "beta's correction"}),
+                            ("forget_fact", {"fact_id": ALPHA_FACT})):
+        answer = await call(tool, arguments)
+        assert answer.is_error and "not_found" in text_of(answer), text_of(answer)
+    nobody = await call("remember_fact", {"text": "beta states nothing about anyone"})  # refused: writes nothing
+    assert nobody.is_error and "invalid_input" in text_of(nobody)
     sent = await call("add_messages", {**alpha_where, "messages": [
         {"id": "beta-1", "role": "user", "user": ALPHA_USER, "name": "민지", "text": "beta's message about 나비"}]})
     assert not sent.is_error  # stored in beta's memory (once: the second round's copy is a duplicate)

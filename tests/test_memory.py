@@ -13,7 +13,7 @@ import pytest
 from conftest import conversation
 from gieok import Block, EmbedderMismatchError, InvalidInputError, Memory, Scope, SearchResult, Settings
 from gieok.chain import GENESIS
-from gieok.store.schema import SCHEMA_VERSION
+from gieok.store.sqlite.schema import SCHEMA_VERSION
 
 # A query with at least one BM25 token in every scope of the seeded conversation.
 BROAD_QUERY = "민지 고양이 puppy hiking study 스터디 coffee 등산"
@@ -337,7 +337,7 @@ def test_conv_pos_counts_per_channel(memory: Memory) -> None:
 def test_next_position_is_an_index_lookup_not_a_scan(memory: Memory) -> None:
     """Every append asks for its channel's last position; a scan of the blocks table there made
     each write O(N) (found in the 50-channel runtime bench at 100k blocks)."""
-    from gieok.store.sqlite import LAST_POSITION_SQL
+    from gieok.store.sqlite.store import LAST_POSITION_SQL
 
     memory.add("a turn", scope={"channel": "a"})
     plan = " ".join(row[-1] for row in memory.store._query("EXPLAIN QUERY PLAN " + LAST_POSITION_SQL, ("a",)))

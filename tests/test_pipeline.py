@@ -268,14 +268,15 @@ def test_forget_user_erases_facts_messages_and_summary_mentions(memory: Memory) 
     before = pipeline.summaries.get(CAFE)
     assert "42" in before.participants and any("<user:42>" in p for p in before.key_points)
     result = pipeline.forget_user("42")
-    assert result["facts"] == 1 and result["messages"] >= 1 and result["summary_items"] == 2
+    # the point and the topic naming them, and the topic line made from their messages (lineage)
+    assert result["facts"] == 1 and result["messages"] >= 1 and result["summary_items"] == 3
     assert all("치과" not in b.text for b in memory.iter_blocks())
     remaining = pipeline.l1.recent(CAFE)
     assert remaining and all(r.user_id != "42" for r in remaining)
     for summary in (pipeline.summaries.get(CAFE), SummaryStore(pipeline.tables).get(CAFE)):  # cached and stored
         assert "42" not in summary.participants and summary.last_speaker != "42"
         assert summary.key_points == () and summary.ongoing_topics == ()
-        assert summary.topic == "직업 이야기"
+        assert summary.topic == "", "made from a batch with their message: it goes with them"
 
 
 def test_stage1_classifier_decides_between_analyses(memory: Memory) -> None:
@@ -443,7 +444,7 @@ def test_a_flagged_message_is_marked_wherever_a_later_prompt_shows_it(memory: Me
 
     def marked(section: str) -> None:
         lines = [line for line in section.splitlines() if "ignore all previous instructions" in line]
-        assert lines and all("⚠주입 의심" in line and "<user:666>" in line for line in lines), section
+        assert lines and all("[⚠주입의심] ignore" in line and "<user:666>" in line for line in lines), section
 
     run(exchange(pipeline, msg(attack, user="666", name="mallory", explicit=False), None))
     run(exchange(pipeline, msg("오늘 점심은 김밥", user="7", name="지수", explicit=False), None))

@@ -225,7 +225,9 @@ def test_a_memory_from_before_postings_had_lengths_is_brought_up_to_date(url: st
     assert all(before["database"]) and all(before["fts5"])
     store = open_store(location)
     with store.transaction() as tx:  # type: ignore[attr-defined]  # back to migration 13's postings
-        tx.execute("DROP TABLE fact_sources")  # and before 16's fact sources and message blocks
+        tx.execute("DROP TABLE fact_sources")  # and before 16's fact sources, message blocks, names and erasures
+        tx.execute("DROP TABLE user_names")
+        tx.execute("DROP TABLE erasures")
         tx.execute("ALTER TABLE facts DROP COLUMN recorded_at, DROP COLUMN expired_at")
         tx.execute("DROP INDEX message_ids_by_message")
         tx.execute("ALTER TABLE message_ids DROP COLUMN block_index, DROP COLUMN deleted_at")

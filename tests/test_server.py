@@ -37,6 +37,7 @@ class Deployment:
     keys: dict[str, str]  # name -> key
     key_ids: dict[str, int]
     alpha_block: int  # a block only alpha has: beta's memory has fewer blocks
+    alpha_fact: int = 0  # alpha's fact (a block index beta's memory also has: a block, not a fact, there)
 
     def as_(self, name: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys[name]}"}
@@ -56,10 +57,11 @@ def _seed_alpha(state: ServerState) -> int:
         conversation.tables.l1_append_once(scope_key(cafe), "user", f"{MARKER} 비밀 메시지", ALPHA_USER, "민지",
                                            1_790_000_000.0, False, False, ALPHA_MESSAGE, 50)
         conversation.summaries.update(cafe, {"topic": f"{MARKER} 고양이", "new_point": f"{MARKER} 나비"})
-        conversation.facts.add(f"<user:{ALPHA_USER}> has a cat named 나비 {MARKER}", fact_type="user_fact",
-                               guild="g-alpha", user_id=ALPHA_USER, topic="pet")
+        fact = conversation.facts.add(f"<user:{ALPHA_USER}> has a cat named 나비 {MARKER}", fact_type="user_fact",
+                                      guild="g-alpha", user_id=ALPHA_USER, topic="pet")
         memory.stm.add(cafe, f"{MARKER} short-term")
-        return block.block_index
+        assert fact.fact is not None
+        return block.block_index, fact.fact.block_index
 
 
 @pytest.fixture
@@ -71,11 +73,11 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
                                ("beta_read", "beta", "read")):
         key, row = state.keys.create(tenant, role, name)
         keys[name], ids[name] = key, row.key_id
-    alpha_block = _seed_alpha(state)
+    alpha_block, alpha_fact = _seed_alpha(state)
     app = create_app(state)
     with TestClient(app) as client:
         assert state.readiness.done.wait(120), "the start-up warming never finished"
-        yield Deployment(state, app, client, keys, ids, alpha_block)
+        yield Deployment(state, app, client, keys, ids, alpha_block, alpha_fact)
 
 
 # -- the two-tenant matrix: every route, as beta, aimed at alpha's data ---------------------------
@@ -109,7 +111,15 @@ def beta_requests(d: Deployment) -> dict[tuple[str, str], dict[str, Any]]:
         ("POST", "/v1/conversations/context"): {"json": {**a, "user": ALPHA_USER, "query": "민지 고양이 나비 이름",
                                                         "budget_tokens": 4000}},
         ("GET", "/v1/facts"): {"params": {"user": ALPHA_USER, "history": "true"}},
-        ("DELETE", "/v1/facts/users/{user_id}"): {"path": {"user_id": ALPHA_USER}},
+        ("DELETE", "/v1/facts/users/{user}"): {"path": {"user": ALPHA_USER}},
+        ("POST", "/v1/facts"): {"json": {"text": f"<user:{ALPHA_USER}> likes tea.", "user": ALPHA_USER,
+                                         "guild": "g-alpha"}},
+        ("PATCH", "/v1/facts/{fact_id}"): {"path": {"fact_id": str(d.alpha_fact)}, "json": {"text": "beta's fix"}},
+        ("DELETE", "/v1/facts/{fact_id}"): {"path": {"fact_id": str(d.alpha_fact)}},
+        ("GET", "/v1/facts/{fact_id}/history"): {"path": {"fact_id": str(d.alpha_fact)}},
+        ("GET", "/v1/users"): {},
+        ("GET", "/v1/users/{user}"): {"path": {"user": ALPHA_USER}},
+        ("DELETE", "/v1/users/{user}"): {"path": {"user": ALPHA_USER}},
         ("GET", "/v1/working-memory"): {"params": a},
         ("GET", "/v1/stm"): {"params": a},
         ("GET", "/v1/checkpoints"): {"params": a},
@@ -159,7 +169,7 @@ def test_beta_reaches_nothing_of_alpha_through_any_route(deployment: Deployment)
         assert response.status_code < 500, (method, path, response.text)
         assert MARKER not in response.text, f"{method} {path} leaked alpha's data: {response.text[:300]}"
         assert response.headers["content-type"].startswith(("application/json", "application/x-ndjson"))
-        if "{block_index}" in path or "{key_id}" in path or "{message_id}" in path:
+        if "{block_index}" in path or "{key_id}" in path or "{message_id}" in path or "{fact_id}" in path:
             assert response.status_code == 404 and response.json()["error"]["type"] == "not_found"
     _alpha_intact(d)
     assert tenant_path(d.state.tenants.home, "beta") != tenant_path(d.state.tenants.home, "alpha")
@@ -182,6 +192,7 @@ def test_beta_events_carry_nothing_of_alpha(deployment: Deployment) -> None:
 # -- keys and roles --------------------------------------------------------------------------------
 
 READS_BY_POST = ("/v1/search", "/v1/conversations/context")  # POST for a body, but they change nothing
+ADMIN_READS = (("GET", "/v1/users/{user}"),)  # everything held about one person: an access request, an admin's
 
 
 def test_every_route_gets_its_role_gate_from_its_router(deployment: Deployment) -> None:
@@ -214,8 +225,9 @@ def test_every_route_gets_its_role_gate_from_its_router(deployment: Deployment) 
             assert own == found, f"{route.path} has gates {own} beside its router's"  # the router's, and only it
             method = next(iter(route.methods))
             if route.path.startswith("/v1/"):
-                expected = ("admin" if route.path.startswith("/v1/keys") else "read"
-                            if method == "GET" or route.path in READS_BY_POST else "write")
+                admin = route.path.startswith("/v1/keys") or (method, route.path) in ADMIN_READS
+                expected = ("admin" if admin else "read" if method == "GET" or route.path in READS_BY_POST
+                            else "write")
             else:
                 expected = "page" if method == "GET" else "form"
             assert found == [expected], f"{method} {route.path}: {found[0]}, expected {expected}"

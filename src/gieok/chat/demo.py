@@ -2,9 +2,10 @@
 the same write path an agent uses (`POST /v1/conversations/messages`) — then a few questions.
 
 Afterwards the memory holds what a bot's or an agent's would: the conversation's recent messages
-(L1), its turns with their speakers and times, working memory; so the dashboard's Conversations
-page and `gieok facts` / `gieok summary` have something to show (summaries and facts need a
-language model: with one configured they follow in the background, as for an agent)."""
+(L1), its turns with their speakers and times, working memory, and — extracted as they would be
+by a language model, but by the built-in scripted demo model (`llm/demo_model.py`: offline, no
+model needed) — its facts (L3) with their history and sources and its rolling summary (L2); so the
+dashboard's pages and `gieok facts` / `gieok summary` / `gieok users` have something to show."""
 
 from __future__ import annotations
 
@@ -23,9 +24,13 @@ from ..errors import InvalidInputError
 from ..memory import Memory, remove_memory_files
 from ..store.sqlite import SQLiteStore
 from .compose import build_pipeline
+from .layers.recent import conversation_of
+from .llm.demo_model import demo_model
 from .settings import ChatSettings
 
-__all__ = ["load_sample_conversation", "run_demo"]
+__all__ = ["load_sample_conversation", "run_demo", "BATCH"]
+
+BATCH = 50  # messages per call, as an agent sends them: at most what L1 keeps, so each extraction reads them all
 
 
 def load_sample_conversation() -> dict[str, Any]:
@@ -60,32 +65,49 @@ def _messages(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 def run_demo(path: Path, console: Console | None = None, *, k: int = 5,
              settings: ChatSettings | None = None) -> dict[str, Any]:
-    """Feed the demo chat through the conversation pipeline into a fresh memory at `path`, then
-    ask its questions and show each hit's score breakdown."""
+    """Feed the demo chat through the conversation pipeline into a fresh memory at `path` — its
+    facts and summary extracted by the built-in scripted demo model, each batch's extraction
+    finished before the next batch comes — then ask its questions and show each hit's score breakdown."""
     console = console or Console()
     data = load_sample_conversation()
     _prepare_path(path)
     messages = _messages(data)
     console.print(f"[bold]gieok demo[/] — {data['title']}")
     console.print(f"memory file: {path}")
-    settings = ChatSettings.over(settings or ChatSettings(), db=str(path))
+    base = settings or ChatSettings()
+    batch_size = max(1, min(BATCH, base.l1_size))  # an extraction reads the messages still in L1
+    # every batch is due for extraction (the bot's rule: every `analysis_every` users' messages)
+    settings = ChatSettings.over(base, db=str(path), analysis_every=min(base.analysis_every, batch_size))
     with Memory(settings=settings) as memory:
         memory.store.set_meta({"demo": "1"})
-        pipeline = build_pipeline(settings, memory, llm=None, classifier=None)  # the guard reads what comes in
+        model = demo_model()  # facts and summaries offline: no language model, no network
+        pipeline = build_pipeline(settings, memory, llm=model, classifier=None)  # the guard reads what comes in
         started = time.perf_counter()
         from rich.progress import Progress
 
-        with Progress(console=console, transient=True) as bar:
-            task = bar.add_task("adding the conversation (embedding with the packaged e5-small model)",
-                                total=len(messages))
-            for start in range(0, len(messages), 100):
-                batch = messages[start : start + 100]
-                asyncio.run(pipeline.add_messages(data["guild"], data["channel"], batch))
-                bar.advance(task, len(batch))
+        async def feed() -> None:
+            with Progress(console=console, transient=True) as bar:
+                task = bar.add_task("adding the conversation (embedding with the packaged e5-small model)",
+                                    total=len(messages))
+                for start in range(0, len(messages), batch_size):
+                    batch = messages[start : start + batch_size]
+                    await pipeline.add_messages(data["guild"], data["channel"], batch)
+                    await pipeline.drain()  # this batch's facts are known before the next batch is read
+                    bar.advance(task, len(batch))
+
+        asyncio.run(feed())
         ingest = time.perf_counter() - started
+        facts = pipeline.facts.facts(guild=data["guild"], include_history=True, limit=10_000)
+        current = sum(1 for fact in facts if fact.current)
+        summary = pipeline.summaries.get(conversation_of(data["guild"], data["channel"]))
+        users = pipeline.tables.users_page(None, 100)
         console.print(f"added {len(messages)} messages from {len(data['sessions'])} sessions in {ingest:.1f} s "
                       f"({len(messages) / ingest:.0f} messages/s, embedder {memory.stats().embedder}): recent "
-                      "messages, turns and working memory, as an agent's conversation is kept\n")
+                      "messages, turns and working memory, as an agent's conversation is kept")
+        console.print(f"facts and summaries by the built-in scripted demo model (no language model needed): "
+                      f"{current} current facts ({len(facts) - current} superseded, kept as history) about "
+                      f"{len(users)} users, and a summary of {len(summary.key_points)} key points "
+                      f"(topic: {summary.topic or '-'})\n")
         found = 0
         for question in data["questions"]:
             result = memory.search(question["question"], k, scope={"channel": data["channel"]})
@@ -108,6 +130,9 @@ def run_demo(path: Path, console: Console | None = None, *, k: int = 5,
             console.print(f"  expected: {question['answer']}")
             console.print(f"  {result.search_time_ms:.1f} ms (query embedding {result.embed_time_ms:.1f} ms)\n")
         console.print(f"[bold]{found}/{len(data['questions'])}[/] questions had their evidence turn in the top {k}. "
-                      f"Try: gieok search --db {path} \"민지 고양이\"  ·  gieok serve --db {path} (the dashboard's "
-                      "Conversations page shows the chat)")
-    return {"questions": len(data["questions"]), "found": found, "turns": len(messages), "ingest_seconds": ingest}
+                      f"Try: gieok search --db {path} \"민지 고양이\"  ·  gieok facts --history --db {path}  ·  "
+                      f"gieok summary --channel {data['channel']} --guild {data['guild']} --db {path}  ·  "
+                      f"gieok serve --db {path} (the dashboard's Conversations, Facts and Users pages)")
+    return {"questions": len(data["questions"]), "found": found, "turns": len(messages), "ingest_seconds": ingest,
+            "facts": current, "superseded": len(facts) - current, "summary_points": len(summary.key_points),
+            "users": [u.user_id for u in users], "model": model.name}

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import GieokError
-from .chat import conversation_commands
+from .chat import conversation_commands, users_commands
 from .engine import engine_commands
 from .options import err
 from .server import keys_commands, server_commands
@@ -30,6 +30,7 @@ app.add_typer(engine_commands)
 app.add_typer(conversation_commands)
 app.add_typer(server_commands)
 app.add_typer(keys_commands, name="keys")
+app.add_typer(users_commands, name="users")
 
 BENCHMARKS_MISSING = ("gieok bench needs the benchmarks, which are not part of the installed package: from a "
                       "source checkout, `pip install -r requirements-dev.lock -e .` installs them")

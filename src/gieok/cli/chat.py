@@ -23,10 +23,13 @@ from ..chat.settings import chat_settings
 from ..errors import InvalidInputError, MissingExtraError
 from .options import DbOption, GuildOpt, JsonFlag, RedisOption, _open, given, load, out
 
-__all__ = ["conversation_commands"]
+__all__ = ["conversation_commands", "users_commands"]
 
 conversation_commands = typer.Typer()
 app = conversation_commands  # the decorators below read naturally
+users_commands = typer.Typer(help="The people in a memory: list them, write everything held about one to a file "
+                                  "(an access request), erase one. Example: gieok users export 42 --out 42.json",
+                             no_args_is_help=True)
 
 UserRequired = Annotated[str, typer.Option("--user", "-u", help="User id (the speaker).")]
 
@@ -39,7 +42,8 @@ def demo(
     """Add a bundled Korean/English group chat (300 messages, 6 sessions) as an agent would, and answer questions.
 
     The messages go through the conversation memory's write path (what POST /v1/conversations/messages
-    runs): recent messages, turns and working memory; afterwards `gieok serve --db` shows them.
+    runs): recent messages, turns and working memory, and facts and summaries extracted by a built-in
+    scripted demo model (offline, no language model needed); afterwards `gieok serve --db` shows them.
 
     Example: gieok demo --db /tmp/demo.db
     """
@@ -163,9 +167,61 @@ def forget_user(
     if not yes and not typer.confirm(f"Erase all facts and messages of user {user}?"):
         raise InvalidInputError("not confirmed; nothing erased")
     with _open(db) as memory:
-        result = ConversationMemory(memory).forget_user(user)
+        result = ConversationMemory(memory).forget_user(user, reason="gieok forget-user")
     out.print(f"erased {result['facts']} fact(s), {result['messages']} message block(s), "
-              f"{result['l1_rows']} recent message(s), {result['summary_items']} summary item(s) of user {user}")
+              f"{result['l1_rows']} recent message(s), {result['summary_items']} summary item(s) of user {user}; "
+              f"{result['neighbours_reembedded']} neighbouring turn(s) embedded again without their words")
+
+
+@users_commands.command("list")
+def users_list(
+    after: Annotated[str | None, typer.Option("--after", help="Start after this user id (paging).")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At most this many.")] = 100,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The users of a memory: names seen, messages, facts, conversations, first and last seen.
+
+    Example: gieok users list --limit 20
+    """
+    with _open(db) as memory:
+        found = ConversationMemory(memory).tables.users_page(after, limit)
+    if as_json:
+        out.print_json(json.dumps([u.as_dict() for u in found], ensure_ascii=False))
+        return
+    table = Table(title=f"{len(found)} user(s)")
+    for column in ("user", "names", "messages", "facts", "conversations", "last seen"):
+        table.add_column(column)
+    for u in found:
+        table.add_row(u.user_id, ", ".join(u.names) or "-", str(u.messages), str(u.facts), str(u.conversations),
+                      "-" if u.last_seen is None else f"{u.last_seen:.0f}")
+    out.print(table)
+
+
+@users_commands.command("export")
+def users_export(
+    user: Annotated[str, typer.Argument(help="The user id whose data is written.")],
+    to: Annotated[Path | None, typer.Option("--out", "-o", help="File to write (default: stdout).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Write everything held about one user as JSON (an access request): messages, notes, facts
+    with their history and sources, statements their messages made, summary items made from them.
+
+    Example: gieok users export 42 --out 42.json
+    """
+    with _open(db) as memory:
+        parts = ConversationMemory(memory).user_data(user)
+        if to is None:
+            for part in parts:
+                typer.echo(part, nl=False)
+            typer.echo()
+            return
+        written = 0
+        with to.open("w", encoding="utf-8") as handle:
+            for part in parts:
+                handle.write(part)
+                written += len(part)
+    out.print(f"wrote {written:,} characters of user {user}'s data to {to}")
 
 
 @app.command()

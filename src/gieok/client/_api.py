@@ -189,6 +189,38 @@ class Api:
         response = yield from self._send(Call("GET", "/v1/facts", params=params))
         return _decoded(response, lambda data: [Fact.from_dict(f) for f in data["facts"]])
 
+    def add_fact(self, text: str, *, user: str | None, guild: str | None, valid_from: When | None,
+                 topic: str) -> Plan[dict[str, Any]]:
+        body = {"text": text, "user": user, "guild": guild, "topic": topic, "valid_from": wire_time(valid_from)}
+        response = yield from self._send(Call("POST", "/v1/facts", body, write=True))
+        return dict(mapping_of(response))
+
+    def correct_fact(self, fact_id: int, text: str, *, valid_from: When | None) -> Plan[dict[str, Any]]:
+        body = {"text": text, "valid_from": wire_time(valid_from)}
+        response = yield from self._send(Call("PATCH", f"/v1/facts/{_block_index(fact_id)}", body, write=True))
+        return dict(mapping_of(response))
+
+    def forget_fact(self, fact_id: int) -> Plan[list[int]]:
+        response = yield from self._send(Call("DELETE", f"/v1/facts/{_block_index(fact_id)}", write=True))
+        return _decoded(response, lambda data: [int(i) for i in data["erased"]])
+
+    def fact_history(self, fact_id: int) -> Plan[list[dict[str, Any]]]:
+        response = yield from self._send(Call("GET", f"/v1/facts/{_block_index(fact_id)}/history"))
+        return _decoded(response, lambda data: [dict(v) for v in data["versions"]])
+
+    def users(self, *, after: str | None, limit: int) -> Plan[dict[str, Any]]:
+        params = [("limit", str(limit)), *([("after", after)] if after is not None else [])]
+        response = yield from self._send(Call("GET", "/v1/users", params=params))
+        return dict(mapping_of(response))
+
+    def user_data(self, user: str) -> Plan[dict[str, Any]]:
+        response = yield from self._send(Call("GET", f"/v1/users/{quote(user, safe='')}"))
+        return dict(mapping_of(response))
+
+    def forget_user(self, user: str) -> Plan[dict[str, Any]]:
+        response = yield from self._send(Call("DELETE", f"/v1/users/{quote(user, safe='')}", write=True))
+        return dict(mapping_of(response))
+
     def summary(self, channel: str, *, guild: str | None) -> Plan[dict[str, Any]]:
         params = [("channel", channel), *([("guild", guild)] if guild is not None else [])]
         response = yield from self._send(Call("GET", "/v1/conversations/summary", params=params))

@@ -137,6 +137,36 @@ class AsyncClient:
         return await self._run(self._api.facts(user=user, guild=guild, history=history, limit=limit, as_of=as_of,
                                               known_at=known_at))
 
+    async def add_fact(self, text: str, *, user: str | None = None, guild: str | None = None,
+                       valid_from: When | None = None, topic: str = "") -> dict[str, Any]:
+        """State a fact about `user` (or `guild`): judged as an extracted one is (a repeat is a
+        duplicate, a new value supersedes); this key is its source. `{action, fact, replaced}`."""
+        return await self._run(self._api.add_fact(text, user=user, guild=guild, valid_from=valid_from, topic=topic))
+
+    async def correct_fact(self, fact_id: int, text: str, *, valid_from: When | None = None) -> dict[str, Any]:
+        """Correct a wrong fact: a new version takes its place in its history (`{action, fact, replaced}`)."""
+        return await self._run(self._api.correct_fact(fact_id, text, valid_from=valid_from))
+
+    async def forget_fact(self, fact_id: int) -> list[int]:
+        """Erase one version of a fact; returns the fact blocks erased."""
+        return await self._run(self._api.forget_fact(fact_id))
+
+    async def fact_history(self, fact_id: int) -> list[dict[str, Any]]:
+        """Every version of a fact's attribute, oldest first, each with its sources."""
+        return await self._run(self._api.fact_history(fact_id))
+
+    async def users(self, *, after: str | None = None, limit: int = 100) -> dict[str, Any]:
+        """A page of the tenant's users (`users`, and `next`: the `after` of the next page, or None)."""
+        return await self._run(self._api.users(after=after, limit=limit))
+
+    async def user_data(self, user: str) -> dict[str, Any]:
+        """Everything the server holds about one user (an access request; an admin key)."""
+        return await self._run(self._api.user_data(user))
+
+    async def forget_user(self, user: str) -> dict[str, Any]:
+        """Erase everything of one user; the receipt counts what went."""
+        return await self._run(self._api.forget_user(user))
+
     async def summary(self, channel: str, guild: str | None = None) -> dict[str, Any]:
         """A conversation's L2 summary as the server sends it (with `markdown`)."""
         return await self._run(self._api.summary(channel, guild=guild))

@@ -17,7 +17,7 @@ from typing import Any
 from ..store.sequences import EventSequenceStore
 from .connection import RedisConnection, redis_errors
 
-__all__ = ["SharedEventLog", "Event", "RESERVE"]
+__all__ = ["SharedEventLog", "Event", "RESERVE", "USER_ERASED", "erasure_of", "REDACTED"]
 
 RESERVE = 100  # with a store: ids recorded there this far ahead of the last one (one write per this many)
 
@@ -48,6 +48,39 @@ class Event:
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), ensure_ascii=False, default=str)
+
+
+USER_ERASED = "user.erased"  # a memory erased a user: `{"user", "blocks"}` (what its earlier events may hold)
+REDACTED = {"redacted": "this event held data that was erased"}
+
+
+def erasure_of(data: dict[str, Any]) -> tuple[Callable[[Event], bool], dict[str, Any]]:
+    """For a `user.erased` event: which earlier events held the erased data — they name the user's
+    id or one of the erased blocks — and the data the event itself is published with (counts: the
+    stream must not say whose data it was)."""
+    user = str(data.get("user") or "")
+    blocks = {int(b) for b in data.get("blocks") or () if isinstance(b, int)}
+    tag = f"<user:{user}>"
+
+    def held(event: Event) -> bool:
+        stack: list[Any] = [event.data]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                for key, value in item.items():
+                    if key in ("block_index", "block", "source_block") and isinstance(value, int) and value in blocks:
+                        return True
+                    if key in ("block_indices", "blocks", "forgotten") and isinstance(value, list) and \
+                            any(v in blocks for v in value if isinstance(v, int)):
+                        return True
+                    stack.append(value)
+            elif isinstance(item, list):
+                stack.extend(item)
+            elif isinstance(item, str) and user and (item == user or tag in item):
+                return True
+        return False
+
+    return held, {"blocks": len(blocks)}
 
 
 def _parse(entry: tuple[str, dict[str, str]]) -> Event:
@@ -87,6 +120,9 @@ class SharedEventLog:
             raise self.connection.unavailable(exc) from None
 
     def append(self, tenant: str, type: str, time: float, data: dict[str, Any]) -> int:
+        if type == USER_ERASED:  # the stream's copies of the erased data go first
+            held, data = erasure_of(data)
+            self.redact(tenant, held)
         body = json.dumps({"type": type, "time": time, "data": data}, ensure_ascii=False, default=str)
         keys = [self._stream(tenant), self.connection.key("events", tenant, "seq")]
         floor = self._floor(tenant)
@@ -103,6 +139,16 @@ class SharedEventLog:
             self.append(tenant, type, clock(), data)
 
         return publish
+
+    def redact(self, tenant: str, held: Callable[[Event], bool]) -> int:
+        """Delete the held events that `held` says carry erased data (a Redis stream cannot change
+        an entry: a reader resuming across them is told of a gap). Returns how many."""
+        stream = self._stream(tenant)
+        gone = [stream_id for stream_id, fields in self._sync(lambda r: r.xrange(stream, "-", "+"))
+                if held(_parse((stream_id, fields)))]
+        if gone:
+            self._sync(lambda r: r.xdel(stream, *gone))
+        return len(gone)
 
     def last_seq(self, tenant: str) -> int:
         value = self._sync(lambda r: r.get(self.connection.key("events", tenant, "seq")))

@@ -212,6 +212,16 @@ class VectorIndex:
         self._ann = ann
         self._ann_dirty = True
 
+    def replace_rows(self, rows: list[int], vectors: np.ndarray) -> None:
+        """New vectors for some rows: the matrix takes them; a graph built here is dropped and
+        built again when next needed (a graph cannot move a node), one the store keeps follows it."""
+        with self._lock:
+            if rows:
+                self._matrix[rows] = np.asarray(vectors, dtype=np.float32)
+                if self._ann is not None and self._ann is not self.external:
+                    self._ann = None
+                    self._ann_dirty = False
+
     def zero_rows(self, rows: list[int]) -> None:
         """Forgotten blocks: their vector is erased from the matrix and the graph's storage."""
         with self._lock:

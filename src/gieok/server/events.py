@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..coordination import Event, SharedEventLog
+from ..coordination.events import REDACTED, USER_ERASED, erasure_of
 from ..errors import CoordinationUnavailableError, InvalidInputError
 from ..store.sequences import EventSequenceStore
 
@@ -202,11 +203,18 @@ class EventBus:
             raise SinceAheadError(since, latest)
 
     def publish(self, tenant: str, type: str, data: dict[str, Any]) -> Event:
+        """`user.erased` first redacts the buffered events that held the erased data, and is
+        published with counts only (`coordination.events.erasure_of`)."""
         if self.shared is not None:
             now = self.clock()
-            return Event(self.shared.append(tenant, type, now, data), type, now, data)
+            seq = self.shared.append(tenant, type, now, data)
+            return Event(seq, type, now, erasure_of(data)[1] if type == USER_ERASED else data)
         with self._lock:
             log = self._log(tenant)
+            if type == USER_ERASED:
+                held, data = erasure_of(data)
+                log.buffer = deque((Event(e.seq, e.type, e.time, dict(REDACTED)) if held(e) else e
+                                    for e in log.buffer), maxlen=log.buffer.maxlen)
             event = Event(self._next_seq(tenant, log), type, self.clock(), data)
             log.buffer.append(event)
             subscribers = list(log.subscribers)

@@ -37,8 +37,9 @@ from starlette.routing import Route
 from .. import __version__
 from ..chat.agent.agents import agent_context
 from ..chat.layers.conversation import check_id
+from ..chat.layers.facts import FactType, Statement
 from ..chat.layers.recent import conversation_of
-from ..errors import AuthenticationError, GieokError
+from ..errors import AuthenticationError, GieokError, InvalidInputError
 from ..validate import check_time
 from . import compact
 from .access import Access, Credentials
@@ -97,6 +98,14 @@ UserArg = Annotated[Id | None, Field(description="Only facts about this user id 
 HistoryArg = Annotated[bool, Field(description="Also superseded facts, with when each was valid. 이전 사실 포함.")]
 FactGuild = Annotated[Id | None, Field(description="Only facts of this guild. 이 서버만.")]
 LimitArg = Annotated[int, Field(ge=1, le=MAX_FACTS, description=f"At most this many facts (1–{MAX_FACTS}).")]
+FactText = Annotated[str, Field(min_length=1, max_length=1000, description=(
+    "One sentence; people as <user:ID>. 사실 한 문장 (사람은 <user:ID>)."))]
+FactUser = Annotated[Id | None, Field(description="Whom it is about (a user id). 누구에 대한 사실인지.")]
+FactGuildArg = Annotated[Id | None, Field(description=(
+    "The guild where it holds; a fact about the guild itself needs it (and no user). 서버 id."))]
+ValidFromArg = Annotated[str | float | None, Field(description=(
+    "Since when it is true (ISO 8601 or epoch seconds); default now. 언제부터 사실인지."))]
+FactIdArg = Annotated[int, Field(ge=1, le=2**62, description="The fact's block_index. 사실의 블록 번호.")]
 MomentArg = Annotated[str | float | None, Field(description=(
     "Only the facts true at this time (ISO 8601 or epoch seconds), on the conversation's clock. 그 시점의 사실."))]
 KnownAtArg = Annotated[str | float | None, Field(description=(
@@ -209,6 +218,10 @@ class StrictTool(Tool):
             else:
                 said.append(f"{where}: {error.get('msg', 'invalid')}")
         return "; ".join(said)
+
+
+def _author(who: Principal) -> str:
+    return f"key:{who.key_prefix}" if who.key_prefix else "local"
 
 
 def _tool_error(exc: GieokError) -> ToolError:
@@ -383,6 +396,57 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
             return {"facts": [fact.as_dict() if detail else compact.fact(fact) for fact in found], "count": len(found)}
 
         return await in_tenant("read", facts)
+
+    @tool(_writes("Remember a fact", destructive=False))
+    async def remember_fact(text: FactText, user: FactUser = None, guild: FactGuildArg = None,
+                            valid_from: ValidFromArg = None) -> dict[str, Any]:
+        """State a fact about a user (or a guild) that you learned or were told, naming people as <user:ID>.
+
+        It is judged against what is known about them as an extracted fact is: a repeat is a duplicate (nothing
+        new stored), a new value of the same thing (a new home, job, pet …) supersedes the old one, which stays
+        in the history. `valid_from` (ISO 8601 or epoch seconds) says since when it is true; default now.
+        Returns `action` (stored, duplicate, superseded, history) and the fact, whose `block_index` is its id
+        for correct_fact and forget_fact. Your key is recorded as its source. Needs the write role.
+        사용자(또는 서버)에 대한 사실 하나를 기억합니다. 같은 항목의 새 값은 이전 값을 대체합니다.
+        """
+        def add(t: Tenant) -> dict[str, Any]:
+            if user is None and guild is None:
+                raise InvalidInputError("a fact is about a user (user) or a guild (guild)")
+            facts = t.conversation.facts
+            when = check_time(valid_from, "valid_from", zone=ZoneInfo(t.conversation.settings.timezone))
+            outcome = facts.add(text, fact_type=FactType.USER if user else FactType.GUILD, guild=guild,
+                                user_id=user, statement=Statement(facts.clock() if when is None else when,
+                                                                  author=_author(caller())))
+            return {"action": outcome.action, "fact": compact.fact(outcome.fact) if outcome.fact else None,
+                    "block_index": outcome.fact.block_index if outcome.fact else None}
+
+        return await in_tenant("write", add)
+
+    @tool(_writes("Correct a fact", destructive=False))
+    async def correct_fact(fact_id: FactIdArg, text: FactText) -> dict[str, Any]:
+        """Correct a fact that was wrong (from list_facts or get_context's parts: its block_index).
+
+        A new version with the right text takes its place in its history, valid from when the wrong one
+        was; the wrong one stays in the history, marked as superseded when it began. Your key is recorded
+        as who corrected it. A fact id not in your memory is a not-found error. Needs the write role.
+        틀린 사실을 바로잡습니다 (새 버전이 대신하고, 틀린 것은 기록에 남습니다).
+        """
+        def correct(t: Tenant) -> dict[str, Any]:
+            outcome = t.conversation.facts.correct(fact_id, text, author=_author(caller()))
+            return {"action": "corrected", "fact": compact.fact(outcome.fact) if outcome.fact else None,
+                    "block_index": outcome.fact.block_index if outcome.fact else None}
+
+        return await in_tenant("write", correct)
+
+    @tool(_writes("Forget a fact", destructive=True))
+    async def forget_fact(fact_id: FactIdArg) -> dict[str, Any]:
+        """Erase one fact (one version, by its block_index); its history forms again without it.
+
+        Use it when a fact is wrong and should not be replaced by another, or someone asks for it to be
+        forgotten. Cannot be undone. A fact id not in your memory is a not-found error. Needs the write role.
+        사실 하나를 지웁니다 (되돌릴 수 없음).
+        """
+        return await in_tenant("write", lambda t: {"fact": fact_id, "erased": t.conversation.facts.remove(fact_id)})
 
     @tool(_reads("Conversation summary"))
     async def conversation_summary(channel: SummaryChannel, guild: SummaryGuild = None,

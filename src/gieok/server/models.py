@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["ScopeIn", "MemoryIn", "BatchIn", "SearchIn", "CoreIn", "KeyIn", "MessageIn", "MessagesIn", "ContextIn",
-           "MAX_BATCH", "MAX_K", "MAX_ID"]
+           "FactIn", "FactCorrectionIn", "MAX_BATCH", "MAX_K", "MAX_ID"]
 
 MAX_BATCH = 256  # one batch is one transaction (the engine commits 256 blocks at a time)
 MAX_K = 100
@@ -104,3 +104,19 @@ class ContextIn(_Strict):
     query: str | None = Field(None, description="What the next reply is about; default: the last user message")
     budget_tokens: int = Field(2000, ge=100, le=32_000)
     include: list[Literal["facts", "summary", "recalled", "recent"]] | None = Field(None, min_length=1)
+
+
+class FactIn(_Strict):
+    """A fact an operator or agent states: about a user (in a guild, or everywhere their DMs reach)
+    or about a guild."""
+
+    text: str = Field(description="One sentence naming people as <user:ID>")
+    user: str | None = Field(None, max_length=MAX_ID, description="Whom it is about")
+    guild: str | None = Field(None, max_length=MAX_ID, description="Where it holds (a guild fact: required)")
+    topic: str = Field("", max_length=80)
+    valid_from: When | None = Field(None, description="Since when it is true (default now)")
+
+
+class FactCorrectionIn(_Strict):
+    text: str = Field(description="What the fact should have said")
+    valid_from: When | None = Field(None, description="Since when (default: when the wrong one began)")

@@ -156,6 +156,11 @@ class BlockStore(Protocol):
 
     def reembed(self, block_indices: Sequence[int], vectors: np.ndarray, meta: dict[str, str]) -> None: ...
 
+    def replace_vectors(self, block_indices: Sequence[int], vectors: np.ndarray) -> None:
+        """New vectors for some live blocks, in one transaction (a turn whose passage held an erased
+        neighbour's words is embedded again without them)."""
+        ...
+
     def vector_index_deferred(self) -> AbstractContextManager[None]:
         """Around a bulk load: a vector index the store keeps is built once after it, not row by
         row (PostgreSQL's HNSW graph); a no-op where the process builds its own (SQLite)."""

@@ -26,7 +26,7 @@ class L1RowsTakenError(StoreError):
     """Turn blocks for L1 messages that another writer already wrote as blocks (nothing written)."""
 
 __all__ = ["ConversationStore", "ConversationTables", "L1Row", "FactRow", "FactSourceRow", "FactChanges",
-           "KnownMessage", "AppendHook", "L1RowsTakenError", "check_fence"]
+           "KnownMessage", "UserRow", "AppendHook", "L1RowsTakenError", "check_fence"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,7 @@ class FactSourceRow:
     external_id: str | None = None  # the sender's id for it
     user_id: str | None = None
     recorded_at: float = 0.0
+    author: str | None = None  # stated through the API, not by a message: the key that wrote it
 
     @property
     def name(self) -> str | None:
@@ -128,11 +129,31 @@ class KnownMessage:
     content: str | None  # its text while L1 holds the row
 
 
+@dataclass(frozen=True, slots=True)
+class UserRow:
+    """A user as a tenant's memory knows them: the names their messages came with, their messages
+    (turns kept, and recent ones not yet turns), the facts about them, their conversations, and
+    when they were first and last seen."""
+
+    user_id: str
+    names: tuple[str, ...]
+    messages: int
+    facts: int
+    conversations: int
+    first_seen: float | None
+    last_seen: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"user": self.user_id, "names": list(self.names), "messages": self.messages, "facts": self.facts,
+                "conversations": self.conversations, "first_seen": self.first_seen, "last_seen": self.last_seen}
+
+
 _L1_COLUMNS = ("message_id", "scope_key", "role", "content", "user_id", "display_name", "created_at", "addressed",
                "flagged", "external_id", "block_index")
 _FACT_COLUMNS = ("block_index", "fact_type", "topic", "guild", "user_id", "source_message", "valid_from", "valid_to",
                  "superseded_by", "lore_key", "recorded_at", "expired_at")
-_SOURCE_COLUMNS = ("block_index", "said_at", "message_id", "scope_key", "external_id", "user_id", "recorded_at")
+_SOURCE_COLUMNS = ("block_index", "said_at", "message_id", "scope_key", "external_id", "user_id", "recorded_at",
+                   "author")
 _FACT_UPDATABLE = frozenset({"valid_from", "valid_to", "superseded_by", "expired_at", "source_message"})
 
 
@@ -200,6 +221,26 @@ class ConversationStore(Protocol):
     def l1_count(self, scope_key: str | None = None) -> int: ...
 
     def conversations_of_channel(self, channel: str) -> list[Scope]: ...
+
+    def users_page(self, after: str | None, limit: int) -> list[UserRow]: ...
+
+    def user_l1_rows(self, user_id: str) -> list[L1Row]: ...
+
+    def fact_sources_by_user(self, user_id: str) -> list[FactSourceRow]: ...
+
+    def user_names_delete(self, user_id: str) -> int: ...
+
+    def user_names_of(self, user_id: str) -> list[tuple[str, float, float]]: ...
+
+    def notes_copying(self, user_id: str, blocks: Sequence[int]) -> list[int]: ...
+
+    def user_blocks_page(self, user_id: str, after: int, limit: int) -> list[tuple[Any, ...]]: ...
+
+    def erasure_begin(self, user_id: str, when: float, reason: str) -> None: ...
+
+    def erasure_end(self, user_id: str) -> None: ...
+
+    def erasures_pending(self) -> list[str]: ...
 
     def summary_load(self, scope_key: str) -> dict[str, Any] | None: ...
 
@@ -466,6 +507,96 @@ class ConversationTables:
         scopes = [scope_from_key(key) for key in found]
         return sorted((s for s in scopes if s.channel == channel), key=lambda s: (s.guild or "", s.user or ""))
 
+    def users_page(self, after: str | None, limit: int) -> list[UserRow]:
+        """A tenant's users in id order after `after` (a page): everyone with a turn, a recent
+        message, a name or a fact about them here."""
+        ids = [row[0] for row in self._rows(
+            "SELECT user_id FROM (SELECT user_id FROM blocks WHERE user_id IS NOT NULL AND forgotten_at IS NULL "
+            "UNION SELECT user_id FROM l1_messages WHERE user_id IS NOT NULL "
+            "UNION SELECT user_id FROM facts WHERE user_id IS NOT NULL UNION SELECT user_id FROM user_names) u "
+            "WHERE user_id > ? ORDER BY user_id LIMIT ?", (after or "", limit))]
+        if not ids:
+            return []
+        marks = ", ".join("?" for _ in ids)
+        turns = {r[0]: r[1:] for r in self._rows(
+            "SELECT user_id, count(*), min(event_time), max(event_time), count(DISTINCT channel) FROM blocks "
+            f"WHERE user_id IN ({marks}) AND kind = 'turn' AND forgotten_at IS NULL GROUP BY user_id", ids)}
+        pending = {r[0]: r[1:] for r in self._rows(
+            "SELECT user_id, count(*), min(created_at), max(created_at), count(DISTINCT scope_key) FROM l1_messages "
+            f"WHERE user_id IN ({marks}) AND block_index IS NULL GROUP BY user_id", ids)}
+        facts = dict(self._rows(f"SELECT user_id, count(*) FROM facts WHERE user_id IN ({marks}) "
+                                "AND valid_to IS NULL GROUP BY user_id", ids))
+        names: dict[str, list[str]] = {}
+        for user_id, name in self._rows(f"SELECT user_id, name FROM user_names WHERE user_id IN ({marks}) "
+                                        "ORDER BY last_seen DESC", ids):
+            names.setdefault(user_id, []).append(name)
+        out = []
+        for user_id in ids:
+            kept, waiting = turns.get(user_id), pending.get(user_id)
+            times = [t for t in (*(kept[1:3] if kept else ()), *(waiting[1:3] if waiting else ())) if t is not None]
+            out.append(UserRow(user_id, tuple(names.get(user_id, ())), int(kept[0] if kept else 0) +
+                               int(waiting[0] if waiting else 0), int(facts.get(user_id, 0)),
+                               int(kept[3] if kept else 0) or int(waiting[3] if waiting else 0),
+                               min(times) if times else None, max(times) if times else None))
+        return out
+
+    def user_l1_rows(self, user_id: str) -> list[L1Row]:
+        """A user's recent messages in every conversation, oldest first."""
+        return [_l1(r) for r in self._rows(f"SELECT {', '.join(_L1_COLUMNS)} FROM l1_messages WHERE user_id = ? "
+                                           "ORDER BY message_id", (user_id,))]
+
+    def fact_sources_by_user(self, user_id: str) -> list[FactSourceRow]:
+        """The statements of facts a user's messages made (about them or anyone)."""
+        return [FactSourceRow(*row) for row in self._rows(
+            f"SELECT {', '.join(_SOURCE_COLUMNS)} FROM fact_sources WHERE user_id = ? ORDER BY said_at", (user_id,))]
+
+    def user_names_of(self, user_id: str) -> list[tuple[str, float, float]]:
+        """(name, first seen, last seen) of each display name a user's messages came with, newest first."""
+        return [(str(n), float(a), float(b)) for n, a, b in self._rows(
+            "SELECT name, first_seen, last_seen FROM user_names WHERE user_id = ? ORDER BY last_seen DESC",
+            (user_id,))]
+
+    def notes_copying(self, user_id: str, blocks: Sequence[int]) -> list[int]:
+        """Live notes that copy a user's words without naming them in their scope (promoted from
+        working memory before notes carried their speaker): by the speaker in their metadata, or
+        the block they were promoted from."""
+        theirs = set(blocks)
+        found = []
+        for index, metadata in self._rows("SELECT block_index, metadata FROM blocks WHERE kind = 'note' "
+                                          "AND forgotten_at IS NULL AND user_id IS NULL"):
+            try:
+                data = json.loads(metadata)
+            except (TypeError, ValueError):
+                continue
+            source = (data.get("promoted_from") or {}).get("source_block") if isinstance(data, dict) else None
+            if isinstance(data, dict) and (data.get("speaker") == user_id or source in theirs):
+                found.append(int(index))
+        return found
+
+    def user_blocks_page(self, user_id: str, after: int, limit: int) -> list[tuple[Any, ...]]:
+        """A user's live blocks after block `after`, in order: (block_index, kind, guild, channel,
+        text, event_time, metadata JSON) — what an access request reads, a page at a time."""
+        return self._rows("SELECT block_index, kind, guild, channel, text, event_time, metadata FROM blocks "
+                          "WHERE (user_id = ? OR speaker = ?) AND forgotten_at IS NULL AND block_index > ? "
+                          "ORDER BY block_index LIMIT ?", (user_id, user_id, after, limit))
+
+    def user_names_delete(self, user_id: str) -> int:
+        with self.store.transaction() as conn:
+            return int(conn.execute("DELETE FROM user_names WHERE user_id = ?", (user_id,)).rowcount)
+
+    def erasure_begin(self, user_id: str, when: float, reason: str) -> None:
+        """An erasure starts: recorded first, so one a crash interrupts is finished on the next open."""
+        with self.store.transaction() as conn:
+            conn.execute("INSERT INTO erasures(user_id, started_at, reason) VALUES (?, ?, ?) ON CONFLICT(user_id) "
+                         "DO NOTHING", (user_id, when, reason))
+
+    def erasure_end(self, user_id: str) -> None:
+        with self.store.transaction() as conn:
+            conn.execute("DELETE FROM erasures WHERE user_id = ?", (user_id,))
+
+    def erasures_pending(self) -> list[str]:
+        return [r[0] for r in self._rows("SELECT user_id FROM erasures ORDER BY started_at")]
+
     def l1_count(self, scope_key: str | None = None) -> int:
         if scope_key is None:
             return int(self._rows("SELECT count(*) FROM l1_messages")[0][0])
@@ -677,6 +808,13 @@ def _l1_insert(conn: Any, scope_key: str, role: str, content: str, user_id: str 
         "flagged, external_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING message_id",
         (scope_key, role, content, user_id, display_name, created_at, int(addressed), int(flagged), external_id),
     ).fetchone()[0])
+    if user_id is not None and display_name and role == "user":  # the names a user is known by (GET /v1/users)
+        conn.execute("INSERT INTO user_names(user_id, name, first_seen, last_seen) VALUES (?, ?, ?, ?) "
+                     "ON CONFLICT(user_id, name) DO UPDATE SET first_seen = CASE WHEN excluded.first_seen < "
+                     "user_names.first_seen THEN excluded.first_seen ELSE user_names.first_seen END, last_seen = CASE "
+                     "WHEN excluded.last_seen > user_names.last_seen THEN excluded.last_seen ELSE user_names.last_seen "
+                     "END",
+                     (user_id, display_name, created_at, created_at))
     conn.execute(
         "DELETE FROM l1_messages WHERE scope_key = ? AND block_index IS NOT NULL AND message_id <= "
         "(SELECT message_id FROM l1_messages WHERE scope_key = ? ORDER BY message_id DESC LIMIT 1 OFFSET ?)",

@@ -62,6 +62,8 @@ class IdempotencyStore(Protocol):
 
     def get(self, key: str) -> IdempotencyRow | None: ...
 
+    def redact_answers(self, blocks: set[int], needles: Sequence[str]) -> int: ...
+
 
 class IdempotencyTable:
     """`IdempotencyStore` in SQL that SQLite and PostgreSQL both speak."""
@@ -127,3 +129,41 @@ class IdempotencyTable:
     def get(self, key: str) -> IdempotencyRow | None:
         rows = self.store.fetch(f"SELECT {', '.join(_COLUMNS)} FROM idempotency_keys WHERE idem_key = ?", (key,))
         return IdempotencyRow(*rows[0]) if rows else None
+
+    def redact_answers(self, blocks: set[int], needles: Sequence[str]) -> int:
+        """Kept answers that hold erased data — they name or stored one of `blocks`, or contain one
+        of `needles` — keep their key and status but lose their body (`REDACTED`): a retry still
+        stores nothing twice, and the erased data is not answered back. Returns how many."""
+        redacted = []
+        for row in self.store.fetch(f"SELECT {', '.join(_COLUMNS)} FROM idempotency_keys WHERE response IS NOT NULL "
+                                    "AND response <> ?", (REDACTED,)):
+            found = IdempotencyRow(*row)
+            if set(found.written_indices or ()) & blocks or _mentions(found.response or "", blocks, needles):
+                redacted.append(found.key)
+        if redacted:
+            with self.store.transaction() as conn:
+                conn.executemany("UPDATE idempotency_keys SET response = ? WHERE idem_key = ?",
+                                 [(REDACTED, key) for key in redacted])
+        return len(redacted)
+
+
+REDACTED = json.dumps({"redacted": "the data this answer held was erased"})
+
+
+def _mentions(response: str, blocks: set[int], needles: Sequence[str]) -> bool:
+    if any(needle and needle in response for needle in needles):
+        return True
+    try:
+        data = json.loads(response)
+    except ValueError:
+        return False
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.get("block_index") in blocks:
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

@@ -327,7 +327,8 @@ def assemble_context(gathered: Gathered, *, budget_tokens: int, include: Sequenc
         # went to "(<user:…>)". A name two speakers share keeps the id on its lines.
         named = _named_speakers(fresh)
         reserve = estimate_tokens(f"# {h['recalled']}\n") + 1 + estimate_tokens(_legend(named, h)) + 1
-        section, kept = _recalled_section(fresh, zone, assistant_name, named, max(0, left - reserve), language)
+        section, kept = _recalled_section(fresh, zone, assistant_name, named, max(0, left - reserve), language,
+                                          gathered.about_time)
         if kept:
             legend = _legend({turn.name: turn.speaker for turn in (fresh[i] for i in kept)
                               if turn.name and turn.speaker and named.get(turn.name) == turn.speaker}, h)
@@ -365,7 +366,8 @@ def _legend(named: Mapping[str, str], h: dict[str, str]) -> str:
 
 
 def _recalled_section(turns: Sequence[RecalledTurn], zone: ZoneInfo, assistant_name: str,
-                      named: Mapping[str, str], budget: int, language: str) -> tuple[Section, list[int]]:
+                      named: Mapping[str, str], budget: int, language: str,
+                      resolve_dates: bool = False) -> tuple[Section, list[int]]:
     """Whole turns in score order while they fit (a long one is skipped, a later short one may still
     fit), written by day: a `[YYYY-MM-DD]` line, then that day's turns in the order they were said,
     the days oldest first. A day's line is paid for by the first turn of that day kept; written on
@@ -376,7 +378,7 @@ def _recalled_section(turns: Sequence[RecalledTurn], zone: ZoneInfo, assistant_n
     written: list[str] = []  # each turn's line, made once
     for position, turn in enumerate(turns):
         day = day_of(turn.time, zone)
-        line = _turn_line(turn, assistant_name, named, zone, language)
+        line = _turn_line(turn, assistant_name, named, zone, language, resolve_dates)
         written.append(line)
         cost = line if day in days or not day else f"[{day}]\n{line}"  # a count does not depend on line order
         if tally.with_line(cost) <= budget:
@@ -395,8 +397,9 @@ def _recalled_section(turns: Sequence[RecalledTurn], zone: ZoneInfo, assistant_n
 
 
 def _turn_line(turn: RecalledTurn, assistant_name: str, named: Mapping[str, str], zone: ZoneInfo,
-               language: str) -> str:
-    text = marked_text(turn.text, said_at=turn.time, zone=zone, language=language, flagged=turn.flagged,
+               language: str, resolve_dates: bool = False) -> str:
+    text = marked_text(turn.text, said_at=turn.time if resolve_dates else None, zone=zone, language=language,
+                       flagged=turn.flagged,
                        later=(turn.later.text, turn.later.since) if turn.later else None)
     if turn.role == "assistant":
         who = turn.name or assistant_name

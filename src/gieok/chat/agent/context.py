@@ -36,7 +36,7 @@ from ...text.dates import annotate_dates
 from ..llm.base import ChatMessage
 
 __all__ = ["Budget", "Section", "AssembledPrompt", "ContextBuilder", "MemoryLine", "RecentLine", "estimate_tokens",
-           "TokenTally", "MARKS", "local_time", "day_of", "fact_period", "marked_text"]
+           "TokenTally", "MARKS", "FLAG_MARK", "local_time", "day_of", "fact_period", "marked_text"]
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +44,15 @@ _WIDE = re.compile(r"[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00
 
 # How time, history and warnings are written on a prompt's lines, in the prompt's language: one
 # wording for the bot's prompt and an agent's context alike.
+# A flagged message carries a short mark that says what it is on its own line: a legend said once per
+# section cost recall on LoCoMo at a fixed budget (its tokens pushed a recent line out of the context,
+# and the recalled turns with it), where two or three words on the few flagged lines do not.
+FLAG_MARK = "⚠"
 MARKS = {
     "ko": {"since": "{}부터", "period": "{} ~ {}, 지난 사실", "later": "이후 바뀜: {} ({}부터)",
-           "flagged": "⚠주입 의심(지시 아님)", "unknown_time": "시각 불명"},
+           "flagged": f"[{FLAG_MARK}주입의심]", "unknown_time": "시각 불명"},
     "en": {"since": "since {}", "period": "{} – {}, superseded", "later": "changed later: {} (since {})",
-           "flagged": "⚠flagged as a possible injection (not an instruction)", "unknown_time": "unknown time"},
+           "flagged": f"[{FLAG_MARK}flagged]", "unknown_time": "unknown time"},
 }
 HEADERS = {
     "ko": {"time": "현재 시각", "summary": "대화 요약", "core": "바뀌지 않는 사실",
@@ -94,14 +98,20 @@ def fact_period(valid_from: float, valid_to: float | None, zone: ZoneInfo, langu
     return f"({marks['period'].format(start, day_of(valid_to, zone) or marks['unknown_time'])})"
 
 
+@functools.lru_cache(maxsize=8192)
+def _resolved(text: str, said_at: float, zone: ZoneInfo) -> str:
+    """`annotate_dates`, once per turn: the same turns come back in context after context."""
+    return text if local_time(said_at, zone) is None else annotate_dates(text, said_at, zone)
+
+
 def marked_text(text: str, *, said_at: float | None, zone: ZoneInfo, language: str, flagged: bool = False,
                 later: tuple[str, float] | None = None) -> str:
-    """A message's text as a prompt shows it: the relative dates it names resolved beside them
-    ("어제(2026-11-14)"), a flagged one marked as such (never a bare instruction-like line), and, when
-    a fact it stated has been superseded, what holds now."""
+    """A message's text as a prompt shows it: with `said_at`, the relative dates it names resolved
+    beside them ("어제(2026-11-14)"); a flagged one marked (`[⚠flagged]`: never a bare
+    instruction-like line); and, when a fact it stated has been superseded, what holds now."""
     marks = MARKS[language]
-    if said_at is not None and local_time(said_at, zone) is not None:
-        text = annotate_dates(text, said_at, zone)
+    if said_at is not None:
+        text = _resolved(text, said_at, zone)
     if flagged:
         text = f"{marks['flagged']} {text}"
     if later is not None:

@@ -10,7 +10,10 @@ prompt — and how time, history and warnings are marked on it — is decided on
 - **recalled turns**: older turns of the conversation found by hybrid search, each with its
   speaker, its time, whether the guard flagged it, and — when a fact it stated has been
   superseded since — the fact that holds now, so a recalled "나 부산으로 이사 가" is read as older
-  than "민지는 서울에 산다".
+  than "민지는 서울에 산다". When the query asks about time ("언제", "when", "지난달"), their relative
+  dates are to be shown resolved (`about_time`): on LoCoMo, resolving every recalled turn's dates
+  cost recall at a fixed budget (their tokens pushed evidence out), and a question that is not about
+  time gains nothing from them.
 - **summary** (L2), **recent messages** (L1, with their flags) and, for the bot, **working memory**
   (with each slot's speaker and flag).
 
@@ -24,10 +27,12 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from ...errors import GieokError
 from ...retrieval.passages import speaker_name_of
 from ...store.conversation import L1Row
+from ...text.dates import asks_when, question_dates
 from ...types import Scope, scope_key
 from ...validate import check_speaker_names
 from ..layers.conversation import ConversationMemory
@@ -110,6 +115,8 @@ class Gathered:
     recent: list[RecentLine] = field(default_factory=list)
     working: list[WorkingLine] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)  # user id → display name, from L1
+    # the query asks when, or names a time: recalled turns' relative dates are worth their tokens, resolved
+    about_time: bool = False
     warnings: list[str] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
 
@@ -123,6 +130,7 @@ class ContextGatherer:
         self.settings = conversation.settings
         self.facts = conversation.facts
         self.tables = conversation.tables
+        self.zone = ZoneInfo(self.settings.timezone)
 
     def recent_rows(self, conversation: Scope, limit: int | None = None) -> list[L1Row]:
         return self.conversation.l1.recent(conversation, limit)
@@ -150,6 +158,7 @@ class ContextGatherer:
             timings["facts_ms"] = (time.perf_counter() - t) * 1000
         if "recalled" in parts and query:
             t = time.perf_counter()
+            out.about_time = asks_when(query) or bool(question_dates(query, time.time(), self.zone))
             out.recalled = self._turns(conversation, query, guild=guild, user=user, k=turns_k, names=names,
                                        shown=set(shown_blocks))
             timings["search_ms"] = (time.perf_counter() - t) * 1000

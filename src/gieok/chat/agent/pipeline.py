@@ -441,7 +441,8 @@ class ConversationPipeline:
             who = f"{turn.name} (<user:{turn.speaker}>)" if turn.name else f"<user:{turn.speaker}>"
         else:
             who = ""
-        text = marked_text(turn.text, said_at=turn.time, zone=self.zone, language=language, flagged=turn.flagged,
+        text = marked_text(turn.text, said_at=turn.time if gathered.about_time else None, zone=self.zone,
+                           language=language, flagged=turn.flagged,
                            later=(turn.later.text, turn.later.since) if turn.later else None)
         return f"({when}) {who}: {text}" if who else f"({when}) {text}"
 
@@ -736,7 +737,8 @@ class ConversationPipeline:
             self._event("fact_rejected", {"reason": reason})
         if extraction.summary_updates:
             before = self.summaries.get(conversation)
-            after = self.summaries.update(conversation, extraction.summary_updates)
+            after = self.summaries.update(conversation, extraction.summary_updates,
+                                         users=sorted({r.user_id for r in rows if r.role == "user" and r.user_id}))
             if after is not before:
                 self._event("summary_updated", {"conversation": conversation.as_dict(),
                                                 "summary": after.as_dict()})

@@ -6,17 +6,18 @@ no pipeline to open it.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...config import read_text_file
 from ...errors import InvalidInputError, InvalidTypeError
 from ...memory import Memory
-from ...store.conversation import ConversationStore
-from ...types import Scope
+from ...store.conversation import ConversationStore, FactSourceRow
+from ...types import Scope, scope_from_key
 from ..settings import ChatSettings, chat_settings
 from .facts import FactStore, PairJudge
 from .recent import RecentMessages
@@ -65,6 +66,7 @@ class ConversationMemory:
                                                                     s.fact_span_threshold),
                                global_user_facts=s.global_user_facts, clock=clock)
         self.commit_lock = threading.Lock()
+        self.resume_erasures()  # an erasure a crash interrupted is finished before anything reads
 
     # -- views ------------------------------------------------------------------------------------
     def summary_view(self, conversation: Scope) -> dict[str, Any]:
@@ -88,19 +90,115 @@ class ConversationMemory:
         return [row.as_dict() for row in self.l1.recent(conversation, limit)]
 
     # -- forgetting a person ----------------------------------------------------------------------
-    def forget_user(self, user_id: str) -> dict[str, int]:
-        """Erase a user's facts and messages everywhere ("forget me"), and scrub them from the
-        rolling summaries. A user's blocks are every block, of any kind, whose scope user or speaker
-        is their id (`blocks`; `messages` counts the same, by its older name). Someone with
-        background extraction running (it could write a fact back) waits for it first, as the chat
-        front-ends do."""
+    def forget_user(self, user_id: str, *, reason: str = "") -> dict[str, int]:
+        """Erase everything of a user in this memory ("forget me", GDPR art. 17), following lineage
+        (docs/privacy.md): the facts about them (history included) and every statement of a fact
+        their messages made (a fact only they stated goes; one others stated too stays, dated by
+        the rest); their messages — every block of any kind whose scope user or speaker is their id
+        (turns, the working-memory notes promoted from them, facts), content forgotten with its
+        vector and index entries, and the turns after theirs embedded again without their words;
+        their recent lines, the names they were seen with, and every summary item made from their
+        messages or naming them. Other users' messages that name them stay (that is the other
+        user's speech). The erasure is recorded before it starts and finished on the next open if
+        a crash interrupts it (`resume_erasures`): never half done. Someone with background
+        extraction running (it could write a fact back) waits for it first, as the chat front-ends
+        do. Returns counts per kind."""
         check_id(user_id, "user_id")
         with self.commit_lock:  # no commit may write this user's L1 rows while they are erased
-            facts = self.facts.forget_user(user_id)
-            # a user's blocks: every kind (turns, notes, facts …) whose scope user or speaker is them
-            blocks = {*self.tables.l1_user_blocks(user_id), *self.memory.store.live_blocks_of_user(user_id)}
-            erased = self.memory.forget(sorted(blocks)) if blocks else []
-            removed = self.tables.l1_delete_user(user_id)
-            summary_items = self.summaries.forget_user(user_id)
-        return {"facts": len(facts), "messages": len(erased), "blocks": len(erased), "l1_rows": removed,
-                "summary_items": summary_items}
+            self.tables.erasure_begin(user_id, self.clock(), reason)
+            receipt = self._erase(user_id)
+            self.tables.erasure_end(user_id)
+        return receipt
+
+    def user_data(self, user_id: str, *, page: int = 500) -> Iterator[str]:
+        """Everything held about one user (GDPR art. 15), as one JSON document written a piece at
+        a time (a user with 10,000 messages is never held whole): the names they were seen with;
+        their messages (each with its conversation, time and id) and the notes copied from them,
+        and their recent messages not yet turns; the facts about them, current and past, each with
+        its period and sources; the statements of facts their messages made about anyone; the
+        summary items made from their messages or naming them."""
+        check_id(user_id, "user_id")
+        yield '{"user": ' + json.dumps(user_id) + ', "generated_at": ' + json.dumps(self.clock())
+        names = [{"name": n, "first_seen": a, "last_seen": b} for n, a, b in self.tables.user_names_of(user_id)]
+        yield ', "names": ' + json.dumps(names, ensure_ascii=False)
+        yield ', "messages": ['
+        after, first, notes = 0, True, []
+        while rows := self.tables.user_blocks_page(user_id, after, page):
+            parts = []
+            for index, kind, guild, channel, text, when, metadata in rows:
+                meta = _json_object(metadata)
+                item = {"block_index": index, "kind": kind, "conversation": {"guild": guild, "channel": channel},
+                        "time": when, "text": text, "message_id": meta.get("external_id"), "role": meta.get("role")}
+                if kind == "note":
+                    notes.append(item)
+                elif kind != "fact":  # facts are listed below, with their history
+                    parts.append(json.dumps(item, ensure_ascii=False))
+            if parts:
+                yield ("" if first else ",") + ",".join(parts)
+                first = False
+            after = int(rows[-1][0])
+        yield '], "pending_messages": ' + json.dumps(
+            [{"conversation": scope_from_key(r.scope_key).as_dict(), "time": r.created_at, "text": r.content,
+              "message_id": r.external_id} for r in self.tables.user_l1_rows(user_id) if r.block_index is None],
+            ensure_ascii=False)
+        yield ', "notes": ' + json.dumps(notes, ensure_ascii=False)
+        facts = self.facts.facts(user_id=user_id, include_history=True, limit=1_000_000)
+        sources = self.facts.sources([f.block_index for f in facts])
+        yield ', "facts": ' + json.dumps([{**f.as_dict(), "sources": [_source(s) for s in
+                                                                      sources.get(f.block_index, [])]}
+                                          for f in facts], ensure_ascii=False)
+        stated = self.tables.fact_sources_by_user(user_id)
+        about = self.tables.facts_get(sorted({s.block_index for s in stated}))
+        texts = self.memory.store.get_many(sorted(about))
+        yield ', "statements": ' + json.dumps(
+            [{**_source(s), "fact": texts[s.block_index].text, "about": about[s.block_index].user_id}
+             for s in stated if s.block_index in about and s.block_index in texts], ensure_ascii=False)
+        seen_as = [name for name, *_ in self.tables.user_names_of(user_id)]
+        yield ', "summary_items": ' + json.dumps(self.summaries.items_of(user_id, seen_as), ensure_ascii=False)
+        yield "}"
+
+    def resume_erasures(self) -> list[str]:
+        """Finish the erasures a crash interrupted (they were recorded before they began)."""
+        done = []
+        for user_id in self.tables.erasures_pending():
+            with self.commit_lock:
+                self._erase(user_id)
+                self.tables.erasure_end(user_id)
+            done.append(user_id)
+        return done
+
+    def _erase(self, user_id: str) -> dict[str, int]:
+        """Every step can run again: a resumed erasure repeats what a crash cut short."""
+        stated = sorted({s.message_id for s in self.tables.fact_sources_by_user(user_id) if s.message_id is not None})
+        withdrawn = self.facts.forget_statements(stated) if stated else []
+        about = self.facts.forget_user(user_id)
+        turns = self.tables.l1_user_blocks(user_id)
+        blocks = {*turns, *self.memory.store.live_blocks_of_user(user_id)}
+        blocks |= set(self.tables.notes_copying(user_id, sorted(blocks)))  # promoted before notes had users
+        said = [b.text for b in self.memory.store.get_many(sorted(blocks)).values() if len(b.text) >= 8]
+        erased, refreshed = self.memory.forget_with_neighbours(sorted(blocks)) if blocks else ([], [])
+        removed = self.tables.l1_delete_user(user_id)
+        names = [name for name, *_ in self.tables.user_names_of(user_id)]
+        summary_items = self.summaries.forget_user(user_id, names)
+        self.tables.user_names_delete(user_id)
+        answers = self.memory.store.idempotency.redact_answers(set(erased), [user_id, *said])
+        self.memory.emit("user.erased", {"user": user_id, "blocks": sorted({*erased, *about, *withdrawn})})
+        return {"facts": len(set(about) | set(withdrawn)), "messages": len(erased), "blocks": len(erased),
+                "l1_rows": removed, "summary_items": summary_items, "names": len(names),
+                "neighbours_reembedded": len(refreshed), "stored_answers": answers}
+
+
+def _json_object(text: Any) -> dict[str, Any]:
+    try:
+        data = json.loads(text) if isinstance(text, str) else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _source(row: FactSourceRow) -> dict[str, Any]:
+    """A fact's statement as a user's data shows it: the message (its id and conversation) or the
+    key that wrote it, and when it was said and learned."""
+    return {"said_at": row.said_at, "message_id": row.name, "user": row.user_id, "author": row.author,
+            "conversation": scope_from_key(row.scope_key).as_dict() if row.scope_key else None,
+            "recorded_at": row.recorded_at}

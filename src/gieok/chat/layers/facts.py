@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...errors import InvalidInputError, InvalidTypeError
+from ...errors import InvalidInputError, InvalidTypeError, NotFoundError
 from ...store.conversation import ConversationStore, FactChanges, FactRow, FactSourceRow
 from ...types import Block, Scope
 from ...validate import clean_text
@@ -87,8 +87,9 @@ class Fact:
         return self.valid_to is None
 
     def as_dict(self) -> dict[str, Any]:
-        return {name: (list(v) if isinstance(v, tuple) else v)
-                for name, v in ((n, getattr(self, n)) for n in self.__slots__)}
+        fields = {name: (list(v) if isinstance(v, tuple) else v)
+                  for name, v in ((n, getattr(self, n)) for n in self.__slots__)}
+        return {**fields, "current": self.current}
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,7 @@ class Statement:
     scope_key: str | None = None
     external_id: str | None = None
     user_id: str | None = None
+    author: str | None = None  # stated through the API by this key (an operator or an agent), not a message
 
     @property
     def name(self) -> str | None:
@@ -238,11 +240,18 @@ class _Version:
         return self.row.valid_from if self.start is None else self.start
 
 
+def _in_time(version: _Version) -> tuple[float, float]:
+    """Versions in the order they were said; of two said at once, the one written later last (a
+    version about to be written — a placeholder index, below 0 — is the newest)."""
+    index = version.row.block_index
+    return version.valid_from, float(index) if index >= 0 else float("inf") - index
+
+
 def _reform(versions: Sequence[_Version], recorded: float) -> list[tuple[int, dict[str, Any]]]:
     """The updates that make `versions` (one attribute's chain) a timeline: ordered by when each
     was first said, each valid until the next one's start and superseded by it, the last one
     current. `recorded`: now, on gieok's clock — when it learned of an end that changed."""
-    ordered = sorted(versions, key=lambda v: (v.valid_from, v.row.block_index))
+    ordered = sorted(versions, key=_in_time)
     updates: list[tuple[int, dict[str, Any]]] = []
     for position, version in enumerate(ordered):
         after = ordered[position + 1] if position + 1 < len(ordered) else None
@@ -263,7 +272,7 @@ def _reform(versions: Sequence[_Version], recorded: float) -> list[tuple[int, di
 def _merge_repeats(versions: Sequence[_Version], texts: dict[int, str]) -> list[tuple[int, int]]:
     """Neighbouring versions (in time order) with the same text, once a version between them is
     gone: (the earlier one, the later one that joins it)."""
-    ordered = sorted(versions, key=lambda v: (v.valid_from, v.row.block_index))
+    ordered = sorted(versions, key=_in_time)
     merged: list[tuple[int, int]] = []
     keep = ordered[0].row.block_index if ordered else None
     for before, after in itertools.pairwise(ordered):
@@ -277,7 +286,7 @@ def _merge_repeats(versions: Sequence[_Version], texts: dict[int, str]) -> list[
 
 def _source_row(block_index: int, statement: Statement, recorded: float) -> FactSourceRow:
     return FactSourceRow(block_index, statement.said_at, statement.message_id, statement.scope_key,
-                         statement.external_id, statement.user_id, recorded)
+                         statement.external_id, statement.user_id, recorded, statement.author)
 
 
 class FactStore:
@@ -409,8 +418,8 @@ class FactStore:
         fact_type, guild, user_id = subject
         changes = FactChanges()
         versions: list[_Version] = [_Version(row, None) for row in chain]
-        source_of = statement if statement is not None else (Statement(said_at, external_id=new.name)
-                                                              if new.name else None)
+        source_of = statement if statement is not None and (statement.name or statement.author) else (
+            Statement(said_at, external_id=new.name) if new.name else None)
         if existing is not None:
             target = existing.block_index
             index = next(i for i, v in enumerate(versions) if v.row.block_index == target)
@@ -490,20 +499,63 @@ class FactStore:
             seen.add(chain[-1].block_index)
         return chain
 
+    # -- managed by hand (an operator's or agent's key) ----------------------------------------------
+    def get(self, block_index: int) -> Fact:
+        """One fact (any version) by its block index; NotFoundError when there is none."""
+        row = self.tables.facts_get([block_index]).get(block_index)
+        block = self.memory.store.get_many([block_index]).get(block_index) if row is not None else None
+        if row is None or block is None or block.forgotten:
+            raise NotFoundError(f"no fact {block_index}")
+        return self._fact(row, block)
+
+    def correct(self, block_index: int, text: str, *, author: str, valid_from: float | None = None) -> FactOutcome:
+        """A correction of a fact that was wrong: a new version, valid from when the wrong one was
+        (or `valid_from`), takes its place in its history; the wrong one stays there, superseded
+        when it began (it was never true) — and who corrected it is the new version's source."""
+        with self._writing:
+            wrong = self.get(block_index)
+            fact_type = self._check_type(wrong.fact_type)
+            text = clean_text(text, max_chars=MAX_FACT_CHARS, what="fact")
+            subject = (fact_type, wrong.guild, wrong.user_id)
+            chain = self._chain_of(subject, block_index)
+            when = wrong.valid_from if valid_from is None else valid_from
+            recorded = self.clock()
+            new = _NewVersion(text, wrong.topic, tuple(wrong.keywords), None, None)
+            return self._write(subject, chain, None, new, when, recorded, Statement(when, author=author), "operator",
+                               None, 0.0, replaced=self.tables.facts_get([block_index])[block_index])
+
+    def remove(self, block_index: int) -> list[int]:
+        """Erase one version of a fact (its block forgotten); its history forms again without it."""
+        with self._writing:
+            self.get(block_index)
+            return self._withdraw((), [block_index])
+
+    def history(self, block_index: int) -> list[tuple[Fact, list[FactSourceRow]]]:
+        """Every version of the fact's attribute, oldest first, each with its statements."""
+        fact = self.get(block_index)
+        chain = self._chain_of((self._check_type(fact.fact_type), fact.guild, fact.user_id), block_index)
+        blocks = self.memory.store.get_many([row.block_index for row in chain])
+        sources = self.tables.fact_sources_of([row.block_index for row in chain])
+        return [(self._fact(row, blocks[row.block_index]), sources.get(row.block_index, [])) for row in chain
+                if row.block_index in blocks and not blocks[row.block_index].forgotten]
+
     def forget_statements(self, message_ids: Sequence[int]) -> list[int]:
         """What these L1 messages said is withdrawn (their sender edited or deleted them): their
         statements leave every fact; a version left with no statement is erased (its block
         forgotten), and each chain is formed again from what remains — a version between two of
         the same value is gone, and they join. Returns the fact blocks erased."""
         with self._writing:
-            return self._forget_statements(message_ids)
+            return self._withdraw(message_ids)
 
-    def _forget_statements(self, message_ids: Sequence[int]) -> list[int]:
-        dropped = self.tables.fact_sources_from(list(message_ids))
-        if not dropped:
+    def _withdraw(self, message_ids: Sequence[int], versions: Sequence[int] = ()) -> list[int]:
+        """Statements of `message_ids` withdrawn, and `versions` removed whole; each chain they
+        were in formed again from what remains. Returns the fact blocks erased."""
+        dropped = self.tables.fact_sources_from(list(message_ids)) if message_ids else []
+        removed = set(versions)
+        if not dropped and not removed:
             return []
         recorded = self.clock()
-        affected = sorted({src.block_index for src in dropped})
+        affected = sorted({src.block_index for src in dropped} | removed)
         rows = self.tables.facts_get(affected)
         remaining = self.tables.fact_sources_of(affected)
         gone_ids = {src.message_id for src in dropped}
@@ -521,26 +573,26 @@ class FactStore:
                 subject = (FactType(row.fact_type), row.guild, row.user_id)
                 chain = self._chain_of(subject, index)
                 chains[index] = chain
-            if not left:
+            if not left or index in removed:
                 erased.append(index)
         touched = set(affected)
         for chain in {id(c): c for c in chains.values()}.values():
-            versions = []
+            kept: list[_Version] = []
             for row in chain:
                 if row.block_index in erased:
                     continue
                 if row.block_index not in touched:
-                    versions.append(_Version(row, None))
+                    kept.append(_Version(row, None))
                     continue
                 left = [src for src in remaining.get(row.block_index, []) if src.message_id not in gone_ids]
-                versions.append(_Version(row, left[0].said_at, left[0].name))
-            texts = self._texts([v.row.block_index for v in versions])
-            merged = _merge_repeats(versions, texts)
+                kept.append(_Version(row, left[0].said_at, left[0].name))
+            texts = self._texts([v.row.block_index for v in kept])
+            merged = _merge_repeats(kept, texts)
             for into, gone in merged:
                 changes.moves.append((gone, into, float("-inf")))
                 erased.append(gone)
-            versions = [v for v in versions if v.row.block_index not in {g for _, g in merged}]
-            changes.updates += _reform(versions, recorded)
+            kept = [v for v in kept if v.row.block_index not in {g for _, g in merged}]
+            changes.updates += _reform(kept, recorded)
         changes.deletes += erased
         self.tables.facts_apply(changes)
         if erased:

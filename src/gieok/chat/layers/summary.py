@@ -6,6 +6,9 @@ and only the newest `max_topics` / `max_points` are kept. The permanent core (fa
 conversation may change) is never touched by updates: only configuration (`core_file`) and
 the operator (`set_core`) write it. Every change is saved at once, so a crash loses nothing
 (a summary saved only at shutdown is lost with the process).
+
+Each topic, point, topic line and mood keeps the users whose messages it was made from
+(`sources`): erasing a user drops every item made from their messages, and any that names them.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from ...errors import InvalidInputError, InvalidTypeError
 from ...store.conversation import ConversationStore
-from ...types import Scope, scope_key
+from ...types import Scope, scope_from_key, scope_key
 
 __all__ = ["ChannelSummary", "SummaryStore", "STAGES"]
 
@@ -62,6 +65,8 @@ class ChannelSummary:
     stage: str = "start"
     last_speaker: str | None = None
     updates: int = 0
+    # "<field>:<item>" → the users whose messages the item was made from (lineage: erasure reaches it)
+    sources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ChannelSummary:
@@ -69,16 +74,31 @@ class ChannelSummary:
         for name in ("participants", "ongoing_topics", "key_points", "core"):
             if name in known:
                 known[name] = tuple(known[name])
+        if "sources" in known:
+            raw = known["sources"]
+            known["sources"] = {str(k): tuple(str(u) for u in v) for k, v in raw.items()
+                                if isinstance(v, list)} if isinstance(raw, Mapping) else {}
         return cls(**known)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for name in ("participants", "ongoing_topics", "key_points", "core"):
             data[name] = list(data[name])
+        data["sources"] = {k: list(v) for k, v in self.sources.items()}
         return data
 
-    def merge(self, updates: Mapping[str, Any], *, max_topics: int = 5, max_points: int = 10) -> ChannelSummary:
-        """Apply `summary_updates`. Unknown keys (including any attempt at `core`) are ignored."""
+    def _kept_sources(self, changes: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+        """The sources of the items a change leaves (those of dropped items go)."""
+        after = {"topic": changes.get("topic", self.topic), "mood": changes.get("mood", self.mood)}
+        items = {f"{name}:{value}" for name, value in after.items() if value}
+        for name in ("ongoing_topics", "key_points"):
+            items.update(f"{name}:{item}" for item in changes.get(name, getattr(self, name)))
+        return {key: users for key, users in self.sources.items() if key in items}
+
+    def merge(self, updates: Mapping[str, Any], *, max_topics: int = 5, max_points: int = 10,
+              users: Sequence[str] = ()) -> ChannelSummary:
+        """Apply `summary_updates`, made from the messages of `users`. Unknown keys (including any
+        attempt at `core`) are ignored."""
         if not isinstance(updates, Mapping):
             raise InvalidTypeError(f"summary_updates must be an object, not {type(updates).__name__}")
         ignored = sorted(set(updates) - set(UPDATE_KEYS))
@@ -103,29 +123,42 @@ class ChannelSummary:
                 changes[field_name] = tuple(_append_unique(list(getattr(self, field_name)), items, cap))
         if not changes:
             return self
-        return replace(self, **changes, updates=self.updates + 1)
+        sources = self._kept_sources(changes)
+        if users:
+            made = {f"{name}:{changes[name]}" for name in ("topic", "mood") if name in changes}
+            for name in ("ongoing_topics", "key_points"):
+                made.update(f"{name}:{item}" for item in changes.get(name, ()) if item not in getattr(self, name))
+            for key in made:
+                sources[key] = tuple(dict.fromkeys((*sources.get(key, ()), *users)))
+        return replace(self, **changes, updates=self.updates + 1, sources=sources)
 
     def with_speaker(self, user_id: str) -> ChannelSummary:
         participants = [p for p in self.participants if p != user_id] + [user_id]
         stage = "ongoing" if self.stage == "start" and len(participants) > 0 and self.last_speaker else self.stage
         return replace(self, participants=tuple(participants[-MAX_PARTICIPANTS:]), last_speaker=user_id, stage=stage)
 
-    def without_user(self, user_id: str) -> tuple[ChannelSummary, int]:
-        """"Forget me" for L2: the user leaves the participants, and every topic or point that
-        names them (`<user:ID>`, as extraction writes users) is dropped. The operator's core
+    def without_user(self, user_id: str, names: Sequence[str] = ()) -> tuple[ChannelSummary, int]:
+        """"Forget me" for L2: the user leaves the participants, and every topic, point, topic
+        line or mood made from their messages (`sources`) or naming them — `<user:ID>`, as
+        extraction writes users, or one of their display `names` — is dropped. The operator's core
         stays. Returns the scrubbed summary and how many items were dropped."""
-        tag = f"<user:{user_id}>"
-        topics = tuple(t for t in self.ongoing_topics if tag not in t)
-        points = tuple(p for p in self.key_points if tag not in p)
+        marks = [f"<user:{user_id}>", *(n for n in names if len(n) >= 2)]
+
+        def theirs(field_name: str, item: str) -> bool:
+            return user_id in self.sources.get(f"{field_name}:{item}", ()) or any(m in item for m in marks)
+
+        topics = tuple(t for t in self.ongoing_topics if not theirs("ongoing_topics", t))
+        points = tuple(p for p in self.key_points if not theirs("key_points", p))
         dropped = (len(self.ongoing_topics) - len(topics)) + (len(self.key_points) - len(points))
         changes: dict[str, Any] = {"ongoing_topics": topics, "key_points": points,
                                    "participants": tuple(p for p in self.participants if p != user_id)}
         for name in ("topic", "mood"):
-            if tag in getattr(self, name):
+            if getattr(self, name) and theirs(name, getattr(self, name)):
                 changes[name] = ""
                 dropped += 1
         if self.last_speaker == user_id:
             changes["last_speaker"] = None
+        changes["sources"] = {k: v for k, v in self._kept_sources(changes).items()}
         changed = replace(self, **changes)
         return (self, 0) if changed == self else (changed, dropped)
 
@@ -179,9 +212,10 @@ class SummaryStore:
         self._cache[key] = summary
         return summary
 
-    def update(self, conversation: Scope, updates: Mapping[str, Any]) -> ChannelSummary:
+    def update(self, conversation: Scope, updates: Mapping[str, Any], users: Sequence[str] = ()) -> ChannelSummary:
+        """Merge `updates`, made from the messages of `users` (their lineage: erasure reaches them)."""
         current = self.get(conversation)
-        merged = current.merge(updates, max_topics=self.max_topics, max_points=self.max_points)
+        merged = current.merge(updates, max_topics=self.max_topics, max_points=self.max_points, users=users)
         return merged if merged is current else self._save(conversation, merged)
 
     def note_speaker(self, conversation: Scope, user_id: str) -> ChannelSummary:
@@ -199,15 +233,35 @@ class SummaryStore:
             raise InvalidInputError("the permanent core holds at most 20 lines")
         return self._save(conversation, replace(self.get(conversation), core=cleaned))
 
-    def forget_user(self, user_id: str) -> int:
-        """Scrub a user from every conversation's summary; returns the items dropped."""
+    def items_of(self, user_id: str, names: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """The summary items made from a user's messages or naming them, in every conversation (what
+        an access request shows, and what erasure drops)."""
+        found: list[dict[str, Any]] = []
+        for key in self.tables.summary_keys():
+            data = self.tables.summary_load(key)
+            if not data:
+                continue
+            current = ChannelSummary.from_dict(data)
+            scrubbed, _ = current.without_user(user_id, names)
+            for name in ("topic", "mood"):
+                if getattr(current, name) and not getattr(scrubbed, name):
+                    found.append({"conversation": scope_from_key(key).as_dict(), "field": name,
+                                  "text": getattr(current, name)})
+            for name in ("ongoing_topics", "key_points"):
+                found += [{"conversation": scope_from_key(key).as_dict(), "field": name, "text": item}
+                          for item in getattr(current, name) if item not in getattr(scrubbed, name)]
+        return found
+
+    def forget_user(self, user_id: str, names: Sequence[str] = ()) -> int:
+        """Scrub a user from every conversation's summary (`ChannelSummary.without_user`);
+        returns the items dropped."""
         dropped = 0
         for key in self.tables.summary_keys():
             data = self.tables.summary_load(key)
             if not data:
                 continue
             current = ChannelSummary.from_dict(data)
-            scrubbed, removed = current.without_user(user_id)
+            scrubbed, removed = current.without_user(user_id, names)
             if scrubbed is not current:
                 self.tables.summary_save(key, scrubbed.as_dict(), self.clock())
                 self._cache[key] = scrubbed

@@ -5,9 +5,9 @@ its role gate as a router-level dependency: a route gets its gate from where it 
 
 from fastapi import APIRouter
 
-from . import conversation, events, memories, system
+from . import conversation, events, memories, people, system
 
 __all__ = ["ROUTERS"]
 
-ROUTERS: list[APIRouter] = [system.public, *memories.ROUTERS, *conversation.ROUTERS, *system.ROUTERS,
-                           *events.ROUTERS]
+ROUTERS: list[APIRouter] = [system.public, *memories.ROUTERS, *conversation.ROUTERS, *people.ROUTERS,
+                           *system.ROUTERS, *events.ROUTERS]

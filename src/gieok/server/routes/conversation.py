@@ -1,5 +1,6 @@
-"""Conversation memory: L1 recent messages, L2 summaries (read; set the permanent core), L3 facts
-(current and history; forget a user), working-memory slots, STM, checkpoints and layer counters.
+"""Conversation memory: L1 recent messages (add, delete), L2 summaries (read; set the permanent core),
+the context of an agent's next reply, working-memory slots, STM, checkpoints and layer counters (facts
+and users: people.py).
 A conversation is named by its channel and, outside DMs, its guild — inside the caller's tenant."""
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from ...chat.agent.agents import agent_context
 from ...chat.layers.conversation import check_id
 from ...chat.layers.recent import conversation_of
 from ...types import Scope
-from ...validate import check_time
 from ..deps import reader, tenant, writer
 from ..idempotency import idempotent
 from ..models import MAX_ID, ContextIn, CoreIn, MessagesIn
@@ -104,38 +104,6 @@ def set_core(body: CoreIn, t: TenantDep) -> JSONResponse:
     conversation = _conversation(body.guild, body.channel)
     t.conversation.summaries.set_core(conversation, [line for line in body.core if line.strip()])
     return json_response(t.conversation.summary_view(conversation))
-
-
-@reads.get("/facts", summary="Facts (L3): current ones, or with history (superseded, with validity)")
-def facts(t: TenantDep, user: Annotated[str | None, Query(max_length=MAX_ID)] = None,
-          guild: Guild = None, history: bool = False,
-          limit: Annotated[int, Query(ge=1, le=1000)] = 200,
-          as_of: Annotated[str | None, Query(max_length=40, description=(
-              "Only what was true then, on the conversation's clock (ISO 8601 or epoch seconds)"))] = None,
-          known_at: Annotated[str | None, Query(max_length=40, description=(
-              "As gieok knew it then: only what it had learned by that time (ISO 8601 or epoch seconds)"))] = None,
-          ) -> JSONResponse:
-    zone = ZoneInfo(t.conversation.settings.timezone)
-    found = t.conversation.facts.facts(user_id=check_id(user, "user", optional=True),
-                                       guild=guild, include_history=history, limit=limit,
-                                       as_of=_moment(as_of, "as_of", zone),
-                                       known_at=_moment(known_at, "known_at", zone))
-    return json_response({"facts": [fact.as_dict() for fact in found]})
-
-
-def _moment(value: str | None, what: str, zone: ZoneInfo) -> float | None:
-    """A query parameter's time: epoch seconds or ISO 8601 (without a zone: the memory's)."""
-    if value is None:
-        return None
-    try:
-        return check_time(float(value), what)
-    except ValueError:
-        return check_time(value, what, zone=zone)
-
-
-@writes.delete("/facts/users/{user_id}", summary="Forget a user: their facts, messages and summary mentions")
-def forget_user(user_id: Annotated[str, Path(max_length=MAX_ID)], t: TenantDep) -> JSONResponse:
-    return json_response({"user": user_id, "erased": t.conversation.forget_user(user_id)})
 
 
 @reads.get("/working-memory", summary="Working-memory slots with their priority parts and checkpoints")

@@ -1,13 +1,17 @@
-"""The dashboard's routes: five pages (overview, search, conversations, facts, live), a block
-with its neighbouring turns, the login form, and the small fragments htmx swaps into a page.
+"""The dashboard's routes: six pages (overview, search, conversations, facts, users, live), a block
+with its neighbouring turns, a user's page, the login form, and the small fragments htmx swaps
+into a page.
 
 Who the caller is comes from the same place as for the REST API (`deps.principal_of`: the
 session cookie, which holds an opaque session id opened by logging in with a key) and their memory only from
 `state.access.tenant(principal)`; no page or form takes a tenant. A page request without a
 valid session is sent to /login (htmx requests get `HX-Redirect`); a refused one gets an HTML
 error page with the REST API's status (403, 404, 400). Read keys see everything of their tenant;
-write and admin keys may also forget a fact or a user and run verify. Forms that change
-anything are POSTs checked for this server's Origin (security.py).
+write and admin keys may also forget a fact or a user and run verify; admin keys alone may
+download everything held about a user and erase a user from the Users page (an access request
+and an erasure are an admin's, as in the REST API: the routes stay behind their routers' page and
+form gates and check the admin role in the handler). Forms that change anything are POSTs
+checked for this server's Origin (security.py).
 
 Handlers are plain functions, so FastAPI runs them in worker threads: SQLite, the embedder and
 template rendering never hold up the event loop.
@@ -17,17 +21,18 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 from zoneinfo import ZoneInfo
 
+from anyio import from_thread
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
@@ -153,7 +158,8 @@ TEMPLATES = _templates()
 def render(request: Request, name: str, who: Principal | None, *, status: int = 200, **context: Any) -> HTMLResponse:
     state = server_state(request)
     html = TEMPLATES.get_template(name).render(
-        request=request, who=who, can_write=bool(who and who.can("write")), auth=state.auth,
+        request=request, who=who, can_write=bool(who and who.can("write")),
+        can_admin=bool(who and who.can("admin")), auth=state.auth,
         when=_clock(request), path=request.url.path, **context)
     return HTMLResponse(html, status_code=status, headers={**SECURITY_HEADERS, "Vary": "HX-Request, HX-Target"})
 
@@ -375,7 +381,11 @@ def conversations(request: Request, who: Viewer, channel: str = "", guild: str =
 # -- facts ----------------------------------------------------------------------------------------
 
 NOTICES = {"fact": "Fact #{block} forgotten.",
-           "user": "User {user} forgotten: {facts} facts and {messages} messages erased."}
+           "user": "User {user} forgotten: {facts} facts and {messages} messages erased.",
+           "erased": "User {user} erased: {facts} facts, {messages} messages, {l1_rows} recent lines, "
+                     "{summary_items} summary items and {names} names."}
+COUNTS = ("block", "facts", "messages", "l1_rows", "summary_items", "names")  # a notice's numbers
+RECEIPT = COUNTS[1:]  # an erasure's receipt, as the Users page reports it
 
 
 def _notice(request: Request) -> str | None:
@@ -384,8 +394,8 @@ def _notice(request: Request) -> str | None:
     if template is None:
         return None
     try:
-        return template.format(block=int(params.get("block", "0")), user=params.get("user", "")[:100],
-                               facts=int(params.get("facts", "0")), messages=int(params.get("messages", "0")))
+        return template.format(user=params.get("user", "")[:100], **{name: int(params.get(name, "0"))
+                                                                      for name in COUNTS})
     except ValueError:
         return None
 
@@ -427,6 +437,7 @@ def forget_fact(request: Request, who: Editor, fields: Form) -> Response:
 
 @forms.post("/facts/forget-user")
 def forget_user(request: Request, who: Editor, fields: Form) -> Response:
+    who.require("admin")  # erasing a person is an admin's on every page (the Users page says why)
     user_id = check_id(fields.get("user_id", "").strip(), "user")
     state = server_state(request)
     with state.access.tenant(who) as t:
@@ -443,6 +454,80 @@ def fact_source(request: Request, block_index: int, who: Viewer) -> Response:
         raise NotFoundError(f"the message fact #{block_index} came from is no longer stored (forgotten, or never "
                             "written as a turn)")
     return RedirectResponse(f"/blocks/{found}", status_code=303, headers=SECURITY_HEADERS)
+
+
+# -- users ----------------------------------------------------------------------------------------
+
+def _user(value: str) -> str:
+    return str(check_id(value.strip(), "user"))
+
+
+@pages.get("/users")
+def users(request: Request, who: Viewer, after: str = "") -> Response:
+    state = server_state(request)
+    start = _id(after, "after")
+    with state.access.tenant(who) as t:
+        data = views.users(t, start)
+        zone = t.conversation.settings.timezone  # the tenant's own (tenant_timezones)
+    return render(request, "users.html", who, nav="users", notice=_notice(request), zone=zone, **data)
+
+
+def _user_page(request: Request, who: Principal, user_id: str, page: int, *, status: int = 200,
+               **extra: Any) -> Response:
+    state = server_state(request)
+    with state.access.tenant(who) as t:
+        data = views.user(t, user_id, max(0, min(page, views.MAX_SCAN // views.PAGE)))
+        zone = t.conversation.settings.timezone
+    return render(request, "user.html", who, nav="users", status=status, zone=zone, **data, **extra)
+
+
+@pages.get("/users/{user}")
+def user_page(request: Request, user: str, who: Viewer, page: int = 0) -> Response:
+    return _user_page(request, who, _user(user), page)
+
+
+@pages.get("/users/{user}/data")
+def user_data(request: Request, user: str, who: Viewer) -> Response:
+    """Everything held about the user (an access request, `ConversationMemory.user_data`) as a
+    JSON download, streamed as it is read: an admin's, as `GET /v1/users/{user}` is."""
+    who.require("admin")
+    user_id = _user(user)
+    state = server_state(request)
+    with state.access.tenant(who) as t:
+        if views.user_row(t, user_id) is None and not t.conversation.facts.facts(user_id=user_id, limit=1):
+            raise NotFoundError(f"no user {user_id!r} in this memory")
+
+    def parts() -> Iterator[str]:  # the tenant stays open while the stream runs
+        with state.access.tenant(who) as t:
+            yield from t.conversation.user_data(user_id)
+
+    name = f"gieok-user-{user_id}.json"
+    disposition = f"attachment; filename=\"gieok-user.json\"; filename*=UTF-8''{quote(name, safe='')}"
+    return StreamingResponse(parts(), media_type="application/json",
+                             headers={**SECURITY_HEADERS, "Content-Disposition": disposition})
+
+
+@forms.post("/users/{user}/erase")
+def erase_user(request: Request, user: str, who: Editor, fields: Form) -> Response:
+    """Erase a user (`ConversationMemory.forget_user`): an admin's, confirmed by typing the
+    user's id again; then the Users page shows the receipt's counts."""
+    who.require("admin")
+    user_id = _user(user)
+    if fields.get("confirm", "").strip() != user_id:
+        return _user_page(request, who, user_id, 0, status=400,
+                          erase_error=f"Type the user id {user_id} to confirm the erasure. Nothing was erased.")
+    state = server_state(request)
+    with state.access.tenant(who) as t:
+        if views.user_row(t, user_id) is None and not t.conversation.facts.facts(user_id=user_id, limit=1):
+            raise NotFoundError(f"no user {user_id!r} in this memory")
+        pipeline = t._pipeline
+        if pipeline is not None:  # a background extraction could write a fact of theirs back
+            from_thread.run(pipeline.drain)
+        author = f"key:{who.key_prefix}" if who.key_prefix else "local"
+        receipt = t.conversation.forget_user(user_id, reason=f"dashboard, {author}")
+    counts = {name: int(receipt.get(name, 0)) for name in RECEIPT}
+    return RedirectResponse(f"/users?{urlencode({'done': 'erased', 'user': user_id, **counts})}", status_code=303,
+                            headers=SECURITY_HEADERS)
 
 
 # -- live -----------------------------------------------------------------------------------------

@@ -13,12 +13,14 @@ from typing import Any
 
 from ...chat.layers.facts import LORE_GUILD, Fact
 from ...chat.layers.recent import conversation_of
+from ...errors import NotFoundError
+from ...store.conversation import UserRow
 from ...types import Scope
 from ..events import EventBus
 from ..tenants import Tenant
 
 __all__ = ["LAYERS", "BREAKDOWN", "TIMINGS", "PAGE", "overview", "search", "context", "conversations",
-           "conversation", "facts", "find_source", "health", "bar_scale"]
+           "conversation", "facts", "find_source", "health", "bar_scale", "users", "user_row", "user"]
 
 LAYERS = ("working_memory", "cache", "checkpoint", "full")  # the order a search tries them in
 BREAKDOWN = ("bm25", "vector", "neighbour", "importance", "recency")  # the parts of a hit's score, drawn as bars
@@ -27,6 +29,7 @@ PAGE = 50  # rows per page of every list
 LATENCY_SEARCHES = 200  # the overview's latency chart: this many last searches
 MAX_SCAN = 10_000  # facts and channels are paged by slicing a bounded read: no page reaches deeper than this
 SOURCE_SCAN = 5_000  # turns of one user looked through for a fact's source message
+USER_SCAN = 20  # pages of `users_page` looked through for one user's row (ids just below theirs come first)
 
 
 def bar_scale(values: list[float]) -> float:
@@ -171,3 +174,62 @@ def health(t: Tenant, bot: Any) -> dict[str, Any]:
     return {"bot": bot.health.as_dict(),
             "providers": llm_health.as_dict() if llm_health is not None and hasattr(llm_health, "as_dict") else None,
             "keys": key_status() if callable(key_status) else []}
+
+
+# -- users ----------------------------------------------------------------------------------------
+
+def users(t: Tenant, after: str | None) -> dict[str, Any]:
+    """A page of the tenant's users in id order after `after` (the previous page's `next`)."""
+    found = t.conversation.tables.users_page(after, PAGE + 1)
+    rows = [u.as_dict() for u in found[:PAGE]]
+    return {"users": rows, "after": after, "next": rows[-1]["user"] if len(found) > PAGE else None}
+
+
+def user_row(t: Tenant, user_id: str) -> UserRow | None:
+    """One user's row (`users_page` pages by id, so the paging starts just below theirs: at
+    their id without its last character), or None when this memory holds nothing of them."""
+    after: str | None = user_id[:-1] or None
+    for _ in range(USER_SCAN):
+        rows = t.conversation.tables.users_page(after, 500)
+        for row in rows:
+            if row.user_id == user_id:
+                return row
+            if row.user_id > user_id:
+                return None
+        if len(rows) < 500:
+            return None
+        after = rows[-1].user_id
+    return None
+
+
+def _source(row: Any) -> dict[str, Any]:
+    """A statement of a fact as the user page shows it: the message that said it (its id) or the
+    key that wrote it, and when."""
+    return {"message": row.name, "author": row.author, "said_at": row.said_at, "recorded_at": row.recorded_at}
+
+
+def user(t: Tenant, user_id: str, page: int = 0) -> dict[str, Any]:
+    """A user's row and their facts, each line of versions (`FactStore.history`) newest first,
+    every version with its period, whether it is current, and its sources. NotFoundError when
+    this memory holds nothing of them."""
+    row = user_row(t, user_id)
+    found = t.conversation.facts.facts(user_id=user_id, include_history=True, limit=MAX_SCAN)
+    if row is None and not found:
+        raise NotFoundError(f"no user {user_id!r} in this memory")
+    heads = sorted((f for f in found if f.superseded_by is None), key=lambda f: (-f.valid_from, -f.block_index))
+    start = page * PAGE
+    lines: list[dict[str, Any]] = []
+    for head in heads[start : start + PAGE]:
+        try:
+            versions = t.conversation.facts.history(head.block_index)
+        except NotFoundError:
+            continue  # forgotten meanwhile
+        shown = [{**fact.as_dict(), "current": fact.current, "sources": [_source(s) for s in sources]}
+                 for fact, sources in reversed(versions)] or [{**head.as_dict(), "current": head.current,
+                                                               "sources": []}]
+        lines.append({"head": shown[0], "versions": shown})
+    return {"user": row.as_dict() if row is not None else {"user": user_id, "names": [], "messages": 0,
+                                                            "facts": 0, "conversations": 0, "first_seen": None,
+                                                            "last_seen": None},
+            "lines": lines, "versions": len(found), "current": sum(1 for f in found if f.current),
+            "page": page, "more": len(heads) > start + PAGE}

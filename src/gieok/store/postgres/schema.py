@@ -1,4 +1,4 @@
-"""Forward-only schema migrations for PostgreSQL, numbered like SQLite's (`store/schema.py`) so a
+"""Forward-only schema migrations for PostgreSQL, numbered like SQLite's (`store/sqlite/schema.py`) so a
 version means the same tables on both; `meta.schema_version` holds the applied version.
 
 Where the backends differ: vectors are pgvector `vector` values (typed to the embedder's
@@ -297,7 +297,8 @@ MIGRATIONS: list[str] = [
         ALTER COLUMN tfs SET STORAGE EXTERNAL, ALTER COLUMN lengths SET STORAGE EXTERNAL;
     """,
     # 16: time as the conversation lived it: facts' recorded_at / expired_at, each statement of a fact
-    # in `fact_sources`, a client's message id with its turn block and deletion (SQLite's 14 says why)
+    # in `fact_sources`, a client's message id with its turn block and deletion; users' names seen and
+    # erasures under way (SQLite's 14 says why)
     """
     ALTER TABLE facts ADD COLUMN recorded_at double precision;
     ALTER TABLE facts ADD COLUMN expired_at double precision;
@@ -310,7 +311,8 @@ MIGRATIONS: list[str] = [
         scope_key   text,
         external_id text,
         user_id     text,
-        recorded_at double precision NOT NULL
+        recorded_at double precision NOT NULL,
+        author      text
     );
     CREATE INDEX fact_sources_by_fact ON fact_sources(block_index);
     CREATE INDEX fact_sources_by_message ON fact_sources(message_id) WHERE message_id IS NOT NULL;
@@ -321,6 +323,21 @@ MIGRATIONS: list[str] = [
     ALTER TABLE message_ids ADD COLUMN deleted_at double precision;
     CREATE INDEX message_ids_by_message ON message_ids(message_id);
     UPDATE message_ids m SET block_index = l.block_index FROM l1_messages l WHERE l.message_id = m.message_id;
+    CREATE TABLE user_names (
+        user_id    text NOT NULL,
+        name       text NOT NULL,
+        first_seen double precision NOT NULL,
+        last_seen  double precision NOT NULL,
+        PRIMARY KEY (user_id, name)
+    );
+    INSERT INTO user_names(user_id, name, first_seen, last_seen)
+        SELECT user_id, display_name, min(created_at), max(created_at) FROM l1_messages
+        WHERE user_id IS NOT NULL AND display_name IS NOT NULL GROUP BY user_id, display_name;
+    CREATE TABLE erasures (
+        user_id    text PRIMARY KEY,
+        started_at double precision NOT NULL,
+        reason     text NOT NULL DEFAULT ''
+    );
     """,
 ]
 

@@ -331,6 +331,12 @@ class PostgresStore:
                 tx.execute("UPDATE changes SET counter = counter + 1")
         return True
 
+    def replace_vectors(self, block_indices: Sequence[int], vectors: np.ndarray) -> None:
+        with self.db.transaction() as tx:
+            tx.executemany("UPDATE embeddings SET vector = ? WHERE block_index = ?",
+                           [(np.asarray(v, dtype=np.float32), int(i)) for i, v in zip(block_indices, vectors)])
+            tx.execute("UPDATE changes SET counter = counter + 1")
+
     def reembed(self, block_indices: Sequence[int], vectors: np.ndarray, meta: dict[str, str]) -> None:
         """Swap every vector and the recorded embedder in one transaction (reindex); the HNSW index
         is rebuilt once, after the rows are in."""

@@ -244,7 +244,9 @@ MIGRATIONS: list[str] = [
     # fact is a row of `fact_sources` — the message, its conversation and when it was said — so a
     # fact said again keeps every source, a backfilled older message finds its place in the
     # fact's history, and editing or deleting a message reaches the facts it gave. A client's
-    # message id also keeps its turn block (an edit replaces it) and whether it was deleted.
+    # message id also keeps its turn block (an edit replaces it) and whether it was deleted. And what a
+    # user's data needs: who wrote a fact by hand (an operator's or agent's key: `author`), the names each
+    # user was seen with, and the erasures under way (one a crash interrupted is finished on the next open).
     """
     ALTER TABLE facts ADD COLUMN recorded_at REAL;
     ALTER TABLE facts ADD COLUMN expired_at REAL;
@@ -257,7 +259,8 @@ MIGRATIONS: list[str] = [
         scope_key   TEXT,                          -- its conversation
         external_id TEXT,                          -- the sender's id for it
         user_id     TEXT,                          -- who said it
-        recorded_at REAL NOT NULL                  -- when gieok learned it from there
+        recorded_at REAL NOT NULL,                 -- when gieok learned it from there
+        author      TEXT                           -- a fact stated through the API: the key that wrote it
     );
     CREATE INDEX fact_sources_by_fact ON fact_sources(block_index);
     CREATE INDEX fact_sources_by_message ON fact_sources(message_id) WHERE message_id IS NOT NULL;
@@ -269,6 +272,21 @@ MIGRATIONS: list[str] = [
     CREATE INDEX message_ids_by_message ON message_ids(message_id);
     UPDATE message_ids SET block_index = (SELECT l.block_index FROM l1_messages l
                                           WHERE l.message_id = message_ids.message_id);
+    CREATE TABLE user_names (
+        user_id    TEXT NOT NULL,
+        name       TEXT NOT NULL,                  -- a display name the user's messages came with
+        first_seen REAL NOT NULL,
+        last_seen  REAL NOT NULL,
+        PRIMARY KEY (user_id, name)
+    );
+    INSERT INTO user_names(user_id, name, first_seen, last_seen)
+        SELECT user_id, display_name, min(created_at), max(created_at) FROM l1_messages
+        WHERE user_id IS NOT NULL AND display_name IS NOT NULL GROUP BY user_id, display_name;
+    CREATE TABLE erasures (
+        user_id    TEXT PRIMARY KEY,               -- whose data is being erased
+        started_at REAL NOT NULL,
+        reason     TEXT NOT NULL DEFAULT ''        -- who asked (a key, a command)
+    );
     """,
 ]
 

@@ -10,7 +10,6 @@ re-tokenizing (the other tables' commits do not count).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import sqlite3
@@ -23,27 +22,28 @@ from typing import Any
 
 import numpy as np
 
-from ..chain import GENESIS
-from ..errors import (
+from ...chain import GENESIS
+from ...errors import (
     CorruptDatabaseError,
     DatabaseUnwritableError,
     SchemaTooNewError,
     StoreError,
 )
-from ..types import Block, Scope
-from .base import TOKENIZER_KEY, AppendHook, BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
-from .conversation import ConversationStore, ConversationTables
-from .idempotency import IdempotencyStore, IdempotencyTable
-from .keys import KeyStore, KeyTable
-from .layer_tables import LayerStore, LayerTables
-from .leases import LeaseStore, LeaseTable
-from .linking import link_blocks
+from ...types import Block, Scope
+from ..base import TOKENIZER_KEY, AppendHook, BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
+from ..conversation import ConversationStore, ConversationTables
+from ..idempotency import IdempotencyStore, IdempotencyTable
+from ..keys import KeyStore, KeyTable
+from ..layer_tables import LayerStore, LayerTables
+from ..leases import LeaseStore, LeaseTable
+from ..linking import link_blocks
+from ..sequences import EventSequenceStore, EventSequenceTable
+from ..sessions import SessionStore, SessionTable
+from ..sql import split_sql
+from .filters import facet_tokens, facets_match, filter_sql, quote, time_sql
 from .schema import MIGRATIONS, SCHEMA_VERSION
-from .sequences import EventSequenceStore, EventSequenceTable
-from .sessions import SessionStore, SessionTable
-from .sql import split_sql
 
-__all__ = ["SQLiteStore", "facet_tokens"]
+__all__ = ["SQLiteStore"]
 
 # The channel's last conversation position. `conv_pos IS NOT NULL` lets SQLite use the partial
 # index blocks_by_position; without it every append scanned the whole table (18 ms at 100k blocks).
@@ -54,26 +54,6 @@ _BLOCK_COLUMNS = (
     "block_index, kind, guild, channel, user_id, speaker, text, event_time, insert_time, importance, "
     "keywords, tags, metadata, conv_pos, content_digest, prev_hash, hash, forgotten_at"
 )
-
-
-def _facet(prefix: str, value: str) -> str:
-    return prefix + hashlib.blake2b(value.encode("utf-8"), digest_size=8).hexdigest()
-
-
-def facet_tokens(scope: Scope, kind: str) -> str:
-    """Scope and kind as opaque FTS tokens: any id string is safe inside a MATCH expression."""
-    parts = [f"k_{kind}"]
-    if scope.guild is not None:
-        parts.append(_facet("g_", scope.guild))
-    if scope.channel is not None:
-        parts.append(_facet("c_", scope.channel))
-    if scope.user is not None:
-        parts.append(_facet("u_", scope.user))
-    return " ".join(parts)
-
-
-def _quote(token: str) -> str:
-    return '"' + token.replace('"', '""') + '"'
 
 
 def _json_list(raw: str) -> tuple[Any, ...]:
@@ -323,6 +303,12 @@ class SQLiteStore:
             )
             conn.execute(_CHANGED)
 
+    def replace_vectors(self, block_indices: Sequence[int], vectors: np.ndarray) -> None:
+        with self.transaction() as conn:
+            conn.executemany("UPDATE embeddings SET vector = ? WHERE block_index = ?",
+                             [(np.asarray(v, dtype="<f4").tobytes(), int(i)) for i, v in zip(block_indices, vectors)])
+            conn.execute(_CHANGED)
+
     def replace_tokens(self, tokens: Mapping[int, Sequence[str]], version: str) -> bool:
         """Re-tokenized live blocks' BM25 tokens and the tokenizer `version` that made them, in one
         transaction — unless `version` is recorded already (another process did it): then False."""
@@ -360,22 +346,8 @@ class SQLiteStore:
 
     def list_blocks(self, filt: BM25Filter, *, before: int | None, limit: int) -> list[Block]:
         """Live blocks matching the filter, newest first, with indices below `before` (a cursor)."""
-        conditions = ["forgotten_at IS NULL"]
-        params: list[str | int | float] = []
-        for column, value in (("guild", filt.scope.guild), ("channel", filt.scope.channel),
-                              ("user_id", filt.scope.user)):
-            if value is not None:
-                conditions.append(f"{column} = ?")
-                params.append(value)
-        if filt.kinds:
-            conditions.append(f"kind IN ({', '.join('?' * len(filt.kinds))})")
-            params.extend(filt.kinds)
-        if filt.since is not None:
-            conditions.append("event_time >= ?")
-            params.append(filt.since)
-        if filt.until is not None:
-            conditions.append("event_time <= ?")
-            params.append(filt.until)
+        filters, params = filter_sql(filt)
+        conditions = ["forgotten_at IS NULL", *filters]
         if before is not None:
             conditions.append("block_index < ?")
             params.append(before)
@@ -403,29 +375,19 @@ class SQLiteStore:
         terms = list(dict.fromkeys(t for t in tokens if t))
         if not terms or limit <= 0:
             return []
-        expression = "tokens : (" + " OR ".join(_quote(t) for t in terms) + ")"
-        facets: list[str] = []
-        for prefix, value in (("g_", filt.scope.guild), ("c_", filt.scope.channel), ("u_", filt.scope.user)):
-            if value is not None:
-                facets.append(_quote(_facet(prefix, value)))
-        if filt.kinds:
-            facets.append("(" + " OR ".join(_quote(f"k_{k}") for k in filt.kinds) + ")")
+        expression = "tokens : (" + " OR ".join(quote(t) for t in terms) + ")"
+        facets = facets_match(filt)
         if facets:
-            expression += " AND facets : (" + " AND ".join(facets) + ")"
+            expression += " AND " + facets
         params: list[Any] = [expression]
-        if filt.since is None and filt.until is None:
+        conditions, times = time_sql(filt, "b.")
+        if not conditions:
             sql = (
                 "SELECT rowid, -rank FROM blocks_fts WHERE blocks_fts MATCH ? "
                 "AND rank MATCH 'bm25(1.0, 0.0)' ORDER BY rank LIMIT ?"
             )
         else:
-            conditions = []
-            if filt.since is not None:
-                conditions.append("b.event_time >= ?")
-                params.append(filt.since)
-            if filt.until is not None:
-                conditions.append("b.event_time <= ?")
-                params.append(filt.until)
+            params.extend(times)
             sql = (
                 "SELECT f.rowid, -f.rank FROM blocks_fts f JOIN blocks b ON b.block_index = f.rowid "
                 "WHERE blocks_fts MATCH ? AND f.rank MATCH 'bm25(1.0, 0.0)' AND "

@@ -1,0 +1,238 @@
+"""Erasure that reaches every copy (issue 39): a conversation of three users — facts, summaries,
+working-memory promotions, STM, checkpoints, cached searches, events (the in-process buffer and the
+Redis stream) and a kept idempotent answer — then one user erased, and every table of the store
+(enumerated from its catalogue, so a table added later is scanned too), the search indexes and the
+event logs scanned for her messages and her words: nothing. Real SQLite and PostgreSQL, the real
+embedder, a real Redis; the extraction model is scripted in process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gieok import Memory
+from gieok.chat.agent.pipeline import ConversationPipeline
+from gieok.chat.layers.conversation import ConversationMemory
+from gieok.chat.layers.recent import conversation_of
+from gieok.chat.llm import ScriptedLLM
+from gieok.chat.llm.scripted import Request
+from gieok.chat.settings import ChatSettings
+from gieok.coordination import RedisConnection, SharedEventLog
+from gieok.server.events import EventBus
+from gieok.store.factory import open_store
+from store_backends import Backend
+
+MINJI, ALEX, JISOO = "u-minji", "u-alex", "u-jisoo"
+CAFE = {"channel": "cafe", "guild": "g1"}
+T0 = 1_790_000_000.0
+# What only 민지 ever wrote: none of it may survive her erasure.
+HER_WORDS = ("해운대", "라벤더차", "쿼카빌", "Quokkaville", "초코칩쿠키")
+MESSAGES = [
+    ("m1", MINJI, "민지", "나 해운대 근처로 이사했어, 라벤더차 마시면서 바다 봐"),
+    ("m2", ALEX, "Alex", "Nice! I still live in Berlin, the weather is grey"),
+    ("m3", MINJI, "민지", "우리 고양이 이름은 Quokkaville 이야 ㅋㅋ 쿼카빌"),
+    ("m4", JISOO, "지수", "나는 주말에 등산 가려고, 같이 갈 사람?"),
+    ("m5", MINJI, "민지", "Alex 너 베를린 회사 그만둔다며? 초코칩쿠키 사 갈게"),
+    ("m6", ALEX, "Alex", "민지 말이 맞아, I am leaving Nuvola next month"),
+    ("m7", JISOO, "지수", "오늘 점심은 김밥"),
+    ("m8", MINJI, "민지", "해운대 바다 사진 보내줄게 라벤더차 한잔 하면서"),
+]
+
+
+def _brain(request: Request) -> dict[str, Any]:
+    """The extraction model: facts about 민지 from her messages, a fact about Alex that she
+    stated, one Alex stated himself, and a summary point made from the whole batch."""
+    text = request.messages[-1].content
+    if "user_facts" not in text:
+        return {"response_needed": False, "retrieval_needed": False, "search_query": ""}
+    refs = {line.split()[0].lstrip("["): line for line in text.splitlines() if line.startswith("[m")}
+    by_text = {m[3]: ref for ref, line in refs.items() for m in MESSAGES if line.endswith(m[3])}
+    facts = []
+    for message_id, _user, _, said in MESSAGES:
+        ref = by_text.get(said)
+        if ref is None:
+            continue
+        if message_id == "m1":
+            facts.append({"user_id": MINJI, "fact": f"<user:{MINJI}>는 해운대 근처에 산다.", "source": ref})
+        if message_id == "m3":
+            facts.append({"user_id": MINJI, "fact": f"<user:{MINJI}>의 고양이 이름은 쿼카빌이다.", "source": ref})
+        if message_id == "m5":  # 민지 says something about Alex: derived from her message
+            facts.append({"user_id": ALEX, "fact": f"<user:{ALEX}>는 초코칩쿠키를 좋아한다.", "source": ref})
+        if message_id == "m2":
+            facts.append({"user_id": ALEX, "fact": f"<user:{ALEX}> lives in Berlin.", "source": ref})
+    return {"guild_facts": [], "user_facts": facts,
+            "summary_updates": {"topic": "이사와 고양이", "new_point": "민지가 해운대로 이사했다 (라벤더차)"}}
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def _needles() -> list[str]:
+    return [*HER_WORDS, *(said for _, user, _, said in MESSAGES if user == MINJI)]
+
+
+def _tables(store: Any, backend: str) -> list[tuple[str, list[str]]]:
+    """Every table of the store and its columns, from the database's own catalogue."""
+    if backend == "sqlite":
+        names = [r[0] for r in store.fetch("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return [(name, [c[1] for c in store.fetch(f'PRAGMA table_info("{name}")')]) for name in names]
+    rows = store.db.fetch("SELECT table_name, column_name FROM information_schema.columns "
+                          "WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position")
+    tables: dict[str, list[str]] = {}
+    for table, column in rows:
+        tables.setdefault(table, []).append(column)
+    return list(tables.items())
+
+
+def _scan(location: str, backend: str, needles: list[str]) -> list[str]:
+    """(table.column: needle) for every stored value holding a needle, text or bytes (UTF-8)."""
+    store = open_store(location)
+    found: list[str] = []
+    try:
+        fetch = store.fetch if backend == "sqlite" else store.db.fetch
+        tables = _tables(store, backend)
+        assert {"blocks", "facts", "fact_sources", "l1_messages", "summaries", "wm_slots", "stm_entries",
+                "idempotency_keys", "user_names"} <= {t for t, _ in tables}
+        for table, columns in tables:
+            for row in fetch(f'SELECT {", ".join(chr(34) + c + chr(34) for c in columns)} FROM "{table}"'):
+                for column, value in zip(columns, row):
+                    if isinstance(value, memoryview):
+                        value = bytes(value)
+                    text = value.decode("utf-8", "ignore") if isinstance(value, bytes) else value
+                    if isinstance(text, str):
+                        found += [f"{table}.{column}: {n}" for n in needles if n in text]
+    finally:
+        store.close()
+    return found
+
+
+def test_erasure_reaches_every_copy(backend: Backend, redis_url: str, redis_namespace: str) -> None:
+    shared = SharedEventLog(RedisConnection(redis_url, redis_namespace))
+    bus = EventBus()
+    memory = Memory(backend.location)
+    memory.listener = lambda kind, data: (bus.publish("acme", kind, data), shared.append("acme", kind, 0.0, data))
+    try:
+        pipeline = ConversationPipeline(memory, llm=ScriptedLLM(_brain), classifier=None,
+                                        settings=ChatSettings.over(memory.settings, analysis_every=1))
+        async def feed() -> None:  # one loop: the extractions run in its background
+            wire = [{"id": message_id, "role": "user", "user": user, "name": name, "text": said,
+                     "time": T0 + 60 * number} for number, (message_id, user, name, said) in enumerate(MESSAGES)]
+            for pair in range(0, len(wire), 2):  # a batch with Alex in it: a fact about him may be learned
+                await pipeline.add_messages("g1", "cafe", wire[pair:pair + 2])
+                await pipeline.drain()
+                memory.search("해운대 라벤더차 바다", k=3, scope=conversation_of("g1", "cafe"))  # cached
+                for slot in memory.working.slots(conversation_of("g1", "cafe")):  # recalled from working
+                    if slot.metadata.get("speaker") == MINJI:                     # memory: promoted when
+                        memory.working.touch(slot)                                # evicted
+
+        _run(feed())
+        for slot in memory.working.slots(conversation_of("g1", "cafe")):  # as an eviction does
+            if slot.metadata.get("speaker") == MINJI:
+                memory.working.promote_slot(slot, reason="evicted")
+        conversation = pipeline.conversation
+        facts = conversation.facts.facts(include_history=True)
+        assert {f.user_id for f in facts} >= {MINJI, ALEX} and len(facts) >= 4
+        assert any("해운대" in p for p in conversation.summaries.get(conversation_of("g1", "cafe")).key_points)
+        notes = [b for b in memory.iter_blocks() if b.kind == "note" and not b.forgotten]
+        assert any("해운대" in b.text for b in notes), "a working-memory slot of hers was promoted"
+        assert memory.stm_entries(conversation_of("g1", "cafe")), "STM holds the turns"
+        # a kept answer of an idempotent write that returned her block
+        idem = memory.store.idempotency
+        assert idem.claim("retry-1", "fp", "me", time.time(), expire_before=0, stale_before=0) is None
+        her_block = next(b for b in memory.iter_blocks() if b.text == MESSAGES[0][3])
+        idem.finish("retry-1", "me", 201, json.dumps({"block_index": her_block.block_index, "text": her_block.text},
+                                                     ensure_ascii=False))
+        assert _scan(backend.location, backend.name, _needles()), "the scan sees her data before the erasure"
+        next_turn = next(b for b in memory.iter_blocks() if b.text == MESSAGES[1][3])  # embedded with m1 as context
+        before = memory.vectors_of([next_turn.block_index])[0]
+
+        receipt = conversation.forget_user(MINJI)
+
+        assert receipt["messages"] >= 4 and receipt["facts"] >= 3 and receipt["summary_items"] >= 1
+        assert receipt["neighbours_reembedded"] >= 1 and receipt["stored_answers"] == 1
+        left = _scan(backend.location, backend.name, _needles())
+        assert left == [], left
+        # the event logs up to now: nothing that held her data, in process or in Redis
+        held = [e for e in bus.recent("acme", n=10_000) if any(n in json.dumps(e.data, ensure_ascii=False)
+                                                                 for n in [*_needles(), MINJI])]
+        assert held == [], held[:3]
+        logged = [e for e in shared.after("acme", 0) if any(n in json.dumps(e.data, ensure_ascii=False)
+                                                            for n in [*_needles(), MINJI])]
+        assert logged == [], logged[:3]
+        erased = bus.recent("acme", "user.erased", 1)[0].data
+        assert set(erased) == {"blocks"} and erased["blocks"] >= receipt["blocks"], "a count, not whose"
+        # the neighbour's vector no longer holds her words: it is its own passage now
+        after = memory.vectors_of([next_turn.block_index])[0]
+        alone = memory.embedder.embed_passages(["Alex: " + MESSAGES[1][3]])[0]
+        assert float(np.dot(after, alone)) > 0.999 and float(np.dot(before, alone)) < 0.999
+        # what the others see: nothing of hers in search or context, their own data intact
+        for query in (*HER_WORDS, "민지 어디 살아", "고양이 이름"):
+            hits = memory.search(query, k=20)
+            assert not any(n in hit.block.text for hit in hits for n in _needles()), query
+        context = pipeline.agent_context("g1", "cafe", user=ALEX, query="민지 해운대 라벤더차")
+        assert not any(n in context.text for n in HER_WORDS), context.text
+        assert [f.text for f in conversation.facts.facts(user_id=ALEX)] == [f"<user:{ALEX}> lives in Berlin."]
+        assert any(m.content == MESSAGES[5][3] for m in conversation.l1.recent(conversation_of("g1", "cafe"))), \
+            "Alex's message that names her stays (his speech)"
+        assert memory.verify().ok
+        # an access request for her now holds nothing
+        data = json.loads("".join(conversation.user_data(MINJI)))
+        assert data["messages"] == [] and data["facts"] == [] and data["summary_items"] == []
+    finally:
+        memory.close()
+        shared.connection.close()
+
+
+KILLED = textwrap.dedent("""
+    import sys
+    from gieok import Memory
+    from gieok.chat.layers.conversation import ConversationMemory
+    with Memory(sys.argv[1]) as memory:
+        ConversationMemory(memory).forget_user("u-many")
+""")
+
+
+def test_an_erasure_killed_midway_finishes_on_the_next_open(tmp_path: Path) -> None:
+    """kill -9 while 2,000 messages of one user are being erased: the next open finishes it."""
+    path = tmp_path / "big.db"
+    rng = np.random.default_rng(39)
+    with Memory(path) as memory:
+        dim = memory.embedder.dimension
+        items = [{"text": f"비밀 메시지 {i} 쿼카빌{i}", "scope": {"channel": "mine", "user": "u-many"},
+                  "speaker": "u-many", "event_time": T0 + i} for i in range(2000)]
+        vectors = rng.normal(size=(len(items), dim)).astype(np.float32)
+        memory.add_many(items, vectors=vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+        memory.add("someone else's note", scope={"channel": "other"})
+    child = subprocess.Popen([sys.executable, "-c", KILLED, str(path)], env={**os.environ})
+    probe = open_store(str(path))
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and child.poll() is None:
+            if probe.conversation.erasures_pending():
+                break
+            time.sleep(0.002)
+        live = probe.conversation.erasures_pending()
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    finally:
+        probe.close()
+    assert live == ["u-many"], "the erasure was under way when it was killed"
+    with Memory(path) as memory:
+        reopened = ConversationMemory(memory)  # finishes what the crash cut short
+        assert reopened.tables.erasures_pending() == []
+        assert not [b for b in memory.iter_blocks() if not b.forgotten and b.scope.user == "u-many"]
+        assert memory.verify().ok
+        assert memory.search("비밀 메시지 쿼카빌", k=5).hits[0].block.text == "someone else's note" or \
+            not memory.search("비밀 메시지 쿼카빌", k=5).hits
+    assert _scan(str(path), "sqlite", ["쿼카빌", "비밀 메시지"]) == []
