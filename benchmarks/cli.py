@@ -309,6 +309,26 @@ def bench_server(
                      cache_dir=cache_dir)
 
 
+@bench_app.command("users")
+def bench_users(
+    messages: Annotated[int, typer.Option(help="Messages of the one user whose data is read and erased.")] = 10_000,
+    repeat: Annotated[int, typer.Option(help="Times the export is read (the p50 is reported).")] = 5,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Path | None, typer.Option(
+        "--db", help="Directory for the database and the server's log (recreated; default: a temp dir).")] = None,
+) -> None:
+    """A user's data over a real gieok serve: everything held about one user (GET /v1/users/{user}, streamed),
+    the list of users, the user's erasure; time and the server's memory rise.
+
+    Example: gieok bench users --messages 10000 --json users.json
+    """
+    from benchmarks.people import run_users_bench
+
+    if messages < 1 or repeat < 1:
+        raise InvalidInputError("--messages and --repeat must be >= 1")
+    run_users_bench(messages, repeat, json_out, workdir)
+
+
 @bench_app.command("context")
 def bench_context(
     data: Annotated[Path, typer.Option("--data", help="LoCoMo-format JSON file.")],
