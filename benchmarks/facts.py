@@ -32,7 +32,7 @@ from benchmarks.datasets import FACT_LABELS, fact_split, load_fact_answers, load
 from benchmarks.report import median, print_and_write, progress_bar, results_table, table_console
 from gieok.chat.agent.fact_review import list_known_facts, store_reviewed
 from gieok.chat.agent.gatekeeper import Analyst
-from gieok.chat.layers.facts import FactStore, FactType, PairJudge
+from gieok.chat.conversation.facts import FactStore, FactType, PairJudge
 from gieok.chat.llm.scripted import ScriptedLLM
 
 __all__ = ["judge_pairs", "replay_pairs", "measure_facts", "print_facts", "run_facts", "LLM_MODES"]

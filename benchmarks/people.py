@@ -54,9 +54,9 @@ def _sample(pid: int, peak: list[float], done: threading.Event) -> None:
 
 def _fill(db: Path, messages: int) -> None:
     from gieok import Memory
-    from gieok.chat.layers.conversation import ConversationMemory
-    from gieok.chat.layers.facts import FactType, Statement
-    from gieok.chat.layers.recent import conversation_of
+    from gieok.chat.conversation.facts import FactType, Statement
+    from gieok.chat.conversation.memory import ConversationMemory
+    from gieok.chat.conversation.recent import conversation_of
     from gieok.types import scope_key
 
     rng = np.random.default_rng(39)

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from gieok.chat.agent.agents import assemble_context
 from gieok.chat.agent.gather import Gathered, RecalledTurn
-from gieok.chat.layers.recent import conversation_of
+from gieok.chat.conversation.recent import conversation_of
 from gieok.server import ServerState, create_app
 from gieok.server.settings import ServerSettings
 from gieok.types import Scope

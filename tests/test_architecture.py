@@ -37,7 +37,7 @@ ENGINE_ROWS: dict[str, int] = {
 # Rows inside the chat, bottom (0) to top.
 CHAT_ROWS: dict[str, int] = {
     "settings": 0, "data": 0,
-    "llm": 1, "layers": 1,
+    "llm": 1, "conversation": 1,
     "agent": 2,
     "runtime": 3,
     "compose": 4,  # the one composition root: the adapters and everything outside the chat build bots with it

@@ -123,7 +123,7 @@ def test_demo_runs_and_refuses_foreign_files(tmp_path):
     # through the agents' write path: the conversation has its recent messages (the dashboard's
     # Conversations page reads them) beside its 300 turns
     from gieok import Memory
-    from gieok.chat.layers.conversation import ConversationMemory
+    from gieok.chat.conversation.memory import ConversationMemory
 
     with Memory(db) as memory:
         channels = ConversationMemory(memory).channels()

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gieok import Memory
-from gieok.chat.layers.facts import LORE_GUILD, FactStore, FactType, PairJudge, visible
-from gieok.chat.layers.recent import RecentMessages, conversation_of
-from gieok.chat.layers.summary import ChannelSummary, SummaryStore
+from gieok.chat.conversation.facts import LORE_GUILD, FactStore, FactType, PairJudge, visible
+from gieok.chat.conversation.recent import RecentMessages, conversation_of
+from gieok.chat.conversation.summary import ChannelSummary, SummaryStore
 from gieok.errors import InvalidInputError, InvalidTypeError
 from gieok.store.conversation import ConversationTables, FactRow
 

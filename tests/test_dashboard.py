@@ -48,8 +48,8 @@ expect = sync_api.expect
 
 from gieok import Memory  # noqa: E402
 from gieok.chat.compose import build_bot  # noqa: E402
+from gieok.chat.conversation.recent import conversation_of  # noqa: E402
 from gieok.chat.demo import load_sample_conversation  # noqa: E402
-from gieok.chat.layers.recent import conversation_of  # noqa: E402
 from gieok.chat.llm.router import LLMRouter, Route  # noqa: E402
 from gieok.chat.runtime.core import ChannelRef, InboundMessage  # noqa: E402
 from gieok.server import ServerState, create_app  # noqa: E402

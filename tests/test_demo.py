@@ -14,9 +14,9 @@ from rich.console import Console
 
 from gieok import Memory
 from gieok.chat.agent.gatekeeper import Analyst
+from gieok.chat.conversation.memory import ConversationMemory
+from gieok.chat.conversation.recent import conversation_of
 from gieok.chat.demo import load_sample_conversation, run_demo
-from gieok.chat.layers.conversation import ConversationMemory
-from gieok.chat.layers.recent import conversation_of
 from gieok.chat.llm.demo_model import DEMO_FACTS, DEMO_POINTS, demo_model
 
 SPEAKERS = ["Alex", "Emily", "민지", "지훈"]

@@ -22,8 +22,8 @@ import numpy as np
 
 from gieok import Memory
 from gieok.chat.agent.pipeline import ConversationPipeline
-from gieok.chat.layers.conversation import ConversationMemory
-from gieok.chat.layers.recent import conversation_of
+from gieok.chat.conversation.memory import ConversationMemory
+from gieok.chat.conversation.recent import conversation_of
 from gieok.chat.llm import ScriptedLLM
 from gieok.chat.llm.scripted import Request
 from gieok.chat.settings import ChatSettings
@@ -197,7 +197,7 @@ def test_erasure_reaches_every_copy(backend: Backend, redis_url: str, redis_name
 KILLED = textwrap.dedent("""
     import sys
     from gieok import Memory
-    from gieok.chat.layers.conversation import ConversationMemory
+    from gieok.chat.conversation.memory import ConversationMemory
     with Memory(sys.argv[1]) as memory:
         ConversationMemory(memory).forget_user("u-many")
 """)

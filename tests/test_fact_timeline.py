@@ -1,4 +1,4 @@
-"""A fact's versions follow the conversation's clock (chat/layers/facts.py): the same statements in
+"""A fact's versions follow the conversation's clock (chat/conversation/facts.py): the same statements in
 any arrival order make the same timeline, a withdrawn statement re-forms it, and the two clocks —
 when it was true, when gieok knew it — answer `as_of` and `known_at`. Real SQLite, the real embedder
 (the offline judge reads the facts)."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gieok import Memory
-from gieok.chat.layers.facts import FactStore, Statement
+from gieok.chat.conversation.facts import FactStore, Statement
 
 DAY = 86_400.0
 T0 = 1_780_000_000.0

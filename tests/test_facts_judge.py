@@ -4,7 +4,7 @@ embedder, real SQLite files) and the extraction model's verdicts as `FactStore` 
 from __future__ import annotations
 
 from gieok import Memory
-from gieok.chat.layers.facts import FactStore, ModelVerdict, PairJudge
+from gieok.chat.conversation.facts import FactStore, ModelVerdict, PairJudge
 from gieok.store.conversation import ConversationTables
 from gieok.text.tokenize import get_tokenizer
 

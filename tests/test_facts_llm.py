@@ -131,7 +131,7 @@ def test_bench_replays_recorded_answers_through_the_model_path(tmp_path) -> None
     from benchmarks.datasets import load_fact_answers
     from benchmarks.facts import replay_pairs
 
-    from gieok.chat.layers.facts import PairJudge
+    from gieok.chat.conversation.facts import PairJudge
 
     rows = [{"old": "<user:1>는 부산에 산다.", "new": "<user:1>는 해운대 근처에 산다.", "label": "duplicate"},
             {"old": "<user:1>는 24살이다.", "new": "<user:1>는 25살이다.", "label": "conflict"},

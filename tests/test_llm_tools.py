@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from gieok import Memory
-from gieok.chat.layers.facts import FactStore
+from gieok.chat.conversation.facts import FactStore
 from gieok.chat.llm import ChatMessage, ChatResponse, ScriptedLLM, ToolCall, ToolSpec
 from gieok.chat.llm.openai_compat import OpenAICompatLLM
 from gieok.chat.llm.tool_loop import ToolLoopResult, run_tool_loop, tool_loop_options

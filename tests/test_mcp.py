@@ -37,7 +37,7 @@ from mcp_types import CallToolResult
 
 from cli_runner import Ran, gieok
 from gieok import Memory
-from gieok.chat.layers.recent import conversation_of
+from gieok.chat.conversation.recent import conversation_of
 from gieok.server import Principal, ServerState
 from gieok.server.mcp import MAX_K, build_mcp, transport_security
 from gieok.server.settings import ServerSettings

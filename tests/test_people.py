@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from gieok.chat.layers.conversation import ConversationMemory
-from gieok.chat.layers.facts import Statement
+from gieok.chat.conversation.facts import Statement
+from gieok.chat.conversation.memory import ConversationMemory
 from gieok.server import ServerState, create_app
 from gieok.server.settings import ServerSettings
 

@@ -11,8 +11,8 @@ import pytest
 
 from gieok import Memory
 from gieok.chat.agent.pipeline import ConversationPipeline, IncomingMessage
-from gieok.chat.layers.recent import conversation_of
-from gieok.chat.layers.summary import SummaryStore
+from gieok.chat.conversation.recent import conversation_of
+from gieok.chat.conversation.summary import SummaryStore
 from gieok.chat.llm import ScriptedLLM
 from gieok.chat.llm.scripted import Request
 from gieok.chat.settings import ChatSettings

@@ -11,7 +11,7 @@ import pytest
 
 from gieok import Memory
 from gieok.chat.agent.pipeline import ConversationPipeline
-from gieok.chat.layers.recent import conversation_of
+from gieok.chat.conversation.recent import conversation_of
 from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
 from gieok.chat.settings import ChatSettings
 from runtime_helpers import ChatModel, RecordingOutbox, VirtualTime, until

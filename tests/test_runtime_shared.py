@@ -20,7 +20,7 @@ import pytest
 
 from gieok import Memory
 from gieok.chat.agent.pipeline import ConversationPipeline
-from gieok.chat.layers.recent import conversation_key, conversation_of
+from gieok.chat.conversation.recent import conversation_key, conversation_of
 from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
 from gieok.chat.runtime.shared_channels import SharedChannels
 from gieok.chat.settings import ChatSettings

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from gieok.chat.layers.recent import conversation_of
+from gieok.chat.conversation.recent import conversation_of
 from gieok.server import ServerState, create_app, tenant_path
 from gieok.server.responses import json_response
 from gieok.server.settings import ServerSettings

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import timeline_data as data
 from gieok.chat.agent.pipeline import IncomingMessage
-from gieok.chat.layers.recent import conversation_of
+from gieok.chat.conversation.recent import conversation_of
 from gieok.server import ServerState, create_app
 from gieok.server.settings import ServerSettings
 from gieok.types import scope_key

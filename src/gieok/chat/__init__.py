@@ -1,6 +1,7 @@
 """The chat ring: the conversation memory and the bot built on the engine.
 
-- `layers/`: L1 recent messages, L2 rolling summaries, L3 facts (`ConversationMemory`);
+- `conversation/`: L1 recent messages, L2 rolling summaries, L3 facts (`ConversationMemory`) — the
+  engine's `layers/` (working memory, STM, checkpoints, cache) are another thing;
 - `agent/`: the conversation pipeline (guard, gatekeeper, recall, context assembly);
 - `llm/`: the models behind one protocol (key rotation, fallback, streaming, tools);
 - `runtime/`: the bot core (debounce, batching, calls, rate limits, replies);
@@ -12,7 +13,7 @@ Nothing here is imported by the engine (`gieok`), and nothing here imports the s
 """
 
 from .compose import Bot, build_bot, build_pipeline
-from .layers.conversation import ConversationMemory
+from .conversation.memory import ConversationMemory
 from .settings import ChatSettings
 
 __all__ = ["Bot", "build_bot", "build_pipeline", "ChatSettings", "ConversationMemory"]

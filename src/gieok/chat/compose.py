@@ -16,7 +16,7 @@ from typing import Any
 
 from ..memory import Memory
 from .agent.pipeline import ConversationPipeline
-from .layers.conversation import ConversationMemory
+from .conversation.memory import ConversationMemory
 from .llm import create_llm, llm_configured
 from .llm.base import LLM
 from .runtime.core import BotCore, Outbox

@@ -24,7 +24,7 @@ from ..errors import InvalidInputError
 from ..memory import Memory, remove_memory_files
 from ..store.sqlite import SQLiteStore
 from .compose import build_pipeline
-from .layers.recent import conversation_of
+from .conversation.recent import conversation_of
 from .llm.demo_model import demo_model
 from .settings import ChatSettings
 

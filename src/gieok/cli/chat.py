@@ -15,9 +15,9 @@ from rich.table import Table
 from ..chat.adapters.terminal import run_chat
 from ..chat.agent.pipeline import IncomingMessage
 from ..chat.compose import build_pipeline
+from ..chat.conversation.memory import ConversationMemory
+from ..chat.conversation.recent import conversation_of
 from ..chat.demo import run_demo
-from ..chat.layers.conversation import ConversationMemory
-from ..chat.layers.recent import conversation_of
 from ..chat.llm.configured import require_llm
 from ..chat.settings import chat_settings
 from ..errors import InvalidInputError, MissingExtraError

@@ -1,6 +1,6 @@
 """The layers a search can be answered from — working memory, short-term memory, the result
 cache, checkpoint-localized search — and the coordinator that tries them in order. (The
-conversation layers that use a `Memory` — L1, L2, L3 — are the chat's: `gieok.chat.layers`.)"""
+conversation layers that use a `Memory` — L1, L2, L3 — are the chat's: `gieok.chat.conversation`.)"""
 
 from .cache import SearchCache
 from .checkpoints import Checkpoint, CheckpointManager

@@ -11,7 +11,7 @@ import datetime as _dt
 from typing import Any
 
 from ..chat.agent.agents import AgentContext, Ingested
-from ..chat.layers.facts import Fact
+from ..chat.conversation.facts import Fact
 from ..types import Block, SearchResult
 
 __all__ = ["block", "search", "fact", "context", "ingested", "when"]

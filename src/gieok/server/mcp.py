@@ -36,9 +36,9 @@ from starlette.routing import Route
 
 from .. import __version__
 from ..chat.agent.agents import agent_context
-from ..chat.layers.conversation import check_id
-from ..chat.layers.facts import FactType, Statement
-from ..chat.layers.recent import conversation_of
+from ..chat.conversation.facts import FactType, Statement
+from ..chat.conversation.memory import check_id
+from ..chat.conversation.recent import conversation_of
 from ..errors import AuthenticationError, GieokError, InvalidInputError
 from ..validate import check_time
 from . import compact

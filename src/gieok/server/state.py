@@ -12,7 +12,7 @@ from typing import Any
 
 from ..chat.agent.pipeline import ConversationPipeline
 from ..chat.compose import build_llm, build_pipeline
-from ..chat.layers.conversation import ConversationMemory
+from ..chat.conversation.memory import ConversationMemory
 from ..chat.llm.base import LLM
 from ..coordination import RedisConnection, SharedEventLog
 from ..memory import Memory

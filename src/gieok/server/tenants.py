@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..chat.agent.gather import ContextGatherer
 from ..chat.agent.pipeline import ConversationPipeline
-from ..chat.layers.conversation import ConversationMemory
+from ..chat.conversation.memory import ConversationMemory
 from ..config.settings import is_database_url
 from ..errors import StoreError
 from ..memory import EventListener, Memory

@@ -1,7 +1,7 @@
 """The conversation tables (schemas v3 and v4): L1 messages, L2 summaries, L3 fact validity,
 per-channel analysis state and the bot's active channels.
 
-`ConversationStore` is the port the conversation layers (`layers/recent.py`, `summary.py`,
+`ConversationStore` is the port the conversation layers (`conversation/recent.py`, `summary.py`,
 `facts.py`, `conversation.py`) and the runtime are written against; `ConversationTables`
 implements it once in portable SQL over any `SqlSession` (SQLite and PostgreSQL alike), sharing
 the store's connection and transactions."""

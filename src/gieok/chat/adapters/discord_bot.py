@@ -26,7 +26,7 @@ from ...errors import ConfigError
 from ...memory import Memory
 from ...types import DEFAULT_TENANT
 from ..compose import Bot, build_bot
-from ..layers.recent import conversation_key, conversation_of
+from ..conversation.recent import conversation_key, conversation_of
 from ..llm import require_llm
 from ..llm.tools import default_tools
 from ..runtime.core import BotCore, ChannelRef, InboundMessage

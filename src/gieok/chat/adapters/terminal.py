@@ -42,8 +42,8 @@ from ...errors import GieokError
 from ...memory import Memory
 from ..agent.pipeline import ConversationPipeline
 from ..compose import FROM_SETTINGS, build_bot
-from ..layers.facts import LORE_GUILD
-from ..layers.recent import conversation_key, conversation_of
+from ..conversation.facts import LORE_GUILD
+from ..conversation.recent import conversation_key, conversation_of
 from ..llm.base import LLM
 from ..runtime.core import BotCore, ChannelRef, InboundMessage
 from ..settings import ChatSettings, chat_settings

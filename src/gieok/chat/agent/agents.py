@@ -27,8 +27,8 @@ from zoneinfo import ZoneInfo
 from ...errors import InvalidInputError, InvalidTypeError
 from ...types import Scope
 from ...validate import check_message_time, clean_text
-from ..layers.conversation import check_id
-from ..layers.recent import conversation_of
+from ..conversation.memory import check_id
+from ..conversation.recent import conversation_of
 from .context import (
     MARKS,
     Section,

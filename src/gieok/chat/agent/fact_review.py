@@ -6,7 +6,7 @@ model answers, for each new fact, `add`, `duplicate` of an id, `replaces` an id,
 the same call that extracts the facts (no extra call: the facts about the speakers are known
 before it starts). Its answer is checked here against what it was shown: an id it was not shown,
 an id about another subject, or an unreadable action leaves that fact to the offline judge
-(`layers.facts.PairJudge`) — the fact is never dropped and no stored fact changes on a bad
+(`conversation.facts.PairJudge`) — the fact is never dropped and no stored fact changes on a bad
 answer. `FactStore.add` checks once more, at write time, that the named fact is still current.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..layers.facts import FactOutcome, FactStore, FactType, ModelVerdict, Statement
+from ..conversation.facts import FactOutcome, FactStore, FactType, ModelVerdict, Statement
 from .gatekeeper import ExtractedFact
 
 __all__ = ["KnownFact", "KnownFacts", "list_known_facts", "review", "store_reviewed", "MAX_SHOWN_PER_SUBJECT",

@@ -35,8 +35,8 @@ from ...store.conversation import L1Row
 from ...text.dates import asks_when, question_dates
 from ...types import Scope, scope_key
 from ...validate import check_speaker_names
-from ..layers.conversation import ConversationMemory
-from ..layers.facts import Fact
+from ..conversation.facts import Fact
+from ..conversation.memory import ConversationMemory
 from .context import RecentLine
 
 __all__ = ["KnownFact", "RecalledTurn", "LaterFact", "WorkingLine", "Gathered", "ContextGatherer",

@@ -43,9 +43,9 @@ from ...retrieval.passages import SPEAKER_NAME_KEY
 from ...store.conversation import KnownMessage, L1Row, L1RowsTakenError
 from ...text.dates import annotate_dates
 from ...types import Scope, scope_from_key, scope_key
-from ..layers.conversation import ConversationMemory, check_id
-from ..layers.facts import Fact, Statement
-from ..layers.recent import conversation_of
+from ..conversation.facts import Fact, Statement
+from ..conversation.memory import ConversationMemory, check_id
+from ..conversation.recent import conversation_of
 from ..llm.base import LLM
 from ..settings import ChatSettings, chat_settings
 from .agents import (

@@ -47,7 +47,7 @@ from .base import ToolSpec
 
 if TYPE_CHECKING:
     from ...memory import Memory
-    from ..layers.facts import FactStore
+    from ..conversation.facts import FactStore
     from ..settings import ChatSettings
 
 __all__ = [

@@ -47,7 +47,7 @@ from ...errors import (
 from ...types import scope_from_key
 from ..agent.context import AssembledPrompt
 from ..agent.pipeline import ConversationPipeline, IncomingMessage, Observation, Plan
-from ..layers.recent import conversation_key, conversation_of
+from ..conversation.recent import conversation_key, conversation_of
 from ..llm.base import LLM
 from ..llm.tool_loop import run_tool_loop, tool_loop_options
 from ..llm.tools import ToolContext

@@ -11,7 +11,7 @@ from typing import Any
 from ...store.conversation import L1Row
 from ..agent.guard import GuardVerdict
 from ..agent.pipeline import IncomingMessage, Observation
-from ..layers.recent import conversation_of
+from ..conversation.recent import conversation_of
 
 __all__ = ["to_payload", "from_payload"]
 

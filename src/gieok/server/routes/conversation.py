@@ -13,8 +13,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from ...chat.agent.agents import agent_context
-from ...chat.layers.conversation import check_id
-from ...chat.layers.recent import conversation_of
+from ...chat.conversation.memory import check_id
+from ...chat.conversation.recent import conversation_of
 from ...types import Scope
 from ..deps import reader, tenant, writer
 from ..idempotency import idempotent

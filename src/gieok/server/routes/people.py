@@ -17,8 +17,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ...chat.layers.conversation import check_id
-from ...chat.layers.facts import FactType, Statement
+from ...chat.conversation.facts import FactType, Statement
+from ...chat.conversation.memory import check_id
 from ...errors import InvalidInputError
 from ...validate import check_time
 from ..deps import Caller, admin, reader, server_state, tenant, writer

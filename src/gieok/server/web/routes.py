@@ -38,7 +38,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 
 from ... import __version__
-from ...chat.layers.conversation import check_id
+from ...chat.conversation.memory import check_id
 from ...errors import AuthenticationError, GieokError, InvalidInputError, NotFoundError
 from ..auth import Principal
 from ..deps import principal_of, server_state

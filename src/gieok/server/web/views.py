@@ -11,8 +11,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ...chat.layers.facts import LORE_GUILD, Fact
-from ...chat.layers.recent import conversation_of
+from ...chat.conversation.facts import LORE_GUILD, Fact
+from ...chat.conversation.recent import conversation_of
 from ...errors import NotFoundError
 from ...store.conversation import UserRow
 from ...types import Scope

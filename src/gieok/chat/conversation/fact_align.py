@@ -45,7 +45,7 @@ they are, so that wording the lexicon never saw still lines up:
   attribute ("X는 INFP다" → "X의 MBTI는 INFP이다");
 - last, the one or two words left changed on each side (`changed_spans`) may be handed to a
   `Paraphrase` test — the packaged embedder's cosine of those words alone, against a high bar
-  (layers/facts.py `PairJudge.span_test`): "kids" / "children" mean the same, "married" /
+  (conversation/facts.py `PairJudge.span_test`): "kids" / "children" mean the same, "married" /
   "engaged" do not.
 
 A paraphrase none of this covers stays "distinct" (stored twice): that costs a line of prompt,
@@ -69,7 +69,7 @@ from ...text.tokenize import get_tokenizer
 __all__ = ["FactShape", "Alignment", "Paraphrase", "shape_of", "align", "judge_shapes", "romanize", "changed_spans"]
 
 # Do two short spans of words mean the same? (the packaged embedder's cosine against a threshold:
-# layers/facts.py `PairJudge`). Asked only about what is left of the changed spans after the rules.
+# conversation/facts.py `PairJudge`). Asked only about what is left of the changed spans after the rules.
 Paraphrase = Callable[[str, str], bool]
 
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")

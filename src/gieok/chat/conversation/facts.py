@@ -157,7 +157,7 @@ class PairJudge:
 
     Embedding similarity only says "about the same thing": with e5 the cosine of "the cat
     is called 나비" and "the cat is called 초코" (0.97) is as high as that of two paraphrases.
-    So the decision is made on the tokens (layers/fact_align.py): the two facts are aligned and
+    So the decision is made on the tokens (conversation/fact_align.py): the two facts are aligned and
     only the changed span is judged — nothing changed (after folding synonyms, numbers and
     negation agreeing) is a duplicate; another value of the same attribute is a conflict (the
     newer supersedes); another attribute is distinct, even when a number changed ("24살"
