@@ -6,13 +6,19 @@ A test queues `Reply`s; each request takes the next one (or asks a function) and
 
 Streams are sent as HTTP/1.1 chunked bodies of server-sent events, so a reply can be cut
 midway the way a dropped connection looks on the wire: some events, then the socket closes
-without the terminating chunk.
+without the terminating chunk. It can also stall, the way a provider that is up but not
+answering looks: `Reply(hang=True)` reads the request and never answers; `stall_after=n` sends
+the headers and `n` events (a plain reply: the headers), then nothing more; `pace` spaces a
+stream's events out. A stalled handler wakes when the server closes.
+`blackhole()` is an address whose connects never complete (a full accept queue), for connect
+timeouts without depending on the network.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import select
 import socket
 import threading
 import time
@@ -41,6 +47,10 @@ class Reply:
     cut_after: int | None = None  # close the connection after this many events, mid-body
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering (to trip a client timeout)
+    hang: bool = False  # read the request, then never answer (until the server closes)
+    stall_after: int | None = None  # a stream: send the headers and this many events, then stall;
+    # a plain reply: send the headers (any value), then stall before the body
+    pace: float = 0.0  # a stream: seconds between events
 
 
 @dataclass
@@ -49,6 +59,7 @@ class LLMServer:
     requests: list[Received] = field(default_factory=list)
     replies: list[Reply] = field(default_factory=list)
     respond: Callable[[Received], Reply] | None = None
+    closing: threading.Event = field(default_factory=threading.Event)  # wakes stalled handlers
 
     def push(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -82,6 +93,9 @@ def _handler(state: LLMServer) -> type[BaseHTTPRequestHandler]:
             reply = state._next(Received("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body))
             if reply.delay:
                 time.sleep(reply.delay)
+            if reply.hang:
+                self._stall()
+                return
             if reply.events is None:
                 payload = json.dumps(reply.body if reply.body is not None else {}).encode()
                 self.send_response(reply.status)
@@ -90,6 +104,9 @@ def _handler(state: LLMServer) -> type[BaseHTTPRequestHandler]:
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
                 self.end_headers()
+                if reply.stall_after is not None:
+                    self._stall()
+                    return
                 self.wfile.write(payload)
                 return
             self.send_response(reply.status)
@@ -99,8 +116,13 @@ def _handler(state: LLMServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header(name, value)
             self.end_headers()
             for index, event in enumerate(reply.events):
+                if reply.stall_after is not None and index >= reply.stall_after:
+                    self._stall()
+                    return
                 if reply.cut_after is not None and index >= reply.cut_after:
                     break
+                if reply.pace and index:
+                    time.sleep(reply.pace)
                 line = event if event.startswith(":") else f"data: {event}"  # ":" = an SSE comment
                 data = f"{line}\r\n\r\n".encode()
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -112,6 +134,10 @@ def _handler(state: LLMServer) -> type[BaseHTTPRequestHandler]:
                 return
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+
+        def _stall(self) -> None:
+            state.closing.wait()
+            self.close_connection = True
 
     return Handler
 
@@ -128,9 +154,41 @@ def serve() -> Iterator[LLMServer]:
         yield state
     finally:
         forget_clients()
+        state.closing.set()
         httpd.shutdown()
         httpd.server_close()
         thread.join(timeout=10)
+
+
+@contextmanager
+def blackhole() -> Iterator[str]:
+    """A loopback base URL (`http://127.0.0.1:<port>`) whose TCP connects never complete.
+
+    A listening socket that never accepts: once its accept queue is full, the kernel drops new
+    SYNs, so a connect waits until the client's connect timeout, as with an unreachable host.
+    """
+    listener = socket.socket()
+    fillers: list[socket.socket] = []
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        for _ in range(64):  # fill the accept queue until a connect stays pending
+            filler = socket.socket()
+            filler.setblocking(False)
+            fillers.append(filler)
+            with suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", port))
+            _, writable, _ = select.select([], [filler], [], 0.2)
+            if not writable:
+                break
+        else:
+            pytest.skip("could not fill a loopback accept queue here")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
 
 
 def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,15 +11,28 @@ import asyncio
 import gc
 import json
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 from gieok.chat.llm import ChatMessage, ToolCall, ToolSpec
+from gieok.chat.llm.failures import LLMTimeoutError, last_resort
 from gieok.chat.llm.gemini import GeminiLLM
 from gieok.errors import LLMAuthError, LLMError, LLMRateLimitError, LLMTransientError
-from llm_servers import LLMServer, Reply, gemini_chunks, gemini_error, gemini_response, no_proxy, run, serve, track
+from llm_servers import (
+    LLMServer,
+    Reply,
+    blackhole,
+    gemini_chunks,
+    gemini_error,
+    gemini_response,
+    no_proxy,
+    run,
+    serve,
+    track,
+)
 
 MODEL = "gemini-2.5-flash"
 CHAT_PATH = f"/v1beta/models/{MODEL}:generateContent"
@@ -210,7 +223,7 @@ def test_http_errors_are_sorted(server: LLMServer, status: int, details: list[An
 
 def test_timeout_and_unreachable_are_transient(server: LLMServer) -> None:
     server.push(Reply(body=gemini_response("late"), delay=1.0))
-    with pytest.raises(LLMTransientError, match="timed out"):
+    with pytest.raises(LLMTimeoutError, match="timed out"):
         run(client(server, timeout=0.2).chat([ChatMessage("user", "q")]))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -247,3 +260,82 @@ def test_one_client_serves_several_event_loops(server: LLMServer) -> None:
     # asyncio.run per call, as a CLI does: the client of a closed loop is replaced, not reused
     assert [asyncio.run(ask(close=i == 1)) for i in range(2)] == [f"answer {i}" for i in range(2)]
     gc.collect()  # the clients dropped with their loops are reclaimed here, not during a later test
+
+
+# -- time limits: connect, first token, silence -------------------------------------------------
+
+def timed(awaitable: Any) -> tuple[Any, float]:
+    """`run`, and how long it took (seconds); an exception comes back as the result."""
+    start = time.monotonic()
+    try:
+        result = run(awaitable)
+    except Exception as exc:  # the tests below look at the exception and the time together
+        result = exc
+    return result, time.monotonic() - start
+
+
+def test_a_server_that_never_answers_times_out_at_the_first_token_limit(server: LLMServer) -> None:
+    server.push(Reply(hang=True))
+    error, took = timed(client(server, timeout=30.0, first_token_timeout=0.4).chat([ChatMessage("user", "q")]))
+    assert isinstance(error, LLMTimeoutError) and isinstance(error, LLMTransientError)
+    assert (error.phase, error.seconds) == ("first_token", 0.4)
+    assert str(error) == f"gemini:{MODEL}: timed out: no response within 0.4 s"
+    assert 0.35 < took < 2.0
+
+
+def test_a_plain_call_whose_headers_came_gets_the_whole_answer_limit(server: LLMServer) -> None:
+    server.push(Reply(body=gemini_response("never sent"), stall_after=0))  # headers, then nothing
+    error, took = timed(client(server, timeout=0.9, first_token_timeout=0.3).chat([ChatMessage("user", "q")]))
+    assert isinstance(error, LLMTimeoutError)
+    assert error.phase in ("total", "stall") and error.seconds == 0.9
+    assert 0.8 < took < 3.0  # the response hook moved the deadline from 0.3 s to the whole answer's 0.9 s
+
+
+def test_stream_headers_then_silence_times_out_at_the_first_token_limit(server: LLMServer) -> None:
+    server.push(Reply(events=gemini_chunks(["late"]), stall_after=0))
+    pieces: list[str] = []
+    error, took = timed(collect(client(server, timeout=30.0, first_token_timeout=0.4)
+                                .stream([ChatMessage("user", "q")]), pieces))
+    assert isinstance(error, LLMTimeoutError) and error.phase == "first_token"
+    assert str(error) == f"gemini:{MODEL}: timed out: no first token within 0.4 s"
+    assert pieces == [] and 0.35 < took < 2.0
+
+
+def test_a_steady_stream_may_outlast_the_first_token_limit(server: LLMServer) -> None:
+    server.push(Reply(events=gemini_chunks([f"{i} " for i in range(6)]), pace=0.1))  # ~0.6 s in all
+    pieces = run(collect(client(server, timeout=5.0, first_token_timeout=0.3).stream([ChatMessage("user", "q")])))
+    assert "".join(pieces) == "0 1 2 3 4 5 "
+
+
+def test_a_stream_that_goes_silent_after_text_is_a_stall(server: LLMServer) -> None:
+    server.push(Reply(events=gemini_chunks(["one ", "two ", "three"]), stall_after=2))
+    pieces: list[str] = []
+    error, took = timed(collect(client(server, timeout=0.5, first_token_timeout=0.3)
+                                .stream([ChatMessage("user", "q")]), pieces))
+    assert isinstance(error, LLMTimeoutError) and (error.phase, error.seconds) == ("stall", 0.5)
+    assert pieces == ["one ", "two "] and 0.45 < took < 2.5
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_connect_timeout_is_its_own_despite_the_sdk_single_timeout(monkeypatch: pytest.MonkeyPatch,
+                                                                   streaming: bool) -> None:
+    no_proxy(monkeypatch)
+    with blackhole() as url:
+        llm = track(GeminiLLM(MODEL, "k", base_url=url, timeout=30.0, connect_timeout=0.3, first_token_timeout=10.0))
+        call = collect(llm.stream([ChatMessage("user", "q")])) if streaming else llm.chat([ChatMessage("user", "q")])
+        error, took = timed(call)
+    assert isinstance(error, LLMTimeoutError) and (error.phase, error.seconds) == ("connect", 0.3)
+    assert str(error) == f"gemini:{MODEL}: timed out: no connection within 0.3 s"
+    assert 0.25 < took < 2.0
+
+
+def test_as_last_resort_the_first_token_wait_grows_to_the_whole_answer_limit(server: LLMServer) -> None:
+    server.push(Reply(body=gemini_response("slow but here"), delay=0.6))
+    llm = client(server, timeout=3.0, first_token_timeout=0.2)
+
+    async def patiently() -> str:
+        with last_resort():
+            return (await llm.chat([ChatMessage("user", "q")])).text
+
+    assert run(patiently()) == "slow but here"
+    assert server.requests[0].headers.get("x-server-timeout") == "3"  # the SDK tells Google the whole limit

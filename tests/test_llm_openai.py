@@ -6,15 +6,28 @@ import asyncio
 import gc
 import json
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 from gieok.chat.llm import ChatMessage, ToolCall, ToolSpec
+from gieok.chat.llm.failures import LLMTimeoutError, first_token_budget, last_resort
 from gieok.chat.llm.openai_compat import OpenAICompatLLM
 from gieok.errors import LLMAuthError, LLMError, LLMOutputError, LLMRateLimitError, LLMTransientError
-from llm_servers import LLMServer, Reply, no_proxy, openai_chunks, openai_completion, openai_error, run, serve, track
+from llm_servers import (
+    LLMServer,
+    Reply,
+    blackhole,
+    no_proxy,
+    openai_chunks,
+    openai_completion,
+    openai_error,
+    run,
+    serve,
+    track,
+)
 
 SCHEMA = {"title": "Reply plan!", "type": "object", "properties": {"respond": {"type": "boolean"}},
           "required": ["respond"], "additionalProperties": False}
@@ -192,7 +205,7 @@ def test_retry_after_header_is_read(server: LLMServer, header: str | None, secon
 
 def test_timeout_and_unreachable_are_transient(server: LLMServer) -> None:
     server.push(Reply(body=openai_completion("late"), delay=1.0))
-    with pytest.raises(LLMTransientError, match="timed out"):
+    with pytest.raises(LLMTimeoutError, match="timed out"):
         run(client(server, timeout=0.2).chat([ChatMessage("user", "q")]))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -230,3 +243,91 @@ def test_bad_response_shape_is_an_error(server: LLMServer) -> None:
     server.push(Reply(body={"unexpected": True}))
     with pytest.raises(LLMError, match="unexpected response"):
         run(client(server).chat([ChatMessage("user", "q")]))
+
+
+# -- time limits: connect, first token, silence -------------------------------------------------
+
+def timed(awaitable: Any) -> tuple[Any, float]:
+    """`run`, and how long it took (seconds); an exception comes back as the result."""
+    start = time.monotonic()
+    try:
+        result = run(awaitable)
+    except Exception as exc:  # the tests below look at the exception and the time together
+        result = exc
+    return result, time.monotonic() - start
+
+
+def test_a_server_that_never_answers_times_out_at_the_first_token_limit(server: LLMServer) -> None:
+    server.push(Reply(hang=True))
+    error, took = timed(client(server, timeout=30.0, first_token_timeout=0.4).chat([ChatMessage("user", "q")]))
+    assert isinstance(error, LLMTimeoutError) and isinstance(error, LLMTransientError)
+    assert (error.phase, error.seconds) == ("first_token", 0.4)
+    assert str(error) == "openai:qwen2.5:7b: timed out: no response within 0.4 s"
+    assert 0.35 < took < 2.0  # not the 30 s of the whole-answer limit
+
+
+def test_a_plain_call_whose_headers_came_gets_the_whole_answer_limit(server: LLMServer) -> None:
+    server.push(Reply(body=openai_completion("never sent"), stall_after=0))  # headers, then nothing
+    error, took = timed(client(server, timeout=0.9, first_token_timeout=0.3).chat([ChatMessage("user", "q")]))
+    assert isinstance(error, LLMTimeoutError)
+    assert error.phase in ("total", "stall") and error.seconds == 0.9
+    assert 0.8 < took < 3.0  # the headers moved the deadline from 0.3 s to the whole answer's 0.9 s
+
+
+def test_stream_first_token_ignores_keepalives_and_empty_chunks(server: LLMServer) -> None:
+    events = openai_chunks(["late"])  # a role-only chunk first, then a keep-alive comment, then silence
+    events.insert(1, ": OPENROUTER PROCESSING")
+    server.push(Reply(events=events, stall_after=2))
+    pieces: list[str] = []
+    error, took = timed(collect(client(server, timeout=30.0, first_token_timeout=0.4)
+                                .stream([ChatMessage("user", "q")]), pieces))
+    assert isinstance(error, LLMTimeoutError) and error.phase == "first_token"
+    assert str(error) == "openai:qwen2.5:7b: timed out: no first token within 0.4 s"
+    assert pieces == [] and 0.35 < took < 2.0
+
+
+def test_a_steady_stream_may_outlast_the_first_token_limit(server: LLMServer) -> None:
+    server.push(Reply(events=openai_chunks([f"{i} " for i in range(6)]), pace=0.1))  # ~0.8 s in all
+    pieces = run(collect(client(server, timeout=5.0, first_token_timeout=0.3).stream([ChatMessage("user", "q")])))
+    assert "".join(pieces) == "0 1 2 3 4 5 "
+
+
+def test_a_stream_that_goes_silent_after_text_is_a_stall(server: LLMServer) -> None:
+    server.push(Reply(events=openai_chunks(["one ", "two ", "three"]), stall_after=3))
+    pieces: list[str] = []
+    error, took = timed(collect(client(server, timeout=0.5, first_token_timeout=0.3)
+                                .stream([ChatMessage("user", "q")]), pieces))
+    assert isinstance(error, LLMTimeoutError) and (error.phase, error.seconds) == ("stall", 0.5)
+    assert "stream stalled for 0.5 s" in str(error)
+    assert pieces == ["one ", "two "] and 0.45 < took < 2.5
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_connect_timeout(monkeypatch: pytest.MonkeyPatch, streaming: bool) -> None:
+    no_proxy(monkeypatch)
+    with blackhole() as url:
+        llm = track(OpenAICompatLLM("m", f"{url}/v1", timeout=30.0, connect_timeout=0.3, first_token_timeout=10.0))
+        call = collect(llm.stream([ChatMessage("user", "q")])) if streaming else llm.chat([ChatMessage("user", "q")])
+        error, took = timed(call)
+    assert isinstance(error, LLMTimeoutError) and (error.phase, error.seconds) == ("connect", 0.3)
+    assert str(error).startswith(f"openai:m: timed out: no connection to {url}/v1 within 0.3 s")
+    assert 0.25 < took < 2.0
+
+
+def test_as_last_resort_the_first_token_wait_grows_to_the_whole_answer_limit(server: LLMServer) -> None:
+    server.push(Reply(body=openai_completion("slow but here"), delay=0.6))
+    llm = client(server, timeout=3.0, first_token_timeout=0.2)
+
+    async def patiently() -> str:
+        with last_resort():
+            return (await llm.chat([ChatMessage("user", "q")])).text
+
+    assert run(patiently()) == "slow but here"
+    assert first_token_budget(0.2, 3.0) == 0.2  # outside the block: the short limit again
+
+
+def test_timeouts_default_to_the_whole_answer_limit() -> None:
+    llm = OpenAICompatLLM("m", "http://127.0.0.1:1/v1", timeout=30.0)
+    assert (llm.timeout, llm.connect_timeout, llm.first_token_timeout) == (30.0, 10.0, 30.0)
+    with pytest.raises(ValueError, match="positive"):
+        OpenAICompatLLM("m", "http://127.0.0.1:1/v1", first_token_timeout=-1.0)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 
 from gieok.chat.llm import LLM, ChatMessage, ToolSpec, create_llm
+from gieok.chat.llm.failures import LLMTimeoutError
 from gieok.chat.llm.gemini import GeminiLLM
 from gieok.chat.llm.openai_compat import OpenAICompatLLM
 from gieok.chat.llm.router import CONTINUE_INSTRUCTION, LLMRouter, ResumeFilter, Route, continuation_messages
@@ -24,6 +27,7 @@ from gieok.errors import ConfigError, LLMError, LLMUnavailableError
 from llm_servers import (
     LLMServer,
     Reply,
+    blackhole,
     gemini_chunks,
     gemini_error,
     gemini_response,
@@ -68,12 +72,15 @@ def servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[LLMServer, LLMSer
         yield stack.enter_context(serve()), stack.enter_context(serve())
 
 
-def openai_route(server: LLMServer, keys: list[str], label: str = "openai:local") -> Route:
-    return Route(label, [track(OpenAICompatLLM("local", f"{server.url}/v1", key)) for key in keys])
+def openai_route(server: LLMServer | str, keys: list[str], label: str = "openai:local", **timeouts: float) -> Route:
+    url = server if isinstance(server, str) else server.url
+    return Route(label, [track(OpenAICompatLLM("local", f"{url}/v1", key, **timeouts)) for key in keys])
 
 
-def gemini_route(server: LLMServer, keys: list[str], model: str = "gemini-2.5-flash") -> Route:
-    return Route(f"gemini:{model}", [track(GeminiLLM(model, key, base_url=server.url)) for key in keys])
+def gemini_route(server: LLMServer | str, keys: list[str], model: str = "gemini-2.5-flash",
+                 **timeouts: float) -> Route:
+    url = server if isinstance(server, str) else server.url
+    return Route(f"gemini:{model}", [track(GeminiLLM(model, key, base_url=url, **timeouts)) for key in keys])
 
 
 def router(vt: VirtualTime, *routes: Route, **options: Any) -> LLMRouter:
@@ -395,6 +402,177 @@ def test_a_caller_that_stops_reading_cancels_the_stream(vt: VirtualTime,
     assert r.health.providers["openai:local"].failures == 0
 
 
+# -- timeouts: the next provider at once ----------------------------------------------------------
+
+FIRST_TOKEN = 0.5
+QUICK = {"timeout": 5.0, "connect_timeout": 0.3, "first_token_timeout": FIRST_TOKEN}
+LIMIT = 5 * FIRST_TOKEN  # the hand-over must come well within this, even on a loaded machine
+
+
+def ask(r: LLMRouter, streaming: bool, into: list[str] | None = None) -> tuple[str, float]:
+    """The router's answer (joined stream or chat text) and the seconds it took, in real time."""
+    start = time.monotonic()
+    if streaming:
+        text = "".join(run(collect(r.stream(QUESTION), into)))
+    else:
+        text = run(r.chat(QUESTION)).text
+    return text, time.monotonic() - start
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_stalled_provider_hands_over_to_the_next_within_the_first_token_limit(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer], streaming: bool) -> None:
+    stalled, healthy = servers
+    stalled.respond = lambda r: Reply(hang=True)  # accepts, reads the request, never answers
+    healthy.respond = lambda r: (Reply(events=openai_chunks(["from the ", "second"])) if r.body.get("stream")
+                                 else Reply(body=openai_completion("from the second")))
+    r = router(vt, openai_route(stalled, ["k1", "k2"], "openai:stalled", **QUICK),
+               openai_route(healthy, ["k"], "openai:healthy", **QUICK))
+
+    text, took = ask(r, streaming)
+    assert text == "from the second"
+    assert FIRST_TOKEN * 0.9 < took < LIMIT
+    assert len(stalled.requests) == 1 and vt.sleeps == []  # neither the other key nor a backoff retry
+    health = r.health.providers["openai:stalled"]
+    assert (health.timeouts, health.failures, health.retries) == (1, 1, 0)
+    expected = "no first token" if streaming else "no response"
+    assert health.last_error == f"LLMTimeoutError: openai:local: timed out: {expected} within 0.5 s"
+    assert r.health.providers["openai:healthy"].successes == 1
+    assert r.health.as_dict()["providers"]["openai:stalled"]["timeouts"] == 1  # what /status shows
+
+
+def test_headers_then_silence_before_the_first_chunk_hands_over_and_nothing_leaks(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    stalled, healthy = servers
+    # headers and a role-only chunk (no text) from the first, then silence
+    stalled.push(Reply(events=openai_chunks(["never ", "sent"]), stall_after=1))
+    healthy.push(Reply(events=openai_chunks(["Hello, ", "this is the whole answer, delivered once."])))
+    r = router(vt, openai_route(stalled, ["k1"], "openai:stalled", **QUICK),
+               openai_route(healthy, ["k"], "openai:healthy", **QUICK))
+    pieces: list[str] = []
+    _, took = ask(r, True, pieces)
+    assert pieces == ["Hello, ", "this is the whole answer, delivered once."]  # nothing of the first
+    assert took < LIMIT and len(stalled.requests) == 1 and vt.sleeps == []
+    assert healthy.requests[0].body["messages"] == stalled.requests[0].body["messages"]  # nothing to continue
+    assert r.health.providers["openai:stalled"].timeouts == 1
+
+
+def test_a_stream_that_stalls_midway_is_continued_by_the_next_provider(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    a, g = servers
+    # two pieces, then silence longer than the whole-answer limit (the gap between chunks)
+    a.push(Reply(events=openai_chunks(["Hello, ", "this is ", "never sent"]), stall_after=3))
+    g.push(Reply(events=gemini_chunks(["Hello, this", " is the whole", " answer, delivered once."])))
+    r = router(vt, openai_route(a, ["k1"], timeout=0.6, connect_timeout=0.3, first_token_timeout=0.3),
+               gemini_route(g, ["g1"], **QUICK))
+    pieces: list[str] = []
+    text, took = ask(r, True, pieces)
+
+    assert text == ANSWER and pieces[:2] == ["Hello, ", "this is "]  # nothing lost, nothing twice
+    assert 0.5 < took < 5 * 0.6
+    assert len(a.requests) == 1 and vt.sleeps == []  # a stall is not retried on the same provider
+    contents = g.requests[0].body["contents"]
+    assert contents[1]["parts"] == [{"text": "Hello, this is "}]
+    assert contents[2]["parts"] == [{"text": CONTINUE_INSTRUCTION}]
+    health = r.health.providers["openai:local"]
+    assert health.timeouts == 1 and "stream stalled for 0.6 s" in (health.last_error or "")
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_stalled_gemini_hands_over_within_the_first_token_limit(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer], streaming: bool) -> None:
+    g, a = servers
+    g.respond = lambda r: Reply(hang=True)
+    a.respond = lambda r: (Reply(events=openai_chunks(["local ", "answer"])) if r.body.get("stream")
+                           else Reply(body=openai_completion("local answer")))
+    r = router(vt, gemini_route(g, ["g1", "g2"], **QUICK), openai_route(a, ["k"], **QUICK))
+    text, took = ask(r, streaming)
+    assert text == "local answer" and FIRST_TOKEN * 0.9 < took < LIMIT
+    assert len(g.requests) == 1 and vt.sleeps == []
+    health = r.health.providers["gemini:gemini-2.5-flash"]
+    expected = "no first token" if streaming else "no response"
+    assert health.timeouts == 1
+    assert health.last_error == f"LLMTimeoutError: gemini:gemini-2.5-flash: timed out: {expected} within 0.5 s"
+
+
+def test_gemini_headers_then_silence_hands_over(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    g, a = servers
+    g.push(Reply(events=gemini_chunks(["never sent"]), stall_after=0))
+    a.push(Reply(events=openai_chunks(["local ", "answer"])))
+    r = router(vt, gemini_route(g, ["g1"], **QUICK), openai_route(a, ["k"], **QUICK))
+    pieces: list[str] = []
+    _, took = ask(r, True, pieces)
+    assert pieces == ["local ", "answer"] and took < LIMIT and len(g.requests) == 1
+
+
+@pytest.mark.parametrize("provider", ["openai", "gemini"])
+def test_an_unreachable_provider_hands_over_after_the_connect_limit(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer], provider: str) -> None:
+    _, healthy = servers
+    healthy.push(Reply(body=openai_completion("reachable")))
+    limits = {"timeout": 5.0, "connect_timeout": 0.3, "first_token_timeout": 2.0}  # the connect limit governs
+    with blackhole() as url:  # connects never complete
+        first = (openai_route(url, ["k1", "k2"], "openai:gone", **limits) if provider == "openai"
+                 else gemini_route(url, ["g1", "g2"], **limits))
+        r = router(vt, first, openai_route(healthy, ["k"], "openai:healthy", **QUICK))
+        text, took = ask(r, False)
+    assert text == "reachable" and 0.25 < took < 5 * 0.3
+    assert vt.sleeps == []
+    health = r.health.providers[first.label]
+    assert health.timeouts == 1 and "no connection" in (health.last_error or "")
+
+
+def test_a_refused_connection_is_retried_briefly_then_hands_over(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    _, healthy = servers
+    healthy.push(Reply(body=openai_completion("reachable")))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    r = router(vt, openai_route(closed, ["k1"], "openai:down", **QUICK),
+               openai_route(healthy, ["k"], "openai:healthy", **QUICK))
+    text, took = ask(r, False)
+    assert text == "reachable" and took < LIMIT  # refused at once: only the (virtual) backoff waits
+    assert len(vt.sleeps) == 2 and sum(vt.sleeps) <= 2.5  # the default backoff stays small
+    assert r.health.providers["openai:down"].timeouts == 0
+
+
+def test_the_last_provider_left_may_take_the_whole_answer_limit_for_its_first_token(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    slow, other = servers
+    limits = {"timeout": 3.0, "connect_timeout": 0.3, "first_token_timeout": 0.25}
+    slow.respond = lambda r: Reply(body=openai_completion("slow but sure"), delay=0.5)
+    other.respond = lambda r: Reply(body=openai_completion("the fallback"))
+
+    # with a fallback behind it, a slow first token hands over ...
+    r = router(vt, openai_route(slow, ["k"], "openai:slow", **limits),
+               openai_route(other, ["k"], "openai:other", **limits))
+    assert run(r.chat(QUESTION)).text == "the fallback"
+    assert r.health.providers["openai:slow"].timeouts == 1
+    # ... but when every provider behind it is resting, it is the last one left and is waited for
+    r.routes[1].keys[0].cooldown_until = vt.now + 60
+    assert run(r.chat(QUESTION)).text == "slow but sure"
+    # ... and so is a provider alone in its chain
+    alone = router(vt, openai_route(slow, ["k"], "openai:slow", **limits))
+    assert run(alone.chat(QUESTION)).text == "slow but sure"
+    assert len(other.requests) == 1 and alone.health.providers["openai:slow"].timeouts == 0
+
+
+def test_a_stalled_provider_alone_fails_once_within_the_whole_answer_limit(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
+    stalled, _ = servers
+    stalled.respond = lambda r: Reply(hang=True)
+    r = router(vt, openai_route(stalled, ["k1", "k2"], timeout=0.8, connect_timeout=0.3, first_token_timeout=0.3))
+    start = time.monotonic()
+    with pytest.raises(LLMUnavailableError) as info:
+        run(r.chat(QUESTION))
+    took = time.monotonic() - start
+    assert 0.7 < took < 5 * 0.8  # the last one left is waited for up to the whole-answer limit, once
+    assert isinstance(info.value.__cause__, LLMTimeoutError) and info.value.__cause__.phase == "first_token"
+    assert info.value.failures["openai:local"] == "openai:local: timed out: no response within 0.8 s"
+    assert len(stalled.requests) == 1 and vt.sleeps == []
+
+
 # -- the resume filter on its own ---------------------------------------------------------------
 
 @pytest.mark.parametrize(("delivered", "pieces", "expected"), [
@@ -474,6 +652,36 @@ def test_create_llm_from_settings(vt: VirtualTime, servers: tuple[LLMServer, LLM
     assert used_keys(g) == ["AIzaSy-first-key-0001", "AIzaSy-second-key-0002"]  # both keys, then the fallback
     assert a.requests[0].path == "/v1/chat/completions" and "authorization" not in a.requests[0].headers
     assert [s["ready_in_seconds"] for s in r.key_status()[:2]] == [90.0, 90.0]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_create_llm_passes_the_time_limits_and_a_stalled_gemini_hands_over(
+        vt: VirtualTime, servers: tuple[LLMServer, LLMServer], streaming: bool) -> None:
+    g, a = servers
+    settings = ChatSettings.load(
+        llm_chain=f"gemini:gemini-2.5-flash, openai:qwen2.5:7b@{a.url}/v1", gemini_api_keys="g-key-1,g-key-2",
+        gemini_base_url=g.url, llm_timeout_seconds=4, llm_connect_timeout_seconds=0.3, llm_first_token_seconds=0.5)
+    r = create_llm(settings, clock=vt.clock, sleep=vt.sleep, wall_clock=vt.wall)
+    clients = [track(slot.llm) for route in r.routes for slot in route.keys]
+    assert [(c.timeout, c.connect_timeout, c.first_token_timeout) for c in clients] == [(4.0, 0.3, 0.5)] * 3
+
+    g.respond = lambda req: Reply(hang=True)
+    a.respond = lambda req: (Reply(events=openai_chunks(["local ", "answer"])) if req.body.get("stream")
+                             else Reply(body=openai_completion("local answer")))
+    text, took = ask(r, streaming)
+    assert text == "local answer" and took < 5 * 0.5
+    assert len(g.requests) == 1 and vt.sleeps == []
+    assert r.health.as_dict()["providers"]["gemini:gemini-2.5-flash"]["timeouts"] == 1
+
+
+def test_default_time_limits_hand_over_within_fifteen_seconds() -> None:
+    settings = ChatSettings.load()
+    assert (settings.llm_connect_timeout_seconds, settings.llm_first_token_seconds) == (5.0, 10.0)
+    llm = create_llm(settings).routes[0].keys[0].llm
+    assert isinstance(llm, OpenAICompatLLM)
+    assert (llm.connect_timeout, llm.first_token_timeout, llm.timeout) == (5.0, 10.0, 60.0)
+    # a stall costs the first-token limit (the connect is inside it), and a timeout is never retried
+    assert max(llm.connect_timeout, llm.first_token_timeout) <= 15.0
 
 
 def test_create_llm_defaults_and_missing_keys() -> None:

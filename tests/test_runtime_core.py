@@ -183,8 +183,8 @@ def test_messages_a_turn_answers_at_once_are_embedded_as_urgent_work(memory: Mem
         await core.submit(msg("둘", user="3"))
         await core.submit(msg("셋", user="3"))  # the third fills the batch: answered at once
         await until(lambda: model.decisions[-1:] == ["하나\n둘\n셋"])  # planning it, held in stage 2
-        await core.submit(msg("넷", user="3", mentions=("999",)))  # the batch is full: waits for the next turn
-        # (a mention: stage 2 runs on it, so the test can hold its plan)
+        await core.submit(msg("넷", user="3"))  # the batch is full: waits for the next turn
+        # (not a call: stage 2 runs on it in this active channel, so the test can hold its plan)
         model.hold.set()
         await until(lambda: replied("하나\n둘\n셋"))
         model.hold = asyncio.Event()

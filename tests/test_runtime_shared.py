@@ -342,9 +342,10 @@ def test_a_stalled_owners_late_turn_is_refused_by_the_fence(spawn: Any, redis_na
 
     async def scenario() -> None:
         await b.core.start()
+        a.core.set_active(CAFE, True)  # a message that does not call the bot gets a stage-2 decision here …
         a.model.hold = asyncio.Event()
-        await a.core.submit(msg("누리야 [t1] 거기 있어?", "m1"))
-        await until(lambda: len(a.model.decisions) == 1, 10)  # a's turn is under way, held
+        await a.core.submit(msg("[t1] 거기 있어?", "m1"))
+        await until(lambda: len(a.model.decisions) == 1, 10)  # … so a's turn is under way, held in it
         assert a.connection.client.delete(f"{redis_namespace}:lease:{key}") == 1  # a's lease lapsed
         await b.core.submit(msg("누리야 [t2] 대답해줘", "m2"))
         await until(lambda: key in b.core.held_channels, 5)

@@ -2,14 +2,16 @@
 
 The real provider client (httpx, SSE streaming, the router) talks to tests/llm_servers.py, which
 answers the gatekeeper's decision, the background extraction and the streamed reply the way a
-real server would. The chat runs in-process with an injected input and a captured console, and
-as a real subprocess on a pseudo-terminal (prompt, kernel line input, Ctrl-C). Without a
+real server would. The chat runs in-process with an injected input and a captured console, in-process
+on a pseudo-terminal (keys typed while a reply streams, over-long lines, the kernel's cut of a long
+line), and as a real subprocess on a pseudo-terminal (prompt, line input, Ctrl-C). Without a
 configured model the command must fail in one line before opening anything.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -18,6 +20,8 @@ import select
 import signal
 import subprocess
 import sys
+import termios
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -125,7 +129,8 @@ def test_chat_through_its_input_stream(server: LLMServer, tmp_path: Path) -> Non
     assert "unknown command /nope" in out
     assert "erased 1 fact(s)" in out, out
     assert "/forget" in out and "/quit" in out, "/help lists the commands"
-    assert counts["stream"] == 2 and counts["decision"] == 2, counts
+    # every terminal line is a call: answered without a stage-2 decision (one model call per reply)
+    assert counts["stream"] == 2 and counts["decision"] == 0, counts
     # Nothing lost: the message after /forget is in long-term memory, the erased one is not.
     with Memory(db) as memory:
         hits = memory.search("보리는 세 살", k=5, scope={"user": LOCAL_USER})
@@ -235,3 +240,187 @@ def test_streamed_edits_print_only_what_is_new() -> None:
     assert lines[1].startswith("누리: 낱말0 ") and lines[2].startswith("누리: 낱말25"), lines
     assert " ".join(lines[1:3]).replace("누리: ", "").split() == words, lines
     assert lines[3:] == ["누리 (edited): 다시 쓴 답"], lines
+
+
+# -- on a pseudo-terminal, in-process ---------------------------------------------------------------
+def pty_settings(server: LLMServer, db: Path, **overrides: Any) -> ChatSettings:
+    return ChatSettings.load(db=str(db), llm_chain="openai:test-model", openai_base_url=f"{server.url}/v1",
+                             llm_max_retries=0, **{"language": "ko", **overrides})
+
+
+class PtyChat:
+    """`gieok chat` on a pseudo-terminal, in a thread of this process: the chat reads the slave
+    side (with the kernel's real terminal behaviour) and its console writes there; the test types
+    on the master side and reads what the terminal shows."""
+
+    def __init__(self, settings: ChatSettings) -> None:
+        self.master, self.slave = os.openpty()
+        self.out = open(self.slave, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 (closed in close())
+        console = Console(file=self.out, width=120, color_system=None, highlight=False)
+        self.chat = TerminalChat(settings, user_name="민지", input_fd=self.slave, console=console)
+        self.seen = bytearray()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self.chat.run())
+        except BaseException as exc:  # reported by quit()
+            self.errors.append(exc)
+
+    def type(self, text: str) -> None:
+        """Keys as a terminal sends them, in a thread: a long paste fills the kernel's buffer while
+        the chat echoes it, so writing it all before reading the screen would stall both sides."""
+        data = text.encode()
+
+        def write() -> None:
+            view = memoryview(data)
+            with contextlib.suppress(OSError):  # the test failed and hung up first
+                while view:
+                    view = view[os.write(self.master, view):]
+
+        threading.Thread(target=write, daemon=True).start()
+
+    def until(self, wanted: Callable[[str], bool], timeout: float = 10) -> str:
+        return read_until(self.master, wanted, timeout, self.seen).replace("\r\n", "\n")
+
+    @property
+    def screen(self) -> str:
+        return self.seen.decode("utf-8", errors="replace").replace("\r\n", "\n")
+
+    def quit(self) -> None:
+        self.type("/quit\n")
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive(), f"the chat did not end; the terminal showed:\n{self.screen}"
+        assert not self.errors, self.errors
+
+    def close(self) -> None:
+        os.close(self.master)  # a hang-up: a chat still reading sees the end of its input
+        self.thread.join(timeout=10)
+        with contextlib.suppress(OSError):  # what is left to flush goes nowhere after the hang-up
+            self.out.close()
+        os.close(self.slave)
+
+
+def gate_first_stream(server: LLMServer, pieces_before: int) -> threading.Event:
+    """Hold the first streamed reply after its first `pieces_before` pieces until the event is set."""
+    respond, gate, held = server.respond, threading.Event(), []
+    assert respond is not None
+
+    def gated(received: Received) -> Reply:
+        reply = respond(received)
+        if reply.events is not None and not held:
+            held.append(True)
+            events = list(reply.events)
+
+            def slowly() -> Iterator[str]:  # the server writes and flushes each event as it comes
+                yield from events[: 1 + pieces_before]  # the role chunk, then the pieces
+                gate.wait(10)
+                yield from events[1 + pieces_before:]
+
+            reply.events = slowly()  # type: ignore[assignment]
+        return reply
+
+    server.respond = gated
+    return gate
+
+
+def stored_texts(db: Path, query: str) -> list[str]:
+    with Memory(db) as memory:
+        return [h.block.text for h in memory.search(query, k=10, scope={"user": LOCAL_USER}).hits]
+
+
+def test_keys_typed_while_a_reply_streams_wait_for_the_next_prompt(server: LLMServer, tmp_path: Path) -> None:
+    counts = scripted_server(server)
+    gate = gate_first_stream(server, pieces_before=1)
+    db = tmp_path / "typeahead.db"
+    term = PtyChat(pty_settings(server, db))
+    try:
+        term.until(lambda t: t.endswith("민지> "))
+        term.type("누리야 안녕! 우리 집 고양이 이름은 보리야\n")
+        drawn = f"누리: {REPLY_PIECES[0].rstrip()}"
+        term.until(lambda t: drawn in t)  # the reply is being drawn, and held there
+        # A whole line, and the start of another, typed meanwhile: not echoed into the reply.
+        term.type("보리는 세 살이야\n보리는 ")
+        time.sleep(0.2)  # a wrong echo would show by now
+        shown = term.until(lambda t: True)
+        assert "세 살" not in shown and shown.endswith(drawn), shown
+        gate.set()
+        # After the reply: the typed line at the next prompt, sent, answered; then the half line waits.
+        term.until(lambda t: t.count(REPLY) == 2 and t.endswith("민지> 보리는 "))
+        term.type("생선을 좋아해\n")
+        term.until(lambda t: t.count(REPLY) == 3 and t.endswith("민지> "))
+        term.quit()
+    finally:
+        gate.set()
+        term.close()
+    lines = term.screen.split("\n")
+    first = lines.index("민지> 누리야 안녕! 우리 집 고양이 이름은 보리야")
+    assert lines[first + 1:first + 6] == [f"누리: {REPLY}", "민지> 보리는 세 살이야", f"누리: {REPLY}",
+                                          "민지> 보리는 생선을 좋아해", f"누리: {REPLY}"], lines
+    assert counts["stream"] == 3, counts
+    texts = stored_texts(db, "보리는 세 살이야 생선")
+    assert "보리는 세 살이야" in texts and "보리는 생선을 좋아해" in texts, texts
+
+
+def test_an_over_long_line_is_refused_and_normal_lines_are_edited(server: LLMServer, tmp_path: Path) -> None:
+    counts = scripted_server(server)
+    db = tmp_path / "long.db"
+    term = PtyChat(pty_settings(server, db))
+    try:
+        term.until(lambda t: t.endswith("민지> "))
+        # 4,001 Hangul syllables: 12,004 bytes with the newline, three times the kernel's line buffer.
+        term.type("가" * 4001 + "\n")
+        term.until(lambda t: "4,000자까지" in t and t.endswith("민지> "))
+        # Backspace erases a wide character, an arrow key is ignored.
+        term.type("보리눈\x7f는 귀여워\x1b[D\n")
+        term.until(lambda t: REPLY in t and t.endswith("민지> "))
+        term.quit()
+    finally:
+        term.close()
+    refusals = [line for line in term.screen.split("\n") if "보내지 않았어요" in line]
+    assert refusals == ["(보내지 않았어요: 메시지가 4,001자예요. 한 번에 4,000자까지 보낼 수 있어요 — "
+                        "줄이거나 나눠서 보내 주세요)"], term.screen[-2000:]
+    assert "민지> 보리는 귀여워\n" in term.screen.replace("눈\b\b  \b\b", ""), term.screen[-500:]
+    assert counts["stream"] == 1, counts
+    assert not any("가가가" in json.dumps(r.body, ensure_ascii=False) for r in server.requests)
+    texts = stored_texts(db, "보리는 귀여워 가가가")
+    assert "보리는 귀여워" in texts and not any("가가가" in t for t in texts), texts
+
+
+def test_a_line_the_terminal_cut_is_refused_in_english(server: LLMServer, tmp_path: Path) -> None:
+    """Output that is not a terminal: the kernel edits the lines (canonical mode) and cuts a long
+    one at its buffer; such a line is refused, the next one is read whole."""
+    counts = scripted_server(server)
+    db = tmp_path / "cut.db"
+    master, slave = os.openpty()
+    mode = termios.tcgetattr(slave)
+    mode[3] &= ~termios.ECHO  # nobody reads the echo here
+    termios.tcsetattr(slave, termios.TCSANOW, mode)
+    buffer = io.StringIO()
+    chat = TerminalChat(pty_settings(server, db, language="en", max_input_chars=20), user_name="민지",
+                        input_fd=slave, console=Console(file=buffer, width=300, color_system=None))
+    assert chat.interactive
+    lines = b"x" * 5000 + b"\n" + ("a" * 21 + "\n").encode() + "보리는 귀여워\n/quit\n".encode()
+
+    def write() -> None:  # the kernel takes the next line once the chat has read the first
+        view = memoryview(lines)
+        while view:
+            view = view[os.write(master, view):]
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        asyncio.run(chat.run())
+    finally:
+        writer.join(timeout=5)
+        os.close(master)
+        os.close(slave)
+    out = buffer.getvalue()
+    if sys.platform.startswith("linux"):
+        assert "(not sent: the line was too long for the terminal to read whole; a line can be at most 4,095 bytes " \
+               "(about 1,365 Korean characters) — send it in parts)" in out, out
+    assert "(not sent: the message is 21 characters long; the limit is 20 — shorten it or send it in parts)" in out
+    assert out.count(REPLY) == 1 and counts["stream"] == 1, out
+    assert "xxx" not in out, "nothing of the cut line is shown or sent"

@@ -114,7 +114,11 @@ class ChatSettings(Settings):
     gemini_api_keys: tuple[str, ...] = setting((), parse=key_list, secret=True)  # comma-separated, round-robin
     openai_api_keys: tuple[str, ...] = setting((), parse=key_list, secret=True)  # comma-separated, round-robin
     openai_json_mode: str = setting("json_schema", one_of("json_schema", "json_object", "prompt"))
-    llm_timeout_seconds: float = setting(60.0, positive)
+    llm_timeout_seconds: float = setting(60.0, positive)  # a whole answer, once it has started
+    # a provider not connected within this → the next key or provider (no retry on the same one)
+    llm_connect_timeout_seconds: float = setting(5.0, positive)
+    # a provider with no first token (a stream) or no answer (a JSON call) within this → the next one
+    llm_first_token_seconds: float = setting(10.0, positive)
     llm_max_retries: int = setting(2, not_negative)  # backoff retries of a 5xx/timeout per provider before the next one
     # first backoff; doubles each retry, plus up to as much jitter
     llm_backoff_seconds: float = setting(0.5, not_negative)
@@ -147,7 +151,9 @@ class ChatSettings(Settings):
     # short of analysis_every (the server's background duties; after a restart too)
     extraction_idle_seconds: float = setting(300.0, positive)
     recall_k: int = setting(5, at_least(1))
-    max_input_chars: int = setting(2000, at_least(1))
+    # a message longer than this is refused (Discord's own limit, Nitro); longer than the prompt's
+    # budget_input, it is stored whole and shortened only in the prompt, with a marker
+    max_input_chars: int = setting(4000, at_least(1))
     guard_threshold: float = setting(0.7, probability)  # pattern score at which a message is flagged
     # classifier probability at which a message is flagged (chosen on dev data: gieok bench guard --calibrate)
     guard_classifier_threshold: float = setting(0.72, probability)
@@ -174,6 +180,13 @@ class ChatSettings(Settings):
     rate_limit_channel_seconds: float = setting(20.0, not_negative)  # one unsolicited reply per channel per this long
     rate_limit_global_seconds: float = setting(5.0, not_negative)  # …and one across all channels per this long
     rate_bypass_confidence: float = setting(0.9, probability)  # stage-1 confidence at which a message bypasses them
+    # replies to calls: per user and per channel, token buckets (owners and moderators bypass); 0 = no limit
+    user_limit_calls: int = setting(5, not_negative)  # one user's calls answered per user_limit_seconds
+    user_limit_seconds: float = setting(60.0, positive)
+    channel_limit_calls: int = setting(20, not_negative)  # calls answered per channel per channel_limit_seconds
+    channel_limit_seconds: float = setting(60.0, positive)
+    # estimated model tokens (prompts and answers, every call) per guild per day in `timezone`; 0 = no budget
+    guild_daily_tokens: int = setting(0, not_negative)
     stream_edit_seconds: float = setting(1.0, positive)  # streaming replies are edited at most this often
     reply_max_chars: int = setting(2000, between(100, 4000))  # a longer reply is sent as several messages
     self_corrections: tuple[tuple[str, str], ...] = setting((), parse=corrections)  # "wrong=>right;…"

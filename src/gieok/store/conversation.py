@@ -283,6 +283,10 @@ class ConversationStore(Protocol):
 
     def set_active(self, scope_key: str, active: bool, when: float, by: str | None = None) -> None: ...
 
+    def usage_add(self, scope: str, day: str, tokens: int, calls: int = 1) -> int: ...
+
+    def usage_of(self, scope: str, day: str) -> int: ...
+
 
 class ConversationTables:
     """`ConversationStore` in SQL that SQLite and PostgreSQL both speak. `ConversationTables(store)`
@@ -300,12 +304,18 @@ class ConversationTables:
                   fence: int | None = None) -> L1Row:
         """Insert a message and trim the conversation to its newest `keep` rows — but never
         drop a row whose turn block is not written yet (it would be lost). `fence`: the writer's
-        fencing token for the conversation (`check_fence`), checked in the same transaction."""
+        fencing token for the conversation (`check_fence`), checked in the same transaction. An
+        `external_id` not taken yet is taken for this row (`messages_known` finds it: a deletion
+        where it was sent erases it)."""
         with self.store.transaction() as conn:
             if fence is not None:
                 check_fence(conn, scope_key, fence)
             message_id = _l1_insert(conn, scope_key, role, content, user_id, display_name, created_at, addressed,
                                     flagged, external_id, keep)
+            if external_id is not None:
+                conn.execute("INSERT INTO message_ids(scope_key, external_id, message_id, created_at) "
+                             "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", (scope_key, external_id, message_id,
+                                                                            created_at))
         return L1Row(message_id, scope_key, role, content, user_id, display_name, created_at, addressed, flagged,
                      external_id, None)
 
@@ -760,6 +770,19 @@ class ConversationTables:
                              "activated_by = excluded.activated_by", (scope_key, when, by))
             else:
                 conn.execute("DELETE FROM active_channels WHERE scope_key = ?", (scope_key,))
+
+    def usage_add(self, scope: str, day: str, tokens: int, calls: int = 1) -> int:
+        """Add to a guild's model usage of a day (every process of a deployment adds to the same row);
+        returns the day's tokens so far."""
+        with self.store.transaction() as conn:
+            conn.execute("INSERT INTO model_usage(scope, day, tokens, calls) VALUES (?, ?, ?, ?) "
+                         "ON CONFLICT(scope, day) DO UPDATE SET tokens = model_usage.tokens + excluded.tokens, "
+                         "calls = model_usage.calls + excluded.calls", (scope, day, tokens, calls))
+        return self.usage_of(scope, day)
+
+    def usage_of(self, scope: str, day: str) -> int:
+        rows = self._rows("SELECT tokens FROM model_usage WHERE scope = ? AND day = ?", (scope, day))
+        return int(rows[0][0]) if rows else 0
 
 
 def _apply_fact_changes(conn: SqlWriter, changes: FactChanges) -> None:

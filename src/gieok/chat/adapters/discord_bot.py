@@ -1,28 +1,42 @@
 """The Discord adapter: discord.py in, the transport-agnostic runtime (runtime/core.py) behind.
 
-Only this module knows Discord. It turns each `discord.Message` into an `InboundMessage`, hands
-the runtime an `Outbox` that sends replies (as replies, chunked by the runtime, mentions limited
-to users), edits and shows typing, and offers the commands an operator needs, as prefix and
-slash commands: here / leave / status / timer / forgetme / summary, and for the owner sync and
-lore. Shutting down flushes everything (queued turns, background extraction, pending L1).
+Only this module knows Discord. It turns each `discord.Message` into an `InboundMessage` whose
+text keeps everything said: mentions as names with their ids, attachments, stickers, embeds and
+forwards as bracketed lines (`[image: cat.png]`), so a message with no text is not lost. Edits and
+deletions reach the memory through discord.py's raw events (messages out of its cache too). It
+hands the runtime an `Outbox` that sends replies (as replies, chunked by the runtime, mentions
+limited to users), edits and shows typing, and offers the commands an operator needs, as prefix
+and slash commands: here / leave / status / timer / forgetme / summary, and for the owner sync
+and lore. Owners and moderators' messages are marked privileged (the runtime's limits spare them).
+
+Starting checks what Discord would otherwise refuse late, before the slow model warm-up: the
+token (log-in), the Message Content intent (the application's flags) and the network, each a
+one-line `GieokError`. Shutting down flushes everything (queued turns, background extraction,
+pending L1).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import mimetypes
 import os
-from collections.abc import Iterator
+import re
+import signal
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
+from urllib.parse import urlsplit
 
+import aiohttp
 import discord
 from discord.ext import commands
 
 from ...coordination import RedisConnection, SharedEventLog
-from ...errors import ConfigError
+from ...errors import ConfigError, GieokError
 from ...memory import Memory
 from ...types import DEFAULT_TENANT
 from ..compose import Bot, build_bot
@@ -33,13 +47,30 @@ from ..runtime.core import BotCore, ChannelRef, InboundMessage
 from ..runtime.shared_channels import SharedChannels
 from ..settings import ChatSettings
 
-__all__ = ["GieokBot", "DiscordOutbox", "USERS_ONLY", "inbound_from", "ref_of", "DiscordRun", "discord_token",
-           "opened_discord_bot", "run_discord_bot"]
+__all__ = ["GieokBot", "DiscordOutbox", "USERS_ONLY", "inbound_from", "message_text", "ref_of", "DiscordRun",
+           "discord_token", "opened_discord_bot", "run_until_stopped", "run_discord_bot"]
 
 log = logging.getLogger(__name__)
 
 # Replies may mention users (and the person replied to), never @everyone or roles.
 USERS_ONLY = discord.AllowedMentions(everyone=False, users=True, roles=False, replied_user=True)
+
+LOGIN_TIMEOUT_S = 30.0  # the log-in's two requests; aiohttp alone would wait up to 5 minutes
+EMBED_CHARS = 300  # of an embed's text in the message (a link preview or a bot's card, not an article)
+MEDIA_KINDS = ("image", "video", "audio")  # an attachment of another type is a [file: …]
+
+BAD_TOKEN = ("Discord refused the token ({detail}): reset it in the developer portal, Bot → Reset Token, "
+             "and set DISCORD_TOKEN")
+UNREACHABLE = ("cannot reach Discord ({host}): check the network (DNS, proxy, firewall) and start again "
+               "({detail})")
+NO_MESSAGE_CONTENT = ("the Message Content intent is not enabled for this bot: developer portal → Bot → "
+                      "Privileged Gateway Intents → Message Content Intent")
+NETWORK_FAILURES = (aiohttp.ClientError, OSError, TimeoutError)  # aiohttp's connector errors are OSErrors too
+
+_USER_MENTION = re.compile(r"<@!?(\d+)>")
+_ROLE_MENTION = re.compile(r"<@&(\d+)>")
+_CHANNEL_MENTION = re.compile(r"<#(\d+)>")
+_CUSTOM_EMOJI = re.compile(r"<a?:(\w+):\d+>")
 
 TEXTS = {
     "ko": {
@@ -67,17 +98,101 @@ def ref_of(channel: Any) -> ChannelRef:
     return ChannelRef(str(channel.id), str(guild.id) if guild is not None else None)
 
 
-def inbound_from(message: discord.Message, bot_user: discord.abc.User | None) -> InboundMessage:
+def _name_of(user: discord.abc.User) -> str:
+    return getattr(user, "display_name", None) or user.name
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _readable(content: str, message: discord.Message | None, bot_user: discord.abc.User | None) -> str:
+    """Discord's markup as a person reads it: `<@123>` → `@민지 (<user:123>)` (the id is how the
+    memory knows people; the bot is just `@name`), `<@&1>` → `@role`, `<#2>` → `#channel`,
+    `<:cat:3>` → `:cat:`. What the message does not resolve stays as it was (a user: `<user:id>`)."""
+    users = {u.id: u for u in message.mentions} if message is not None else {}
+    roles = {r.id: r.name for r in message.role_mentions} if message is not None else {}
+    channels = {c.id: c.name for c in message.channel_mentions} if message is not None else {}
+
+    def user(match: re.Match[str]) -> str:
+        uid = int(match[1])
+        found = users.get(uid)
+        if bot_user is not None and uid == bot_user.id:
+            return f"@{_name_of(found or bot_user)}"
+        return f"@{_name_of(found)} (<user:{uid}>)" if found is not None else f"<user:{uid}>"
+
+    content = _USER_MENTION.sub(user, content)
+    content = _ROLE_MENTION.sub(lambda m: f"@{roles[int(m[1])]}" if int(m[1]) in roles else m[0], content)
+    content = _CHANNEL_MENTION.sub(lambda m: f"#{channels[int(m[1])]}" if int(m[1]) in channels else m[0], content)
+    return _CUSTOM_EMOJI.sub(r":\1:", content)
+
+
+def _attachment_line(attachment: discord.Attachment) -> str:
+    content_type = attachment.content_type or mimetypes.guess_type(attachment.filename)[0] or ""
+    kind = content_type.split("/", 1)[0]
+    return f"[{kind if kind in MEDIA_KINDS else 'file'}: {attachment.filename}]"
+
+
+def _embed_line(embed: discord.Embed) -> str | None:
+    parts = [part for part in (embed.title, embed.description) if part]
+    parts += [f"{field.name}: {field.value}" for field in embed.fields if field.name or field.value]
+    if not parts and embed.author.name:
+        parts.append(embed.author.name)
+    return f"[embed: {_clip(' — '.join(parts), EMBED_CHARS)}]" if parts else None
+
+
+def _lines(content: str, attachments: Sequence[discord.Attachment], stickers: Sequence[discord.StickerItem],
+           embeds: Sequence[discord.Embed]) -> list[str]:
+    lines = [content] if content.strip() else []
+    lines += [_attachment_line(a) for a in attachments]
+    lines += [f"[sticker: {s.name}]" for s in stickers]
+    lines += [line for line in map(_embed_line, embeds) if line is not None]
+    return lines
+
+
+def message_text(message: discord.Message, bot_user: discord.abc.User | None) -> str:
+    """Everything the message says, as text: its words (mentions as names), then a line for each
+    attachment, sticker and embed, a poll and a forwarded message. Data, not UI: the same bracket
+    form whatever the bot's language. Empty only when the message said nothing at all."""
+    lines = _lines(_readable(message.content, message, bot_user), message.attachments, message.stickers,
+                   message.embeds)
+    if message.poll is not None:
+        answers = " / ".join(answer.text for answer in message.poll.answers)
+        lines.append(f"[poll: {_clip(message.poll.question, EMBED_CHARS)} — {_clip(answers, EMBED_CHARS)}]")
+    for snapshot in message.message_snapshots:
+        forwarded = _lines(_readable(snapshot.content, None, bot_user), snapshot.attachments, snapshot.stickers,
+                           snapshot.embeds)
+        if forwarded:
+            lines.append("[forwarded: " + "\n".join(forwarded) + "]")
+    return "\n".join(lines)
+
+
+def inbound_from(message: discord.Message, bot_user: discord.abc.User | None, *,
+                 privileged: bool = False) -> InboundMessage:
     reply_to_bot = False
     reference = message.reference
     if reference is not None and bot_user is not None:
         resolved = reference.resolved
         reply_to_bot = isinstance(resolved, discord.Message) and resolved.author.id == bot_user.id
     return InboundMessage(
-        ref_of(message.channel), str(message.author.id), message.content,
-        display_name=getattr(message.author, "display_name", None) or message.author.name,
-        message_id=str(message.id), mentions=tuple(str(u.id) for u in message.mentions),
-        reply_to_bot=reply_to_bot, timestamp=message.created_at.timestamp())
+        ref_of(message.channel), str(message.author.id), message_text(message, bot_user),
+        display_name=_name_of(message.author), message_id=str(message.id),
+        mentions=tuple(str(u.id) for u in message.mentions), reply_to_bot=reply_to_bot,
+        timestamp=message.created_at.timestamp(), privileged=privileged)
+
+
+def _raw_ref(channel_id: int, guild_id: int | None) -> ChannelRef:
+    return ChannelRef(str(channel_id), str(guild_id) if guild_id is not None else None)
+
+
+
+def _network_failure(exc: BaseException | None) -> TypeGuard[BaseException]:
+    return isinstance(exc, NETWORK_FAILURES)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 class DiscordOutbox:
@@ -132,27 +247,121 @@ class GieokBot(commands.Bot):
 
     async def setup_hook(self) -> None:
         await self.add_cog(GieokCommands(self))
+
+    async def login(self, token: str) -> None:
+        """discord.py's log-in (the token: GET /users/@me, then the application), then what must
+        hold before the gateway, cheapest first: the Message Content intent, then the models warm
+        (seconds), then the core joins the other processes (Redis). Discord's refusals come as
+        one-line `GieokError`s before anything slow — not as a traceback after the warm-up."""
+        host = urlsplit(discord.http.Route.BASE).netloc
+        try:
+            await asyncio.wait_for(super().login(token), LOGIN_TIMEOUT_S)
+        except discord.LoginFailure as exc:
+            cause = exc.__cause__
+            detail = cause.text if isinstance(cause, discord.HTTPException) and cause.text else str(exc)
+            raise ConfigError(BAD_TOKEN.format(detail=detail)) from None
+        except NETWORK_FAILURES as exc:
+            raise GieokError(UNREACHABLE.format(host=host, detail=_one_line(exc))) from None
+        except discord.HTTPException as exc:  # a 5xx, Cloudflare's 429: Discord is there but not answering
+            raise GieokError(f"Discord ({host}) did not accept the log-in: {exc.status} {_one_line(exc)}; "
+                             f"try again later") from None
+        flags = self.application.flags if self.application is not None else None
+        if self.intents.message_content and flags is not None and not (
+                flags.gateway_message_content or flags.gateway_message_content_limited):
+            raise ConfigError(NO_MESSAGE_CONTENT)  # else the gateway would close with 4014 after the warm-up
         if self.core is not None:
+            await asyncio.to_thread(self.core.pipeline.warm)  # the first message is answered at warm speed
             await self.core.start()  # with Redis: join the other processes before the first message
+
+    async def connect(self, *, reconnect: bool = True) -> None:
+        try:
+            await super().connect(reconnect=reconnect)
+        except discord.PrivilegedIntentsRequired:  # close code 4014: the intent was switched off since
+            raise ConfigError(NO_MESSAGE_CONTENT) from None
+        except Exception as exc:
+            # discord.py retries a connection it lost, but a first one that never opened (the
+            # gateway unreachable) ends in its own AttributeError (2.7: `self.ws.sequence`).
+            failure = exc if _network_failure(exc) else exc.__context__
+            if self.ws is not None or not _network_failure(failure):
+                raise
+            host = discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY.host
+            raise GieokError(UNREACHABLE.format(host=host, detail=_one_line(failure))) from None
 
     async def on_ready(self) -> None:
         if self.user is not None and self.core is not None:
             self.core.set_bot_user(str(self.user.id))
         log.info("connected as %s", self.user)
 
+    def _ignored(self, author: discord.abc.User) -> bool:
+        return self.core is None or author.bot or (self.user is not None and author.id == self.user.id)
+
+    async def privileged(self, author: discord.abc.User) -> bool:
+        """An owner of the bot, or a moderator where they speak (in a DM only owners): the
+        runtime's per-user and per-channel limits do not apply to them."""
+        with contextlib.suppress(discord.HTTPException, *NETWORK_FAILURES):  # no owner_ids: asked once
+            if await self.is_owner(author):
+                return True
+        permissions = getattr(author, "guild_permissions", None)  # a Member: the message is in a guild
+        return permissions is not None and (permissions.administrator or permissions.manage_guild
+                                            or permissions.manage_messages)
+
     async def on_message(self, message: discord.Message) -> None:
-        if self.core is None or message.author.bot or (self.user is not None and message.author.id == self.user.id):
+        if self._ignored(message.author):
             return
         context = await self.get_context(message)
         if context.valid:
             await self.invoke(context)
             return
-        if not message.content.strip():
-            return  # attachments only: nothing to converse about
+        assert self.core is not None
         try:
-            await self.core.submit(inbound_from(message, self.user))
+            inbound = inbound_from(message, self.user, privileged=await self.privileged(message.author))
+            if not inbound.content.strip():
+                return  # nothing said at all (a system message)
+            await self.core.submit(inbound)
+        except GieokError as exc:  # refused (too long, shutting down …): one line, the handler carries on
+            log.warning("message %s not taken in: %s", message.id, exc)
         except Exception:
             log.exception("could not take message %s in", message.id)
+
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        """An edit, cached or not. Only a change of what was said counts: Discord also sends an
+        update when a link's preview unfurls or a message is pinned (no edit time, or the same text)."""
+        message = payload.message
+        if self._ignored(message.author) or not payload.data.get("edited_timestamp"):
+            return
+        text = message_text(message, self.user)
+        before = payload.cached_message
+        if not text.strip() or (before is not None and message_text(before, self.user) == text):
+            return
+        assert self.core is not None
+        edited = InboundMessage(_raw_ref(payload.channel_id, payload.guild_id), str(message.author.id), text,
+                                display_name=_name_of(message.author), message_id=str(message.id),
+                                timestamp=message.created_at.timestamp())
+        try:
+            changed = await self.core.edit(edited)
+        except GieokError as exc:
+            log.warning("edit of message %s not applied: %s", message.id, exc)
+            return
+        log.info("message %s edited in channel %s: %s", message.id, payload.channel_id,
+                 "stored text replaced" if changed else "nothing stored changed")
+
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        await self._erase(_raw_ref(payload.channel_id, payload.guild_id), [str(payload.message_id)])
+
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        await self._erase(_raw_ref(payload.channel_id, payload.guild_id),
+                          [str(i) for i in sorted(payload.message_ids)])
+
+    async def _erase(self, ref: ChannelRef, message_ids: list[str]) -> None:
+        """Deleted in Discord, erased here: what was said and what came from it."""
+        if self.core is None:
+            return
+        try:
+            erased = await self.core.delete(ref, message_ids)
+        except GieokError as exc:
+            log.warning("deletion of %d message(s) in channel %s not applied: %s", len(message_ids), ref.channel, exc)
+            return
+        log.info("%d message(s) deleted in channel %s: %d erased from memory", len(message_ids), ref.channel, erased)
 
     async def close(self) -> None:
         if self.core is not None and not self._closed_core:
@@ -212,6 +421,9 @@ class GieokCommands(commands.Cog):
         if confirm.strip().lower() not in {"confirm", "yes", "확인"}:
             await ctx.reply(self.bot.texts["forget_ask"].format(prefix=self.bot.prefix), allowed_mentions=USERS_ONLY)
             return
+        await ctx.defer()  # slash: answers Discord's 3-second deadline; the erasure takes longer
+        if ctx.interaction is None:
+            await ctx.typing()  # prefix: defer does nothing there; one typing indicator instead
         await self.core.pipeline.drain()  # an extraction still running would write facts back
         result = await asyncio.to_thread(self.core.pipeline.forget_user, str(ctx.author.id))
         await ctx.reply(self.bot.texts["forget_done"].format(**result), allowed_mentions=USERS_ONLY)
@@ -268,10 +480,11 @@ class DiscordRun:
 
 @contextmanager
 def opened_discord_bot(settings: ChatSettings, *, publish_events: bool = True) -> Iterator[DiscordRun]:
-    """Memory → pipeline (stage 2 on the configured model) → runtime → Discord client, checked
-    before anything opens; the memory and Redis close when the block ends. `publish_events`: with
-    Redis, the memory's events go to the shared stream every server reads (a server running in
-    this process takes them itself)."""
+    """Memory → pipeline (stage 2 on the configured model) → runtime → Discord client, the
+    settings checked before anything opens; the memory and Redis close when the block ends. The
+    models warm when the client starts (`GieokBot.login`), after Discord accepted the token.
+    `publish_events`: with Redis, the memory's events go to the shared stream every server reads
+    (a server running in this process takes them itself)."""
     token = discord_token(settings)
     require_llm(settings)
     if settings.discord_shard_id >= settings.discord_shard_count:
@@ -288,7 +501,6 @@ def opened_discord_bot(settings: ChatSettings, *, publish_events: bool = True) -
             memory.listener = SharedEventLog(redis, settings.event_buffer,
                                              sequences=memory.store.event_sequences).listener(DEFAULT_TENANT)
         bot = build_bot(settings, memory, outbox=client.outbox, tools=default_tools(settings), shared=shared)
-        bot.pipeline.warm()  # before logging in: the first message is answered at warm speed
         client.attach(bot.core)
         yield DiscordRun(client, bot, token)
     finally:
@@ -297,8 +509,30 @@ def opened_discord_bot(settings: ChatSettings, *, publish_events: bool = True) -
             redis.close()
 
 
+async def run_until_stopped(client: GieokBot, token: str) -> None:
+    """`Client.run`'s life — log in, connect, close the client (and so the core) however it ends —
+    with SIGTERM too: like Ctrl-C in `asyncio.run`, it cancels this task, and the close is graceful."""
+    loop = asyncio.get_running_loop()
+    this = asyncio.current_task()
+    assert this is not None
+    handled = False
+    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread, Windows
+        loop.add_signal_handler(signal.SIGTERM, this.cancel)
+        handled = True
+    try:
+        async with client:
+            await client.start(token)
+    finally:
+        if handled:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+
 def run_discord_bot(settings: ChatSettings) -> None:
-    """`gieok bot`: the Discord bot until Ctrl-C / SIGTERM (discord.py then closes the client, and
-    so the core, gracefully). With the server beside it: `gieok.server.beside.run_discord_bot_with_server`."""
+    """`gieok bot`: the Discord bot until Ctrl-C / SIGTERM (the client, and so the core, then close
+    gracefully). Discord's refusals (token, intent, network) are one-line errors before the models
+    load. With the server beside it: `gieok.server.beside.run_discord_bot_with_server`."""
     with opened_discord_bot(settings) as run:
-        run.client.run(run.token, log_handler=None)
+        try:
+            asyncio.run(run_until_stopped(run.client, run.token))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            return  # Ctrl-C or SIGTERM: everything was flushed on the way out

@@ -16,7 +16,18 @@ Input is read line by line on demand, in a daemon thread, so the event loop (bac
 extraction, streaming) keeps running while the user types. Real stdin is read with `os.read`
 on its file descriptor rather than through `sys.stdin`: a thread blocked in a buffered read
 would hold the buffer's lock when Ctrl-C ends the program, and the interpreter aborts at exit
-if it cannot take that lock. In a terminal the kernel's line editing still applies.
+if it cannot take that lock.
+
+In a terminal (stdin and the console both on one), lines are edited here, not by the kernel:
+the terminal is put in non-canonical mode without echo for the whole chat (Ctrl-C and Ctrl-Z
+still signal), and what is typed is echoed only while a line is being read. So keys typed while
+a reply streams are not mixed into it: they wait, unseen, and after the reply they appear at the
+next prompt as if typed there (a finished line is then sent as the next message, a half-typed
+one is left to finish). It also lifts the kernel's limit on a line (4,095 bytes on Linux: longer
+ones are cut without a word). Backspace, Ctrl-U, Ctrl-W and Ctrl-D work as in the kernel's
+editing; arrow keys and other escape sequences are ignored. Elsewhere (a pipe, or output that is
+not a terminal) lines are read as they come; a terminal's line that reached the kernel's limit
+is refused as cut. A line longer than max_input_chars is refused with its length, never cut.
 """
 
 from __future__ import annotations
@@ -27,12 +38,15 @@ import contextlib
 import getpass
 import itertools
 import os
+import select
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.table import Table
@@ -64,6 +78,20 @@ COMMANDS = {
     "/forget": "erase your facts and messages (asks first)",
     "/help": "this list",
     "/quit": "leave (so do Ctrl-D and Ctrl-C)",
+}
+
+# Why a line was not sent, in the bot's `language` (English for any other).
+TOO_LONG = {
+    "ko": "(보내지 않았어요: 메시지가 {length:,}자예요. 한 번에 {limit:,}자까지 보낼 수 있어요 — "
+          "줄이거나 나눠서 보내 주세요)",
+    "en": "(not sent: the message is {length:,} characters long; the limit is {limit:,} — shorten it or send it "
+          "in parts)",
+}
+CUT_BY_TERMINAL = {
+    "ko": "(보내지 않았어요: 줄이 너무 길어서 터미널이 끝까지 읽지 못했어요. 한 줄은 {limit:,}바이트"
+          "(한글 약 {hangul:,}자)까지 읽을 수 있어요 — 나눠서 보내 주세요)",
+    "en": "(not sent: the line was too long for the terminal to read whole; a line can be at most {limit:,} bytes "
+          "(about {hangul:,} Korean characters) — send it in parts)",
 }
 
 
@@ -157,14 +185,40 @@ class TerminalOutbox:
         self._close_line()
 
 
+class _CutLine(str):
+    """A line a terminal in canonical mode cut at `limit` bytes (the kernel drops the rest silently)."""
+
+    limit: int
+
+    def __new__(cls, text: str, limit: int) -> _CutLine:
+        line = super().__new__(cls, text)
+        line.limit = limit
+        return line
+
+
+def _canonical_limit(fd: int) -> int | None:
+    """The most bytes of one line a terminal in canonical mode hands over (None: not a terminal).
+    Linux keeps N_TTY_BUF_SIZE (4096) bytes, one of them for the newline; other systems say MAX_CANON."""
+    if not _isatty(fd):
+        return None
+    if sys.platform.startswith("linux"):
+        return 4095
+    try:
+        return max(1, os.fpathconf(fd, "PC_MAX_CANON") - 1)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 class _FdLines:
-    """Lines from a file descriptor, read unbuffered with `os.read` (see the module docstring)."""
+    """Lines from a file descriptor, read unbuffered with `os.read` (see the module docstring).
+    On a terminal in canonical mode, a line as long as the kernel keeps comes back as a `_CutLine`."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._buffer = ""
         self._eof = False
+        self._limit = _canonical_limit(fd)
 
     def readline(self) -> str | None:
         while "\n" not in self._buffer and not self._eof:
@@ -181,11 +235,186 @@ class _FdLines:
                 self._buffer += self._decoder.decode(chunk)
         if "\n" in self._buffer:
             line, self._buffer = self._buffer.split("\n", 1)
-            return line.removesuffix("\r")
-        if self._buffer:
+            line = line.removesuffix("\r")
+        elif self._buffer:
             line, self._buffer = self._buffer, ""
-            return line
+        else:
+            return None
+        if self._limit is not None and len(line.encode("utf-8", "replace")) >= self._limit:
+            return _CutLine(line, self._limit)
+        return line
+
+
+def _control(value: object) -> str | None:
+    """A special character of a terminal's settings (c_cc), None when disabled."""
+    if isinstance(value, bytes) and len(value) == 1 and value not in (b"\x00", b"\xff"):
+        return value.decode("latin-1")
+    return None
+
+
+class _TtyLines:
+    """Lines typed on a terminal, edited here (see the module docstring).
+
+    `start()` puts the terminal in non-canonical mode without echo (False: it cannot, read it
+    with `_FdLines`); `restore()` gives back the settings it had. `readline()` reads keys until
+    Enter and echoes them through `write`, so nothing typed is shown while no line is being
+    read: keys typed meanwhile wait in the kernel (or here, after a line ended mid-chunk) and
+    are echoed when the next line is read. `stop()` makes a waiting `readline()` return None.
+    """
+
+    POLL_SECONDS = 0.2  # how soon a waiting read notices `stop()`
+
+    def __init__(self, fd: int, write: Callable[[str], None]) -> None:
+        self.fd = fd
+        self._write = write
+        self._saved: list[Any] | None = None
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""  # decoded keys not handled yet
+        self._line: list[str] = []
+        self._escape = ""  # the part of an escape sequence (an arrow key…) being skipped
+        self._after_cr = False  # a "\n" right after a "\r" ends no second line
+        self._eof = False
+        self._stop = threading.Event()
+        self._erase, self._kill, self._word, self._end = {"\x7f", "\b"}, {"\x15"}, {"\x17"}, {"\x04"}
+
+    # -- the terminal's mode --------------------------------------------------------------------
+    def start(self) -> bool:
+        try:
+            import termios
+
+            saved = termios.tcgetattr(self.fd)
+            cc = saved[6]
+            for chars, index in ((self._erase, termios.VERASE), (self._kill, termios.VKILL),
+                                 (self._word, termios.VWERASE), (self._end, termios.VEOF)):
+                char = _control(cc[index])
+                if char is not None:
+                    chars.add(char)
+            self._saved = saved
+            self.reapply()
+        except Exception:  # no termios (Windows), or not a terminal after all
+            self._saved = None
+            return False
+        return True
+
+    def reapply(self) -> None:
+        """Non-canonical, no echo (again: after Ctrl-Z and `fg` the shell may have reset it)."""
+        if self._saved is None:
+            return
+        import termios
+
+        mode = termios.tcgetattr(self.fd)
+        mode[3] &= ~(termios.ICANON | termios.ECHO | termios.IEXTEN)  # ISIG stays: Ctrl-C, Ctrl-Z
+        mode[6][termios.VMIN], mode[6][termios.VTIME] = 1, 0
+        termios.tcsetattr(self.fd, termios.TCSANOW, mode)  # not TCSAFLUSH: keep what was typed
+
+    def restore(self) -> None:
+        """The terminal's settings as they were; keys typed for the bot and not read are dropped
+        (TCSAFLUSH), not left for the shell to run as a command."""
+        saved, self._saved = self._saved, None
+        if saved is not None:
+            import termios
+
+            with contextlib.suppress(Exception):
+                termios.tcsetattr(self.fd, termios.TCSAFLUSH, saved)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- reading --------------------------------------------------------------------------------
+    def readline(self) -> str | None:
+        echo: list[str] = []
+        try:
+            while True:
+                done, line = self._take(echo)
+                if done:
+                    return line
+                if self._eof:
+                    if self._line:
+                        line, self._line = "".join(self._line), []
+                        echo.append("\n")
+                        return line
+                    return None
+                if echo:
+                    self._write("".join(echo))
+                    echo.clear()
+                chunk = self._read()
+                if chunk is None:  # stopped
+                    return None
+                if not chunk:
+                    self._eof = True
+                    self._pending += self._decoder.decode(b"", final=True)
+                else:
+                    self._pending += self._decoder.decode(chunk)
+        finally:
+            if echo:
+                self._write("".join(echo))
+
+    def _read(self) -> bytes | None:
+        while not self._stop.is_set():
+            try:
+                ready, _, _ = select.select([self.fd], [], [], self.POLL_SECONDS)
+                if ready:
+                    return os.read(self.fd, 4096)
+            except InterruptedError:
+                continue
+            except (OSError, ValueError):  # the terminal hung up, or was closed
+                return b""
         return None
+
+    def _take(self, echo: list[str]) -> tuple[bool, str | None]:
+        """Handle the pending keys up to the end of a line: (True, the line), (True, None) for
+        Ctrl-D on an empty line, or (False, None) once they are all handled."""
+        pending, self._pending = self._pending, ""
+        for index, char in enumerate(pending):
+            if self._escape:
+                self._escape = _skip_escape(self._escape, char)
+                continue
+            after_cr, self._after_cr = self._after_cr, False
+            if char == "\n" and after_cr:
+                continue
+            if char in ("\r", "\n"):
+                self._after_cr = char == "\r"
+                self._pending = pending[index + 1:]
+                line, self._line = "".join(self._line), []
+                echo.append("\n")
+                return True, line
+            if char in self._end:
+                if not self._line:
+                    self._pending = pending[index + 1:]
+                    return True, None
+            elif char in self._erase:
+                self._erase_last(1, echo)
+            elif char in self._kill:
+                self._erase_last(len(self._line), echo)
+            elif char in self._word:
+                kept = "".join(self._line).rstrip()
+                kept = kept[: len(kept) - len(kept.split()[-1])] if kept else ""
+                self._erase_last(len(self._line) - len(kept), echo)
+            elif char == "\x1b":
+                self._escape = char
+            elif char == "\t":
+                self._line.append(char)
+                echo.append(" ")
+            elif char >= " " and not "\x7f" <= char <= "\x9f":
+                self._line.append(char)
+                echo.append(char)
+        return False, None
+
+    def _erase_last(self, count: int, echo: list[str]) -> None:
+        for _ in range(min(count, len(self._line))):
+            char = self._line.pop()
+            width = 1 if char == "\t" else cell_len(char)
+            echo.append("\b" * width + " " * width + "\b" * width)
+
+
+def _skip_escape(state: str, char: str) -> str:
+    """What is left to skip of an escape sequence after `char`: ESC [ … final byte (CSI: arrows,
+    Home, F-keys, a paste's brackets), ESC O x (SS3), or ESC x (Alt+x)."""
+    if state == "\x1b":
+        return "[" if char == "[" else "O" if char == "O" else ""
+    if state == "[":
+        return "" if "\x40" <= char <= "\x7e" else state
+    return ""
 
 
 class TerminalChat:
@@ -193,13 +422,14 @@ class TerminalChat:
     and runs the read–submit–print loop until /quit, EOF or Ctrl-C.
 
     Everything is injectable for tests: `input` (an iterable of lines, e.g. a list or a text
-    stream; default: the real stdin), `console` (a rich Console; default: stdout), `memory` and
-    `llm` (default: opened from `settings`, and then also closed here), `classifier` (stage 1,
-    as `ConversationPipeline` takes it).
+    stream; default: the real stdin), `input_fd` (a file descriptor read as stdin is, e.g. a
+    pseudo-terminal; no signal handlers then), `console` (a rich Console; default: stdout),
+    `memory` and `llm` (default: opened from `settings`, and then also closed here),
+    `classifier` (stage 1, as `ConversationPipeline` takes it).
     """
 
     def __init__(self, settings: ChatSettings | None = None, *, db: str | Path | None = None,
-                 user_name: str | None = None, input: Iterable[str] | None = None,
+                 user_name: str | None = None, input: Iterable[str] | None = None, input_fd: int | None = None,
                  console: Console | None = None, memory: Memory | None = None, llm: LLM | None = None,
                  classifier: Any = "bundled") -> None:
         base = settings or chat_settings(memory.settings if memory is not None else None)
@@ -210,10 +440,17 @@ class TerminalChat:
         self.settings = base.with_overrides(debounce_seconds=0.0, stream_edit_seconds=0.05, reply_max_chars=4000)
         self.user_name = (user_name or default_user_name())[:100]
         self.console = console or Console(highlight=False)
-        self._real_stdin = input is None
-        self.interactive = self._real_stdin and _isatty(0)
-        self._lines: Callable[[], str | None] = self._iterator_reader(input) if input is not None else \
-            _FdLines(0).readline
+        self._real_stdin = input is None and input_fd is None
+        self._input_fd = fd = 0 if input_fd is None else input_fd
+        self.interactive = input is None and _isatty(fd)
+        self._tty: _TtyLines | None = None  # lines edited here (module docstring), from `run()` on
+        if input is not None:
+            self._lines: Callable[[], str | None] = self._iterator_reader(input)
+        elif self.interactive and _isatty_file(self.console.file):
+            self._tty = _TtyLines(fd, self._echo)
+            self._lines = self._tty.readline
+        else:
+            self._lines = _FdLines(fd).readline
         self._memory, self._own_memory = memory, memory is None
         self._llm, self._own_llm = llm, llm is None
         self._classifier = classifier
@@ -234,6 +471,36 @@ class TerminalChat:
             return None if line is None else line.rstrip("\r\n")
 
         return read
+
+    def _echo(self, text: str) -> None:
+        """What `_TtyLines` echoes, written where the console writes (from the reading thread)."""
+        file = self.console.file
+        file.write(text)
+        file.flush()
+
+    def _start_terminal(self) -> None:
+        if self._tty is not None and not self._tty.start():  # the kernel edits lines after all
+            self._tty = None
+            self._lines = _FdLines(self._input_fd).readline
+
+    def _restore_terminal(self) -> None:
+        if self._tty is not None:
+            self._tty.stop()
+            self._tty.restore()
+
+    def _refused(self, line: str) -> bool:
+        """A line cut by the terminal, or longer than max_input_chars: say so, send nothing."""
+        language = self.settings.language
+        if isinstance(line, _CutLine):
+            message = CUT_BY_TERMINAL.get(language, CUT_BY_TERMINAL["en"]).format(limit=line.limit,
+                                                                                   hangul=line.limit // 3)
+        elif len(line.strip()) > self.settings.max_input_chars:
+            message = TOO_LONG.get(language, TOO_LONG["en"]).format(length=len(line.strip()),
+                                                                     limit=self.settings.max_input_chars)
+        else:
+            return False
+        self.console.print(Text(message, style="yellow"), soft_wrap=True)
+        return True
 
     async def read_line(self, prompt: str = "") -> str | None:
         """The next input line (None at EOF or after Ctrl-C), read in a daemon thread on demand."""
@@ -300,6 +567,10 @@ class TerminalChat:
             self._sigint = True
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
             self._sigint = False
+            return
+        if self._tty is not None and hasattr(signal, "SIGCONT"):  # `fg` after Ctrl-Z: the shell reset the mode
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                self._loop.add_signal_handler(signal.SIGCONT, self._tty.reapply)
 
     def _on_sigint(self) -> None:
         if self.core is not None and not self.core.idle():
@@ -311,6 +582,8 @@ class TerminalChat:
         if self._sigint and self._loop is not None:
             self._loop.remove_signal_handler(signal.SIGINT)
             self._sigint = False
+        if self._loop is not None and hasattr(signal, "SIGCONT"):
+            self._loop.remove_signal_handler(signal.SIGCONT)
         try:
             if self.core is not None:
                 await self.core.close()
@@ -327,6 +600,7 @@ class TerminalChat:
     async def run(self) -> None:
         """The chat loop: read a line, hand it to the runtime (or run the command), print the
         reply, and only then read the next line."""
+        self._start_terminal()  # first: what is typed while the models load waits for the prompt too
         self._install_sigint()
         try:
             await asyncio.to_thread(self._open)
@@ -337,6 +611,8 @@ class TerminalChat:
                     if self.interactive:
                         self.console.print()
                     break
+                if self._refused(line):
+                    continue
                 text = line.strip()
                 if not text:
                     continue
@@ -346,7 +622,10 @@ class TerminalChat:
                     continue
                 await self.say(text)
         finally:
-            await self.close()
+            try:
+                await self.close()
+            finally:
+                self._restore_terminal()
 
     def _banner(self) -> None:
         s = self.settings
@@ -462,6 +741,13 @@ def _isatty(fd: int) -> bool:
     try:
         return os.isatty(fd)
     except OSError:
+        return False
+
+
+def _isatty_file(file: Any) -> bool:
+    try:
+        return _isatty(file.fileno())
+    except (AttributeError, OSError, ValueError):  # io.StringIO and the like
         return False
 
 

@@ -50,9 +50,10 @@ _WIDE = re.compile(r"[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00
 FLAG_MARK = "⚠"
 MARKS = {
     "ko": {"since": "{}부터", "period": "{} ~ {}, 지난 사실", "later": "이후 바뀜: {} ({}부터)",
-           "flagged": f"[{FLAG_MARK}주입의심]", "unknown_time": "시각 불명"},
+           "flagged": f"[{FLAG_MARK}주입의심]", "unknown_time": "시각 불명", "shortened": "[… 뒤의 {:,}자 생략]"},
     "en": {"since": "since {}", "period": "{} – {}, superseded", "later": "changed later: {} (since {})",
-           "flagged": f"[{FLAG_MARK}flagged]", "unknown_time": "unknown time"},
+           "flagged": f"[{FLAG_MARK}flagged]", "unknown_time": "unknown time",
+           "shortened": "[… {:,} more characters not shown]"},
 }
 HEADERS = {
     "ko": {"time": "현재 시각", "summary": "대화 요약", "core": "바뀌지 않는 사실",
@@ -380,7 +381,11 @@ class ContextBuilder:
             system.append(f"\n# {h['recent']}\n{recent_section.text}")
 
         speaker = f"{speaker_name} (<user:{speaker_id}>)" if speaker_name else f"<user:{speaker_id}>"
-        body = message if estimate_tokens(message) <= self.budget.input else _cut(message, self.budget.input)
+        body = message
+        if estimate_tokens(message) > self.budget.input:  # stored whole; only the prompt shortens it, saying so
+            marker = h["shortened"].format(len(message))
+            body = _cut(message, self.budget.input - estimate_tokens(marker) - 1).removesuffix("…")
+            body = f"{body} {h['shortened'].format(len(message) - len(body))}"
         # The delimiters must not be forgeable from inside the input.
         body = body.replace(h["input_open"], "<<< >>>").replace(h["input_close"], "<<< >>>")
         input_section = Section("input", body, estimate_tokens(body), truncated=body != message)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import LLMError, LLMOutputError
 from ..llm.base import LLM, ChatMessage
+from .context import estimate_tokens
 from .jsonparse import first_json_object
 from .prompts import prompt
 
@@ -213,33 +214,51 @@ class Analyst:
     """Stage 2 over any `LLM`. Without one (no provider configured) every call falls back."""
 
     def __init__(self, llm: LLM | None, *, bot_name: str, language: str = "ko",
-                 on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None,
+                 on_call: Callable[[str, str | None, int], Awaitable[None]] | None = None) -> None:
+        """`on_call(purpose, guild, tokens)`: after each model call ("decide", "extract"), with the
+        estimated tokens it sent and received (agent/usage.py)."""
         self.llm = llm
         self.bot_name = bot_name
         self.language = language
         self.on_event = on_event or (lambda kind, data: None)
+        self.on_call = on_call
+
+    async def _call(self, messages: list[ChatMessage], schema: dict[str, Any], purpose: str,
+                    guild: str | None) -> str:
+        assert self.llm is not None
+        try:
+            response = await self.llm.chat(messages, json_schema=schema, temperature=0.0)
+        except LLMError:
+            if self.on_call is not None:  # a call that failed still cost its prompt (at least one try)
+                await self.on_call(purpose, guild, sum(estimate_tokens(m.content) for m in messages))
+            raise
+        if self.on_call is not None:
+            await self.on_call(purpose, guild, sum(estimate_tokens(m.content) for m in messages)
+                               + estimate_tokens(response.text))
+        return response.text
 
     async def _ask_json(self, text: str, schema: dict[str, Any], parse: Callable[[Any], Any],
-                        language: str | None = None) -> Any:
+                        language: str | None = None, *, purpose: str = "decide", guild: str | None = None) -> Any:
         if self.llm is None:
             raise LLMError("no language model configured for the gatekeeper")
         messages = [ChatMessage("user", text)]
-        response = await self.llm.chat(messages, json_schema=schema, temperature=0.0)
+        answer = await self._call(messages, schema, purpose, guild)
         try:
-            return parse(first_json_object(response.text))
+            return parse(first_json_object(answer))
         except LLMOutputError as exc:
             log.info("gatekeeper: %s; asking once more", exc)
             repair = prompt("repair", language or self.language).substitute(problem=str(exc))
-            messages = [*messages, ChatMessage("assistant", response.text[:4000]), ChatMessage("user", repair)]
-            response = await self.llm.chat(messages, json_schema=schema, temperature=0.0)
-            return parse(first_json_object(response.text))
+            messages = [*messages, ChatMessage("assistant", answer[:4000]), ChatMessage("user", repair)]
+            return parse(first_json_object(await self._call(messages, schema, purpose, guild)))
 
-    async def decide(self, *, message: str, user_id: str, explicit: bool, recent: str, summary: str) -> Decision:
+    async def decide(self, *, message: str, user_id: str, explicit: bool, recent: str, summary: str,
+                     guild: str | None = None) -> Decision:
         text = prompt("decision", self.language).substitute(
             bot_name=self.bot_name, explicit="yes" if explicit else "no", summary=summary or "-",
             recent=recent or "-", user_id=user_id, message=message)
         try:
-            return await self._ask_json(text, DECISION_SCHEMA, lambda d: parse_decision(d, message))
+            return await self._ask_json(text, DECISION_SCHEMA, lambda d: parse_decision(d, message), guild=guild)
         except LLMError as exc:  # LLMOutputError included: two bad answers
             log.warning("gatekeeper decision fell back: %s", exc)
             self.on_event("decision_fallback", {"error": str(exc)})
@@ -247,7 +266,7 @@ class Analyst:
                             search_query=message[:MAX_QUERY_CHARS], source="fallback", error=str(exc))
 
     async def extract(self, *, transcript: str, summary: str, known_users: set[str],
-                      known_facts: str = "-", language: str | None = None) -> Extraction:
+                      known_facts: str = "-", language: str | None = None, guild: str | None = None) -> Extraction:
         """`known_facts`: the current facts about the conversation's users and guild, one per
         line with a short id ("F1 <user:42>: …", agent/fact_review.py), for the model to say
         which new fact repeats or replaces which — in this same call, not another. `language`:
@@ -257,7 +276,7 @@ class Analyst:
                                                          transcript=transcript, known_facts=known_facts or "-")
         try:
             return await self._ask_json(text, EXTRACTION_SCHEMA, lambda d: parse_extraction(d, known_users),
-                                        language)
+                                        language, purpose="extract", guild=guild)
         except LLMError as exc:
             log.warning("gatekeeper extraction fell back (nothing learned): %s", exc)
             self.on_event("extraction_fallback", {"error": str(exc)})

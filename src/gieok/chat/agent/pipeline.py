@@ -27,6 +27,7 @@ import itertools
 import logging
 import re
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -71,16 +72,19 @@ from .context import (
     marked_text,
 )
 from .fact_review import KnownFacts, list_known_facts, store_reviewed
-from .gatekeeper import Analyst, Decision, Extraction, looks_like_question
+from .gatekeeper import MAX_QUERY_CHARS, Analyst, Decision, Extraction, looks_like_question
 from .gather import ContextGatherer, Gathered, RecalledTurn, WorkingLine, display_name, speaker_names
 from .guard import GuardVerdict, InjectionGuard
 from .guardrails import MessageGuard, check_raw_input, guard_classifier, guard_second_classifier, is_meta_fact
 from .prompts import prompt
 from .response_classifier import GateVerdict, ResponseClassifier
+from .usage import ModelUsage
 
 __all__ = ["IncomingMessage", "Observation", "Plan", "Stage1", "ConversationPipeline", "Event"]
 
 log = logging.getLogger(__name__)
+
+EXTRACTION_LEASE = "extraction:quiet"  # the store lease under which quiet conversations are extracted
 
 # How the live event stream (`Memory.emit`) names the pipeline's events; others are "pipeline.<kind>".
 STREAM_NAMES = {"injection_detected": "guard.fired", "injection_flagged_by_llm": "guard.fired",
@@ -92,6 +96,17 @@ def block_text(content: str) -> str:
     the text whose classifier-encoder vector the guard and stage 1 share through the cache. (The
     block's own e5 vector is of its passage text, with the turn before it: `Memory.passage_texts`.)"""
     return content.strip()
+
+
+def search_text(content: str) -> str:
+    """The search query of a message a reply searches with: its text, or for a long one (a paste)
+    its beginning and end, where what is asked usually is — the query's e5 vector is on a reply's
+    path, and a 4,000-character message would take seconds of it (e5 reads 512-token windows)."""
+    text = block_text(content)
+    if len(text) <= MAX_QUERY_CHARS:
+        return text
+    half = MAX_QUERY_CHARS // 2
+    return f"{text[:half].rstrip()} … {text[-half:].lstrip()}"
 
 
 @dataclass(frozen=True)
@@ -201,7 +216,9 @@ class ConversationPipeline:
                 guard.second = guard_second_classifier(encoder, memory.embedder)
         self.guard = guard
         self.events: deque[Event] = deque(maxlen=500)
-        self.analyst = Analyst(llm, bot_name=s.bot_name, language=s.language, on_event=self._event)
+        self.usage = ModelUsage(self.tables, zone=self.zone, daily_tokens=s.guild_daily_tokens, clock=clock)
+        self.analyst = Analyst(llm, bot_name=s.bot_name, language=s.language, on_event=self._event,
+                               on_call=self.usage.note)
         persona = (read_text_file(s.persona_file, "persona") if s.persona_file
                    else prompt("persona", s.language).template)
         self.context = ContextBuilder(
@@ -210,6 +227,7 @@ class ConversationPipeline:
             budget=Budget(s.budget_persona, s.budget_summary, s.budget_recalled, s.budget_working, s.budget_recent,
                           s.budget_input, s.budget_facts))
         self.bot_names = tuple({s.bot_name, "nuri" if s.bot_name == "누리" else s.bot_name})
+        self._holder = f"pipeline:{uuid.uuid4().hex}"  # this pipeline, as a lease holder (extract_quiet)
         self._tasks: set[asyncio.Task] = set()
         self._commits: dict[str, set[asyncio.Task]] = {}  # per conversation key: turn blocks being written behind
         self._commit_lock = self.conversation.commit_lock
@@ -236,10 +254,13 @@ class ConversationPipeline:
         self.memory.emit(STREAM_NAMES.get(kind, f"pipeline.{kind}"), {"event": kind, **data})
 
     # -- plan -----------------------------------------------------------------------------------
-    def _validate(self, message: IncomingMessage) -> IncomingMessage:
+    def _validate(self, message: IncomingMessage, *, batch: bool = False) -> IncomingMessage:
+        """`batch`: the combined text of messages `observe` checked one by one (each within
+        max_input_chars; together they may be longer, and the prompt shortens them)."""
         if not isinstance(message, IncomingMessage):
             raise InvalidTypeError(f"expected an IncomingMessage, not {type(message).__name__}")
-        check_raw_input(message.content, self.settings.max_input_chars)  # on the raw input, before anything
+        limit = self.settings.max_text_chars if batch else self.settings.max_input_chars
+        check_raw_input(message.content, limit)  # on the raw input, before anything
         check_id(message.user_id, "user_id")
         check_id(message.channel, "channel")
         check_id(message.guild, "guild", optional=True)
@@ -267,15 +288,12 @@ class ConversationPipeline:
     def _likely_search_query(self, message: IncomingMessage) -> str | None:
         """The search query a reply to this message will use unless a model writes another: its
         own text, when the bot may speak, and the message calls it or reads as a question (the
-        retrieval rule of `plan` without stage 2). None for an explicit call when a model is
-        configured: stage 2 always runs for those and writes the query itself."""
+        retrieval rule of `plan` without stage 2; an explicit call never waits for stage 2)."""
         if not (message.explicit or message.active):
-            return None
-        if message.explicit and self.analyst.llm is not None:
             return None
         if not (message.explicit or looks_like_question(message.content)):
             return None
-        return block_text(message.content)
+        return search_text(message.content)
 
     def observe(self, message: IncomingMessage, *, needed_now: bool = False) -> Observation:
         """Take a message in: validate, pattern-guard, append to L1, count it for the stage-2
@@ -340,7 +358,9 @@ class ConversationPipeline:
         state = self.tables.channel_state(scope_key(conversation))
         first = state is None or any(o.first for o in observed)
         since = (state[0] if state else 0) + (1 if dry_run else 0)
-        analyse = message.explicit or first or since >= self.settings.analysis_every
+        # Extraction is batched per conversation — on its first message, then every analysis_every
+        # messages, and when it goes quiet (`extract_quiet`) — never once per reply.
+        analyse = first or since >= self.settings.analysis_every
         timings["l1_ms"] = (time.perf_counter() - t) * 1000
         return {"conversation": conversation, "verdict": verdict, "recent": recent, "analyse": analyse,
                 "row": observed[-1].row if observed else None, "rows": [o.row for o in observed],
@@ -469,7 +489,7 @@ class ConversationPipeline:
         a runtime that batched several observed messages passes them with their combined text.
         `dry_run` changes nothing stored (inspection)."""
         started = time.perf_counter()
-        message = self._validate(message)
+        message = self._validate(message, batch=bool(observed))
         if observed is None:
             observed = [] if dry_run else [self.observe(message)]
         llm_ms = 0.0
@@ -478,8 +498,10 @@ class ConversationPipeline:
             verdict: GuardVerdict = prep["verdict"]
             plan = Plan(message, prep["conversation"], False, "", verdict, verdict.attack, analyse=prep["analyse"],
                         l1_row=prep["row"], l1_rows=prep["rows"], timings_ms=prep["timings"])
-            may_speak = message.explicit or message.active
-            use_llm = self.analyst.llm is not None and may_speak
+            # Stage 2 (a model call) only for a message that did not call the bot, in a channel where
+            # it may speak unprompted: a call is answered — its one model call is the reply.
+            use_llm = (self.analyst.llm is not None and message.active and not message.explicit
+                       and not await self.usage.aspent(message.guild))
             query = self._likely_search_query(message)
             if query:  # the debounce is over: a turn waits (observe queued it; a batch's text is new)
                 self.memory.embedder.prefetch_queries([query], Priority.NOW)
@@ -487,9 +509,6 @@ class ConversationPipeline:
             if self._needs_vector(message):
                 judged = asyncio.create_task(self._judge_vector(message, plan, prep["recent"]))
             decision = None
-            if use_llm and message.explicit:
-                # An explicit call always gets stage 2; embedding and classifiers run meanwhile.
-                decision, llm_ms = await self._decide(message, plan, prep["recent"])
             if judged is not None:
                 await judged
             unsure = plan.stage1 is not None and plan.stage1.decision == "unsure"
@@ -511,7 +530,7 @@ class ConversationPipeline:
                 plan.retrieval, plan.search_query = decision.retrieval_needed, decision.search_query
             else:
                 plan.retrieval = looks_like_question(message.content) or message.explicit
-                plan.search_query = block_text(message.content)  # the text whose query vector is cached
+                plan.search_query = search_text(message.content)  # the text whose query vector is cached
             if plan.respond:
                 if plan.retrieval and plan.search_query:  # the query vector (e5), awaited without a thread
                     t = time.perf_counter()
@@ -529,7 +548,8 @@ class ConversationPipeline:
         summary_lines = self.summaries.get(plan.conversation).context_lines().values()
         summary = "\n".join(itertools.chain.from_iterable(summary_lines))
         decision = await self.analyst.decide(message=message.content, user_id=message.user_id,
-                                             explicit=message.explicit, recent=recent_text, summary=summary)
+                                             explicit=message.explicit, recent=recent_text, summary=summary,
+                                             guild=message.guild)
         return decision, (time.perf_counter() - t) * 1000
 
     @staticmethod
@@ -553,19 +573,21 @@ class ConversationPipeline:
         return await self.plan(message, dry_run=True)
 
     # -- record -------------------------------------------------------------------------------
-    async def record(self, plan: Plan, reply: str | None, *, wait: bool = True, fence: int | None = None) -> None:
+    async def record(self, plan: Plan, reply: str | None, *, wait: bool = True, fence: int | None = None,
+                     reply_id: str | None = None) -> None:
         """After the reply is known (or not sent): L1, turn blocks, working memory, and the
         background extraction when scheduled. The reply is in L1 (durable, and in the next
         prompt) when this returns; with `wait=False` the turn blocks are written behind, at
         background embedding priority (a runtime does not hold the channel for them; `drain`
         waits for them, and a crash leaves them in L1 for start-up). `fence`: the channel's
         fencing token of the process that runs it (several bot processes); the reply and the turn
-        blocks are written only while it is the newest (else LeaseLostError, nothing written)."""
+        blocks are written only while it is the newest (else LeaseLostError, nothing written).
+        `reply_id`: the reply's id where it was sent (a deletion there erases it here too)."""
         if plan.l1_row is None:
             raise InvalidInputError("this plan was a dry run; nothing to record")
         async with self._lock(plan.conversation):
-            await asyncio.to_thread(self._append_reply, plan, reply, fence)
-            if plan.analyse:
+            await asyncio.to_thread(self._append_reply, plan, reply, fence, reply_id)
+            if plan.analyse and not await self.usage.aspent(plan.message.guild):
                 snapshot = await asyncio.to_thread(self._snapshot, plan.conversation)
                 if snapshot is not None:
                     self._spawn(self._extract(plan.conversation, plan.message.guild, *snapshot))
@@ -603,10 +625,11 @@ class ConversationPipeline:
             await asyncio.to_thread(functools.partial(self.commit_pending, conversation, embedded_only=True,
                                                       fence=fence))
 
-    def _append_reply(self, plan: Plan, reply: str | None, fence: int | None = None) -> None:
+    def _append_reply(self, plan: Plan, reply: str | None, fence: int | None = None,
+                      reply_id: str | None = None) -> None:
         if reply is not None and reply.strip():
             self.l1.append(plan.conversation, role="assistant", content=reply[: self.settings.max_text_chars],
-                           user_id=None, display_name=self.settings.bot_name, fence=fence)
+                           user_id=None, display_name=self.settings.bot_name, fence=fence, external_id=reply_id)
 
     def commit_pending(self, conversation: Scope | None = None, *, embedded_only: bool = False,
                        fence: int | None = None) -> int:
@@ -700,7 +723,7 @@ class ConversationPipeline:
         # The facts the model judges new ones against, in this same call (agent/fact_review.py).
         shown = await asyncio.to_thread(list_known_facts, self.facts, guild, known)
         extraction = await self.analyst.extract(transcript=transcript, summary=summary, known_users=known,
-                                                known_facts=shown.render(), language=language)
+                                                known_facts=shown.render(), language=language, guild=guild)
         with embedding_priority(Priority.SOON):  # background, but ahead of write-behind: it holds a thread
             await asyncio.to_thread(self._apply_extraction, conversation, guild, extraction, rows, names, shown, refs)
         return extraction
@@ -926,6 +949,21 @@ class ConversationPipeline:
         known = self.tables.messages_known(key, list(edited))
         return {seen.message_id: seen.block_index for seen in known.values() if seen.block_index is not None}
 
+    async def edit_message(self, guild: str | None, channel: str, message_id: str, text: str, *,
+                           user: str | None = None, name: str | None = None,
+                           role: str = "user") -> StoredMessage | None:
+        """A transport's edit of a message this conversation stored (Discord's message edits): the
+        agents' edit path (`add_messages` with the id and its new text). None — and nothing stored —
+        when the id was never stored here (the bot never saw it), was deleted, or its text is the same."""
+        conversation = conversation_of(check_id(guild, "guild", optional=True), str(check_id(channel, "channel")))
+        seen = (await asyncio.to_thread(self.tables.messages_known, scope_key(conversation), [message_id])).get(
+            message_id)
+        if seen is None or seen.deleted:
+            return None
+        done = await self.add_messages(guild, channel, [{"id": message_id, "role": role, "text": text, "user": user,
+                                                         "name": name}])
+        return done.edited[0] if done.edited else None
+
     async def delete_message(self, guild: str | None, channel: str, message_id: str) -> dict[str, Any]:
         """Erase one message an agent (or a transport) sent, and what came from it: its L1 row,
         its turn block (content forgotten, the chain still verifies; working memory, STM and cached
@@ -995,19 +1033,33 @@ class ConversationPipeline:
 
     async def extract_quiet(self) -> int:
         """Summarise and extract the conversations that went quiet with messages the extraction has
-        not seen (fewer than `analysis_every`, or left pending by a restart): a server's duty. Returns
-        how many conversations were extracted."""
+        not seen (fewer than `analysis_every`, or left pending by a restart): a server's duty, and a
+        running bot's. Under the store's lease `EXTRACTION_LEASE`, so of the processes sharing a
+        store (bot replicas, a server beside them) one does it at a time. Returns how many
+        conversations were extracted."""
         if not self.extracting:
             return 0
         quiet_since = self.clock() - self.settings.extraction_idle_seconds
+        pending = await asyncio.to_thread(self.tables.channel_states_pending, quiet_since)
+        if not pending:
+            return 0
+        leases = self.memory.store.leases
+        hold = max(60.0, self.settings.extraction_idle_seconds)
         done = 0
-        for key in await asyncio.to_thread(self.tables.channel_states_pending, quiet_since):
-            conversation = scope_from_key(key)
-            async with self._lock(conversation):
-                snapshot = await asyncio.to_thread(self._snapshot, conversation)
-            if snapshot is not None:
-                await self._extract(conversation, conversation.guild, *snapshot)
-                done += 1
+        try:
+            for key in pending:
+                if not await asyncio.to_thread(leases.acquire, EXTRACTION_LEASE, self._holder, hold, time.time()):
+                    break  # another process is at it
+                conversation = scope_from_key(key)
+                if await self.usage.aspent(conversation.guild):
+                    continue  # the guild's budget is spent today: its messages wait for tomorrow's
+                async with self._lock(conversation):
+                    snapshot = await asyncio.to_thread(self._snapshot, conversation)
+                if snapshot is not None:
+                    await self._extract(conversation, conversation.guild, *snapshot)
+                    done += 1
+        finally:
+            await asyncio.to_thread(leases.release, EXTRACTION_LEASE, self._holder)
         return done
 
     def agent_context(self, guild: str | None, channel: str, *, user: str | None = None, query: str | None = None,

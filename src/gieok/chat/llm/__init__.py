@@ -2,7 +2,9 @@
 
 `create_llm(settings)` is the one way the runtime gets a model: it reads `llm_chain` and the
 keys from the settings and returns an `LLMRouter` (itself an `LLM`) that rotates keys, cools
-rate-limited ones, retries transient errors and falls back along the chain. Provider modules
+rate-limited ones, retries transient errors and falls back along the chain; each client gets
+`llm_connect_timeout_seconds`, `llm_first_token_seconds` and `llm_timeout_seconds`, so a provider
+that does not answer hands over to the next one within seconds. Provider modules
 are imported only when the chain names them (google-genai is slow to import; llama-cpp-python
 is an optional extra).
 """
@@ -15,13 +17,14 @@ from ...errors import ConfigError, MissingExtraError
 from ..settings import ChainEntry, ChatSettings, parse_chain
 from .base import LLM, ChatMessage, ChatResponse, Role, ToolCall, ToolSpec
 from .configured import LLMNotConfiguredError, llm_configured, require_llm
+from .failures import LLMTimeoutError
 from .router import LLMHealth, LLMRouter, ProviderHealth, Route
 from .scripted import ScriptedLLM
 
 __all__ = ["LLM", "ChatMessage", "ChatResponse", "Role", "ToolCall", "ToolSpec", "ScriptedLLM",
            "LLMRouter", "Route", "ChainEntry", "LLMHealth", "ProviderHealth", "parse_chain",
            "create_llm", "DEFAULT_GEMINI_MODEL", "DEFAULT_LOCAL_MODEL",
-           "LLMNotConfiguredError", "llm_configured", "require_llm"]
+           "LLMNotConfiguredError", "llm_configured", "require_llm", "LLMTimeoutError"]
 
 DEFAULT_GEMINI_MODEL = "gemini-2.5-flash"
 DEFAULT_LOCAL_MODEL = "qwen2.5:7b"  # served by Ollama at openai_base_url's default
@@ -44,7 +47,10 @@ def _route(entry: ChainEntry, settings: ChatSettings) -> Route:
             raise MissingExtraError(f"llm_chain entry {entry.label!r}", "gemini", exc.name) from None
 
         clients: list[LLM] = [GeminiLLM(entry.model, key, base_url=settings.gemini_base_url or None,
-                                        timeout=settings.llm_timeout_seconds) for key in gemini_keys]
+                                        timeout=settings.llm_timeout_seconds,
+                                        connect_timeout=settings.llm_connect_timeout_seconds,
+                                        first_token_timeout=settings.llm_first_token_seconds)
+                              for key in gemini_keys]
         return Route(entry.label, clients, [_key_label(i, k) for i, k in enumerate(gemini_keys)])
     if entry.provider == "openai":
         # loaded with the chain that names it, like its siblings
@@ -53,6 +59,8 @@ def _route(entry: ChainEntry, settings: ChatSettings) -> Route:
         keys = settings.openai_keys or ("",)  # local servers (Ollama, llama.cpp) take no key
         base_url = entry.base_url or settings.openai_base_url
         clients = [OpenAICompatLLM(entry.model, base_url, key, timeout=settings.llm_timeout_seconds,
+                                   connect_timeout=settings.llm_connect_timeout_seconds,
+                                   first_token_timeout=settings.llm_first_token_seconds,
                                    json_mode=settings.openai_json_mode)  # type: ignore[arg-type]
                    for key in keys]
         return Route(entry.label, clients, [_key_label(i, k) if k else "no key" for i, k in enumerate(keys)])

@@ -22,6 +22,12 @@ The SDK's own retries and automatic continuation / function calling are switched
 router owns retries, key rotation and failover, and two retry layers would multiply waits and
 hide which key failed. Errors map to the kinds in `failures.py`; a 429's wait comes from the
 Retry-After header or, as Gemini sends it, the `RetryInfo.retryDelay` of the error body.
+
+Time limits are the same as for the OpenAI-compatible client (`LLMTimeoutError`): connect within
+`connect_timeout`; a plain call's response headers within `first_token_timeout` of the start and
+its whole answer within `timeout`; a stream's first text within `first_token_timeout`, then no
+silence longer than `timeout`. The SDK sets one timeout on every request it builds, so an httpx
+request hook puts the per-phase ones back, and a response hook sees a plain call's headers come.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import httpx
@@ -42,7 +50,7 @@ from google.genai import types
 
 from ...errors import LLMAuthError, LLMError, LLMTransientError
 from .base import ChatMessage, ChatResponse, ToolCall, ToolSpec
-from .failures import error_for_status, parse_duration, parse_retry_after
+from .failures import LLMTimeoutError, error_for_status, first_token_budget, parse_duration, parse_retry_after
 
 __all__ = ["GeminiLLM", "IssuedCall", "to_gemini_contents"]
 
@@ -73,6 +81,26 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 
 
 _TRANSPORT_ERRORS = _transport_errors()
+
+
+@dataclass
+class _PlainCall:
+    """A plain (non-streamed) call in flight: its deadline moves from the headers to the whole answer."""
+
+    timer: asyncio.Timeout
+    whole_at: float  # loop time by which the whole answer must be in
+    answered: bool = False  # the response headers came
+
+
+_PLAIN_CALL: ContextVar[_PlainCall | None] = ContextVar("gieok_gemini_plain_call", default=None)
+
+
+async def _headers_arrived(response: httpx.Response) -> None:
+    """httpx response hook: runs in the calling task once the headers are in, before the body."""
+    call = _PLAIN_CALL.get()
+    if call is not None and not call.answered:
+        call.answered = True
+        call.timer.reschedule(call.whole_at)
 
 
 def _tool_response(content: str) -> dict[str, Any]:
@@ -140,9 +168,15 @@ class GeminiLLM:
     """One Gemini model with one API key."""
 
     def __init__(self, model: str, api_key: str, *, base_url: str | None = None, api_version: str = "v1beta",
-                 timeout: float = 60.0, provider: str = "gemini") -> None:
+                 timeout: float = 60.0, connect_timeout: float | None = None,
+                 first_token_timeout: float | None = None, provider: str = "gemini") -> None:
+        """`timeout`: the whole answer (a plain call) or the longest silence (a stream);
+        `connect_timeout` (default: `timeout`, at most 10 s) and `first_token_timeout` (default:
+        `timeout`) bound the connection and the start of the answer, see the module docstring."""
         if not api_key:
             raise LLMAuthError("Gemini needs an API key: set GIEOK_GEMINI_API_KEYS")
+        if min(timeout, connect_timeout or timeout, first_token_timeout or timeout) <= 0:
+            raise ValueError("timeouts must be positive")
         self.model = model.removeprefix("models/")
         self.provider = provider
         self.name = f"{provider}:{self.model}"
@@ -150,6 +184,10 @@ class GeminiLLM:
         self._base_url = base_url or None
         self._api_version = api_version
         self._timeout = timeout
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout if connect_timeout is not None else min(timeout, 10.0)
+        self.first_token_timeout = first_token_timeout if first_token_timeout is not None else timeout
+        self._httpx_timeout = httpx.Timeout(timeout, connect=self.connect_timeout).as_dict()
         self._client: genai.Client | None = None
         self._http: httpx.AsyncClient | None = None
         self._client_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
@@ -162,13 +200,19 @@ class GeminiLLM:
         # __del__ on whatever loop runs at that moment, which fails loudly once its loop is gone.
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is None or self._client_loop() is not loop:
-            self._http = httpx.AsyncClient(timeout=httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0)))
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(self._timeout, connect=self.connect_timeout),
+                                           event_hooks={"request": [self._phase_timeouts],
+                                                        "response": [_headers_arrived]})
             options = types.HttpOptions(base_url=self._base_url, api_version=self._api_version,
                                         timeout=max(1, int(self._timeout * 1000)), httpx_async_client=self._http,
                                         retry_options=types.HttpRetryOptions(attempts=1))
             self._client = genai.Client(api_key=self._api_key, vertexai=False, http_options=options)
             self._client_loop = weakref.ref(loop)
         return self._client.aio
+
+    async def _phase_timeouts(self, request: httpx.Request) -> None:
+        # the SDK passes one number (HttpOptions.timeout) for connect, read, write and pool alike
+        request.extensions["timeout"] = dict(self._httpx_timeout)
 
     async def aclose(self) -> None:
         http, self._http, self._client = self._http, None, None
@@ -197,10 +241,16 @@ class GeminiLLM:
         while len(self._calls) > _CALLS_KEPT:
             self._calls.popitem(last=False)
 
-    def _error(self, exc: BaseException) -> LLMError:
-        """A failure below HTTP (connect, read, timeout): always worth another try."""
-        if isinstance(exc, asyncio.TimeoutError) or "Timeout" in type(exc).__name__:
-            return LLMTransientError(f"{self.name}: request timed out")
+    def _error(self, exc: BaseException, *, streaming: bool = False) -> LLMError:
+        """A failure below HTTP (connect, read, timeout): transient; a timeout says which phase."""
+        kind = type(exc).__name__
+        if "ConnectTimeout" in kind:
+            return LLMTimeoutError(f"{self.name}: timed out: no connection within {self.connect_timeout:g} s",
+                                   phase="connect", seconds=self.connect_timeout)
+        if isinstance(exc, asyncio.TimeoutError) or "Timeout" in kind:
+            what = "the stream" if streaming else "the answer"
+            return LLMTimeoutError(f"{self.name}: timed out: {what} stalled for {self.timeout:g} s ({kind})",
+                                   phase="stall", seconds=self.timeout)
         return LLMTransientError(f"{self.name}: request failed: {exc!r}")
 
     def _api_error(self, exc: genai_errors.APIError) -> LLMError:
@@ -252,12 +302,26 @@ class GeminiLLM:
         system, contents = to_gemini_contents(messages, self._calls)
         config = self._config(system, json_schema=json_schema, tools=tools, temperature=temperature,
                               max_tokens=max_tokens)
+        first = first_token_budget(self.first_token_timeout, self.timeout)
+        whole = max(first, self.timeout)
+        aio = self._aio()  # building the SDK client is local work, not the provider's time
+        call = _PlainCall(asyncio.timeout(first), asyncio.get_running_loop().time() + whole)
+        token = _PLAIN_CALL.set(call)
         try:
-            response = await self._aio().models.generate_content(model=self.model, contents=contents, config=config)
+            async with call.timer:
+                response = await aio.models.generate_content(model=self.model, contents=contents, config=config)
         except genai_errors.APIError as exc:
             raise self._api_error(exc) from exc
         except _TRANSPORT_ERRORS as exc:
+            if call.timer.expired() and call.answered:
+                raise LLMTimeoutError(f"{self.name}: timed out: the answer took longer than {whole:g} s",
+                                      phase="total", seconds=whole) from exc
+            if call.timer.expired():
+                raise LLMTimeoutError(f"{self.name}: timed out: no response within {first:g} s",
+                                      phase="first_token", seconds=first) from exc
             raise self._error(exc) from exc
+        finally:
+            _PLAIN_CALL.reset(token)
         text, calls, reason = self._parse(response)
         if not text and not calls and reason not in _DONE_REASONS:
             raise LLMError(f"{self.name}: no answer (finish reason {reason or 'none'})")
@@ -269,19 +333,27 @@ class GeminiLLM:
         system, contents = to_gemini_contents(messages, self._calls)
         config = self._config(system, json_schema=None, tools=None, temperature=temperature, max_tokens=max_tokens)
         finish: str | None = None
+        first = first_token_budget(self.first_token_timeout, self.timeout)
+        aio = self._aio()
+        timer = asyncio.timeout(first)  # until the first text; lifted before it is yielded
         try:
-            chunks = await self._aio().models.generate_content_stream(model=self.model, contents=contents,
-                                                                       config=config)
-            async for chunk in chunks:
-                text, _, reason = self._parse(chunk)
-                if text:
-                    yield text
-                finish = reason or finish
+            async with timer:
+                chunks = await aio.models.generate_content_stream(model=self.model, contents=contents,
+                                                                   config=config)
+                async for chunk in chunks:
+                    text, _, reason = self._parse(chunk)
+                    if text:
+                        timer.reschedule(None)  # from here on, only silences longer than `timeout`
+                        yield text
+                    finish = reason or finish
         except genai_errors.APIError as exc:
             raise self._api_error(exc) from exc
         except _TRANSPORT_ERRORS as exc:
+            if timer.expired() and finish is None:
+                raise LLMTimeoutError(f"{self.name}: timed out: no first token within {first:g} s",
+                                      phase="first_token", seconds=first) from exc
             if finish is None:
-                raise self._error(exc) from exc
+                raise self._error(exc, streaming=True) from exc
         if finish is None:  # an SSE stream that just stops was cut, not finished
             raise LLMTransientError(f"{self.name}: stream ended before a finish reason")
         if finish not in _DONE_REASONS and finish != "FINISH_REASON_UNSPECIFIED":

@@ -12,6 +12,12 @@ Retry-After header, 5xx / timeouts / dropped connections → `LLMTransientError`
 cut short and is a transient error too: delivering half an answer as if it were whole would
 hide the failure from the router, which can finish the answer elsewhere.
 
+Time limits (`LLMTimeoutError`, see `failures.py`): the connection within `connect_timeout`; a
+plain call's response headers within `first_token_timeout` of the start and its whole answer
+within `timeout`; a stream's first text within `first_token_timeout` of the start, then no
+silence longer than `timeout` between reads. Keep-alive comments and role-only chunks are not a
+first token. Under the router's `last_resort` the first-token wait grows to `timeout`.
+
 JSON output: `json_mode="json_schema"` (default) sends `response_format: json_schema` with
 `strict: true`; servers that only know JSON mode take `"json_object"` (schema also written
 into the system prompt); `"prompt"` sends no `response_format` at all.
@@ -31,7 +37,7 @@ import httpx
 
 from ...errors import LLMError, LLMOutputError, LLMRateLimitError, LLMTransientError
 from .base import ChatMessage, ChatResponse, ToolCall, ToolSpec
-from .failures import error_detail, error_for_status
+from .failures import LLMTimeoutError, error_detail, error_for_status, first_token_budget
 
 __all__ = [
     "OpenAICompatLLM",
@@ -165,11 +171,17 @@ class OpenAICompatLLM:
     """One model at one OpenAI-compatible endpoint, with one API key (empty for local servers)."""
 
     def __init__(self, model: str, base_url: str, api_key: str = "", *, timeout: float = 60.0,
+                 connect_timeout: float | None = None, first_token_timeout: float | None = None,
                  json_mode: JsonMode = "json_schema", provider: str = "openai",
                  headers: Mapping[str, str] | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
+        """`timeout`: the whole answer (a plain call) or the longest silence (a stream);
+        `connect_timeout` (default: `timeout`, at most 10 s) and `first_token_timeout` (default:
+        `timeout`) bound the connection and the start of the answer, see the module docstring."""
         if json_mode not in JSON_MODES:
             raise ValueError(f"json_mode must be one of {JSON_MODES}, got {json_mode!r}")
+        if min(timeout, connect_timeout or timeout, first_token_timeout or timeout) <= 0:
+            raise ValueError("timeouts must be positive")
         self.model = model
         self.provider = provider
         self.name = f"{provider}:{model}"
@@ -178,7 +190,10 @@ class OpenAICompatLLM:
         self._url = self.base_url + "/chat/completions"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._headers.update(headers or {})
-        self._timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0))
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout if connect_timeout is not None else min(timeout, 10.0)
+        self.first_token_timeout = first_token_timeout if first_token_timeout is not None else timeout
+        self._timeout = httpx.Timeout(timeout, connect=self.connect_timeout)
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._client_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
@@ -199,6 +214,15 @@ class OpenAICompatLLM:
             client, self._client = self._client, None
             with contextlib.suppress(RuntimeError):  # opened on a loop that is gone; nothing left to close cleanly
                 await client.aclose()
+
+    def _timeout_error(self, exc: httpx.TimeoutException, *, streaming: bool = False) -> LLMTimeoutError:
+        """An httpx timeout as the router's kind: a connect that did not complete, or a silence."""
+        if isinstance(exc, httpx.ConnectTimeout):
+            return LLMTimeoutError(f"{self.name}: timed out: no connection to {self.base_url} within "
+                                   f"{self.connect_timeout:g} s", phase="connect", seconds=self.connect_timeout)
+        what = "the stream" if streaming else "the answer"
+        return LLMTimeoutError(f"{self.name}: timed out: {what} stalled for {self.timeout:g} s ({type(exc).__name__})",
+                               phase="stall", seconds=self.timeout)
 
     def _body(self, messages: Sequence[ChatMessage], *, json_schema: Mapping[str, Any] | None,
               tools: Sequence[ToolSpec] | None, temperature: float | None, max_tokens: int | None,
@@ -230,10 +254,31 @@ class OpenAICompatLLM:
                    max_tokens: int | None = None) -> ChatResponse:
         body = self._body(messages, json_schema=json_schema, tools=tools, temperature=temperature,
                           max_tokens=max_tokens, stream=False)
+        http = self._http()
+        first = first_token_budget(self.first_token_timeout, self.timeout)
+        start = asyncio.get_running_loop().time()
+        timer = asyncio.timeout(first)
+        answered = False  # the response headers came
         try:
-            response = await self._http().post(self._url, json=body)
+            async with timer:
+                response = await http.send(http.build_request("POST", self._url, json=body), stream=True)
+                answered = True
+                timer.reschedule(start + max(first, self.timeout))  # now the whole answer
+                try:
+                    await response.aread()
+                finally:
+                    await response.aclose()
+        except TimeoutError as exc:
+            if not timer.expired():
+                raise LLMTransientError(f"{self.name}: request to {self._url} failed: {exc!r}") from exc
+            if answered:
+                raise LLMTimeoutError(f"{self.name}: timed out: the answer took longer than "
+                                      f"{max(first, self.timeout):g} s", phase="total",
+                                      seconds=max(first, self.timeout)) from exc
+            raise LLMTimeoutError(f"{self.name}: timed out: no response within {first:g} s",
+                                  phase="first_token", seconds=first) from exc
         except httpx.TimeoutException as exc:
-            raise LLMTransientError(f"{self.name}: request to {self._url} timed out") from exc
+            raise self._timeout_error(exc) from exc
         except httpx.HTTPError as exc:
             raise LLMTransientError(f"{self.name}: request to {self._url} failed: {exc!r}") from exc
         if response.status_code >= 400:
@@ -254,8 +299,10 @@ class OpenAICompatLLM:
         body = self._body(messages, json_schema=None, tools=None, temperature=temperature,
                           max_tokens=max_tokens, stream=True)
         finished = False
+        first = first_token_budget(self.first_token_timeout, self.timeout)
+        timer = asyncio.timeout(first)  # until the first text; lifted before it is yielded
         try:
-            async with self._http().stream("POST", self._url, json=body) as response:
+            async with timer, self._http().stream("POST", self._url, json=body) as response:
                 if response.status_code >= 400:
                     await response.aread()
                     raise error_for_status(self.name, response.status_code, error_detail(response.text),
@@ -275,12 +322,18 @@ class OpenAICompatLLM:
                     for choice in (data.get("choices") or [])[:1]:
                         content = _content_text((choice.get("delta") or {}).get("content"))
                         if content:
+                            timer.reschedule(None)  # from here on, only silences longer than `timeout`
                             yield content
                         if choice.get("finish_reason"):
                             finished = True
+        except TimeoutError as exc:
+            if not timer.expired():
+                raise LLMTransientError(f"{self.name}: stream from {self._url} broke: {exc!r}") from exc
+            raise LLMTimeoutError(f"{self.name}: timed out: no first token within {first:g} s",
+                                  phase="first_token", seconds=first) from exc
         except httpx.TimeoutException as exc:
             if not finished:
-                raise LLMTransientError(f"{self.name}: stream from {self._url} timed out") from exc
+                raise self._timeout_error(exc, streaming=True) from exc
         except httpx.HTTPError as exc:
             if not finished:  # after finish_reason the answer is whole; a dropped [DONE] costs nothing
                 raise LLMTransientError(f"{self.name}: stream from {self._url} broke: {exc!r}") from exc

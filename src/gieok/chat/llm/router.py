@@ -10,9 +10,19 @@ Policy, per call (`chat` and `stream` share one code path, `_run`):
   Retry-After (the header, or Gemini's `retryDelay`), else `cooldown_seconds`, and the next key
   is tried at once: retrying a rate-limited key immediately only spends more quota. A refused
   key (401/403, invalid key) cools for `auth_cooldown_seconds`.
-- A transient error (5xx, timeout, dropped connection, stream cut short) is retried on the same
-  route, next key first, with exponential backoff and jitter (tenacity), `max_retries` times.
-  It is the provider's trouble, not the key's, so after that the chain moves on.
+- A transient error (5xx, dropped or refused connection, stream cut short) is retried on the
+  same route, next key first, with exponential backoff and jitter (tenacity), `max_retries` times
+  (with the defaults, 2 retries waiting at most 2.5 s in all). It is the provider's trouble, not
+  the key's, so after that the chain moves on.
+- A timeout (`LLMTimeoutError`: no connection within the connect timeout, no first token within
+  the first-token timeout, or an answer that went silent) moves on to the next provider at once:
+  no other key and no backoff retry, since a provider that is not answering rarely starts within
+  the seconds a chat user waits. The clients enforce the limits; the router marks the last
+  provider it can still try as `last_resort`, which waits the whole-answer timeout for the first
+  token instead, because there is nothing left to fall back to. So with the defaults (connect 5 s,
+  first token 10 s, counted from the start of the request) a provider that accepts and never
+  answers costs 10 s before the next one is asked, an unreachable one 5 s, a refused connection
+  only the short retries above. `health` counts timeouts per provider.
 - Any other error (a malformed request, an unknown model, a blocked prompt) would fail again
   on every key, so the chain moves on at once.
 - When nothing answers, one `LLMUnavailableError` (an `LLMError`) says so in one sentence the bot
@@ -27,7 +37,8 @@ delivered (an overlap of at least `min_overlap` characters), that overlap is dro
 it is a true continuation and passes unchanged. The caller sees one uninterrupted answer.
 
 Time is injectable (`clock` for cooldowns, `wall_clock` for health timestamps, `sleep` for
-backoff) so tests run on a virtual clock and never really wait.
+backoff) so tests run on a virtual clock and never really wait for those; the clients' time
+limits are real time (tests set them to fractions of a second).
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ from ...errors import (
     LLMUnavailableError,
 )
 from .base import LLM, ChatMessage, ChatResponse, ToolSpec
+from .failures import LLMTimeoutError, last_resort
 
 __all__ = [
     "LLMRouter",
@@ -80,6 +92,7 @@ class ProviderHealth:
     skipped: int = 0  # calls that found every key cooling down, so nothing was sent
     rate_limited: int = 0  # 429 / quota answers (each cools one key)
     retries: int = 0  # backoff retries after transient errors
+    timeouts: int = 0  # calls it failed by timing out (connect, first token, a stalled answer): moved on at once
     last_success_at: float | None = None
     last_error: str | None = None
     last_error_at: float | None = None
@@ -145,6 +158,11 @@ class Route:
 
 class _NoKeyReady(LLMError):
     """Every key of a route is cooling down (not transient: backing off on it would not help)."""
+
+
+def _worth_retrying(error: BaseException) -> bool:
+    """A transient error is retried on the same route; a timeout is not (the next provider is asked)."""
+    return isinstance(error, LLMTransientError) and not isinstance(error, LLMTimeoutError)
 
 
 # -- streaming resume --------------------------------------------------------------------------
@@ -307,7 +325,7 @@ class LLMRouter:
         self.health.calls += 1
         failures: dict[str, str] = {}
         last: LLMError | None = None
-        for route in self.routes:
+        for position, route in enumerate(self.routes):
             health = self.health.providers[route.label]
             if not route.any_ready(self._clock()):
                 health.skipped += 1
@@ -318,17 +336,22 @@ class LLMRouter:
                 stop=tenacity.stop_after_attempt(self.max_retries + 1),
                 wait=tenacity.wait_exponential_jitter(initial=self.backoff_seconds, max=self.backoff_max_seconds,
                                                       jitter=self.backoff_seconds),
-                retry=tenacity.retry_if_exception_type(LLMTransientError),
+                retry=tenacity.retry_if_exception(_worth_retrying),
                 sleep=self._sleep,
                 before_sleep=self._note_retry(route, health),
                 reraise=True,
             )
+            # the last provider that can still be tried gets the patient first-token wait
+            fallback = any(later.any_ready(self._clock()) for later in self.routes[position + 1:])
             try:
-                result: T = await retrying(self._try_keys, route, health, attempt)
+                with last_resort(not fallback):
+                    result: T = await retrying(self._try_keys, route, health, attempt)
             except LLMError as exc:
                 last = exc
                 failures[route.label] = str(exc)
                 health.failures += 1
+                if isinstance(exc, LLMTimeoutError):
+                    health.timeouts += 1
                 health.last_error, health.last_error_at = f"{type(exc).__name__}: {exc}", self._wall_clock()
                 log.warning("LLM provider %s failed, %s: %s", route.label,
                             "trying the next" if route is not self.routes[-1] else "none left", exc)

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
+import math
 import time
 import uuid
 from collections import deque
@@ -43,10 +45,12 @@ from ...errors import (
     GieokError,
     LeaseLostError,
     LLMError,
+    NotFoundError,
 )
 from ...types import scope_from_key
-from ..agent.context import AssembledPrompt
+from ..agent.context import AssembledPrompt, estimate_tokens
 from ..agent.pipeline import ConversationPipeline, IncomingMessage, Observation, Plan
+from ..agent.usage import message_tokens
 from ..conversation.recent import conversation_key, conversation_of
 from ..llm.base import LLM
 from ..llm.tool_loop import run_tool_loop, tool_loop_options
@@ -56,7 +60,7 @@ from .calls import CallDetector
 from .health import Health, TurnTimings
 from .pause import reads_finished
 from .postprocess import EditThrottle, SelfCorrector, render_mentions, stream_view
-from .ratelimit import RateLimiter
+from .ratelimit import CallLimits, RateLimiter
 from .shared import from_payload, to_payload
 from .shared_channels import WAKE_ACTIVE, WAKE_INBOX, SharedChannels
 
@@ -75,6 +79,19 @@ FAILURE_MESSAGES = {
     "ko": "앗, 지금은 대답을 만들 수가 없어. 잠시 후에 다시 불러줘!",
     "en": "Sorry, I can't come up with an answer right now. Please try again in a moment!",
 }
+# Told once per window to a caller over a limit (the conversation's language), then quiet.
+LIMIT_MESSAGES = {
+    "ko": "조금만 천천히 불러줘! {seconds}초 뒤에 다시 대답할게. (하는 말은 다 기억하고 있어)",
+    "en": "Give me a moment! I can answer you again in {seconds} s. (I still remember everything you say.)",
+}
+BUDGET_MESSAGES = {
+    "ko": "오늘 이 서버에서 쓸 수 있는 대화량을 다 썼어. 내일 다시 불러줘! (하는 말은 다 기억하고 있어)",
+    "en": "This server has used up today's conversation budget. Call me again tomorrow! "
+          "(I still remember everything you say.)",
+}
+BUDGET_NOTICE_SECONDS = 3600.0  # a caller hears that the guild's budget is spent at most this often
+TYPING_SECONDS = 8.0  # Discord shows a typing indicator ~10 s: renewed this often until the reply is out
+QUIET_EXTRACTION_MIN_SECONDS = 5.0  # the idle extraction looks this often at least (half extraction_idle_seconds)
 
 
 @dataclass(frozen=True)
@@ -95,6 +112,7 @@ class InboundMessage:
     mentions: tuple[str, ...] = ()  # user ids mentioned
     reply_to_bot: bool = False
     timestamp: float | None = None
+    privileged: bool = False  # an owner or moderator: the per-user and per-channel limits do not apply
 
 
 class Outbox(Protocol):
@@ -169,7 +187,10 @@ class BotCore:
         self.calls = CallDetector(s.call_names, bot_user_id)
         self.corrector = SelfCorrector(dict(s.self_corrections))
         self.limiter = RateLimiter(s.rate_limit_channel_seconds, s.rate_limit_global_seconds, clock)
-        self.health = Health()
+        self.limits = CallLimits.of(s.user_limit_calls, s.user_limit_seconds, s.channel_limit_calls,
+                                    s.channel_limit_seconds, clock)
+        self.usage = pipeline.usage
+        self.health = Health(model_calls=pipeline.usage.calls)
         self.last_timings: dict[str, TurnTimings] = {}
         self.turn_log: list[TurnTimings] = []  # the latest turns, all channels (bounded)
         self.last_plans: dict[str, Plan] = {}  # per channel key: the last turn's plan (prompt inspection)
@@ -187,6 +208,7 @@ class BotCore:
         # lands as its timeout fires into TimeoutError, which a loop takes for Redis being away).
         self._services_stop = asyncio.Event()
         self._chores: set[asyncio.Task] = set()  # shared mode: inbox drains, active-set reloads
+        self._quiet: asyncio.Task | None = None  # the extraction of conversations that went quiet
         self._started = False
         stored = pipeline.tables.active_keys()
         self._active = shared.seed_active(stored) if shared is not None else stored
@@ -247,6 +269,7 @@ class BotCore:
             raise GieokError("the bot is shutting down")
         self._ensure_executor()
         await self.start()
+        self._extract_when_quiet()
         explicit = self.explicit(message)
         incoming = IncomingMessage(message.content, user_id=message.user_id, channel=message.ref.channel,
                                    guild=message.ref.guild, display_name=message.display_name, explicit=explicit,
@@ -268,6 +291,45 @@ class BotCore:
         if message_id:
             self._remember_taken(state.key, message_id)
         return await self._take_in(message, state, incoming, explicit, order)
+
+    async def edit(self, message: InboundMessage) -> bool:
+        """A message was edited where it was said: a message still waiting for its turn takes the
+        new text; a stored one is replaced through the pipeline's edit path (its turn, its facts).
+        Returns whether anything changed."""
+        if not message.message_id:
+            return False
+        state = self._channels.get(conversation_key(message.ref.guild, message.ref.channel))
+        for pending in state.pending if state is not None else ():
+            if pending.message.message_id == message.message_id:
+                pending.message = dataclasses.replace(pending.message, content=message.content)
+        edited = await self.pipeline.edit_message(message.ref.guild, message.ref.channel, message.message_id,
+                                                  message.content, user=message.user_id, name=message.display_name)
+        if edited is not None:
+            self.health.edited += 1
+        return edited is not None
+
+    async def delete(self, ref: ChannelRef, message_ids: Sequence[str]) -> int:
+        """Messages were deleted where they were said: any still waiting for their turn are
+        dropped, and each stored one is erased with what came from it (its turn, facts only it
+        stated) — and so is the bot's reply to it (which may repeat it), while this process
+        remembers which reply that was (its last 1,000); a deleted reply of the bot's is erased
+        too. Returns how many messages were erased."""
+        gone = set(message_ids)
+        state = self._channels.get(conversation_key(ref.guild, ref.channel))
+        if state is not None:
+            state.pending[:] = [p for p in state.pending if p.message.message_id not in gone]
+        replies = [reply.message_ids[0] for reply in self.replies
+                   if reply.ref == ref and reply.message_ids and gone.intersection(reply.answered)
+                   and reply.message_ids[0] not in gone]
+        erased = 0
+        for message_id in [*message_ids, *replies]:
+            try:
+                receipt = await self.pipeline.delete_message(ref.guild, ref.channel, message_id)
+            except NotFoundError:
+                continue  # never stored here (the bot never saw it)
+            erased += int(receipt["erased"]["messages"])
+        self.health.deleted += erased
+        return erased
 
     def _remember_taken(self, key: str, message_id: str) -> None:
         """A claim answers its claimant yes again: a redelivery to this process is caught here."""
@@ -544,6 +606,27 @@ class BotCore:
         await self._recover()
         self._services.append(asyncio.create_task(self._upkeep(), name="gieok-leases"))
 
+    def _extract_when_quiet(self) -> None:
+        """Extraction is batched per conversation (every analysis_every messages); what a
+        conversation said after its last batch is extracted once it has been quiet for
+        extraction_idle_seconds — looked at every half of that, under the store's lease (one
+        process of a deployment at a time: `ConversationPipeline.extract_quiet`)."""
+        if self._quiet is None and self.pipeline.extracting and not self._closing:
+            self._quiet = asyncio.create_task(self._quiet_extraction(), name="gieok-quiet-extraction")
+
+    async def _quiet_extraction(self) -> None:
+        every = max(QUIET_EXTRACTION_MIN_SECONDS, self.settings.extraction_idle_seconds / 2)
+        while not self._closing:
+            await self._sleep_unless_closing(every)
+            if self._closing:
+                return
+            try:
+                extracted = await self.pipeline.extract_quiet()
+                if extracted:
+                    log.info("extracted %d conversation(s) that went quiet", extracted)
+            except Exception as exc:  # the database away for a moment: the next round tries again
+                log.warning("extraction of quiet conversations failed: %s", exc)
+
     async def _recover(self) -> None:
         """Messages a crash left only in L1, written as turn blocks by whoever holds the channel."""
         assert self.shared is not None
@@ -737,7 +820,8 @@ class BotCore:
 
     def _incoming(self, batch: list[_Pending]) -> IncomingMessage:
         last = batch[-1].message
-        return IncomingMessage("\n".join(p.message.content for p in batch)[: self.settings.max_input_chars],
+        # Whole: each message was within max_input_chars; the prompt shortens a long batch, with a marker.
+        return IncomingMessage("\n".join(p.message.content for p in batch),
                                user_id=last.user_id, channel=last.ref.channel, guild=last.ref.guild,
                                display_name=last.display_name, explicit=any(p.explicit for p in batch),
                                active=self.is_active(last.ref), timestamp=last.timestamp,
@@ -847,21 +931,31 @@ class BotCore:
         timings.overhead_ms = plan.timings_ms.get("overhead_ms", 0.0)
         timings.reason = plan.reason
         respond = plan.respond
-        if respond and not plan.message.explicit:
+        if respond and plan.message.explicit:
+            refused = await self._refuse_call(state, plan, batch)
+            if refused is not None:
+                respond = False
+                timings.reason = refused
+        elif respond:
             confident = plan.stage1 is not None and plan.stage1.probability >= self.settings.rate_bypass_confidence
-            if not await self._reply_allowed(state.key, bypass=confident):
+            if await self.usage.aspent(plan.message.guild):
+                respond = False
+                timings.reason = "the guild's daily model budget is spent (the message is kept in memory)"
+            elif not await self._reply_allowed(state.key, bypass=confident):
                 respond = False
                 timings.reason = "rate limited (the message is kept in memory)"
                 self.health.rate_limited += 1
-        reply_text = None
+        reply_text = reply_id = None
         if respond and plan.prompt is not None:
             reply_text = await self._reply(state, plan, plan.prompt, batch, timings)
             if reply_text is not None and not plan.message.explicit:
                 await self._note_reply(state.key)
+            if reply_text is not None and self.replies[-1].message_ids:
+                reply_id = self.replies[-1].message_ids[0]  # the reply as the transport knows it (deletions)
         timings.responded = reply_text is not None
         try:  # blocks are written behind
             await self.pipeline.record(plan, reply_text, wait=False, fence=self._fences.get(state.key)
-                                       if self.shared is not None else None)
+                                       if self.shared is not None else None, reply_id=reply_id)
             self.health.ok("record")
         except LeaseLostError as exc:  # stalled past the lease: the reply went out, the turn is not recorded
             log.warning("%s", exc)
@@ -874,6 +968,34 @@ class BotCore:
         self.pipeline.memory.emit("turn.timings", {"guild": state.ref.guild, **timings.as_dict()})
         self.turn_log.append(timings)
         del self.turn_log[:-10_000]
+
+    async def _refuse_call(self, state: _Channel, plan: Plan, batch: list[_Pending]) -> str | None:
+        """Why a call goes unanswered — the guild's daily model budget is spent, or the caller's or
+        the channel's call limit (runtime/ratelimit.py `CallLimits`) — after telling the caller,
+        once per window; None: answer it. In a deployment of several processes each keeps its own
+        buckets (a channel is run by one process at a time); the budget is shared (the store)."""
+        message = plan.message
+        language = self.pipeline.conversation_language([message.content])
+        if await self.usage.aspent(message.guild):
+            self.health.limited_calls += 1
+            if self.limits.notice_due(f"budget:{message.guild}:{message.user_id}", BUDGET_NOTICE_SECONDS):
+                await self._notice(state, batch, BUDGET_MESSAGES[language])
+            return "the guild's daily model budget is spent (the message is kept in memory)"
+        wait = self.limits.admit(message.user_id, state.key, privileged=any(p.message.privileged for p in batch))
+        if wait is None:
+            return None
+        self.health.limited_calls += 1
+        if self.limits.notice_due(message.user_id, wait):
+            await self._notice(state, batch, LIMIT_MESSAGES[language].format(seconds=max(1, math.ceil(wait))))
+        return f"call limit: answered again in {wait:.0f} s (the message is kept in memory)"
+
+    async def _notice(self, state: _Channel, batch: list[_Pending], text: str) -> None:
+        try:
+            await self.outbox.send(state.ref, text, reply_to=batch[-1].message.message_id)
+            self.health.notices += 1
+            self.health.ok("send")
+        except Exception as exc:  # a notice is a courtesy: the turn goes on
+            self.health.failed("send", exc)
 
     async def _reply_allowed(self, key: str, *, bypass: bool) -> bool:
         """The rate limits (runtime/ratelimit.py): this process's, or the deployment's, where
@@ -907,6 +1029,7 @@ class BotCore:
 
         async def show(view: Any) -> None:  # make the channel show `view`: send new messages, edit changed ones
             t0 = self.clock()
+            typing.cancel()  # the reply itself is on screen from now on
             for op in view.operations(shown):
                 if op.kind == "send":
                     ids.append(await self.outbox.send(state.ref, op.text,
@@ -919,15 +1042,18 @@ class BotCore:
 
         with contextlib.suppress(Exception):  # a typing indicator is best-effort
             await self.outbox.typing(state.ref)
+        typing = asyncio.ensure_future(self._keep_typing(state.ref))
         parts: list[str] = []
         first_token: float | None = None
         provider_wait = 0.0
+        calls = 1
         try:
             if self._custom_generate is not None:
                 parts.append(str(await self._custom_generate(plan)))
                 first_token = self.clock()
             elif self.tools and self.llm is not None:
-                parts.append(await self._with_tools(plan, self.llm, prompt))
+                answer, calls = await self._with_tools(plan, self.llm, prompt)
+                parts.append(answer)
                 first_token = self.clock()
             else:
                 if self.llm is None:
@@ -944,6 +1070,9 @@ class BotCore:
                         await show(stream_view(self._finish_text("".join(parts)), limit=limit))
             self.health.ok("generation")
         except LLMError as exc:
+            typing.cancel()
+            if self._custom_generate is None:
+                await self.usage.note("reply", plan.message.guild, message_tokens(prompt.messages))
             self.health.failed("generation", exc)
             failure = self.settings.failure_message or FAILURE_MESSAGES[self.settings.language]
             try:
@@ -956,7 +1085,13 @@ class BotCore:
             except Exception as send_error:
                 self.health.failed("send", send_error)
             return None
+        finally:
+            typing.cancel()
         text = "".join(parts)
+        if self._custom_generate is None:
+            # a tool loop's rounds are calls too (their tokens estimated as the prompt each time)
+            await self.usage.note("reply", plan.message.guild,
+                                  calls * message_tokens(prompt.messages) + estimate_tokens(text), calls=calls)
         timings.generation_ms = (self.clock() - started) * 1000
         timings.first_token_ms = ((first_token or self.clock()) - started) * 1000
         timings.provider_first_token_ms = provider_wait * 1000
@@ -978,14 +1113,23 @@ class BotCore:
         self.health.replies_out += 1
         return text
 
-    async def _with_tools(self, plan: Plan, llm: LLM, prompt: AssembledPrompt) -> str:
+    async def _keep_typing(self, ref: ChannelRef) -> None:
+        """Show that a reply is being made until it is on screen (cancelled then): a chat's typing
+        indicator lasts ~10 s, a slow provider or a fallback takes longer."""
+        while True:
+            await self.sleep(TYPING_SECONDS)
+            with contextlib.suppress(Exception):  # best-effort
+                await self.outbox.typing(ref)
+
+    async def _with_tools(self, plan: Plan, llm: LLM, prompt: AssembledPrompt) -> tuple[str, int]:
+        """The answer, and how many model calls it took."""
         message = plan.message
         context = ToolContext(channel=message.channel, guild=message.guild, user_id=message.user_id,
                               timezone=self.settings.timezone, memory=self.pipeline.memory,
                               facts=self.pipeline.facts)  # per call: parallel channels never share it
         result = await run_tool_loop(llm, prompt.messages, self.tools, context,
                                      **tool_loop_options(self.settings))
-        return result.text
+        return result.text, result.rounds + 1
 
     # -- lifecycle -----------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -1003,6 +1147,8 @@ class BotCore:
             state.wake.set()
         workers = [c.worker for c in self._channels.values() if c.worker is not None]
         await asyncio.gather(*workers, return_exceptions=True)
+        if self._quiet is not None:
+            await asyncio.gather(self._quiet, return_exceptions=True)
         await self.pipeline.drain()
         if self.shared is None:
             await asyncio.to_thread(self.pipeline.commit_pending)

@@ -4,6 +4,7 @@ take, stage by stage (`timer`)."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,12 @@ class Health:
     merged: int = 0  # plans redone because the same user wrote again while planning
     duplicates: int = 0  # messages another process (a replica) had already taken in
     claims_taken_over: int = 0  # messages taken in here because the process that claimed them died first
+    edited: int = 0  # stored messages replaced by their edit where they were said
+    deleted: int = 0  # stored messages erased because they were deleted where they were said
+    limited_calls: int = 0  # calls not answered: a user's, a channel's limit or a guild's budget was spent
+    notices: int = 0  # limit notices sent (one per window)
+    # model calls by purpose ("reply", "decide", "extract"); the pipeline's counter, shared
+    model_calls: Counter[str] = field(default_factory=Counter)
 
     def ok(self, stage: str) -> None:
         entry = self.stages[stage]
@@ -49,10 +56,17 @@ class Health:
         entry.last_failure = self.clock()
         entry.last_error = str(error)[:300]
 
+    def model_calls_per_reply(self) -> float | None:
+        """Every model call (replies, decisions, extractions) over the replies sent: what a reply costs."""
+        return round(sum(self.model_calls.values()) / self.replies_out, 3) if self.replies_out else None
+
     def as_dict(self) -> dict[str, Any]:
         return {"uptime_s": round(self.clock() - self.started, 1), "messages_in": self.messages_in,
                 "replies_out": self.replies_out, "rate_limited": self.rate_limited, "merged": self.merged,
                 "duplicates": self.duplicates, "claims_taken_over": self.claims_taken_over,
+                "edited": self.edited, "deleted": self.deleted, "limited_calls": self.limited_calls,
+                "notices": self.notices, "model_calls": dict(self.model_calls),
+                "model_calls_per_reply": self.model_calls_per_reply(),
                 "stages": {name: s.as_dict() for name, s in self.stages.items()}}
 
 

@@ -339,6 +339,16 @@ MIGRATIONS: list[str] = [
         reason     text NOT NULL DEFAULT ''
     );
     """,
+    # 17: what the language models cost per guild and day (SQLite's 15 says why)
+    """
+    CREATE TABLE model_usage (
+        scope  text NOT NULL,
+        day    text NOT NULL,
+        tokens bigint NOT NULL,
+        calls  bigint NOT NULL,
+        PRIMARY KEY (scope, day)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

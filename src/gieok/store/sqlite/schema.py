@@ -288,6 +288,18 @@ MIGRATIONS: list[str] = [
         reason     TEXT NOT NULL DEFAULT ''        -- who asked (a key, a command)
     );
     """,
+    # 15: the chat bot in a community: what the language models cost per guild and day (a daily
+    # budget holds across restarts and across the processes of one deployment). No person's data:
+    # a guild's total only (direct messages share one row).
+    """
+    CREATE TABLE model_usage (
+        scope  TEXT NOT NULL,                      -- a guild id, or "direct" for direct messages
+        day    TEXT NOT NULL,                      -- YYYY-MM-DD in the bot's time zone
+        tokens INTEGER NOT NULL,                   -- estimated: prompts and answers, every call
+        calls  INTEGER NOT NULL,
+        PRIMARY KEY (scope, day)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
