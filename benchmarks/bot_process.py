@@ -15,7 +15,11 @@ from gieok.chat.settings import ChatSettings
 from gieok.coordination import RedisConnection
 from gieok.memory import Memory
 
-__all__ = ["bot_settings", "shared_bot"]
+__all__ = ["NO_CALL_LIMITS", "bot_settings", "shared_bot"]
+
+# A benchmark's load is calls from one user per channel, faster than a community's call limits
+# allow: the runtime is measured, not the limits (tests/test_runtime_community.py tests those).
+NO_CALL_LIMITS: dict[str, Any] = {"user_limit_calls": 0, "channel_limit_calls": 0}
 
 
 def bot_settings(argv: Sequence[str] | None, description: str | None, **overrides: Any) -> ChatSettings:
@@ -31,7 +35,7 @@ def bot_settings(argv: Sequence[str] | None, description: str | None, **override
     return ChatSettings.load(db=args.db, redis=args.redis, redis_namespace=args.namespace,
                              redis_lease_seconds=args.lease_seconds, llm_chain="openai:bench-model",
                              openai_base_url=args.llm_url, rate_limit_channel_seconds=0.0,
-                             rate_limit_global_seconds=0.0, **overrides)
+                             rate_limit_global_seconds=0.0, **{**NO_CALL_LIMITS, **overrides})
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
+from benchmarks.bot_process import NO_CALL_LIMITS
 from benchmarks.fill import filled_memory
 from benchmarks.loopback_llm import TAG, loopback_llm
 from benchmarks.report import median, p50_p95, print_and_write, progress_bar, results_table, table_console
@@ -139,7 +140,7 @@ def _delivery(memory: Memory, core: BotCore, sent: dict[str, str], bot_name: str
 async def _play(memory: Memory, url: str, channels: int, schedule: list[tuple[float, int, int]],
                 title: str) -> dict[str, Any]:
     settings = ChatSettings.over(memory.settings, llm_chain="openai:bench-model", openai_base_url=url,
-                                 rate_limit_channel_seconds=0.0, rate_limit_global_seconds=0.0)
+                                 rate_limit_channel_seconds=0.0, rate_limit_global_seconds=0.0, **NO_CALL_LIMITS)
     bot = build_bot(settings, memory, outbox=BenchOutbox())
     core = bot.core
     memory.embedder.embed_queries(["워밍업 warm-up"])
@@ -150,7 +151,11 @@ async def _play(memory: Memory, url: str, channels: int, schedule: list[tuple[fl
     turns = list(core.turn_log)
     overheads = [t.turn_overhead_ms for t in turns if t.responded and t.to_first_token_ms > 0]
     delivery = _delivery(memory, core, sent, settings.bot_name)
+    calls = dict(core.health.model_calls)
     return {
+        "model_calls": calls,  # by purpose: reply, decide, extract
+        "model_calls_per_reply": round(sum(calls.values()) / max(1, len(core.replies)), 3),
+        "model_calls_per_message": round(sum(calls.values()) / max(1, len(sent)), 3),
         "turn_overhead_ms": p50_p95(overheads),
         "messages_sent": len(sent),
         "messages_lost": delivery["lost"],
@@ -173,13 +178,16 @@ def print_runtime(report: dict[str, Any], console: Console | None = None) -> Non
     table = results_table(f"runtime: {report['_channels']} channels × {report['_rate']:g} msg/s × "
                           f"{report['_duration']:g} s ({report['arrivals']} arrivals) "
                           f"over {report['_blocks']:,} blocks (loopback provider, medians of one run)",
-                          ("turn overhead p50", "p95", "sent", "lost", "misrouted", "replies", "answered"))
+                          ("turn overhead p50", "p95", "sent", "lost", "misrouted", "replies", "answered",
+                           "model calls / reply", "/ message"))
     table.add_row(f"{report['turn_overhead_ms']['p50']:.2f} ms", f"{report['turn_overhead_ms']['p95']:.2f} ms",
                   str(report["messages_sent"]), str(report["messages_lost"]), str(report["misrouted_replies"]),
-                  str(report["replies"]), str(report["messages_answered"]))
+                  str(report["replies"]), str(report["messages_answered"]),
+                  f"{report['model_calls_per_reply']:.2f}", f"{report['model_calls_per_message']:.2f}")
     console.print(table)
     console.print("stage medians (ms): " + ", ".join(f"{k.removesuffix('_ms')} {v:.1f}"
                                                      for k, v in report["stages_p50_ms"].items()))
+    console.print("model calls: " + ", ".join(f"{k} {v}" for k, v in sorted(report["model_calls"].items())))
 
 
 def run_runtime_bench(blocks: int = 100_000, json_out: str | Path | None = None, *, channels: int = 50,

@@ -26,7 +26,7 @@ def test_inspect_prompt_shows_the_prompt_and_changes_nothing(tmp_path: Path) -> 
 
 def test_inspect_prompt_errors_are_one_line(tmp_path: Path) -> None:
     db = tmp_path / "bot.db"
-    for args in (["   "], ["x" * 2001], ["hi", "--user", "two words"]):
+    for args in (["   "], ["x" * 4001], ["hi", "--user", "two words"]):  # max_input_chars: 4,000
         result = gieok("inspect-prompt", *args, "--db", str(db))
         assert result.returncode == 1 and result.stderr.count("\n") == 1 and result.stderr.startswith("error:"), \
             result.stderr

@@ -185,7 +185,7 @@ class GieokWorkflow(schema.as_state_machine()):  # type: ignore[misc]
 def test_stateful_sequences_keep_writes_idempotent_revocation_immediate_and_tenants_apart() -> None:
     GieokWorkflow.key, row = _STATE.keys.create("fuzz", "admin", "stateful")
     GieokWorkflow.key_id = row.key_id
-    GieokWorkflow.run(settings=settings(max_examples=30, stateful_step_count=8, deadline=None,
+    GieokWorkflow.run(settings=settings(max_examples=40, stateful_step_count=8, deadline=None,
                                         suppress_health_check=list(HealthCheck), derandomize=True))
     print(dict(_SEEN))
     assert _SEEN["replayed"] >= 5 and _SEEN["revoked and refused"] >= 1, dict(_SEEN)

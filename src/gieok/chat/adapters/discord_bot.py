@@ -396,8 +396,13 @@ class GieokCommands(commands.Cog):
     @commands.hybrid_command(name="status", description="Health of the bot")  # type: ignore[arg-type]
     async def status(self, ctx: commands.Context) -> None:
         health = self.core.health.as_dict()
+        per_reply = health["model_calls_per_reply"]
         lines = [f"uptime {health['uptime_s']:.0f}s · in {health['messages_in']} · out {health['replies_out']} · "
-                 f"rate-limited {health['rate_limited']} · merged {health['merged']}"]
+                 f"rate-limited {health['rate_limited']} · merged {health['merged']}",
+                 f"calls limited {health['limited_calls']} · notices {health['notices']} · edited {health['edited']} · "
+                 f"deleted {health['deleted']}",
+                 "model calls " + (", ".join(f"{k} {v}" for k, v in sorted(health["model_calls"].items())) or "none")
+                 + (f" · {per_reply} per reply" if per_reply is not None else "")]
         for name, stage in health["stages"].items():
             lines.append(f"{name}: ok {stage['successes']} / failed {stage['failures']}"
                          + (f" — last error: {stage['last_error']}" if stage["last_error"] else ""))
