@@ -295,6 +295,18 @@ class ConversationPipeline:
             return None
         return search_text(message.content)
 
+    def _turn_query(self, message: IncomingMessage, observed: Sequence[Observation]) -> str | None:
+        """The search query of a reply to this turn unless a model writes another: one of the
+        batch's messages, whose vector `observe` started during the debounce (the batch's joined
+        text would be new work on the turn's path — under load, behind the engine's queue — while
+        the prompt shows the whole batch anyway). Preferred, newest first: the questions, then the
+        calls, then the rest; of those, the first whose vector is ready already, else the first."""
+        said = [o.message for o in observed] or [message]
+        ranked = sorted(reversed(said), key=lambda m: (not looks_like_question(m.content), not m.explicit))
+        queries = [q for m in ranked
+                   if (q := self._likely_search_query(replace(m, explicit=message.explicit, active=message.active)))]
+        return next((q for q in queries if self.memory.embedder.has(q, is_query=True)), queries[0] if queries else None)
+
     def observe(self, message: IncomingMessage, *, needed_now: bool = False) -> Observation:
         """Take a message in: validate, pattern-guard, append to L1, count it for the stage-2
         schedule. Cheap and synchronous, so a runtime calls it the moment a message arrives —
@@ -502,8 +514,8 @@ class ConversationPipeline:
             # it may speak unprompted: a call is answered — its one model call is the reply.
             use_llm = (self.analyst.llm is not None and message.active and not message.explicit
                        and not await self.usage.aspent(message.guild))
-            query = self._likely_search_query(message)
-            if query:  # the debounce is over: a turn waits (observe queued it; a batch's text is new)
+            query = self._turn_query(message, observed)
+            if query:  # the debounce is over: a turn waits (observe queued it)
                 self.memory.embedder.prefetch_queries([query], Priority.NOW)
             judged = None
             if self._needs_vector(message):
@@ -530,7 +542,7 @@ class ConversationPipeline:
                 plan.retrieval, plan.search_query = decision.retrieval_needed, decision.search_query
             else:
                 plan.retrieval = looks_like_question(message.content) or message.explicit
-                plan.search_query = search_text(message.content)  # the text whose query vector is cached
+                plan.search_query = query or search_text(message.content)  # its query vector is cached
             if plan.respond:
                 if plan.retrieval and plan.search_query:  # the query vector (e5), awaited without a thread
                     t = time.perf_counter()
