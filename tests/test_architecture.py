@@ -33,6 +33,7 @@ ENGINE_ROWS: dict[str, int] = {
     "layers": 2, "retrieval": 2,
     "memory": 3, "client": 4,  # the client (gieok.client) stands on the types and errors, as a program using them would
     "__init__": 4,  # the package root re-exports the public surface (Memory, Settings, the errors)
+    "integrations": 5,  # adapters for agent frameworks (gieok.integrations.*): each stands on the client alone
 }
 # Rows inside the chat, bottom (0) to top.
 CHAT_ROWS: dict[str, int] = {

@@ -27,7 +27,7 @@ _FENCE = re.compile(r"^(```|~~~)")
 
 
 def _doc_files() -> list[Path]:
-    return [README, *sorted(DOCS.glob("*.md"))]
+    return [README, *sorted(DOCS.rglob("*.md"))]
 
 
 def _prose(path: Path) -> str:
