@@ -33,6 +33,11 @@ class VirtualTime:
         heapq.heappush(self._sleepers, (self.now + max(0.0, seconds), next(self._order), future))
         return future
 
+    def has_sleeper_until(self, when: float) -> bool:
+        """Whether something sleeps until `when` (a loop the test must not advance past before it
+        sleeps: its delay would count from the advanced time)."""
+        return any(abs(deadline - when) < 1e-9 and not future.done() for deadline, _, future in self._sleepers)
+
     async def advance(self, seconds: float) -> None:
         target = self.now + seconds
         while self._sleepers and self._sleepers[0][0] <= target:

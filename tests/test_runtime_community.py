@@ -171,6 +171,9 @@ def test_the_typing_indicator_is_kept_alive_until_the_reply_is_out(memory: Memor
         await vt.advance(1.0)
         await until(lambda: outbox.typing_calls == 1)
         for expected in (2, 3, 4):  # a provider that takes 25 s: the indicator is renewed every 8 s
+            # the renewing task sleeps first (it starts after the first indicator: a loaded machine
+            # may run the test on before it does)
+            await until(lambda: vt.has_sleeper_until(vt.now + TYPING_SECONDS))
             await vt.advance(TYPING_SECONDS)
             await until(lambda n=expected: outbox.typing_calls == n)
         model.go.set()
