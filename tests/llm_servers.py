@@ -286,3 +286,71 @@ def run(awaitable: Awaitable[Any]) -> Any:
 
 def forget_clients() -> None:
     _open.clear()
+
+
+# -- offline, proven ---------------------------------------------------------------------------
+
+def _is_loopback(host: Any) -> bool:
+    return isinstance(host, str) and (host in ("localhost", "::1") or host.startswith("127."))
+
+
+def refuse_non_loopback(refused: list[str]) -> Callable[[], None]:
+    """From now on this process reaches loopback only: resolving another host name or connecting
+    to another address fails as it would with no network (`socket.gaierror`, `OSError`), and the
+    host is appended to `refused` — so a framework that phones home (a tokenizer's vocabulary, a
+    tracing export) fails loudly and the test can assert that nothing tried. Returns the undo."""
+    real_getaddrinfo = socket.getaddrinfo
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host is not None and not _is_loopback(host.decode() if isinstance(host, bytes) else host):
+            refused.append(str(host))
+            raise socket.gaierror(socket.EAI_NONAME, f"loopback only: {host} is not resolved here")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    def guarded(real: Callable[..., Any]) -> Callable[..., Any]:
+        def connect(sock: socket.socket, address: Any) -> Any:
+            if isinstance(address, tuple) and not _is_loopback(address[0]):
+                refused.append(str(address[0]))
+                raise OSError(f"loopback only: no connection to {address[0]} here")
+            return real(sock, address)
+        return connect
+
+    socket.getaddrinfo = getaddrinfo  # type: ignore[assignment]
+    socket.socket.connect = guarded(real_connect)  # type: ignore[method-assign]
+    socket.socket.connect_ex = guarded(real_connect_ex)  # type: ignore[method-assign]
+
+    def undo() -> None:
+        socket.getaddrinfo = real_getaddrinfo
+        socket.socket.connect = real_connect  # type: ignore[method-assign]
+        socket.socket.connect_ex = real_connect_ex  # type: ignore[method-assign]
+    return undo
+
+
+@contextmanager
+def loopback_only() -> Iterator[list[str]]:
+    """`refuse_non_loopback` while the block runs; yields the hosts refused (assert it stays empty)."""
+    refused: list[str] = []
+    undo = refuse_non_loopback(refused)
+    try:
+        yield refused
+    finally:
+        undo()
+
+
+def loopback_only_env(directory: Any) -> dict[str, str]:
+    """Environment variables that put a Python subprocess under `refuse_non_loopback` from its first
+    line: a `sitecustomize` in `directory` (on PYTHONPATH) holds its source, installs it and writes
+    each refused host to stderr as `loopback only: refused <host>`. The program runs unchanged (and
+    imports nothing of the tests: the guard's source is copied, not imported)."""
+    import inspect
+    from pathlib import Path
+    report = ("class _Report(list):\n"
+              "    def append(self, host):\n"
+              "        sys.stderr.write(f'loopback only: refused {host}\\n')\n"
+              "        super().append(host)\n\n\n"
+              "refuse_non_loopback(_Report())\n")
+    source = "\n\n".join(["from __future__ import annotations\n\nimport socket\nimport sys",
+                          inspect.getsource(_is_loopback), inspect.getsource(refuse_non_loopback), report])
+    (Path(directory) / "sitecustomize.py").write_text(source, encoding="utf-8")
+    return {"PYTHONPATH": str(directory)}
