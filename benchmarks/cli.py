@@ -309,6 +309,44 @@ def bench_server(
                      cache_dir=cache_dir)
 
 
+@bench_app.command("webhooks")
+def bench_webhooks(
+    events: Annotated[int, typer.Option(help="Events (one memory added each); 40 % before the outage, 30 % "
+                                             "during it, the rest after.")] = 1000,
+    down_seconds: Annotated[float, typer.Option(help="How long the receiver is down (the server restarts "
+                                                     "halfway through).")] = 60.0,
+    wait_seconds: Annotated[float, typer.Option(help="At most this long for the last events after the "
+                                                     "last one is sent.")] = 600.0,
+    retry_seconds: Annotated[float | None, typer.Option(help="The server's webhook_retry_seconds (default: "
+                                                             "its own, 5).")] = None,
+    retry_max_seconds: Annotated[float | None, typer.Option(help="The server's webhook_retry_max_seconds "
+                                                                 "(default: its own, 3600).")] = None,
+    timeout_seconds: Annotated[float | None, typer.Option(help="The server's webhook_timeout_seconds "
+                                                               "(default: its own, 5).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Path | None, typer.Option(
+        "--db", help="Directory for the database and the server's logs (default: a temp dir).")] = None,
+) -> None:
+    """Signed webhooks through a receiver outage and a server restart: every event delivered, none twice
+    after dedupe by webhook-id, p50 delay while the receiver is up, every signature verified.
+
+    Example: gieok bench webhooks --events 1000 --down-seconds 60 --json webhooks.json
+    """
+    from benchmarks.webhooks import run_webhooks_bench
+
+    if events < 3:
+        raise InvalidInputError("--events must be >= 3 (some before, during and after the outage)")
+    if down_seconds <= 0 or wait_seconds <= 0:
+        raise InvalidInputError("--down-seconds and --wait-seconds must be > 0")
+    for name, value in (("--retry-seconds", retry_seconds), ("--retry-max-seconds", retry_max_seconds),
+                        ("--timeout-seconds", timeout_seconds)):
+        if value is not None and value <= 0:
+            raise InvalidInputError(f"{name} must be > 0")
+    run_webhooks_bench(events, json_out, down_seconds=down_seconds, wait_seconds=wait_seconds, workdir=workdir,
+                       retry_seconds=retry_seconds, retry_max_seconds=retry_max_seconds,
+                       timeout_seconds=timeout_seconds)
+
+
 @bench_app.command("users")
 def bench_users(
     messages: Annotated[int, typer.Option(help="Messages of the one user whose data is read and erased.")] = 10_000,

@@ -230,6 +230,14 @@ class Expectation:
 
 
 EXPECTATIONS = (
+    Expectation(r"/v1/webhooks/\d+/deliveries", "list the endpoint's deliveries",
+                lambda o: isinstance(_json(o)["deliveries"], list)),
+    Expectation(r"/v1/webhooks/\d+/rotate", "give the endpoint a new secret",
+                lambda o: _json(o)["secret"].startswith("whsec_")),
+    Expectation(r"-X DELETE \S*/v1/webhooks/\d+", "delete the endpoint", lambda o: "deleted" in _json(o)),
+    Expectation(r"/v1/webhooks -d", "register the endpoint and show its secret",
+                lambda o: _json(o)["secret"].startswith("whsec_") and _json(o)["id"] >= 1),
+    Expectation(r"/v1/webhooks\b", "list the endpoints", lambda o: isinstance(_json(o)["webhooks"], list)),
     Expectation(r"/v1/conversations/messages -d", "store the conversation's messages",
                 lambda o: len(json.loads(o.stdout)["stored"]) + len(json.loads(o.stdout)["duplicates"]) >= 1),
     Expectation(r"/v1/conversations/context", "give the context of the next reply",

@@ -126,6 +126,26 @@ def test_tools_are_described_for_a_model(state: ServerState) -> None:
     run(scenario)
 
 
+def test_the_docs_tool_table_lists_every_tool(state: ServerState) -> None:
+    """docs/server.md's MCP tool table names every tool `build_mcp` registers, no other, each with
+    the role it needs (read: the read-only ones)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "server.md").read_text(encoding="utf-8")
+    table = page.split("### Tools", 1)[1].split("\n\n", 2)[1]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    documented = {row[0].strip("`"): row[-1] for row in rows}
+    server = build_mcp(state, fixed=_principal(state, "default", "read")[0])
+
+    async def scenario() -> None:
+        async with Client(server) as client:
+            tools = (await client.list_tools()).tools
+            assert set(documented) == {tool.name for tool in tools} == TOOLS
+            for tool in tools:
+                read_only = bool(tool.annotations and tool.annotations.read_only_hint)
+                assert documented[tool.name] == ("read" if read_only else "write"), tool.name
+
+    run(scenario)
+
+
 def test_every_tool_in_process_korean_and_english(state: ServerState) -> None:
     who, _ = _principal(state, "default", "write")
     cafe = conversation_of("g1", "cafe")
@@ -602,16 +622,30 @@ def test_streamable_http_against_gieok_serve(tmp_path: Path) -> None:
     alpha_where = {"channel": ALPHA_CHANNEL, "guild": ALPHA_GUILD}
 
     with gieok_serve(home, tmp_path / "serve.log") as base:
-        # no key, an unknown key, a malformed key: refused before any MCP handling
+        # no key, an unknown key, a malformed key: refused before any MCP handling. No key: 401 pointing at
+        # the RFC 9728 metadata; a key that is not valid: 403 with the reason, which MCP clients show (on any
+        # 401 they start an OAuth flow, and there is no OAuth here)
         initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                       "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                                  "clientInfo": {"name": "test", "version": "0"}}}
         accept = {"Accept": "application/json, text/event-stream"}
-        for headers in ({}, {"Authorization": "Bearer gk_00000000_" + "x" * 43}, {"Authorization": "Bearer nope"},
-                        {"Authorization": f"Basic {alpha_key}"}):
+        metadata_url = f"{base}/.well-known/oauth-protected-resource/mcp"
+        for headers, status, reason in (
+                ({}, 401, "missing API key"), ({"Authorization": f"Basic {alpha_key}"}, 401, "missing API key"),
+                ({"Authorization": "Bearer gk_00000000_" + "x" * 43}, 403, "invalid or revoked API key"),
+                ({"Authorization": "Bearer nope"}, 403, "malformed API key")):
             response = httpx.post(f"{base}/mcp", json=initialize, headers={**accept, **headers}, timeout=30)
-            assert response.status_code == 401, response.text
-            assert response.headers["www-authenticate"].startswith("Bearer")
+            assert response.status_code == status, response.text
+            assert response.json()["error"] == "invalid_token" and reason in response.json()["error_description"]
+            challenge = response.headers["www-authenticate"]
+            assert challenge.startswith("Bearer ")
+            assert (f'resource_metadata="{metadata_url}"' in challenge) == (status == 401), challenge
+            assert status == 401 or ('error="invalid_token", error_description="' in challenge and reason in challenge)
+        for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"):
+            metadata = httpx.get(f"{base}{path}", timeout=30)  # public, as RFC 9728 has it
+            assert metadata.status_code == 200 and metadata.json() == {
+                "resource": f"{base}/mcp", "resource_name": "gieok memory", "bearer_methods_supported": ["header"]}
+            assert "authorization_servers" not in metadata.json()  # keys, not OAuth: nothing to sign in to
         # the REST app around it is unchanged
         assert httpx.get(f"{base}/healthz", timeout=30).status_code == 200
         missing = httpx.get(f"{base}/v1/nothing-here", timeout=30)
@@ -668,4 +702,112 @@ def test_streamable_http_against_gieok_serve(tmp_path: Path) -> None:
         run(scenario, seconds=600)
         after = httpx.post(f"{base}/mcp", json=initialize, timeout=30,
                            headers={**accept, "Authorization": f"Bearer {alpha_reader}"})
-        assert after.status_code == 401
+        assert after.status_code == 403 and "revoked" in after.json()["error_description"]
+        # what `gieok mcp` writes on this memory reaches this server's live stream (server/relay.py)
+        mcp_events_reach_the_stream(base, home, alpha_key, tmp_path)
+
+
+# -- events written through `gieok mcp` reach `gieok serve`'s stream (checked in the HTTP test above) ----
+
+def _sse(base: str, key: str, since: int | None, found: Callable[[list[dict[str, Any]]], bool],
+         into: queue.Queue[list[dict[str, Any]]], seconds: float = 60) -> None:
+    """Read `/v1/events` until `found(events so far)` (each event as `{"id", "type", "data"}`), then
+    put the events on `into` (a thread's work: the stream never ends by itself)."""
+    url = f"{base}/v1/events" + (f"?since={since}" if since is not None else "")
+    events: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
+    deadline = time.monotonic() + seconds
+    try:
+        with httpx.stream("GET", url, headers={"Authorization": f"Bearer {key}"}, timeout=seconds) as response:
+            assert response.status_code == 200, response.read()
+            for line in response.iter_lines():
+                if line.startswith("id: "):
+                    current["id"] = int(line[4:])
+                elif line.startswith("event: "):
+                    current["type"] = line[7:]
+                elif line.startswith("data: "):
+                    current["data"] = json.loads(line[6:]).get("data")
+                elif not line and current:
+                    events.append(current)
+                    current = {}
+                    if found(events) or time.monotonic() > deadline:
+                        break
+    finally:
+        into.put(events)
+
+
+def _added(events: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    return [e for e in events if e.get("type") == "memory.added" and any(
+        block.get("text") == text for block in (e.get("data") or {}).get("blocks", []))]
+
+
+def mcp_events_reach_the_stream(base: str, home: Path, key: str, cwd: Path) -> None:
+    """A `gieok mcp` process (the SDK's stdio client) writes; the `gieok serve` at `base`, on the same
+    SQLite file, streams the event live, numbered next in its own stream, and a client resuming from
+    the event before it gets it next — no `stream.gap` (the mcp process took no ids of the stream)."""
+    live: queue.Queue[list[dict[str, Any]]] = queue.Queue()
+    said = "민지: 고양이 이름은 나비야 (written over MCP stdio)"
+    threading.Thread(target=_sse, args=(base, key, 0, lambda seen: bool(_added(seen, said)), live),
+                     daemon=True).start()
+    params = StdioServerParameters(command=sys.executable, args=["-m", "gieok.cli", "mcp", "--db", str(home)],
+                                   env={"GIEOK_API_KEY": key, "OMP_WAIT_POLICY": "PASSIVE"}, cwd=str(cwd))
+
+    async def scenario() -> None:
+        async with Client(params, read_timeout_seconds=CALL_SECONDS) as client:
+            await ok(client, "remember", {"text": said, "channel": "cafe"})
+
+    run(scenario)
+    events = live.get(timeout=60)
+    [relayed] = _added(events, said)
+    before = events[events.index(relayed) - 1]
+    assert relayed["id"] == before["id"] + 1  # the next id of the server's stream: nothing in between
+    # (a gap may open the replay: the events of a process that wrote this memory before the server ran)
+    assert not [e for e in events[1:] if e.get("type") == "stream.gap"]
+    resumed: queue.Queue[list[dict[str, Any]]] = queue.Queue()
+    _sse(base, key, before["id"], lambda seen: len(seen) >= 1, resumed)
+    [first] = resumed.get(timeout=1)
+    assert first["type"] == "memory.added" and first["id"] == relayed["id"], first
+
+
+def test_the_relay_reaches_every_server_and_one_claims_each_event(tmp_path: Path) -> None:
+    """Two servers' pumps on one memory (as `--workers 2`): each publishes a relayed event into its
+    own stream; exactly one claims it (its webhooks); a server that starts later takes up only what
+    no server took. A `user.erased` redacts the relay's copies before it is written."""
+    from gieok.coordination.events import REDACTED
+    from gieok.server.events import EventBus
+    from gieok.server.relay import RelayPump
+
+    home = tmp_path / "home.db"
+    writer = ServerState.open(ServerSettings.load(db=str(home)))
+    first = ServerState.open(ServerSettings.load(db=str(home)))
+    try:
+        writer.bus.relay = writer.event_relay  # what `gieok mcp` does
+        table = first.event_relay
+        assert table is not None
+        pumps = [RelayPump(table, bus) for bus in (EventBus(), EventBus())]
+        for pump in pumps:
+            pump.begin()
+        said = {"blocks": [{"block_index": 7, "text": "민지: 보리야"}]}
+        written = writer.bus.publish("default", "memory.added", said)
+        assert written.seq == 0  # no id of any stream is taken by the writer
+        assert [pump.step() for pump in pumps] == [1, 1]
+        for pump in pumps:
+            [event] = pump.bus.recent("default")
+            assert event.seq == 1 and event.data["blocks"][0]["text"] == "민지: 보리야" and event.time == written.time
+        assert {row.claimed_by for row in table.after(0)} <= {pumps[0].holder, pumps[1].holder}
+        assert [pump.step() for pump in pumps] == [0, 0]  # nothing twice
+
+        writer.bus.publish("default", "memory.added", {"blocks": [{"block_index": 8, "text": "Alex: Nuvola Labs"}]})
+        late = RelayPump(table, EventBus())
+        late.begin()  # starts at the row no server took yet
+        assert late.step() == 1 and [e.data["blocks"][0]["block_index"] for e in late.bus.recent("default")] == [8]
+        assert pumps[0].step() == 1  # already claimed by the late one: still in this stream, not claimed twice
+        assert {row.relay_id: row.claimed_by for row in table.after(0)}[2] == late.holder
+
+        writer.bus.publish("default", "user.erased", {"user": "u-minji", "blocks": [7]})
+        assert table.after(0)[0].data == REDACTED  # the relay's copy, before the erasure is written
+        pumps[1].step()
+        assert pumps[1].bus.recent("default")[0].data == REDACTED  # and each server's buffer, as it reads it
+    finally:
+        writer.close()
+        first.close()

@@ -65,3 +65,45 @@ def test_product_code_never_imports_the_benchmarks() -> None:
                     offenders.append((str(relative), node.lineno, node.col_offset))
     assert [o for o in offenders if o[0] != "cli/__init__.py"] == []
     assert all(column > 0 for _, _, column in offenders), "gieok.cli imports the benchmarks at module level"
+
+
+def test_every_exception_the_client_raises_is_importable_from_it() -> None:
+    """`from gieok.client import AuthenticationError`: each engine exception the client's modules
+    import (to raise, or to map a server's answer to) is exported by `gieok.client`, as the
+    engine's own class, so `except` clauses match whichever module it was imported from."""
+    import gieok.client
+    import gieok.errors
+
+    raised = set()
+    for path in (SOURCE / "client").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "errors" and node.level == 2:
+                raised |= {alias.name for alias in node.names if alias.name.endswith("Error")}
+    assert {"AuthenticationError", "ServerUnavailableError", "BlockNotFoundError"} <= raised
+    assert raised <= set(gieok.client.__all__), f"missing from gieok.client: {raised - set(gieok.client.__all__)}"
+    for name in raised:
+        assert getattr(gieok.client, name) is getattr(gieok.errors, name)
+
+
+def test_the_client_reads_its_server_and_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gieok.client import AsyncClient, Client
+
+    monkeypatch.delenv("GIEOK_URL", raising=False)
+    monkeypatch.setenv("GIEOK_API_KEY", "gk_00000000_" + "k" * 43)
+    with Client() as default:
+        assert default.base_url == "http://127.0.0.1:8420"
+    monkeypatch.setenv("GIEOK_URL", "http://memory.internal:9000/")
+    with Client() as from_env, Client("http://127.0.0.1:1") as given:
+        assert from_env.base_url == "http://memory.internal:9000" and given.base_url == "http://127.0.0.1:1"
+        assert from_env._api.connection.api_key == "gk_00000000_" + "k" * 43
+    assert AsyncClient().base_url == "http://memory.internal:9000"
+    monkeypatch.setenv("GIEOK_URL", "memory.internal:9000")  # no scheme: refused by name, as a base_url is
+    with pytest.raises(gieok.errors.InvalidInputError, match="base_url"):
+        Client()
+
+
+def test_gieok_version_prints_the_package_version() -> None:
+    from cli_runner import gieok as run_gieok
+
+    done = run_gieok("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"gieok {gieok.__version__}", done

@@ -4,6 +4,7 @@ packaged embedder, the real FastAPI app (Starlette's httpx-based test client).""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ class Deployment:
     key_ids: dict[str, int]
     alpha_block: int  # a block only alpha has: beta's memory has fewer blocks
     alpha_fact: int = 0  # alpha's fact (a block index beta's memory also has: a block, not a fact, there)
+    alpha_webhook: int = 0  # alpha's webhook endpoint (its URL holds the marker)
 
     def as_(self, name: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys[name]}"}
@@ -74,10 +76,11 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
         key, row = state.keys.create(tenant, role, name)
         keys[name], ids[name] = key, row.key_id
     alpha_block, alpha_fact = _seed_alpha(state)
+    webhook, _ = asyncio.run(state.webhooks.register("alpha", f"http://127.0.0.1:9/{MARKER}", None))
     app = create_app(state)
     with TestClient(app) as client:
         assert state.readiness.done.wait(120), "the start-up warming never finished"
-        yield Deployment(state, app, client, keys, ids, alpha_block, alpha_fact)
+        yield Deployment(state, app, client, keys, ids, alpha_block, alpha_fact, webhook.endpoint_id)
 
 
 # -- the two-tenant matrix: every route, as beta, aimed at alpha's data ---------------------------
@@ -132,6 +135,11 @@ def beta_requests(d: Deployment) -> dict[tuple[str, str], dict[str, Any]]:
         ("GET", "/v1/keys"): {},
         ("POST", "/v1/keys"): {"json": {"role": "read", "name": "beta's reader"}},
         ("DELETE", "/v1/keys/{key_id}"): {"path": {"key_id": str(d.key_ids["alpha"])}},
+        ("GET", "/v1/webhooks"): {},
+        ("POST", "/v1/webhooks"): {"json": {"url": "http://127.0.0.1:9/beta", "events": ["memory.added"]}},
+        ("DELETE", "/v1/webhooks/{webhook_id}"): {"path": {"webhook_id": str(d.alpha_webhook)}},
+        ("POST", "/v1/webhooks/{webhook_id}/rotate"): {"path": {"webhook_id": str(d.alpha_webhook)}},
+        ("GET", "/v1/webhooks/{webhook_id}/deliveries"): {"path": {"webhook_id": str(d.alpha_webhook)}},
     }
 
 
@@ -155,6 +163,8 @@ def _alpha_intact(d: Deployment) -> None:
                           headers=d.as_("alpha")).json()["messages"]
     assert any(m["external_id"] == ALPHA_MESSAGE for m in recent), "alpha's message is still there"
     assert d.client.get("/v1/keys", headers=d.as_("alpha")).status_code == 200  # alpha's admin key still works
+    hooks = d.client.get("/v1/webhooks", headers=d.as_("alpha")).json()["webhooks"]
+    assert [h["id"] for h in hooks] == [d.alpha_webhook] and MARKER in hooks[0]["url"]  # not deleted by beta
     assert d.client.get("/v1/verify", headers=d.as_("alpha")).json()["ok"]
 
 
@@ -169,7 +179,7 @@ def test_beta_reaches_nothing_of_alpha_through_any_route(deployment: Deployment)
         assert response.status_code < 500, (method, path, response.text)
         assert MARKER not in response.text, f"{method} {path} leaked alpha's data: {response.text[:300]}"
         assert response.headers["content-type"].startswith(("application/json", "application/x-ndjson"))
-        if "{block_index}" in path or "{key_id}" in path or "{message_id}" in path or "{fact_id}" in path:
+        if any(name in path for name in ("{block_index}", "{key_id}", "{message_id}", "{fact_id}", "{webhook_id}")):
             assert response.status_code == 404 and response.json()["error"]["type"] == "not_found"
     _alpha_intact(d)
     assert tenant_path(d.state.tenants.home, "beta") != tenant_path(d.state.tenants.home, "alpha")
@@ -225,7 +235,7 @@ def test_every_route_gets_its_role_gate_from_its_router(deployment: Deployment) 
             assert own == found, f"{route.path} has gates {own} beside its router's"  # the router's, and only it
             method = next(iter(route.methods))
             if route.path.startswith("/v1/"):
-                admin = route.path.startswith("/v1/keys") or (method, route.path) in ADMIN_READS
+                admin = route.path.startswith(("/v1/keys", "/v1/webhooks")) or (method, route.path) in ADMIN_READS
                 expected = ("admin" if admin else "read" if method == "GET" or route.path in READS_BY_POST
                             else "write")
             else:
@@ -362,6 +372,26 @@ def test_conversation_routes(deployment: Deployment) -> None:
     assert history[0]["valid_to"] is None and history[0]["user_id"] == ALPHA_USER
     erased = d.client.delete(f"/v1/facts/users/{ALPHA_USER}", headers=a).json()["erased"]
     assert erased["facts"] == 1 and d.client.get("/v1/facts", headers=a).json()["facts"] == []
+
+
+def test_a_conversations_messages_by_default_are_all_the_list_counts(deployment: Deployment) -> None:
+    """`GET /v1/conversations/messages` without `limit` returns every message L1 holds for it — the
+    `messages` count `GET /v1/conversations` shows — not a page of it (it used to stop at 50)."""
+    d, b = deployment, deployment.as_("beta_read")
+    room = conversation_of("g-beta", "lounge")
+    with d.state.tenants.use("beta") as beta:
+        for i in range(80):  # more than l1_size (50): L1 may hold more while turns are being written
+            beta.conversation.tables.l1_append_once(scope_key(room), "user", f"민지: 메시지 {i} / message {i}",
+                                                    "u-minji", "민지", 1_790_000_000.0 + i, False, False, f"m-{i}", 80)
+    [listed] = [c for c in d.client.get("/v1/conversations", headers=b).json()["conversations"]
+                if c["conversation"]["channel"] == "lounge"]
+    params = {"channel": "lounge", "guild": "g-beta"}
+    every = d.client.get("/v1/conversations/messages", params=params, headers=b).json()["messages"]
+    assert listed["messages"] == len(every) == 80 and every[-1]["content"].endswith("message 79")
+    page = d.client.get("/v1/conversations/messages", params={**params, "limit": 10}, headers=b).json()["messages"]
+    assert [m["content"] for m in page] == [m["content"] for m in every[-10:]]  # the newest, oldest first
+    too_many = d.client.get("/v1/conversations/messages", params={**params, "limit": 501}, headers=b)
+    assert too_many.status_code == 422
 
 
 @pytest.mark.parametrize("body, status", [

@@ -10,6 +10,7 @@ import sys
 import typer
 from rich.markup import escape
 
+from .. import __version__
 from ..errors import GieokError
 from .chat import conversation_commands, users_commands
 from .engine import engine_commands
@@ -26,6 +27,20 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"gieok {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", help="Print gieok's version and exit.",
+                                       callback=_print_version, is_eager=True)) -> None:
+    """gieok (기억): layered long-term memory for chat agents."""
+
+
 app.add_typer(engine_commands)
 app.add_typer(conversation_commands)
 app.add_typer(server_commands)

@@ -28,7 +28,8 @@ from ..errors import AuthenticationError, InvalidInputError, ServerError, Server
 from ._errors import error_for
 
 __all__ = ["Call", "Connection", "Send", "Sleep", "Step", "Outcome", "Plan", "exchange", "json_of", "mapping_of",
-           "retry_after", "api_key_from_env", "connect", "CONNECT_TIMEOUT", "DEFAULT_URL", "IDEMPOTENCY_HEADER"]
+           "retry_after", "api_key_from_env", "base_url_from_env", "connect", "CONNECT_TIMEOUT", "DEFAULT_URL",
+           "IDEMPOTENCY_HEADER"]
 
 DEFAULT_URL = "http://127.0.0.1:8420"
 CONNECT_TIMEOUT = 10.0  # seconds to reach the server; the answer itself may take minutes (see Client)
@@ -77,6 +78,11 @@ Outcome: TypeAlias = httpx.Response | httpx.RequestError | None
 Plan: TypeAlias = Generator[Step, Outcome, T]
 
 
+def base_url_from_env() -> str:
+    """`GIEOK_URL`, else `DEFAULT_URL` (what `gieok serve` listens on by default)."""
+    return os.environ.get("GIEOK_URL", "").strip() or DEFAULT_URL
+
+
 def api_key_from_env() -> str | None:
     """`GIEOK_API_KEY` (what `gieok mcp` reads), else `GIEOK_KEY` (what the docs export)."""
     return os.environ.get("GIEOK_API_KEY") or os.environ.get("GIEOK_KEY") or None
@@ -116,8 +122,10 @@ class Connection:
         return min(self.backoff * 2 ** (attempt - 1), MAX_BACKOFF_S) * random.uniform(0.5, 1.0)
 
 
-def connect(base_url: str, api_key: str | None, *, retries: int, backoff: float) -> Connection:
-    """A client's connection settings, checked: the key given, else the environment's."""
+def connect(base_url: str | None, api_key: str | None, *, retries: int, backoff: float) -> Connection:
+    """A client's connection settings, checked: the URL and key given, else the environment's."""
+    if base_url is None:
+        base_url = base_url_from_env()
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
         raise InvalidInputError(f"base_url must be an http:// or https:// URL, not {base_url!r}")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:

@@ -13,7 +13,7 @@ import httpx
 from ..store.base import VerifyReport
 from ..types import Block, SearchResult
 from ._api import Api, ScopeLike
-from ._http import CONNECT_TIMEOUT, DEFAULT_URL, Outcome, Plan, Sleep, connect
+from ._http import CONNECT_TIMEOUT, Outcome, Plan, Sleep, connect
 from .types import BlockPage, Context, Fact, Message, MessagesResult, ServerStats, When
 
 __all__ = ["Client"]
@@ -29,7 +29,8 @@ class Client:
             memory.add("민지: 고양이 이름은 보리야", scope={"channel": "general"})
             hits = memory.search("민지 고양이 이름", k=3).hits
 
-    `api_key` defaults to `$GIEOK_API_KEY`, else `$GIEOK_KEY`; a call that needs one without it
+    `base_url` defaults to `$GIEOK_URL`, else http://127.0.0.1:8420. `api_key` defaults to
+    `$GIEOK_API_KEY`, else `$GIEOK_KEY`; a call that needs one without it
     raises `AuthenticationError` (`ready()` needs none). Connection failures and 503s are retried
     `retries` times with exponential backoff (`backoff` seconds, doubling, with jitter; a 503's
     Retry-After wins); each write carries an Idempotency-Key that stays the same across its
@@ -37,7 +38,7 @@ class Client:
     embedded: a batch of 256 takes tens of seconds, more on a busy server); connecting gives up
     after 10 s. `transport`: an `httpx.BaseTransport` (a proxy, a test's `MockTransport`)."""
 
-    def __init__(self, base_url: str = DEFAULT_URL, api_key: str | None = None, *, timeout: float = 300.0,
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 300.0,
                  retries: int = 3, backoff: float = 0.5, transport: httpx.BaseTransport | None = None) -> None:
         self._api = Api(connect(base_url, api_key, retries=retries, backoff=backoff))
         self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT), transport=transport)

@@ -11,3 +11,5 @@ documents as its own — no monkey-patching. Every adapter talks to `gieok serve
 
 docs/integrations/ has a page for each.
 """
+
+__all__: list[str] = []  # each adapter is imported from its own module (its framework is an extra)

@@ -18,6 +18,7 @@ from .bodies import JsonBodies
 from .errors import install_error_handlers
 from .hosts import LOOPBACK_NAMES, HostGuard, allowed_host_names
 from .limits import BodyLimit
+from .relay import RelayPump
 from .routes import ROUTERS
 from .state import ServerState
 from .warm import WarmGate, load_analyser
@@ -59,9 +60,16 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, 
         async with _nested(extra_lifespans or [], app):
             state.start_warming()  # beside the server: /healthz answers meanwhile, /readyz once warm
             duties = state.start_duties()  # STM expiry and quiet conversations' extraction, on a timer
+            state.webhooks.start()  # the webhook delivery loop (server/webhook_delivery.py)
+            relay = RelayPump.for_server(state.event_relay, state.bus, state.webhooks)
+            if relay is not None:  # the events `gieok mcp` wrote on this memory, into this server's stream
+                relay.start()
             try:
                 yield
             finally:
+                if relay is not None:
+                    await relay.stop()
+                await state.webhooks.stop()  # before the store closes: posts under way are given back
                 state.stop_duties()
                 if duties is not None:
                     with contextlib.suppress(Exception, asyncio.CancelledError):

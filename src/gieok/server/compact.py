@@ -48,20 +48,28 @@ def search(result: SearchResult) -> dict[str, Any]:
 
 
 def fact(f: Fact) -> dict[str, Any]:
-    out: dict[str, Any] = {"text": f.text, "type": f.fact_type, "valid_from": when(f.valid_from),
-                           "current": f.valid_to is None}
+    out: dict[str, Any] = {"block_index": f.block_index, "text": f.text, "type": f.fact_type,
+                           "valid_from": when(f.valid_from), "current": f.valid_to is None}
     if f.valid_to is not None:
         out["valid_to"] = when(f.valid_to)
     if f.user_id:
         out["user"] = f.user_id
+    if f.guild:
+        out["guild"] = f.guild
     return out
 
 
 def context(found: AgentContext) -> dict[str, Any]:
-    return {"text": found.text, "language": found.language, "tokens": found.tokens["total"]}
+    out: dict[str, Any] = {"text": found.text, "language": found.language, "tokens": found.tokens["total"]}
+    if found.conversation is None:  # a channel never seen: the warning says where it looked
+        out["conversation"] = None
+    if found.warnings:
+        out["warnings"] = found.warnings
+    return out
 
 
 def ingested(result: Ingested) -> dict[str, Any]:
     data = result.as_dict()
-    return {"stored": len(data["stored"]), "duplicates": data["duplicates"], "flagged": data["flagged"],
+    return {"stored": len(data["stored"]), "duplicates": data["duplicates"],
+            "edited": [message["id"] for message in data["edited"]], "flagged": data["flagged"],
             "summaries_and_facts": data["summaries_and_facts"], "extraction": data["extraction"]}

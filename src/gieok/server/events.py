@@ -29,6 +29,7 @@ from typing import Any
 from ..coordination import Event, SharedEventLog
 from ..coordination.events import REDACTED, USER_ERASED, erasure_of
 from ..errors import CoordinationUnavailableError, InvalidInputError
+from ..store.relay import EventRelayStore
 from ..store.sequences import EventSequenceStore
 
 __all__ = ["Event", "EventBus", "Feed", "SharedFeed", "Subscription", "SUBSCRIBER_QUEUE", "SinceAheadError",
@@ -168,6 +169,9 @@ class EventBus:
         self.clock = clock
         self.shared = shared
         self.sequences = sequences  # where ids survive a restart (the home store); None: from 1 in each process
+        # A process without a stream of its own (`gieok mcp`): events go to the store's relay, and every
+        # `gieok serve` on the memory streams them with ids of its own (server/relay.py)
+        self.relay: EventRelayStore | None = None
         self._logs: dict[str, _TenantLog] = {}
         self._lock = threading.Lock()
         self._shared_feeds: dict[str, int] = {}  # tenant -> open shared feeds in this process
@@ -202,20 +206,29 @@ class EventBus:
         if since is not None and since > (latest := self.last_seq(tenant)):
             raise SinceAheadError(since, latest)
 
-    def publish(self, tenant: str, type: str, data: dict[str, Any]) -> Event:
+    def publish(self, tenant: str, type: str, data: dict[str, Any], *, at: float | None = None) -> Event:
         """`user.erased` first redacts the buffered events that held the erased data, and is
-        published with counts only (`coordination.events.erasure_of`)."""
+        published with counts only (`coordination.events.erasure_of`). `at`: when it happened
+        (an event relayed from another process); default now. With a `relay` the event gets no
+        id here (seq 0): the servers that stream it give it theirs."""
         if self.shared is not None:
-            now = self.clock()
+            now = self.clock() if at is None else at
             seq = self.shared.append(tenant, type, now, data)
             return Event(seq, type, now, erasure_of(data)[1] if type == USER_ERASED else data)
+        if self.relay is not None:
+            now = self.clock() if at is None else at
+            if type == USER_ERASED:  # the relay's copies of the erased data go first, as the buffer's do
+                held = erasure_of(data)[0]
+                self.relay.redact(tenant, lambda held_data: held(Event(0, "", 0.0, held_data)), dict(REDACTED))
+            self.relay.append(tenant, type, now, data)  # whole: a server redacts its own buffer with it
+            return Event(0, type, now, erasure_of(data)[1] if type == USER_ERASED else data)
         with self._lock:
             log = self._log(tenant)
             if type == USER_ERASED:
                 held, data = erasure_of(data)
                 log.buffer = deque((Event(e.seq, e.type, e.time, dict(REDACTED)) if held(e) else e
                                     for e in log.buffer), maxlen=log.buffer.maxlen)
-            event = Event(self._next_seq(tenant, log), type, self.clock(), data)
+            event = Event(self._next_seq(tenant, log), type, self.clock() if at is None else at, data)
             log.buffer.append(event)
             subscribers = list(log.subscribers)
         for subscriber in subscribers:

@@ -32,6 +32,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from .. import __version__
@@ -52,7 +53,8 @@ from .state import ServerState
 from .tenants import Tenant
 
 __all__ = ["MCP_PATH", "MAX_K", "build_mcp", "KeyVerifier", "principal_of_token", "transport_security",
-           "mcp_http_app", "mount_mcp", "create_app_with_mcp", "check_stdio_key", "run_stdio"]
+           "mcp_http_app", "mount_mcp", "PROTECTED_RESOURCE_PATHS", "create_app_with_mcp", "check_stdio_key",
+           "run_stdio"]
 
 log = logging.getLogger("gieok.server.mcp")
 
@@ -135,8 +137,9 @@ class MessageArg(BaseModel):
 MessagesArg = Annotated[list[MessageArg], Field(min_length=1, max_length=256, description=(
     "The new messages, oldest first (up to 256). 새 메시지들 (오래된 것부터)."))]
 ContextUser = Annotated[Id | None, Field(description=(
-    "Who the next reply is for. In a guild: the facts its members stated there, the guild's and lore; in a "
-    "direct conversation: only this user's own. 답할 상대 id."))]
+    "Who the next reply is for (a user id). In a guild the facts come from the whole guild whoever it is: "
+    "about every member (this user and the others), the guild's own, and lore; in a direct conversation "
+    "(no guild): this user's own facts and lore only. It also picks the default query. 답할 상대 id."))]
 ContextQuery = Annotated[str | None, Field(description=(
     "What the next reply is about; default: the conversation's last user message. 다음 답의 주제."))]
 BudgetArg = Annotated[int, Field(ge=100, le=32_000, description="At most this many tokens of context (100–32,000).")]
@@ -379,10 +382,11 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
         """List the facts (L3) learned from conversations: about users, guilds and the world.
 
         Use it to see what is known about someone (`user`) without a search query. Returns `facts`,
-        each with its text, type, topic, user and guild, validity (`valid_from`, `valid_to`) and
-        whether it is current; with history=true superseded facts are included too; `as_of` (a time,
-        ISO 8601 or epoch seconds) gives what was true then, `known_at` what gieok knew then. At most
-        `limit` (1–200).
+        each with its `block_index` (what correct_fact and forget_fact take), text, type, user and
+        guild, validity (`valid_from`, `valid_to`) and whether it is current (detail=true: also topic,
+        sources and the rest of the record); with history=true superseded facts are included too;
+        `as_of` (a time, ISO 8601 or epoch seconds) gives what was true then, `known_at` what gieok
+        knew then. At most `limit` (1–200, default 50).
         대화에서 알게 된 사실(L3) 목록입니다. user로 한 사람의 사실만, history로 지난 사실까지,
         as_of로 그때 사실이던 것, known_at으로 그때 알고 있던 것.
         """
@@ -454,8 +458,9 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
         """The rolling summary (L2) of one conversation, named by its channel (and guild).
 
         Use it to catch up on a conversation: its topic, key points, open threads and the people in
-        it. Returns the summary's fields, the permanent core lines, display names and a `markdown`
-        rendering. A conversation with no summary yet returns empty fields.
+        it. Returns `markdown` (the whole summary, rendered), `topic` and `updated_at`; detail=true
+        returns every field instead (mood, stage, participants, key points, the permanent core lines,
+        display names …). A conversation with no summary yet returns empty fields.
         대화 하나(채널)의 요약(L2)입니다: 주제, 요점, 참여자, 마크다운.
         """
         def summary(t: Tenant) -> dict[str, Any]:
@@ -473,11 +478,13 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
 
         Each message: {id, role: user|assistant, text, user (who wrote it; required for role user),
         name, time}. They are stored as the conversation's recent messages and as searchable turns;
-        a message whose id was stored before is not stored again (returned in `duplicates`), so
-        sending a message twice is harmless. Summaries and facts about the users are then updated
-        in the background when the server has a language model (`summaries_and_facts` says whether).
-        Returns how many were stored, the duplicates and the flagged ones (a flagged message is
-        kept but never learned from). Needs the write role.
+        a message whose id was stored before with the same text is not stored again (returned in
+        `duplicates`), so sending a message twice is harmless; an id sent again with another text is
+        an edit (the message is replaced, returned in `edited`). Summaries and facts about the users
+        are then updated in the background when the server has a language model
+        (`summaries_and_facts` says whether). Returns how many were stored, the duplicates, the
+        edited and the flagged ones (a flagged message is kept but never learned from). Needs the
+        write role.
         대화의 새 메시지를 기억에 추가합니다 (매 대화 후). 같은 id는 다시 저장되지 않습니다.
         """
         async def add(t: Tenant) -> dict[str, Any]:
@@ -493,15 +500,18 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
                           detail: DetailArg = False) -> dict[str, Any]:
         """The context to put in your next reply's system prompt, within a token budget.
 
-        Returns `text`: one ready-to-use block — what is known about the user (facts, with since when),
-        the conversation's summary, related earlier messages and the recent messages — in the
-        conversation's language. Call it before answering, with `user` set to who you answer: in a
-        guild, the facts its members stated there (theirs and others'), the guild's and lore; in a
-        direct conversation (no guild), only that user's own. Facts that changed come with their
-        period when the question is about the past. A channel this memory has never seen answers
-        `conversation: null` and a warning naming where it looked. detail=true adds the structured
-        `parts` (each fact, turn and message with its time and score) and the timings.
-        다음 답에 넣을 맥락(사실·요약·관련 대화·최근 대화)을 토큰 예산 안에서 돌려줍니다.
+        Returns `text`: one ready-to-use block — facts (with since when), the conversation's summary,
+        related earlier messages and the recent messages — in the conversation's language. Call it
+        before answering, with `user` set to who you answer. Which facts may come in: in a guild, the
+        facts about any member of that guild recorded there (the user's and the other members'), the
+        guild's own facts and lore (general facts); in a direct conversation (no guild), only the
+        facts about `user` (from anywhere) and lore. Summary, earlier and recent messages come from
+        this conversation only. Facts that changed come with their period when the question is about
+        the past. A channel this memory has never seen answers `conversation: null` and a warning
+        naming where it looked. detail=true adds the structured `parts` (each fact, turn and message
+        with its time and score) and the timings.
+        다음 답에 넣을 맥락(사실·요약·관련 대화·최근 대화)을 토큰 예산 안에서 돌려줍니다. 서버(길드)에서는
+        그 서버 멤버 모두의 사실이, DM에서는 그 사용자의 사실만 들어옵니다.
         """
         def find(t: Tenant) -> dict[str, Any]:
             settings = t.gatherer.settings
@@ -560,20 +570,53 @@ def mcp_http_app(server: MCPServer, host: str, extra_hosts: Iterable[str] = ()) 
                                       transport_security=transport_security(host, extra_hosts), host=host)
 
 
-def mount_mcp(app: FastAPI, endpoint: Starlette) -> None:
+def mount_mcp(app: FastAPI, endpoint: Starlette, access: Access | None = None) -> None:
     """Serve `endpoint` (from `mcp_http_app`) at exactly MCP_PATH: a route, not a Mount, so
     `/mcp` needs no redirect to `/mcp/` and every other path keeps the REST app's JSON 404.
     Only POST reaches the SDK: in stateless mode a GET would open a stream of server-to-client
     messages that never come (the client waits forever) and a DELETE ends no session, so both get
-    405 at once, as the transport's specification allows."""
-    app.router.routes.append(Route(MCP_PATH, endpoint=_PostsOnly(endpoint), name="mcp", include_in_schema=False))
+    405 at once, as the transport's specification allows.
+
+    With `access` (a server that needs keys) the refusals are made for MCP clients (`_McpGate`),
+    and the RFC 9728 protected-resource metadata is served at `PROTECTED_RESOURCE_PATHS`: it
+    names bearer keys in the header and no authorization server, since there is no OAuth here."""
+    app.router.routes.append(Route(MCP_PATH, endpoint=_McpGate(endpoint, access), name="mcp", include_in_schema=False))
+    if access is not None:
+        for path in PROTECTED_RESOURCE_PATHS:
+            app.router.routes.append(Route(path, endpoint=_protected_resource, methods=["GET"],
+                                           include_in_schema=False))
 
 
-class _PostsOnly:
-    """ASGI: POST (and OPTIONS) to the SDK's app, any other method 405 (`mount_mcp`)."""
+PROTECTED_RESOURCE_PATHS = ("/.well-known/oauth-protected-resource" + MCP_PATH, "/.well-known/oauth-protected-resource")
 
-    def __init__(self, app: Starlette) -> None:
-        self.app = app
+
+def _origin_of(scope: Any) -> str:
+    """scheme://host of the URL the client dialed (RFC 9728: the resource is that URL), from the
+    request; characters that would break a quoted header parameter are dropped."""
+    host = next((value.decode("latin-1") for name, value in scope.get("headers", ()) if name == b"host"), "")
+    host = "".join(ch for ch in host if ch.isalnum() or ch in ".-:[]_") or "127.0.0.1"
+    return f"{scope.get('scheme', 'http')}://{host}"
+
+
+async def _protected_resource(request: Any) -> JSONResponse:
+    """RFC 9728 metadata of /mcp: a bearer key in the Authorization header, and no
+    `authorization_servers` — keys come from `gieok keys create`, never from an OAuth flow."""
+    return JSONResponse({"resource": _origin_of(request.scope) + MCP_PATH, "resource_name": "gieok memory",
+                         "bearer_methods_supported": ["header"]},
+                        headers={"Cache-Control": "public, max-age=3600"})
+
+
+class _McpGate:
+    """ASGI in front of the SDK's app (`mount_mcp`): POST (and OPTIONS) pass, any other method is
+    405; and the SDK's 401 is rewritten so that an MCP client shows it rather than start an OAuth
+    flow it cannot finish. MCP clients (MCP Inspector 2.x, others alike) answer every 401 from an
+    HTTP server by starting OAuth, metadata or not. So a request that carried a bearer key the
+    server refuses (malformed, unknown, revoked) gets 403 `invalid_token` with the reason, which
+    they show as an error; one without a key keeps its 401, now with `resource_metadata`
+    pointing at the metadata that names no authorization server."""
+
+    def __init__(self, app: Starlette, access: Access | None = None) -> None:
+        self.app, self.access = app, access
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope.get("method") not in ("POST", "OPTIONS"):
@@ -582,7 +625,46 @@ class _PostsOnly:
             response.headers["Allow"] = "POST"
             await response(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        if self.access is None or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refused = False
+
+        async def unless_refused(message: Any) -> None:
+            nonlocal refused
+            if message["type"] == "http.response.start" and message["status"] == 401:
+                refused = True  # the SDK's bearer middleware: answered below, with why
+            if not refused:
+                await send(message)
+
+        await self.app(scope, receive, unless_refused)
+        if refused:
+            await (await self._refusal(scope))(scope, receive, send)
+
+    @staticmethod
+    def _key_of(scope: Any) -> str | None:
+        header = next((value.decode("latin-1") for name, value in scope.get("headers", ())
+                       if name == b"authorization"), "")
+        scheme, _, token = header.strip().partition(" ")
+        return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+    async def _refusal(self, scope: Any) -> JSONResponse:
+        key = self._key_of(scope)
+        if key is None:
+            why = "missing API key: send Authorization: Bearer gk_… (made by gieok keys create; there is no OAuth)"
+            challenge = f'Bearer resource_metadata="{_origin_of(scope)}{PROTECTED_RESOURCE_PATHS[0]}"'
+            return JSONResponse({"error": "invalid_token", "error_description": why}, status_code=401,
+                                headers={"WWW-Authenticate": challenge})
+        assert self.access is not None
+        try:  # the SDK refused it a moment ago: this says why (the key table, in a worker thread)
+            await anyio.to_thread.run_sync(self.access.keys.verify, key)
+            why = "invalid or revoked API key"
+        except AuthenticationError as exc:
+            why = str(exc)
+        why = f"{why} (this server takes gieok API keys, not OAuth tokens)"
+        quoted = "".join(ch for ch in why.replace("…", "...") if " " <= ch <= "~" and ch not in '"\\')
+        return JSONResponse({"error": "invalid_token", "error_description": why}, status_code=403,
+                            headers={"WWW-Authenticate": f'Bearer error="invalid_token", error_description="{quoted}"'})
 
 
 def create_app_with_mcp(state: ServerState, *, host: str | None = None) -> FastAPI:
@@ -597,7 +679,7 @@ def create_app_with_mcp(state: ServerState, *, host: str | None = None) -> FastA
         return server.session_manager.run()
 
     app = create_app(state, extra_lifespans=[sessions], host=host)
-    mount_mcp(app, endpoint)
+    mount_mcp(app, endpoint, state.access if state.auth else None)
     return app
 
 
@@ -625,6 +707,8 @@ def run_stdio(settings: ServerSettings, key: str | None) -> None:
         raise AuthenticationError(f"no memory at {home}: create it and a key first "
                                   f"(gieok keys create --db {home} --tenant default --role write)")
     state = ServerState.open(settings)
+    if state.bus.shared is None:  # no Redis: the events go to the store's relay, which every `gieok serve` streams
+        state.bus.relay = state.event_relay
     try:
         principal = check_stdio_key(state, key)
         with state.access.tenant(principal):  # opened and warmed before the client's first call

@@ -62,6 +62,17 @@ class ServerSettings(ChatSettings):
     # tenants whose users live elsewhere: their own time zone ("acme=Europe/Berlin, beta=UTC"), for the times a
     # request gives without a zone and every date shown to a model; other tenants use `timezone`
     tenant_timezones: tuple[tuple[str, str], ...] = setting((), parse=tenant_zones)
+    # webhooks (server/webhooks.py): an attempt's time limit; after a failure the next attempt comes
+    # webhook_retry_seconds later, doubling (with jitter) up to webhook_retry_max_seconds, until the event is
+    # webhook_give_up_seconds old (then it is failed); webhook_public_only: public addresses only (shared hosting)
+    webhook_timeout_seconds: float = setting(5.0, positive)
+    webhook_retry_seconds: float = setting(5.0, positive)
+    webhook_retry_max_seconds: float = setting(3600.0, positive)
+    webhook_give_up_seconds: float = setting(86_400.0, positive)
+    webhook_public_only: bool = False
+    # how often a process looks for deliveries due (other workers' events, retries); its own events are posted
+    # at once. 0: this process posts none (another one does)
+    webhook_poll_seconds: float = setting(1.0, not_negative)
 
     def for_tenant(self, tenant: str) -> ServerSettings:
         """These settings as one tenant's memory reads them (its own `timezone`, if it has one)."""

@@ -1,5 +1,5 @@
 """What one server process holds: its settings, the key table, the tenants' memories, the
-event bus, and the bot when one runs in the same process (`gieok bot --serve`)."""
+event bus, the webhooks, and the bot when one runs in the same process (`gieok bot --serve`)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ..coordination import RedisConnection, SharedEventLog
 from ..memory import Memory
 from ..store.base import Store
 from ..store.factory import open_store
+from ..store.relay import EventRelayStore
 from .access import Access
 from .auth import ApiKeys
 from .duties import Duties
@@ -27,6 +28,7 @@ from .settings import ServerSettings
 from .stopping import on_stop
 from .tenants import TenantRegistry
 from .warm import Readiness, start_warming, tenants_to_warm
+from .webhooks import Webhooks
 
 __all__ = ["ServerState"]
 
@@ -52,6 +54,7 @@ class ServerState:
     _stop_duties: asyncio.Event | None = field(default=None, repr=False)
     stopping: threading.Event = field(default_factory=threading.Event, repr=False)  # the server began to stop
     _forget_stop_hook: Callable[[], None] | None = field(default=None, repr=False)
+    _webhooks: Webhooks | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -76,6 +79,13 @@ class ServerState:
         self.duties, self._stop_duties = None, None
 
     @property
+    def webhooks(self) -> Webhooks:
+        """The tenants' webhook endpoints, their outbox and the delivery loop (server/webhooks.py)."""
+        if self._webhooks is None:
+            raise RuntimeError("a ServerState is made by ServerState.open")
+        return self._webhooks
+
+    @property
     def warming(self) -> bool:
         """Warming started (the app's start-up) and is not done yet."""
         return self._warming is not None and not self.readiness.done.is_set()
@@ -87,6 +97,11 @@ class ServerState:
                 return tenants_to_warm(self.tenants, self.keys.keys(), self.settings.server_open_tenants)
 
             self._warming = start_warming(self.tenants, names, self.readiness, self._stop_warming)
+
+    @property
+    def event_relay(self) -> EventRelayStore | None:
+        """The home store's event relay (store/relay.py): what `gieok mcp` writes, `gieok serve` streams."""
+        return self._keys_store.event_relay if self._keys_store is not None else None
 
     @classmethod
     def open(cls, settings: ServerSettings, *, auth: bool = True) -> ServerState:
@@ -111,10 +126,11 @@ class ServerState:
         bus = EventBus(settings.event_buffer, sequences=sequences,
                        shared=SharedEventLog(redis, settings.event_buffer, sequences=sequences)
                        if redis is not None else None)
-        tenants = TenantRegistry(home, settings, max_open=settings.server_open_tenants, listener=bus.listener,
-                                 pipelines=pipeline)
+        webhooks = Webhooks(store.webhooks, settings)  # every event published is queued for its tenant's endpoints
+        tenants = TenantRegistry(home, settings, max_open=settings.server_open_tenants,
+                                 listener=webhooks.listener(bus), pipelines=pipeline)
         return cls(settings, ApiKeys(store), tenants, bus, auth=auth, started=time.time(), _keys_store=store,
-                   redis=redis, llm=llm)
+                   redis=redis, llm=llm, _webhooks=webhooks)
 
     def close(self) -> None:
         self._stop_warming.set()

@@ -26,8 +26,10 @@ from .idempotency import IdempotencyStore
 from .keys import KeyStore
 from .layer_tables import LayerStore
 from .leases import LeaseStore
+from .relay import EventRelayStore
 from .sequences import EventSequenceStore
 from .sessions import SessionStore
+from .webhooks import WebhookStore
 
 __all__ = ["Store", "BlockStore", "VectorSearchStore", "NewBlock", "IndexRows", "BM25Filter", "VerifyReport",
            "verify_chain", "AppendHook", "TOKENIZER_KEY"]
@@ -205,7 +207,9 @@ class Store(BlockStore, Protocol):
     leases: LeaseStore
     idempotency: IdempotencyStore
     event_sequences: EventSequenceStore
+    event_relay: EventRelayStore
     sessions: SessionStore
+    webhooks: WebhookStore
 
 
 @runtime_checkable

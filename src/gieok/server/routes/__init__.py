@@ -5,9 +5,9 @@ its role gate as a router-level dependency: a route gets its gate from where it 
 
 from fastapi import APIRouter
 
-from . import conversation, events, memories, people, system
+from . import conversation, events, memories, people, system, webhooks
 
 __all__ = ["ROUTERS"]
 
 ROUTERS: list[APIRouter] = [system.public, *memories.ROUTERS, *conversation.ROUTERS, *people.ROUTERS,
-                           *system.ROUTERS, *events.ROUTERS]
+                           *system.ROUTERS, *events.ROUTERS, *webhooks.ROUTERS]

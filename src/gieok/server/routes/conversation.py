@@ -42,6 +42,9 @@ def _optional(guild: str | None, channel: str | None) -> dict[str, str | None]:
     return {} if channel is None else _conversation(guild, channel).as_dict()
 
 
+MAX_MESSAGES = 500  # /conversations/messages: at most this many (L1 holds `l1_size`, 50 by default)
+
+
 @reads.get("/conversations", summary="Conversations with recent messages, most recently active first")
 def conversations(t: TenantDep,
                   limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> JSONResponse:
@@ -50,8 +53,10 @@ def conversations(t: TenantDep,
 
 @reads.get("/conversations/messages", summary="A conversation's recent messages (L1), oldest first")
 def messages(t: TenantDep, channel: Channel, guild: Guild = None,
-             limit: Annotated[int, Query(ge=1, le=500)] = 50) -> JSONResponse:
-    return json_response({"messages": t.conversation.recent_messages(_conversation(guild, channel), limit)})
+             limit: Annotated[int | None, Query(ge=1, le=MAX_MESSAGES)] = None) -> JSONResponse:
+    """Default: every message L1 holds for it (the count `/conversations` shows), up to MAX_MESSAGES."""
+    return json_response({"messages": t.conversation.recent_messages(_conversation(guild, channel),
+                                                                     limit or MAX_MESSAGES)})
 
 
 @writes.post("/conversations/messages", status_code=202,

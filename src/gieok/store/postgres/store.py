@@ -38,10 +38,12 @@ from ..keys import KeyStore, KeyTable
 from ..layer_tables import LayerStore, LayerTables
 from ..leases import LeaseStore, LeaseTable
 from ..linking import link_blocks
+from ..relay import EventRelayStore, EventRelayTable
 from ..sequences import EventSequenceStore, EventSequenceTable
 from ..sessions import SessionStore, SessionTable
 from ..sql import SqlWriter
 from ..urls import display_url, split_url
+from ..webhooks import WebhookStore, WebhookTable
 from .bm25 import bm25_query
 from .filters import filter_sql
 from .migrate import migrate
@@ -126,7 +128,9 @@ class PostgresStore:
         self.leases: LeaseStore = LeaseTable(self.db)
         self.idempotency: IdempotencyStore = IdempotencyTable(self.db)
         self.event_sequences: EventSequenceStore = EventSequenceTable(self.db)
+        self.event_relay: EventRelayStore = EventRelayTable(self.db, "postgres")
         self.sessions: SessionStore = SessionTable(self.db)
+        self.webhooks: WebhookStore = WebhookTable(self.db, "postgres")
         self._vector_index_present()  # a bulk load that died before rebuilding it left none
 
     # -- lifecycle and SqlSession ---------------------------------------------------------------

@@ -300,6 +300,46 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (scope, day)
     );
     """,
+    # 16: webhooks of `gieok serve` (home store): each tenant's endpoints, and the deliveries queued for them
+    # (an outbox: written as the event is published, posted until the receiver says 2xx, so a delivery
+    # survives a restart; a process claims the rows it posts, so two workers never post the same attempt)
+    """
+    CREATE TABLE webhook_endpoints (
+        endpoint_id     INTEGER PRIMARY KEY,
+        tenant          TEXT NOT NULL,
+        url             TEXT NOT NULL,
+        events          TEXT NOT NULL DEFAULT '[]',  -- JSON list of event types (or "fact.*"), empty: every event
+        secret          TEXT NOT NULL,               -- whsec_…: signs every delivery
+        previous_secret TEXT,                        -- after a rotation, also signs until previous_until
+        previous_until  REAL,
+        created_at      REAL NOT NULL,
+        disabled_at     REAL,                        -- its receiver answered 410 Gone: nothing more is sent
+        disabled_reason TEXT NOT NULL DEFAULT '',
+        failures        INTEGER NOT NULL DEFAULT 0,  -- attempts in a row that got no 2xx: the receiver is down
+        resting_until   REAL                         -- …so only events never tried are sent before then
+    );
+    CREATE INDEX webhook_endpoints_by_tenant ON webhook_endpoints(tenant);
+    CREATE TABLE webhook_deliveries (
+        delivery_id   INTEGER PRIMARY KEY,
+        endpoint_id   INTEGER NOT NULL,
+        event_id      INTEGER NOT NULL,              -- the event's id in its tenant's stream: webhook-id
+        event_type    TEXT NOT NULL,
+        body          TEXT,                          -- the JSON posted; NULL once delivered or given up
+        status        TEXT NOT NULL,                 -- pending | delivered | failed
+        attempts      INTEGER NOT NULL DEFAULT 0,
+        created_at    REAL NOT NULL,                 -- when the event was queued: retries end a day after
+        next_try_at   REAL NOT NULL,
+        last_try_at   REAL,
+        last_status   INTEGER,                       -- the receiver's HTTP status on the last attempt
+        last_error    TEXT,
+        delivered_at  REAL,
+        claimed_by    TEXT,                          -- the process posting it now
+        claimed_until REAL,                          -- …until then: a dead process's claim lapses
+        UNIQUE (endpoint_id, event_id)
+    );
+    CREATE INDEX webhook_deliveries_due ON webhook_deliveries(next_try_at) WHERE status = 'pending';
+    CREATE INDEX webhook_deliveries_by_endpoint ON webhook_deliveries(endpoint_id, delivery_id);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -37,9 +37,11 @@ from ..keys import KeyStore, KeyTable
 from ..layer_tables import LayerStore, LayerTables
 from ..leases import LeaseStore, LeaseTable
 from ..linking import link_blocks
+from ..relay import EventRelayStore, EventRelayTable
 from ..sequences import EventSequenceStore, EventSequenceTable
 from ..sessions import SessionStore, SessionTable
 from ..sql import split_sql
+from ..webhooks import WebhookStore, WebhookTable
 from .filters import facet_tokens, facets_match, filter_sql, quote, time_sql
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -102,7 +104,9 @@ class SQLiteStore:
         self.leases: LeaseStore = LeaseTable(session)
         self.idempotency: IdempotencyStore = IdempotencyTable(session)
         self.event_sequences: EventSequenceStore = EventSequenceTable(session)
+        self.event_relay: EventRelayStore = EventRelayTable(session, "sqlite")
         self.sessions: SessionStore = SessionTable(session)
+        self.webhooks: WebhookStore = WebhookTable(session)
 
     # -- lifecycle ------------------------------------------------------------------------
     def _connect(self, path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
