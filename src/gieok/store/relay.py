@@ -1,4 +1,4 @@
-"""The event relay (schema v17 on SQLite, v19 on PostgreSQL; in the deployment's home store): the
+"""The event relay (schema 17 on SQLite, 19 on PostgreSQL; in the deployment's home store): the
 events of a process that has no event stream of its own — `gieok mcp` — written down, so that every
 `gieok serve` on the same memory streams them (server/relay.py).
 
@@ -11,9 +11,7 @@ the stream's next id, so a resume with `since` finds them in order and misses no
 (whichever claims the row first, `claimed_by`) also queues its webhooks: once per event, not once
 per worker. Rows are kept `KEEP_SECONDS`, long enough for a server that was down to pick them up.
 
-The table is made on first use (`CREATE TABLE IF NOT EXISTS`), not by a numbered migration: it
-holds nothing to migrate or export (a row lives a day at most), and a memory that never meets a
-`gieok mcp` never gets it.
+A row holds nothing to migrate or export (it lives a day at most).
 """
 
 from __future__ import annotations
@@ -72,32 +70,16 @@ def _row(row: Sequence[Any]) -> RelayedEvent:
 _COLUMNS = "relay_id, tenant, time, type, data, claimed_by"
 
 
-_SERIAL = {"sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT",  # AUTOINCREMENT: an id is never reused after a trim
-           "postgres": "bigserial PRIMARY KEY"}
-_REAL = {"sqlite": "REAL", "postgres": "double precision"}
 
 
 class EventRelayTable:
-    """`EventRelayStore` in SQL that SQLite and PostgreSQL both speak (only the table's DDL
-    differs: `dialect`)."""
+    """`EventRelayStore` in SQL that SQLite and PostgreSQL both speak (the table: each one's schema)."""
 
-    def __init__(self, store: SqlSession, dialect: str = "sqlite") -> None:
+    def __init__(self, store: SqlSession) -> None:
         self.store = store
-        self.dialect = dialect
         self._appended = 0
-        self._made = False
-
-    def _table(self) -> None:
-        if not self._made:
-            with self.store.transaction() as conn:
-                conn.execute(f"CREATE TABLE IF NOT EXISTS event_relay (relay_id {_SERIAL[self.dialect]}, "
-                             f"tenant TEXT NOT NULL, time {_REAL[self.dialect]} NOT NULL, type TEXT NOT NULL, "
-                             "data TEXT NOT NULL, claimed_by TEXT)")
-                conn.execute("CREATE INDEX IF NOT EXISTS event_relay_by_time ON event_relay(time)")
-            self._made = True
 
     def append(self, tenant: str, type: str, time: float, data: dict[str, Any]) -> int:
-        self._table()
         body = json.dumps(data, ensure_ascii=False, default=str)
         with self.store.transaction() as conn:
             relay_id = int(conn.execute("INSERT INTO event_relay(tenant, time, type, data) VALUES (?, ?, ?, ?) "
@@ -110,32 +92,27 @@ class EventRelayTable:
     def trim(self, now: float) -> int:
         """Drop what is kept too long: rows after `KEEP_SECONDS`, `user.erased` ones after
         `ERASED_KEEP_SECONDS` (ids are never handed out again, so readers never skip a row)."""
-        self._table()
         with self.store.transaction() as conn:
             return int(conn.execute("DELETE FROM event_relay WHERE time < ? OR (type = 'user.erased' AND time < ?)",
                                     (now - KEEP_SECONDS, now - ERASED_KEEP_SECONDS)).rowcount)
 
     def after(self, relay_id: int, limit: int = 500) -> list[RelayedEvent]:
         """The rows after `relay_id`, oldest first."""
-        self._table()
         return [_row(row) for row in self.store.fetch(
             f"SELECT {_COLUMNS} FROM event_relay WHERE relay_id > ? ORDER BY relay_id LIMIT ?", (relay_id, limit))]
 
     def since(self, time: float, limit: int = 500) -> list[RelayedEvent]:
         """The rows written at `time` or later, oldest first: a reader's look back, in case a
         transaction that took an id before another's committed after it (PostgreSQL)."""
-        self._table()
         return [_row(row) for row in self.store.fetch(
             f"SELECT {_COLUMNS} FROM event_relay WHERE time >= ? ORDER BY relay_id LIMIT ?", (time, limit))]
 
     def last_id(self) -> int:
-        self._table()
         rows = self.store.fetch("SELECT MAX(relay_id) FROM event_relay")
         return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
     def first_unclaimed(self) -> int | None:
         """The oldest row no server has taken yet (written while none ran)."""
-        self._table()
         rows = self.store.fetch("SELECT MIN(relay_id) FROM event_relay WHERE claimed_by IS NULL")
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
@@ -143,7 +120,6 @@ class EventRelayTable:
         """Take the rows no other process took; returns the ones `holder` has now."""
         if not relay_ids:
             return set()
-        self._table()
         marks = ", ".join("?" for _ in relay_ids)
         with self.store.transaction() as conn:
             conn.execute(f"UPDATE event_relay SET claimed_by = ? WHERE claimed_by IS NULL AND relay_id IN ({marks})",
@@ -154,7 +130,6 @@ class EventRelayTable:
 
     def redact(self, tenant: str, held: Callable[[dict[str, Any]], bool], replacement: dict[str, Any]) -> int:
         """A user was erased: the rows of `tenant` whose data `held` names are kept redacted."""
-        self._table()
         body = json.dumps(replacement, ensure_ascii=False)
         changed = [int(row[0]) for row in self.store.fetch("SELECT relay_id, data FROM event_relay WHERE tenant = ?",
                                                            (tenant,)) if held(json.loads(row[1]))]

@@ -387,6 +387,18 @@ MIGRATIONS: list[str] = [
     CREATE INDEX webhook_deliveries_due ON webhook_deliveries(next_try_at) WHERE status = 'pending';
     CREATE INDEX webhook_deliveries_by_endpoint ON webhook_deliveries(endpoint_id, delivery_id);
     """,
+    # 19: the event relay (home schema): `gieok mcp`'s events for every `gieok serve` (SQLite's 17 says why)
+    """
+    CREATE TABLE event_relay (
+        relay_id   bigserial PRIMARY KEY,
+        tenant     TEXT NOT NULL,
+        time       double precision NOT NULL,
+        type       TEXT NOT NULL,
+        data       TEXT NOT NULL,
+        claimed_by TEXT
+    );
+    CREATE INDEX event_relay_by_time ON event_relay(time);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -128,7 +128,7 @@ class PostgresStore:
         self.leases: LeaseStore = LeaseTable(self.db)
         self.idempotency: IdempotencyStore = IdempotencyTable(self.db)
         self.event_sequences: EventSequenceStore = EventSequenceTable(self.db)
-        self.event_relay: EventRelayStore = EventRelayTable(self.db, "postgres")
+        self.event_relay: EventRelayStore = EventRelayTable(self.db)
         self.sessions: SessionStore = SessionTable(self.db)
         self.webhooks: WebhookStore = WebhookTable(self.db, "postgres")
         self._vector_index_present()  # a bulk load that died before rebuilding it left none

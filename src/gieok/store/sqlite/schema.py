@@ -340,6 +340,19 @@ MIGRATIONS: list[str] = [
     CREATE INDEX webhook_deliveries_due ON webhook_deliveries(next_try_at) WHERE status = 'pending';
     CREATE INDEX webhook_deliveries_by_endpoint ON webhook_deliveries(endpoint_id, delivery_id);
     """,
+    # 17: the event relay (home store): events of `gieok mcp`, which has no stream of its own, for every
+    # `gieok serve` on the memory to stream (store/relay.py); AUTOINCREMENT: an id is never reused after a trim
+    """
+    CREATE TABLE event_relay (
+        relay_id   INTEGER PRIMARY KEY AUTOINCREMENT,
+        tenant     TEXT NOT NULL,
+        time       REAL NOT NULL,
+        type       TEXT NOT NULL,
+        data       TEXT NOT NULL,                    -- the event's JSON
+        claimed_by TEXT                              -- the server that queued its webhooks
+    );
+    CREATE INDEX event_relay_by_time ON event_relay(time);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -104,7 +104,7 @@ class SQLiteStore:
         self.leases: LeaseStore = LeaseTable(session)
         self.idempotency: IdempotencyStore = IdempotencyTable(session)
         self.event_sequences: EventSequenceStore = EventSequenceTable(session)
-        self.event_relay: EventRelayStore = EventRelayTable(session, "sqlite")
+        self.event_relay: EventRelayStore = EventRelayTable(session)
         self.sessions: SessionStore = SessionTable(session)
         self.webhooks: WebhookStore = WebhookTable(session)
 
