@@ -149,6 +149,37 @@ def test_migrate_copies_a_memory_to_postgres_and_back_with_the_same_chain(url: s
     assert refused.returncode == 1 and "already holds blocks" in refused.stderr
 
 
+def test_migrate_names_every_table_of_both_schemas(url: str, tmp_path) -> None:
+    """`gieok migrate` copies every table with every column, or says why not (`NOT_COPIED`): a
+    table a later schema adds cannot be left behind silently (fact sources, message ids' blocks,
+    erasures in progress and webhooks once were)."""
+    from gieok.store.transfer import NOT_COPIED, TABLES
+
+    sqlite_store, pg_store = open_store(str(tmp_path / "m.db")), open_store(url)
+    try:
+        found = {
+            "sqlite": {name: [row[1] for row in sqlite_store.fetch(f"PRAGMA table_info({name})")]  # type: ignore[attr-defined]
+                       for (name,) in sqlite_store.fetch(  # type: ignore[attr-defined]
+                           "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+                           "AND name NOT LIKE 'blocks_fts_%'")},
+            "postgres": {}}
+        for table, column in pg_store.db.fetch(  # type: ignore[attr-defined]
+                "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = ? "
+                "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_schema = ? "
+                "AND table_type = 'BASE TABLE')", (pg_store.schema, pg_store.schema)):  # type: ignore[attr-defined]
+            found["postgres"].setdefault(table, []).append(column)
+    finally:
+        sqlite_store.close()
+        pg_store.close()
+    for backend, tables in found.items():
+        assert tables, backend
+        for table, columns in tables.items():
+            assert table in TABLES or table in NOT_COPIED, f"{backend}: migrate neither copies {table} nor says why"
+            if table in TABLES:
+                copied = TABLES[table]
+                assert set(copied) == set(columns), f"{backend}: {table} has {columns}, migrate copies {copied}"
+
+
 def _same_hits(first: list, second: list) -> None:
     """Two result lists: the same blocks in the same order with the same score breakdown."""
     assert [i for i, _ in second] == [i for i, _ in first]

@@ -22,7 +22,7 @@ from ..types import Block
 from .base import TOKENIZER_KEY, IndexRows, Store, VerifyReport
 from .sql import SqlSession
 
-__all__ = ["copy_store", "TransferReport", "TABLES"]
+__all__ = ["copy_store", "TransferReport", "TABLES", "NOT_COPIED"]
 
 CHUNK = 500
 
@@ -39,15 +39,38 @@ TABLES: dict[str, tuple[str, ...]] = {
     "channel_fences": ("scope_key", "token"),
     "summaries": ("scope_key", "data", "updated_at"),
     "facts": ("block_index", "fact_type", "topic", "guild", "user_id", "source_message", "valid_from", "valid_to",
-              "superseded_by", "lore_key"),
+              "superseded_by", "lore_key", "recorded_at", "expired_at"),
+    "fact_sources": ("block_index", "said_at", "message_id", "scope_key", "external_id", "user_id", "recorded_at",
+                     "author"),
+    "user_names": ("user_id", "name", "first_seen", "last_seen"),
+    "erasures": ("user_id", "started_at", "reason"),  # an erasure a crash interrupted finishes on the target
+    "model_usage": ("scope", "day", "tokens", "calls"),
     "channel_state": ("scope_key", "since_analysis", "last_message_id", "updated_at"),
     "active_channels": ("scope_key", "activated_at", "activated_by"),
     "api_keys": ("key_id", "prefix", "key_hash", "tenant", "role", "name", "created_at", "revoked_at",
                  "last_used_at"),
-    "message_ids": ("scope_key", "external_id", "message_id", "created_at"),
-    "idempotency_keys": ("idem_key", "fingerprint", "status", "response", "holder", "created_at"),
+    "message_ids": ("scope_key", "external_id", "message_id", "created_at", "block_index", "deleted_at"),
+    "idempotency_keys": ("idem_key", "fingerprint", "status", "response", "holder", "created_at", "written"),
     "event_sequences": ("tenant", "next_seq"),
     "dashboard_sessions": ("session_hash", "key_id", "created_at", "last_seen_at"),
+    "webhook_endpoints": ("endpoint_id", "tenant", "url", "events", "secret", "previous_secret", "previous_until",
+                          "created_at", "disabled_at", "disabled_reason", "failures", "resting_until"),
+    "webhook_deliveries": ("delivery_id", "endpoint_id", "event_id", "event_type", "body", "status", "attempts",
+                           "created_at", "next_try_at", "last_try_at", "last_status", "last_error", "delivered_at",
+                           "claimed_by", "claimed_until"),
+}
+# Tables not copied, and why (tests/test_postgres.py holds every table of the schema to one list or the other).
+NOT_COPIED: dict[str, str] = {
+    "blocks": "copied block by block through the store's append (the chain re-verified)",
+    "embeddings": "copied with their blocks",
+    "meta": "the target keeps its own schema version and creation time; the rest is copied",
+    "leases": "held by running processes, which a migration stops",
+    "event_relay": "events of the last day for running servers to stream (a migration stops them)",
+    "changes": "SQLite's change counter for other processes' caches",
+    # each backend's own word index, built from the blocks as they are appended
+    "blocks_fts": "SQLite's FTS5 index", "block_tokens": "PostgreSQL's BM25 tokens",
+    "postings": "PostgreSQL's BM25 postings", "postings_with_length": "PostgreSQL's BM25 postings",
+    "posting_packs": "PostgreSQL's BM25 postings", "bm25_stats": "PostgreSQL's BM25 statistics",
 }
 _NOT_COPIED_META = {"schema_version", "created_at"}
 

@@ -200,7 +200,8 @@ class PostgresStore:
         after the highest one (SQLite does this by itself)."""
         with self.db.transaction() as tx:
             for table, column in (("stm_entries", "entry_id"), ("l1_messages", "message_id"),
-                                  ("api_keys", "key_id")):
+                                  ("api_keys", "key_id"), ("webhook_endpoints", "endpoint_id"),
+                                  ("webhook_deliveries", "delivery_id")):
                 tx.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), "
                            f"coalesce((SELECT max({column}) FROM {table}), 0) + 1, false)")
 
