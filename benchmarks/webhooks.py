@@ -15,7 +15,7 @@ text numbered — in three phases:
 
 Measured: the events the receiver got (after dedupe) against those sent, raw duplicates (an event
 posted again after its answer was lost), events that arrived under two ids or with a bad signature;
-the delivery delay — the receiver's arrival minus the moment the write was answered — of the events
+the delivery delay — the receiver's arrival minus the moment the write that stored it was sent — of the events
 sent while the receiver was up (p50, p95), and for the ones sent while it was down, how long after it
 came back the last one arrived. The targets (never adjusted): every event delivered, none twice to a
 receiver that dedupes by id, p50 delay while the receiver is up ≤ 1 s, every signature verified.
@@ -156,14 +156,17 @@ def _serving(db: Path, workdir: Path, env: dict[str, str], starts: list[float]) 
 
 
 def _post(client: httpx.Client, url: str, key: str, i: int) -> float:
-    """Write event i (retried through a restart); the moment its answer came."""
+    """Write event i (retried through a restart); the moment the attempt that stored it was sent
+    (the server may post the event before its answer to the write arrives: measured from the
+    answer, a delay came out negative)."""
     deadline = time.monotonic() + REQUEST_SECONDS
     headers = {"Authorization": f"Bearer {key}", "Idempotency-Key": f"bench-webhooks-{i}"}
     while True:
         try:
+            sent = time.time()
             answer = client.post(f"{url}/v1/memories", json={"text": TEXT.format(i=i)}, headers=headers)
             if answer.status_code == 201:
-                return time.time()
+                return sent
             if answer.status_code not in (502, 503) or time.monotonic() > deadline:
                 raise RuntimeError(f"POST /v1/memories answered {answer.status_code}: {answer.text[:300]}")
         except httpx.TransportError:

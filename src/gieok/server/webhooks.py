@@ -205,7 +205,10 @@ class Webhooks:
     async def stop(self) -> None:
         """Stop the loop: posts under way get STOP_SECONDS, then are cut off and given back to the
         queue (the next process posts them again: a receiver may see one twice). Before the
-        store closes."""
+        store closes. Only on the loop that started it: another lifespan of the same state (a
+        second test client of one app) found it running and leaves it to its starter."""
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            return
         task, stop = self._task, self._stop
         self._task = self._stop = None
         self._loop = None
