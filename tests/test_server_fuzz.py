@@ -7,6 +7,9 @@ review (issue 23), generated the same way:
 - stateful: sequences that follow the document's links (write → read, forget; key → revoke) with
   an `Idempotency-Key` on every write, each write sent twice (same answer, nothing written the
   second time), every revoked key refused at once, and nothing of another tenant ever in an answer.
+  Every sequence opens with a write and a new key (so both links can be followed from its first
+  step) and ends by revoking, through the API, each key it made and still holds: every sequence
+  revokes a key and uses it, however many routes the document has.
 
 Bounded: a few dozen examples per operation, a few dozen short sequences."""
 
@@ -21,7 +24,9 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from hypothesis.stateful import initialize
 from schemathesis import GenerationMode
+from schemathesis.generation.stateful.state_machine import StepInput
 
 from gieok.server import ServerState, create_app
 from gieok.server.settings import ServerSettings
@@ -132,9 +137,18 @@ def test_an_invalid_request_without_a_valid_key_is_a_json_4xx_and_writes_nothing
 # -- stateful: links, idempotent writes, revocation, two tenants -----------------------------------------
 
 _SEEN: Counter[str] = Counter()  # what the sequences got to do (a machine stuck at 401 or 422 proves nothing)
+_WORKFLOW = schema.as_state_machine()
+_ADD = schema["/v1/memories"]["POST"]
+_LIST = schema["/v1/memories"]["GET"]
+_MAKE_KEY = schema["/v1/keys"]["POST"]
+_REVOKE_KEY = schema["/v1/keys/{key_id}"]["DELETE"]
 
 
-class GieokWorkflow(schema.as_state_machine()):  # type: ignore[misc]
+def _bearer(key: str) -> dict[str, Any]:
+    return {"headers": {"Authorization": f"Bearer {key}"}}
+
+
+class GieokWorkflow(_WORKFLOW):  # type: ignore[misc,valid-type]
     """Sequences of calls that follow the OpenAPI links, with the review's properties checked after
     every step (module docstring)."""
 
@@ -145,15 +159,40 @@ class GieokWorkflow(schema.as_state_machine()):  # type: ignore[misc]
         self.created: dict[int, str] = {}  # key id -> the key, for keys this sequence made
         self.other_blocks = _blocks("other")
 
+    def _own_step(self, case: Any) -> Any:
+        """One call the sequence makes itself, checked like every generated one."""
+        self.recorder.record_case(case=case)
+        return self.step(StepInput.initial(case))
+
+    @initialize(target=_WORKFLOW.bundles["POST /v1/memories -> 201"])
+    def a_block_to_follow(self) -> Any:
+        """A write (replayed in `validate_response`) whose links the sequence can follow at once."""
+        output = self._own_step(_ADD.Case(body={"text": "민지는 고양이 나비를 키워", "kind": "note"}))
+        assert output.response.status_code == 201, output.response.text
+        return output
+
+    @initialize(target=_WORKFLOW.bundles["POST /v1/keys -> 201"])
+    def a_key_to_revoke(self) -> Any:
+        """A key of the sequence's own: revoked by the `RevokeKey` link if the sequence follows it, else
+        in `teardown` — either way refused at once after."""
+        output = self._own_step(_MAKE_KEY.Case(body={"role": "read", "name": "stateful, revoked"}))
+        assert output.response.status_code == 201 and int(output.response.json()["id"]) in self.created, \
+            output.response.text
+        return output
+
     def before_call(self, case: Any) -> None:
-        if case.method == "DELETE" and case.path == "/v1/keys/{key_id}" and \
-                (case.path_parameters or {}).get("key_id") == self.key_id:
-            case.path_parameters["key_id"] = 2**62  # revoking its own key would end the sequence early
+        if case.method == "DELETE" and case.path == "/v1/keys/{key_id}":
+            key_id = (case.path_parameters or {}).get("key_id")
+            if key_id == self.key_id:
+                case.path_parameters["key_id"] = 2**62  # revoking its own key would end the sequence early
+            elif key_id in self.created:  # a key about to be revoked works until then
+                accepted = _LIST.Case().call(**_bearer(self.created[key_id]))
+                assert accepted.status_code == 200, f"key {key_id} refused before its revocation: {accepted.text}"
         if (case.method, case.path) in _WRITES:
             case.headers = {**(case.headers or {}), "Idempotency-Key": f"fuzz-{uuid.uuid4()}"}
 
     def get_call_kwargs(self, case: Any) -> dict[str, Any]:
-        return {"headers": {"Authorization": f"Bearer {self.key}"}}
+        return _bearer(self.key)
 
     def validate_response(self, response: Any, case: Any, additional_checks: Any = None, **kwargs: Any) -> None:
         where = f"{case.method} {case.formatted_path}"
@@ -173,13 +212,24 @@ class GieokWorkflow(schema.as_state_machine()):  # type: ignore[misc]
             self.created[int(made["id"])] = made["key"]
         if case.method == "DELETE" and case.path == "/v1/keys/{key_id}" and response.status_code == 200:
             key = self.created.pop(int(case.path_parameters["key_id"]), None)
-            if key is not None:  # revoked: refused at once, on every route
-                refused = case.call(headers={"Authorization": f"Bearer {key}"})
-                assert refused.status_code == 401 and _is_error_body(refused), refused.text
+            if key is not None:  # revoked: refused at once, on every route, and writes nothing
+                blocks = _blocks("fuzz")
+                for attempt in (case, _LIST.Case(), _ADD.Case(body={"text": "written with a revoked key"},
+                                                              headers={"Idempotency-Key": f"fuzz-{uuid.uuid4()}"})):
+                    refused = attempt.call(**_bearer(key))
+                    assert refused.status_code == 401 and _is_error_body(refused), \
+                        f"{attempt.method} {attempt.formatted_path} with a revoked key: {refused.text[:300]}"
+                assert _blocks("fuzz") == blocks, f"{where}: a revoked key wrote"
                 _SEEN["revoked and refused"] += 1
 
     def teardown(self) -> None:
-        assert _blocks("other") == self.other_blocks  # nothing reached the other tenant
+        try:  # every key the sequence made and still holds: revoked now, through the API, and refused at once
+            for key_id in list(self.created):
+                output = self._own_step(_REVOKE_KEY.Case(path_parameters={"key_id": key_id}))
+                assert output.response.status_code == 200 and key_id not in self.created, output.response.text
+                _SEEN["revoked at the end"] += 1  # the rest were revoked by the sequence itself, following the link
+        finally:
+            assert _blocks("other") == self.other_blocks  # nothing reached the other tenant
 
 
 def test_stateful_sequences_keep_writes_idempotent_revocation_immediate_and_tenants_apart() -> None:
