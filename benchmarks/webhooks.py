@@ -15,7 +15,8 @@ text numbered — in three phases:
 
 Measured: the events the receiver got (after dedupe) against those sent, raw duplicates (an event
 posted again after its answer was lost), events that arrived under two ids or with a bad signature;
-the delivery delay — the receiver's arrival minus the moment the write that stored it was sent — of the events
+the delivery delay — the receiver's arrival minus the event's own `timestamp` (when the server
+published it; the server may post it before its answer to the write arrives) — of the events
 sent while the receiver was up (p50, p95), and for the ones sent while it was down, how long after it
 came back the last one arrived. The targets (never adjusted): every event delivered, none twice to a
 receiver that dedupes by id, p50 delay while the receiver is up ≤ 1 s, every signature verified.
@@ -31,6 +32,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,7 @@ class Arrival:
     index: int  # the event's number in the text, -1 when unreadable
     at: float
     verified: bool
+    published: float | None = None  # the event's own `timestamp` (the server's clock: this machine's)
 
 
 @dataclass
@@ -89,7 +92,8 @@ class Receiver:
                     ok = True
                 except WebhookVerificationError:
                     event, ok = json.loads(body or b"{}"), False
-                receiver._keep(Arrival(self.headers.get("webhook-id", ""), _index_of(event), now, ok))
+                receiver._keep(Arrival(self.headers.get("webhook-id", ""), _index_of(event), now, ok,
+                                       _published(event)))
                 self.send_response(204 if ok else 400)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -117,6 +121,13 @@ class Receiver:
 
     def unique_indices(self) -> set[int]:
         return {a.index for a in self.snapshot() if a.verified and a.index >= 0}
+
+
+def _published(event: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _index_of(event: Any) -> int:
@@ -157,8 +168,7 @@ def _serving(db: Path, workdir: Path, env: dict[str, str], starts: list[float]) 
 
 def _post(client: httpx.Client, url: str, key: str, i: int) -> float:
     """Write event i (retried through a restart); the moment the attempt that stored it was sent
-    (the server may post the event before its answer to the write arrives: measured from the
-    answer, a delay came out negative)."""
+    (a delay is measured from the event's own timestamp; this when a body has none)."""
     deadline = time.monotonic() + REQUEST_SECONDS
     headers = {"Authorization": f"Bearer {key}", "Idempotency-Key": f"bench-webhooks-{i}"}
     while True:
@@ -258,13 +268,18 @@ def _report(receiver: Receiver, sent: dict[int, float], phase_of: dict[int, str]
             wait_seconds: float, workdir: Path) -> dict[str, Any]:
     arrivals = receiver.snapshot()
     first: dict[int, float] = {}
+    published: dict[int, float] = {}
     ids_of: dict[int, set[str]] = {}
     for arrival in arrivals:
         if not arrival.verified or arrival.index < 0:
             continue
         first.setdefault(arrival.index, arrival.at)
+        if arrival.published is not None:
+            published.setdefault(arrival.index, arrival.published)
         ids_of.setdefault(arrival.index, set()).add(arrival.webhook_id)
-    up = [(first[i] - sent[i]) * 1000 for i, phase in phase_of.items() if phase == "up" and i in first]
+    # from the event's publication (its `timestamp`, ms) to the receiver: what delivery adds to a write
+    up = [(first[i] - published.get(i, sent[i])) * 1000 for i, phase in phase_of.items()
+          if phase == "up" and i in first]
     down = [first[i] for i, phase in phase_of.items() if phase == "down" and i in first]
     delivered = len(first)
     under_two_ids = sum(1 for ids in ids_of.values() if len(ids) > 1)
