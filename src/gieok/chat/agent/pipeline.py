@@ -178,6 +178,9 @@ class Plan:
         }
 
 
+QUERIES_AHEAD_KEPT = 4096  # conversations whose next turn's query vector is remembered before finished ones are dropped
+
+
 class ConversationPipeline:
     """Owns the conversation layers over one `Memory`. `llm` is the gatekeeper's model
     (stage 2); without one, stage 2 falls back to heuristics, explicitly. `classifier` is
@@ -232,6 +235,8 @@ class ConversationPipeline:
         self._commits: dict[str, set[asyncio.Task]] = {}  # per conversation key: turn blocks being written behind
         self._commit_lock = self.conversation.commit_lock
         self._channel_locks: dict[str, asyncio.Lock] = {}
+        # per conversation key: the query vector being made ahead of its next turn, with its rank there
+        self._turn_query_ahead: dict[str, tuple[tuple[bool, bool], list[Any]]] = {}
         if s.lore_file:
             added = self.facts.seed_lore(s.lore_file)
             if added:
@@ -295,6 +300,28 @@ class ConversationPipeline:
             return None
         return search_text(message.content)
 
+    def _query_ahead(self, key: str, message: IncomingMessage, query: str, priority: Priority) -> None:
+        """Start the query vector of the conversation's next turn. A turn searches with one of its
+        batch's messages (`_turn_query`: the newest of the highest rank whose vector is ready). A
+        busy engine makes one query per turn, not one per message (batches of four messages made
+        three queries nobody read, on the engine a busy bot waits for): while the vector started
+        for an earlier message of the batch is still waiting, a newer message starts its own only
+        if it outranks it (a question after a call), and the earlier one is withdrawn. An idle
+        engine has finished the earlier one: the newer starts too (the turn takes the best ready)."""
+        rank = (looks_like_question(message.content), message.explicit)
+        earlier = self._turn_query_ahead.get(key)
+        waiting = earlier is not None and not all(f.done() for f in earlier[1])
+        if earlier is not None and waiting and earlier[0] >= rank:
+            return
+        futures = self.memory.embedder.futures([query], is_query=True, priority=priority)
+        if earlier is not None and waiting:
+            self.memory.embedder.withdraw(earlier[1])
+        if futures is not None:  # engines without a scheduler take no work ahead
+            ahead = self._turn_query_ahead
+            ahead[key] = (rank, futures)
+            if len(ahead) > QUERIES_AHEAD_KEPT:  # only waiting ones matter: finished ones go (and their vectors)
+                self._turn_query_ahead = {k: v for k, v in ahead.items() if not all(f.done() for f in v[1])}
+
     def _turn_query(self, message: IncomingMessage, observed: Sequence[Observation]) -> str | None:
         """The search query of a reply to this turn unless a model writes another: one of the
         batch's messages, whose vector `observe` started during the debounce (the batch's joined
@@ -302,6 +329,7 @@ class ConversationPipeline:
         the prompt shows the whole batch anyway). Preferred, newest first: the questions, then the
         calls, then the rest; of those, the first whose vector is ready already, else the first."""
         said = [o.message for o in observed] or [message]
+        self._turn_query_ahead.pop(scope_key(conversation_of(message.guild, message.channel)), None)
         ranked = sorted(reversed(said), key=lambda m: (not looks_like_question(m.content), not m.explicit))
         queries = [q for m in ranked
                    if (q := self._likely_search_query(replace(m, explicit=message.explicit, active=message.active)))]
@@ -330,7 +358,7 @@ class ConversationPipeline:
         # embedding on a reply's path (~15 ms here) then runs during the debounce, not after it.
         query = self._likely_search_query(message)
         if query:
-            self.memory.embedder.prefetch_queries([query], Priority.NOW if needed_now else None)
+            self._query_ahead(key, message, query, Priority.NOW if needed_now else Priority.SOON)
         if verdict.attack:
             self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
                                                "score": verdict.score, "matches": list(verdict.matches)})
