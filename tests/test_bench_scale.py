@@ -22,7 +22,7 @@ def test_bench_scale_runs_one_and_two_workers_on_postgres(pg_server: PostgresSer
     url = pg_server.new_database()
     out = tmp_path / "scale.json"
     done = gieok("bench", "scale", "--db", url, "--workers", "2,1", "--blocks", "0",
-                 "--clients", "2", "--duration", "2", "--queries", "40", "--checks", "3",
+                 "--clients", "2", "--duration", "1", "--queries", "40", "--checks", "3",
                  "--redis", redis_url, "--processes", "2", "--channels", "2", "--runtime-seconds", "3",
                  "--json", str(out))
     assert done.returncode == 0, done.stderr[-3000:]

@@ -15,7 +15,7 @@ from cli_runner import gieok
 @pytest.mark.slow
 def test_bench_server_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "server.json"
-    done = gieok("bench", "server", "--blocks", "0", "--clients", "1,2", "--duration", "2",
+    done = gieok("bench", "server", "--blocks", "0", "--clients", "1,2", "--duration", "1",
                  "--queries", "200", "--db", str(tmp_path / "work"), "--json", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))

@@ -131,7 +131,9 @@ def test_a_guilds_daily_budget_is_kept_in_the_store_and_said_when_spent(db_path:
     async def first_day(memory: Memory) -> None:
         vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
         core = make_core(memory, model, vt, outbox, **ONE_BY_ONE, guild_daily_tokens=1500, user_limit_calls=0)
-        await send_over(core, vt, [call(f"누리야 오늘 {n}번째 이야기를 해볼게 " + "길게 " * 150, mid=f"b{n}")
+        # the first call's prompt and reply alone spend the budget (about 1,840 estimated tokens of
+        # 1,500); 150 "길게" made it 2,650, and the real embedder paid for every character
+        await send_over(core, vt, [call(f"누리야 오늘 {n}번째 이야기를 해볼게 " + "길게 " * 60, mid=f"b{n}")
                                    for n in range(6)], 6.0)
         texts = outbox.texts()
         budget = [t for t in texts if t == BUDGET_MESSAGES["ko"]]
@@ -204,8 +206,13 @@ def test_a_quiet_conversation_is_extracted_without_waiting_for_analysis_every(me
 def test_a_batch_of_long_messages_is_kept_whole_and_shortened_only_in_the_prompt(memory: Memory) -> None:
     async def scenario() -> None:
         vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
-        core = make_core(memory, model, vt, outbox, max_batch=4)
-        first, second = "누리야 " + "가" * 3500, "나" * 3900 + " 끝"
+        # Each message within max_input_chars, the two together over it, each over the prompt's
+        # budget_input: the limits scaled down from 4,000 characters and 2,000 tokens, so that the
+        # real embedder reads two hundred characters a message, not four thousand (its cost grows
+        # faster than the text: 3,500 characters took ten seconds).
+        core = make_core(memory, model, vt, outbox, max_batch=4, max_input_chars=200, budget_input=100)
+        first, second = "누리야 " + "가" * 190, "나" * 190 + " 끝"
+        assert max(len(first), len(second)) <= 200 < len(first) + len(second)
         await core.submit(call(first, mid="long1"))
         await core.submit(call(second, mid="long2"))
         await vt.advance(20.0)
