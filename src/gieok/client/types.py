@@ -79,6 +79,7 @@ class MessagesResult:
     summaries_and_facts: str = ""
     extraction: str = ""
     edited: list[StoredMessage] = field(default_factory=list)  # ids sent again with another text: replaced
+    timings_ms: dict[str, float] = field(default_factory=dict)  # the server's time per stage, and total_ms
 
     @property
     def stored_count(self) -> int:
@@ -92,18 +93,21 @@ class MessagesResult:
                    flagged=[str(i) for i in data.get("flagged") or ()],
                    summaries_and_facts=str(data.get("summaries_and_facts") or ""),
                    extraction=str(data.get("extraction") or ""),
-                   edited=[_known(StoredMessage, item) for item in data.get("edited") or ()])
+                   edited=[_known(StoredMessage, item) for item in data.get("edited") or ()],
+                   timings_ms={str(k): float(v) for k, v in (data.get("timings_ms") or {}).items()})
 
     def merged(self, later: MessagesResult) -> MessagesResult:
         """This result followed by a later request's (a long list is sent in several): lists
         concatenate; the status is the later one's, and extraction counts as started if either
-        request started it."""
+        request started it; the stages' times add up."""
         extraction = "started" if "started" in (self.extraction, later.extraction) else later.extraction
         return MessagesResult(conversation=self.conversation, stored=[*self.stored, *later.stored],
                               duplicates=[*self.duplicates, *later.duplicates],
                               flagged=[*self.flagged, *later.flagged],
                               summaries_and_facts=later.summaries_and_facts, extraction=extraction,
-                              edited=[*self.edited, *later.edited])
+                              edited=[*self.edited, *later.edited],
+                              timings_ms={k: self.timings_ms.get(k, 0.0) + later.timings_ms.get(k, 0.0)
+                                          for k in {**self.timings_ms, **later.timings_ms}})
 
 
 @dataclass(frozen=True, slots=True)

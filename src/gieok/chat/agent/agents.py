@@ -98,7 +98,8 @@ class StoredMessage:
 class Ingested:
     """What `add_messages` stored: the new messages, the ids seen before (sent again unchanged),
     the ids sent again with another text (`edited`: the message is replaced), the flagged ones, and
-    whether summaries and facts follow (a model is configured) and were started now."""
+    whether summaries and facts follow (a model is configured) and were started now, and where the
+    time went (`timings_ms`)."""
 
     conversation: dict[str, str | None]
     stored: list[StoredMessage]
@@ -106,12 +107,14 @@ class Ingested:
     summaries_and_facts: str
     extraction: str
     edited: list[StoredMessage] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)  # per stage (docs/agents.md), and total_ms
 
     def as_dict(self) -> dict[str, Any]:
         return {"conversation": self.conversation, "stored": [m.as_dict() for m in self.stored],
                 "duplicates": self.duplicates, "edited": [m.as_dict() for m in self.edited],
                 "flagged": [m.id for m in (*self.stored, *self.edited) if m.flagged],
-                "summaries_and_facts": self.summaries_and_facts, "extraction": self.extraction}
+                "summaries_and_facts": self.summaries_and_facts, "extraction": self.extraction,
+                "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()}}
 
 
 @dataclass

@@ -672,7 +672,7 @@ class ConversationPipeline:
                            user_id=None, display_name=self.settings.bot_name, fence=fence, external_id=reply_id)
 
     def commit_pending(self, conversation: Scope | None = None, *, embedded_only: bool = False,
-                       fence: int | None = None) -> int:
+                       fence: int | None = None, timings: dict[str, float] | None = None) -> int:
         """Write the L1 messages that are not yet turn blocks into long-term memory (one
         conversation's, or all of them at start-up). Serialised: two channels recording at
         once must not both write the same row. The embedding (the slow part) happens before
@@ -682,30 +682,51 @@ class ConversationPipeline:
         load, write-behind embeddings wait behind every turn). Each row's block is linked to it in
         the block's own transaction, refused when another process wrote the row first (0 here) or,
         under `fence` (one conversation's, several bot processes), when the process lost the channel
-        (LeaseLostError)."""
+        (LeaseLostError). `timings` (add_messages's): `passage_texts_ms`, `passage_embed_ms` (the e5
+        vectors, outside the lock), `commit_wait_ms`, `turn_blocks_ms` (inside the lock: the turn
+        blocks written — their passage texts made again, their vectors read from the cache — and
+        working memory and STM fed), added to."""
+        timings = {} if timings is None else timings
+
+        def lap(stage: str, since: float) -> float:
+            now = time.perf_counter()
+            timings[stage] = timings.get(stage, 0.0) + (now - since) * 1000
+            return now
+
+        t = time.perf_counter()
         key = scope_key(conversation) if conversation is not None else None
         waiting = self.tables.l1_pending(key)
         if not waiting:
             return 0
         if not embedded_only:  # into the cache, outside the lock; many messages (an agent's backfill) as bulk work
             texts = self.memory.passage_texts(self._turn_items(waiting))
+            t = lap("passage_texts_ms", t)
             with embedding_priority(bulk_priority(len(texts))):
                 self.memory.embedder.embed_passages(texts)
+            t = lap("passage_embed_ms", t)
         with self._commit_lock:
-            pending = self.tables.l1_pending(key)  # again: another commit may have written some
-            items = self._turn_items(pending)
-            if embedded_only:
-                texts = self.memory.passage_texts(items)
-                ready = sum(1 for _ in itertools.takewhile(self.memory.embedder.has, texts))
-                pending, items = pending[:ready], items[:ready]
-            if not pending:
-                return 0
-            link = self.tables.turn_blocks_hook([row.message_id for row in pending], scope_key=key, fence=fence)
+            t = lap("commit_wait_ms", t)
             try:
-                self.memory.remember_many(items, within=link)
-            except L1RowsTakenError:
-                return 0  # another process wrote them meanwhile (it held the channel before this one)
-            return len(pending)
+                return self._commit_locked(key, embedded_only, fence)
+            finally:
+                lap("turn_blocks_ms", t)
+
+    def _commit_locked(self, key: str | None, embedded_only: bool, fence: int | None) -> int:
+        """`commit_pending`'s write, under the commit lock."""
+        pending = self.tables.l1_pending(key)  # again: another commit may have written some
+        items = self._turn_items(pending)
+        if embedded_only:
+            texts = self.memory.passage_texts(items)
+            ready = sum(1 for _ in itertools.takewhile(self.memory.embedder.has, texts))
+            pending, items = pending[:ready], items[:ready]
+        if not pending:
+            return 0
+        link = self.tables.turn_blocks_hook([row.message_id for row in pending], scope_key=key, fence=fence)
+        try:
+            self.memory.remember_many(items, within=link)
+        except L1RowsTakenError:
+            return 0  # another process wrote them meanwhile (it held the channel before this one)
+        return len(pending)
 
     def _turn_items(self, rows: Sequence[L1Row]) -> list[dict[str, Any]]:
         """L1 messages as `Memory.add_many` items of their turn blocks."""
@@ -891,6 +912,15 @@ class ConversationPipeline:
         changed: then it is an edit (`edit_messages`); the guard runs on users' messages (a flagged
         one is stored, marked, kept out of extraction); L1 rows, then turn blocks (with working
         memory) before this returns; extraction in the background when due."""
+        started = t = time.perf_counter()
+        timings: dict[str, float] = {}
+
+        def lap(stage: str) -> None:  # the time since the last lap, added to `stage`
+            nonlocal t
+            now = time.perf_counter()
+            timings[stage] = timings.get(stage, 0.0) + (now - t) * 1000
+            t = now
+
         conversation = conversation_of(check_id(guild, "guild", optional=True), str(check_id(channel, "channel")))
         checked = check_messages(messages, self.settings.max_text_chars, self.zone, self.clock())
         key = scope_key(conversation)
@@ -898,17 +928,23 @@ class ConversationPipeline:
         fresh = [m for m in checked if m.id not in known]
         changed = await asyncio.to_thread(self._changed, checked, known)
         users = [m for m in (*fresh, *changed) if m.role == "user"]
-        verdicts = await self._guard_texts([block_text(m.text) for m in users])
+        lap("check_ms")
+        verdicts = await self._guard_texts([block_text(m.text) for m in users], timings)
         flagged = {m.id for m, verdict in zip(users, verdicts) if verdict.attack}
+        t = time.perf_counter()
         async with self._lock(conversation):
+            lap("lock_wait_ms")
             rows = await asyncio.to_thread(self._append_messages, conversation, fresh, flagged)
             edited = await asyncio.to_thread(self._edit_messages, conversation, changed, known, flagged)
             duplicates = [m.id for m in checked if m.id not in rows and m.id not in edited]
             stored_rows = {m.id: rows[m.id] for m in fresh if m.id in rows}
-            await asyncio.to_thread(self.commit_pending, conversation)
+            lap("l1_ms")
+            await asyncio.to_thread(functools.partial(self.commit_pending, conversation, timings=timings))
+            t = time.perf_counter()
             written = [row.message_id for row in (*stored_rows.values(), *edited.values())]
             blocks = await asyncio.to_thread(self.tables.l1_blocks_of, written)
             blocks.update(await asyncio.to_thread(self._blocks_of_edited, key, edited))
+            lap("links_ms")
             extraction = "off"
             if self.extracting and (stored_rows or edited):
                 extraction = "not due"
@@ -922,6 +958,7 @@ class ConversationPipeline:
                 if again:  # what an edited message says now is learned again; what it said before is gone
                     self._spawn(self._extract(conversation, conversation.guild, again, 0))
                     extraction = "started"
+            lap("extraction_ms")
         for message_id in flagged & (set(stored_rows) | set(edited)):
             row = stored_rows.get(message_id) or edited[message_id]
             self._event("injection_detected", {"channel": conversation.channel, "user": row.user_id,
@@ -933,10 +970,12 @@ class ConversationPipeline:
         for message in edits:
             self._event("message_edited", {"channel": conversation.channel, "message_id": message.id,
                                            "block": message.block_index})
+        lap("events_ms")
         status = "on" if self.extracting else ("off: no language model is configured (set llm_chain, or a Gemini or "
                                                "OpenAI-compatible key); messages, turns and recall work without one")
+        timings["total_ms"] = (time.perf_counter() - started) * 1000
         return Ingested({"guild": conversation.guild, "channel": conversation.channel}, stored, duplicates, status,
-                        extraction, edits)
+                        extraction, edits, timings)
 
     def _changed(self, checked: Sequence[MessageIn], known: dict[str, KnownMessage]) -> list[MessageIn]:
         """Messages sent before whose text is not what is stored: edits. (A deleted message's id
@@ -1037,13 +1076,22 @@ class ConversationPipeline:
         return {**receipt, "already_deleted": False,
                 "erased": {"messages": 1, "blocks": len(erased), "facts": len(facts)}}
 
-    async def _guard_texts(self, texts: list[str]) -> list[GuardVerdict]:
-        """The guard on each text: its patterns, and its classifiers when there are any."""
+    async def _guard_texts(self, texts: list[str], timings: dict[str, float] | None = None) -> list[GuardVerdict]:
+        """The guard on each text: its patterns, and its classifiers when there are any. `timings`:
+        `guard_patterns_ms`, `guard_embed_ms` (the classifier encoder's vectors), `guard_classify_ms`
+        (the classifier, and the second opinion on e5 query vectors when it is unsure), added to."""
+        timings = {} if timings is None else timings
+        t = time.perf_counter()
         patterns = [self.guard.patterns.check(text) for text in texts]
+        timings["guard_patterns_ms"] = timings.get("guard_patterns_ms", 0.0) + (time.perf_counter() - t) * 1000
         if not texts or self.encoder is None or self.guard.classifier is None:
             return patterns
+        t = time.perf_counter()
         vectors = await self.encoder.aembed_passages(texts)
+        timings["guard_embed_ms"] = timings.get("guard_embed_ms", 0.0) + (time.perf_counter() - t) * 1000
+        t = time.perf_counter()
         judged = await self._guard_verdicts(texts, np.asarray(vectors, dtype=np.float32))
+        timings["guard_classify_ms"] = timings.get("guard_classify_ms", 0.0) + (time.perf_counter() - t) * 1000
         return [max(a, b, key=lambda v: (v.attack, v.score)) for a, b in zip(patterns, judged)]
 
     def _append_messages(self, conversation: Scope, messages: Sequence[MessageIn],
