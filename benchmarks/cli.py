@@ -754,23 +754,3 @@ def bench_runtime(
         raise InvalidInputError(f"--arrivals must be one of: {', '.join(ARRIVALS)}")
     run_runtime_bench(blocks, json_out, channels=channels, duration=duration, rate=rate, arrivals=arrivals,
                       seed=seed, workdir=workdir, cache_dir=cache_dir)
-
-
-@bench_app.command("mcp-start")
-def bench_mcp_start(
-    runs: Annotated[int, typer.Option(
-        help="Fresh `gieok mcp` processes per first request (the p50 is over them).")] = 5,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
-    workdir: Annotated[Path | None, typer.Option(
-        "--db", help="Directory for the database and the servers' log (its chat.db is recreated; "
-                     "default: a temp dir).")] = None,
-) -> None:
-    """`gieok mcp` over stdio: spawn → first answer for tools/list, add_messages and get_context.
-
-    Example: gieok bench mcp-start --runs 5 --json mcp_start.json
-    """
-    from benchmarks.mcp_start import run_mcp_start_bench
-
-    if runs < 1:
-        raise InvalidInputError("--runs must be >= 1")
-    run_mcp_start_bench(runs, json_out, workdir=workdir)

@@ -15,13 +15,13 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
-import threading
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
 import anyio.to_thread
+from fastapi import FastAPI
 from mcp.server import MCPServer
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
@@ -44,14 +44,13 @@ from ..errors import AuthenticationError, GieokError, InvalidInputError
 from ..validate import check_time
 from . import compact
 from .access import Access, Credentials
+from .app import create_app
 from .auth import ROLES, Principal
+from .errors import error_response, status_of
 from .hosts import allowed_host_names
 from .settings import ServerSettings
 from .state import ServerState
 from .tenants import Tenant
-
-if TYPE_CHECKING:  # FastAPI and the REST app load only for `gieok serve` (create_app_with_mcp), not for stdio
-    from fastapi import FastAPI
 
 __all__ = ["MCP_PATH", "MAX_K", "build_mcp", "KeyVerifier", "principal_of_token", "transport_security",
            "mcp_http_app", "mount_mcp", "PROTECTED_RESOURCE_PATHS", "create_app_with_mcp", "check_stdio_key",
@@ -230,8 +229,6 @@ def _author(who: Principal) -> str:
 
 def _tool_error(exc: GieokError) -> ToolError:
     """A gieok error as a tool error the model can read: `<type>: <message>`."""
-    from .errors import status_of  # it imports FastAPI: loaded on the first error, not at `gieok mcp`'s start
-
     _, kind = status_of(exc)
     return ToolError(f"{kind}: {exc}")
 
@@ -623,8 +620,6 @@ class _McpGate:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope.get("method") not in ("POST", "OPTIONS"):
-            from .errors import error_response
-
             response = error_response(405, "method_not_allowed", "MCP over HTTP here is POST only: this server "
                                       "sends nothing unprompted (stateless, JSON answers)")
             response.headers["Allow"] = "POST"
@@ -683,8 +678,6 @@ def create_app_with_mcp(state: ServerState, *, host: str | None = None) -> FastA
     def sessions(_app: FastAPI) -> AbstractAsyncContextManager[None]:
         return server.session_manager.run()
 
-    from .app import create_app
-
     app = create_app(state, extra_lifespans=[sessions], host=host)
     mount_mcp(app, endpoint, state.access if state.auth else None)
     return app
@@ -716,49 +709,13 @@ def run_stdio(settings: ServerSettings, key: str | None) -> None:
     state = ServerState.open(settings)
     if state.bus.shared is None:  # no Redis: the events go to the store's relay, which every `gieok serve` streams
         state.bus.relay = state.event_relay
-    warming: threading.Thread | None = None
-    stop = threading.Event()  # the client closed stdin: what is not warmed yet is not worth warming
     try:
         principal = check_stdio_key(state, key)
-        # The tenant opens and warms beside the protocol: `initialize` and `tools/list` need none of
-        # it, and a first tool call waits on the tenant registry's opening lock only for what is left.
-        warming = threading.Thread(target=_warm_stdio, args=(state, principal, stop), name="gieok-mcp-warm",
-                                   daemon=True)
-        warming.start()
+        with state.access.tenant(principal):  # opened and warmed before the client's first call
+            pass
+        state.readiness.finish()
         log.info("serving tenant %s (role %s) over stdio", principal.tenant, principal.role)
         build_mcp(state, fixed=principal).run("stdio")
     finally:
-        if warming is not None:
-            stop.set()
-            warming.join()  # never close the state under a memory still opening (it stops at its next step)
         state.close()
-
-
-_CALL_GRACE_S = 0.05  # how often warming looks whether a tool call still holds the tenant
-
-
-def _may_write(principal: Principal) -> bool:
-    return ROLES.index(principal.role) >= ROLES.index("write")
-
-
-def _warm_stdio(state: ServerState, principal: Principal, stop: threading.Event) -> None:
-    """Open the key's tenant and load what its first tool call would (`Memory.warm`; for a key that
-    may write, the conversation pipeline `add_messages` goes through, with its classifiers'
-    encoder), step by step until `stop` is set. A failure is logged and left to the first tool
-    call, which opens the tenant again and answers the error."""
-    try:
-        with state.access.tenant(principal) as tenant:
-            # A tool call that waited for the opening goes first: the pipeline's loading holds the
-            # interpreter lock for a second, and a first get_context or search needs none of it.
-            stop.wait(_CALL_GRACE_S)
-            while tenant.users > 1 and not stop.wait(_CALL_GRACE_S):
-                pass
-            if _may_write(principal) and not stop.is_set():
-                pipeline = tenant.pipeline  # its classifiers load
-                if not stop.is_set():
-                    pipeline.warm()  # their encoder, with one message (Memory.warm again: cheap now)
-        state.readiness.finish()
-    except Exception as exc:  # reported, never raised from a background thread
-        log.warning("warming tenant %s failed: %s", principal.tenant, exc)
-        state.readiness.finish(str(exc) or type(exc).__name__)
 
