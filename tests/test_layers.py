@@ -376,3 +376,40 @@ def test_slots_and_checkpoints_survive_reopen(tmp_path):
         assert after == before
         slot = next(s for s in memory.working.slots(Scope(channel="c")) if after[s.slot_id])
         assert memory.checkpoints.radius(slot, 2)  # the catalog is there to walk
+
+
+def test_an_eviction_and_a_search_take_one_lock_in_one_order(tmp_path):
+    """A bot's commit fed a full working memory, whose eviction writes to long-term memory, while a
+    search of the same memory held the memory's lock and waited for working memory's: a deadlock.
+    Here a search starts at the worst moment — inside the eviction's write — and both finish, because
+    working memory locks with its memory's lock."""
+    import threading
+    import time
+
+    with Memory(tmp_path / "d.db", wm_slots=1) as memory:
+        scope = Scope("g", "c")
+        assert memory.working._lock is memory._lock
+        memory.remember("지훈: 안녕, 오늘 뭐 해?", scope={"guild": "g", "channel": "c"}, speaker="지훈")
+        memory.working.add(scope, "민지 생일은 5월 9일", importance=0.2)  # unstored: its eviction writes
+        write_note = memory.layers.write_note
+        searched: list[int] = []
+
+        def search() -> None:
+            searched.append(len(memory.search("민지 생일", scope={"guild": "g", "channel": "c"}).hits))
+
+        def write_during_a_search(*args, **kwargs):
+            searcher = threading.Thread(target=search, daemon=True)
+            searcher.start()
+            time.sleep(0.3)  # the search is under way, waiting for the lock the eviction holds
+            return write_note(*args, **kwargs)
+
+        memory.layers.write_note = write_during_a_search
+        evict = threading.Thread(target=lambda: memory.working.add(scope, "new context", importance=0.9), daemon=True)
+        evict.start()
+        evict.join(20)
+        assert not evict.is_alive(), "the eviction's write deadlocked against a search"
+        deadline = time.monotonic() + 20
+        while not searched and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert searched, "the search never finished"
+        assert [b.text for b in memory.iter_blocks() if b.kind == "note"] == ["민지 생일은 5월 9일"]

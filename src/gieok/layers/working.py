@@ -103,7 +103,7 @@ class WorkingMemory:
 
     def __init__(self, store: LayerStore, tokenizer: Tokenizer, promote: Promoter, *, slots: int = 4,
                  relevance: str = "jaccard", clock: Clock = time.time,
-                 on_slot_freed: Callable[[Slot], None] | None = None) -> None:
+                 on_slot_freed: Callable[[Slot], None] | None = None, lock: threading.RLock | None = None) -> None:
         if slots < 1:
             raise ValueError("working memory needs at least one slot")
         if relevance not in ("jaccard", "embedding"):
@@ -115,7 +115,10 @@ class WorkingMemory:
         self.relevance_mode = relevance
         self.clock = clock
         self.on_slot_freed = on_slot_freed  # e.g. drop the slot's checkpoints
-        self._lock = threading.RLock()
+        # `lock`: the owning memory's, when there is one. An eviction writes its slot to long-term
+        # memory (the memory's lock) and a search reads slots under the memory's lock: with a lock of
+        # its own, the two orders deadlocked a bot's commit against its own search.
+        self._lock = lock or threading.RLock()
         self._slots: dict[str, dict[int, Slot]] = {}
         self.cleanup_count = 0
         self.promotion_count = 0

@@ -91,7 +91,7 @@ class Memory:
     def _init_layers(self) -> None:
         # The parts call back through `weakly`: a closed memory is freed at once (gieok/callbacks.py)
         self.layers = LayerStack(self.store, self.settings, self.tokenizer, self.indexes,
-                                 weakly(self._write_note), self.events.emit)
+                                 weakly(self._write_note), self.events.emit, self._lock)
         stack = self.layers  # the parts, by the names callers have always used
         self.working, self.stm, self.hybrid = stack.working, stack.stm, stack.hybrid
         self.checkpoints, self.localized, self.cache, self.coordinator = (stack.checkpoints, stack.localized,

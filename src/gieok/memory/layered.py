@@ -8,6 +8,7 @@ callback that writes a note, and the one that tells listeners.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -41,7 +42,7 @@ class LayerStack:
     """Working memory, STM, checkpoints, localized search, cache and coordinator over one store."""
 
     def __init__(self, store: Store, settings: Settings, tokenizer: Tokenizer, lookup: BlockLookup,
-                 write_note: NoteWriter, emit: Callable[[str, dict[str, Any]], None]) -> None:
+                 write_note: NoteWriter, emit: Callable[[str, dict[str, Any]], None], lock: threading.RLock) -> None:
         s = settings
         self.store = store
         self.write_note = write_note
@@ -49,7 +50,7 @@ class LayerStack:
         # callbacks into this stack held weakly: no cycle keeps a closed memory alive (gieok/callbacks.py)
         self.working = WorkingMemory(store.layers, tokenizer, weakly(self._promote_slot), slots=s.wm_slots,
                                      relevance=s.wm_relevance,
-                                     on_slot_freed=weakly(self._slot_freed))
+                                     on_slot_freed=weakly(self._slot_freed), lock=lock)
         self.stm = ShortTermMemory(store.layers, tokenizer, weakly(self._promote_entry), ttl_seconds=s.stm_ttl_seconds,
                                    promote_importance=s.stm_promote_importance)
         self.hybrid = HybridSTM(self.working, self.stm, s.stm_mode)
