@@ -116,7 +116,7 @@ def test_idle_bulk_engines_exit_and_give_their_weights_back(tmp_path: Path, nano
 
 
 def test_a_vocabulary_with_pieces_across_words_is_segmented_whole() -> None:
-    from gieok.embed.e5_blas import UnigramTokenizer
+    from gieok.embed.e5_model import UnigramTokenizer
 
     pieces = {"\u2581a": 0, "\u2581b": 1, "\u2581a\u2581b": 2, "a": 3, "b": 4}
     scores = [-1.0, -1.0, -1.5, -3.0, -3.0]
