@@ -16,6 +16,7 @@ __all__ = [
     "BlockNotFoundError",
     "StoreError",
     "DatabaseUnwritableError",
+    "StorageFullError",
     "CorruptDatabaseError",
     "DatabaseUnavailableError",
     "SchemaTooNewError",
@@ -77,6 +78,12 @@ class StoreError(GieokError):
 
 class DatabaseUnwritableError(StoreError):
     """The database path cannot be created or written."""
+
+
+class StorageFullError(StoreError):
+    """The filesystem holding the database is full (or over its quota): the write was rolled back
+    whole, nothing of it stored; what was stored before is intact and readable. Writes succeed
+    again, without a restart, once space is freed (HTTP 507)."""
 
 
 class CorruptDatabaseError(StoreError):

@@ -27,6 +27,7 @@ from ..errors import (
     PermissionDeniedError,
     ServerError,
     ServerUnavailableError,
+    StorageFullError,
     StoreError,
 )
 from ._async import AsyncClient
@@ -50,4 +51,4 @@ __all__ = ["Client", "AsyncClient", "Message", "MessagesResult", "StoredMessage"
            # what the clients raise: the engine's own classes, importable from here too
            "GieokError", "AuthenticationError", "PermissionDeniedError", "NotFoundError", "BlockNotFoundError",
            "InvalidInputError", "InvalidTypeError", "LLMError", "StoreError", "EmbedderError", "ServerError",
-           "ServerUnavailableError"]
+           "ServerUnavailableError", "StorageFullError"]

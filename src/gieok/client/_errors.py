@@ -20,13 +20,15 @@ from ..errors import (
     PermissionDeniedError,
     ServerError,
     ServerUnavailableError,
+    StorageFullError,
     StoreError,
 )
 
 __all__ = ["error_for", "envelope_of"]
 
 _BY_STATUS: dict[int, type[GieokError]] = {401: AuthenticationError, 403: PermissionDeniedError,
-                                           400: InvalidInputError, 422: InvalidInputError, 502: LLMError}
+                                           400: InvalidInputError, 422: InvalidInputError, 502: LLMError,
+                                           507: StorageFullError}
 _UNAVAILABLE_BY_TYPE: dict[str, type[GieokError]] = {"store_unavailable": StoreError,
                                                      "embedder_unavailable": EmbedderError}
 _NO_ROUTE = "Not Found"  # Starlette's message for a path no route matches

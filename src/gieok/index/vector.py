@@ -8,6 +8,7 @@ is saved beside the database so reopening a large store does not rebuild it eith
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -277,12 +278,20 @@ class VectorIndex:
             ann = self._ann
             if not isinstance(ann, (_FaissHNSW, _USearchHNSW)) or not self._ann_dirty:
                 return  # nothing built here, or the store keeps the graph
-            tmp = path.with_name(path.name + ".tmp")
-            ann.save(tmp)
-            os.replace(tmp, path)
-            info = {"embedder": embedder, "rows": ann.size, "last_block_index": last_block_index,
-                    "backend": ann.name, "m": self.params.m}
-            path.with_name(path.name + ".json").write_text(json.dumps(info))
+            tmp, meta = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".json")
+            try:
+                ann.save(tmp)
+                os.replace(tmp, path)
+                info = {"embedder": embedder, "rows": ann.size, "last_block_index": last_block_index,
+                        "backend": ann.name, "m": self.params.m}
+                meta.write_text(json.dumps(info))
+            except (OSError, RuntimeError) as exc:  # faiss and usearch say "No space left" as RuntimeError
+                # only a cache: a full disk must not fail the close, nor leave half a graph taking space
+                tmp.unlink(missing_ok=True)
+                meta.unlink(missing_ok=True)  # no description, no load: the next open rebuilds the graph
+                logging.getLogger("gieok.index").warning("the ANN graph was not saved beside the database "
+                                                         "(%s); the next open rebuilds it", exc)
+                return
             self._ann_dirty = False
 
     def try_load(self, path: Path, embedder: str) -> bool:

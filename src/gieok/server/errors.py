@@ -23,6 +23,7 @@ from ..errors import (
     LLMError,
     NotFoundError,
     PermissionDeniedError,
+    StorageFullError,
     StoreError,
 )
 from ..store.idempotency import IdempotencyKeyTakenError
@@ -44,6 +45,7 @@ _STATUS: list[tuple[type[Exception], int, str]] = [
     (InvalidInputError, 400, "invalid_input"),
     (InvalidTypeError, 400, "invalid_input"),
     (EmbedderError, 503, "embedder_unavailable"),
+    (StorageFullError, 507, "storage_full"),  # not a 503: it lasts until someone frees space, no retry helps
     (StoreError, 503, "store_unavailable"),
     (CoordinationUnavailableError, 503, "coordination_unavailable"),
     (LLMError, 502, "llm_unavailable"),
@@ -122,8 +124,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         # (a GieokError raised in a middleware — key lookup — comes here, not to the handler above)
         status, name = status_of(exc)
-        if status < 500 or status == 503:
-            if status == 503:
+        if status < 500 or status in (503, 507):
+            if status >= 500:
                 log.error("%s %s: %s", request.method, request.url.path, exc)
             return error_response(status, name, str(exc) if isinstance(exc, GieokError)
                                   else f"a server this one depends on is away: {exc}")

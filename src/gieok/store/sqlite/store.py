@@ -32,6 +32,7 @@ from ...errors import (
 from ...types import Block, Scope
 from ..base import TOKENIZER_KEY, AppendHook, BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
 from ..conversation import ConversationStore, ConversationTables
+from ..full import is_storage_full, storage_full_error
 from ..idempotency import IdempotencyStore, IdempotencyTable
 from ..keys import KeyStore, KeyTable
 from ..layer_tables import LayerStore, LayerTables
@@ -157,6 +158,8 @@ class SQLiteStore:
             conn.close()
             if "readonly" in str(exc):
                 raise DatabaseUnwritableError(f"cannot write {path}: {exc}") from None
+            if is_storage_full(exc, path):
+                raise storage_full_error(exc, path) from None
             raise CorruptDatabaseError(f"cannot initialise {path}: {exc}") from None
         return conn
 
@@ -172,7 +175,7 @@ class SQLiteStore:
                 conn.execute(f"PRAGMA user_version = {target}")
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _roll_back(conn)
                 raise
 
     def close(self) -> None:
@@ -494,6 +497,8 @@ def _block_params(block: Block) -> tuple:
 
 def _translate(exc: sqlite3.DatabaseError, path: str) -> Exception:
     message = str(exc)
+    if is_storage_full(exc, path):
+        return storage_full_error(exc, path)
     if "readonly" in message or "unable to open" in message or "disk I/O" in message:
         return DatabaseUnwritableError(f"cannot write {path}: {message}")
     if "malformed" in message or "not a database" in message:
@@ -510,6 +515,7 @@ class _Transaction:
     def __enter__(self) -> sqlite3.Connection:
         self.store._lock.acquire()
         try:
+            _roll_back(self.store._conn)  # one a failed write could not undo (an I/O error): undo it now
             self.store._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as exc:
             self.store._lock.release()
@@ -522,11 +528,20 @@ class _Transaction:
                 try:
                     self.store._conn.execute("COMMIT")
                 except sqlite3.DatabaseError as err:
-                    self.store._conn.execute("ROLLBACK")
+                    _roll_back(self.store._conn)
                     raise _translate(err, self.store.path) from None
             else:
-                self.store._conn.execute("ROLLBACK")
+                _roll_back(self.store._conn)
                 if isinstance(exc, sqlite3.DatabaseError):
                     raise _translate(exc, self.store.path) from exc
         finally:
             self.store._lock.release()
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """Undo the open transaction, if SQLite has not already: on a full disk (SQLITE_FULL) or an I/O
+    error it rolls back by itself, and a ROLLBACK then would fail ("no transaction is active") and
+    hide the error that says why. The connection stays usable for the next transaction either way."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
