@@ -21,6 +21,7 @@ from ..chat.demo import run_demo
 from ..chat.llm.configured import require_llm
 from ..chat.settings import chat_settings
 from ..errors import InvalidInputError, MissingExtraError
+from ..store.wait import ServiceWait, reach_services
 from .options import DbOption, GuildOpt, JsonFlag, RedisOption, _open, given, load, out
 
 __all__ = ["conversation_commands", "users_commands"]
@@ -271,6 +272,9 @@ def bot(
         from ..chat.adapters.discord_bot import run_discord_bot
     except ImportError as exc:
         raise MissingExtraError("gieok bot", "discord", exc.name) from None
+    # Started while PostgreSQL or Redis is away (a restart, a deploy): wait for them, a line each try,
+    # up to startup_wait_seconds, rather than exit and live only because a supervisor restarts us.
+    ServiceWait("gieok bot", settings.startup_wait_seconds)(reach_services, settings)
     if not serve:
         run_discord_bot(settings)
         return

@@ -129,6 +129,9 @@ class Settings:
     redis: str = setting("", redis_url)  # redis://host:6379/0; empty: everything in one process
     redis_namespace: str = setting("gieok", not_blank)  # prefix of every key: deployments sharing one Redis
     event_buffer: int = setting(10_000, at_least(1))  # events kept per tenant for clients that reconnect
+    # how long a starting process (serve, a worker, mcp, bot) waits for an unreachable PostgreSQL or
+    # Redis before it exits with the reason; 0: it does not wait (store/wait.py)
+    startup_wait_seconds: float = setting(120.0, not_negative)
     # input limits
     max_text_chars: int = setting(100_000, positive)
     max_keywords: int = setting(8, not_negative)

@@ -41,6 +41,8 @@ from ..chat.conversation.facts import FactType, Statement
 from ..chat.conversation.memory import check_id
 from ..chat.conversation.recent import conversation_of
 from ..errors import AuthenticationError, GieokError, InvalidInputError
+from ..store.wait import ServiceWait
+from ..text import get_tokenizer
 from ..validate import check_time
 from . import compact
 from .access import Access, Credentials
@@ -706,7 +708,9 @@ def run_stdio(settings: ServerSettings, key: str | None) -> None:
     if not settings.uses_database_server() and not home.exists():
         raise AuthenticationError(f"no memory at {home}: create it and a key first "
                                   f"(gieok keys create --db {home} --tenant default --role write)")
-    state = ServerState.open(settings)
+    get_tokenizer().load()  # needs no database: loaded first, it is not among what follows a database's return
+    # PostgreSQL or Redis away (a restart): wait for it, a line on stderr each try, for startup_wait_seconds
+    state = ServiceWait("gieok mcp", settings.startup_wait_seconds, log=log)(ServerState.open, settings)
     if state.bus.shared is None:  # no Redis: the events go to the store's relay, which every `gieok serve` streams
         state.bus.relay = state.event_relay
     try:

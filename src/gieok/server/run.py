@@ -6,26 +6,27 @@ app's shutdown closes every memory."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+from collections.abc import Callable
 
 import uvicorn
-from fastapi import FastAPI
 from uvicorn.main import STARTUP_FAILURE
 
 from ..errors import ConfigError
 from .hosts import is_loopback
 from .mcp import create_app_with_mcp
+from .pending import PendingApp
 from .settings import ServerSettings
 from .state import ServerState
 from .stopping import Server
 from .supervise import install as install_supervision
 from .warm import waiting_for_the_database
 
-__all__ = ["serve", "worker_app", "open_worker_state", "GRACEFUL_SHUTDOWN_SECONDS", "WORKER_DATABASE_WAIT_S"]
+__all__ = ["serve", "worker_app", "open_worker_state", "GRACEFUL_SHUTDOWN_SECONDS"]
 
 GRACEFUL_SHUTDOWN_SECONDS = 30  # in-flight requests get this long after Ctrl-C / SIGTERM
 _NO_AUTH_VARIABLE = "GIEOK_SERVE_NO_AUTH"  # passes --no-auth to worker processes
-WORKER_DATABASE_WAIT_S = 120.0  # how long a worker starting waits for an unreachable database
 
 
 def _check(host: str, port: int, auth: bool, workers: int) -> None:
@@ -50,10 +51,15 @@ def serve(settings: ServerSettings, *, host: str | None = None, port: int | None
                    proxy_headers=settings.server_proxy_headers, forwarded_allow_ips=settings.server_forwarded_allow_ips,
                    server_header=False)
     if workers == 1:
-        app = create_app_with_mcp(ServerState.open(settings, auth=auth), host=host)
+        def give_up(_why: BaseException) -> None:
+            server.should_exit = True  # the reason is raised below: the command's one line
+
+        app = _pending(settings, auth, host, "gieok serve", give_up)
         server = Server(uvicorn.Config(app, **options))  # type: ignore[arg-type]
         with contextlib.suppress(KeyboardInterrupt):
             server.run()
+        if app.failure is not None:  # PostgreSQL or Redis stayed away for startup_wait_seconds
+            raise app.failure
         if not server.started:  # the port taken, the app's start-up failed: uvicorn logged why
             raise SystemExit(STARTUP_FAILURE)
         return
@@ -75,20 +81,37 @@ def serve(settings: ServerSettings, *, host: str | None = None, port: int | None
                 **options)  # type: ignore[arg-type]
 
 
-def worker_app() -> FastAPI:
-    """The app of one worker process (uvicorn's factory)."""
+def _pending(settings: ServerSettings, auth: bool, host: str, who: str,
+             give_up: Callable[[BaseException], None]) -> PendingApp:
+    """The server's app, answering /healthz and /readyz while PostgreSQL or Redis is waited for."""
+    return PendingApp(lambda: ServerState.open(settings, auth=auth),
+                      lambda state: create_app_with_mcp(state, host=host),
+                      wait=waiting_for_the_database(who, settings.startup_wait_seconds), on_give_up=give_up)
+
+
+def _worker_gives_up(why: BaseException) -> None:
+    """A worker whose database stayed away exits as a worker that failed to start: uvicorn's
+    supervisor then stops the whole server (restarting it would only wait again)."""
+    logging.getLogger("uvicorn.error").error("gieok: %s", why)
+    logging.shutdown()
+    os._exit(STARTUP_FAILURE)
+
+
+def worker_app() -> PendingApp:
+    """The app of one worker process (uvicorn's factory): it listens at once, and waits for an
+    unreachable database or Redis up to `startup_wait_seconds` (server/pending.py)."""
     settings = ServerSettings.load()
-    return create_app_with_mcp(open_worker_state(settings, auth=not os.environ.get(_NO_AUTH_VARIABLE)),
-                               host=settings.server_host)
+    return _pending(settings, not os.environ.get(_NO_AUTH_VARIABLE), settings.server_host, f"worker {os.getpid()}",
+                    _worker_gives_up)
 
 
-def open_worker_state(settings: ServerSettings, *, auth: bool = True,
-                      wait_s: float = WORKER_DATABASE_WAIT_S) -> ServerState:
-    """A worker's `ServerState`, waiting up to `wait_s` for an unreachable database.
+def open_worker_state(settings: ServerSettings, *, auth: bool = True, wait_s: float | None = None) -> ServerState:
+    """A `ServerState`, waiting up to `wait_s` (default `startup_wait_seconds`) for an unreachable database.
 
     uvicorn starts a new worker when one dies, and stops the whole server when a worker fails to
     start (it takes that for a broken app). A worker started again while PostgreSQL restarts must
     wait for it, not take the other workers down with it: found by `gieok bench chaos` (a
     serve worker killed, then an immediate PostgreSQL restart while its replacement started)."""
-    retrying = waiting_for_the_database(f"worker {os.getpid()}", wait_s)
+    retrying = waiting_for_the_database(f"worker {os.getpid()}",
+                                        settings.startup_wait_seconds if wait_s is None else wait_s)
     return retrying(ServerState.open, settings, auth=auth)

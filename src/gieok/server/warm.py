@@ -20,9 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import tenacity
-
-from ..errors import DatabaseUnavailableError, GieokError
+from ..errors import GieokError
+from ..store.wait import ServiceWait
 from ..text import get_tokenizer
 from .tenants import DEFAULT_TENANT, TenantRegistry
 
@@ -46,6 +45,7 @@ class Readiness:
     tenants: list[str] = field(default_factory=list)
     error: str | None = None
     done: threading.Event = field(default_factory=threading.Event, repr=False)
+    waiting: ServiceWait | None = field(default=None, repr=False)  # the database warming waits for, if any
 
     @property
     def ready(self) -> bool:
@@ -59,6 +59,8 @@ class Readiness:
             out["warming_for_seconds"] = round(time.monotonic() - self.started, 3)
         if self.error:
             out["error"] = self.error
+        if self.waiting is not None and self.waiting.waiting and not self.done.is_set():
+            out.update(waiting_for=self.waiting.waiting_for, reason=self.waiting.reason)
         return out
 
     def finish(self, error: str | None = None) -> None:
@@ -83,24 +85,11 @@ def tenants_to_warm(registry: TenantRegistry, key_rows: list[Any], limit: int) -
     return list(dict.fromkeys(names))[: max(1, limit)]
 
 
-def waiting_for_the_database(who: str, wait_s: float, stop: threading.Event | None = None) -> tenacity.Retrying:
-    """Retries of a call while the database is unreachable (`DatabaseUnavailableError`): 0.25 s
-    doubling to 5 s, a warning line before each pause, for `wait_s` (then the error is raised);
-    `stop` set ends a pause and the retries at once. Used by a starting worker and by warming."""
-    stopped = stop or threading.Event()
-
-    def note_retry(state: tenacity.RetryCallState) -> None:
-        log.warning("gieok: %s waits for the database (%s); trying again in %.1f s", who,
-                    state.outcome.exception() if state.outcome else "?",
-                    state.next_action.sleep if state.next_action else 0.0)
-
-    def pause(seconds: float) -> None:
-        stopped.wait(seconds)
-
-    return tenacity.Retrying(retry=tenacity.retry_if_exception_type(DatabaseUnavailableError),
-                             wait=tenacity.wait_exponential(multiplier=0.25, max=5.0),
-                             stop=tenacity.stop_after_delay(wait_s) | tenacity.stop_when_event_set(stopped),
-                             before_sleep=note_retry, sleep=pause, reraise=True)
+def waiting_for_the_database(who: str, wait_s: float, stop: threading.Event | None = None) -> ServiceWait:
+    """Calls tried again while the database (or Redis) is unreachable: 0.25 s doubling to 2 s, a
+    warning line before each pause, for `wait_s` (then the error is raised with the reason); `stop`
+    set ends a pause and the retries at once. Used by a starting worker and by warming."""
+    return ServiceWait(who, wait_s, stop=stop, log=log)
 
 
 def warm_tenants(registry: TenantRegistry, names: list[str] | Callable[[], list[str]], readiness: Readiness,
@@ -120,6 +109,7 @@ def warm_tenants(registry: TenantRegistry, names: list[str] | Callable[[], list[
                 tenant.pipeline.warm()  # the guard's classifiers and their encoder, loaded now too
 
     retrying = waiting_for_the_database("warming", database_wait_s, stopped)
+    readiness.waiting = retrying  # /readyz says what warming waits for, while it does
     try:
         for name in retrying(names) if callable(names) else names:
             if stopped.is_set():
