@@ -326,6 +326,7 @@ def print_chaos(report: dict[str, Any], console: Console | None = None) -> None:
                          ("messages lost (of which no bot was up)",
                           f"{report['messages_lost']} ({chat['messages_undelivered']})"),
                          ("missed: taken by a turn of a process then killed", report["missed_killed_mid_turn"]),
+                         ("bots killed between a claim and its enqueue", chat["died_in_claim"]),
                          ("answered twice", report["answered_twice"]), ("misrouted", report["misrouted"]),
                          ("out of order", report["out_of_order"]),
                          ("messages stored twice / not stored", f"{chat['chat_stored_twice']} / "

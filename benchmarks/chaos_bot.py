@@ -9,6 +9,11 @@ happens, one JSON line on stdout per event, flushed at once (a report at the end
     {"ev": "send" | "edit", "mid": <reply id>, "channel": …, "text": …, "t": …}
     {"ev": "claimed", "channel": …, "ids": [message ids], "pid": …, "t": …}   a turn took them
     {"ev": "turn", "channel": …, "messages": n, "responded": bool, "t": …}
+    {"ev": "died_in_claim", "id": …, "order": n, "pid": …, "t": …}   then os._exit(137)
+
+A line {"control": "die_in_claim"} on stdin (the `kill_bot_in_claim` fault) arms the process: the
+next time it wins the Redis claim of a message (`SharedChannels.claim_message`) it dies right
+there, before it stores or queues the message — the window a replica's takeover must close.
 
 Messages come as JSON lines on stdin, as a Discord gateway delivers them to every replica of a
 shard: each message goes to both processes, and the runtime's claims take it in once. Messages of
@@ -26,6 +31,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.bot_process import bot_settings, shared_bot
@@ -76,7 +82,28 @@ async def _submit_in_order(core: BotCore, queue: asyncio.Queue[dict[str, Any] | 
             say("accepted" if taken is not None else "duplicate", id=item["id"])
 
 
+def _die_in_claim_when_armed(core: BotCore) -> Callable[[], None]:
+    """Wrap this process's claim so that, once armed, the next claim it wins is its last act
+    (module docstring); returns the arming switch. The harness's own wrapper: the runtime has no
+    such hook."""
+    shared = core.shared
+    assert shared is not None
+    real_claim = shared.claim_message
+    armed = [False]
+
+    async def claim_then_maybe_die(channel_key: str, message_id: str) -> int:
+        order = await real_claim(channel_key, message_id)
+        if order > 0 and armed[0]:
+            say("died_in_claim", id=message_id, order=order, pid=os.getpid())
+            os._exit(137)
+        return order
+
+    shared.claim_message = claim_then_maybe_die  # type: ignore[method-assign]
+    return lambda: armed.__setitem__(0, True)
+
+
 async def _serve(core: BotCore, llm: Any) -> None:
+    arm = _die_in_claim_when_armed(core)
     await core.start()
     say(READY)
     loop = asyncio.get_running_loop()
@@ -87,6 +114,9 @@ async def _serve(core: BotCore, llm: Any) -> None:
         if not line:
             break
         item = json.loads(line)
+        if item.get("control") == "die_in_claim":
+            arm()
+            continue
         queue = queues.get(item["channel"])
         if queue is None:
             queue = queues[item["channel"]] = asyncio.Queue()

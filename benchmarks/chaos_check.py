@@ -68,9 +68,11 @@ def _killed_mid_turn(history: History, faults: Sequence[Fault], lost: Sequence[A
 
     killed: dict[int, float] = {}
     for fault in faults:
-        found = re.search(r"pid (\d+)", fault.target) if fault.kind == "kill_bot" and not fault.skipped else None
+        # a bot that died in a claim (kill_bot_in_claim) was killed too: at the fault's end
+        found = re.search(r"pid (\d+)", fault.target) if fault.kind in ("kill_bot", "kill_bot_in_claim") \
+            and not fault.skipped else None
         if found:
-            killed[int(found.group(1))] = fault.started
+            killed[int(found.group(1))] = fault.started if fault.kind == "kill_bot" else fault.ended
     claimed: dict[str, tuple[int, float]] = {}
     for event in history.snapshot("bot_events"):
         if event.get("ev") == "claimed":
@@ -115,6 +117,8 @@ def _chat(history: History, faults: Sequence[Fault] = ()) -> dict[str, Any]:
             "answered_twice": sum(1 for s in sent if answered[s.tag] > 1), "misrouted": misrouted,
             "out_of_order": out_of_order,
             "refused_by_a_process": sum(1 for e in events if e.get("ev") == "refused"),
+            # bots that died between a claim and its enqueue: each message must still be answered
+            "died_in_claim": sum(1 for e in events if e.get("ev") == "died_in_claim"),
             "_lost_examples": [s.tag for s in lost[:10]], "_missed_examples": sorted(missed)[:10],
             "_twice_examples": [tag for tag, n in answered.items() if n > 1][:10], "_order_examples": late[:10]}
 
@@ -227,7 +231,8 @@ def check_run(db: str, history: History, faults: Sequence[Fault], processes: dic
         "l1_written_twice": store["l1_written_twice"],
         "writes": {k: store[k] for k in ("writes", "acked", "unacked", "acked_wrong_index")},
         "missed_killed_mid_turn": chat["missed_killed_mid_turn"],
-        "chat": {k: chat[k] for k in ("sent", "answered", "messages_undelivered", "refused_by_a_process")}
+        "chat": {k: chat[k] for k in ("sent", "answered", "messages_undelivered", "refused_by_a_process",
+                                      "died_in_claim")}
                 | {"chat_stored_twice": store["chat_stored_twice"], "messages_unstored": store["messages_unstored"]},
         "requests": view["requests"],
         "client_view_by_kind": view["client_view_by_kind"],

@@ -4,6 +4,7 @@
 |---|---|
 | `kill_serve` | kill -9 one `gieok serve` worker (uvicorn's supervisor starts another) |
 | `kill_bot` | kill -9 one bot process (the harness starts it again, as a service manager would) |
+| `kill_bot_in_claim` | arm one bot to die (`os._exit(137)`) right after its next Redis claim won (bench/chaos_bot.py) |
 | `stall_bot` | SIGSTOP one bot process for 1.3–1.8 × `redis_lease_seconds`, then SIGCONT |
 | `pg_restart_fast` | `pg_ctl stop -m fast`, down 0.5–3 s, `pg_ctl start` |
 | `pg_restart_immediate` | `pg_ctl stop -m immediate` (no shutdown checkpoint: crash recovery on start), down 0.5–3 s |
@@ -31,13 +32,15 @@ from gieok.errors import InvalidInputError
 __all__ = ["KINDS", "Fault", "FaultPlan", "parse_faults", "Injector", "PG_KINDS", "REDIS_KINDS"]
 
 KINDS = ("kill_serve", "kill_bot", "stall_bot", "pg_restart_fast", "pg_restart_immediate", "redis_restart",
-         "pg_drop", "redis_drop")
+         "pg_drop", "redis_drop", "kill_bot_in_claim")
 PG_KINDS = ("pg_restart_fast", "pg_restart_immediate", "pg_drop")  # need the database's pg_ctl / a superuser
 REDIS_KINDS = ("redis_restart",)  # needs a Redis the harness started
 SERVICE_DOWN_S = (0.5, 3.0)
 STALL_LEASES = (1.3, 1.8)
 GAP_S = (0.3, 1.2)
-NEEDS_ALL_UP = ("kill_serve", "kill_bot", "stall_bot", "pg_drop", "redis_drop")  # aimed at a running process
+NEEDS_ALL_UP = ("kill_serve", "kill_bot", "stall_bot", "pg_drop", "redis_drop",
+                "kill_bot_in_claim")  # aimed at a running process
+CLAIM_KILL_WAIT_S = 30.0  # an armed bot dies at its next claim won: with chat load, within seconds
 
 
 def parse_faults(value: str) -> list[str]:
@@ -157,6 +160,17 @@ class Injector:
             bot = self.rng.choice(list(d.bots))
             fault.target = f"{bot.name} (pid {bot.pid})"
             bot.kill()
+        elif kind == "kill_bot_in_claim":
+            bot = self.rng.choice(list(d.bots))
+            pid = bot.pid
+            fault.target = f"{bot.name} (pid {pid})"
+            bot.deliver({"control": "die_in_claim"})
+            deadline = time.monotonic() + CLAIM_KILL_WAIT_S
+            while bot.pid == pid and bot.alive and time.monotonic() < deadline:
+                self.sleep(0.05)
+            died = bot.pid != pid or not bot.alive
+            fault.detail = "died between a claim and its enqueue" if died else \
+                f"armed; no claim won in {CLAIM_KILL_WAIT_S:.0f} s (it dies at its next one)"
         elif kind == "stall_bot":
             bot = self.rng.choice(list(d.bots))
             hold = d.lease_seconds * self.rng.uniform(*STALL_LEASES)

@@ -72,7 +72,6 @@ RETRY_SECONDS = 0.5  # a turn the database or Redis refused is tried again after
 MAX_ATTEMPTS = 60  # … this many times before its messages are given up (logged)
 TAKEN_REMEMBERED = 10_000  # message ids a process remembers having taken in (redeliveries)
 SUBMIT_PATIENCE_S = 60.0  # how long a message is held while the database or Redis is away
-CLAIM_WATCH_SECONDS = 1.0  # how often a replica asks whether a message another one claimed was queued
 T = TypeVar("T")
 
 FAILURE_MESSAGES = {
@@ -343,13 +342,15 @@ class BotCore:
         """A message this replica lost the claim of, kept until its claimant has queued it: if the
         claimant dies first (killed between its claim and its `enqueue`, its presence lapsed),
         this process takes the claim over — in the same place of the channel's order — and the
-        message in (stored once: the pipeline knows its id). Gives up after the claimant's own
-        patience and a lease, or at shutdown."""
+        message in (stored once: the pipeline knows its id). Asks every `shared.watch_seconds`,
+        so the takeover comes at most a lease (the presence) and a watch interval after the
+        death. Gives up after the claimant's own patience (storing the message, then queueing
+        it: `_take_in`) and a lease, or at shutdown."""
         assert self.shared is not None and message.message_id is not None
         shared, message_id = self.shared, message.message_id
-        deadline = self.clock() + SUBMIT_PATIENCE_S + shared.lease_seconds
+        deadline = self.clock() + 2 * SUBMIT_PATIENCE_S + shared.lease_seconds
         while not self._closing and self.clock() < deadline:
-            await self._sleep_unless_closing(CLAIM_WATCH_SECONDS)
+            await self._sleep_unless_closing(shared.watch_seconds)
             if self._closing:
                 return
             try:

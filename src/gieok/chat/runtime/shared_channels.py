@@ -36,26 +36,33 @@ log = logging.getLogger(__name__)
 
 WAKE_INBOX = "inbox"  # a channel's inbox grew: its owner should drain it
 WAKE_ACTIVE = "active"  # the active channels changed: reload them
+# A message a replica watches (`claim_message` said -1) stays watched this many watch intervals
+# after its last ask: a watcher late by an interval or two still finds its claim holding the
+# channel's later messages back, and one that died lets them go after this long.
+WATCH_MISSES = 3
 
 # KEYS: seen, the channel's claim counter, claims not yet queued (zset by order), their deadlines
-# and claimants (hash), the claimant's presence · ARGV: owner, ttl ms, message id, hold ms, lease
-# ms, presence key prefix — the message is ours (newly, already, or taken over): its place in the
-# channel's order (> 0); 0 when another process took it and queued it; -1 while another process
-# holds the claim and is alive. A claim whose process died before it queued the message (its
-# presence, renewed with its leases, lapsed) is taken over by the next process that asks, in the
-# same place: a replica that lost the claim watches it until it is queued (`BotCore`), so a process
-# killed between its claim and its `enqueue` loses no message. Until it is queued, messages claimed
-# after it wait in the inbox (`_DRAIN`): a process slow to store it (the database restarting) must
-# not have a later message of the channel answered before it. The seen value is "owner|order",
-# and "owner|order|q" once queued.
+# and claimants (hash), the claimant's presence, the message's watch · ARGV: owner, ttl ms, message
+# id, hold ms, lease ms, presence key prefix, watch ms — the message is ours (newly, already, or
+# taken over): its place in the channel's order (> 0); 0 when another process took it and queued
+# it; -1 while another process holds the claim and is alive. A claim whose process died before it
+# queued the message (its presence, renewed with its leases, lapsed) is taken over by the next
+# process that asks, in the same place: a replica that lost the claim watches it until it is
+# queued (`BotCore`), so a process killed between its claim and its `enqueue` loses no message.
+# Each ask of a watcher (-1) marks the message watched for a few watch intervals. Until it is
+# queued, messages claimed after it wait in the inbox (`_DRAIN`): a process slow to store it (the
+# database restarting) must not have a later message of the channel answered before it. The seen
+# value is "owner|order", and "owner|order|q" once queued.
 _CLAIM = """
 local v = redis.call('GET', KEYS[1])
 local order
 if v then
   local owner, place, queued = string.match(v, '^(.*)|(%d+)(|?q?)$')
   if owner == ARGV[1] then return tonumber(place) end
-  if queued ~= '' or redis.call('EXISTS', ARGV[6] .. owner) == 1 then
-    return queued ~= '' and 0 or -1
+  if queued ~= '' then return 0 end
+  if redis.call('EXISTS', ARGV[6] .. owner) == 1 then
+    redis.call('SET', KEYS[6], ARGV[1], 'PX', ARGV[7])
+    return -1
   end
   order = tonumber(place)
 else
@@ -90,9 +97,11 @@ end
 return 1
 """
 # KEYS: inbox, waiting set, lease, in flight, claims not yet queued, their deadlines · ARGV:
-# channel key, owner, presence key prefix — everything queued that no earlier-claimed message is
-# still on its way to (`_CLAIM`; a claim stops holding others back at its deadline, or at once when
-# its process is gone: its presence, renewed with its leases, lapsed);
+# channel key, owner, presence key prefix, the channel's watch key prefix — everything queued that
+# no earlier-claimed message is still on its way to (`_CLAIM`; a claim stops holding others back at
+# its deadline, or once its process is gone — its presence, renewed with its leases, lapsed — and
+# no replica watches it: a watched one is about to be taken over in its place, and a later message
+# answered before it would be out of order);
 # nothing (false) unless the caller holds the lease, so a process that lost it while stalled cannot
 # take messages from the one that holds it now. What is drained stays in the channel's in-flight
 # list until a turn took it (`done`): if the process dies first, the next holder finds it there. A
@@ -106,7 +115,8 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local due = redis.call('HGETALL', KEYS[6])
 for i = 1, #due, 2 do
   local deadline, claimant = string.match(due[i + 1], '^(%d+)|(.*)$')
-  if tonumber(deadline) <= now or redis.call('EXISTS', ARGV[3] .. claimant) == 0 then
+  if tonumber(deadline) <= now or (redis.call('EXISTS', ARGV[3] .. claimant) == 0
+                                   and redis.call('EXISTS', ARGV[4] .. due[i]) == 0) then
     redis.call('ZREM', KEYS[5], due[i])
     redis.call('HDEL', KEYS[6], due[i])
   end
@@ -202,12 +212,15 @@ class SharedChannels:
     process's identity in leases."""
 
     def __init__(self, connection: RedisConnection, *, lease_seconds: float = 30.0,
-                 claim_seconds: float = 86_400.0, hold_seconds: float = 75.0) -> None:
+                 claim_seconds: float = 86_400.0, hold_seconds: float = 75.0, watch_seconds: float = 1.0) -> None:
         self.connection = connection
         self.owner = connection.owner
         self.lease_seconds = lease_seconds
         self.claim_seconds = claim_seconds
         self.hold_seconds = hold_seconds  # how long a claimed message not yet queued holds back later ones
+        # how often a replica that lost a claim asks again (`BotCore`); the message counts as
+        # watched for WATCH_MISSES of these after an ask
+        self.watch_seconds = watch_seconds
         self._client: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._errors = redis_errors()
@@ -246,14 +259,15 @@ class SharedChannels:
         (replicas all receive it) — and again for that process (a retry whose answer was lost to
         a dropped connection) — and for a process that takes over the claim of one that died
         before it queued the message; 0 for the others once it is queued, -1 while its claimant
-        lives and has not queued it yet (ask again: `_CLAIM`). Messages of the channel claimed
-        after it are not drained until it is queued (`enqueue` with its id) or `hold_seconds` have
-        passed, or its claimant is gone."""
+        lives and has not queued it yet (ask again every `watch_seconds`: `_CLAIM`). Messages of
+        the channel claimed after it are not drained until it is queued (`enqueue` with its id) or
+        `hold_seconds` have passed, or its claimant is gone and no replica asked for a while."""
         keys = [self._seen(channel_key, message_id), self._key("order", channel_key),
-                self._claimed(channel_key), self._key("claimed-until", channel_key), self._alive(self.owner)]
-        return int(await self._call(lambda r: r.eval(_CLAIM, 5, *keys, self.owner, _ms(self.claim_seconds),
+                self._claimed(channel_key), self._key("claimed-until", channel_key), self._alive(self.owner),
+                self._watch(channel_key, message_id)]
+        return int(await self._call(lambda r: r.eval(_CLAIM, 6, *keys, self.owner, _ms(self.claim_seconds),
                                                      message_id, _ms(self.hold_seconds), _ms(self.lease_seconds),
-                                                     self._alive(""))))
+                                                     self._alive(""), _ms(WATCH_MISSES * self.watch_seconds))))
 
     def _seen(self, channel_key: str, message_id: str) -> str:
         return self._key("seen", channel_key, message_id)
@@ -261,6 +275,10 @@ class SharedChannels:
     def _alive(self, owner: str) -> str:
         """A process's presence: renewed with its leases (`renew`), gone a lease after it stops."""
         return self._key("alive", owner)
+
+    def _watch(self, channel_key: str, message_id: str) -> str:
+        """A replica waits to take the message over: its claim keeps holding later ones back."""
+        return self._key("watch", channel_key, message_id)
 
     def _claimed(self, channel_key: str) -> str:
         return self._key("claimed", channel_key)
@@ -286,7 +304,8 @@ class SharedChannels:
         until `done`: a process that takes the channel next gets back those no turn took."""
         keys = [self._inbox(channel_key), self._key("waiting"), self._lease(channel_key), self._inflight(channel_key),
                 self._claimed(channel_key), self._key("claimed-until", channel_key)]
-        items = await self._call(lambda r: r.eval(_DRAIN, 6, *keys, channel_key, self.owner, self._alive("")))
+        items = await self._call(lambda r: r.eval(_DRAIN, 6, *keys, channel_key, self.owner, self._alive(""),
+                                                  self._watch(channel_key, "")))
         if items is None:
             return None
         payloads = [json.loads(item) for item in items]
