@@ -27,7 +27,7 @@ def test_bench_scale_runs_one_and_two_workers_on_postgres(pg_server: PostgresSer
                  "--json", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
-    assert set(report) == {"backend", "blocks", "clients", "workers", "targets", "runtime"}
+    assert set(report) == {"backend", "blocks", "clients", "workers", "targets", "runtime", "embedding_engines"}
     assert report["backend"] == "postgres" and report["blocks"] == 0 and report["clients"] == 2
     assert set(report["workers"]) == {"1", "2"}
     for run in report["workers"].values():

@@ -19,7 +19,8 @@ def test_bench_server_end_to_end(tmp_path: Path) -> None:
                  "--queries", "200", "--db", str(tmp_path / "work"), "--json", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
-    assert set(report) == {"blocks", "in_process", "first_search", "http", "mcp", "mcp_stdio", "targets"}
+    assert set(report) == {"blocks", "in_process", "first_search", "http", "mcp", "mcp_stdio", "targets",
+                           "embedding_engines"}
     assert report["first_search"]["ready_s"] > 0 and report["first_search"]["first_search_ms"] > 0
     stdio = report["mcp_stdio"]
     assert stdio["errors"] == 0 and stdio["first_search_ms"] > 0 and stdio["search_p50_ms"] > 0

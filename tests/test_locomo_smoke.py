@@ -64,7 +64,7 @@ def test_run_locomo_on_a_small_slice(locomo_path: Path, tmp_path: Path) -> None:
 
     written = json.loads(out.read_text(encoding="utf-8"))
     assert written == report
-    assert set(written) == {"questions", "systems", "ingest_seconds", "search_ms_p50"}
+    assert set(written) == {"questions", "systems", "ingest_seconds", "search_ms_p50", "embedding_engines"}
     assert written["questions"] == sizes["questions"]
     assert written["ingest_seconds"] >= 0 and written["search_ms_p50"] >= 0
     assert set(written["systems"]) == {"gieok", "bm25", "vector"}
