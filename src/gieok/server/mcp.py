@@ -17,11 +17,10 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
 import anyio.to_thread
-from fastapi import FastAPI
 from mcp.server import MCPServer
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
@@ -46,13 +45,14 @@ from ..text import get_tokenizer
 from ..validate import check_time
 from . import compact
 from .access import Access, Credentials
-from .app import create_app
 from .auth import ROLES, Principal
-from .errors import error_response, status_of
 from .hosts import allowed_host_names
 from .settings import ServerSettings
 from .state import ServerState
 from .tenants import Tenant
+
+if TYPE_CHECKING:  # FastAPI and the REST app load only for `gieok serve` (create_app_with_mcp), not for stdio
+    from fastapi import FastAPI
 
 __all__ = ["MCP_PATH", "MAX_K", "build_mcp", "KeyVerifier", "principal_of_token", "transport_security",
            "mcp_http_app", "mount_mcp", "PROTECTED_RESOURCE_PATHS", "create_app_with_mcp", "check_stdio_key",
@@ -231,6 +231,8 @@ def _author(who: Principal) -> str:
 
 def _tool_error(exc: GieokError) -> ToolError:
     """A gieok error as a tool error the model can read: `<type>: <message>`."""
+    from .errors import status_of  # it imports FastAPI: loaded on the first error, not at `gieok mcp`'s start
+
     _, kind = status_of(exc)
     return ToolError(f"{kind}: {exc}")
 
@@ -622,6 +624,8 @@ class _McpGate:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope.get("method") not in ("POST", "OPTIONS"):
+            from .errors import error_response
+
             response = error_response(405, "method_not_allowed", "MCP over HTTP here is POST only: this server "
                                       "sends nothing unprompted (stateless, JSON answers)")
             response.headers["Allow"] = "POST"
@@ -679,6 +683,8 @@ def create_app_with_mcp(state: ServerState, *, host: str | None = None) -> FastA
 
     def sessions(_app: FastAPI) -> AbstractAsyncContextManager[None]:
         return server.session_manager.run()
+
+    from .app import create_app
 
     app = create_app(state, extra_lifespans=[sessions], host=host)
     mount_mcp(app, endpoint, state.access if state.auth else None)
