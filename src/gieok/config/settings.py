@@ -157,6 +157,10 @@ class Settings:
     # searches waiting for the query engine at the same time share one call of at most this many
     # (a server under concurrent clients); 1: one call each (docs/benchmarks.md, "Bulk ingest")
     embed_query_group: int = setting(16, positive)
+    # urgent passages (a turn's, an agent's messages) waiting while the query engine is busy go to an
+    # idle bulk engine, a big request's 8 at a time: concurrent writers use every core (issue 41); 0: one
+    # engine serves every urgent passage (docs/benchmarks.md, "Agents at once")
+    embed_share_chunk: int = setting(8, not_negative)
     # remote embedding (and chat) APIs: OpenAI-compatible servers and Gemini
     openai_base_url: str = setting("http://127.0.0.1:11434/v1", http_url)
     openai_api_key: str = setting("", secret=True)

@@ -89,7 +89,9 @@ def local_scheduler(spec: str, settings: Settings) -> EmbeddingScheduler:
         return scheduler
     workers = settings.embed_bulk_workers or default_bulk_workers(settings.embed_threads)
     scheduler = EmbeddingScheduler(engine, query_group=group, engines=lambda: _build_bulk(spec, settings),
-                                   bulk_workers=workers, bulk_idle_seconds=settings.embed_bulk_idle_seconds or None)
+                                   bulk_workers=workers, bulk_idle_seconds=settings.embed_bulk_idle_seconds or None,
+                                   share_urgent=settings.embed_share_chunk > 0,
+                                   share_chunk=settings.embed_share_chunk or 8)
     scheduler.engines = engines(spec, settings)
     return scheduler
 

@@ -20,6 +20,13 @@ Requests for the same text coalesce: a turn asking for a message vector that is 
 as `SOON` promotes it instead of embedding it twice. Queries waiting together (a server with
 many clients) share one engine call. A caller that gives up on bulk work withdraws it
 (`withdraw`), so the engines do not keep embedding texts nobody will read.
+
+Urgent passages are shared with the bulk engines (`share_urgent`, issue 41): while the urgent
+engine is busy, an idle bulk engine takes the next request's passages in line (queries stay on the
+urgent engine, whose engine answers a question in a third of the BLAS engine's time), and a request
+of many passages is taken `share_chunk` at a time, so its chunks run on every core at once. Many
+agents writing at the same time then use both cores instead of queueing for one; a lone request on
+an idle engine waits for nobody.
 """
 
 from __future__ import annotations
@@ -92,7 +99,8 @@ class EmbeddingScheduler:
     def __init__(self, inner: Embedder, *, urgent_batch: int = 32, query_group: int = 16, background_chunk: int = 1,
                  background_max_chunk: int = 8, backlog_per_text: int = 8,
                  engines: Callable[[], Embedder] | None = None, bulk_workers: int = 0, bulk_chunk: int = 16,
-                 bulk_nice: int = BULK_NICE, bulk_idle_seconds: float | None = None) -> None:
+                 bulk_nice: int = BULK_NICE, bulk_idle_seconds: float | None = None, share_urgent: bool = False,
+                 share_chunk: int = 8) -> None:
         self.inner = inner
         self.name = inner.name
         self.dimension = inner.dimension
@@ -105,6 +113,9 @@ class EmbeddingScheduler:
         self.bulk_chunk = bulk_chunk
         self.bulk_nice = bulk_nice
         self.bulk_idle_seconds = bulk_idle_seconds
+        self.share_urgent = share_urgent and self.bulk_workers > 0
+        self.share_chunk = share_chunk
+        self._urgent_busy = False  # the urgent engine is embedding (bulk engines may help with what waits)
         self._engines = engines
         self._bulk_names = itertools.count()
         self._cond = threading.Condition()
@@ -126,6 +137,7 @@ class EmbeddingScheduler:
         self.texts_embedded = 0  # by every engine
         self.bulk_busy_seconds = 0.0  # summed over the bulk engines
         self.bulk_texts_embedded = 0
+        self.shared_texts_embedded = 0  # urgent passages a bulk engine took (share_urgent)
         self.engines: dict[str, str] = {}  # what runs queries and bulk work, as /health reports it
 
     # -- the Embedder port -------------------------------------------------------------------
@@ -149,7 +161,7 @@ class EmbeddingScheduler:
         with self._cond:
             if self._closed:
                 raise EmbedderError("the embedding scheduler is closed")
-            self._start(bulk=level == Priority.BULK)
+            self._start(bulk=level == Priority.BULK or (self.share_urgent and self._urgent_busy and not is_query))
             request = next(self._seq)  # the request's texts share it: urgent batches keep requests whole
             for text in texts:
                 key = (is_query, text)
@@ -263,7 +275,7 @@ class EmbeddingScheduler:
                 kind, level, request = key[0], entry_level, entry_request
             urgent = level == Priority.NOW
             grouped = urgent and kind  # searches waiting together: one call
-            limit = (self.query_group if grouped else self.urgent_batch) if urgent else self._chunk()
+            limit = (self.query_group if grouped else self._urgent_chunk()) if urgent else self._chunk()
             if entry_level != level or len(batch) >= limit or (urgent and not grouped and entry_request != request):
                 break
             if grouped and key[0] != kind:
@@ -276,6 +288,40 @@ class EmbeddingScheduler:
         for entry in skipped:
             heapq.heappush(self._heap, entry)
         return bool(kind), batch
+
+    def _urgent_chunk(self) -> int:
+        """Urgent passages per engine call: one request's, at most `urgent_batch`; `share_chunk` when
+        bulk engines share urgent work, so the rest of a big request goes to them meanwhile."""
+        return self.share_chunk if self.share_urgent else self.urgent_batch
+
+    def _next_shared(self, limit: int) -> list[_Key]:
+        """Called with the lock held, by a bulk engine: up to `limit` urgent passages of the next
+        request in line (queries are left to the urgent engine)."""
+        batch: list[_Key] = []
+        skipped: list[tuple[int, int, int, _Key]] = []
+        level = request = -1
+        while self._heap and len(batch) < limit:
+            entry = self._heap[0]
+            entry_level, entry_request, _, key = entry
+            if (key not in self._pending or self._best[key] < entry_level or key in batch
+                    or key in self._running):  # done, promoted, or being embedded
+                heapq.heappop(self._heap)
+                continue
+            if key[0]:  # a query: the urgent engine's
+                skipped.append(heapq.heappop(self._heap))
+                continue
+            if batch and (entry_level, entry_request) != (level, request):
+                break
+            level, request = entry_level, entry_request
+            batch.append(heapq.heappop(self._heap)[3])
+        for entry in skipped:
+            heapq.heappush(self._heap, entry)
+        return batch
+
+    def _shared_ready(self) -> bool:
+        """Urgent passages wait while the urgent engine is busy (lock held)."""
+        return self.share_urgent and self._urgent_busy and any(
+            not key[0] and key in self._pending and key not in self._running for _, _, _, key in self._heap)
 
     def _next_bulk(self, limit: int) -> tuple[bool, list[_Key]]:
         """Called with the lock held: up to `limit` live bulk keys of one kind, oldest first."""
@@ -330,7 +376,15 @@ class EmbeddingScheduler:
                 if not batch:
                     continue
                 self._running.update(batch)
-            self._embed(self.inner, is_query, batch, bulk=False)
+                self._urgent_busy = True
+                if self.share_urgent and not is_query and self._heap:
+                    self._start(bulk=True)  # more urgent work waits: the bulk engines may take it
+                self._cond.notify_all()
+            try:
+                self._embed(self.inner, is_query, batch, bulk=False)
+            finally:
+                with self._cond:
+                    self._urgent_busy = False
 
     def _bulk_work(self) -> None:
         _lower_thread_priority(self.bulk_nice)
@@ -351,7 +405,7 @@ class EmbeddingScheduler:
             while True:
                 with self._cond:
                     idle_since = time.monotonic()
-                    while not self._closed and not self._bulk:
+                    while not self._closed and not self._bulk and not self._shared_ready():
                         if self.bulk_idle_seconds is None:
                             self._cond.wait()
                             continue
@@ -362,17 +416,21 @@ class EmbeddingScheduler:
                         self._cond.wait(left)
                     if self._closed:
                         return
-                    is_query, batch = self._next_bulk(self._bulk_chunk())
+                    shared = not self._bulk
+                    if shared:
+                        is_query, batch = False, self._next_shared(self.share_chunk)
+                    else:
+                        is_query, batch = self._next_bulk(self._bulk_chunk())
                     if not batch:
                         continue
                     self._running.update(batch)
-                self._embed(engine, is_query, batch, bulk=True)
+                self._embed(engine, is_query, batch, bulk=True, shared=shared)
         finally:
             with self._cond:
                 self._bulk_live -= 1
                 self._cond.notify_all()
 
-    def _embed(self, engine: Embedder, is_query: bool, batch: list[_Key], *, bulk: bool) -> None:
+    def _embed(self, engine: Embedder, is_query: bool, batch: list[_Key], *, bulk: bool, shared: bool = False) -> None:
         texts = [text for _, text in batch]
         started = time.perf_counter()
         try:
@@ -386,6 +444,7 @@ class EmbeddingScheduler:
             if bulk:
                 self.bulk_busy_seconds += elapsed
                 self.bulk_texts_embedded += len(texts)
+                self.shared_texts_embedded += len(texts) if shared else 0
             else:
                 self.busy_seconds += elapsed
             self.texts_embedded += len(texts)
