@@ -67,8 +67,8 @@ class Duties:
         tenant = await anyio.to_thread.run_sync(self.tenants.acquire, name)
         try:
             leases = tenant.memory.store.leases
-            held = await anyio.to_thread.run_sync(leases.acquire, LEASE_PREFIX + name, self.holder,
-                                                  self.interval * 3, time.time())
+            # the store's clock, not this process's: another worker's may disagree (docs/scale-out.md)
+            held = await anyio.to_thread.run_sync(leases.acquire, LEASE_PREFIX + name, self.holder, self.interval * 3)
             if not held:
                 return None
             expired = await anyio.to_thread.run_sync(tenant.memory.stm.expire)

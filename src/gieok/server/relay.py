@@ -31,6 +31,7 @@ log = logging.getLogger("gieok.server.relay")
 POLL_SECONDS = 0.25  # how soon an event written by `gieok mcp` shows up in a server's stream
 LOOK_BACK_SECONDS = 5.0  # rows that committed after a later id (PostgreSQL) are still taken up this long
 TRIM_SECONDS = 30.0  # how often a server drops the rows kept too long
+_MAX_SKIPPED = 1000  # skipped ids looked up again at most (a run of rolled-back writes is not waited for)
 
 
 class RelayPump:
@@ -43,6 +44,11 @@ class RelayPump:
         self.cursor = 0  # the newest relay id taken up
         self._known = 0  # rows up to this id predate the process: only the unclaimed ones are taken up
         self._seen: dict[int, float] = {}  # relay ids taken up within the look-back, and when
+        # ids skipped by the rows read (a transaction that took its id before a later one committed
+        # after it, or rolled back), and when: looked up again by id for LOOK_BACK_SECONDS. By id, not
+        # by the rows' time — that is the writer's clock, and a writer's clock running behind this
+        # one's hid its late rows from a look back by time, one running ahead showed them again.
+        self._skipped: dict[int, float] = {}
         self._trimmed = 0.0
         self.relayed = 0
 
@@ -57,8 +63,11 @@ class RelayPump:
         """Take up the new rows (a worker thread's call); how many were published."""
         now = time.time() if now is None else now
         rows = {row.relay_id: row for row in self.table.after(self.cursor)}
-        for row in self.table.since(now - LOOK_BACK_SECONDS):
+        if rows and max(rows) - self.cursor <= _MAX_SKIPPED:
+            self._skipped.update((i, now) for i in range(self.cursor + 1, max(rows)) if i not in rows)
+        for row in self.table.rows(sorted(self._skipped)[:_MAX_SKIPPED]):
             rows.setdefault(row.relay_id, row)
+        self._skipped = {i: at for i, at in self._skipped.items() if i not in rows and at > now - LOOK_BACK_SECONDS}
         fresh = [row for relay_id, row in sorted(rows.items()) if relay_id not in self._seen
                  and (relay_id > self._known or row.claimed_by is None)]
         claimed = self.table.claim([row.relay_id for row in fresh], self.holder) if fresh else set()

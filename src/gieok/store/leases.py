@@ -5,6 +5,7 @@ without Redis. A row per name: who holds it and until when."""
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 from .sql import SqlSession
@@ -15,7 +16,7 @@ __all__ = ["LeaseStore", "LeaseTable"]
 class LeaseStore(Protocol):
     """Named, expiring leases shared by every process of a store."""
 
-    def acquire(self, name: str, holder: str, seconds: float, now: float) -> bool: ...
+    def acquire(self, name: str, holder: str, seconds: float, now: float | None = None) -> bool: ...
 
     def release(self, name: str, holder: str) -> None: ...
 
@@ -23,12 +24,20 @@ class LeaseStore(Protocol):
 class LeaseTable:
     """`LeaseStore` in SQL that SQLite and PostgreSQL both speak."""
 
-    def __init__(self, store: SqlSession) -> None:
+    def __init__(self, store: SqlSession, *, server_clock: str | None = None) -> None:
         self.store = store
+        # A query for the database server's clock (PostgreSQL): a lease's end is then written and
+        # compared on one clock, so a process whose own clock runs ahead cannot take a live holder's
+        # lease (nor one running behind keep a dead holder's). None (SQLite): every process of the
+        # file is on one machine, whose clock is this process's.
+        self.server_clock = server_clock
 
-    def acquire(self, name: str, holder: str, seconds: float, now: float) -> bool:
-        """Take (or renew) the lease `name` for `seconds` unless another live holder has it."""
+    def acquire(self, name: str, holder: str, seconds: float, now: float | None = None) -> bool:
+        """Take (or renew) the lease `name` for `seconds` unless another live holder has it. `now`:
+        the store's clock when None (what processes should pass), a given time otherwise (tests)."""
         with self.store.transaction() as conn:
+            if now is None:
+                now = time.time() if self.server_clock is None else float(conn.execute(self.server_clock).fetchone()[0])
             conn.execute("INSERT INTO leases(name, holder, expires_at) VALUES (?, ?, ?) ON CONFLICT(name) DO NOTHING",
                          (name, holder, now + seconds))
             taken = conn.execute("UPDATE leases SET holder = ?, expires_at = ? WHERE name = ? AND "

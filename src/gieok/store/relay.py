@@ -50,7 +50,7 @@ class EventRelayStore(Protocol):
 
     def after(self, relay_id: int, limit: int = 500) -> list[RelayedEvent]: ...
 
-    def since(self, time: float, limit: int = 500) -> list[RelayedEvent]: ...
+    def rows(self, relay_ids: Sequence[int]) -> list[RelayedEvent]: ...
 
     def last_id(self) -> int: ...
 
@@ -101,11 +101,14 @@ class EventRelayTable:
         return [_row(row) for row in self.store.fetch(
             f"SELECT {_COLUMNS} FROM event_relay WHERE relay_id > ? ORDER BY relay_id LIMIT ?", (relay_id, limit))]
 
-    def since(self, time: float, limit: int = 500) -> list[RelayedEvent]:
-        """The rows written at `time` or later, oldest first: a reader's look back, in case a
-        transaction that took an id before another's committed after it (PostgreSQL)."""
+    def rows(self, relay_ids: Sequence[int]) -> list[RelayedEvent]:
+        """The rows of these ids that exist (committed), oldest first: a reader's look back at the
+        ids it skipped, in case their transactions commit after a later one's (PostgreSQL)."""
+        if not relay_ids:
+            return []
+        marks = ", ".join("?" for _ in relay_ids)
         return [_row(row) for row in self.store.fetch(
-            f"SELECT {_COLUMNS} FROM event_relay WHERE time >= ? ORDER BY relay_id LIMIT ?", (time, limit))]
+            f"SELECT {_COLUMNS} FROM event_relay WHERE relay_id IN ({marks}) ORDER BY relay_id", tuple(relay_ids))]
 
     def last_id(self) -> int:
         rows = self.store.fetch("SELECT MAX(relay_id) FROM event_relay")

@@ -1136,7 +1136,8 @@ class ConversationPipeline:
         done = 0
         try:
             for key in pending:
-                if not await asyncio.to_thread(leases.acquire, EXTRACTION_LEASE, self._holder, hold, time.time()):
+                # on the store's clock: another process's may disagree with this one's (docs/scale-out.md)
+                if not await asyncio.to_thread(leases.acquire, EXTRACTION_LEASE, self._holder, hold):
                     break  # another process is at it
                 conversation = scope_from_key(key)
                 if await self.usage.aspent(conversation.guild):

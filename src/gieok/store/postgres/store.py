@@ -71,6 +71,8 @@ def _row_to_block(row: Sequence[Any]) -> Block:
 
 
 _INSERT_POSTINGS = "INSERT INTO postings(term, block_index, tf, length) VALUES (?, ?, ?, ?)"
+# the server's clock, for what several processes compare (leases): theirs may disagree by seconds
+SERVER_CLOCK_SQL = "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8"
 
 
 def _postings(block_index: int, tokens: Sequence[str]) -> list[tuple[str, int, int, int]]:
@@ -125,7 +127,7 @@ class PostgresStore:
         self.layers: LayerStore = LayerTables(self.db)
         self.conversation: ConversationStore = ConversationTables(self.db)
         self.keys: KeyStore = KeyTable(self.db)
-        self.leases: LeaseStore = LeaseTable(self.db)
+        self.leases: LeaseStore = LeaseTable(self.db, server_clock=SERVER_CLOCK_SQL)
         self.idempotency: IdempotencyStore = IdempotencyTable(self.db)
         self.event_sequences: EventSequenceStore = EventSequenceTable(self.db)
         self.event_relay: EventRelayStore = EventRelayTable(self.db)
