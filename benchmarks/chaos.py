@@ -8,10 +8,13 @@ through `gieok.client` (retries, one Idempotency-Key per write), and a chat driv
 explicit calls to `channels` channels, each message to both bot processes. First a warm-up on
 channels of its own (not counted) until each bot process has answered. While the load runs, a seeded
 schedule injects one fault at a time (`bench.chaos_faults`: kill -9 of a serve worker or a bot,
-SIGSTOP of a bot beyond its lease, PostgreSQL and Redis restarts, dropped connections), waiting
-after each for the deployment to recover. Then the load stops, what is still queued is answered,
-every process stops, and `bench.chaos_check` reads the history and the database; the history is
-written beside the processes' logs (`history.jsonl`).
+SIGSTOP of a bot beyond its lease, PostgreSQL and Redis restarts, dropped connections, and —
+through a fault proxy the processes then reach PostgreSQL and Redis by (`bench.fault_proxy`, only
+when a `net_*` kind is chosen) — delays, connections dropped mid-answer or reset, and one process
+cut off from both while the others go on), waiting after each for the deployment to recover.
+Then the load stops, what is still queued is answered, every process stops, and
+`bench.chaos_check` reads the history and the database; the history is written beside the
+processes' logs (`history.jsonl`).
 
 Targets (never adjusted): ≥ 50 faults with every kind present; 0 acknowledged writes lost, 0
 stored twice, the chain verifies; 0 messages lost, answered twice, misrouted or out of order;
@@ -33,8 +36,9 @@ from rich.console import Console
 
 from benchmarks.chaos_check import check_run, recovered_at
 from benchmarks.chaos_deploy import BOT_START_SECONDS, BotProcess, ServeWorkers, bot_command
-from benchmarks.chaos_faults import KINDS, PG_KINDS, REDIS_KINDS, Fault, FaultPlan, Injector
+from benchmarks.chaos_faults import KINDS, NET_KINDS, PG_KINDS, REDIS_KINDS, Fault, FaultPlan, Injector
 from benchmarks.chaos_load import ChatDriver, History, Writer
+from benchmarks.fault_proxy import FaultProxies, proxied_url, upstream_of
 from benchmarks.fill import bench_workdir
 from benchmarks.loopback_llm import loopback_llm
 from benchmarks.pg import RestartablePostgres
@@ -59,7 +63,8 @@ class _Deployment:
     """The running deployment, as the injector sees it (`chaos_faults.Deployment`)."""
 
     def __init__(self, bots: list[BotProcess], serve: ServeWorkers, postgres: RestartablePostgres | None,
-                 redis: RedisServer | None, admin_db: str, redis_url: str, lease_seconds: float) -> None:
+                 redis: RedisServer | None, admin_db: str, redis_url: str, lease_seconds: float,
+                 network: FaultProxies | None = None) -> None:
         self.bots = bots
         self.serve = serve
         self.postgres = postgres
@@ -67,6 +72,7 @@ class _Deployment:
         self.admin_db = admin_db
         self.redis_url = redis_url
         self.lease_seconds = lease_seconds
+        self.network = network
 
     def all_up(self) -> bool:
         return all(b.ready.is_set() and b.alive for b in self.bots) and self.serve.serving()
@@ -164,13 +170,19 @@ def measure_chaos(*, db: str | None = None, redis: str | None = None, duration: 
         key = create_key(location)
         namespace = f"chaos-{uuid.uuid4().hex[:8]}"
         llm_url = stack.enter_context(loopback_llm())
-        serve = ServeWorkers(location, redis_url, namespace, work / "serve.log")
+        network = None
+        served_db, served_redis = location, redis_url
+        if any(kind in NET_KINDS for kind in kinds):  # the processes reach both through the fault proxy
+            network = stack.enter_context(FaultProxies())  # closed after the processes (the stack unwinds)
+            served_db = proxied_url(location, network.add("postgresql", upstream_of(location)).port)
+            served_redis = proxied_url(redis_url, network.add("redis", upstream_of(redis_url)).port)
+        serve = ServeWorkers(served_db, served_redis, namespace, work / "serve.log")
         stack.callback(serve.close)
-        command = bot_command(location, redis_url, namespace, llm_url, lease_seconds)
+        command = bot_command(served_db, served_redis, namespace, llm_url, lease_seconds)
         bots = [BotProcess(f"bot{i}", command, history, work / f"bot{i}.log") for i in range(2)]
         for bot in bots:
             stack.callback(bot.close)
-        deployment = _Deployment(bots, serve, postgres, redis_server, admin_db, redis_url, lease_seconds)
+        deployment = _Deployment(bots, serve, postgres, redis_server, admin_db, redis_url, lease_seconds, network)
         _wait(deployment.all_up, BOT_START_SECONDS, "the deployment starting")
         _warm_up(history, deployment)
         load: list[threading.Thread] = [

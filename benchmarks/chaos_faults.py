@@ -11,12 +11,18 @@
 | `redis_restart` | SHUTDOWN (SIGTERM: the append-only file is flushed), down 0.5–3 s, start on the same port |
 | `pg_drop` | `pg_terminate_backend` on every connection of one process (a bot or a serve worker) |
 | `redis_drop` | `CLIENT KILL` on every connection of one process |
+| `net_delay` | every answer of PostgreSQL and Redis held 20–150 ms ± a third of that, for 2–5 s |
+| `net_drop` | each connection to PostgreSQL, then Redis, answering within 1 s is closed half-way through the answer |
+| `net_reset` | every open connection to PostgreSQL and Redis reset (an RST to both sides) |
+| `net_partition` | one bot or serve worker cut off from PostgreSQL and Redis for 2–5 s (its traffic held) |
 
 The schedule runs the kinds in rounds, each round every chosen kind once in a seeded order, with
 seeded pauses between faults, until the run's time is up; faults never overlap. A fault aimed at a
 bot or a serve worker waits until every process is up again (two bots dead at once would be no
 deployment at all). Each fault records when it started, when it ended (the service back, or at
-once for a kill or a drop) and what it hit.
+once for a kill or a drop) and what it hit. The `net_*` kinds act in the fault proxy the
+processes reach PostgreSQL and Redis through (bench/fault_proxy.py; the harness puts it there when
+one of them is chosen).
 """
 
 from __future__ import annotations
@@ -29,18 +35,22 @@ from typing import Any, Protocol
 
 from gieok.errors import InvalidInputError
 
-__all__ = ["KINDS", "Fault", "FaultPlan", "parse_faults", "Injector", "PG_KINDS", "REDIS_KINDS"]
+__all__ = ["KINDS", "Fault", "FaultPlan", "parse_faults", "Injector", "PG_KINDS", "REDIS_KINDS", "NET_KINDS"]
 
 KINDS = ("kill_serve", "kill_bot", "stall_bot", "pg_restart_fast", "pg_restart_immediate", "redis_restart",
-         "pg_drop", "redis_drop", "kill_bot_in_claim")
+         "pg_drop", "redis_drop", "kill_bot_in_claim", "net_delay", "net_drop", "net_reset", "net_partition")
+NET_KINDS = ("net_delay", "net_drop", "net_reset", "net_partition")  # need the fault proxy (bench/fault_proxy.py)
 PG_KINDS = ("pg_restart_fast", "pg_restart_immediate", "pg_drop")  # need the database's pg_ctl / a superuser
 REDIS_KINDS = ("redis_restart",)  # needs a Redis the harness started
 SERVICE_DOWN_S = (0.5, 3.0)
 STALL_LEASES = (1.3, 1.8)
 GAP_S = (0.3, 1.2)
 NEEDS_ALL_UP = ("kill_serve", "kill_bot", "stall_bot", "pg_drop", "redis_drop",
-                "kill_bot_in_claim")  # aimed at a running process
+                "kill_bot_in_claim", "net_partition")  # aimed at a running process
 CLAIM_KILL_WAIT_S = 30.0  # an armed bot dies at its next claim won: with chat load, within seconds
+NET_DELAY_MS = (20.0, 150.0)
+NET_HOLD_S = (2.0, 5.0)  # net_delay and net_partition
+NET_DROP_WINDOW_S = 1.0
 
 
 def parse_faults(value: str) -> list[str]:
@@ -128,6 +138,9 @@ class Deployment(Protocol):
 
     def drop_redis_connections(self, pid: int) -> int: ...
 
+    @property
+    def network(self) -> Any: ...  # fault_proxy.FaultProxies (postgresql, redis) | None
+
 
 class Injector:
     """Injects one fault at a time into `deployment` (module docstring)."""
@@ -198,7 +211,45 @@ class Injector:
             name, pid = self.rng.choice(targets)
             dropped = (d.drop_pg_connections if kind == "pg_drop" else d.drop_redis_connections)(pid)
             fault.target, fault.detail = f"{name} (pid {pid})", f"{dropped} connection(s) closed"
+        elif kind in NET_KINDS:
+            self._inject_net(kind, fault)
         else:
             raise InvalidInputError(f"unknown fault kind {kind!r}")
         fault.ended = time.time()
         return fault
+
+    def _inject_net(self, kind: str, fault: Fault) -> None:
+        """A network fault in the proxy in front of PostgreSQL and Redis (module docstring)."""
+        proxies = list(self.deployment.network or ())
+        if not proxies:
+            raise InvalidInputError(f"{kind} needs the fault proxy (the deployment was started without it)")
+        fault.target = " and ".join(p.name for p in proxies)
+        if kind == "net_delay":
+            ms = self.rng.uniform(*NET_DELAY_MS)
+            hold = self.rng.uniform(*NET_HOLD_S)
+            fault.detail = f"{ms:.0f} ± {ms / 3:.0f} ms for {hold:.1f} s"
+            for proxy in proxies:
+                proxy.delay(ms, ms / 3)
+            try:
+                self.sleep(hold)
+            finally:
+                for proxy in proxies:
+                    proxy.delay(0)
+        elif kind == "net_drop":
+            fault.detail = ", ".join(f"{p.drop_midway(NET_DROP_WINDOW_S)} {p.name} connection(s) dropped mid-answer"
+                                     for p in proxies)
+        elif kind == "net_reset":
+            fault.detail = ", ".join(f"{p.reset()} {p.name} connection(s) reset" for p in proxies)
+        else:  # net_partition
+            d = self.deployment
+            targets = [(b.name, b.pid) for b in d.bots] + [("serve worker", p) for p in d.serve.worker_pids()]
+            name, pid = self.rng.choice(targets)
+            hold = self.rng.uniform(*NET_HOLD_S)
+            fault.target = f"{name} (pid {pid})"
+            try:
+                held = [f"{p.cut(pid)} {p.name}" for p in proxies]
+                fault.detail = f"cut off {hold:.1f} s; {', '.join(held)} connection(s) held"
+                self.sleep(hold)
+            finally:
+                for proxy in proxies:
+                    proxy.heal(pid)
