@@ -28,7 +28,8 @@ from gieok.memory import Memory
 from gieok.retrieval.passages import SPEAKER_NAME_KEY
 from gieok.text.tokenize import Tokenizer, TokenizerOptions
 
-__all__ = ["LocomoData", "ingest_as_bot", "load_locomo", "measure_locomo", "print_locomo", "run_locomo"]
+__all__ = ["LocomoData", "ingest_as_bot", "load_locomo", "measure_locomo", "print_locomo", "run_locomo",
+           "search_stage_shares"]
 
 _DIA = re.compile(r"^D(\d+):(\d+)$")
 ADD_BATCH = 4096  # turns per add_many: its embedding runs ahead of its commits, on every engine
@@ -211,10 +212,12 @@ def _recall_by_system(memory: Memory, data: LocomoData, query_vectors: list[np.n
                       dia_of: dict[int, str], modes: tuple[tuple[str, str], ...] = (
                           ("gieok", "hybrid"), ("bm25", "bm25"), ("vector", "vector")),
                       speaker_names: Mapping[str, str] | None = None,
+                      stage_ms: dict[str, list[float]] | None = None,
                       ) -> tuple[dict[str, dict[str, Any]], list[float]]:
     """Turn and session recall@k of hybrid search (gieok), BM25 alone and vectors alone; and
     the hybrid search's ms per question (query vectors ready). `speaker_names` goes to every
-    search (see Memory.search)."""
+    search (see Memory.search); `stage_ms`, when given, collects each stage's ms of every
+    hybrid search (its `timings_ms`)."""
     kmax = max(ks)
     systems: dict[str, dict[str, Any]] = {}
     search_ms: list[float] = []
@@ -227,6 +230,9 @@ def _recall_by_system(memory: Memory, data: LocomoData, query_vectors: list[np.n
                                        query_vector=qv if mode != "bm25" else None, speaker_names=speaker_names)
                 if system == "gieok":
                     search_ms.append(result.search_time_ms)
+                    for stage, ms in result.timings_ms.items():
+                        if stage_ms is not None:
+                            stage_ms.setdefault(stage, []).append(ms)
                 ranked = [dia_of[h.block.block_index] for h in result.hits]
                 sessions = [int(_DIA.match(d).group(1)) for d in ranked]  # type: ignore[union-attr]
                 per_question.append((q, {k: _score(q, ranked, sessions, k) for k in ks}))
@@ -245,12 +251,14 @@ def measure_locomo(data_path: str | Path, ks: list[int], *, db_dir: str | Path |
     try:
         dia_of, vectors, ingest_seconds = _ingest(memory, data, embed_cache)
         query_vectors, embed_ms = _embed_questions(memory, data.questions, embed_cache)
-        systems, search_ms = _recall_by_system(memory, data, query_vectors, ks, dia_of)
+        stage_ms: dict[str, list[float]] = {}
+        systems, search_ms = _recall_by_system(memory, data, query_vectors, ks, dia_of, stage_ms=stage_ms)
         report: dict[str, Any] = {
             "questions": len(data.questions),
             "systems": systems,
             "ingest_seconds": round(ingest_seconds, 3),
             "search_ms_p50": round(median(search_ms), 3),
+            "search_stages": search_stage_shares(stage_ms, search_ms),
         }
         ablation_rows = _tokenizer_ablation(data, memory, ks, workdir, vectors) if ablation else None
         if ablation:
@@ -265,6 +273,23 @@ def measure_locomo(data_path: str | Path, ks: list[int], *, db_dir: str | Path |
     return {**report, "_ks": list(ks), "_turns": len(data.turns), "_skipped_questions": data.skipped_questions,
             "_embed_p50_ms": median(embed_ms) if embed_ms else None, "_cached": embed_cache is not None,
             "_ablation": ablation_rows}
+
+
+def search_stage_shares(stage_ms: Mapping[str, Sequence[float]], search_ms: Sequence[float]) -> dict[str, Any]:
+    """Each stage's mean ms and its share of the whole search time (summed over the questions);
+    "other" is what no stage timed (reading the hits from the store, dropping repeats, the lock).
+    Stages that took no time (the query embedding, when the vectors were given) are left out."""
+    total = float(sum(search_ms))
+    shares: dict[str, Any] = {}
+    for stage, values in sorted(stage_ms.items()):
+        if sum(values) > 0:
+            shares[stage.removesuffix("_ms")] = {"ms_mean": round(float(np.mean(values)), 4),
+                                                 "share": round(sum(values) / total, 4) if total else 0.0}
+    timed = sum(sum(v) for k, v in stage_ms.items() if k.removesuffix("_ms") in shares)
+    if total:
+        shares["other"] = {"ms_mean": round((total - timed) / len(search_ms), 4),
+                           "share": round(max(0.0, total - timed) / total, 4)}
+    return shares
 
 
 # The ranking steps `--ablation` undoes, newest first: each row is the hybrid search with the
@@ -401,6 +426,9 @@ def print_locomo(report: dict[str, Any], console: Console | None = None) -> None
         for label, values in report["_ablation"]:
             ab.add_row(label, *[f"{values[str(k)]:.3f}" for k in ks])
         out.print(ab)
+    if report.get("search_stages"):
+        out.print("search time by stage (share of the hybrid search, mean ms): " + " · ".join(
+            f"{stage} {row['share']:.0%} ({row['ms_mean']:.3f})" for stage, row in report["search_stages"].items()))
     out.print(f"ingest {report['ingest_seconds']:.1f} s{' (embeddings from cache)' if report['_cached'] else ''} · "
               f"search p50 {report['search_ms_p50']:.2f} ms without query embedding · "
               + (f"query embedding p50 {report['_embed_p50_ms']:.2f} ms" if report["_embed_p50_ms"] is not None

@@ -64,9 +64,14 @@ def test_run_locomo_on_a_small_slice(locomo_path: Path, tmp_path: Path) -> None:
 
     written = json.loads(out.read_text(encoding="utf-8"))
     assert written == report
-    assert set(written) == {"questions", "systems", "ingest_seconds", "search_ms_p50", "embedding_engines"}
+    assert set(written) == {"questions", "systems", "ingest_seconds", "search_ms_p50", "search_stages",
+                            "embedding_engines"}
     assert written["questions"] == sizes["questions"]
     assert written["ingest_seconds"] >= 0 and written["search_ms_p50"] >= 0
+    # each timed stage of the hybrid search with its share of the search time; the rest is "other"
+    stages = written["search_stages"]
+    assert {"bm25", "vector", "fuse", "other"} <= set(stages)
+    assert abs(sum(row["share"] for row in stages.values()) - 1.0) < 0.01
     assert set(written["systems"]) == {"gieok", "bm25", "vector"}
 
     categories = {q.category for q in loaded.questions}
