@@ -14,6 +14,7 @@ from gieok.chat.runtime.shared_channels import SharedChannels
 from gieok.chat.settings import ChatSettings
 from gieok.coordination import RedisConnection
 from gieok.memory import Memory
+from gieok.store.wait import ServiceWait
 
 __all__ = ["NO_CALL_LIMITS", "bot_settings", "shared_bot"]
 
@@ -38,18 +39,30 @@ def bot_settings(argv: Sequence[str] | None, description: str | None, **override
                              rate_limit_global_seconds=0.0, **{**NO_CALL_LIMITS, **overrides})
 
 
-@contextmanager
-def shared_bot(settings: ChatSettings, outbox: Outbox) -> Iterator[tuple[Bot, Memory]]:
-    """The bot of `settings` on its shared Redis, its embedder warm; closed on the way out."""
+def _open_bot(settings: ChatSettings, outbox: Outbox) -> tuple[Bot, Memory, RedisConnection]:
+    """One try at the bot of `settings`: what it opened is closed again when a step fails."""
     memory = Memory(settings=settings)
+    connection: RedisConnection | None = None
     try:
         connection = RedisConnection(settings.redis, settings.redis_namespace)
-    except BaseException:
-        memory.close()
-        raise
-    try:
         bot = build_bot(settings, memory, outbox=outbox,
                         shared=SharedChannels(connection, lease_seconds=settings.redis_lease_seconds))
+        return bot, memory, connection
+    except BaseException:
+        if connection is not None:
+            connection.close()
+        memory.close()
+        raise
+
+
+@contextmanager
+def shared_bot(settings: ChatSettings, outbox: Outbox) -> Iterator[tuple[Bot, Memory]]:
+    """The bot of `settings` on its shared Redis, its embedder warm; closed on the way out.
+    Started while the database or Redis is away — or a connection dropped half-way through
+    opening it (`gieok bench chaos`'s network faults) — it waits for them (`ServiceWait`, a log
+    line each try, up to `startup_wait_seconds`), as `gieok bot` does, instead of exiting."""
+    bot, memory, connection = ServiceWait("bench bot", settings.startup_wait_seconds)(_open_bot, settings, outbox)
+    try:
         memory.embedder.embed_queries(["워밍업 warm-up"])
         yield bot, memory
     finally:

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from benchmarks.chaos_faults import KINDS as CHAOS_KINDS  # the help lists every kind there is
 from gieok.chat.agent.guardrails import GUARD_CLASSIFIER_THRESHOLD
 from gieok.cli.options import DbOption
 from gieok.config.settings import is_database_url
@@ -575,9 +576,7 @@ def bench_chaos(
                                                               "with an append-only file); Redis restarts need "
                                                               "the throwaway server and are left out.")] = None,
     duration: Annotated[float, typer.Option("--duration", "--seconds", help="Seconds of load and faults.")] = 300.0,
-    faults: Annotated[str, typer.Option(help="all, or a comma-separated list of: kill_serve, kill_bot, "
-                                             "stall_bot, pg_restart_fast, pg_restart_immediate, redis_restart, "
-                                             "pg_drop, redis_drop.")] = "all",
+    faults: Annotated[str, typer.Option(help=f"all, or a comma-separated list of: {', '.join(CHAOS_KINDS)}.")] = "all",
     seed: Annotated[int, typer.Option(help="Seed of the fault schedule, its targets and the load.")] = 7,
     channels: Annotated[int, typer.Option(help="Chat channels, each sending --rate messages per second.")] = 20,
     rate: Annotated[float, typer.Option(help="Chat messages per second per channel.")] = 0.15,

@@ -69,6 +69,10 @@ __all__ = ["BotCore", "InboundMessage", "Outbox", "ChannelRef", "Reply"]
 log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 0.5  # a turn the database or Redis refused is tried again after this …
+# … but a call whose connection dropped is first asked again after only this: its answer may have
+# been lost after Redis carried it out, and the next call connects afresh (every Redis call on a
+# message's way is safe to repeat: runtime/shared_channels.py)
+QUICK_RETRY_SECONDS = 0.05
 MAX_ATTEMPTS = 60  # … this many times before its messages are given up (logged)
 TAKEN_REMEMBERED = 10_000  # message ids a process remembers having taken in (redeliveries)
 SUBMIT_PATIENCE_S = 60.0  # how long a message is held while the database or Redis is away
@@ -165,6 +169,9 @@ class _Channel:
     # L1 rows of the messages drained lately: a send retried after a dropped connection may have
     # queued a message twice, and it must still be answered once
     drained: deque[int] = field(default_factory=lambda: deque(maxlen=1000))
+    # the drain whose answer has not arrived (the connection dropped after Redis may have drained):
+    # asked again with the same id, Redis gives the same messages back (`SharedChannels.drain`)
+    drain_attempt: str | None = None
 
 
 class BotCore:
@@ -349,14 +356,20 @@ class BotCore:
         assert self.shared is not None and message.message_id is not None
         shared, message_id = self.shared, message.message_id
         deadline = self.clock() + 2 * SUBMIT_PATIENCE_S + shared.lease_seconds
+        pause = shared.watch_seconds
         while not self._closing and self.clock() < deadline:
-            await self._sleep_unless_closing(shared.watch_seconds)
+            await self._sleep_unless_closing(pause)
             if self._closing:
                 return
             try:
                 order = await self._shared_step(shared.claim_message(state.key, message_id))
             except (DatabaseUnavailableError, CoordinationUnavailableError):
+                # asked again soon (once; then at the usual interval): an ask that went unanswered
+                # leaves the message unwatched, and the messages claimed after it are let go once
+                # it is (`_DRAIN`)
+                pause = QUICK_RETRY_SECONDS if pause > QUICK_RETRY_SECONDS else shared.watch_seconds
                 continue
+            pause = shared.watch_seconds
             if order == 0:
                 return  # queued by its claimant
             if order > 0:
@@ -401,13 +414,15 @@ class BotCore:
         (A replica that lost the message's claim to this process has dropped it: giving up at
         the first error would lose it.)"""
         deadline = self.clock() + SUBMIT_PATIENCE_S
+        pause = QUICK_RETRY_SECONDS
         while True:
             try:
                 return await step()
             except (DatabaseUnavailableError, CoordinationUnavailableError):
                 if self._closing or self.clock() >= deadline:
                     raise
-                await self.sleep(RETRY_SECONDS)
+                await self.sleep(pause)
+                pause = RETRY_SECONDS
 
     def _arrive(self, state: _Channel, pending: _Pending) -> None:
         """A message joins the channel's debounce (in the process that runs the channel), in the
@@ -505,7 +520,9 @@ class BotCore:
         async with state.drain_lock:
             if state.key not in self._leases:
                 return
-            drained = await self._shared_step(self.shared.drain(state.key))
+            state.drain_attempt = state.drain_attempt or uuid.uuid4().hex
+            drained = await self._shared_step(self.shared.drain(state.key, state.drain_attempt))
+            state.drain_attempt = None  # answered: the next drain is a new one
             if drained is None:  # the lease expired while this process stalled: another runs it now
                 self._leases.discard(state.key)
                 state.wake.set()
@@ -558,10 +575,14 @@ class BotCore:
         await self._drain(state)
         if state.pending:
             return True
-        await self._shared_step(self.shared.release(state.key))
+        # Each step repeated until answered (an answer lost to a dropped connection: the release,
+        # or the take, may have happened): a channel released without the look after it would
+        # leave a message that arrived meanwhile to the next sweep.
+        shared = self.shared
+        await self._patiently(lambda: self._shared_step(shared.release(state.key)))
         self._leases.discard(state.key)
-        if (not self._closing and await self._shared_step(self.shared.queued(state.key))
-                and (token := await self._shared_step(self.shared.try_lease(state.key)))):
+        if (not self._closing and await self._patiently(lambda: self._shared_step(shared.queued(state.key)))
+                and (token := await self._patiently(lambda: self._shared_step(shared.try_lease(state.key))))):
             if not await self._took(state, token):
                 return False
             await self._drain(state)
@@ -573,11 +594,17 @@ class BotCore:
         back to the head of the inbox for the process that holds the channel now."""
         assert self.shared is not None
         waiting, state.pending = state.pending, []
+        try:
+            await self._shared_step(self.shared.requeue_front(
+                state.key, [to_payload(p.message, p.observation, p.explicit) for p in waiting]))
+        except BaseException:
+            # maybe not handed back (the answer lost): kept, and handed back again on the next try;
+            # a copy queued twice is answered once (the store's claim of its L1 row)
+            state.pending[:0] = waiting
+            raise
         for pending in waiting:  # if this process takes the channel again, they are new to it
             with contextlib.suppress(ValueError):
                 state.drained.remove(pending.observation.row.message_id)
-        await self._shared_step(self.shared.requeue_front(
-            state.key, [to_payload(p.message, p.observation, p.explicit) for p in waiting]))
         await self._shared_step(self.shared.notify(WAKE_INBOX, state.key))
         log.warning("lost the lease of %s; %d message(s) handed back", state.key, len(waiting))
 
@@ -650,7 +677,7 @@ class BotCore:
         while not self._services_stop.is_set():
             await asyncio.sleep(interval)
             try:
-                for key in await self.shared.renew(set(self._leases)):
+                for key in await self._renew_leases(interval):
                     self._leases.discard(key)
                     if key in self._channels:
                         self._channels[key].wake.set()
@@ -669,6 +696,21 @@ class BotCore:
             except Exception as exc:  # Redis away for a moment: try again next round
                 self.health.failed("shared", exc)
                 log.warning("lease upkeep failed: %s", exc)
+
+    async def _renew_leases(self, within: float) -> set[str]:
+        """`SharedChannels.renew` of the leases held (and this process's presence), asked again at
+        once when its answer was lost (a renewal is safe to repeat) — for up to `within`: a few
+        lost answers in a row must not let the leases, or the presence that keeps this process's
+        claims holding later messages back, lapse while it is alive. The channels lost."""
+        assert self.shared is not None
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                return await self.shared.renew(set(self._leases))
+            except CoordinationUnavailableError:
+                if time.monotonic() >= deadline or self._services_stop.is_set():
+                    raise
+                await asyncio.sleep(QUICK_RETRY_SECONDS)
 
     def _ensure_executor(self) -> None:
         """Blocking work (SQLite, embedding hand-off) runs in worker threads. asyncio's default
@@ -1003,17 +1045,23 @@ class BotCore:
         the window is reserved at once so two processes cannot both take it."""
         if bypass or self.shared is None:
             return self.limiter.allows(key, bypass=bypass)
-        s = self.settings
-        return bool(await self._shared_step(self.shared.reserve_reply(
-            key, s.rate_limit_channel_seconds, s.rate_limit_global_seconds)))
+        s, shared = self.settings, self.shared
+        # one reservation, asked again under its id until answered: a window it took before its
+        # answer was lost is still its own (a retry must not find the window "taken" and stay silent)
+        reservation = f"{shared.owner}|{uuid.uuid4().hex}"
+        return bool(await self._patiently(lambda: self._shared_step(shared.reserve_reply(
+            key, s.rate_limit_channel_seconds, s.rate_limit_global_seconds, reservation))))
 
     async def _note_reply(self, key: str) -> None:
         if self.shared is None:
             self.limiter.note_reply(key)
         else:
-            s = self.settings
-            await self._shared_step(self.shared.note_reply(key, s.rate_limit_channel_seconds,
-                                                           s.rate_limit_global_seconds))
+            s, shared = self.settings, self.shared
+            try:  # setting the windows again is harmless: repeated until answered
+                await self._patiently(lambda: self._shared_step(shared.note_reply(
+                    key, s.rate_limit_channel_seconds, s.rate_limit_global_seconds)))
+            except CoordinationUnavailableError as exc:  # the reply is out: its turn is recorded all the same
+                log.warning("the reply window of %s was not marked: %s", key, exc)
 
     # -- replying -----------------------------------------------------------------------------
     def _finish_text(self, text: str) -> str:

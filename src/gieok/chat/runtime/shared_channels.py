@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -40,6 +41,9 @@ WAKE_ACTIVE = "active"  # the active channels changed: reload them
 # after its last ask: a watcher late by an interval or two still finds its claim holding the
 # channel's later messages back, and one that died lets them go after this long.
 WATCH_MISSES = 3
+# A drain's answer is kept this many leases for the same attempt asked again (`drain`): past a
+# lease without its renewals the lease is gone anyway, and the drain answers None.
+DRAIN_KEPT_LEASES = 4
 
 # KEYS: seen, the channel's claim counter, claims not yet queued (zset by order), their deadlines
 # and claimants (hash), the claimant's presence, the message's watch · ARGV: owner, ttl ms, message
@@ -80,12 +84,15 @@ return order
 # ARGV: channel key, payload, message id ('' for none), owner — queued (1), no longer holding
 # back the messages claimed after it, and its claim settled (no other process takes it over); 0
 # and nothing queued when another process holds its claim now (it took the claim over while this
-# one was stopped: it queues the message itself)
+# one was stopped: it queues the message itself). Safe to repeat: a message this owner queued
+# already is not queued twice, and the answer is 1 again (a retry whose first answer was lost to a
+# dropped connection after Redis carried it out).
 _ENQUEUE = """
 local v = ARGV[3] ~= '' and redis.call('GET', KEYS[5])
 if v then
-  local owner = string.match(v, '^(.*)|%d+|?q?$')
+  local owner, queued = string.match(v, '^(.*)|%d+(|?q?)$')
   if owner ~= ARGV[4] then return 0 end
+  if queued ~= '' then return 1 end
 end
 redis.call('RPUSH', KEYS[1], ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[1])
@@ -96,8 +103,9 @@ if ARGV[3] ~= '' then
 end
 return 1
 """
-# KEYS: inbox, waiting set, lease, in flight, claims not yet queued, their deadlines · ARGV:
-# channel key, owner, presence key prefix, the channel's watch key prefix — everything queued that
+# KEYS: inbox, waiting set, lease, in flight, claims not yet queued, their deadlines, the last
+# drain's answer · ARGV: channel key, owner, presence key prefix, the channel's watch key prefix,
+# the drain's attempt id ('' for none), how long its answer is kept (ms) — everything queued that
 # no earlier-claimed message is still on its way to (`_CLAIM`; a claim stops holding others back at
 # its deadline, or once its process is gone — its presence, renewed with its leases, lapsed — and
 # no replica watches it: a watched one is about to be taken over in its place, and a later message
@@ -108,8 +116,19 @@ return 1
 # channel is on the waiting set while its inbox or its in-flight list holds anything, so the
 # processes' sweeps find the channel of a dead process that had drained its messages (and the
 # messages held back here).
+# Safe to repeat: the answer is kept under the attempt id (the channel's last drain only), and the
+# same attempt asked again gets the same messages — a drain whose answer was lost (the connection
+# dropped after Redis carried it out) would otherwise leave them in flight, unseen, to be answered
+# after later ones or dropped at the release. Taking the lease moves the in-flight list back to the
+# inbox, and forgets the kept answer with it (`_TAKE`).
 _DRAIN = """
 if redis.call('GET', KEYS[3]) ~= ARGV[2] then return false end
+if ARGV[5] ~= '' then
+  local last = redis.call('GET', KEYS[7])
+  if last and string.sub(last, 1, #ARGV[5] + 1) == ARGV[5] .. '|' then
+    return cjson.decode(string.sub(last, #ARGV[5] + 2))
+  end
+end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local due = redis.call('HGETALL', KEYS[6])
@@ -138,6 +157,9 @@ end
 if redis.call('LLEN', KEYS[4]) == 0 and redis.call('LLEN', KEYS[1]) == 0 then
   redis.call('SREM', KEYS[2], ARGV[1])
 end
+if ARGV[5] ~= '' then
+  redis.call('SET', KEYS[7], ARGV[5] .. '|' .. (#taken > 0 and cjson.encode(taken) or '[]'), 'PX', ARGV[6])
+end
 return taken
 """
 # KEYS: inbox, waiting set · ARGV: channel key, payloads (oldest first) — back at the head
@@ -154,10 +176,12 @@ if redis.call('LLEN', KEYS[1]) == 0 and redis.call('LLEN', KEYS[2]) == 0 then
 end
 return 1
 """
-# KEYS: lease, fence counter, inbox, waiting set, in flight · ARGV: owner, ttl ms, channel key — the
-# lease taken (or already ours, then extended) with the channel's next fencing token, else 0. What
-# an earlier holder drained and no turn took goes back to the head of the inbox (it died, or lost
-# the lease, before answering; a message it did answer is refused by its claim in the store).
+# KEYS: lease, fence counter, inbox, waiting set, in flight, the last drain's answer · ARGV: owner,
+# ttl ms, channel key — the lease taken (or already ours, then extended) with the channel's next
+# fencing token, else 0. What an earlier holder drained and no turn took goes back to the head of
+# the inbox (it died, or lost the lease, before answering; a message it did answer is refused by
+# its claim in the store), so the answer `_DRAIN` kept of it is forgotten. Safe to repeat: the
+# lease is the caller's either way, with a newer token.
 _TAKE = """
 local taken = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not taken then
@@ -170,6 +194,7 @@ if #stranded > 0 then
   redis.call('DEL', KEYS[5])
   redis.call('SADD', KEYS[4], ARGV[3])
 end
+redis.call('DEL', KEYS[6])
 return redis.call('INCR', KEYS[2])
 """
 # KEYS: fence counter · ARGV: the store's token — the counter moved past it (Redis lost its data)
@@ -194,11 +219,15 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-# KEYS: channel window, global window · ARGV: channel ms, global ms (0: no window)
+# KEYS: channel window, global window · ARGV: channel ms, global ms (0: no window), the
+# reservation's id — safe to repeat: windows this reservation took answer 1 again
 _RESERVE = """
-if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-if tonumber(ARGV[1]) > 0 then redis.call('SET', KEYS[1], 1, 'PX', ARGV[1]) end
-if tonumber(ARGV[2]) > 0 then redis.call('SET', KEYS[2], 1, 'PX', ARGV[2]) end
+for i = 1, 2 do
+  local holder = redis.call('GET', KEYS[i])
+  if holder and holder ~= ARGV[3] then return 0 end
+end
+if tonumber(ARGV[1]) > 0 then redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[1]) end
+if tonumber(ARGV[2]) > 0 then redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2]) end
 return 1
 """
 
@@ -297,15 +326,19 @@ class SharedChannels:
         return bool(await self._call(lambda r: r.eval(_ENQUEUE, 5, *keys, channel_key, data, message_id or "",
                                                       self.owner)))
 
-    async def drain(self, channel_key: str) -> list[dict[str, Any]] | None:
+    async def drain(self, channel_key: str, attempt: str = "") -> list[dict[str, Any]] | None:
         """Everything in the channel's inbox (bar what waits for an earlier-claimed message still
         on its way: `claim_message`), oldest first, and the inbox empty after; None when
         this process does not hold the channel's lease (any more). The messages stay in flight
-        until `done`: a process that takes the channel next gets back those no turn took."""
+        until `done`: a process that takes the channel next gets back those no turn took.
+        `attempt`: an id of the caller's for this drain — asked again with the same id (its
+        answer was lost: the connection dropped after Redis drained), the same messages come back
+        (the channel's last drain is kept `DRAIN_KEPT_LEASES` leases)."""
         keys = [self._inbox(channel_key), self._key("waiting"), self._lease(channel_key), self._inflight(channel_key),
-                self._claimed(channel_key), self._key("claimed-until", channel_key)]
-        items = await self._call(lambda r: r.eval(_DRAIN, 6, *keys, channel_key, self.owner, self._alive(""),
-                                                  self._watch(channel_key, "")))
+                self._claimed(channel_key), self._key("claimed-until", channel_key), self._last_drain(channel_key)]
+        items = await self._call(lambda r: r.eval(_DRAIN, 7, *keys, channel_key, self.owner, self._alive(""),
+                                                  self._watch(channel_key, ""), attempt,
+                                                  _ms(DRAIN_KEPT_LEASES * self.lease_seconds)))
         if items is None:
             return None
         payloads = [json.loads(item) for item in items]
@@ -322,6 +355,9 @@ class SharedChannels:
 
     def _inflight(self, channel_key: str) -> str:
         return self._key("inflight", channel_key)
+
+    def _last_drain(self, channel_key: str) -> str:
+        return self._key("drained", channel_key)
 
     async def requeue_front(self, channel_key: str, payloads: list[dict[str, Any]]) -> None:
         """Put drained messages back at the head of the inbox (a lease lost before their turn)."""
@@ -345,8 +381,8 @@ class SharedChannels:
         """Take the channel's lease (or extend ours): its new fencing token (> 0), which the store
         checks where the channel's turns are written — or 0 when another process holds it."""
         keys = [self._lease(channel_key), self._key("fence", channel_key), self._inbox(channel_key),
-                self._key("waiting"), self._inflight(channel_key)]
-        return int(await self._call(lambda r: r.eval(_TAKE, 5, *keys, self.owner, _ms(self.lease_seconds),
+                self._key("waiting"), self._inflight(channel_key), self._last_drain(channel_key)]
+        return int(await self._call(lambda r: r.eval(_TAKE, 6, *keys, self.owner, _ms(self.lease_seconds),
                                                      channel_key)))
 
     async def fence_floor(self, channel_key: str, stored: int) -> int:
@@ -441,13 +477,16 @@ class SharedChannels:
         return set(await self._call(lambda r: r.smembers(self._key("active"))))
 
     # -- rate limits -----------------------------------------------------------------------------
-    async def reserve_reply(self, channel_key: str, channel_seconds: float, global_seconds: float) -> bool:
+    async def reserve_reply(self, channel_key: str, channel_seconds: float, global_seconds: float,
+                            reservation: str = "") -> bool:
         """Take the channel's and the deployment's reply window for an unsolicited reply, or say
-        that one was taken within them (by any process)."""
+        that one was taken within them (by any process). `reservation`: an id of the caller's —
+        asked again with it (the answer was lost), the windows it took answer True again."""
         keys = [self._key("rate", "channel", channel_key), self._key("rate", "global")]
         channel_ms = _ms(channel_seconds) if channel_seconds > 0 else 0
         global_ms = _ms(global_seconds) if global_seconds > 0 else 0
-        return bool(await self._call(lambda r: r.eval(_RESERVE, 2, *keys, channel_ms, global_ms)))
+        held_by = reservation or f"{self.owner}|{uuid.uuid4().hex}"
+        return bool(await self._call(lambda r: r.eval(_RESERVE, 2, *keys, channel_ms, global_ms, held_by)))
 
     async def note_reply(self, channel_key: str, channel_seconds: float, global_seconds: float) -> None:
         """The reply went out now: its windows start from now."""
