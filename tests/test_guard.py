@@ -87,7 +87,8 @@ def test_bench_guard_json_shape(tmp_path):
     result = gieok("bench", "guard", "--data", str(data), "--json", str(out))
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
-    assert set(report) == {"detection_rate", "false_alarm_rate", "n", "second_stage_share"}
+    assert set(report) == {"detection_rate", "false_alarm_rate", "n", "second_stage_share", "embedding_engines"}
+    assert report.pop("embedding_engines")["query"] == "onnx"  # every bench report says what embedded
     share = report.pop("second_stage_share")  # messages the classifier was unsure of (e5 read for them)
     assert 0.0 <= share <= 1.0 and share * 10 == round(share * 10)
     assert report == {"detection_rate": 1.0, "false_alarm_rate": 0.0, "n": 10}
