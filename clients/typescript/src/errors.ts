@@ -55,6 +55,13 @@ export class StoreError extends GieokError {}
 /** The server's embedding engine failed or is away for a moment (a 503 `embedder_unavailable`, after the retries). */
 export class EmbedderError extends GieokError {}
 
+/**
+ * The disk under the server's memory is full (HTTP 507 `storage_full`): nothing of the write was
+ * stored, what was stored before is intact and readable, and writes work again once space is freed
+ * (not retried: waiting does not free space).
+ */
+export class StorageFullError extends StoreError {}
+
 /** A language-model call the server made failed (HTTP 502). */
 export class LLMError extends GieokError {}
 

@@ -18,6 +18,7 @@ import {
   PermissionDeniedError,
   ServerError,
   ServerUnavailableError,
+  StorageFullError,
   StoreError,
 } from "./errors.js";
 import { VERSION } from "./version.js";
@@ -313,6 +314,7 @@ export function errorFor(answer: Answer, call: Pick<Call, "method" | "path" | "b
     case 400: case 422: return new InvalidInputError(message, init);
     case 413: return new InvalidInputError(`the request body was too large for the server: ${message}`, init);
     case 502: return new LLMError(message, init);
+    case 507: return new StorageFullError(message, init);
     case 404:
       if (message === NO_ROUTE) {
         return new NotFoundError(`${call.method} ${call.path}: the server at ${baseUrl} has no such route `

@@ -16,7 +16,7 @@ export type {
 export type { EventsOptions } from "./events.js";
 export {
   AuthenticationError, BlockNotFoundError, EmbedderError, GieokError, InvalidInputError, InvalidTypeError, LLMError,
-  NotFoundError, PermissionDeniedError, ServerError, ServerUnavailableError, StoreError,
+  NotFoundError, PermissionDeniedError, ServerError, ServerUnavailableError, StorageFullError, StoreError,
 } from "./errors.js";
 export type { ErrorEnvelope } from "./errors.js";
 export { DEFAULT_URL, IDEMPOTENCY_HEADER } from "./http.js";

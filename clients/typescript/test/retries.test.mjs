@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { after, test } from "node:test";
 
-import { Client, ServerUnavailableError, StoreError } from "gieok";
+import { Client, ServerUnavailableError, StorageFullError, StoreError } from "gieok";
 import { channelName, closedUrl, FAST, KEY, startProxy, URL } from "./helpers.mjs";
 
 const memory = new Client({ baseUrl: URL, apiKey: KEY, ...FAST });
@@ -71,6 +71,21 @@ test("a 503 is retried after its Retry-After; a 503 that lasts becomes the typed
   });
   const store = await proxy([answer503("store_unavailable")]);
   await assert.rejects(new Client({ baseUrl: store.url, apiKey: KEY, retries: 0 }).stats(), StoreError);
+});
+
+test("a 507 (the server's disk is full) is StorageFullError at once, not retried", async () => {
+  const body = JSON.stringify({ error: { type: "storage_full", message: "cannot write home.db: the disk is full" } });
+  const full = await proxy([`HTTP/1.1 507 Insufficient Storage\r\nContent-Type: application/json\r\n`
+    + `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`]);
+  await assert.rejects(new Client({ baseUrl: full.url, apiKey: KEY, ...FAST }).add("민지: 디스크가 꽉 찼어", {
+    scope: { channel: channelName("full") } }), (error) => {
+    assert.ok(error instanceof StorageFullError && error instanceof StoreError);
+    assert.equal(error.status, 507);
+    assert.equal(error.type, "storage_full");
+    assert.match(error.message, /disk is full/);
+    return true;
+  });
+  assert.equal(full.requests.length, 1);
 });
 
 test("a refused connection is retried with backoff, then ServerUnavailableError names the server", async () => {
