@@ -53,14 +53,17 @@ NET_HOLD_S = (2.0, 5.0)  # net_delay and net_partition
 NET_DROP_WINDOW_S = 1.0
 
 
-def parse_faults(value: str) -> list[str]:
-    """`all`, or a comma-separated list of kinds."""
+def parse_faults(value: str, known: Sequence[str] = KINDS, *, allow_none: bool = False) -> list[str]:
+    """`all` (every one of `known`), `none` when `allow_none`, or a comma-separated list of `known`."""
+    if allow_none and value.strip() == "none":
+        return []
     if value.strip() == "all":
-        return list(KINDS)
+        return list(known)
     kinds = [part.strip() for part in value.split(",") if part.strip()]
-    unknown = [k for k in kinds if k not in KINDS]
+    unknown = [k for k in kinds if k not in known]
     if not kinds or unknown:
-        raise InvalidInputError(f"--faults must be 'all' or a comma-separated list of {', '.join(KINDS)}"
+        words = "all, none" if allow_none else "'all'"
+        raise InvalidInputError(f"--faults must be {words} or a comma-separated list of {', '.join(known)}"
                                 + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
     return list(dict.fromkeys(kinds))
 

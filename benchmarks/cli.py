@@ -642,7 +642,8 @@ def bench_soak(
     Example: gieok bench soak --duration 3600 --window 600 --fault-every 180 --json soak.json
     """
     from benchmarks.agents import DEFAULT_DATA, load_exchanges
-    from benchmarks.soak import parse_soak_faults, run_soak
+    from benchmarks.chaos_faults import parse_faults
+    from benchmarks.soak import SOAK_KINDS, run_soak
 
     if duration <= 0 or window <= 0 or fault_every <= 0 or sample_every <= 0 or rate <= 0:
         raise InvalidInputError("--duration, --window, --fault-every, --sample-every and --rate must be > 0")
@@ -652,9 +653,10 @@ def bench_soak(
         raise InvalidInputError(f"LoCoMo data not found at {DEFAULT_DATA}: pass --data FILE (LoCoMo-format JSON)")
     data = data or DEFAULT_DATA
     load_exchanges(data)  # a missing or malformed file is refused before anything starts
-    run_soak(json_out, duration=duration, window=window, fault_every=fault_every, faults=parse_soak_faults(faults),
-             seed=seed, agents=agents, agent_pause=agent_pause, search_pause=search_pause, channels=channels,
-             rate=rate, sample_every=sample_every, data_path=data, workdir=workdir)
+    run_soak(json_out, duration=duration, window=window, fault_every=fault_every,
+             faults=parse_faults(faults, SOAK_KINDS, allow_none=True), seed=seed, agents=agents,
+             agent_pause=agent_pause, search_pause=search_pause, channels=channels, rate=rate,
+             sample_every=sample_every, data_path=data, workdir=workdir)
 
 
 @bench_app.command("pgindex")

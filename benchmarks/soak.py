@@ -63,7 +63,7 @@ from benchmarks.report import p50_p95, print_and_write, progress_bar, results_ta
 from gieok.errors import InvalidInputError
 from gieok.store.urls import with_schema
 
-__all__ = ["SOAK_KINDS", "parse_soak_faults", "measure_soak", "print_soak", "run_soak"]
+__all__ = ["SOAK_KINDS", "measure_soak", "print_soak", "run_soak"]
 
 SCHEMA = "gieok_soak"
 # the kinds this deployment can take (chaos_faults.KINDS of issue 42); kinds that need more
@@ -441,20 +441,6 @@ class FaultThread(threading.Thread):
 
 
 # -- the run ------------------------------------------------------------------------------------------
-
-def parse_soak_faults(value: str) -> list[str]:
-    """`all` (SOAK_KINDS), `none`, or a comma-separated list of SOAK_KINDS."""
-    if value.strip() == "none":
-        return []
-    if value.strip() == "all":
-        return list(SOAK_KINDS)
-    kinds = [part.strip() for part in value.split(",") if part.strip()]
-    unknown = [k for k in kinds if k not in SOAK_KINDS]
-    if not kinds or unknown:
-        raise InvalidInputError(f"--faults must be all, none or a comma-separated list of {', '.join(SOAK_KINDS)}"
-                                + (f"; not one of them: {', '.join(unknown)}" if unknown else ""))
-    return list(dict.fromkeys(kinds))
-
 
 
 def _admin_key(location: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -137,3 +138,13 @@ class ChatModel:
         self.streams.append(text)
         for word in f"답장: {text}".split(" "):
             yield word + " "
+
+
+def tally_tags(replies: Sequence[Any], sent: dict[str, list[str]], tag: re.Pattern[str]) -> tuple[list[str], list[str]]:
+    """The tags of `sent` (channel -> its messages' tags) that no reply carries, and those more than one does."""
+    counts: dict[str, int] = {}
+    for reply in replies:
+        for found in tag.findall(reply.text):
+            counts[found] = counts.get(found, 0) + 1
+    every = [t for tags in sent.values() for t in tags]
+    return [t for t in every if t not in counts], [t for t in every if counts.get(t, 0) > 1]

@@ -24,7 +24,7 @@ from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
 from gieok.chat.runtime.shared_channels import SharedChannels
 from gieok.chat.settings import ChatSettings
 from gieok.coordination import RedisConnection
-from runtime_helpers import ChatModel, RecordingOutbox, until
+from runtime_helpers import ChatModel, RecordingOutbox, tally_tags, until
 
 LEASE_S = 1.0  # a process's presence lapses this long after its last claim or renewal
 WATCH_S = 0.5  # how often a replica that lost a claim asks again
@@ -175,13 +175,8 @@ def test_a_bot_killed_between_claim_and_enqueue_loses_no_message(tmp_path: Path,
     asyncio.run(scenario())
     try:
         replies = [s for _, outbox, _, _ in survivors for s in outbox.sent]
-        counts: dict[str, int] = {}
-        for reply in replies:
-            for tag in TAG.findall(reply.text):
-                counts[tag] = counts.get(tag, 0) + 1
-        every = [tag for tags in sent.values() for tag in tags]
-        lost = [tag for tag in every if tag not in counts]
-        twice = [tag for tag in every if counts.get(tag, 0) > 1]
+        lost, twice = tally_tags(replies, sent, TAG)
+        messages = sum(len(tags) for tags in sent.values())
         assert not lost and not twice, f"lost {lost}, answered twice {twice}"
         for room, tags in sent.items():  # one process answers a channel at a time: its replies are in order
             said = [tag for reply in replies if reply.ref.channel == room for tag in TAG.findall(reply.text)]
@@ -191,7 +186,7 @@ def test_a_bot_killed_between_claim_and_enqueue_loses_no_message(tmp_path: Path,
         takeover = [queued_at[m] - died for m, (_, died) in killed.items()]
         bound = LEASE_S + WATCH_S
         print(f"\nclaim window: {len(killed)} claimants killed between claim and enqueue, {len(lost)} messages lost, "
-              f"{len(every)} answered once in order ({sum(watched)} taken over by a watching replica, the others at "
+              f"{messages} answered once in order ({sum(watched)} taken over by a watching replica, the others at "
               f"first sight); takeover (claim and death → queued by a survivor) "
               f"max {max(takeover):.2f} s, mean {sum(takeover) / len(takeover):.2f} s "
               f"(presence {LEASE_S} s + watch {WATCH_S} s = {bound} s)")

@@ -28,7 +28,7 @@ from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
 from gieok.chat.runtime.shared_channels import SharedChannels
 from gieok.chat.settings import ChatSettings
 from gieok.coordination import RedisConnection
-from runtime_helpers import ChatModel, RecordingOutbox, Sent, until
+from runtime_helpers import ChatModel, RecordingOutbox, Sent, tally_tags, until
 
 LEASE_S = 1.0
 CHANNELS = 3
@@ -125,15 +125,10 @@ def test_answers_lost_midway_lose_no_message_and_answer_none_twice(
 
     try:
         asyncio.run(asyncio.wait_for(scenario(), 60))
-        counts: dict[str, int] = {}
-        for reply in replies:
-            for tag in TAG.findall(reply.text):
-                counts[tag] = counts.get(tag, 0) + 1
-        every = [tag for tags in sent.values() for tag in tags]
-        lost = [tag for tag in every if tag not in counts]
-        twice = [tag for tag in every if counts.get(tag, 0) > 1]
+        lost, twice = tally_tags(replies, sent, TAG)
+        messages = sum(len(tags) for tags in sent.values())
         print(f"\nanswers lost mid-way: {sum(drops)} connections dropped half-way through an answer in "
-              f"{len(drops)} drops; {len(every)} messages, {len(lost)} lost, {len(twice)} answered twice")
+              f"{len(drops)} drops; {messages} messages, {len(lost)} lost, {len(twice)} answered twice")
         assert sum(drops) >= 10, f"the fault hit too rarely to test anything: {drops}"
         assert not lost and not twice, f"lost {lost}, answered twice {twice}"
         for room, tags in sent.items():  # one process answers a channel at a time: its replies are in order
