@@ -28,6 +28,7 @@ from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
 from gieok.chat.runtime.shared_channels import SharedChannels
 from gieok.chat.settings import ChatSettings
 from gieok.coordination import RedisConnection
+from gieok.types import Scope, scope_key
 from runtime_helpers import ChatModel, RecordingOutbox, Sent, tally_tags, until
 
 LEASE_S = 1.0
@@ -182,3 +183,45 @@ def test_each_call_on_a_messages_way_repeated_gives_the_same_result(redis_server
     finally:
         connection.close()
         other.close()
+
+
+def test_a_replica_starting_while_answers_are_lost_recovers_what_a_crash_left(
+        tmp_path: Path, redis_proxy: tuple[FaultProxy, str], redis_namespace: str) -> None:
+    """At start a replica commits the messages a crash left only in L1 (lease, commit, release per
+    channel); answers lost half-way through those calls are asked again, not a reason to exit."""
+    proxy, url = redis_proxy
+    core, _, memory, connection = _replica(str(tmp_path / "recover.db"), url, redis_namespace, [])
+    tables = core.pipeline.tables
+    keys = [scope_key(Scope("g1", f"room{c}")) for c in range(CHANNELS)]
+    for c, key in enumerate(keys):  # what the crashed process had taken in, never written as turns
+        for n in range(3):
+            text = f"{n}번째: 내일 도서관 갈래?" if n % 2 else f"message {n} of room {c}: see you at the library"
+            tables.l1_append(key, "user", text, f"u{n}", f"user{n}", time.time() - 60 + n, False, False,
+                             f"crash-{c}-{n}", keep=50)
+    assert {row.scope_key for row in tables.l1_pending(None)} == set(keys)
+    dropping = threading.Event()
+    drops: list[int] = []
+
+    def keep_dropping() -> None:  # until a few answers of the start-up were lost
+        while dropping.is_set() and sum(drops) < 4:
+            drops.append(proxy.drop_midway(DROP_WINDOW_S))
+            time.sleep(0.01)
+
+    async def scenario() -> None:
+        dropping.set()
+        dropper = threading.Thread(target=keep_dropping, name="drop-at-start")
+        dropper.start()
+        try:
+            await core.start()
+        finally:
+            dropping.clear()
+            await asyncio.to_thread(dropper.join)
+        await core.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(scenario(), 40))
+        assert sum(drops) >= 1, f"no answer was lost: nothing tested ({drops})"
+        assert tables.l1_pending(None) == []  # every message the crash left is a turn block now
+    finally:
+        connection.close()
+        memory.close()

@@ -657,17 +657,20 @@ class BotCore:
 
     async def _recover(self) -> None:
         """Messages a crash left only in L1, written as turn blocks by whoever holds the channel."""
-        assert self.shared is not None
-        keys = {row.scope_key for row in await asyncio.to_thread(self.pipeline.tables.l1_pending, None)}
-        for key in sorted(keys - self._leases):
-            if token := await self._shared_step(self.shared.try_lease(key)):
+        # Each step patiently: at start-up a lost Redis answer or a database restart must not end
+        # the process (taking a lease again is ours to extend; releasing one twice is harmless).
+        shared = self.shared
+        assert shared is not None
+        pending = await self._patiently(lambda: asyncio.to_thread(self.pipeline.tables.l1_pending, None))
+        for key in sorted({row.scope_key for row in pending} - self._leases):
+            if token := await self._patiently(lambda: self._shared_step(shared.try_lease(key))):  # noqa: B023
                 try:
-                    await asyncio.to_thread(functools.partial(self.pipeline.commit_pending, scope_from_key(key),
-                                                              fence=token))
+                    commit = functools.partial(self.pipeline.commit_pending, scope_from_key(key), fence=token)
+                    await self._patiently(lambda: asyncio.to_thread(commit))  # noqa: B023
                 except LeaseLostError as exc:
                     log.warning("%s", exc)
                 finally:
-                    await self._shared_step(self.shared.release(key))
+                    await self._patiently(lambda: self._shared_step(shared.release(key)))  # noqa: B023
 
     async def _upkeep(self) -> None:
         """Every third of a lease: renew ours (a lost one makes its worker hand its messages
