@@ -51,6 +51,7 @@ class DiscordHTTP:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, dict[str, Any] | None, dict[str, Any]]] = []
         self._ids = itertools.count(5000)
+        self.history: list[dict[str, Any]] = []  # the channel's messages, oldest first (GET …/messages)
 
     async def request(self, route: Any, **kwargs: Any) -> Any:
         self.calls.append((route.method, route.path, kwargs.get("json"), dict(route.__dict__)))
@@ -60,6 +61,8 @@ class DiscordHTTP:
                     "content": body.get("content", ""), "timestamp": now_iso(), "edited_timestamp": None,
                     "tts": False, "mention_everyone": False, "mentions": [], "mention_roles": [], "attachments": [],
                     "embeds": [], "pinned": False, "type": 0}
+        if route.method == "GET" and route.path.endswith("/messages"):
+            return list(reversed(self.history))  # Discord answers newest first
         if route.method == "PATCH":
             return {"id": "1", "channel_id": str(CHANNEL), "author": user(BOT_ID, "Nuri", True),
                     "content": kwargs["json"].get("content", ""), "timestamp": now_iso(), "edited_timestamp": now_iso(),
@@ -405,6 +408,46 @@ def test_twenty_calls_in_ten_seconds_get_the_limit_and_one_notice_an_owner_is_no
         posted = [m["content"] for m in h.http.messages()][4:]
         assert len(posted) == 20 and all(c.startswith("답장:") for c in posted), posted
         assert h.core.health.limited_calls == 17 and h.core.health.messages_in == 40, "nothing said is lost"
+        await h.bot.close()
+
+    run(scenario())
+
+
+def test_what_was_said_while_the_bot_was_away_is_caught_up_after_it_connects(memory: Memory) -> None:
+    """A restart (or every replica dead at once): the gateway does not replay what was said in
+    between, so after connecting the bot reads back the channels it has stored messages of and
+    takes in what nobody stored — a call among them is answered; a message stored before, the
+    bot's own, and a command are not taken in (again)."""
+    async def scenario() -> None:
+        # ids are snowflakes of now: a message's time is its id's (ids of the harness's own counter date from 2015)
+        ids = itertools.count(discord.utils.time_snowflake(datetime.datetime.now(datetime.UTC)))
+        before = Harness(memory)
+        await before.connect()
+        stored = before.payload("어제 만든 김치찌개 진짜 맛있었어", message_id=str(next(ids)))
+        before.bot._connection.parse_message_create(stored)
+        before.conversational += 1
+        await before.observed()
+        await before.bot.close()
+
+        h = Harness(memory)
+        missed = h.payload("I moved to Busan last week, by the way", message_id=str(next(ids)))
+        command = h.payload("!status", message_id=str(next(ids)))
+        own = h.payload("previous answer", author=BOT_ID, name="Nuri", message_id=str(next(ids)))
+        call = h.payload(f"<@{BOT_ID}> 내가 어디로 이사했다고 했지?", mentions=[BOT_ID], message_id=str(next(ids)))
+        h.http.history = [stored, missed, command, own, call]
+        await h.connect()  # on_ready reads the channel back
+        await until(lambda: h.core.health.caught_up == 2)
+        assert h.stored(missed["id"]) == "I moved to Busan last week, by the way"
+        assert h.stored(call["id"]) is not None
+        assert h.core.health.messages_in == 2  # the stored one, the command, the bot's own: not taken in
+        reads = [path for method, path, _, _ in h.http.calls if method == "GET" and path.endswith("/messages")]
+        assert reads == ["/channels/{channel_id}/messages"]
+        assert not any(path.endswith("/messages") and method == "POST" and "status" in str(body).lower()
+                       for method, path, body, _ in h.http.calls)  # the command was not run again
+        await h.vt.advance(3.0)
+        await until(lambda: len(h.http.messages()) >= 1)  # the call is answered as if it had just come
+        assert str(h.http.messages()[0]["message_reference"]["message_id"]) == call["id"]
+        assert await h.bot.catch_up() == 0  # a second read-back takes nothing in twice
         await h.bot.close()
 
     run(scenario())

@@ -193,6 +193,9 @@ class ChatSettings(Settings):
     failure_message: str = ""  # shown when no model answers ("" = a bundled one in `language`)
     # several bot processes on one Redis (the engine's `redis`): a dead process's channels are taken over after this
     redis_lease_seconds: float = setting(30.0, at_least(1.0))
+    # after a (re)connect: messages of the channels with a stored message this recent are read back from their
+    # history, and those nobody stored (said while no process was connected) taken in; 0 = never
+    catch_up_seconds: float = setting(21_600.0, not_negative)
     # discord adapter (`gieok bot`); the token is read from DISCORD_TOKEN (or GIEOK_DISCORD_TOKEN)
     discord_token: str = setting("", secret=True)
     discord_prefix: str = setting("!", not_blank)

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import logging
 import mimetypes
 import os
 import re
 import signal
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,6 +58,8 @@ log = logging.getLogger(__name__)
 USERS_ONLY = discord.AllowedMentions(everyone=False, users=True, roles=False, replied_user=True)
 
 LOGIN_TIMEOUT_S = 30.0  # the log-in's two requests; aiohttp alone would wait up to 5 minutes
+CATCH_UP_CHANNELS = 50  # channels read back after a (re)connect: those with the newest stored messages
+CATCH_UP_MESSAGES = 100  # of each channel's history (one request to Discord)
 EMBED_CHARS = 300  # of an embed's text in the message (a link preview or a bot's card, not an article)
 MEDIA_KINDS = ("image", "video", "audio")  # an attachment of another type is a [file: …]
 
@@ -241,6 +245,7 @@ class GieokBot(commands.Bot):
         self.core: BotCore | None = None
         self.outbox = DiscordOutbox(self)
         self._closed_core = False
+        self._catching_up: asyncio.Task[int] | None = None
 
     def attach(self, core: BotCore) -> None:
         self.core = core
@@ -291,6 +296,34 @@ class GieokBot(commands.Bot):
         if self.user is not None and self.core is not None:
             self.core.set_bot_user(str(self.user.id))
         log.info("connected as %s", self.user)
+        if self.core is not None and self.core.settings.catch_up_seconds > 0 and (
+                self._catching_up is None or self._catching_up.done()):
+            self._catching_up = asyncio.create_task(self.catch_up(), name="gieok-catch-up")
+
+    async def catch_up(self) -> int:
+        """What was said while no process of the bot was connected (the gateway does not replay
+        it after a new session): the channels with the newest stored messages are read back from
+        their history and the core takes in what nobody stored (`BotCore.catch_up`). Commands
+        found there are not run again. Returns how many messages were taken in."""
+        core = self.core
+        assert core is not None
+        since = time.time() - core.settings.catch_up_seconds
+        after = datetime.datetime.fromtimestamp(since, datetime.UTC)
+        taken = 0
+        for scope, _, last in await asyncio.to_thread(core.pipeline.tables.l1_conversations, CATCH_UP_CHANNELS):
+            channel = self.get_channel(int(scope.channel)) if scope.channel and scope.channel.isdigit() else None
+            if last < since or channel is None or not isinstance(channel, discord.abc.Messageable):
+                continue
+            try:
+                said = [m async for m in channel.history(limit=CATCH_UP_MESSAGES, after=after, oldest_first=True)]
+                recent = [inbound_from(m, self.user) for m in said
+                          if not self._ignored(m.author) and not (await self.get_context(m)).valid]
+                taken += await core.catch_up(ref_of(channel), recent)
+            except (discord.HTTPException, *NETWORK_FAILURES) as exc:  # no access any more, Discord away
+                log.warning("could not read back channel %s: %s", scope.channel, _one_line(exc))
+            except GieokError as exc:
+                log.warning("catching up channel %s stopped: %s", scope.channel, exc)
+        return taken
 
     def _ignored(self, author: discord.abc.User) -> bool:
         return self.core is None or author.bot or (self.user is not None and author.id == self.user.id)
@@ -364,6 +397,10 @@ class GieokBot(commands.Bot):
         log.info("%d message(s) deleted in channel %s: %d erased from memory", len(message_ids), ref.channel, erased)
 
     async def close(self) -> None:
+        if self._catching_up is not None and not self._catching_up.done():
+            self._catching_up.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._catching_up
         if self.core is not None and not self._closed_core:
             self._closed_core = True
             await self.core.close()

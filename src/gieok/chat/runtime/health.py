@@ -38,6 +38,7 @@ class Health:
     merged: int = 0  # plans redone because the same user wrote again while planning
     duplicates: int = 0  # messages another process (a replica) had already taken in
     claims_taken_over: int = 0  # messages taken in here because the process that claimed them died first
+    caught_up: int = 0  # messages taken in from a channel's history after a (re)connect: said while nobody listened
     edited: int = 0  # stored messages replaced by their edit where they were said
     deleted: int = 0  # stored messages erased because they were deleted where they were said
     limited_calls: int = 0  # calls not answered: a user's, a channel's limit or a guild's budget was spent
@@ -64,6 +65,7 @@ class Health:
         return {"uptime_s": round(self.clock() - self.started, 1), "messages_in": self.messages_in,
                 "replies_out": self.replies_out, "rate_limited": self.rate_limited, "merged": self.merged,
                 "duplicates": self.duplicates, "claims_taken_over": self.claims_taken_over,
+                "caught_up": self.caught_up,
                 "edited": self.edited, "deleted": self.deleted, "limited_calls": self.limited_calls,
                 "notices": self.notices, "model_calls": dict(self.model_calls),
                 "model_calls_per_reply": self.model_calls_per_reply(),
