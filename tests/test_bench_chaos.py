@@ -76,3 +76,13 @@ def test_every_kind_of_fault_under_load_loses_nothing(tmp_path: Path) -> None:
     targets = {name: t["pass"] for name, t in report["targets"].items() if name != "faults"}
     assert all(targets.values()), targets
     assert "what the history shows" in done.stdout and "targets" in done.stdout
+
+
+def test_after_the_first_round_the_claim_window_comes_three_times_a_round() -> None:
+    """The first round is every kind once (a short run meets each early); later rounds put the
+    claim-window kill in three times — a 600 s run reaches the ≥ 20 issue 43 asks for."""
+    plan = FaultPlan(list(KINDS), SEED)
+    first = [plan.next_kind() for _ in KINDS]
+    second = [plan.next_kind() for _ in range(len(KINDS) + 2)]
+    assert sorted(first) == sorted(KINDS)
+    assert second.count("kill_bot_in_claim") == 3 and set(second) == set(KINDS)
