@@ -177,6 +177,40 @@ def test_forgotten_blocks_leave_both_modes_alike(corpus: Corpus, pg_server: Post
         assert database.vectors_of(victims) == [None, None, None]
 
 
+def test_a_scope_listed_once_follows_appends_and_forgets_made_elsewhere(corpus: Corpus,
+                                                                        pg_server: PostgresServer) -> None:
+    """A filtered search lists the filter's blocks once per process and then only adds what was
+    appended since (store/postgres/search_index.py `_ScopeMembers`): after another process
+    appends to the channel and forgets some of it, the listing process's BM25 still agrees with
+    an in-process memory opened afterwards, score for score."""
+    url = pg_server.new_database()
+    with Memory(corpus.url, pg_index="memory", **SETTINGS) as source:
+        blocks = list(source.iter_blocks())
+        items = [{"text": b.text, "scope": {"guild": b.scope.guild, "channel": b.scope.channel}, "speaker": b.speaker,
+                  "event_time": b.event_time, "kind": b.kind} for b in blocks]
+        stored = np.stack([v for v in source.vectors_of([b.block_index for b in blocks]) if v is not None])
+    first = [i for i in range(len(items)) if i % 3 != 2]  # both channels in both halves
+    later = [i for i in range(len(items)) if i % 3 == 2]
+    channel = corpus.channels[0]
+    scope = {"channel": channel}
+    with Memory(url, pg_index="memory", **SETTINGS) as writer:
+        writer.add_many([items[i] for i in first], vectors=stored[first])
+    with Memory(url, pg_index="database", **SETTINGS) as database:
+        for question, vector in corpus.questions[:5]:  # the channel is listed here, with 2/3 of its blocks
+            database.search(question, 10, scope=scope, layers=False, query_vector=vector, mode="bm25")
+        with Memory(url, pg_index="memory", **SETTINGS) as other:  # another process writes meanwhile
+            added = other.add_many([items[i] for i in later], vectors=stored[later])
+            in_channel = [b.block_index for b in added if b.scope.channel == channel]
+            assert in_channel and other.forget([*in_channel[:5], in_channel[-1]])
+        with Memory(url, pg_index="memory", **SETTINGS) as fresh:
+            for question, vector in corpus.questions:
+                mine = database.search(question, 10, scope=scope, layers=False, query_vector=vector, mode="bm25")
+                theirs = fresh.search(question, 10, scope=scope, layers=False, query_vector=vector, mode="bm25")
+                top = [(h.block.block_index, round(h.breakdown.bm25, 4)) for h in mine.hits]
+                assert top == [(h.block.block_index, round(h.breakdown.bm25, 4)) for h in theirs.hits], question
+                assert all(h.block.scope.channel == channel and not h.block.forgotten for h in mine.hits)
+
+
 def test_neighbours_and_stored_vectors_agree(corpus: Corpus, both: tuple[Memory, Memory]) -> None:
     in_process, database = both
     for block_index in (1, 2, 50, 131, 250):

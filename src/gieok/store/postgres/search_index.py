@@ -6,12 +6,15 @@ What each question costs (every statement one round trip, on indexes of migratio
 
 - **Filters** (scope, kinds, time range, live) are `WHERE` conditions on `blocks`, the same ones
   `list_blocks` uses (`_filter_sql`).
-- **BM25** reads the postings of the query's terms, each with its block's token count (migration
-  14; joined with `blocks` only when the search is filtered), materialises them once,
-  takes each term's document frequency from that set and scores with FTS5's formula and constants
-  — the engine's in-process BM25 (`index/bm25.py`): the statistics (N, average length, df) are the
-  searched scope's, not the whole store's. N and the total length of a scope are a count over
-  its live blocks, cached per filter until the next change (`changed`). Scores are single
+- **BM25** reads the query terms' packed postings (store/postgres/packs.py), each with its
+  block's token count, and scores in numpy with FTS5's formula and constants — as the engine's
+  in-process BM25 (`index/bm25.py`) does: the statistics (N, average length, df) are the searched
+  scope's, not the whole store's. A filtered search keeps the postings of the filter's blocks: the
+  filter's member list (`_ScopeMembers`), listed once per process and extended by the blocks
+  appended since — so a conversation's search reads the same packs an unscoped one does (channel
+  of 14,623 blocks in 100k: 4.6 ms, where joining every posting of the terms with `blocks` took
+  36 ms). A filter passing more than `SCOPE_MEMBERS_MAX` blocks keeps the join. N and the total
+  length of a scope come with its members, counted again when blocks were forgotten. Scores are single
   precision, as the numpy postings' are: in double precision the many near-equal scores of
   blocks matching only a frequent term (idf at its floor) stopped being ties, and which of them
   made the candidate list changed.
@@ -55,6 +58,8 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 SCOPE_STATISTICS_CACHED = 256  # filters whose live-block count and total length a process keeps
+SCOPES_LISTED = 64  # filters whose members (block indices) a process keeps: `_ScopeMembers`
+SCOPE_MEMBERS_MAX = 400_000  # a filter passing more blocks is searched with SQL joins, not a member list
 SECOND_QUESTIONS = 4  # searches of a process whose vector query may run beside its BM25 at once
 
 
@@ -107,6 +112,23 @@ class _ScopeStatistics:
     documents: int  # live blocks passing the filter
     total_length: int  # their tokens
     blocks: int  # every block ever appended (the in-process index's size, forgotten ones too)
+    members: np.ndarray | None = None  # the filter's blocks (sorted int32), when it passes few enough
+
+
+@dataclass(slots=True)
+class _ScopeMembers:
+    """The blocks a filter passes, kept per process and brought up to date by what changed, not
+    listed again: a block's scope, kind and time never change and block indices are appended in
+    order (one append at a time: the chain's lock), so the blocks past `covered` are all a
+    change can add. A block forgotten since stays listed — harmless, it has no postings and no
+    vector left — but the live count and length are counted again when blocks were forgotten."""
+
+    members: np.ndarray  # sorted int32 block indices, live when listed
+    covered: int  # the highest block index looked at
+    documents: int
+    total_length: int
+    forgotten: int  # the store's forgotten blocks when `documents` was counted
+    too_many: bool = False  # passes more than SCOPE_MEMBERS_MAX: no list kept
 
 
 def _filter_key(filt: BM25Filter) -> tuple[Any, ...]:
@@ -140,7 +162,9 @@ class _DatabaseScope:
         documents = max(1, stats.documents)
         avgdl = max(1e-9, stats.total_length / documents)
         if not self.filtered:
-            return self._bm25_packed(terms, documents, avgdl, limit)
+            return self._bm25_packed(terms, documents, avgdl, limit, None)
+        if stats.members is not None:
+            return self._bm25_packed(terms, documents, avgdl, limit, stats.members)
         scope = f"JOIN blocks b ON b.block_index = p.block_index AND {' AND '.join(self.conditions)} "
         sql = (
             "WITH matches AS MATERIALIZED (SELECT p.term, p.block_index, p.tf, p.length FROM postings p "
@@ -157,12 +181,23 @@ class _DatabaseScope:
         return (np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
                 np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows)))
 
-    def _bm25_packed(self, terms: list[str], documents: int, avgdl: float, limit: int) -> tuple[np.ndarray, np.ndarray]:
-        """Unscoped BM25 over the terms' packed postings (store/postgres/packs.py), scored as the
+    def _bm25_packed(self, terms: list[str], documents: int, avgdl: float, limit: int,
+                     members: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 over the terms' packed postings (store/postgres/packs.py), scored as the
         in-process index scores (index/bm25.py: float32, term by term in query order, the same
-        statistics), so both modes give the same scores, not just the same order."""
+        statistics), so both modes give the same scores, not just the same order. Scoped to
+        `members` (a filter's blocks) when given: postings of other blocks neither score nor
+        count in a term's document frequency — one read of the packs instead of joining every
+        posting of the terms with `blocks` (36 ms for a channel of 14,623 blocks in 100k)."""
         postings = decode_postings(self.index.db.fetch(READ_PACKS, (terms, terms)))
-        present = [t for t in terms if t in postings]
+        if members is not None:
+            inside = np.zeros(int(members[-1]) + 1 if members.shape[0] else 0, dtype=bool)
+            inside[members] = True
+            for term, (rows, tf, length) in list(postings.items()):
+                keep = rows < inside.shape[0]
+                keep[keep] = inside[rows[keep]]
+                postings[term] = (rows[keep], tf[keep], length[keep])
+        present = [t for t in terms if t in postings and postings[t][0].shape[0]]
         if not present:
             return _EMPTY
         scores = np.zeros(max(int(postings[t][0].max()) for t in present) + 1, dtype=np.float32)
@@ -279,15 +314,65 @@ class PostgresSearchIndex:
         self.ann_threshold = ann_threshold
         self.facts_cache: BoundedCache[int, _BlockFacts] = BoundedCache(cache_size)
         self.scope_cache: BoundedCache[tuple[Any, ...], _ScopeStatistics] = BoundedCache(SCOPE_STATISTICS_CACHED)
+        self.scopes: BoundedCache[tuple[Any, ...], _ScopeMembers] = BoundedCache(SCOPES_LISTED)
+        self._scopes_lock = threading.Lock()
+        self._state: tuple[int, int] | None = None  # the store's (last block index, forgotten blocks)
 
     def changed(self) -> None:
-        """Blocks were appended or forgotten (here or elsewhere): scope statistics are stale. The
-        facts of live blocks never change, so they stay."""
+        """Blocks were appended or forgotten (here or elsewhere): scope statistics are stale and
+        the scopes' member lists are brought up to date at their next use. The facts of live
+        blocks never change, so they stay."""
         self.scope_cache.clear()
+        self._state = None
 
     def drop_caches(self) -> None:
         self.facts_cache.clear()
         self.scope_cache.clear()
+        self.scopes.clear()
+        self._state = None
+
+    def _store_state(self) -> tuple[int, int]:
+        """(last block index, blocks forgotten), read again after a change: what tells a scope's
+        member list what to add, and whether its live count must be counted again."""
+        state = self._state
+        if state is None:
+            row = self.db.fetch("SELECT (SELECT coalesce(max(block_index), 0) FROM blocks), "
+                                "(SELECT count(*) FROM blocks WHERE forgotten_at IS NOT NULL)")[0]
+            state = self._state = (int(row[0]), int(row[1]))
+        return state
+
+    def _members(self, filt: BM25Filter, conditions: list[str], params: list[Any]) -> _ScopeStatistics:
+        """A filtered scope's statistics with its member list (`_ScopeMembers`), listed once per
+        process and extended by the blocks appended since."""
+        last, forgotten = self._store_state()
+        key = _filter_key(filt)
+        where = " AND ".join(conditions)
+        listing = ("SELECT b.block_index, coalesce(bt.length, 0) FROM blocks b "
+                   f"LEFT JOIN block_tokens bt ON bt.block_index = b.block_index WHERE {where} "
+                   "AND b.block_index > ? AND b.block_index <= ? ORDER BY b.block_index LIMIT ?")
+        with self._scopes_lock:  # one listing per filter, however many searches wait for it
+            entry = self.scopes.get(key)
+            if entry is None or (entry.too_many and entry.covered < last):
+                entry = _ScopeMembers(np.empty(0, dtype=np.int32), 0, 0, 0, forgotten)
+            if entry.covered < last and not entry.too_many:
+                rows = self.db.fetch(listing, [*params, entry.covered, last, SCOPE_MEMBERS_MAX + 1])
+                found = np.fromiter((r[0] for r in rows), dtype=np.int32, count=len(rows))
+                if entry.members.shape[0] + found.shape[0] > SCOPE_MEMBERS_MAX:
+                    entry.too_many, entry.members = True, np.empty(0, dtype=np.int32)
+                else:
+                    entry.members = np.concatenate([entry.members, found])
+                    entry.documents += len(rows)
+                    entry.total_length += sum(int(r[1]) for r in rows)
+                entry.covered = last
+            if entry.forgotten != forgotten or entry.too_many:  # count the live ones again
+                row = self.db.fetch(
+                    "SELECT count(*), coalesce(sum(bt.length), 0) FROM blocks b "
+                    f"LEFT JOIN block_tokens bt ON bt.block_index = b.block_index WHERE {where} "
+                    "AND b.block_index <= ?", [*params, last])[0]
+                entry.documents, entry.total_length, entry.forgotten = int(row[0]), int(row[1]), forgotten
+            self.scopes.put(key, entry)
+            return _ScopeStatistics(entry.documents, entry.total_length, last,
+                                    None if entry.too_many else entry.members)
 
     def scope_statistics(self, filt: BM25Filter, conditions: list[str], params: list[Any]) -> _ScopeStatistics:
         key = _filter_key(filt)
@@ -295,13 +380,11 @@ class PostgresSearchIndex:
         if cached is not None:
             return cached
         if is_filtered(filt):
-            row = self.db.fetch(
-                "SELECT count(*), coalesce(sum(bt.length), 0), (SELECT coalesce(max(block_index), 0) FROM blocks) "
-                f"FROM blocks b LEFT JOIN block_tokens bt ON bt.block_index = b.block_index "
-                f"WHERE {' AND '.join(conditions)}", params)[0]
-        else:
-            row = self.db.fetch("SELECT documents, total_length, (SELECT coalesce(max(block_index), 0) FROM blocks) "
-                                "FROM bm25_stats")[0]
+            stats = self._members(filt, conditions, params)
+            self.scope_cache.put(key, stats)
+            return stats
+        row = self.db.fetch("SELECT documents, total_length, (SELECT coalesce(max(block_index), 0) FROM blocks) "
+                            "FROM bm25_stats")[0]
         stats = _ScopeStatistics(int(row[0]), int(row[1]), int(row[2]))
         self.scope_cache.put(key, stats)
         return stats
