@@ -179,7 +179,8 @@ export interface StoredMessage {
 /**
  * What `addMessages` did: the messages stored, the ids it had already (not stored again), those
  * sent again with another text (edited), the ids the guard flagged, whether summaries and facts
- * run ("on" or "off: why") and whether fact extraction started ("started", "not due", "off").
+ * run ("on" or "off: why") and whether fact extraction started ("started", "not due", "off"), and the
+ * server's time per stage (guard, embeddings, store, working memory, events) with `total_ms`.
  */
 export interface MessagesResult {
   conversation: StoredScope;
@@ -189,6 +190,7 @@ export interface MessagesResult {
   flagged: string[];
   summaries_and_facts: string;
   extraction: string;
+  timings_ms: Record<string, number>;
 }
 
 export interface ContextFact {
@@ -402,16 +404,19 @@ export function readMessagesResult(value: unknown): MessagesResult {
     conversation: readScope(data.conversation), stored: each(data.stored, readStored), duplicates: texts(data.duplicates),
     edited: each(data.edited, readStored), flagged: texts(data.flagged),
     summaries_and_facts: text(data.summaries_and_facts), extraction: text(data.extraction),
+    timings_ms: numbers(data.timings_ms),
   };
 }
 
-/** This result followed by a later request's (a long list is sent in several): lists concatenate, the status is the later one's, extraction counts as started if either request started it. */
+/** This result followed by a later request's (a long list is sent in several): lists concatenate, the status is the later one's, extraction counts as started if either request started it, the stages' times add up. */
 export function mergeMessagesResults(first: MessagesResult, later: MessagesResult): MessagesResult {
   return {
     conversation: first.conversation, stored: [...first.stored, ...later.stored],
     duplicates: [...first.duplicates, ...later.duplicates], edited: [...first.edited, ...later.edited],
     flagged: [...first.flagged, ...later.flagged], summaries_and_facts: later.summaries_and_facts,
     extraction: first.extraction === "started" || later.extraction === "started" ? "started" : later.extraction,
+    timings_ms: Object.fromEntries([...new Set([...Object.keys(first.timings_ms), ...Object.keys(later.timings_ms)])]
+      .map((stage) => [stage, (first.timings_ms[stage] ?? 0) + (later.timings_ms[stage] ?? 0)])),
   };
 }
 

@@ -32,6 +32,7 @@ test("messages in Korean and English come back in the conversation's context", a
   assert.deepEqual(result.stored.map((m) => m.id), ["m1", "m2", "m3"]);
   assert.deepEqual(result.conversation, { guild: "g1", channel, user: null });
   assert.ok(result.stored.every((m) => m.l1_id !== null));
+  assert.ok(result.timings_ms.total_ms > 0, JSON.stringify(result.timings_ms)); // the server's time per stage
 
   const again = await memory.addMessages(channel, messages.slice(0, 1), { guild: "g1" });
   assert.deepEqual(again.duplicates, ["m1"]); // an id is stored once
