@@ -748,8 +748,10 @@ def bench_pgstateless(
 @bench_app.command("facts")
 def bench_facts(
     data: Annotated[Path | None, typer.Option("--data", help='JSONL of {"old", "new", "label": '
-                                                             'duplicate|conflict|distinct} (default: the bundled '
-                                                             'pairs).')] = None,
+                                                             'duplicate|conflict|distinct}, scored whole (default: '
+                                                             'the bundled pairs; benchmarks/data/'
+                                                             'fact_pairs_fresh.jsonl is the second held-out '
+                                                             'set).')] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     split: Annotated[str, typer.Option(help="Bundled pairs half: test (held out), dev (tuned on) or all.")] = "test",
     duplicate_threshold: Annotated[float | None, typer.Option(help="Override fact_duplicate_threshold.")] = None,

@@ -23,14 +23,23 @@ from gieok.chat.data.labeled import (
 )
 from gieok.errors import InvalidInputError
 
-__all__ = ["DATA", "GUARD_HELDOUT", "GATEKEEPER_HELDOUT", "FACT_PAIRS", "FACT_ANSWERS", "LOCOMO_KO_DEV",
-           "FACT_LABELS", "FACT_SPLIT", "fact_split", "guard_corpus", "gate_examples", "load_fact_pairs",
-           "load_fact_answers"]
+__all__ = ["DATA", "GUARD_HELDOUT", "GUARD_FRESH", "GATEKEEPER_HELDOUT", "GATEKEEPER_FRESH", "FACT_PAIRS",
+           "FACT_PAIRS_FRESH", "FACT_ANSWERS", "LOCOMO_KO_DEV", "FACT_LABELS", "FACT_SPLIT", "fact_split",
+           "guard_corpus", "gate_examples",
+           "load_fact_pairs", "load_fact_answers"]
 
 DATA = Path(__file__).resolve().parent / "data"
 GUARD_HELDOUT = DATA / "guard_heldout.jsonl"
+# A second held-out set, written apart from both halves of the corpus (issue 42): everyday chat and
+# injections, scored whole with `gieok bench guard --data`. No loader joins it to the corpus, so no
+# training or calibration reads it.
+GUARD_FRESH = DATA / "guard_fresh.jsonl"
 GATEKEEPER_HELDOUT = DATA / "gatekeeper_heldout.jsonl"
+# Written apart from both halves above (issue 42) and never trained on: `gieok bench gatekeeper --data` it.
+GATEKEEPER_FRESH = DATA / "gatekeeper_fresh.jsonl"
 FACT_PAIRS = DATA / "fact_pairs.jsonl"
+# Written apart from fact_pairs.jsonl and never tuned on: `gieok bench facts --data` scores it whole.
+FACT_PAIRS_FRESH = DATA / "fact_pairs_fresh.jsonl"
 FACT_ANSWERS = DATA / "fact_answers.jsonl"
 LOCOMO_KO_DEV = DATA / "locomo_ko_dev.json"
 FACT_LABELS = ("duplicate", "conflict", "distinct")

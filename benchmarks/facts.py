@@ -29,6 +29,7 @@ import numpy as np
 from rich.console import Console
 
 from benchmarks.datasets import FACT_LABELS, fact_split, load_fact_answers, load_fact_pairs
+from benchmarks.guard import wilson_interval
 from benchmarks.report import median, print_and_write, progress_bar, results_table, table_console
 from gieok.chat.agent.fact_review import list_known_facts, store_reviewed
 from gieok.chat.agent.gatekeeper import Analyst
@@ -129,14 +130,28 @@ class _no_bar:
 
 
 def _scores(rows: list[dict[str, Any]], predictions: list[str]) -> dict[str, Any]:
+    """Precision and recall per label, each with its 95 % Wilson interval (`*_ci95`): a few hundred
+    pairs leave recall uncertain by ±0.07 or more, so a change is read against the interval."""
     out: dict[str, Any] = {}
     for label in FACT_LABELS:
         tp = sum(1 for r, p in zip(rows, predictions) if p == label and r["label"] == label)
         predicted = sum(1 for p in predictions if p == label)
         actual = sum(1 for r in rows if r["label"] == label)
         out[label] = {"precision": round(tp / predicted, 4) if predicted else 0.0,
-                      "recall": round(tp / actual, 4) if actual else 0.0, "n": actual}
+                      "recall": round(tp / actual, 4) if actual else 0.0, "n": actual, "found": tp,
+                      "predicted": predicted, "precision_ci95": list(wilson_interval(tp, predicted)),
+                      "recall_ci95": list(wilson_interval(tp, actual))}
     out["accuracy"] = round(sum(1 for r, p in zip(rows, predictions) if r["label"] == p) / len(rows), 4)
+    return out
+
+
+def _by_language(rows: list[dict[str, Any]], predictions: list[str]) -> dict[str, Any]:
+    """Duplicate precision and recall per `lang` of the rows (ko / en / mixed), when rows say it."""
+    out: dict[str, Any] = {}
+    for lang in sorted({str(r.get("lang")) for r in rows if r.get("lang")}):
+        part = [(r, p) for r, p in zip(rows, predictions) if r.get("lang") == lang]
+        duplicate = _scores([r for r, _ in part], [p for _, p in part])["duplicate"]
+        out[lang] = {"pairs": len(part), **{k: duplicate[k] for k in ("n", "precision", "recall", "recall_ci95")}}
     return out
 
 
@@ -167,6 +182,9 @@ def measure_facts(data: str | Path | None = None, *, split: str = "test", duplic
     scores = _scores(rows, predictions)
     return {"mode": f"llm {llm}" if llm != "off" else "offline",
             "dedup_precision": scores["duplicate"]["precision"], "dedup_recall": scores["duplicate"]["recall"],
+            "dedup_precision_ci95": scores["duplicate"]["precision_ci95"],
+            "dedup_recall_ci95": scores["duplicate"]["recall_ci95"],
+            "dedup_by_language": _by_language(rows, predictions),
             "conflict_precision": scores["conflict"]["precision"], "conflict_recall": scores["conflict"]["recall"],
             "accuracy": scores["accuracy"], "n": len(rows), "split": split if data is None else "file",
             "p50_ms": round(median(times), 4),
@@ -177,18 +195,27 @@ def measure_facts(data: str | Path | None = None, *, split: str = "test", duplic
             "_wrong": [(r["label"], p, r["old"], r["new"]) for r, p in zip(rows, predictions) if r["label"] != p]}
 
 
+def _with_interval(rate: float, interval: list[float]) -> str:
+    return f"{rate:.3f} ({interval[0]:.3f}-{interval[1]:.3f})"
+
+
 def print_facts(report: dict[str, Any], console: Console | None = None) -> None:
     console = table_console(console)
     scores = report["_scores"]
     table = results_table(f"fact judge ({report['mode']}) on {report['n']} pairs ({report['_source']}); "
                           f"duplicate ≥ {report['duplicate_threshold']}, conflict ≥ {report['conflict_threshold']}, "
                           f"changed words ≥ {report['span_threshold']}",
-                          ("label", "pairs", "precision", "recall"))
+                          ("label", "pairs", "precision (95 % CI)", "recall (95 % CI)"))
     for label in FACT_LABELS:
-        table.add_row(label, str(scores[label]["n"]), f"{scores[label]['precision']:.3f}",
-                      f"{scores[label]['recall']:.3f}")
+        score = scores[label]
+        table.add_row(label, str(score["n"]), _with_interval(score["precision"], score["precision_ci95"]),
+                      _with_interval(score["recall"], score["recall_ci95"]))
     table.add_row("all", str(report["n"]), f"accuracy {scores['accuracy']:.3f}", "")
     console.print(table)
+    for lang, part in report.get("dedup_by_language", {}).items():
+        console.print(f"  {lang}: {part['pairs']} pairs, duplicate recall "
+                      f"{_with_interval(part['recall'], part['recall_ci95'])} of {part['n']}, "
+                      f"precision {part['precision']:.3f}", highlight=False)
     if "judged_by" in report:
         console.print(f"  judged by: {report['judged_by']}; pairs without a recorded answer: "
                       f"{report['missing_answers']}", highlight=False)

@@ -43,6 +43,7 @@ import numpy as np
 from rich.console import Console
 
 from benchmarks.datasets import gate_examples
+from benchmarks.guard import wilson_interval
 from benchmarks.report import median, percentile, print_and_write, progress_bar, results_table, table_console
 from gieok.chat.agent.classifier import classifier_encoder, embed_messages, message_model_name
 from gieok.chat.agent.response_classifier import ResponseClassifier, embed_examples, strip_speaker
@@ -61,6 +62,19 @@ def _metrics(labels: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"accuracy": round(float((labels == predicted).mean()), 4), "precision": round(precision, 4),
             "recall": round(recall, 4), "f1": round(f1, 4)}
+
+
+def _accuracy_by_language(rows: list[GateExample], labels: np.ndarray,
+                          predicted: np.ndarray) -> dict[str, dict[str, Any]]:
+    """Accuracy per language with its 95 % Wilson interval: a few hundred examples a language
+    leave a few points of doubt, and a difference between two models inside it is not one."""
+    out = {}
+    for lang in sorted({e.lang or "-" for e in rows}):
+        index = [i for i, e in enumerate(rows) if (e.lang or "-") == lang]
+        correct = int((labels[index] == predicted[index]).sum())
+        out[lang] = {"n": len(index), "accuracy": round(correct / len(index), 4),
+                     "accuracy_ci95": list(wilson_interval(correct, len(index)))}
+    return out
 
 
 def _text_count(examples: list[GateExample]) -> int:
@@ -170,6 +184,8 @@ def measure_gatekeeper(data: str | Path | None = None, *, threshold: float = 0.7
     decided = (p >= threshold) | (p <= 1 - threshold)
     return {
         **_metrics(labels, predicted),
+        "accuracy_ci95": list(wilson_interval(int((labels == predicted).sum()), len(rows))),
+        "by_language": _accuracy_by_language(rows, labels, predicted),
         "p50_ms": round(median(total_ms), 3),  # with embedding the message
         "p50_ms_classifier": round(median(classifier_ms), 4),  # on ready vectors
         "p95_ms": round(percentile(total_ms, 95), 3),
@@ -186,12 +202,17 @@ def print_gatekeeper(report: dict[str, Any], console: Console | None = None) -> 
     threshold = report["threshold"]
     table = results_table(f"gatekeeper stage 1 on {report['n']} examples ({report['_source']}); "
                           f"{report['skipped_explicit']} explicit calls skipped",
-                          ("n", "accuracy", "precision", "recall", "F1", f"unsure (threshold {threshold})",
-                           "accuracy when sure", "p50 ms (vectors)", "p50 ms (with embedding)"))
-    table.add_row(str(report["n"]), f"{report['accuracy']:.3f}", f"{report['precision']:.3f}",
+                          ("n", "accuracy", "95 % interval", "precision", "recall", "F1",
+                           f"unsure (threshold {threshold})", "accuracy when sure", "p50 ms (vectors)",
+                           "p50 ms (with embedding)"))
+    low, high = report["accuracy_ci95"]
+    table.add_row(str(report["n"]), f"{report['accuracy']:.3f}", f"{low:.3f}–{high:.3f}", f"{report['precision']:.3f}",
                   f"{report['recall']:.3f}", f"{report['f1']:.3f}", f"{report['unsure_share']:.3f}",
                   f"{report['accuracy_when_sure']:.3f}", f"{report['p50_ms_classifier']:.3f}",
                   f"{report['p50_ms']:.2f}")
+    for lang, row in report["by_language"].items():
+        low, high = row["accuracy_ci95"]
+        table.add_row(f"{lang}: {row['n']}", f"{row['accuracy']:.3f}", f"{low:.3f}–{high:.3f}", *[""] * 7)
     console.print(table)
     if len(report["_by_kind"]) > 1:
         by_kind = results_table("accuracy by kind / language", ("kind / lang", "n", "label true", "accuracy"))

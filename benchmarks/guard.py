@@ -41,10 +41,22 @@ from gieok.chat.data.labeled import GUARD_SPLIT, ORDINARY_KIND, guard_split
 from gieok.errors import InvalidInputError
 
 __all__ = ["measure_guard", "print_guard", "run_guard", "calibrate_guard", "print_calibration", "save_guard_model",
-           "memory_embedder", "cascade_scores", "ordinary_chat", "measure_ordinary", "print_ordinary", "run_ordinary"]
+           "memory_embedder", "cascade_scores", "ordinary_chat", "measure_ordinary", "print_ordinary", "run_ordinary",
+           "wilson_interval"]
 
 CALIBRATION_FOLDS = 5
 CALIBRATION_SHUFFLES = 3
+
+
+def wilson_interval(part: int, whole: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a rate (95 % at z 1.96): unlike the normal approximation it
+    stays inside [0, 1] and is honest at rates near 0 or 1, where a guard's numbers live."""
+    if whole == 0:
+        return 0.0, 1.0
+    rate = part / whole
+    centre = (rate + z * z / (2 * whole)) / (1 + z * z / whole)
+    spread = z * math.sqrt(rate * (1 - rate) / whole + z * z / (4 * whole * whole)) / (1 + z * z / whole)
+    return round(max(0.0, centre - spread), 4), round(min(1.0, centre + spread), 4)
 
 
 def memory_embedder() -> Any:
@@ -138,6 +150,8 @@ def score_guard(rows: list[dict[str, Any]], *, threshold: float = 0.7,
     report: dict[str, Any] = {
         "detection_rate": round(detected / attacks, 4) if attacks else 0.0,
         "false_alarm_rate": round(alarms / benign, 4) if benign else 0.0, "n": len(rows),
+        "detection_ci95": list(wilson_interval(detected, attacks)),
+        "false_alarm_ci95": list(wilson_interval(alarms, benign)),
         "_counts": {"attacks": attacks, "detected": detected, "benign": benign, "false_alarms": alarms},
         "_by_language": _by_language(rows, flagged),
         "_p50_ms": median(times), "_misses": misses, "_false_alarms": false_alarms,
@@ -198,7 +212,8 @@ def measure_ordinary(chat_files: Sequence[str | Path] = (), *, threshold: float 
                             "false_alarm_rate": scored["false_alarm_rate"]}
         examples[name] = scored["_false_alarms"]
     return {"sources": per_source, "messages": total, "false_alarms": alarms,
-            "false_alarm_rate": round(alarms / total, 4) if total else 0.0, "_method": method, "_second": second,
+            "false_alarm_rate": round(alarms / total, 4) if total else 0.0,
+            "false_alarm_ci95": list(wilson_interval(alarms, total)), "_method": method, "_second": second,
             "_examples": examples}
 
 
@@ -209,7 +224,8 @@ def print_ordinary(report: dict[str, Any], console: Console | None = None) -> No
                           ("source", "messages", "false alarms", "false-alarm rate"), left=("source",))
     for name, row in report["sources"].items():
         table.add_row(name, str(row["messages"]), str(row["false_alarms"]), f"{row['false_alarm_rate']:.3f}")
-    table.add_row("all", str(report["messages"]), str(report["false_alarms"]), f"{report['false_alarm_rate']:.3f}")
+    table.add_row("all", str(report["messages"]), str(report["false_alarms"]), _rate(report["false_alarms"],
+                                                                                      report["messages"]))
     console.print(table)
     for name, found in report["_examples"].items():
         for score, text, matches in found[:5]:
@@ -226,7 +242,11 @@ def run_ordinary(chat_files: Sequence[str | Path] = (), json_out: str | Path | N
 
 
 def _rate(part: int, whole: int) -> str:
-    return f"{part / whole:.3f}" if whole else "-"
+    """The rate with its 95 % Wilson interval."""
+    if not whole:
+        return "-"
+    low, high = wilson_interval(part, whole)
+    return f"{part / whole:.3f} ({low:.3f}-{high:.3f})"
 
 
 def print_guard(report: dict[str, Any], console: Console | None = None) -> None:
@@ -240,11 +260,11 @@ def print_guard(report: dict[str, Any], console: Console | None = None) -> None:
                        f"{report['second_stage_share']:.1%} of messages")
     table = results_table(f"injection guard ({method}, threshold {thresholds}) on {report['n']} examples "
                           f"({report['_source']})",
-                          ("language", "attacks", "detected", "detection rate", "benign", "false alarms",
-                           "false-alarm rate", "p50 ms"), left=("language",))
+                          ("language", "attacks", "detected", "detection rate (95% CI)", "benign", "false alarms",
+                           "false-alarm rate (95% CI)", "p50 ms"), left=("language",))
     counts = report["_counts"]
-    table.add_row("all", str(counts["attacks"]), str(counts["detected"]), f"{report['detection_rate']:.3f}",
-                  str(counts["benign"]), str(counts["false_alarms"]), f"{report['false_alarm_rate']:.3f}",
+    table.add_row("all", str(counts["attacks"]), str(counts["detected"]), _rate(counts["detected"], counts["attacks"]),
+                  str(counts["benign"]), str(counts["false_alarms"]), _rate(counts["false_alarms"], counts["benign"]),
                   f"{report['_p50_ms']:.3f}")
     by_language = report["_by_language"]
     for lang, attacks, detected, benign, alarms in by_language if len(by_language) > 1 else ():

@@ -250,3 +250,49 @@ def test_fact_store_keeps_the_sisters_fact_and_drops_a_reworded_ability(memory: 
     assert pilot.action == "stored" and brother.action == "stored"
     assert current(facts) == ["<user:1>는 여동생이 있다.", "<user:1>의 여동생은 고등학생이다.",
                               "<user:1>는 수영할 줄 안다."]
+
+
+def test_acronyms_and_the_kiwi_reading_of_a_korean_subject() -> None:
+    """An acronym of three or more capitals stands for the words its capitals begin; two are too
+    ambiguous ("CS"). A Korean fact is read with its subject as a pronoun, so kiwi reads 해요체 and
+    honorific endings as the plain form does ("개발자예요" was "개발", "개발자다" "개발자")."""
+    assert label("<user:1> lives in NYC.", "<user:1> lives in New York City.") == "duplicate"
+    assert label("<user:1> plays GTA 5 every night.", "<user:1> plays Grand Theft Auto 5 every night.") == "duplicate"
+    assert label("<user:1> studies CS.", "<user:1> studies cognitive science.") != "duplicate"
+    assert label("<user:1> lives in NYC.", "<user:1> lives in New Jersey.") != "duplicate"
+    assert label("<user:1>는 개발자예요.", "<user:1>는 개발자다.") == "duplicate"
+    assert label("<user:1>는 선생님이세요.", "<user:1>는 선생님이다.") == "duplicate"
+    assert label("<user:1>는 개발자예요.", "<user:1>는 디자이너다.") != "duplicate"
+    assert label("<user:1>는 부산에 살아요.", "<user:1>는 대구에 산다.") != "duplicate"
+
+
+def test_fact_bench_reports_wilson_intervals() -> None:
+    """`gieok bench facts` gives each precision and recall with its 95 % Wilson interval: 15 of 15
+    duplicates right is a precision of 1.000 whose interval still reaches down to 0.796."""
+    from benchmarks.facts import _scores
+
+    rows = [{"label": "duplicate"}] * 20 + [{"label": "distinct"}] * 10
+    scores = _scores(rows, ["duplicate"] * 15 + ["distinct"] * 15)
+    duplicate = scores["duplicate"]
+    assert (duplicate["precision"], duplicate["recall"]) == (1.0, 0.75)
+    assert duplicate["precision_ci95"] == [0.7961, 1.0]
+    assert duplicate["recall_ci95"][0] < 0.75 < duplicate["recall_ci95"][1]
+
+
+def test_the_fresh_pairs_are_held_out_apart_from_the_bundled_ones() -> None:
+    """The fresh set (written apart, never tuned on) is large, bilingual, has all three labels, uses
+    the `<user:ID>` subject the bot stores, and repeats no bundled pair after normalisation."""
+    import re
+
+    from benchmarks.datasets import FACT_PAIRS_FRESH, load_fact_pairs
+
+    def normal(row: dict[str, str]) -> str:
+        return "|".join(re.sub(r"[\W_]+", "", re.sub(r"<user:\d+>", "U", row[k]).casefold()) for k in ("old", "new"))
+
+    fresh = load_fact_pairs(FACT_PAIRS_FRESH)
+    assert len(fresh) >= 300
+    korean = sum(1 for r in fresh if r["lang"] == "ko")
+    assert 0.4 <= korean / len(fresh) <= 0.6
+    assert {r["label"] for r in fresh} == {"duplicate", "conflict", "distinct"}
+    assert sum(1 for r in fresh if r["old"].startswith("<user:")) >= 0.8 * len(fresh)
+    assert not {normal(r) for r in fresh} & {normal(r) for r in load_fact_pairs()}

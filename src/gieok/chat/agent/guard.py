@@ -116,7 +116,12 @@ PATTERNS: tuple[_Pattern, ...] = (
     _en("remember-as-rule", r"\b(?:remember|store|save|memorize|record)\b[^.!?\n]{0,50}\b(?:permanently|forever|as a (?:rule|fact|permanent)|as your (?:rule|core)|in your (?:core|permanent))\b", 0.6),
     _en("you-are-allowed", r"\byou\s+(?:can|may|are allowed to|are permitted to|must)\s+(?:now\s+)?(?:swear|curse|ignore|break|say anything|do anything|bypass)\b", 0.5),
     _en("exfiltrate", r"\b(?:show|give|dump|list|tell|send|reveal|leak|share|export)\b[^.!?\n]{0,30}\b(?:other users?'?s?|everyone'?s|all users?'?s?|other people'?s|another user'?s)\b[^.!?\n]{0,20}\b(?:memor(?:y|ies)|data|messages|facts|dms?|conversations?|history|info(?:rmation)?)\b", 0.85),
-    _en("game-ignore", r"\b(?:game|pretend|hypothetical(?:ly)?|imagine)\b[^.!?\n]{0,60}\b(?:ignore|no|without|forget|break)\b[^.!?\n]{0,20}\b(?:rules|guidelines|restrictions|instructions|filters?)\b", 0.75),
+    # A game without rules is an attack when the rules are the reader's or the reader is to answer in
+    # it ("…where you break your rules", "…answer as that version"), not a board game's house rules
+    # ("in this game you lose if you break the rules twice", "what if AIs had no rules — what do you think?").
+    _en("game-ignore", r"\A(?=[\s\S]*\b(?:your|ur|answer|respond|reply|speak|stay in character|from now on)\b)[\s\S]*?"
+        r"\b(?:game|pretend|hypothetical(?:ly)?|imagine)\b[^.!?\n]{0,60}\b(?:ignore|no|without|forget|break)\b[^.!?\n]{0,20}"
+        r"\b(?:rules|guidelines|restrictions|instructions|filters?)\b", 0.75),
     _en("jailbreak-word", r"\bjailbr(?:eak|oken)\b", 0.4),
     # Not someone else's rules named as such: "the instructions for the build are outdated", "the
     # restrictions on my account are lifted" (but "the rules of this chat no longer apply" is).

@@ -1,7 +1,8 @@
 """The offline fact judge's reading of a pair: token-level alignment of what changed.
 
 Two facts about one subject are read as (subject, attribute, value) without a parser: both
-are tokenized by gieok's tokenizer (Korean lemmas, English Snowball stems), user references
+are tokenized by gieok's tokenizer (Korean lemmas, English Snowball stems; a Korean fact with its
+subject read as a pronoun, so that kiwi reads "개발자예요" as "개발자다"), user references
 are set aside as the subject, numbers are read with their unit ("24살" is an age, "5시" a
 time), and a small lexicon folds the words facts are usually written with onto concepts
 ("산다", "거주지", "lives", "based in" → residence). The two concept sequences are aligned
@@ -30,7 +31,8 @@ they are, so that wording the lexicon never saw still lines up:
 - tokens are paired off across the sides by their form: a Hangul word and its romanisation
   ("나비" / "Nabi", "부산" / "Busan"), an English word and its derivation ("bass" / "bassist",
   "fluent" / "fluently"), a Korean abbreviation made of its word's syllables in order
-  ("배그" / "배틀그라운드"), words split or joined by spacing ("컴퓨터공학" / "컴퓨터 공학");
+  ("배그" / "배틀그라운드"), words split or joined by spacing ("컴퓨터공학" / "컴퓨터 공학"), an acronym
+  of three or more capitals and the words its capitals begin ("NYC" / "New York City");
 - a new fact that says *less* than the old one (its every content word is in the old one) adds
   nothing: a duplicate, unless what it leaves out names another person ("X's wife drives a
   Civic" → "X drives a Civic") or the two differ in a number, negation, change word or
@@ -288,6 +290,7 @@ class FactShape:
     possessed: str | None = None  # the concept after the subject's possessive ("X의 여동생은", "X's dog")
     head: str | None = None  # a Korean fact's last content concept: its predicate ("선생님이다", "키운다")
     surface: tuple[tuple[str, str], ...] = ()  # (concept, the word it was read from) for Latin words
+    acronyms: tuple[tuple[str, str], ...] = ()  # (concept, its capitals): "NYC" → "nyc"
 
     def content(self) -> tuple[str, ...]:
         """The concepts that must agree for a duplicate (light words and change words left out)."""
@@ -379,6 +382,11 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
     subject = leading.group(1) if leading else None
     values = set(USER_REF.findall(text)) - {subject}
     plain = USER_REF.sub(" ", text)
+    if leading and _HANGUL.search(text):
+        # kiwi reads "<user:1>는 개발자예요" as "개발" but "그는 개발자예요" as "개발자", and a bare "는"
+        # as the verb "늘다": the subject is read as a pronoun, which gives no token of its own.
+        tokens = _tokens_with_pronoun(text)
+        plain = "그" + plain.lstrip()
     concept_of = _concept_of()
     numbers = _numbers(plain)
     counters = {m.group("unit") for m in _NUMBER.finditer(plain) if m.group("unit") and _HANGUL.search(m.group("unit"))}
@@ -416,9 +424,15 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
     return FactShape(subject, tuple(concepts), frozenset(single), numbers, negated, markers,
                      adverbs=frozenset(adverbs - _MARKERS), relations=relations, names=frozenset(names),
                      verbs=frozenset(verbs), modal=bool(_MODAL.search(plain)), contrast=bool(_CONTRAST.search(plain)),
-                     surface=tuple(surface.items()), able=able,
+                     surface=tuple(surface.items()), able=able, acronyms=_acronyms(plain),
                      possessed=concept_of.get(possessed_tokens[0], possessed_tokens[0]) if possessed_tokens else None,
                      head=concepts[-1] if concepts and _HANGUL.search(plain) else None)
+
+
+@lru_cache(maxsize=4096)
+def _tokens_with_pronoun(text: str) -> tuple[str, ...]:
+    """The tokens of a Korean fact with its subject read as "그" (cached like `_word_roles`)."""
+    return tuple(get_tokenizer().tokens(_LEADING_REF.sub("그", text, count=1)))
 
 
 @lru_cache(maxsize=4096)
@@ -455,6 +469,40 @@ def _word_roles(plain: str) -> tuple[frozenset[str], frozenset[str], frozenset[s
         if word.lower().endswith("ed") or word.lower() in _IRREGULAR_PAST:
             verbs.add(concept)
     return frozenset(adverbs), frozenset(names), frozenset(verbs), tuple(surface.items())
+
+
+@lru_cache(maxsize=4096)
+def _acronyms(plain: str) -> tuple[tuple[str, str], ...]:
+    """Latin words written with three to six capitals ("NYC", "GTA", "MIT"), by concept, with their
+    capitals: an acronym stands for the words its capitals begin ("New York City", "Massachusetts
+    Institute of Technology" — small words like "of" have no capital). Two capitals are too often
+    ambiguous to read alone ("CS": computer science or cognitive science)."""
+    tokenizer, concept_of = get_tokenizer(), _concept_of()
+    found = []
+    for match in _LATIN_WORD.finditer(plain):
+        word = match.group(0)
+        capitals = "".join(ch for ch in word if ch.isupper()).lower()
+        stems = tokenizer.tokens(word)
+        if 3 <= len(capitals) <= 6 and len(word) <= 6 and len(stems) == 1:
+            found.append((concept_of.get(stems[0], stems[0]), capitals))
+    return tuple(found)
+
+
+def _spelled_out(short: FactShape, short_rest: list[str], long: FactShape, long_rest: list[str]) -> bool:
+    """Pair off an acronym on one side with the run of words on the other that its capitals begin,
+    in order ("NYC" / "New York City", "GTA" / "Grand Theft Auto"); both are removed from the rests."""
+    for concept, capitals in short.acronyms:
+        if concept not in short_rest:
+            continue
+        width = len(capitals)
+        for start in range(len(long_rest) - width + 1):
+            run = long_rest[start:start + width]
+            if all(not t.startswith("<") for t in run) and "".join(long.word(t).lstrip("@")[:1] for t in run) \
+                    == capitals:
+                short_rest.remove(concept)
+                del long_rest[start:start + width]
+                return True
+    return False
 
 
 def align(old: Sequence[str], new: Sequence[str]) -> Alignment:
@@ -605,6 +653,8 @@ def _residue(old: FactShape, new: FactShape, content: Alignment) -> tuple[list[s
                 new_rest.remove(b)
                 why.append(_WHY[reason])
                 break
+    if _spelled_out(old, old_rest, new, new_rest) or _spelled_out(new, new_rest, old, old_rest):
+        why.append("an acronym")
     old_adverbs = [t for t in old_rest if t in old.adverbs]
     new_adverbs = [t for t in new_rest if t in new.adverbs]
     if old_adverbs and not new_adverbs:
