@@ -52,6 +52,7 @@ class Question:
     category: str
     evidence: list[str]  # dia ids that name a turn
     sessions: set[int] = field(default_factory=set)
+    paraphrase: bool = False  # worded apart from its evidence turn (the Korean dev set marks these)
 
 
 @dataclass
@@ -116,7 +117,7 @@ def _parse_locomo(raw: list[Any]) -> LocomoData:
                 skipped += 1
                 continue
             questions.append(Question(conv_id, str(qa["question"]), str(qa.get("category")), evidence,
-                                      {known[e] for e in evidence}))
+                                      {known[e] for e in evidence}, qa.get("paraphrase") is True))
     return LocomoData(turns, questions, skipped)
 
 
@@ -142,7 +143,12 @@ def _system_report(per_question: list[tuple[Question, dict[int, tuple[float, flo
     for cat in sorted({q.category for q, _ in per_question}):
         rows = [r for q, r in per_question if q.category == cat]
         by_category[cat] = {str(k): float(np.mean([r[k][0] for r in rows])) for k in ks}
-    return {"turn_recall": turn_recall, "session_recall": session_recall, "by_category": by_category}
+    report: dict[str, Any] = {"turn_recall": turn_recall, "session_recall": session_recall,
+                              "by_category": by_category}
+    paraphrased = [r for q, r in per_question if q.paraphrase]
+    if paraphrased:  # turn recall of the questions that share few words with their evidence
+        report["paraphrase"] = {str(k): float(np.mean([r[k][0] for r in paraphrased])) for k in ks}
+    return report
 
 
 def _add_turns(memory: Memory, turns: list[Turn], vectors: np.ndarray | None, batch: int,
@@ -409,6 +415,11 @@ def print_locomo(report: dict[str, Any], console: Console | None = None) -> None
     for cat in report["systems"]["gieok"]["by_category"]:
         cats.add_row(cat, *[
             " / ".join(f"{report['systems'][s]['by_category'][cat][str(k)]:.3f}" for s in ("gieok", "bm25", "vector"))
+            for k in ks
+        ])
+    if "paraphrase" in report["systems"]["gieok"]:
+        cats.add_row("paraphrased", *[
+            " / ".join(f"{report['systems'][s]['paraphrase'][str(k)]:.3f}" for s in ("gieok", "bm25", "vector"))
             for k in ks
         ])
     out.print(cats)

@@ -83,3 +83,29 @@ def test_categories_and_languages(raw: list[dict[str, Any]]) -> None:
     assert len(korean) >= 100 and len(english) >= 10
     speakers = {t["speaker"] for sample in raw for ts in _sessions(sample["conversation"]).values() for t in ts}
     assert any(_HANGUL.search(s) for s in speakers) and any(not _HANGUL.search(s) for s in speakers)
+
+
+def test_paraphrased_questions_are_marked_loaded_and_share_few_words(path: Path, raw: list[dict[str, Any]]) -> None:
+    """The questions marked `"paraphrase": true` reword their evidence turn: the loader keeps the mark,
+    and their content tokens are present in the evidence turn far less often than the other questions'."""
+    from gieok.text.tokenize import get_tokenizer
+
+    marked = [qa for sample in raw for qa in sample["qa"] if "paraphrase" in qa]
+    assert len(marked) >= 100 and all(qa["paraphrase"] is True for qa in marked)
+    assert all(_HANGUL.search(qa["question"]) for qa in marked)
+    assert {qa["category"] for qa in marked} <= {1, 2, 3, 4}
+    loaded = load_locomo(path).questions
+    assert sum(q.paraphrase for q in loaded) == len(marked)
+
+    tokenizer = get_tokenizer()
+
+    def overlap(sample: dict[str, Any], qa: dict[str, Any]) -> float:
+        turns = {t["dia_id"]: f"{t['speaker']}: {t['text']}" for ts in _sessions(sample["conversation"]).values()
+                 for t in ts}
+        asked = set(tokenizer.tokens(qa["question"]))
+        evidence = {token for e in qa["evidence"] for token in tokenizer.tokens(turns[e])}
+        return len(asked & evidence) / len(asked) if asked else 0.0
+
+    reworded = [overlap(s, qa) for s in raw for qa in s["qa"] if qa.get("paraphrase")]
+    echoing = [overlap(s, qa) for s in raw for qa in s["qa"] if not qa.get("paraphrase")]
+    assert sum(reworded) / len(reworded) < 0.15 < sum(echoing) / len(echoing)

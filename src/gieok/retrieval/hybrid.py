@@ -33,6 +33,7 @@ import numpy as np
 from ..config import Settings
 from ..index.search_index import CandidateFacts, ScopedSearch, SearchIndex
 from ..store.base import BM25Filter
+from ..text.expand import query_expander
 from ..text.tokenize import Tokenizer
 from ..types import Scope, ScoreBreakdown
 from .ranker import FEATURES, LearnedRanker, candidate_features, display_scores, query_context
@@ -203,10 +204,10 @@ class HybridRetriever:
         bm25_found, vector_found = empty, empty
         if request.mode == "hybrid" and query_vector is not None:  # both at once where the index can
             bm25_found, vector_found, timings["bm25_ms"], timings["vector_ms"] = scoped.both(
-                self.tokenizer.tokens(request.query), query_vector, limit)
+                self._query_tokens(request.query), query_vector, limit)
         elif request.mode in ("hybrid", "bm25"):
             started = time.perf_counter()
-            bm25_found = scoped.bm25(self.tokenizer.tokens(request.query), limit)
+            bm25_found = scoped.bm25(self._query_tokens(request.query), limit)
             timings["bm25_ms"] = (time.perf_counter() - started) * 1000
         elif request.mode == "vector" and query_vector is not None:
             started = time.perf_counter()
@@ -214,6 +215,10 @@ class HybridRetriever:
             timings["vector_ms"] = (time.perf_counter() - started) * 1000
         return _Pool.of(np.asarray(bm25_found[0], dtype=np.int64), np.asarray(bm25_found[1], dtype=np.float64),
                         np.asarray(vector_found[0], dtype=np.int64), np.asarray(vector_found[1], dtype=np.float64))
+
+    def _query_tokens(self, query: str) -> list[str]:
+        """The query's BM25 tokens with the synonyms of its Korean words (text/expand.py)."""
+        return query_expander(self.tokenizer).expand(self.tokenizer.tokens(query))
 
     def _fuse(self, pool: _Pool, mode: str) -> None:
         p = self.params
