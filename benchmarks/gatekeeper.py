@@ -46,7 +46,7 @@ from benchmarks.datasets import gate_examples
 from benchmarks.guard import wilson_interval
 from benchmarks.report import median, percentile, print_and_write, progress_bar, results_table, table_console
 from gieok.chat.agent.classifier import classifier_encoder, embed_messages, message_model_name
-from gieok.chat.agent.response_classifier import ResponseClassifier, embed_examples, strip_speaker
+from gieok.chat.agent.response_classifier import ResponseClassifier, bot_spoke_last, embed_examples, strip_speaker
 from gieok.chat.data.labeled import GATEKEEPER_DATA, GateExample, data_digest, gate_split
 from gieok.errors import InvalidInputError
 
@@ -106,7 +106,9 @@ def _trained_on_bundled(embedder: Any, scored_rows: list[GateExample], threshold
     t = time.perf_counter()
     model = ResponseClassifier.fit(train_m, train_c, [e.message for e in train], [e.label for e in train],
                                    embedder_name=message_model_name(embedder.name),
-                                   dataset_sha256=data_digest(GATEKEEPER_DATA), threshold=threshold, embedder=embedder)
+                                   dataset_sha256=data_digest(GATEKEEPER_DATA),
+                                   previous_from_bot=[bot_spoke_last(e.context) for e in train], threshold=threshold,
+                                   embedder=embedder)
     train_s = time.perf_counter() - t
     if save_model is not None:
         Path(save_model).parent.mkdir(parents=True, exist_ok=True)
@@ -129,18 +131,20 @@ def _shipped_on_file(embedder: Any, data: str | Path, scored_rows: list[GateExam
 
 def _probabilities_and_latency(scoring: _Scoring, embedder: Any) -> tuple[list[float], list[float], list[float]]:
     """Latency per message, one call at a time as the bot makes them: the classifier on vectors
-    the pipeline already has, and the same plus embedding the message (uncached)."""
+    the pipeline already has, and the same plus embedding the message (uncached). Who wrote the
+    previous message is read from its "name: " prefix, as the pipeline knows it from the row."""
     model = scoring.model
     inner = getattr(embedder, "inner", embedder)
     classifier_ms, total_ms, probabilities = [], [], []
     for index, example in enumerate(scoring.rows):
         context = scoring.contexts[index] if example.context else None
+        from_bot = bot_spoke_last(example.context) if example.context else None
         t = time.perf_counter()
-        p = model.probability(scoring.messages[index], context, example.message)
+        p = model.probability(scoring.messages[index], context, example.message, previous_from_bot=from_bot)
         classifier_ms.append((time.perf_counter() - t) * 1000)
         t = time.perf_counter()
         vector = embed_messages(inner, [example.message])[0]
-        model.probability(vector, context, example.message)
+        model.probability(vector, context, example.message, previous_from_bot=from_bot)
         total_ms.append((time.perf_counter() - t) * 1000)
         probabilities.append(p)
     return probabilities, classifier_ms, total_ms

@@ -105,7 +105,7 @@ def test_clear_messages_in_both_languages(classifier):
 def test_vectors_and_text_agree_and_context_is_optional(classifier, embedder):
     message, context = "그럼 모레는?", ["민수: 오늘 날씨 어때?", "누리: 서울은 맑고 20도예요 ☀️"]
     vectors = embed_messages(embedder, [message, strip_speaker(context[-1])])
-    p = classifier.probability(vectors[0], vectors[1:], message)
+    p = classifier.probability(vectors[0], vectors[1:], message, previous_from_bot=True)  # 누리 spoke last
     assert p == pytest.approx(classifier.probability_text(message, context), abs=1e-6)
     alone = classifier.probability(vectors[0], None, message)
     assert alone == classifier.probability(vectors[0], np.zeros((0, vectors.shape[1]), np.float32), message)
@@ -241,3 +241,29 @@ def test_fresh_style_cases(classifier):
     """Indirect questions to the room, a follow-up only the context makes a question, reactions."""
     for message, context, reply in FRESH_STYLE:
         assert (classifier.probability_text(message, context) > 0.5) == reply, message
+
+
+def test_who_spoke_last_decides_a_short_reply(classifier, embedder):
+    """The same words answer the bot after the bot spoke and are talk between people after a
+    person did (issue 42): the previous message's speaker is part of the model."""
+    from gieok.chat.agent.response_classifier import bot_spoke_last
+
+    assert bot_spoke_last(["민수: 안녕", "누리: 반가워요"]) and bot_spoke_last(["Nuri: hi"])
+    assert not bot_spoke_last(["누리는: 아니"]) and not bot_spoke_last(["지현: 누리: 흉내"]) and not bot_spoke_last([])
+    assert classifier.kernel.flag_gamma > 0 and classifier.kernel.anchor_flags is not None  # the shipped weights
+    for message, bot_line, person_line in [
+        ("그럼 몇 도로 해?", "누리: 냉동 피자는 에어프라이어에 10분이면 돼요 🍕", "성민: 나 어제 에어프라이어 샀어"),
+        ("how come though", "Nuri: Honey never spoils if it's sealed 🍯", "maya: i finally quit my job"),
+    ]:
+        after_bot = classifier.probability_text(message, [bot_line])
+        after_person = classifier.probability_text(message, [person_line])
+        assert after_bot > 0.5 > after_person, (message, after_bot, after_person)
+        # Same previous text, only the speaker changed: the mark alone moves the call.
+        as_person = classifier.probability_text(message, [bot_line.replace(bot_line.split(":")[0], "지현", 1)])
+        assert after_bot > as_person + 0.1, (message, after_bot, as_person)
+        # The vector form takes the speaker as an argument; not knowing it sits between the two.
+        vectors = embed_messages(embedder, [message, strip_speaker(bot_line)])
+        known = classifier.probability(vectors[0], vectors[1:], message, previous_from_bot=True)
+        assert known == pytest.approx(after_bot, abs=1e-6)
+        unknown = classifier.probability(vectors[0], vectors[1:], message)
+        assert unknown != known and 0.0 < unknown < 1.0

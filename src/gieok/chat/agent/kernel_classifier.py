@@ -19,6 +19,9 @@ Why this shape (docs/benchmarks.md, "Prompt-injection guard" and "Gatekeeper"):
 Geometry of the vector part is the one stage 1 has used since issue 4: unit rows, the training
 mean subtracted and rows re-normalised (USE and e5 vectors share a large common component);
 "no previous message" is a zero row, at squared distance 1 + no_context² from every real one.
+Optionally each previous message carries a 0/1 mark (stage 1: the bot wrote it), and two
+previous messages with different marks are `flag_gamma` further apart: whether "yes" or "why?"
+answers the bot is who spoke, not what the words were.
 """
 
 from __future__ import annotations
@@ -168,6 +171,8 @@ class KernelTextClassifier:
     message_gamma: float
     context_gamma: float = 0.0
     no_context: float = 0.7
+    flag_gamma: float = 0.0  # 0: previous messages carry no mark
+    anchor_flags: np.ndarray | None = None  # the anchors' marks (0/1) when flag_gamma is set
 
     def __post_init__(self) -> None:
         self.anchor_messages = np.asarray(self.anchor_messages, dtype=np.float32)
@@ -181,6 +186,8 @@ class KernelTextClassifier:
         self._message_sq = (self.anchor_messages ** 2).sum(axis=1)
         self._context_sq = (self.anchor_contexts ** 2).sum(axis=1)
         self._anchor_none = (self._context_sq == 0).astype(np.float32)
+        if self.flag_gamma and (self.anchor_flags is None or len(self.anchor_flags) != len(self.anchor_messages)):
+            raise ValueError("one mark per anchor expected")
 
     @property
     def dimension(self) -> int:
@@ -191,7 +198,8 @@ class KernelTextClassifier:
     def fit(cls, message_vectors: np.ndarray, previous_vectors: np.ndarray | None, texts: Sequence[str],
             labels: Sequence[bool], *, encoder_name: str, dataset_sha256: str, message_gamma: float,
             context_gamma: float = 0.0, ngram_weight: float = 1.0, l2: float = 1e-4, steps: int = 300,
-            no_context: float = 0.7) -> KernelTextClassifier:
+            no_context: float = 0.7, flags: Sequence[float] | None = None, flag_gamma: float = 0.0
+            ) -> KernelTextClassifier:
         messages = unit_rows(message_vectors)
         if len(texts) != len(messages):
             raise ValueError("one text per message vector expected")
@@ -200,14 +208,16 @@ class KernelTextClassifier:
         message_mean = messages.mean(axis=0)
         context_mean = previous[has_previous].mean(axis=0) if has_previous.any() else np.zeros(messages.shape[1])
         ngrams = CharNgrams.fit(texts)
+        marks = None if flags is None else np.asarray(flags, np.float32)
         shell = cls(encoder_name, dataset_sha256,
                     centre_rows(messages, message_mean).astype(np.float16),
                     centre_rows(previous, context_mean).astype(np.float16),
                     np.asarray(message_mean, np.float32), np.asarray(context_mean, np.float32),
                     np.zeros(len(messages)), 0.0, ngrams, np.zeros(len(ngrams.vocabulary)),
-                    float(message_gamma), float(context_gamma), float(no_context))
+                    float(message_gamma), float(context_gamma), float(no_context),
+                    float(flag_gamma) if marks is not None else 0.0, marks)
         grams = ngrams.matrix(texts)
-        kernel = shell._kernel(shell.anchor_messages, shell.anchor_contexts).astype(np.float64)
+        kernel = shell._kernel(shell.anchor_messages, shell.anchor_contexts, shell.anchor_flags).astype(np.float64)
         kernel += ngram_weight * (grams @ grams.T)
         alpha, bias = fit_kernel_logistic(kernel, labels, l2=l2, steps=steps)
         shell.alpha, shell.bias = alpha, bias
@@ -215,8 +225,10 @@ class KernelTextClassifier:
         return shell
 
     # -- scoring -------------------------------------------------------------------------------
-    def _kernel(self, messages: np.ndarray, previous: np.ndarray) -> np.ndarray:
-        """exp(−distance) of transformed (centred, unit or zero) rows to every anchor."""
+    def _kernel(self, messages: np.ndarray, previous: np.ndarray, flags: np.ndarray | None = None) -> np.ndarray:
+        """exp(−distance) of transformed (centred, unit or zero) rows to every anchor; `flags`: the
+        previous messages' marks (NaN or None: not known, and the marks add no distance: a mark
+        of 0.5, halfway to both, shrank every kernel value alike and cost 3–4 points of accuracy)."""
         distance = self.message_gamma * _squared_distances(messages, self.anchor_messages, self._message_sq)
         if self.context_gamma:
             context = _squared_distances(previous, self.anchor_contexts, self._context_sq)
@@ -224,12 +236,16 @@ class KernelTextClassifier:
                 none = ((previous ** 2).sum(axis=1) == 0).astype(np.float32)[:, None]
                 anchor_none = self._anchor_none[None, :]
                 context += self.no_context ** 2 * (none + anchor_none - 2.0 * none * anchor_none)
+            if self.flag_gamma and self.anchor_flags is not None and flags is not None:
+                apart = (np.asarray(flags, np.float32)[:, None] - self.anchor_flags[None, :]) ** 2
+                context += self.flag_gamma * np.nan_to_num(apart, nan=0.0)
             distance = distance + self.context_gamma * context
         return np.exp(-distance)
 
     def probabilities(self, message_vectors: np.ndarray, previous_vectors: np.ndarray | None,
-                      texts: Sequence[str]) -> np.ndarray:
-        """One previous-message vector per message (zeros for none; None: none at all)."""
+                      texts: Sequence[str], flags: Sequence[float] | None = None) -> np.ndarray:
+        """One previous-message vector per message (zeros for none; None: none at all); `flags`:
+        one mark per previous message, for a model fitted with them (None: not known)."""
         messages = np.atleast_2d(np.asarray(message_vectors, dtype=np.float32))
         previous = (np.zeros_like(messages) if previous_vectors is None
                     else np.atleast_2d(np.asarray(previous_vectors, dtype=np.float32)))
@@ -239,12 +255,17 @@ class KernelTextClassifier:
                 f"message and {previous.shape[1] if previous.ndim == 2 else '?'}-d previous-message vectors")
         if len(texts) != len(messages):
             raise InvalidInputError("one text per message vector expected")
-        kernel = self._kernel(centre_rows(messages, self.message_mean), centre_rows(previous, self.context_mean))
+        if flags is not None and len(flags) != len(messages):
+            raise InvalidInputError("one mark per message expected")
+        kernel = self._kernel(centre_rows(messages, self.message_mean), centre_rows(previous, self.context_mean),
+                              None if flags is None else np.asarray(flags, np.float32))
         logits = kernel @ self.alpha + self.ngrams.scores(texts, self.ngram_weights) + self.bias
         return 1.0 / (1.0 + np.exp(-logits))
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, target: str | Path | IO[bytes], **meta: str) -> None:
+        marks: dict[str, Any] = {} if not self.flag_gamma or self.anchor_flags is None else {
+            "flag_gamma": np.array([self.flag_gamma]), "anchor_flags": self.anchor_flags.astype(np.uint8)}
         np.savez_compressed(
             target, alpha=self.alpha, bias=np.array([self.bias]),
             anchor_messages=self.anchor_messages.astype(np.float16), anchor_contexts=self.anchor_contexts.astype(
@@ -253,7 +274,7 @@ class KernelTextClassifier:
             ngram_vocabulary=np.array(self.ngrams.vocabulary, dtype=str), ngram_idf=self.ngrams.idf,
             ngram_sizes=np.array(self.ngrams.sizes), ngram_weights=self.ngram_weights,
             meta=np.array(json.dumps({"format": FORMAT_VERSION, "embedder": self.encoder_name,
-                                      "dataset_sha256": self.dataset_sha256, **meta}, ensure_ascii=False)))
+                                      "dataset_sha256": self.dataset_sha256, **meta}, ensure_ascii=False)), **marks)
 
     @staticmethod
     def read_meta(source: str | Path | IO[bytes]) -> dict[str, Any]:
@@ -275,4 +296,6 @@ class KernelTextClassifier:
             return cls(meta["embedder"], meta["dataset_sha256"], data["anchor_messages"].astype(np.float32),
                        data["anchor_contexts"].astype(np.float32), data["message_mean"], data["context_mean"],
                        data["alpha"], float(data["bias"][0]), ngrams, data["ngram_weights"], float(gammas[0]),
-                       float(gammas[1]), float(data["no_context"][0]))
+                       float(gammas[1]), float(data["no_context"][0]),
+                       float(data["flag_gamma"][0]) if "flag_gamma" in data else 0.0,
+                       data["anchor_flags"].astype(np.float32) if "anchor_flags" in data else None)
