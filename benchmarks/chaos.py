@@ -102,6 +102,22 @@ class _Deployment:
         return sum(1 for bot in self.bots if bot.deliver(item))
 
 
+HISTORY_PER_CHANNEL = 100  # messages of a channel a bot reads back after it connects (one Discord request)
+
+
+def _read_back(history: History) -> Any:
+    """What a (re)started bot is handed once ready: each channel's last messages, as Discord's
+    channel history would show them to `gieok bot`'s read-back after a connect."""
+    def hand_over(bot: BotProcess) -> None:
+        recent: dict[str, list[dict[str, Any]]] = {}
+        for item in history.snapshot("said"):
+            recent.setdefault(item["channel"], []).append(item)
+        said = [item for items in recent.values() for item in items[-HISTORY_PER_CHANNEL:]]
+        if said:
+            bot.deliver({"history": said})
+    return hand_over
+
+
 def _wait(predicate: Any, seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not predicate():
@@ -179,7 +195,8 @@ def measure_chaos(*, db: str | None = None, redis: str | None = None, duration: 
         serve = ServeWorkers(served_db, served_redis, namespace, work / "serve.log")
         stack.callback(serve.close)
         command = bot_command(served_db, served_redis, namespace, llm_url, lease_seconds)
-        bots = [BotProcess(f"bot{i}", command, history, work / f"bot{i}.log") for i in range(2)]
+        bots = [BotProcess(f"bot{i}", command, history, work / f"bot{i}.log", on_ready=_read_back(history))
+                for i in range(2)]
         for bot in bots:
             stack.callback(bot.close)
         deployment = _Deployment(bots, serve, postgres, redis_server, admin_db, redis_url, lease_seconds, network)
@@ -341,6 +358,7 @@ def print_chaos(report: dict[str, Any], console: Console | None = None) -> None:
                          ("bots killed between a claim and its enqueue", chat["died_in_claim"]),
                          ("answered twice", report["answered_twice"]), ("misrouted", report["misrouted"]),
                          ("out of order", report["out_of_order"]),
+                         ("taken in from a channel's history by a restarted bot", chat.get("caught_up", 0)),
                          ("messages stored twice / not stored", f"{chat['chat_stored_twice']} / "
                                                                 f"{chat['messages_unstored']}"),
                          ("L1 rows written twice", report["l1_written_twice"]),

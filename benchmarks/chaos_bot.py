@@ -11,6 +11,12 @@ happens, one JSON line on stdout per event, flushed at once (a report at the end
     {"ev": "turn", "channel": …, "messages": n, "responded": bool, "t": …}
     {"ev": "died_in_claim", "id": …, "order": n, "pid": …, "t": …}   then os._exit(137)
 
+A line {"history": [messages]} (sent by the harness each time the process says it is ready: what
+Discord's channel history would show, the last 100 messages of each channel) is read back as
+`gieok bot` does after a connect (`BotCore.catch_up`), then {"ev": "caught_up", "ids": [...]} says
+which of them this process took in — messages nobody had (every receiver died before queueing
+them, or none was connected when they were said).
+
 A line {"control": "die_in_claim"} on stdin (the `kill_bot_in_claim` fault) arms the process: the
 next time it wins the Redis claim of a message (`SharedChannels.claim_message`) it dies right
 there, before it stores or queues the message — the window a replica's takeover must close.
@@ -69,11 +75,27 @@ class StreamingOutbox:
         return None
 
 
+def _inbound(item: dict[str, Any], timestamp: float) -> InboundMessage:
+    return InboundMessage(ChannelRef(item["channel"], item["guild"]), item["user"], item["text"],
+                          display_name=item["user"], message_id=item["id"], timestamp=timestamp)
+
+
 async def _submit_in_order(core: BotCore, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
-    """One channel's messages, one after another (L1 and the inbox keep their order)."""
+    """One channel's messages, one after another (L1 and the inbox keep their order); a channel's
+    history read back after the process started (`{"catch_up": [...]}`) goes through
+    `BotCore.catch_up`, as the Discord adapter's read-back does."""
     while (item := await queue.get()) is not None:
-        message = InboundMessage(ChannelRef(item["channel"], item["guild"]), item["user"], item["text"],
-                                 display_name=item["user"], message_id=item["id"], timestamp=time.time())
+        if "catch_up" in item:
+            said = item["catch_up"]
+            try:
+                caught = await core.catch_up(ChannelRef(said[0]["channel"], said[0]["guild"]),
+                                             [_inbound(m, float(m["t"])) for m in said])
+            except Exception as exc:
+                say("refused", id="catch-up", error=f"{type(exc).__name__}: {exc}"[:300])
+            else:
+                say("caught_up", ids=caught)
+            continue
+        message = _inbound(item, time.time())
         try:
             taken = await core.submit(message)
         except Exception as exc:  # what a Discord adapter does: log it and go on with the next message
@@ -116,6 +138,17 @@ async def _serve(core: BotCore, llm: Any) -> None:
         item = json.loads(line)
         if item.get("control") == "die_in_claim":
             arm()
+            continue
+        if "history" in item:  # each channel's recent messages, as the adapter reads them back after a connect
+            by_channel: dict[str, list[dict[str, Any]]] = {}
+            for said in item["history"]:
+                by_channel.setdefault(said["channel"], []).append(said)
+            for channel, said_here in by_channel.items():
+                queue = queues.get(channel)
+                if queue is None:
+                    queue = queues[channel] = asyncio.Queue()
+                    workers.append(asyncio.create_task(_submit_in_order(core, queue)))
+                queue.put_nowait({"catch_up": said_here})
             continue
         queue = queues.get(item["channel"])
         if queue is None:

@@ -9,7 +9,8 @@ database (every process stopped):
   it — the `claimed` event — in a process that was then killed before its reply went out; the
   runtime answers at most once), once (`answered_twice`), in its own channel (`misrouted`), and,
   within a channel, never after a later message of the channel was answered
-  (`out_of_order`); each message is stored as one L1 row (`chat_stored_twice`) and every L1 row
+  (`out_of_order`; a message a restarted bot took in from the channel's history, `caught_up`, is
+  answered late by design and not counted); each message is stored as one L1 row (`chat_stored_twice`) and every L1 row
   becomes one turn block (`l1_written_twice`);
 - **the chain** verifies (`Memory.verify()`);
 - **what clients saw**: every HTTP attempt's outcome (`client_errors`: 503s, and among them those
@@ -93,6 +94,10 @@ def _chat(history: History, faults: Sequence[Fault] = ()) -> dict[str, Any]:
     answered: Counter[str] = Counter()
     misrouted = out_of_order = 0
     highest: dict[str, int] = defaultdict(int)
+    # taken in from a channel's history by a (re)started bot: nobody had it before, so it is answered
+    # after later messages of its channel — late, not out of the order any live process kept
+    caught_up = {f"[{message_id}]" for e in history.snapshot("bot_events") if e.get("ev") == "caught_up"
+                 for message_id in e.get("ids") or ()}  # a message's id is its tag without brackets (chat_tag)
     late: list[str] = []  # examples: "tag (proc) after #n"
     for reply in _replies(history):
         tags = list(dict.fromkeys(TAG.findall(reply["text"])))
@@ -100,7 +105,7 @@ def _chat(history: History, faults: Sequence[Fault] = ()) -> dict[str, Any]:
             if channel_of.get(tag) != reply["channel"]:
                 misrouted += 1
                 continue
-            if not answered[tag] and number_of[tag] < highest[reply["channel"]]:
+            if not answered[tag] and number_of[tag] < highest[reply["channel"]] and tag not in caught_up:
                 out_of_order += 1
                 late.append(f"{tag}({reply['proc']})<#{highest[reply['channel']]}")
             answered[tag] += 1
@@ -115,7 +120,7 @@ def _chat(history: History, faults: Sequence[Fault] = ()) -> dict[str, Any]:
             "missed_killed_mid_turn": len(missed),
             "messages_lost": len(lost), "messages_undelivered": sum(1 for s in lost if s.delivered == 0),
             "answered_twice": sum(1 for s in sent if answered[s.tag] > 1), "misrouted": misrouted,
-            "out_of_order": out_of_order,
+            "out_of_order": out_of_order, "caught_up": len(caught_up),
             "refused_by_a_process": sum(1 for e in events if e.get("ev") == "refused"),
             # bots that died between a claim and its enqueue: each message must still be answered
             "died_in_claim": sum(1 for e in events if e.get("ev") == "died_in_claim"),

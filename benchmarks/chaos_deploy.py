@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,8 +41,10 @@ RESTART_DELAY = 0.5  # a service manager's pause before it starts a dead process
 class BotProcess:
     """One supervised bot process (module docstring)."""
 
-    def __init__(self, name: str, command: list[str], history: History, log: Path) -> None:
+    def __init__(self, name: str, command: list[str], history: History, log: Path,
+                 on_ready: Callable[[BotProcess], None] | None = None) -> None:
         self.name = name
+        self.on_ready = on_ready  # called (in the reader thread) each time the process says it is ready
         self.command = command
         self.history = history
         self.log = log
@@ -89,6 +92,8 @@ class BotProcess:
             event["proc"] = self.name
             if event.get("ev") == READY:
                 self.ready.set()
+                if self.on_ready is not None:
+                    self.on_ready(self)
             self.history.add("bot_events", event)
         code = process.wait()
         self.ready.clear()

@@ -79,6 +79,7 @@ class History:
     attempts: list[Attempt] = field(default_factory=list)
     writes: list[Write] = field(default_factory=list)
     sent: list[Sent] = field(default_factory=list)
+    said: list[dict[str, Any]] = field(default_factory=list)  # each chat message as delivered, with its time "t"
     bot_events: list[dict[str, Any]] = field(default_factory=list)  # the bots' JSON lines, with "proc"
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -227,10 +228,12 @@ class ChatDriver(threading.Thread):
             tag = chat_tag(c, numbers[c])
             channel = f"chaos-{c:02d}"
             question = QUESTIONS[(c + numbers[c]) % len(QUESTIONS)]
-            item = {"channel": channel, "guild": "chaos-guild", "user": f"u{c:02d}",
-                    "text": f"누리야 {tag} {question}", "id": f"c{c:02d}-m{numbers[c]:03d}"}
+            now = time.time()
+            item: dict[str, Any] = {"channel": channel, "guild": "chaos-guild", "user": f"u{c:02d}",
+                                    "text": f"누리야 {tag} {question}", "id": f"c{c:02d}-m{numbers[c]:03d}", "t": now}
             delivered = self.deliver(item)
-            self.history.add("sent", Sent(tag, channel, numbers[c], time.time(), delivered))
+            self.history.add("said", item)
+            self.history.add("sent", Sent(tag, channel, numbers[c], now, delivered))
 
 
 def tags_in(texts: Sequence[str]) -> list[str]:

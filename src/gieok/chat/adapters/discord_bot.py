@@ -318,7 +318,7 @@ class GieokBot(commands.Bot):
                 said = [m async for m in channel.history(limit=CATCH_UP_MESSAGES, after=after, oldest_first=True)]
                 recent = [inbound_from(m, self.user) for m in said
                           if not self._ignored(m.author) and not (await self.get_context(m)).valid]
-                taken += await core.catch_up(ref_of(channel), recent)
+                taken += len(await core.catch_up(ref_of(channel), recent))
             except (discord.HTTPException, *NETWORK_FAILURES) as exc:  # no access any more, Discord away
                 log.warning("could not read back channel %s: %s", scope.channel, _one_line(exc))
             except GieokError as exc:

@@ -298,27 +298,27 @@ class BotCore:
             self._remember_taken(state.key, message_id)
         return await self._take_in(message, state, incoming, explicit, order)
 
-    async def catch_up(self, ref: ChannelRef, recent: Sequence[InboundMessage]) -> int:
+    async def catch_up(self, ref: ChannelRef, recent: Sequence[InboundMessage]) -> list[str]:
         """Messages of a channel's history (read back by the adapter after it connects) that were
         said while no process of the bot was connected: a gateway delivers nothing said then, and
         a message whose receivers all died before queueing it is in no inbox. Each one the store
         does not know is submitted, oldest first — through the usual claim, so a replica taking
-        the same history in, or a claim left by a dead process, takes it in once. Returns how many
-        were taken in here."""
+        the same history in, or a claim left by a dead process, takes it in once. Returns the ids
+        of those taken in here."""
         ids = [m.message_id for m in recent if m.message_id]
         if not ids:
-            return 0
+            return []
         key = conversation_key(ref.guild, ref.channel)
         known = await self._patiently(lambda: asyncio.to_thread(self.pipeline.tables.message_ids_known, key, ids))
-        taken = 0
+        taken: list[str] = []
         for message in sorted(recent, key=lambda m: (m.timestamp or 0.0, m.message_id or "")):
             if not message.message_id or message.message_id in known or not message.content.strip():
                 continue
             if await self.submit(message) is not None:
-                taken += 1
-        self.health.caught_up += taken
+                taken.append(message.message_id)
+        self.health.caught_up += len(taken)
         if taken:
-            log.info("caught up %d message(s) of %s said while no process was connected", taken, key)
+            log.info("caught up %d message(s) of %s said while no process was connected", len(taken), key)
         return taken
 
     async def edit(self, message: InboundMessage) -> bool:
