@@ -15,6 +15,7 @@ from uvicorn.main import STARTUP_FAILURE
 
 from ..errors import ConfigError
 from .hosts import is_loopback
+from .malloc_arenas import limit_malloc_arenas
 from .mcp import create_app_with_mcp
 from .pending import PendingApp
 from .settings import ServerSettings
@@ -44,6 +45,9 @@ def serve(settings: ServerSettings, *, host: str | None = None, port: int | None
     host = host or settings.server_host
     port = port or settings.server_port
     _check(host, port, auth, workers)
+    # Before the request threads exist, and in the environment the workers start with: an arena per
+    # thread kept each one's peak and the workers' memory grew for an hour (issue 43, malloc_arenas.py).
+    limit_malloc_arenas()
     # Behind a TLS proxy (`--proxy-headers`): the scheme (https: `Secure` cookies, the Origin check)
     # and the client's address (login throttling) come from its X-Forwarded-* headers, trusted only
     # from `server_forwarded_allow_ips`. Without it they are the socket's own.
