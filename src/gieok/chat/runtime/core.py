@@ -653,7 +653,9 @@ class BotCore:
         self._services.append(asyncio.create_task(self.shared.listen(self._on_wake, ready, self._services_stop.is_set),
                                                   name="gieok-wake"))
         await asyncio.wait_for(ready.wait(), timeout=self.shared.connection.timeout_seconds)
-        await self._reload_active()  # changed since this process read them, before it listened
+        # changed since this process read them, before it listened; asked again when the answer
+        # was lost (a read): two bots of a 600 s chaos run exited here on one dropped connection
+        await self._patiently(self._reload_active)
         await self._recover()
         self._services.append(asyncio.create_task(self._upkeep(), name="gieok-leases"))
 
