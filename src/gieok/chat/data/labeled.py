@@ -6,7 +6,8 @@ models were trained on.
 - `gatekeeper_train.jsonl`: the `train` side (70 %) of the gatekeeper set — messages with their
   context and whether the bot should reply.
 
-The held-out halves and the fact pairs are evaluation data: they live with the benchmarks
+The held-out halves, the fact pairs and the fresh held-out sets (`*_fresh.jsonl`, written apart
+from these files and never trained on) are evaluation data: they live with the benchmarks
 (`benchmarks/data/`, not in the wheel), and `benchmarks.datasets` joins both halves again. A split
 is decided by a hash of the example's text, so the same text never lands on both sides and adding
 examples never moves old ones; the rules below are the ones the shipped weights and the published
@@ -33,7 +34,8 @@ __all__ = [
 
 GUARD_CORPUS = "guard_train.jsonl"
 # The `kind` of the guard corpus's everyday chat rows (benign, dev half only): messages from the
-# project's own chat sets that teach the classifier what ordinary messages look like. The
+# project's own chat sets, and hand-written greetings, goodbyes and reactions ("anyway, see you",
+# issue 42), that teach the classifier what ordinary messages look like. The
 # false-alarm budget is counted on the other benign rows, the look-alikes the held-out half has.
 ORDINARY_KIND = "ordinary_chat"
 GATEKEEPER_DATA = "gatekeeper_train.jsonl"
