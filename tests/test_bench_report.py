@@ -18,7 +18,8 @@ def test_measure_guard_returns_what_run_guard_reports(tmp_path: Path) -> None:
     ran = run_guard(json_out=out, method="regex")
     for key in ("detection_rate", "false_alarm_rate", "n"):
         assert measured[key] == ran[key], key
-    assert set(ran) == {"detection_rate", "false_alarm_rate", "n", "embedding_engines"}  # no printer's "_" keys
+    assert set(ran) == {"detection_rate", "false_alarm_rate", "detection_ci95", "false_alarm_ci95", "n",
+                        "embedding_engines"}  # no printer's "_" keys
     assert json.loads(out.read_text(encoding="utf-8")) == ran
 
     console = Console(file=io.StringIO(), width=160)

@@ -203,14 +203,17 @@ def test_a_replica_starting_while_answers_are_lost_recovers_what_a_crash_left(
     drops: list[int] = []
 
     def keep_dropping() -> None:  # until a few answers of the start-up were lost
-        while dropping.is_set() and sum(drops) < 4:
+        while sum(drops) < 4 and (dropping.is_set() or not drops):
             drops.append(proxy.drop_midway(DROP_WINDOW_S))
             time.sleep(0.01)
 
     async def scenario() -> None:
+        assert core.shared is not None
+        await core.shared.waiting()  # its connection open, so the first drop has one to arm
         dropping.set()
         dropper = threading.Thread(target=keep_dropping, name="drop-at-start")
         dropper.start()
+        await asyncio.sleep(0.05)  # armed before the start-up's first answer
         try:
             await core.start()
         finally:
