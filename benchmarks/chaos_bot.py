@@ -131,6 +131,15 @@ async def _serve(core: BotCore, llm: Any) -> None:
     loop = asyncio.get_running_loop()
     queues: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}
     workers: list[asyncio.Task[None]] = []
+
+    def channel_queue(channel: str) -> asyncio.Queue[dict[str, Any] | None]:
+        """The channel's queue, and its worker submitting in order, made at its first message."""
+        queue = queues.get(channel)
+        if queue is None:
+            queue = queues[channel] = asyncio.Queue()
+            workers.append(asyncio.create_task(_submit_in_order(core, queue)))
+        return queue
+
     while True:
         line = await loop.run_in_executor(None, sys.stdin.readline)
         if not line:
@@ -144,17 +153,9 @@ async def _serve(core: BotCore, llm: Any) -> None:
             for said in item["history"]:
                 by_channel.setdefault(said["channel"], []).append(said)
             for channel, said_here in by_channel.items():
-                queue = queues.get(channel)
-                if queue is None:
-                    queue = queues[channel] = asyncio.Queue()
-                    workers.append(asyncio.create_task(_submit_in_order(core, queue)))
-                queue.put_nowait({"catch_up": said_here})
+                channel_queue(channel).put_nowait({"catch_up": said_here})
             continue
-        queue = queues.get(item["channel"])
-        if queue is None:
-            queue = queues[item["channel"]] = asyncio.Queue()
-            workers.append(asyncio.create_task(_submit_in_order(core, queue)))
-        queue.put_nowait(item)
+        channel_queue(item["channel"]).put_nowait(item)
     for queue in queues.values():
         queue.put_nowait(None)
     await asyncio.gather(*workers)
