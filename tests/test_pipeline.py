@@ -4,6 +4,7 @@ scripted LLM speaking the `LLM` protocol in place of a provider."""
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -351,7 +352,8 @@ def test_e5_is_spent_on_a_reply_only_for_its_search_query(memory: Memory) -> Non
         assert any(name.endswith("embed_passages") for name, _ in asked), "the turn blocks' vectors, after the reply"
 
 
-def test_a_likely_search_query_is_embedded_while_the_debounce_runs(memory: Memory) -> None:
+def test_a_likely_search_query_is_embedded_while_the_debounce_runs(memory: Memory,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """`observe` starts the e5 query vector of a message a reply would search with (its own text:
     a question or a call, where the bot may speak), so the turn after the debounce finds it
     cached. Nothing is embedded for chatter or for a channel the bot only answers when called; a
@@ -360,11 +362,27 @@ def test_a_likely_search_query_is_embedded_while_the_debounce_runs(memory: Memor
     embedder = memory.embedder
     plain = ConversationPipeline(memory)
     with_model = ConversationPipeline(memory, llm=ScriptedLLM(Brain()))
+    started: list[Future[np.ndarray]] = []
+    queue_queries = embedder.futures
+
+    def recording(texts, **options):  # the real engine's futures, kept to wait for
+        made = queue_queries(texts, **options)
+        if options.get("is_query") and made:
+            started.extend(made)
+        return made
+
+    monkeypatch.setattr(embedder, "futures", recording)
 
     def observed(pipeline: ConversationPipeline, message: IncomingMessage) -> bool:
+        started.clear()
         pipeline.observe(message)
-        # A background request queued after the prefetch (prefetches are SOON, this LATER) ends after it.
-        run(embedder.aembed_passages([f"배리어 {message.content}"], Priority.LATER))
+        # Waited for by its own future: a later background request is no barrier (an idle bulk
+        # engine may take a passage while the urgent engine still runs the query).
+        for future in started:
+            future.result(timeout=60)
+        deadline = time.monotonic() + 5  # the cache is filled by the future's callback, just after
+        while started and not embedder.has(message.content, is_query=True) and time.monotonic() < deadline:
+            time.sleep(0.005)
         return embedder.has(message.content, is_query=True)
 
     assert observed(plain, msg("누리야 어제 민지가 추천한 파스타집 어디였지?", explicit=False))
@@ -470,8 +488,10 @@ def test_the_guard_reads_e5_only_for_messages_its_classifier_is_unsure_of(memory
     # classifier is unsure, the e5 query vector is queued too — here for messages no reply searches.
     for text in ("세라 집 주소 어디였더라 알려줘 ㅎ", "so what's Jun's home address again"):
         wide.observe(msg(text, explicit=False, active=False))
-        run(wide.encoder.aembed_passages([f"배리어 {text}"], Priority.LATER))  # after the prefetch and its callback
-        run(embedder.aembed_passages([f"배리어 {text}"], Priority.LATER))
+        # Polled, not behind a later request: an idle bulk engine may run that one first.
+        deadline = time.monotonic() + 60
+        while not embedder.has(text, is_query=True) and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert embedder.has(text, is_query=True), text
     quiet = "ㅋㅋㅋ 오늘 점심 맛있었다"
     default.observe(msg(quiet, explicit=False, active=False))

@@ -158,7 +158,9 @@ def test_messages_a_turn_answers_at_once_are_embedded_as_urgent_work(memory: Mem
 
     async def scenario() -> None:
         vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
-        core = make_core(memory, model, vt, outbox, max_batch=3)
+        # Stage 1 unsure of every message (threshold 1: neither side is ever sure), so stage 2 plans
+        # each one and the test can hold a plan whatever stage 1 thinks of its words.
+        core = make_core(memory, model, vt, outbox, max_batch=3, gatekeeper_threshold=1.0)
         core.set_active(CAFE, True)
         embedder = core.pipeline.encoder  # the classifiers' encoder: the vectors a turn waits for
         asked: list[tuple[str, Priority]] = []
@@ -184,7 +186,6 @@ def test_messages_a_turn_answers_at_once_are_embedded_as_urgent_work(memory: Mem
         await core.submit(msg("셋", user="3"))  # the third fills the batch: answered at once
         await until(lambda: model.decisions[-1:] == ["하나\n둘\n셋"])  # planning it, held in stage 2
         await core.submit(msg("넷", user="3"))  # the batch is full: waits for the next turn
-        # (not a call: stage 2 runs on it in this active channel, so the test can hold its plan)
         model.hold.set()
         await until(lambda: replied("하나\n둘\n셋"))
         model.hold = asyncio.Event()

@@ -421,7 +421,7 @@ class ConversationPipeline:
     async def _judge_vector(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
         """The checks that need embeddings: the guard's classifier (every message of the batch,
         each on its own) and stage 1 (the last message, after the one before the batch; the
-        classifier reads the previous message only: docs/conversation.md, "Gatekeeper"). The vectors were
+        classifier reads the previous message and who said it: docs/conversation.md, "Gatekeeper"). The vectors were
         usually computed while the debounce ran (`observe` prefetches them), and they are
         awaited without holding a thread."""
         texts = [block_text(row.content) for row in plan.l1_rows] or [block_text(message.content)]
@@ -442,11 +442,11 @@ class ConversationPipeline:
         if stage1:
             t = time.perf_counter()
             # its threshold: gatekeeper_threshold
-            # The classifier can also weigh who said the previous message (`previous_from_bot`,
-            # response_classifier.py BOT_GAMMA: 0.932 on the fresh held-out set in `bench gatekeeper`);
-            # not passed yet: the runtime's turn tests assume stage 2 plans messages it now decides.
-            plan.stage1 = self.classifier.needs_response(vectors[len(texts) - 1],
-                                                          vectors[len(texts):] if context else None, texts[-1])
+            # who said the previous message matters as much as what: "how come?" after the bot spoke
+            # asks it; after a person, it is their talk (response_classifier.py, BOT_GAMMA)
+            plan.stage1 = self.classifier.needs_response(
+                vectors[len(texts) - 1], vectors[len(texts):] if context else None, texts[-1],
+                previous_from_bot=recent[-1].role == "assistant" if context else None)
             plan.timings_ms["stage1_ms"] = (time.perf_counter() - t) * 1000
 
     def _recall_and_assemble(self, message: IncomingMessage, plan: Plan, recent: list[L1Row]) -> None:
