@@ -300,6 +300,25 @@ def test_stage1_classifier_decides_between_analyses(memory: Memory) -> None:
     assert called.stage1 is None and called.respond
 
 
+def test_stage1_in_the_bot_reads_who_said_the_previous_message(memory: Memory) -> None:
+    """Issue 42: the pipeline tells stage 1 whether the bot said the message before the batch. The
+    same follow-up after the same words is judged apart when the bot said them ("how come?" asks
+    the bot) and when a person did (their talk), as `bench gatekeeper` measures it. Korean and English."""
+    pipeline = ConversationPipeline(memory)  # no LLM: stage 1's verdict is the plan's
+    for said, follow_up in (("내일은 비가 올 것 같아요. 우산 챙기세요!", "왜 그래?"),
+                            ("I think the museum is closed on Mondays.", "how come though")):
+        probabilities = {}
+        for role in ("assistant", "user"):
+            channel = f"prev-{role}-{len(said)}"
+            conversation = conversation_of("g1", channel)
+            pipeline.l1.append(conversation, role=role, content=said, user_id="999" if role == "assistant" else "8",
+                               display_name="누리" if role == "assistant" else "준")
+            plan = run(exchange(pipeline, msg(follow_up, user="7", channel=channel, explicit=False)))
+            assert plan.stage1 is not None, plan.reason
+            probabilities[role] = plan.stage1.probability
+        assert probabilities["assistant"] > probabilities["user"], (follow_up, probabilities)
+
+
 def test_e5_is_spent_on_a_reply_only_for_its_search_query(memory: Memory) -> None:
     """Issue 14: the guard classifier and stage 1 read the message through the classifier
     encoder (USE), so planning a message nobody answers asks the memory's embedder (e5) for
