@@ -21,9 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import numpy as np
 import pytest
 from mcp import Client
 
+from gieok.embed.e5_model import load_file
+from gieok.embed.e5_onnx import OnnxE5Embedder, build_graph, cached_graph, load_smoothing
 from gieok.server import ServerState
 from gieok.server.mcp import StdioWarmup, build_mcp, check_stdio_key
 from gieok.server.settings import ServerSettings
@@ -133,3 +136,20 @@ def test_a_memory_that_fails_to_load_is_a_tool_error_and_a_log_line(keyed_home: 
         assert result["isError"] and "store_unavailable: " in said and "not a usable gieok database" in said, said
     said_on_stderr = log.read_text(encoding="utf-8")
     assert "gieok mcp: loading the memory failed" in said_on_stderr, said_on_stderr[-2000:]
+
+
+def test_the_e5_graph_is_built_once_then_read_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cached bytes are the built ones (so are the vectors); a damaged copy is built again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # platformdirs' user cache dir
+    model = load_file()
+    built, engine = cached_graph(model)
+    [kept] = (tmp_path / "cache" / "gieok" / "models").glob("e5-onnx-*.int8.onnx")
+    assert engine == "onnxruntime int8" and kept.read_bytes() == built
+    assert built == build_graph(model, smoothing=load_smoothing(model))  # what the engine built before the cache
+    assert cached_graph(model) == (built, engine)
+    questions = ["민지 고양이 이름", "Who goes hiking on Saturdays?"]
+    from_cache = OnnxE5Embedder(model).embed_queries(questions)
+    kept.write_bytes(b"half a graph")  # a damaged copy: onnxruntime refuses it, the engine builds it again
+    rebuilt = OnnxE5Embedder(model)
+    assert rebuilt.engine == engine and kept.read_bytes() == built
+    assert np.array_equal(rebuilt.embed_queries(questions), from_cache)

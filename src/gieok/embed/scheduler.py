@@ -27,16 +27,24 @@ urgent engine, whose engine answers a question in a third of the BLAS engine's t
 of many passages is taken `share_chunk` at a time, so its chunks run on every core at once. Many
 agents writing at the same time then use both cores instead of queueing for one; a lone request on
 an idle engine waits for nobody.
+
+Every scheduler with live workers is closed when the interpreter exits (`_close_live_schedulers`, an
+`atexit` hook): the workers are daemon threads, and one still inside an engine call (onnxruntime,
+which releases the interpreter lock) when Python finalises is ended by `pthread_exit` as it takes
+the lock back — the forced unwind then crosses onnxruntime's `noexcept` C++ frames and the process
+aborts ("terminate called without an active exception"). Closing first lets the running call finish.
 """
 
 from __future__ import annotations
 
+import atexit
 import heapq
 import itertools
 import os
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import CancelledError, Future
@@ -64,6 +72,19 @@ def default_bulk_workers(threads_per_call: int = 1) -> int:
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
     return max(1, cores // threads_per_call) if threads_per_call > 0 else 1
+
+
+# Schedulers whose workers have started and that are not closed yet (closed at exit: module docstring).
+_live: weakref.WeakSet[EmbeddingScheduler] = weakref.WeakSet()
+
+
+def _close_live_schedulers() -> None:
+    """Run by `atexit`: after the non-daemon threads are joined, before daemon threads are stopped."""
+    for scheduler in list(_live):
+        scheduler.close()
+
+
+atexit.register(_close_live_schedulers)
 
 
 def _lower_thread_priority(steps: int) -> None:
@@ -234,6 +255,7 @@ class EmbeddingScheduler:
             if self._closed:
                 return
             self._closed = True
+            _live.discard(self)
             dropped = [self._forget(key) for key in list(self._pending) if key not in self._running]
             self._heap.clear()
             self._bulk.clear()
@@ -245,6 +267,7 @@ class EmbeddingScheduler:
                 thread.join(timeout)
 
     def _start(self, bulk: bool) -> None:
+        _live.add(self)
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._work, name="gieok-embedder", daemon=True)
             self._thread.start()
