@@ -152,6 +152,20 @@ def test_serve_started_while_redis_is_away_says_why_then_is_ready_soon_after_it_
     assert code in (0, -signal.SIGTERM), log_path.read_text()[-2000:]
 
 
+def test_serve_with_workers_whose_database_stays_away_exits_non_zero_saying_why(tmp_path: Path) -> None:
+    """`--workers 2` and PostgreSQL away past a 1 s `startup_wait_seconds`: the workers give up,
+    uvicorn's supervisor stops, and `gieok serve` exits 1 with the workers' reason as its last line
+    (it exited 0 as after a normal stop: a service manager would not restart it)."""
+    port, dead = free_port(), free_port()  # nothing listens on `dead`
+    done = subprocess.run([*GIEOK, "serve", "--workers", "2", "--port", str(port), "--no-auth",
+                           "--db", f"postgresql://postgres@127.0.0.1:{dead}/gieok"],
+                          env={**clean_env(), "GIEOK_STARTUP_WAIT_SECONDS": "1"}, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    last = done.stderr.strip().splitlines()[-1]
+    assert "gave up after 1 s" in last and "PostgreSQL" in last and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
 class PostgresPort:
     """PostgreSQL on a TCP port of its own that answers only once `open()` is called: a database
     "away" at a start, "back" the moment the port forwards to the test session's server (its Unix

@@ -8,12 +8,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import uvicorn
 from uvicorn.main import STARTUP_FAILURE
 
-from ..errors import ConfigError
+from .. import errors
+from ..errors import ConfigError, GieokError
 from .hosts import is_loopback
 from .malloc_arenas import limit_malloc_arenas
 from .mcp import create_app_with_mcp
@@ -21,6 +24,7 @@ from .pending import PendingApp
 from .settings import ServerSettings
 from .state import ServerState
 from .stopping import Server
+from .supervise import a_worker_failed_to_start
 from .supervise import install as install_supervision
 from .warm import waiting_for_the_database
 
@@ -28,6 +32,7 @@ __all__ = ["serve", "worker_app", "open_worker_state", "GRACEFUL_SHUTDOWN_SECOND
 
 GRACEFUL_SHUTDOWN_SECONDS = 30  # in-flight requests get this long after Ctrl-C / SIGTERM
 _NO_AUTH_VARIABLE = "GIEOK_SERVE_NO_AUTH"  # passes --no-auth to worker processes
+_GAVE_UP_VARIABLE = "GIEOK_SERVE_GAVE_UP_FILE"  # where a worker that gives up writes why, for the parent
 
 
 def _check(host: str, port: int, auth: bool, workers: int) -> None:
@@ -81,8 +86,26 @@ def serve(settings: ServerSettings, *, host: str | None = None, port: int | None
     # A worker loading a memory or the embedding model can hold the GIL for seconds on a busy machine;
     # uvicorn's 5 s health check then kills it mid-request. 60 s still catches a hung worker.
     install_supervision()  # a killed worker is replaced within a second, not after the health check's minute
-    uvicorn.run("gieok.server.run:worker_app", factory=True, workers=workers, timeout_worker_healthcheck=60,
-                **options)  # type: ignore[arg-type]
+    with tempfile.TemporaryDirectory(prefix="gieok-serve-") as directory:
+        reason = Path(directory) / "gave-up"
+        os.environ[_GAVE_UP_VARIABLE] = str(reason)
+        uvicorn.run("gieok.server.run:worker_app", factory=True, workers=workers, timeout_worker_healthcheck=60,
+                    **options)  # type: ignore[arg-type]
+        if a_worker_failed_to_start():  # uvicorn stopped the others and returned as from a normal stop
+            raise _worker_failure(reason)
+
+
+def _worker_failure(reason: Path) -> GieokError:
+    """The error a worker gave up with (its class and message, as `_worker_gives_up` wrote them), for
+    the command's one line and exit status, as with one worker."""
+    try:
+        name, _, message = reason.read_text(encoding="utf-8").partition("\n")
+    except OSError:
+        return GieokError("a worker failed to start: uvicorn's log above says why")
+    kind = getattr(errors, name, None)
+    if not (isinstance(kind, type) and issubclass(kind, GieokError)):
+        kind = GieokError
+    return kind(message or "a worker failed to start")
 
 
 def _pending(settings: ServerSettings, auth: bool, host: str, who: str,
@@ -98,6 +121,9 @@ def _worker_gives_up(why: BaseException) -> None:
     supervisor then stops the whole server (restarting it would only wait again)."""
     logging.getLogger("uvicorn.error").error("gieok: %s", why)
     logging.shutdown()
+    if reason := os.environ.get(_GAVE_UP_VARIABLE):  # for the parent's exit (`serve`)
+        with contextlib.suppress(OSError):
+            Path(reason).write_text(f"{type(why).__name__}\n{why}", encoding="utf-8")
     os._exit(STARTUP_FAILURE)
 
 

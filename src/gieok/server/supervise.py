@@ -15,17 +15,33 @@ from __future__ import annotations
 import pickle
 import time
 
+from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import multiprocess
 
 from .stopping import Server
 
-__all__ = ["WorkerProcess", "install"]
+__all__ = ["WorkerProcess", "install", "a_worker_failed_to_start"]
 
 _STEP_SECONDS = 0.25
 
 
+# Workers that exited as "failed to start" (their database or Redis stayed away): uvicorn's supervisor
+# then stops the server and returns as from a normal stop, so `gieok serve` asks here to exit non-zero.
+_failed_to_start: list[int] = []
+
+
+def a_worker_failed_to_start() -> bool:
+    return bool(_failed_to_start)
+
+
 class WorkerProcess(multiprocess.Process):
-    """uvicorn's worker process handle; its health check notices the process's death at once."""
+    """uvicorn's worker process handle; its health check notices the process's death at once, and
+    a worker that failed to start is remembered (`a_worker_failed_to_start`)."""
+
+    def join(self) -> None:
+        super().join()
+        if self.exitcode == STARTUP_FAILURE and self.process.pid is not None:
+            _failed_to_start.append(self.process.pid)
 
     @property
     def server(self) -> Server:
