@@ -12,6 +12,7 @@ import pytest
 
 from gieok import Memory
 from gieok.chat.conversation.facts import FactStore, Statement
+from manual_clock import ManualClock
 
 DAY = 86_400.0
 T0 = 1_780_000_000.0
@@ -23,16 +24,8 @@ TIMELINE = {("<user:1>는 부산에 산다.", 1.0, 3.0), ("<user:1>는 서울에
             ("<user:1>는 대구에 산다.", 8.0, None)}
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0 + 100 * DAY
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _feed(memory: Memory, order: tuple[int, ...], clock: Clock | None = None) -> FactStore:
-    facts = FactStore(memory, memory.store.conversation, clock=clock or Clock())
+def _feed(memory: Memory, order: tuple[int, ...], clock: ManualClock | None = None) -> FactStore:
+    facts = FactStore(memory, memory.store.conversation, clock=clock or ManualClock(T0 + 100 * DAY))
     for index in order:
         text, day = SAID[index]
         if clock is not None:
@@ -73,7 +66,7 @@ def test_withdrawing_a_statement_re_forms_the_timeline(tmp_path: Path) -> None:
 
 
 def test_as_of_is_what_was_true_then_and_known_at_what_gieok_knew_then(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = ManualClock(T0 + 100 * DAY)
     with Memory(tmp_path / "m.db") as memory:
         facts = _feed(memory, (0, 1, 4), clock)  # 부산 (day 1), 서울 (3), 대구 (8), learned a minute apart
         learned = clock.now

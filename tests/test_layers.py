@@ -12,21 +12,11 @@ from gieok.layers.working import WorkingMemory, jaccard, time_factor, usage_fact
 from gieok.store.base import NewBlock
 from gieok.store.sqlite import SQLiteStore
 from gieok.text import get_tokenizer
+from manual_clock import HOUR, ManualClock
 
 # The seed's thresholds (0.3 / 0.2) make every slot and block qualify with e5, which is what
 # these mechanics tests want; the shipped defaults are calibrated (see README "Layers").
 SEED = {"min_relevance_threshold": 0.3, "checkpoint_min_similarity": 0.2}
-
-
-class Clock:
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, hours: float) -> None:
-        self.now += hours * 3600
 
 
 @pytest.fixture
@@ -55,13 +45,13 @@ def test_factors_follow_the_seed():
 
 
 def test_priority_formula_with_controlled_clock(store):
-    clock, promoted = Clock(), []
+    clock, promoted = ManualClock(), []
     wm = _wm(store, clock, promoted)
     scope = Scope(channel="c")
     slot = wm.add(scope, "민지 고양이 보리", importance=0.8)
     for _ in range(4):
         wm.touch(slot)  # usage 5
-    clock.advance(24)
+    clock.advance(24 * HOUR)
     expected = 0.4 * 0.8 + 0.3 * 0.5 + 0.2 * 0.5 + 0.1 * 0.0
     assert wm.priority(slot) == pytest.approx(expected)
     # relevance: Korean-aware Jaccard — 민지는 / 고양이를 share lemmas with the slot
@@ -70,12 +60,12 @@ def test_priority_formula_with_controlled_clock(store):
 
 
 def test_eviction_promotes_the_lowest_priority_slot(store):
-    clock, promoted = Clock(), []
+    clock, promoted = ManualClock(), []
     wm = _wm(store, clock, promoted, slots=2)
     scope = Scope(channel="c")
     wm.add(scope, "important plan", importance=0.9)
     wm.add(scope, "small talk", importance=0.1)
-    clock.advance(1)
+    clock.advance(1 * HOUR)
     wm.add(scope, "new message", importance=0.5)
     assert [p[0] for p in promoted] == ["small talk"]
     assert promoted[0][2] == "evicted"
@@ -89,7 +79,7 @@ def test_eviction_promotes_the_lowest_priority_slot(store):
 def test_slots_are_separate_per_conversation_and_persist(tmp_path):
     path = tmp_path / "p.db"
     store = SQLiteStore(path)
-    clock, promoted = Clock(), []
+    clock, promoted = ManualClock(), []
     wm = _wm(store, clock, promoted)
     wm.add(Scope(channel="a"), "hello from a", embedding=np.ones(4, dtype=np.float32) / 2)
     wm.add(Scope(channel="b"), "hello from b")
@@ -104,7 +94,7 @@ def test_slots_are_separate_per_conversation_and_persist(tmp_path):
 
 # -- cache ----------------------------------------------------------------------------------
 def test_cache_generations_invalidate_only_matching_scopes():
-    clock = Clock()
+    clock = ManualClock()
     cache = SearchCache(max_entries=10, ttl_seconds=60, clock=clock)
     a, b, everything = Scope(guild="g", channel="a"), Scope(guild="g", channel="b"), Scope()
     for scope in (a, b, everything):
@@ -335,12 +325,12 @@ def test_stm_modes(tmp_path, mode):
 
 def test_stm_expiry_promotes_important_and_drops_the_rest(tmp_path):
     with Memory(tmp_path / "stm.db") as memory:
-        clock = Clock()
+        clock = ManualClock()
         memory.stm.clock = clock
         memory.stm.add(Scope(channel="c"), "민지 생일은 5월 9일", importance=0.9)
         memory.stm.add(Scope(channel="c"), "ㅋㅋㅋ", importance=0.1)
         memory.stm.add(Scope(channel="c"), "still fresh", importance=0.9, ttl_seconds=10 * 3600)
-        clock.advance(2)
+        clock.advance(2 * HOUR)
         outcome = memory.stm.expire()
         assert outcome == {"promoted": 1, "dropped": 1}
         notes = [b for b in memory.iter_blocks() if b.kind == "note"]

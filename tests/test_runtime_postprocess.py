@@ -19,6 +19,7 @@ from gieok.chat.runtime import (
     stream_view,
 )
 from gieok.errors import InvalidInputError, InvalidTypeError
+from manual_clock import ManualClock
 
 # -- render_mentions -----------------------------------------------------------------------------------
 
@@ -319,16 +320,8 @@ def test_tiny_limits_still_respect_the_length() -> None:
 # -- streaming ------------------------------------------------------------------------------------------
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_edit_throttle_on_a_fake_clock() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     throttle = EditThrottle(1.0, clock)
     assert throttle.should_edit()
     throttle.mark()
@@ -356,7 +349,7 @@ def test_stream_view_marks_the_current_message() -> None:
 
 def test_streaming_starts_a_new_message_when_the_limit_is_crossed() -> None:
     """Simulate an adapter: tokens arrive every 0.2 s, edits at most once per second."""
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     throttle = EditThrottle(1.0, clock)
     text = " ".join(f"문장 {i}번입니다." for i in range(60))
     tokens = re.findall(r"\S+\s*", text)

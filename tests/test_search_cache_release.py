@@ -10,14 +10,7 @@ from __future__ import annotations
 
 from gieok import Memory, Scope
 from gieok.layers.cache import SearchCache
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from manual_clock import ManualClock
 
 
 def test_more_conversations_than_entries_keep_at_most_the_bound() -> None:
@@ -51,7 +44,7 @@ def test_a_write_releases_the_results_it_made_stale_and_no_others() -> None:
 
 
 def test_expired_results_are_released_at_the_next_put() -> None:
-    clock = Clock()
+    clock = ManualClock()
     cache = SearchCache(max_entries=64, ttl_seconds=60, clock=clock)
     for n in range(5):
         scope = Scope(channel=f"c{n}")
