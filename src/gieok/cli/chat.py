@@ -6,23 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markdown import Markdown
 from rich.table import Table
 
-from ..chat.adapters.terminal import run_chat
-from ..chat.agent.pipeline import IncomingMessage
-from ..chat.compose import build_pipeline
-from ..chat.conversation.memory import ConversationMemory
-from ..chat.conversation.recent import conversation_of
-from ..chat.demo import run_demo
-from ..chat.llm.configured import require_llm
-from ..chat.settings import chat_settings
 from ..errors import InvalidInputError, MissingExtraError
 from ..store.wait import ServiceWait, reach_services
 from .options import DbOption, GuildOpt, JsonFlag, RedisOption, _open, given, load, out
+
+if TYPE_CHECKING:
+    from ..chat.conversation.memory import ConversationMemory
+    from ..memory import Memory
 
 __all__ = ["conversation_commands", "users_commands"]
 
@@ -33,6 +28,14 @@ users_commands = typer.Typer(help="The people in a memory: list them, write ever
                              no_args_is_help=True)
 
 UserRequired = Annotated[str, typer.Option("--user", "-u", help="User id (the speaker).")]
+
+
+def _conversation_memory(memory: Memory) -> ConversationMemory:
+    """The conversation layers of `memory`. The chat's modules load with the commands that use
+    them, not with every `gieok` command (~0.25 s of each start: `gieok mcp`, `gieok serve`, …)."""
+    from ..chat.conversation.memory import ConversationMemory
+
+    return ConversationMemory(memory)
 
 
 @app.command()
@@ -48,6 +51,8 @@ def demo(
 
     Example: gieok demo --db /tmp/demo.db
     """
+    from ..chat.demo import run_demo
+
     run_demo(db, out, k=k, settings=load())
 
 
@@ -68,6 +73,10 @@ def inspect_prompt(
 
     Example: gieok inspect-prompt "누리야 내 고양이 이름 기억나?" --channel cafe --guild g1 --user 42 --name 민지
     """
+    from ..chat.agent.pipeline import IncomingMessage
+    from ..chat.compose import build_pipeline
+    from ..chat.settings import chat_settings
+
     with _open(db) as memory:
         pipeline = build_pipeline(chat_settings(memory.settings), memory, llm=None)  # stage 2 by its heuristics
         plan = asyncio.run(pipeline.preview(IncomingMessage(
@@ -102,8 +111,10 @@ def summary(
 
     Example: gieok summary --channel cafe --guild g1 --set-core "이 채널은 여행 이야기 전용이다"
     """
+    from ..chat.conversation.recent import conversation_of
+
     with _open(db) as memory:
-        layers = ConversationMemory(memory)
+        layers = _conversation_memory(memory)
         conversation = conversation_of(guild, channel)
         if set_core is not None:
             layers.summaries.set_core(conversation, [line for line in set_core if line.strip()])
@@ -111,6 +122,8 @@ def summary(
     if as_json:
         out.print_json(json.dumps(view, ensure_ascii=False))
         return
+    from rich.markdown import Markdown  # markdown-it: only here
+
     out.print(Markdown(view["markdown"]))
 
 
@@ -127,7 +140,7 @@ def facts(
     Example: gieok facts --user 42 --history
     """
     with _open(db) as memory:
-        found = ConversationMemory(memory).facts.facts(user_id=user, guild=guild, include_history=history)
+        found = _conversation_memory(memory).facts.facts(user_id=user, guild=guild, include_history=history)
     if as_json:
         out.print_json(json.dumps([f.as_dict() for f in found], ensure_ascii=False))
         return
@@ -151,7 +164,7 @@ def lore(
     Example: gieok lore lore.txt
     """
     with _open(db) as memory:
-        added = ConversationMemory(memory).facts.seed_lore(file)
+        added = _conversation_memory(memory).facts.seed_lore(file)
     out.print(f"seeded {added} new lore fact(s) from {file}")
 
 
@@ -168,7 +181,7 @@ def forget_user(
     if not yes and not typer.confirm(f"Erase all facts and messages of user {user}?"):
         raise InvalidInputError("not confirmed; nothing erased")
     with _open(db) as memory:
-        result = ConversationMemory(memory).forget_user(user, reason="gieok forget-user")
+        result = _conversation_memory(memory).forget_user(user, reason="gieok forget-user")
     out.print(f"erased {result['facts']} fact(s), {result['messages']} message block(s), "
               f"{result['l1_rows']} recent message(s), {result['summary_items']} summary item(s) of user {user}; "
               f"{result['neighbours_reembedded']} neighbouring turn(s) embedded again without their words")
@@ -186,7 +199,7 @@ def users_list(
     Example: gieok users list --limit 20
     """
     with _open(db) as memory:
-        found = ConversationMemory(memory).tables.users_page(after, limit)
+        found = _conversation_memory(memory).tables.users_page(after, limit)
     if as_json:
         out.print_json(json.dumps([u.as_dict() for u in found], ensure_ascii=False))
         return
@@ -211,7 +224,7 @@ def users_export(
     Example: gieok users export 42 --out 42.json
     """
     with _open(db) as memory:
-        parts = ConversationMemory(memory).user_data(user)
+        parts = _conversation_memory(memory).user_data(user)
         if to is None:
             for part in parts:
                 typer.echo(part, nl=False)
@@ -238,6 +251,9 @@ def chat(
 
     Example: GIEOK_LLM_CHAIN=openai:qwen2.5:7b gieok chat --name 민지
     """  # noqa: E501 - --help keeps the docstring's line breaks, so a paragraph stays on one line
+    from ..chat.adapters.terminal import run_chat
+    from ..chat.llm.configured import require_llm
+
     settings = load()
     require_llm(settings)  # before opening anything: one line naming what to set
     run_chat(settings, db=db, user_name=name, console=out)
