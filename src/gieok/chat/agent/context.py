@@ -70,9 +70,12 @@ HEADERS = {
 WEEKDAYS = {"ko": "월화수목금토일", "en": None}
 
 
+@functools.lru_cache(maxsize=8192)
 def local_time(epoch: float | None, zone: ZoneInfo) -> _dt.datetime | None:
     """`epoch` as a time in `zone`; None (and a log line) for a value no calendar holds — a
-    stored time must never turn a prompt into an error."""
+    stored time must never turn a prompt into an error. Cached (a datetime does not change): an
+    agent's context writes the time of each of its ~50 recent lines, the same lines call after
+    call, and converting them took a tenth of the server's time for a context."""
     if epoch is None:
         return None
     try:
