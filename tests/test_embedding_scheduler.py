@@ -70,8 +70,9 @@ def test_urgent_work_runs_before_prefetch_and_write_behind(gated: GatedEngine, e
     for future in [*later, *soon, *now, *query]:
         future.result(10)
     order = [texts for _, texts in gated.calls[1:]]
-    assert order[0] == ["누리야 고양이 이름 기억나?", "what did I say about Seoul?"]  # urgent, batched together
-    assert order[1] == ["고양이 이름"] and gated.calls[2][0] == "query"  # urgent too; its own call (other prefix)
+    # an urgent query first, though asked for last: a search waits for its few milliseconds
+    assert order[0] == ["고양이 이름"] and gated.calls[1][0] == "query"
+    assert order[1] == ["누리야 고양이 이름 기억나?", "what did I say about Seoul?"]  # urgent, batched together
     assert order[2] == ["방금 온 메시지"]  # then prefetch
     assert order[3:] == [["답장 하나", "답장 둘"], ["답장 셋"]]  # write-behind last, in small chunks
     expected = engine.embed_passages(["누리야 고양이 이름 기억나?"])[0]
