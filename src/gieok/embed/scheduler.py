@@ -106,7 +106,8 @@ class EmbeddingScheduler:
     texts: a turn waits for its own texts, not for every other turn's (one 32-text batch of
     several turns held each of them for 0.5 s under the 50-channel load, where batching saves
     only ~10 % of engine time). Queries are the exception: single-text searches waiting at the
-    same time share one call of at most `query_group` texts. Background work runs one text at a
+    same time share one call of at most `query_group` texts, and go before urgent passages
+    asked for earlier (`_urgent_queries`). Background work runs one text at a
     time while its queue is short, so an urgent request waits for one text at most, and in bigger
     chunks once a backlog builds (`_chunk`).
 
