@@ -37,7 +37,7 @@ ENGINE_ROWS: dict[str, int] = {
 }
 # Rows inside the chat, bottom (0) to top.
 CHAT_ROWS: dict[str, int] = {
-    "settings": 0, "data": 0,
+    "settings": 0, "data": 0, "lazy_members": 0,
     "llm": 1, "conversation": 1,
     "agent": 2,
     "runtime": 3,

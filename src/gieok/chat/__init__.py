@@ -14,8 +14,9 @@ Nothing here is imported by the engine (`gieok`), and nothing here imports the s
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy_members import lazy_members
 
 if TYPE_CHECKING:
     from .compose import Bot, build_bot, build_pipeline
@@ -24,17 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Bot", "build_bot", "build_pipeline", "ChatSettings", "ConversationMemory"]
 
-# Loaded when first asked for (PEP 562): importing one module of the ring — `gieok.chat.settings`,
-# which every `gieok` command reads through the server's settings — must not load the whole bot
-# (the pipeline, its classifiers' code, the model clients: ~0.25 s of every command's start).
+# Loaded when first asked for: chat/lazy_members.py says why.
 _HOMES = {"Bot": ".compose", "build_bot": ".compose", "build_pipeline": ".compose",
           "ConversationMemory": ".conversation.memory", "ChatSettings": ".settings"}
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_members(__name__, _HOMES)
