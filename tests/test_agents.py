@@ -180,6 +180,31 @@ def test_context_has_the_users_facts_the_summary_the_recalled_turns_and_the_rece
     assert default["query"] == filler[-1]["text"]
 
 
+def test_a_users_newest_message_has_its_query_vector_ready_for_the_context_that_follows(served: Served) -> None:
+    """An agent's next call after storing a user's message is most often the context for it: its
+    query vector is started with the add (pipeline._query_ahead_of_context), not for a reply or a
+    message that came before it in the same request, and the context then finds it cached."""
+    question = "  츄르 말고 보리가 좋아하는 간식은 또 뭐야?  "
+    messages = [*chat("q"), {"id": "q5", "role": "user", "user": "u-minji", "name": "민지", "text": question,
+                             "time": T0 + 700}]
+    assert served.post("/v1/conversations/messages", {**CAFE, "messages": messages}).status_code == 202
+    reply = {"id": "q6", "role": "assistant", "name": "Claude", "text": "참치 트릿도 좋아할 것 같아!", "time": T0 + 760}
+    assert served.post("/v1/conversations/messages", {**CAFE, "messages": [reply]}).status_code == 202
+    with served.state.tenants.use("acme") as t:
+        embedder = t.memory.embedder
+        deadline = time.monotonic() + 30
+        while not embedder.has(question.strip(), is_query=True) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert embedder.has(question.strip(), is_query=True)
+        assert not embedder.has(reply["text"], is_query=True)  # an assistant's message: no context follows it
+        assert not embedder.has(messages[3]["text"], is_query=True)  # not the request's newest
+        hits_before = embedder.hits
+    context = served.post("/v1/conversations/context", {**CAFE, "user": "u-minji", "query": question}).json()
+    assert context["query"] == question.strip()
+    with served.state.tenants.use("acme") as t:
+        assert t.memory.embedder.hits > hits_before  # the context's search read the vector from the cache
+
+
 def test_in_a_direct_conversation_a_user_gets_only_their_own_facts(served: Served) -> None:
     dm = {"channel": "dm-minji"}
     served.post("/v1/conversations/messages", {**dm, "messages": chat("d")})

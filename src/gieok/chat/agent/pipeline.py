@@ -931,6 +931,7 @@ class ConversationPipeline:
         fresh = [m for m in checked if m.id not in known]
         changed = await asyncio.to_thread(self._changed, checked, known)
         users = [m for m in (*fresh, *changed) if m.role == "user"]
+        self._query_ahead_of_context(fresh)
         lap("check_ms")
         verdicts = await self._guard_texts([block_text(m.text) for m in users], timings)
         flagged = {m.id for m, verdict in zip(users, verdicts) if verdict.attack}
@@ -979,6 +980,18 @@ class ConversationPipeline:
         timings["total_ms"] = (time.perf_counter() - started) * 1000
         return Ingested({"guild": conversation.guild, "channel": conversation.channel}, stored, duplicates, status,
                         extraction, edits, timings)
+
+    def _query_ahead_of_context(self, fresh: Sequence[MessageIn]) -> None:
+        """Start the query vector of the newest message when a user wrote it: an agent's next call is
+        most often the context for it, whose query is that text, stripped (`agents.agent_context`),
+        and the vector is then ready or under way when it comes (the context's own request shares
+        it: scheduler.submit). Started before the guard, behind any waiting turn (`LATER`). Started
+        after the messages are stored instead, the context waited for more of it (measured in
+        docs/benchmarks.md, "A context's query vector ahead"). Not for a long text (a paste), whose
+        query vector is costly and less likely asked for."""
+        newest = fresh[-1] if fresh else None
+        if newest is not None and newest.role == "user" and len(query := block_text(newest.text)) <= MAX_QUERY_CHARS:
+            self.memory.embedder.prefetch_queries([query], Priority.LATER)
 
     def _changed(self, checked: Sequence[MessageIn], known: dict[str, KnownMessage]) -> list[MessageIn]:
         """Messages sent before whose text is not what is stored: edits. (A deleted message's id
