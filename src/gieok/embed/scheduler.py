@@ -142,6 +142,7 @@ class EmbeddingScheduler:
         self._bulk_names = itertools.count()
         self._cond = threading.Condition()
         self._heap: list[tuple[int, int, int, _Key]] = []  # (level, request, order, key), NOW to LATER
+        self._now_queries: list[tuple[int, int, int, _Key]] = []  # urgent queries, apart: `_urgent_queries`
         self._bulk: deque[_Key] = deque()  # BULK keys, first come first served
         self._pending: dict[_Key, Future[np.ndarray]] = {}
         self._best: dict[_Key, int] = {}
@@ -208,7 +209,8 @@ class EmbeddingScheduler:
         if level >= Priority.BULK:
             self._bulk.append(key)
         else:
-            heapq.heappush(self._heap, (level, request, next(self._seq), key))
+            heapq.heappush(self._now_queries if level == Priority.NOW and key[0] else self._heap,
+                           (level, request, next(self._seq), key))
 
     def withdraw(self, futures: Iterable[Future[np.ndarray]]) -> int:
         """Give up on futures `submit` returned (each once, as many times as it was asked for):
@@ -259,6 +261,7 @@ class EmbeddingScheduler:
             _live.discard(self)
             dropped = [self._forget(key) for key in list(self._pending) if key not in self._running]
             self._heap.clear()
+            self._now_queries.clear()
             self._bulk.clear()
             self._cond.notify_all()
         for future in dropped:
@@ -282,28 +285,24 @@ class EmbeddingScheduler:
 
     def _urgent_queries(self) -> list[_Key]:
         """Called with the lock held: up to `query_group` live urgent queries, oldest first, taken
-        off the heap. An urgent query goes before urgent passages asked for earlier: it is a few
+        off their heap (they are kept apart from the rest, so finding them costs no scan of a long
+        queue). An urgent query goes before urgent passages asked for earlier: it is a few
         milliseconds of engine time that a search or a turn's reply waits for, where a passage
         request is a message being stored (and the bulk engines may take passages meanwhile:
         `share_urgent`). Measured (`gieok bench agents`, 32 agents, first come first served): a
         context call waited behind the passages of the adds queued before it."""
-        live = [entry for entry in self._heap
-                if entry[0] == Priority.NOW and entry[3][0] and entry[3] in self._pending
-                and self._best[entry[3]] >= entry[0] and entry[3] not in self._running]
-        if not live:
-            return []
-        live.sort()
-        taken = list(dict.fromkeys(entry[3] for entry in live))[:self.query_group]
-        chosen = set(taken)
-        self._heap = [entry for entry in self._heap if entry[3] not in chosen]
-        heapq.heapify(self._heap)
+        taken: list[_Key] = []
+        while self._now_queries and len(taken) < self.query_group:
+            key = heapq.heappop(self._now_queries)[3]
+            if key in self._pending and key not in self._running and key not in taken:  # else done or withdrawn
+                taken.append(key)
         return taken
 
     def _next_batch(self) -> tuple[bool, list[_Key]]:
-        """Called with the lock held and the heap non-empty: the most urgent live entries of one
-        kind (queries and passages are separate engine calls); urgent ones of one request, or
-        queries of several — urgent queries first (`_urgent_queries`)."""
-        queries = self._urgent_queries() if self._heap[0][0] == Priority.NOW else []
+        """Called with the lock held: urgent queries, several requests' in one call, first
+        (`_urgent_queries`); else the most urgent live entries of one kind (queries and passages are
+        separate engine calls), urgent passages of one request."""
+        queries = self._urgent_queries() if self._now_queries else []
         if queries:
             return True, queries
         batch: list[_Key] = []
@@ -319,13 +318,10 @@ class EmbeddingScheduler:
                 continue
             if kind is None:
                 kind, level, request = key[0], entry_level, entry_request
-            urgent = level == Priority.NOW
-            grouped = urgent and kind  # searches waiting together: one call
-            limit = (self.query_group if grouped else self._urgent_chunk()) if urgent else self._chunk()
-            if entry_level != level or len(batch) >= limit or (urgent and not grouped and entry_request != request):
+            urgent = level == Priority.NOW  # passages only: urgent queries are kept apart
+            limit = self._urgent_chunk() if urgent else self._chunk()
+            if entry_level != level or len(batch) >= limit or (urgent and entry_request != request):
                 break
-            if grouped and key[0] != kind:
-                break  # a turn's passages asked for before the next query go first
             heapq.heappop(self._heap)
             if key[0] != kind:
                 skipped.append(entry)
@@ -407,7 +403,7 @@ class EmbeddingScheduler:
 
     def _urgent_ready(self) -> bool:
         """Work for the urgent engine: anything above bulk, or bulk work when no bulk engine serves."""
-        return bool(self._heap) or (bool(self._bulk) and self._urgent_serves_bulk())
+        return bool(self._heap) or bool(self._now_queries) or (bool(self._bulk) and self._urgent_serves_bulk())
 
     def _work(self) -> None:
         while True:
@@ -416,7 +412,7 @@ class EmbeddingScheduler:
                     self._cond.wait()
                 if self._closed:
                     return
-                is_query, batch = self._next_batch() if self._heap else (False, [])
+                is_query, batch = self._next_batch() if self._heap or self._now_queries else (False, [])
                 if not batch and self._bulk and self._urgent_serves_bulk():
                     is_query, batch = self._next_bulk(self._chunk())
                 if not batch:
