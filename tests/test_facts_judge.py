@@ -196,6 +196,16 @@ def test_a_korean_predicate_added_as_the_head_is_news() -> None:
     assert label("<user:1>는 일본어를 할 줄 안다.", "<user:1>는 일본어를 구사할 수 있다.") == "duplicate"
 
 
+def test_an_english_noun_added_after_the_last_word_is_another_thing() -> None:
+    """English compounds end in what they are: "chess news" is news, "a house boat" a boat (the
+    dev half's false duplicates); a word after a preposition or before the old word is not this."""
+    assert label("<user:1> streams chess.", "<user:1> streams chess news.") == "distinct"
+    assert label("<user:1> owns a house.", "<user:1> owns a house boat.") == "distinct"
+    assert label("<user:1> works as a nurse.", "<user:1> works as a nurse practitioner.") == "distinct"
+    assert label("<user:1> is a nurse.", "<user:1> is a nurse at a hospital.") == "duplicate"
+    assert label("<user:1> is a physician.", "<user:1> is a medical doctor.") == "duplicate"
+
+
 def test_the_grammar_of_ability() -> None:
     """할 줄 안다 = 할 수 있다 = can = is able to; 탈 줄 모른다 = 못 탄다 = can't; an ability
     is not repeated by a habit, and a lost ability is a change."""

@@ -291,6 +291,7 @@ class FactShape:
     head: str | None = None  # a Korean fact's last content concept: its predicate ("선생님이다", "키운다")
     surface: tuple[tuple[str, str], ...] = ()  # (concept, the word it was read from) for Latin words
     acronyms: tuple[tuple[str, str], ...] = ()  # (concept, its capitals): "NYC" → "nyc"
+    tail: tuple[str, ...] = ()  # an English fact's last two words, lower-cased ("chess news"): `_new_head`
 
     def content(self) -> tuple[str, ...]:
         """The concepts that must agree for a duplicate (light words and change words left out)."""
@@ -426,7 +427,8 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
                      verbs=frozenset(verbs), modal=bool(_MODAL.search(plain)), contrast=bool(_CONTRAST.search(plain)),
                      surface=tuple(surface.items()), able=able, acronyms=_acronyms(plain),
                      possessed=concept_of.get(possessed_tokens[0], possessed_tokens[0]) if possessed_tokens else None,
-                     head=concepts[-1] if concepts and _HANGUL.search(plain) else None)
+                     head=concepts[-1] if concepts and _HANGUL.search(plain) else None,
+                     tail=() if _HANGUL.search(plain) else tuple(w.lower() for w in _LATIN_WORD.findall(plain)[-2:]))
 
 
 @lru_cache(maxsize=4096)
@@ -723,6 +725,16 @@ def _about_another(old: FactShape, new: FactShape, content: Alignment, added: st
 _NEGATING_PREFIXES = ("un", "non", "dis", "in", "im", "ir", "il", "비", "불", "무", "미")
 
 
+def _new_head(old: FactShape, new: FactShape, added: str) -> bool:
+    """An English fact that ends one word later, in a noun after the older fact's last word: "X
+    streams chess" → "X streams chess news", "owns a house" → "owns a house boat". In English the
+    last noun of a compound is what it is (news about chess, a kind of boat), so the word added
+    names another thing, not more of the same one. A word after a preposition ("a nurse" → "a nurse
+    at a hospital") or before the old word ("dogs" → "hot dogs") is not this."""
+    return (len(old.tail) >= 1 and len(new.tail) == 2 and new.tail[0] == old.tail[-1]
+            and new.tail[1] == new.word(added) and added not in new.adverbs)
+
+
 def _contrasting(a: str, b: str) -> bool:
     """Two words of one form that usually say opposite or sibling things: one is the other with
     a negating prefix ("smoker" / "nonsmoker", "공개" / "비공개"), or they differ in one letter
@@ -800,6 +812,6 @@ def judge_shapes(old: FactShape, new: FactShape, paraphrase: Paraphrase | None =
         if not old_rest and len(new_rest) == 1 and _names_the_attribute(new, new_rest[0]):
             return "duplicate", f"the attribute named ({new.word(new_rest[0])})"
         if (not old_rest and len(new_rest) == 1 and _plain_word(new, new_rest[0])
-                and not _about_another(old, new, content, new_rest[0])):
+                and not _about_another(old, new, content, new_rest[0]) and not _new_head(old, new, new_rest[0])):
             return "duplicate", f"one common word added ({new.word(new_rest[0])})"
     return "distinct", "another attribute, or more than one slot changed"
