@@ -117,6 +117,11 @@ def _scan(location: str, backend: str, needles: list[str]) -> list[str]:
     return found
 
 
+def _cached_with(cache: Any, needles: list[str]) -> list[str]:
+    """The keys of an embedding cache (its private table: no API lists them) that hold a needle."""
+    return [text for _, text in list(cache._cache) if any(n in text for n in needles)]
+
+
 def test_erasure_reaches_every_copy(backend: Backend, redis_url: str, redis_namespace: str) -> None:
     shared = SharedEventLog(RedisConnection(redis_url, redis_namespace))
     bus = EventBus()
@@ -156,6 +161,11 @@ def test_erasure_reaches_every_copy(backend: Backend, redis_url: str, redis_name
         assert _scan(backend.location, backend.name, _needles()), "the scan sees her data before the erasure"
         next_turn = next(b for b in memory.iter_blocks() if b.text == MESSAGES[1][3])  # embedded with m1 as context
         before = memory.vectors_of([next_turn.block_index])[0]
+        # the vectors cached by text in this process: e5's (passages, her newest message's query) and the
+        # guard's encoder's (each user message); her messages, not the searches that used her words
+        caches = {"e5": memory.embedder, "guard encoder": pipeline.encoder}
+        hers = [said for _, user, _, said in MESSAGES if user == MINJI]
+        assert all(_cached_with(cache, hers) for cache in caches.values())
 
         receipt = conversation.forget_user(MINJI)
 
@@ -163,6 +173,8 @@ def test_erasure_reaches_every_copy(backend: Backend, redis_url: str, redis_name
         assert receipt["neighbours_reembedded"] >= 1 and receipt["stored_answers"] == 1
         left = _scan(backend.location, backend.name, _needles())
         assert left == [], left
+        for name, cache in caches.items():
+            assert _cached_with(cache, hers) == [], name
         # the event logs up to now: nothing that held her data, in process or in Redis
         held = [e for e in bus.recent("acme", n=10_000) if any(n in json.dumps(e.data, ensure_ascii=False)
                                                                  for n in [*_needles(), MINJI])]

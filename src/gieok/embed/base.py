@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from contextlib import nullcontext
 from typing import Protocol, runtime_checkable
@@ -48,6 +49,17 @@ def normalise_rows(matrix: np.ndarray, expected_dim: int | None = None) -> np.nd
     return np.ascontiguousarray(matrix / norms, dtype=np.float32)
 
 
+def _lines_of(key: str) -> Iterable[str]:
+    """The texts a cached key was made of: each line of a passage (a turn, the turns before it),
+    and each without its speaker label ("민지: …", passages.PassageSource.line)."""
+    for line in key.split("\n"):
+        line = line.strip()
+        yield line
+        label, sep, rest = line.partition(": ")
+        if sep and label and len(label) <= 100:
+            yield rest.strip()
+
+
 class CachedEmbedder:
     """LRU cache in front of any embedder: chat repeats itself ("ㅋㅋ", "lol", greetings), and
     the runtime computes a message's vector once, when it arrives, for every later use."""
@@ -61,6 +73,7 @@ class CachedEmbedder:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self._alongside: list[weakref.ref[CachedEmbedder]] = []  # forget_alongside
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         return self._embed(texts, is_query=False)
@@ -144,6 +157,29 @@ class CachedEmbedder:
             return 0
         unique = {id(f): f for f in futures if not f.done()}  # one text asked for twice is one future
         return int(withdraw(list(unique.values())))
+
+    def forget_texts(self, texts: Iterable[str]) -> int:
+        """Drop the vectors of erased texts, here and in the caches linked by `forget_alongside`: a
+        query or a classifier input that is one of them, and a passage holding one as a line (its
+        own turn, or the turn before another). An erased message must not stay in memory as a
+        cache key (memory/writes.py `forget`). Returns the entries dropped."""
+        erased = {t.strip() for t in texts if isinstance(t, str) and t.strip()}
+        if not erased:
+            return 0
+        with self._lock:
+            gone = [key for key in self._cache if any(line in erased for line in _lines_of(key[1]))]
+            for key in gone:
+                del self._cache[key]
+            others = [cache for ref in self._alongside if (cache := ref()) is not None]
+        return len(gone) + sum(other.forget_texts(erased) for other in others)
+
+    def forget_alongside(self, other: CachedEmbedder) -> None:
+        """Forget in `other` too what this cache is told to forget (`forget_texts`): another
+        engine's cache of the same messages (the chat guard's encoder beside a memory's e5).
+        Held weakly: this cache does not keep `other` alive."""
+        with self._lock:
+            self._alongside = [ref for ref in self._alongside if ref() not in (None, other)]
+            self._alongside.append(weakref.ref(other))
 
     def has(self, text: str, *, is_query: bool = False) -> bool:
         """Whether the vector is cached (a prefetch has landed)."""

@@ -96,16 +96,19 @@ class Memory:
         self.working, self.stm, self.hybrid = stack.working, stack.stm, stack.hybrid
         self.checkpoints, self.localized, self.cache, self.coordinator = (stack.checkpoints, stack.localized,
                                                                           stack.cache, stack.coordinator)
-        self._search = SearchPath(self.store, self.indexes, self.coordinator, self._lock,
-                                  weakly(self._embed_query))
+        self._search = SearchPath(self.store, self.indexes, self.coordinator, self._lock, weakly(self._embed_query))
         self._writes = WritePath(self.store, self.settings, self.tokenizer, self.indexes, self.layers, self.events,
-                                 self._lock, weakly(self._current_embedder), weakly(self._check_open))
+                                 self._lock, weakly(self._current_embedder), weakly(self._check_open),
+                                 weakly(self._loaded_embedder))
 
     def _embed_query(self, query: str) -> np.ndarray:
         return self.embedder.embed_query(query)
 
     def _current_embedder(self) -> CachedEmbedder:
         return self.embedder
+
+    def _loaded_embedder(self) -> CachedEmbedder | None:
+        return self._embedder
 
     def _drop_cached_answers(self) -> None:
         if hasattr(self, "cache"):

@@ -42,7 +42,8 @@ class WritePath:
 
     def __init__(self, store: Store, settings: Settings, tokenizer: Tokenizer, indexes: MemoryIndexes,
                  layers: LayerStack, events: MemoryEvents, lock: threading.RLock,
-                 embedder: Callable[[], CachedEmbedder], check_open: Callable[[], None]) -> None:
+                 embedder: Callable[[], CachedEmbedder], check_open: Callable[[], None],
+                 loaded_embedder: Callable[[], CachedEmbedder | None] = lambda: None) -> None:
         self.store = store
         self.settings = settings
         self.tokenizer = tokenizer
@@ -52,6 +53,7 @@ class WritePath:
         self.lock = lock
         self.embedder = embedder
         self.check_open = check_open
+        self.loaded_embedder = loaded_embedder  # the embedder if loaded (erasing needs no model)
 
     def prepare(self, text: Any, **fields: Any) -> NewBlock:
         """One item checked and made ready to write (`ingest.prepare` with this memory's settings)."""
@@ -173,6 +175,14 @@ class WritePath:
             self.layers.invalidate(b.scope for b in targets)
         return indices
 
+    def _drop_cached(self, texts: list[str]) -> None:
+        """Erased texts out of the embedder's cache of vectors kept by text, and the caches it
+        forgets alongside (`CachedEmbedder.forget_alongside`: the chat guard's encoder): an erased
+        message must not stay in memory as a cache key. Without a loaded embedder, none holds them."""
+        embedder = self.loaded_embedder()
+        if embedder is not None:
+            embedder.forget_texts(texts)
+
     def forget(self, indices: list[int]) -> list[int]:
         """Erase the content of blocks (checked indices); `BlockNotFoundError` for one that never was."""
         with self.lock:
@@ -185,6 +195,7 @@ class WritePath:
             self.layers.invalidate(existing[i].scope for i in erased)
             self.layers.drop_copies(sorted(erased))
             self.indexes.erase(erased)
+        self._drop_cached([existing[i].text for i in erased])
         if erased:
             self.events.emit("memory.forgotten", {"block_indices": erased})
         return erased

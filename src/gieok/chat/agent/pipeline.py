@@ -37,6 +37,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 
 from ...config import read_text_file
+from ...embed import CachedEmbedder
 from ...embed.priority import Priority, bulk_priority, embedding_priority
 from ...errors import InvalidInputError, InvalidTypeError, NotFoundError
 from ...memory import Memory
@@ -218,6 +219,8 @@ class ConversationPipeline:
             if s.guard_second_low < s.guard_second_high:  # the unsure band's second opinion reads e5 queries
                 guard.second = guard_second_classifier(encoder, memory.embedder)
         self.guard = guard
+        if isinstance(encoder, CachedEmbedder) and encoder is not memory.embedder:
+            memory.embedder.forget_alongside(encoder)  # an erased message's classifier vector goes with its e5 ones
         self.events: deque[Event] = deque(maxlen=500)
         self.usage = ModelUsage(self.tables, zone=self.zone, daily_tokens=s.guild_daily_tokens, clock=clock)
         self.analyst = Analyst(llm, bot_name=s.bot_name, language=s.language, on_event=self._event,
