@@ -206,6 +206,29 @@ def test_erasure_reaches_every_copy(backend: Backend, redis_url: str, redis_name
         shared.connection.close()
 
 
+def test_an_erasure_empties_the_function_caches_keyed_by_stored_text(tmp_path: Path) -> None:
+    """Caches of functions whose keys hold a message, a fact or a name (callbacks.cleared_on_erasure:
+    the context's dates, the fact judge's parses, name keys) are emptied by any erasure, so an erased
+    text does not stay in memory as a key."""
+    from zoneinfo import ZoneInfo
+
+    from gieok.chat.agent.context import _resolved
+    from gieok.chat.conversation.fact_align import _tokens_with_pronoun, _word_roles
+    from gieok.text.romanize import name_key
+
+    said = "민지: 다음 주 금요일에 해운대 가"
+    with Memory(tmp_path / "m.db") as memory:
+        block = memory.add(said)
+        _resolved(said, T0, ZoneInfo("Asia/Seoul"))
+        _tokens_with_pronoun("<user:1>는 해운대에 산다.")
+        _word_roles("그는 해운대에 산다.")
+        name_key("민지")
+        caches = (_resolved, _tokens_with_pronoun, _word_roles, name_key)
+        assert all(cache.cache_info().currsize > 0 for cache in caches)
+        memory.forget([block.block_index])
+        assert [cache.cache_info().currsize for cache in caches] == [0, 0, 0, 0]
+
+
 KILLED = textwrap.dedent("""
     import sys
     from gieok import Memory

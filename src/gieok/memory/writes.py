@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..callbacks import clear_caches_of_erased_text
 from ..config import Settings
 from ..embed import CachedEmbedder, bulk_priority, embed_ahead
 from ..errors import BlockNotFoundError
@@ -196,6 +197,8 @@ class WritePath:
             self.layers.drop_copies(sorted(erased))
             self.indexes.erase(erased)
         self._drop_cached([existing[i].text for i in erased])
+        if erased:
+            clear_caches_of_erased_text()
         if erased:
             self.events.emit("memory.forgotten", {"block_indices": erased})
         return erased

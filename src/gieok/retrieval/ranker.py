@@ -35,6 +35,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..callbacks import cleared_on_erasure
 from ..index.search_index import CandidateFacts
 from ..text.dates import DateQuery, asks_when, question_dates
 from ..text.romanize import hangul_name_keys, latin_name_keys, name_key
@@ -98,6 +99,7 @@ def query_context(text: str, now: float, zone: tzinfo,
                         asks_when(text), zone, dict(speaker_names or {}))
 
 
+@cleared_on_erasure
 @lru_cache(maxsize=65536)
 def _speaker_forms(name: str) -> tuple[str, str | None, str | None]:
     """A speaker's name as matched in queries: casefolded ("" when too short to match safely),

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from ..callbacks import cleared_on_erasure
+
 __all__ = ["hangul_name_keys", "latin_name_keys", "name_key", "romanize"]
 
 _INITIALS = ("g", "kk", "n", "d", "tt", "r", "m", "b", "pp", "s", "ss", "", "j", "jj", "ch", "k", "t", "p", "h")
@@ -41,6 +43,7 @@ def romanize(text: str) -> str:
     return "".join(out)
 
 
+@cleared_on_erasure
 @lru_cache(maxsize=4096)
 def name_key(name: str) -> str:
     """One spelling for a name in either script: romanised, lowercased, variants folded."""

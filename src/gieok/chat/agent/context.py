@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from string import Template
 from zoneinfo import ZoneInfo
 
+from ...callbacks import cleared_on_erasure
 from ...errors import ConfigError
 from ...text.dates import annotate_dates
 from ..llm.base import ChatMessage
@@ -102,6 +103,7 @@ def fact_period(valid_from: float, valid_to: float | None, zone: ZoneInfo, langu
     return f"({marks['period'].format(start, day_of(valid_to, zone) or marks['unknown_time'])})"
 
 
+@cleared_on_erasure
 @functools.lru_cache(maxsize=8192)
 def _resolved(text: str, said_at: float, zone: ZoneInfo) -> str:
     """`annotate_dates`, once per turn: the same turns come back in context after context."""

@@ -66,6 +66,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
+from ...callbacks import cleared_on_erasure
 from ...text.tokenize import get_tokenizer
 
 __all__ = ["FactShape", "Alignment", "Paraphrase", "shape_of", "align", "judge_shapes", "romanize", "changed_spans"]
@@ -431,12 +432,14 @@ def shape_of(text: str, tokens: Sequence[str]) -> FactShape:
                      tail=() if _HANGUL.search(plain) else tuple(w.lower() for w in _LATIN_WORD.findall(plain)[-2:]))
 
 
+@cleared_on_erasure
 @lru_cache(maxsize=4096)
 def _tokens_with_pronoun(text: str) -> tuple[str, ...]:
     """The tokens of a Korean fact with its subject read as "그" (cached like `_word_roles`)."""
     return tuple(get_tokenizer().tokens(_LEADING_REF.sub("그", text, count=1)))
 
 
+@cleared_on_erasure
 @lru_cache(maxsize=4096)
 def _word_roles(plain: str) -> tuple[frozenset[str], frozenset[str], frozenset[str], tuple[tuple[str, str], ...]]:
     """(adverbs, names, verbs, Latin surface words) of a fact, by concept. Adverbs: kiwi's MAG,
@@ -473,6 +476,7 @@ def _word_roles(plain: str) -> tuple[frozenset[str], frozenset[str], frozenset[s
     return frozenset(adverbs), frozenset(names), frozenset(verbs), tuple(surface.items())
 
 
+@cleared_on_erasure
 @lru_cache(maxsize=4096)
 def _acronyms(plain: str) -> tuple[tuple[str, str], ...]:
     """Latin words written with three to six capitals ("NYC", "GTA", "MIT"), by concept, with their
