@@ -136,8 +136,10 @@ def _wait_recovered(history: History, fault: Fault, until: float) -> None:
 def measure_chaos(*, db: str | None = None, redis: str | None = None, duration: float = 300.0,
                   faults: list[str] | None = None, seed: int = 7, channels: int = 20, rate: float = 0.15,
                   writers: int = 2, write_interval: float = 0.3, lease_seconds: float = 5.0,
-                  workdir: Path | None = None) -> dict[str, Any]:
-    """Run the deployment under load and faults for `duration` seconds (module docstring).
+                  workdir: Path | None = None, until_each_kind: bool = False) -> dict[str, Any]:
+    """Run the deployment under load and faults for `duration` seconds (module docstring); with
+    `until_each_kind`, the faults end as soon as every kind was injected once (at most `duration`):
+    a short run that must meet each kind, as fast as this machine allows.
     `db`: a PostgreSQL URL (its `gieok_chaos` schema is used; it must be new) or None for a
     throwaway server; `redis`: a Redis URL or None for a throwaway one. Faults that need a server
     the harness started are left out with a note when one is given."""
@@ -227,6 +229,8 @@ def measure_chaos(*, db: str | None = None, redis: str | None = None, duration: 
                 while time.time() < end:
                     fault = injector.inject(plan.next_kind(deployment.all_up()))
                     injected.append(fault)
+                    if until_each_kind and set(kinds) <= {f.kind for f in injected if not f.skipped}:
+                        end = time.time()  # the load goes on while this one recovers, then stops
                     tick()
                     if not fault.skipped:
                         _wait_recovered(history, fault, fault.ended + RECOVERY_CAP_S)  # the load goes on
@@ -252,10 +256,12 @@ def measure_chaos(*, db: str | None = None, redis: str | None = None, duration: 
         _write_history(history, work / "history.jsonl")
     report.update(_notes=notes, _work=str(work), _ran_s=ran_s,
                   _load={"channels": channels, "rate": rate, "writers": writers, "write_interval": write_interval,
-                         "lease_seconds": lease_seconds, "duration": duration, "seed": seed, "kinds": kinds})
+                         "lease_seconds": lease_seconds, "duration": round(ran_s) if until_each_kind else duration,
+                         "seed": seed, "kinds": kinds})
     report["targets"] = _targets(report, kinds)
     report["run"] = {"duration_s": duration, "seed": seed, "channels": channels, "rate_per_channel": rate,
-                     "writers": writers, "lease_seconds": lease_seconds, "kinds": kinds}
+                     "writers": writers, "lease_seconds": lease_seconds, "kinds": kinds,
+                     "until_each_kind": until_each_kind, "load_s": round(ran_s, 1)}
     return report
 
 

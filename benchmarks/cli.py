@@ -587,6 +587,8 @@ def bench_chaos(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
     workdir: Annotated[Path | None, typer.Option("--workdir", help="Directory for the processes' logs "
                                                                    "(default: a temp dir).")] = None,
+    until_each_kind: Annotated[bool, typer.Option("--until-each-kind", help="End the faults as soon as every "
+                                                  "kind was injected once (--duration is then at most).")] = False,
 ) -> None:
     """Faults on purpose: kill, stall and restart the parts of a scale-out deployment under load,
     then count what was lost, stored or answered twice, what clients saw and how fast it recovered.
@@ -609,7 +611,7 @@ def bench_chaos(
         raise InvalidInputError("--channels must be >= 1 and --writers >= 0")
     run_chaos(json_out, db=db, redis=redis, duration=duration, faults=parse_faults(faults), seed=seed,
               channels=channels, rate=rate, writers=writers, write_interval=write_interval,
-              lease_seconds=lease_seconds, workdir=workdir)
+              lease_seconds=lease_seconds, workdir=workdir, until_each_kind=until_each_kind)
 
 
 @bench_app.command("soak")
