@@ -159,6 +159,26 @@ def test_prefetched_vectors_are_served_from_the_cache(gated: GatedEngine) -> Non
     assert cached.prefetch_passages(["미리 계산할 문장"]) == 0, "already cached"
 
 
+def test_an_erased_text_leaves_the_cache_and_a_vector_in_flight_is_not_cached(gated: GatedEngine) -> None:
+    """`forget_texts` (an erasure): the entries that are the text or hold it as a line go, and a vector
+    of it still being computed when it was erased is handed to its waiter but not cached."""
+    gated.gate.set()
+    cached = CachedEmbedder(EmbeddingScheduler(gated))
+    cached.embed_passages(["민지: 해운대로 이사했어", "Alex: nice\n민지: 해운대로 이사했어", "지수: 점심은 김밥"])
+    cached.embed_queries(["해운대로 이사했어"])
+    assert cached.forget_texts(["해운대로 이사했어"]) == 3
+    assert cached.has("지수: 점심은 김밥") and not cached.has("해운대로 이사했어", is_query=True)
+    gated.gate.clear()
+    gated.entered.clear()
+    cached.prefetch_queries(["라벤더차 마시면서 바다 봐"])  # started ahead, held in the engine
+    assert gated.entered.wait(10)
+    assert cached.forget_texts(["라벤더차 마시면서 바다 봐"]) == 0  # not cached yet
+    gated.gate.set()
+    vector = cached.embed_queries(["라벤더차 마시면서 바다 봐"])  # its waiter still gets it
+    assert np.isclose(np.linalg.norm(vector[0]), 1.0, atol=1e-5)
+    assert not cached.has("라벤더차 마시면서 바다 봐", is_query=True)
+
+
 def test_a_background_backlog_is_embedded_in_growing_chunks(gated: GatedEngine) -> None:
     """One text per call while the queue is short (urgent work then waits for one text at most);
     bigger calls once a backlog builds, when the engine is the bottleneck."""

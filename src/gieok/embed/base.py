@@ -49,6 +49,11 @@ def normalise_rows(matrix: np.ndarray, expected_dim: int | None = None) -> np.nd
     return np.ascontiguousarray(matrix / norms, dtype=np.float32)
 
 
+# Erased texts remembered so that a vector of one still being computed is not cached when it lands
+# (a text said again later is embedded again each time until it leaves this window: only slower).
+FORGOTTEN_KEPT = 4096
+
+
 def _lines_of(key: str) -> Iterable[str]:
     """The texts a cached key was made of: each line of a passage (a turn, the turns before it),
     and each without its speaker label ("민지: …", passages.PassageSource.line)."""
@@ -74,6 +79,7 @@ class CachedEmbedder:
         self.hits = 0
         self.misses = 0
         self._alongside: list[weakref.ref[CachedEmbedder]] = []  # forget_alongside
+        self._forgotten: OrderedDict[str, None] = OrderedDict()  # texts erased lately (forget_texts)
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         return self._embed(texts, is_query=False)
@@ -170,8 +176,18 @@ class CachedEmbedder:
             gone = [key for key in self._cache if any(line in erased for line in _lines_of(key[1]))]
             for key in gone:
                 del self._cache[key]
+            # a vector of one of them still being computed (a query started ahead) is not cached when it lands
+            for text in erased:
+                self._forgotten[text] = None
+                self._forgotten.move_to_end(text)
+            while len(self._forgotten) > FORGOTTEN_KEPT:
+                self._forgotten.popitem(last=False)
             others = [cache for ref in self._alongside if (cache := ref()) is not None]
         return len(gone) + sum(other.forget_texts(erased) for other in others)
+
+    def _erased_lately(self, text: str) -> bool:
+        """Whether `text` is, or holds as a line, one of the last `FORGOTTEN_KEPT` texts erased."""
+        return any(line in self._forgotten for line in _lines_of(text))
 
     def forget_alongside(self, other: CachedEmbedder) -> None:
         """Forget in `other` too what this cache is told to forget (`forget_texts`): another
@@ -257,7 +273,7 @@ class CachedEmbedder:
                     out[i] = row
                 if count:
                     self.misses += len(missing[text])
-                if self.max_items > 0:
+                if self.max_items > 0 and not (self._forgotten and self._erased_lately(text)):
                     self._cache[(is_query, text)] = row
                     if len(self._cache) > self.max_items:
                         self._cache.popitem(last=False)
