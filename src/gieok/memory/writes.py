@@ -44,7 +44,7 @@ class WritePath:
     def __init__(self, store: Store, settings: Settings, tokenizer: Tokenizer, indexes: MemoryIndexes,
                  layers: LayerStack, events: MemoryEvents, lock: threading.RLock,
                  embedder: Callable[[], CachedEmbedder], check_open: Callable[[], None],
-                 loaded_embedder: Callable[[], CachedEmbedder | None] = lambda: None) -> None:
+                 loaded_embedder: Callable[[], CachedEmbedder | None]) -> None:
         self.store = store
         self.settings = settings
         self.tokenizer = tokenizer
@@ -177,12 +177,14 @@ class WritePath:
         return indices
 
     def _drop_cached(self, texts: list[str]) -> None:
-        """Erased texts out of the embedder's cache of vectors kept by text, and the caches it
-        forgets alongside (`CachedEmbedder.forget_alongside`: the chat guard's encoder): an erased
-        message must not stay in memory as a cache key. Without a loaded embedder, none holds them."""
+        """Erased texts out of every cache kept by text, so an erased message does not stay in
+        memory as a cache key: the embedder's vectors and those of the caches it forgets alongside
+        (`CachedEmbedder.forget_alongside`: the chat guard's encoder) — none when no embedder is
+        loaded — and the function caches marked `@cleared_on_erasure`."""
         embedder = self.loaded_embedder()
         if embedder is not None:
             embedder.forget_texts(texts)
+        clear_caches_of_erased_text()
 
     def forget(self, indices: list[int]) -> list[int]:
         """Erase the content of blocks (checked indices); `BlockNotFoundError` for one that never was."""
@@ -196,9 +198,7 @@ class WritePath:
             self.layers.invalidate(existing[i].scope for i in erased)
             self.layers.drop_copies(sorted(erased))
             self.indexes.erase(erased)
-        self._drop_cached([existing[i].text for i in erased])
         if erased:
-            clear_caches_of_erased_text()
-        if erased:
+            self._drop_cached([existing[i].text for i in erased])
             self.events.emit("memory.forgotten", {"block_indices": erased})
         return erased
