@@ -19,8 +19,14 @@ The run, in order:
    `add_messages` with the user's message (one message), `context` for it (the user and the
    message as the query, so the query is embedded: the normal call), `add_messages` with the
    reply. A level stops early after `--max-seconds` (the loops under way finish).
+   `--index behind` sends the adds with `index: "behind"` (the answer comes once the message is
+   in L1; its turn block is written in the background): the level's clock and CPU then run on
+   until every turn block is written (`/v1/stats` counts them), so `turns_per_s` is what the
+   server sustains, writes included; `answered_turns_per_s` is the loops over the time to the
+   last answer.
 4. **Check.** After each level every agent's conversation is listed through the API
-   (`GET /v1/memories?channel=…&kind=turn`): each block its answers named must be there.
+   (`GET /v1/memories?channel=…&kind=turn`): each block its answers named must be there, and as
+   many turn blocks as it stored messages.
 
 The client is `gieok.client.AsyncClient` — one per agent (one connection each), all on one event
 loop in this process, retries off so a failure is counted, not hidden; each connection is open
@@ -61,6 +67,7 @@ from benchmarks.report import (
     table_console,
 )
 from benchmarks.server import REQUEST_SECONDS, ServeProcess, create_key
+from gieok.chat.agent.agents import INDEX_MODES
 from gieok.errors import InvalidInputError
 from gieok.memory import Memory, remove_memory_files
 
@@ -69,6 +76,7 @@ __all__ = ["DEFAULT_DATA", "Exchange", "load_exchanges", "measure_agents", "prin
 DEFAULT_DATA = SETS["locomo"]  # ../shared/data/locomo/locomo_dev5.json beside the repository
 DEFAULT_TURNS = 300
 DEFAULT_MAX_SECONDS = 120.0
+WRITES_BEHIND_SECONDS = 120.0  # --index behind: how long a level waits for its last turn blocks
 CONTEXT_BUDGET = 2000  # the context route's default budget
 LIST_PAGE = 200  # GET /v1/memories' largest page
 # the targets of issue 41 (never adjusted)
@@ -175,7 +183,9 @@ class _Level:
     queries: set[str] = field(default_factory=set)
     repeated_queries: int = 0
     blocks: dict[str, set[int]] = field(default_factory=dict)  # channel -> block indexes its answers named
+    stored_in: dict[str, int] = field(default_factory=dict)  # channel -> messages its answers stored
     messages_stored: int = 0
+    index: str = "now"  # add_messages's index: "now" or "behind"
 
     async def call(self, what: str, times: list[float], work: Awaitable[T]) -> T | None:
         """`work` timed (client wall time); a failure is counted and answers None."""
@@ -216,11 +226,13 @@ async def _loop(memory: Any, level: _Level, agent: _Agent, number: int, played: 
                     text=exchange.reply_text, name=agent.assistant_name)
     ok = True
     for step, message in enumerate((asked, reply)):
-        stored = await level.call(f"add {channel} #{number}", level.add_ms, memory.add_messages(channel, [message]))
+        stored = await level.call(f"add {channel} #{number}", level.add_ms,
+                                  memory.add_messages(channel, [message], index=level.index))
         if stored is None:
             ok = False
         else:
             level.messages_stored += stored.stored_count
+            level.stored_in[channel] = level.stored_in.get(channel, 0) + stored.stored_count
             level.server_add_ms.append(float(stored.timings_ms.get("total_ms", 0.0)))
             for stage, ms in stored.timings_ms.items():
                 level.add_stages.setdefault(stage, []).append(float(ms))
@@ -259,10 +271,12 @@ async def _agent(memory: Any, level: _Level, channel: str, work: list[tuple[int,
 
 
 async def _check_stored(memory: Any, level: _Level) -> dict[str, Any]:
-    """Each agent's conversation listed through the API: every block its answers named is there."""
+    """Each agent's conversation listed through the API: every block its answers named is there,
+    and as many turn blocks as messages it stored."""
     missing = 0
     listed = 0
-    for channel, expected in level.blocks.items():
+    for channel in sorted(set(level.blocks) | set(level.stored_in)):
+        expected = level.blocks.get(channel, set())
         found: set[int] = set()
         cursor: str | None = None
         while True:
@@ -272,8 +286,8 @@ async def _check_stored(memory: Any, level: _Level) -> dict[str, Any]:
             if cursor is None:
                 break
         listed += len(found)
-        missing += len(expected - found)
-    return {"conversations": len(level.blocks), "messages_stored": level.messages_stored,
+        missing += max(len(expected - found), level.stored_in.get(channel, 0) - len(found))
+    return {"conversations": len(level.stored_in), "messages_stored": level.messages_stored,
             "turn_blocks_listed": listed, "turn_blocks_missing": missing}
 
 
@@ -291,17 +305,31 @@ async def _warm_up(memory: Any, level: int) -> None:
         raise RuntimeError(f"the warm-up loop before {level} agent(s) failed: {type(exc).__name__}: {exc}") from exc
 
 
+async def _turn_blocks(memory: Any) -> int:
+    return int((await memory.stats()).by_kind.get("turn", 0))
+
+
+async def _written(memory: Any, expected: int, deadline: float) -> bool:
+    """Wait until the memory holds `expected` turn blocks (the writes behind done), until `deadline`."""
+    while await _turn_blocks(memory) < expected:
+        if time.perf_counter() >= deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
 async def _run_level(url: str, key: str, pid: int, agents: int, turns: int, deck: _Deck,
-                     max_seconds: float) -> dict[str, Any]:
+                     max_seconds: float, index: str = "now") -> dict[str, Any]:
     from gieok.client import AsyncClient
 
     shares = split_turns(turns, agents)
     work = [deck.deal(share) for share in shares]
     clients = [AsyncClient(url, key, timeout=REQUEST_SECONDS, retries=0) for _ in range(agents)]
-    level = _Level()
+    level = _Level(index=index)
     try:
         await _warm_up(clients[0], agents)
         await asyncio.gather(*(client.ready() for client in clients))  # each connection open before the clock
+        turn_blocks_before = await _turn_blocks(clients[0])
         rss_before = _rss_mb(pid)
         with progress_bar(f"{agents} agent(s) at once: {turns} loops (add, context, add), "
                           f"at most {max_seconds:g} s", turns) as advance:
@@ -310,6 +338,9 @@ async def _run_level(url: str, key: str, pid: int, agents: int, turns: int, deck
             deadline = started + max_seconds
             await asyncio.gather(*(_agent(client, level, f"agents{agents}-{n:02d}", share, deadline, advance)
                                    for n, (client, share) in enumerate(zip(clients, work, strict=True), start=1)))
+            answered = time.perf_counter() - started
+            written = index == "now" or await _written(
+                clients[0], turn_blocks_before + level.messages_stored, time.perf_counter() + WRITES_BEHIND_SECONDS)
             elapsed = time.perf_counter() - started
             cpu = _cpu_seconds(pid) - cpu_before
         rss_after = _rss_mb(pid)
@@ -322,7 +353,9 @@ async def _run_level(url: str, key: str, pid: int, agents: int, turns: int, deck
         "add_p50_ms": add["p50"], "add_p95_ms": add["p95"],
         "context_p50_ms": context["p50"], "context_p95_ms": context["p95"],
         "turns_per_s": round(done / elapsed, 2) if elapsed > 0 else 0.0,
-        "errors": len(level.errors),
+        "answered_turns_per_s": round(done / answered, 2) if answered > 0 else 0.0,
+        "writes_behind_s": round(elapsed - answered, 3), "all_written": written,
+        "errors": len(level.errors) + (0 if written else 1),
         "cpu_s_per_turn": round(cpu / done, 4) if done else None,
         "turns": done, "turns_planned": turns, "seconds": round(elapsed, 3),
         "stopped_early": level.attempted < turns,
@@ -354,8 +387,8 @@ async def _health_engines(url: str, key: str) -> dict[str, str] | None:
 
 
 async def _levels(url: str, key: str, pid: int, agents: Sequence[int], turns: int, deck: _Deck,
-                  max_seconds: float) -> tuple[dict[str, dict[str, Any]], dict[str, str] | None]:
-    levels = {str(a): await _run_level(url, key, pid, a, turns, deck, max_seconds) for a in agents}
+                  max_seconds: float, index: str) -> tuple[dict[str, dict[str, Any]], dict[str, str] | None]:
+    levels = {str(a): await _run_level(url, key, pid, a, turns, deck, max_seconds, index) for a in agents}
     return levels, await _health_engines(url, key)
 
 
@@ -375,11 +408,14 @@ def _targets(levels: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def measure_agents(agents: Sequence[int], turns: int = DEFAULT_TURNS, *, data_path: str | Path = DEFAULT_DATA,
-                   max_seconds: float = DEFAULT_MAX_SECONDS, workdir: Path | None = None) -> dict[str, Any]:
+                   max_seconds: float = DEFAULT_MAX_SECONDS, workdir: Path | None = None,
+                   index: str = "now") -> dict[str, Any]:
     """The run of the module docstring; the report `print_agents` prints."""
     agents = sorted(set(agents))
     if not agents or agents[0] < 1 or turns < agents[-1] or max_seconds <= 0:
         raise InvalidInputError("agents must be positive, turns >= the most agents, max_seconds > 0")
+    if index not in INDEX_MODES:
+        raise InvalidInputError(f"index must be one of {', '.join(INDEX_MODES)}, not {index!r}")
     exchanges = load_exchanges(data_path)
     deck = _Deck(exchanges)
     workdir = bench_workdir("agents", workdir)
@@ -389,7 +425,8 @@ def measure_agents(agents: Sequence[int], turns: int = DEFAULT_TURNS, *, data_pa
     key = create_key(db)
     server = ServeProcess(db, workdir / "server.log", env=_server_env(None, DEFAULT_LLM_MODEL))
     try:
-        levels, engines = asyncio.run(_levels(server.url, key, server.process.pid, agents, turns, deck, max_seconds))
+        levels, engines = asyncio.run(_levels(server.url, key, server.process.pid, agents, turns, deck, max_seconds,
+                                              index))
     finally:
         exit_code = server.stop()
     first_errors = {a: level.pop("_first_errors") for a, level in levels.items()}
@@ -397,7 +434,7 @@ def measure_agents(agents: Sequence[int], turns: int = DEFAULT_TURNS, *, data_pa
         "agents": levels,
         "engine": engines if engines is not None else embedding_engines(),
         "engine_from": "the server's /v1/health" if engines is not None else "this process's settings",
-        "turns": turns, "max_seconds": max_seconds, "context_budget_tokens": CONTEXT_BUDGET,
+        "turns": turns, "max_seconds": max_seconds, "context_budget_tokens": CONTEXT_BUDGET, "index": index,
         "data": str(data_path), "exchanges_in_file": len(exchanges), "exchanges_reused": deck.reused,
         "client": "gieok.client.AsyncClient, one per agent, one event loop, retries=0",
         "server_ready_s": round(server.ready_seconds or 0.0, 3),
@@ -417,8 +454,11 @@ def _verdict(passed: bool | None) -> str:
 def print_agents(report: dict[str, Any], console: Console | None = None) -> None:
     out = table_console(console)
     engine = ", ".join(f"{role} {name}" for role, name in report["engine"].items())
+    behind = report.get("index") == "behind"
     table = results_table(f"agents at once: {report['turns']} loops per row (add the user's message, its context "
-                          f"with the query embedding, add the reply); engine {engine}; client wall time",
+                          f"with the query embedding, add the reply); adds with index {report.get('index', 'now')}"
+                          f"{' (loops/s until every turn block is written)' if behind else ''}; engine {engine}; "
+                          "client wall time",
                           ("agents", "loops", "loops/s", "add p50", "add p95", "context p50", "context p95",
                            "server add / context p50", "errors", "server CPU s/loop", "server RSS"))
     for agents, row in report["agents"].items():
@@ -464,6 +504,7 @@ def print_agents(report: dict[str, Any], console: Console | None = None) -> None
 
 def run_agents_bench(agents: Sequence[int], turns: int = DEFAULT_TURNS, json_out: str | Path | None = None, *,
                      data_path: str | Path = DEFAULT_DATA, max_seconds: float = DEFAULT_MAX_SECONDS,
-                     workdir: Path | None = None) -> dict[str, Any]:
-    report = measure_agents(agents, turns, data_path=data_path, max_seconds=max_seconds, workdir=workdir)
+                     workdir: Path | None = None, index: str = "now") -> dict[str, Any]:
+    report = measure_agents(agents, turns, data_path=data_path, max_seconds=max_seconds, workdir=workdir,
+                            index=index)
     return print_and_write(report, print_agents, json_out)

@@ -420,15 +420,20 @@ def bench_agents(
     workdir: Annotated[Path | None, typer.Option(
         "--db", help="Directory for the database and the server's log (its database recreated; default: a temp "
                      "dir).")] = None,
+    index: Annotated[str, typer.Option("--index", help="The adds' index: now (turn blocks written before the "
+                                                       "answer) or behind (after it; a level's clock then runs "
+                                                       "until every turn block is written).")] = "now",
 ) -> None:
     """Many agents at once against a real gieok serve, each running the agent loop in its own conversation:
     add the user's message, get the context for it (with the query embedding), add the reply.
 
-    Example: gieok bench agents --agents 1,8,32 --turns 300 --json agents.json
+    Example: gieok bench agents --agents 1,8,32 --turns 300 --index behind --json agents.json
     """
     from benchmarks.agents import DEFAULT_DATA, load_exchanges, run_agents_bench
 
     levels = _counts(agents, "--agents")
+    if index not in ("now", "behind"):
+        raise InvalidInputError(f"--index must be now or behind, not {index!r}")
     if turns < levels[-1]:
         raise InvalidInputError(f"--turns must be at least the most agents ({levels[-1]}): each agent runs a loop")
     if max_seconds <= 0:
@@ -437,7 +442,7 @@ def bench_agents(
         raise InvalidInputError(f"LoCoMo data not found at {DEFAULT_DATA}: pass --data FILE (LoCoMo-format JSON)")
     data = data or DEFAULT_DATA
     load_exchanges(data)  # a missing or malformed file is refused before anything starts
-    run_agents_bench(levels, turns, json_out, data_path=data, max_seconds=max_seconds, workdir=workdir)
+    run_agents_bench(levels, turns, json_out, data_path=data, max_seconds=max_seconds, workdir=workdir, index=index)
 
 
 def _counts(value: str, option: str) -> list[int]:

@@ -180,6 +180,70 @@ def test_context_has_the_users_facts_the_summary_the_recalled_turns_and_the_rece
     assert default["query"] == filler[-1]["text"]
 
 
+def _written(served: Served, text: str, seconds: float = 30) -> list[Any]:
+    """The live turn blocks with this text, once none of the tenant's L1 rows waits for its block."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with served.state.tenants.use("acme") as t:
+            pending = t.conversation.tables.l1_pending()
+            if not pending or time.monotonic() > deadline:
+                assert not pending, "turn blocks still unwritten"
+                return [b for b in t.memory.store.iter_blocks() if b.text == text and not b.forgotten]
+        time.sleep(0.05)
+
+
+def test_with_index_behind_the_answer_comes_before_the_turn_blocks_which_follow(tmp_path: Path) -> None:
+    """`index: "behind"` (an agent loop's add): the messages are in L1 — in the next context's recent
+    messages — when the answer comes, without block indexes; their turn blocks follow in the
+    background, searchable and in working memory; one deleted before its block is written never
+    gets one; the server's shutdown waits for what is still being written."""
+    served_here = _serve(tmp_path)
+    served = next(served_here)
+    messages = chat("b")
+    answer = served.post("/v1/conversations/messages", {**CAFE, "messages": messages, "index": "behind"})
+    assert answer.status_code == 202, answer.text
+    data = answer.json()
+    assert data["index"] == "behind" and [m["id"] for m in data["stored"]] == ["b1", "b2", "b3", "b4"]
+    assert all(m["block_index"] is None and m["l1_id"] for m in data["stored"])
+    assert "passage_embed_ms" not in data["timings_ms"]  # no vector made on the answer's path
+    context = served.post("/v1/conversations/context", {**CAFE, "user": "u-minji", "query": "보리는 몇 살?"}).json()
+    assert [m["text"] for m in context["parts"]["recent"]] == [m["text"] for m in messages]
+    assert len(_written(served, messages[0]["text"])) == 1
+    hits = served.post("/v1/search", {"query": "Berlin Nuvola Labs", "k": 3, "scope": {"channel": "cafe"}}).json()
+    assert hits["hits"][0]["block"]["text"] == messages[2]["text"]
+    with served.state.tenants.use("acme") as t:
+        assert t.memory.working_slots(conversation_of("g1", "cafe")), "the turns reached working memory"
+    # sent and deleted at once: its block is never written (or is erased if it was)
+    secret = {"id": "b5", "role": "user", "user": "u-minji", "text": "비밀번호 힌트는 보리 생일이야"}
+    sent = served.post("/v1/conversations/messages", {**CAFE, "messages": [secret], "index": "behind"})
+    assert sent.status_code == 202
+    gone = served.client.delete("/v1/conversations/messages/b5", params=CAFE,
+                                headers={"Authorization": f"Bearer {served.keys['acme']}"})
+    assert gone.status_code == 200, gone.text
+    assert _written(served, secret["text"]) == []
+    # the last ones are written before the server closes
+    last = [{"id": f"b{n}", "role": "user", "user": "u-alex", "text": f"Shutdown note number {n} about hiking"}
+            for n in range(6, 9)]
+    assert served.post("/v1/conversations/messages", {**CAFE, "messages": last, "index": "behind"}).status_code == 202
+    with pytest.raises(StopIteration):
+        next(served_here)  # the app's shutdown: settle_writes, then the memories close
+    reopened = ServerState.open(ServerSettings(db=str(tmp_path / "home.db")))
+    try:
+        with reopened.tenants.use("acme") as t:
+            assert t.conversation.tables.l1_pending() == []
+            texts = {b.text for b in t.memory.store.iter_blocks() if not b.forgotten}
+            assert {m["text"] for m in last} <= texts and secret["text"] not in texts
+    finally:
+        reopened.close()
+
+
+def test_index_takes_now_or_behind_only(served: Served) -> None:
+    refused = served.post("/v1/conversations/messages", {**CAFE, "messages": chat(), "index": "later"})
+    assert refused.status_code == 422 and "index" in refused.text and served.l1_count() == 0
+    default = served.post("/v1/conversations/messages", {**CAFE, "messages": chat()[:1]}).json()
+    assert default["index"] == "now" and default["stored"][0]["block_index"] is not None
+
+
 def test_a_users_newest_message_has_its_query_vector_ready_for_the_context_that_follows(served: Served) -> None:
     """An agent's next call after storing a user's message is most often the context for it: its
     query vector is started with the add (pipeline._query_ahead_of_context), not for a reply or a

@@ -1,7 +1,8 @@
 """`gieok bench agents` end to end, small: a LoCoMo-format file of two short conversations (Korean
 and English) played by 1 and then 2 agents at once against a real `gieok serve`, 6 loops per level;
 the JSON's shape, no errors, times present, and every agent's messages stored in its own
-conversation. Behaviour only, never speed. Then the bad input it refuses before anything starts."""
+conversation (the adds with `--index behind`: every turn block written before a level ends).
+Behaviour only, never speed. Then the bad input it refuses before anything starts."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     exchanges = _locomo(tmp / "locomo.json")
     out = tmp / "agents.json"
     done = gieok("bench", "agents", "--agents", "2,1", "--turns", "6", "--data", tmp / "locomo.json",
-                 "--max-seconds", "60", "--db", tmp / "work", "--json", out)
+                 "--max-seconds", "60", "--db", tmp / "work", "--index", "behind", "--json", out)
     assert done.returncode == 0, done.stderr[-3000:]
     return {"report": json.loads(out.read_text(encoding="utf-8")), "stdout": done.stdout,
             "db": tmp / "work" / "agents.db", "exchanges": exchanges}
@@ -76,8 +77,10 @@ def test_bench_agents_reports_every_level(run: dict[str, Any]) -> None:
         assert level["stored"] == {"conversations": int(agents), "messages_stored": 12,
                                    "turn_blocks_listed": 12, "turn_blocks_missing": 0}
         assert level["server_rss_mb"]["after"] > 0
+        assert level["all_written"] is True and level["writes_behind_s"] >= 0 and level["answered_turns_per_s"] > 0
     assert report["errors"] == 0 and report["exchanges_reused"] == 0 and report["exchanges_in_file"] == 16
     assert report["engine"]["query"] and report["engine_from"] == "the server's /v1/health"
+    assert report["index"] == "behind"
     assert report["embedding_engines"]["query"]
     assert set(report["targets"]) == {"one_agent", "32_agents"} and report["targets"]["32_agents"] is None
     assert isinstance(report["targets"]["one_agent"]["pass"], bool)

@@ -112,6 +112,19 @@ def test_add_messages_stores_each_id_once(served: Served) -> None:
         assert [m.text for m in recent].count("나 고양이 입양했어! 이름은 보리야") == 1
 
 
+def test_add_messages_with_index_behind_answers_before_the_turn_blocks(served: Served) -> None:
+    channel = channel_name()
+    with Client(served.url, served.write) as client:
+        result = client.add_messages(channel, chat(channel), guild="g1", index="behind")
+        assert result.index == "behind" and result.stored_count == 3
+        assert all(m.block_index is None for m in result.stored)  # written just after the answer
+        recent = client.context(channel, guild="g1", include=["recent"]).parts.recent
+        assert [m.text for m in recent].count("나 고양이 입양했어! 이름은 보리야") == 1  # in the next context at once
+        assert client.add_messages(channel, chat(channel)[:1], guild="g1").index == "now"
+        with pytest.raises(InvalidInputError, match="index must be"):
+            client.add_messages(channel, chat(channel), guild="g1", index="later")
+
+
 def test_a_long_list_is_sent_in_order_in_requests_of_256(served: Served) -> None:
     channel = channel_name()
     recorder = Recorder()

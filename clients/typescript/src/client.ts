@@ -99,6 +99,11 @@ export interface ConversationOptions extends CallOptions {
   guild?: string;
 }
 
+export interface AddMessagesOptions extends ConversationOptions {
+  /** "now" (default): the turn blocks are written before the answer, so a search finds them at once. "behind": the answer comes once the messages are stored as recent messages (in the next context), their turn blocks just after — faster, for an agent loop whose next call is the context. */
+  index?: "now" | "behind";
+}
+
 export interface ContextOptions extends CallOptions {
   guild?: string;
   /** Who the reply is for: their facts come in (without it, no user's private facts). */
@@ -407,13 +412,18 @@ export class Client {
   }
 
   /** Record a conversation's messages (each with its transport's `id`), 256 a request in order; the server keeps each id once, so sending a message again stores nothing. */
-  async addMessages(channel: string, messages: readonly Message[], options: ConversationOptions = {}): Promise<MessagesResult> {
+  async addMessages(channel: string, messages: readonly Message[], options: AddMessagesOptions = {}): Promise<MessagesResult> {
+    if (options.index !== undefined && options.index !== "now" && options.index !== "behind") {
+      throw new InvalidInputError(`index must be "now" or "behind", not ${JSON.stringify(options.index)}`);
+    }
     if (!Array.isArray(messages)) throw new InvalidTypeError("messages must be an array of {id, role, text, user, name, time}");
     const wire = messages.map((message, number) => wireMessage(message, number + 1)); // all checked first
     if (!wire.length) throw new InvalidInputError("addMessages needs at least one message");
     let result: MessagesResult | undefined;
     for (const chunk of chunks(wire, MAX_MESSAGES)) { // in order: each request's messages follow the last's
-      const body = withoutEmpty({ channel, guild: options.guild, messages: chunk });
+      // the default is not sent: a server from before `index` takes the request
+      const body = withoutEmpty({ channel, guild: options.guild, messages: chunk,
+                                  index: options.index === "behind" ? "behind" : undefined });
       const part = await this.request({ method: "POST", path: "/v1/conversations/messages", body, write: true,
                                         signal: options.signal }, readMessagesResult);
       result = result === undefined ? part : mergeMessagesResults(result, part);

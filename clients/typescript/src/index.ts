@@ -10,7 +10,7 @@
 
 export { Client, MAX_BATCH, MAX_MESSAGES } from "./client.js";
 export type {
-  AddFactOptions, AddOptions, CallOptions, ClientOptions, ContextOptions, ConversationOptions, FactsOptions,
+  AddFactOptions, AddMessagesOptions, AddOptions, CallOptions, ClientOptions, ContextOptions, ConversationOptions, FactsOptions,
   ListBlocksOptions, MemoryItem, SearchOptions, WaitReadyOptions,
 } from "./client.js";
 export type { EventsOptions } from "./events.js";

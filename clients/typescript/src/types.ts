@@ -190,6 +190,8 @@ export interface MessagesResult {
   flagged: string[];
   summaries_and_facts: string;
   extraction: string;
+  /** "now": each stored message's turn block was written before the answer; "behind": written just after it (block_index null). */
+  index: "now" | "behind";
   timings_ms: Record<string, number>;
 }
 
@@ -404,7 +406,7 @@ export function readMessagesResult(value: unknown): MessagesResult {
     conversation: readScope(data.conversation), stored: each(data.stored, readStored), duplicates: texts(data.duplicates),
     edited: each(data.edited, readStored), flagged: texts(data.flagged),
     summaries_and_facts: text(data.summaries_and_facts), extraction: text(data.extraction),
-    timings_ms: numbers(data.timings_ms),
+    index: data.index === "behind" ? "behind" : "now", timings_ms: numbers(data.timings_ms),
   };
 }
 
@@ -415,6 +417,7 @@ export function mergeMessagesResults(first: MessagesResult, later: MessagesResul
     duplicates: [...first.duplicates, ...later.duplicates], edited: [...first.edited, ...later.edited],
     flagged: [...first.flagged, ...later.flagged], summaries_and_facts: later.summaries_and_facts,
     extraction: first.extraction === "started" || later.extraction === "started" ? "started" : later.extraction,
+    index: later.index,
     timings_ms: Object.fromEntries([...new Set([...Object.keys(first.timings_ms), ...Object.keys(later.timings_ms)])]
       .map((stage) => [stage, (first.timings_ms[stage] ?? 0) + (later.timings_ms[stage] ?? 0)])),
   };

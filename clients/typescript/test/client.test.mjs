@@ -21,6 +21,26 @@ test("the package's version is the Python package's, and the client reads its se
   assert.equal(new Client().baseUrl, URL); // GIEOK_URL
 });
 
+test("messages added with index behind are answered before their turns are written, and found a moment later", async () => {
+  const channel = channelName();
+  const text = "다음 달에 제주도로 이사 가. 새 집은 바다 바로 앞이야";
+  const result = await memory.addMessages(channel, [{ id: "b1", role: "user", text, user: "u-minji", name: "민지" }],
+                                          { guild: "g1", index: "behind" });
+  assert.equal(result.index, "behind");
+  assert.deepEqual(result.stored.map((m) => m.id), ["b1"]);
+  assert.equal(result.stored[0].block_index, null); // written just after the answer
+  const context = await memory.context(channel, { guild: "g1", user: "u-minji", query: "어디로 이사 가?" });
+  assert.deepEqual(context.parts.recent.map((m) => m.text), [text]); // in the next context at once
+  let found = [];
+  for (let tries = 0; tries < 100 && !found.length; tries += 1) {
+    found = (await memory.search("제주도 이사", { k: 5, scope: { guild: "g1", channel } })).hits;
+    if (!found.length) await new Promise((done) => setTimeout(done, 100));
+  }
+  assert.ok(found.some((hit) => hit.block.text === text), "its turn block is searchable once written");
+  await assert.rejects(memory.addMessages(channel, [{ id: "b2", role: "user", text: "x", user: "u" }],
+                                          { index: "later" }), InvalidInputError);
+});
+
 test("messages in Korean and English come back in the conversation's context", async () => {
   const channel = channelName();
   const messages = [

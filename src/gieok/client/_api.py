@@ -227,13 +227,17 @@ class Api:
         return dict(mapping_of(response))
 
     def add_messages(self, channel: str, messages: Iterable[Message | Mapping[str, Any]], *,
-                     guild: str | None) -> Plan[MessagesResult]:
+                     guild: str | None, index: str = "now") -> Plan[MessagesResult]:
+        if index not in ("now", "behind"):
+            raise InvalidInputError(f"index must be 'now' or 'behind', not {index!r}")
         wire = [_message(m, number) for number, m in enumerate(messages, start=1)]  # all checked first
         if not wire:
             raise InvalidInputError("add_messages needs at least one message")
         result: MessagesResult | None = None
         for chunk in _chunks(wire, MAX_MESSAGES):  # in order: each request's messages follow the last's
             body = {"channel": channel, "guild": guild, "messages": list(chunk)}
+            if index != "now":  # the default is not sent: a server from before `index` takes the request
+                body["index"] = index
             response = yield from self._send(Call("POST", "/v1/conversations/messages", body, write=True))
             part = _decoded(response, MessagesResult.from_dict)
             result = part if result is None else result.merged(part)

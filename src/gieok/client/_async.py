@@ -172,10 +172,12 @@ class AsyncClient:
         return await self._run(self._api.summary(channel, guild=guild))
 
     async def add_messages(self, channel: str, messages: Iterable[Message | Mapping[str, Any]], *,
-                           guild: str | None = None) -> MessagesResult:
+                           guild: str | None = None, index: str = "now") -> MessagesResult:
         """Record a conversation's messages (each with its transport's `id`), 256 per request in
-        order; the server keeps each id once, so sending a message again stores nothing."""
-        return await self._run(self._api.add_messages(channel, messages, guild=guild))
+        order; the server keeps each id once, so sending a message again stores nothing. `index="behind"`:
+        the answer comes once they are stored as recent messages, their turn blocks are written just
+        after (faster; what an agent loop whose next call is the context wants)."""
+        return await self._run(self._api.add_messages(channel, messages, guild=guild, index=index))
 
     async def delete_message(self, channel: str, message_id: str, *, guild: str | None = None) -> dict[str, Any]:
         """Delete one message sent with `add_messages` and what came from it (its turn, the facts only it

@@ -80,6 +80,7 @@ class MessagesResult:
     extraction: str = ""
     edited: list[StoredMessage] = field(default_factory=list)  # ids sent again with another text: replaced
     timings_ms: dict[str, float] = field(default_factory=dict)  # the server's time per stage, and total_ms
+    index: str = "now"  # "behind": the turn blocks (each stored message's block_index) are written after the answer
 
     @property
     def stored_count(self) -> int:
@@ -94,7 +95,8 @@ class MessagesResult:
                    summaries_and_facts=str(data.get("summaries_and_facts") or ""),
                    extraction=str(data.get("extraction") or ""),
                    edited=[_known(StoredMessage, item) for item in data.get("edited") or ()],
-                   timings_ms={str(k): float(v) for k, v in (data.get("timings_ms") or {}).items()})
+                   timings_ms={str(k): float(v) for k, v in (data.get("timings_ms") or {}).items()},
+                   index=str(data.get("index") or "now"))
 
     def merged(self, later: MessagesResult) -> MessagesResult:
         """This result followed by a later request's (a long list is sent in several): lists
@@ -107,7 +109,7 @@ class MessagesResult:
                               summaries_and_facts=later.summaries_and_facts, extraction=extraction,
                               edited=[*self.edited, *later.edited],
                               timings_ms={k: self.timings_ms.get(k, 0.0) + later.timings_ms.get(k, 0.0)
-                                          for k in {**self.timings_ms, **later.timings_ms}})
+                                          for k in {**self.timings_ms, **later.timings_ms}}, index=later.index)
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,6 +74,7 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, 
                 if duties is not None:
                     with contextlib.suppress(Exception, asyncio.CancelledError):
                         await duties
+                await state.settle_writes()  # turn blocks added with index "behind", written before the close
                 if owns_state:
                     state.close()
 

@@ -95,6 +95,11 @@ class MessagesIn(_Strict):
     channel: str = Field(max_length=MAX_ID)
     guild: str | None = Field(None, max_length=MAX_ID)
     messages: list[MessageIn] = Field(min_length=1, max_length=MAX_BATCH)
+    index: Literal["now", "behind"] = Field("now", description=(
+        "now: the turn blocks are written before the answer (each stored message's block_index in it; search "
+        "finds them at once). behind: the answer comes once the messages are stored as recent messages (durable, "
+        "in the next context); their turn blocks are written in the background (block_index null; search finds "
+        "them a moment later)"))
 
 
 class ContextIn(_Strict):

@@ -4,6 +4,7 @@ event bus, the webhooks, and the bot when one runs in the same process (`gieok b
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,9 @@ from .stopping import on_stop
 from .tenants import TenantRegistry
 from .warm import Readiness, start_warming, tenants_to_warm
 from .webhooks import Webhooks
+
+log = logging.getLogger("gieok.server")
+SETTLE_SECONDS = 30.0  # a shutdown waits this long for turn blocks written behind
 
 __all__ = ["ServerState"]
 
@@ -63,6 +67,21 @@ class ServerState:
         self.access = Access(self.keys, self.tenants, auth=self.auth, sessions=sessions)
         self.login_throttle = LoginThrottle(settings.server_login_attempts, settings.server_login_window_seconds)
         self._forget_stop_hook = on_stop(self.stopping.set)  # open event streams end when the server stops
+
+    async def settle_writes(self, timeout_s: float = SETTLE_SECONDS) -> bool:
+        """Wait, up to `timeout_s`, for the turn blocks the open tenants' pipelines write behind
+        (`index: "behind"`), so a shutdown leaves none half made; what is left then stays in L1 and
+        the next start writes it. False when the time ran out."""
+        pipelines = self.tenants.open_pipelines()
+        if not pipelines:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.gather(*(p.settle_all() for p in pipelines)), timeout_s)
+        except TimeoutError:
+            log.warning("shutdown: turn blocks still being written after %.0f s; the next start writes them",
+                        timeout_s)
+            return False
+        return True
 
     def start_duties(self) -> asyncio.Task[None] | None:
         """The background duties on this event loop (server/duties.py), once; None when turned off."""

@@ -203,6 +203,11 @@ class TenantRegistry:
                 evicted.append(self._open.pop(name))
         return evicted
 
+    def open_pipelines(self) -> list[ConversationPipeline]:
+        """The conversation pipelines the open tenants have built (a shutdown settles their writes)."""
+        with self._lock:
+            return [t._pipeline for t in self._open.values() if t._pipeline is not None]
+
     def open_names(self) -> list[str]:
         with self._lock:
             return list(self._open)

@@ -44,13 +44,16 @@ from .context import (
 )
 from .gather import ContextGatherer, Gathered, KnownFact, RecalledTurn
 
-__all__ = ["MessageIn", "StoredMessage", "Ingested", "AgentContext", "PARTS", "MAX_MESSAGES", "check_messages",
+__all__ = ["MessageIn", "StoredMessage", "Ingested", "AgentContext", "PARTS", "MAX_MESSAGES", "INDEX_MODES",
+           "check_messages",
            "assemble_context", "agent_context", "language_of", "MIN_BUDGET", "MAX_BUDGET", "KnownFact", "RecalledTurn"]
 
 MAX_MESSAGES = 256  # one request's batch; checked whole before anything is written
 MAX_MESSAGE_ID = 200
 MAX_NAME = 100
 PARTS = ("facts", "summary", "recalled", "recent")
+# add_messages: the turn blocks written before the answer ("now") or in the background ("behind")
+INDEX_MODES = ("now", "behind")
 MIN_BUDGET, MAX_BUDGET = 100, 32_000
 # How a budget is shared when every part has something to say: the summary, the facts and the
 # recent messages up to these shares, in that order; recalled turns take what is left, and
@@ -97,9 +100,10 @@ class StoredMessage:
 @dataclass
 class Ingested:
     """What `add_messages` stored: the new messages, the ids seen before (sent again unchanged),
-    the ids sent again with another text (`edited`: the message is replaced), the flagged ones, and
-    whether summaries and facts follow (a model is configured) and were started now, and where the
-    time went (`timings_ms`)."""
+    the ids sent again with another text (`edited`: the message is replaced), the flagged ones,
+    whether summaries and facts follow (a model is configured) and were started now, when the turn
+    blocks are written (`index`: "now", each message's `block_index` given; "behind", null until
+    written in the background), and where the time went (`timings_ms`)."""
 
     conversation: dict[str, str | None]
     stored: list[StoredMessage]
@@ -108,12 +112,13 @@ class Ingested:
     extraction: str
     edited: list[StoredMessage] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)  # per stage (docs/agents.md), and total_ms
+    index: str = "now"
 
     def as_dict(self) -> dict[str, Any]:
         return {"conversation": self.conversation, "stored": [m.as_dict() for m in self.stored],
                 "duplicates": self.duplicates, "edited": [m.as_dict() for m in self.edited],
                 "flagged": [m.id for m in (*self.stored, *self.edited) if m.flagged],
-                "summaries_and_facts": self.summaries_and_facts, "extraction": self.extraction,
+                "summaries_and_facts": self.summaries_and_facts, "extraction": self.extraction, "index": self.index,
                 "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()}}
 
 

@@ -51,6 +51,7 @@ from ..conversation.recent import conversation_of
 from ..llm.base import LLM
 from ..settings import ChatSettings, chat_settings
 from .agents import (
+    INDEX_MODES,
     AgentContext,
     Ingested,
     MessageIn,
@@ -83,6 +84,11 @@ from .usage import ModelUsage
 
 __all__ = ["IncomingMessage", "Observation", "Plan", "Stage1", "ConversationPipeline", "Event"]
 
+# An agent's turn blocks written behind (`add_messages(index="behind")`) embed as bulk work: on the
+# bulk engines, below the urgent engine's queries and guard vectors, whose next call (the context)
+# then finds the engine free. At LATER the context's query waited behind the last reply's passage:
+# context p50 50.6 against 12.4 ms (docs/benchmarks.md, "The agent loop with index behind").
+WRITE_BEHIND_PRIORITY = Priority.BULK
 log = logging.getLogger(__name__)
 
 EXTRACTION_LEASE = "extraction:quiet"  # the store lease under which quiet conversations are extracted
@@ -637,12 +643,19 @@ class ConversationPipeline:
                 snapshot = await asyncio.to_thread(self._snapshot, plan.conversation)
                 if snapshot is not None:
                     self._spawn(self._extract(plan.conversation, plan.message.guild, *snapshot))
-        commit = self._spawn(self._commit_behind(plan.conversation, fence))
-        commits = self._commits.setdefault(scope_key(plan.conversation), set())
-        commits.add(commit)
-        commit.add_done_callback(commits.discard)
+        commit = self._write_behind(plan.conversation, fence)
         if wait:
             await commit
+
+    def _write_behind(self, conversation: Scope, fence: int | None = None,
+                      priority: Priority = Priority.LATER) -> asyncio.Task:
+        """Start writing the conversation's pending turn blocks in the background (`settle`,
+        `settle_all` and `drain` wait for them), their vectors at `priority`."""
+        commit = self._spawn(self._commit_behind(conversation, fence, priority))
+        commits = self._commits.setdefault(scope_key(conversation), set())
+        commits.add(commit)
+        commit.add_done_callback(commits.discard)
+        return commit
 
     async def settle(self, conversation: Scope) -> None:
         """Wait until the conversation's turn blocks written behind (`record(wait=False)`) are in
@@ -650,6 +663,13 @@ class ConversationPipeline:
         commits = self._commits.get(scope_key(conversation))
         while commits:
             await asyncio.gather(*list(commits), return_exceptions=True)
+
+    async def settle_all(self) -> None:
+        """`settle` for every conversation: a server shutting down waits for the turn blocks that
+        `add_messages(index="behind")` left to write (what a crash leaves, start-up writes)."""
+        while any(self._commits.values()):
+            await asyncio.gather(*[task for tasks in self._commits.values() for task in tasks],
+                                 return_exceptions=True)
 
     def _spawn(self, work: Any) -> asyncio.Task:
         task = asyncio.create_task(work)
@@ -663,11 +683,12 @@ class ConversationPipeline:
             # Nothing is lost (the messages stay in L1 and start-up writes them); say so loudly.
             self._event("background_failed", {"error": repr(task.exception())})
 
-    async def _commit_behind(self, conversation: Scope, fence: int | None = None) -> None:
+    async def _commit_behind(self, conversation: Scope, fence: int | None = None,
+                             priority: Priority = Priority.LATER) -> None:
         waiting = await asyncio.to_thread(self.tables.l1_pending, scope_key(conversation))
         if waiting:  # vectors first, awaited without a thread, behind every turn's own work
             texts = await asyncio.to_thread(self.memory.passage_texts, self._turn_items(waiting))
-            await self.memory.embedder.aembed_passages(texts, Priority.LATER)
+            await self.memory.embedder.aembed_passages(texts, priority)
             await asyncio.to_thread(functools.partial(self.commit_pending, conversation, embedded_only=True,
                                                       fence=fence))
 
@@ -912,12 +933,18 @@ class ConversationPipeline:
         """Whether L2 summaries and L3 facts are kept up to date: a model is configured."""
         return self.analyst.llm is not None
 
-    async def add_messages(self, guild: str | None, channel: str, messages: Sequence[Any]) -> Ingested:
+    async def add_messages(self, guild: str | None, channel: str, messages: Sequence[Any], *,
+                           index: str = "now") -> Ingested:
         """Store an agent's messages as the bot stores its own (agents.py): all checked first; a
         message id this conversation has seen is a duplicate, not stored again — unless its text
         changed: then it is an edit (`edit_messages`); the guard runs on users' messages (a flagged
-        one is stored, marked, kept out of extraction); L1 rows, then turn blocks (with working
-        memory) before this returns; extraction in the background when due."""
+        one is stored, marked, kept out of extraction); L1 rows, then the turn blocks (with working
+        memory): before this returns with `index="now"`, in the background with `index="behind"`
+        (as the bot writes its own: the answer comes once the messages are in L1, durable and in
+        the next context's recent messages; search finds them once their vectors are made, and a
+        crash leaves them to start-up); extraction in the background when due."""
+        if index not in INDEX_MODES:
+            raise InvalidInputError(f"index must be one of {', '.join(INDEX_MODES)}, not {index!r}")
         started = t = time.perf_counter()
         timings: dict[str, float] = {}
 
@@ -946,7 +973,10 @@ class ConversationPipeline:
             duplicates = [m.id for m in checked if m.id not in rows and m.id not in edited]
             stored_rows = {m.id: rows[m.id] for m in fresh if m.id in rows}
             lap("l1_ms")
-            await asyncio.to_thread(functools.partial(self.commit_pending, conversation, timings=timings))
+            if index == "now":
+                await asyncio.to_thread(functools.partial(self.commit_pending, conversation, timings=timings))
+            elif stored_rows or edited:
+                self._write_behind(conversation, priority=WRITE_BEHIND_PRIORITY)
             t = time.perf_counter()
             written = [row.message_id for row in (*stored_rows.values(), *edited.values())]
             blocks = await asyncio.to_thread(self.tables.l1_blocks_of, written)
@@ -982,7 +1012,7 @@ class ConversationPipeline:
                                                "OpenAI-compatible key); messages, turns and recall work without one")
         timings["total_ms"] = (time.perf_counter() - started) * 1000
         return Ingested({"guild": conversation.guild, "channel": conversation.channel}, stored, duplicates, status,
-                        extraction, edits, timings)
+                        extraction, edits, timings, index)
 
     def _query_ahead_of_context(self, fresh: Sequence[MessageIn]) -> None:
         """Start the query vector of the newest message when a user wrote it: an agent's next call is

@@ -65,10 +65,12 @@ async def add_messages(request: Request, body: MessagesIn, t: TenantDep) -> Resp
     """Each message stored as the bot stores its own, once per id (a retry is harmless: `duplicates`;
     with the same Idempotency-Key, the first answer); flagged messages are stored and marked, never
     learned from. 202: summaries and facts are updated in the background when a model is
-    configured (`summaries_and_facts` says so)."""
+    configured (`summaries_and_facts` says so). `index: "behind"` answers before the turn blocks are
+    written (an agent loop's add, whose next call is the context: docs/agents.md)."""
     async def add() -> JSONResponse:
         pipeline = await run_in_threadpool(lambda: t.pipeline)  # built on first use: the guard's classifiers load
-        result = await pipeline.add_messages(body.guild, body.channel, [m.model_dump() for m in body.messages])
+        result = await pipeline.add_messages(body.guild, body.channel, [m.model_dump() for m in body.messages],
+                                             index=body.index)
         return json_response(result.as_dict(), 202)
 
     return await idempotent(request, t, body, lambda _: add())  # message ids dedupe a run after a crash
