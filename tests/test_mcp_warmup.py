@@ -71,10 +71,11 @@ def test_tools_are_listed_before_the_memory_loads_and_a_call_waits_for_it(
             assert {"add_messages", "get_context", "search_memory"} <= listed
             # answered with nothing loaded: no tenant open, warming not done
             assert state.tenants.open_names() == [] and not state.readiness.done.is_set()
-            added = _structured(await client.call_tool("add_messages", {"channel": "dm-minji", "messages": [
+            added = _structured(await client.call_tool("add_messages", {"channel": "dm-minji", "index": "behind",
+                                                                         "messages": [
                 {"id": "m1", "role": "user", "user": "minji", "text": "민지: 우리 고양이 이름은 나비야"},
                 {"id": "m2", "role": "assistant", "text": "Nabi is a lovely name for a cat!"}]}))
-            assert added["stored"] == 2
+            assert added["stored"] == 2 and added["index"] == "behind"  # the context has them at once
             context = _structured(await client.call_tool("get_context", {
                 "channel": "dm-minji", "user": "minji", "query": "민지 고양이 이름"}))
             assert "나비" in context["text"] and "Nabi" in context["text"]
@@ -82,6 +83,13 @@ def test_tools_are_listed_before_the_memory_loads_and_a_call_waits_for_it(
     anyio.run(scenario)
     warmup.stop()
     assert state.readiness.ready and state.tenants.open_names() == ["default"]
+    state.close()  # the loop that wrote behind is gone: the close writes what is left
+    reopened = ServerState.open(state.settings)
+    try:
+        with reopened.tenants.use("default") as tenant:
+            assert tenant.conversation.tables.l1_pending() == [] and len(tenant.memory) == 2
+    finally:
+        reopened.close()
 
 
 def test_a_memory_that_fails_to_load_is_a_tool_error_and_a_log_line(keyed_home: tuple[ServerState, str],

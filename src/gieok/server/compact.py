@@ -72,4 +72,5 @@ def ingested(result: Ingested) -> dict[str, Any]:
     data = result.as_dict()
     return {"stored": len(data["stored"]), "duplicates": data["duplicates"],
             "edited": [message["id"] for message in data["edited"]], "flagged": data["flagged"],
-            "summaries_and_facts": data["summaries_and_facts"], "extraction": data["extraction"]}
+            "summaries_and_facts": data["summaries_and_facts"], "extraction": data["extraction"],
+            "index": data["index"]}

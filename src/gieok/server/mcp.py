@@ -143,6 +143,9 @@ class MessageArg(BaseModel):
 
 MessagesArg = Annotated[list[MessageArg], Field(min_length=1, max_length=256, description=(
     "The new messages, oldest first (up to 256). 새 메시지들 (오래된 것부터)."))]
+IndexArg = Annotated[Literal["now", "behind"], Field(description=(
+    "now (default): searchable when this answers. behind: answered once stored as recent messages (already "
+    "in the next get_context), made searchable just after: faster. 검색 색인 시점."))]
 ContextUser = Annotated[Id | None, Field(description=(
     "Who the next reply is for (a user id). In a guild the facts come from the whole guild whoever it is: "
     "about every member (this user and the others), the guild's own, and lore; in a direct conversation "
@@ -490,7 +493,7 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None,
 
     @tool(_writes("Add messages", destructive=False))
     async def add_messages(channel: ConversationChannel, messages: MessagesArg, guild: GuildArg = None,
-                           detail: DetailArg = False) -> dict[str, Any]:
+                           index: IndexArg = "now", detail: DetailArg = False) -> dict[str, Any]:
         """Add the newest messages of a conversation to memory; call it after every exchange.
 
         Each message: {id, role: user|assistant, text, user (who wrote it; required for role user),
@@ -506,7 +509,7 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None,
         """
         async def add(t: Tenant) -> dict[str, Any]:
             pipeline = await anyio.to_thread.run_sync(lambda: t.pipeline)
-            result = await pipeline.add_messages(guild, channel, [m.model_dump() for m in messages])
+            result = await pipeline.add_messages(guild, channel, [m.model_dump() for m in messages], index=index)
             return result.as_dict() if detail else compact.ingested(result)
 
         return await in_tenant_async("write", add)

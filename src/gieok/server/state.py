@@ -59,6 +59,7 @@ class ServerState:
     stopping: threading.Event = field(default_factory=threading.Event, repr=False)  # the server began to stop
     _forget_stop_hook: Callable[[], None] | None = field(default=None, repr=False)
     _webhooks: Webhooks | None = field(default=None, repr=False)
+    _closed: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -82,6 +83,16 @@ class ServerState:
                         timeout_s)
             return False
         return True
+
+    def _write_pending(self) -> None:
+        """The turn blocks still unwritten when the event loop that wrote them behind is gone (a
+        `gieok mcp` whose client closed stdin, a shutdown past `settle_writes`' wait): written now,
+        before the memories close, rather than at the next start."""
+        for pipeline in self.tenants.open_pipelines():
+            try:
+                pipeline.commit_pending()
+            except Exception as exc:  # left in L1: the next start writes them
+                log.warning("shutdown: turn blocks left for the next start: %s", exc)
 
     def start_duties(self) -> asyncio.Task[None] | None:
         """The background duties on this event loop (server/duties.py), once; None when turned off."""
@@ -152,7 +163,12 @@ class ServerState:
                    redis=redis, llm=llm, _webhooks=webhooks)
 
     def close(self) -> None:
+        """Stop, write what is pending, and close every memory; a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         self._stop_warming.set()
+        self._write_pending()
         if self._forget_stop_hook is not None:
             self._forget_stop_hook()
             self._forget_stop_hook = None
