@@ -128,8 +128,10 @@ _SESSION = re.compile(r"^D(\d+):")
 
 
 def _recall(questions: Sequence[QuestionCandidates], scores: Sequence[np.ndarray]) -> dict[str, Any]:
-    """Turn recall@k, session recall@k and turn recall@k by category."""
+    """Turn recall@k, session recall@k, turn recall@k by category, and of the paraphrased
+    questions (those that share few words with their evidence), when there are any."""
     turn: dict[int, list[float]] = {k: [] for k in KS}
+    paraphrased: dict[int, list[float]] = {k: [] for k in KS}
     session: dict[int, list[float]] = {k: [] for k in KS}
     by_category: dict[str, dict[int, list[float]]] = {}
     for q, s in zip(questions, scores):
@@ -143,7 +145,11 @@ def _recall(questions: Sequence[QuestionCandidates], scores: Sequence[np.ndarray
             seen = {int(m.group(1)) for t in ranked[:k] if (m := _SESSION.match(t))}
             session[k].append(sum(s_ in seen for s_ in wanted_sessions) / len(wanted_sessions))
             by_category.setdefault(q.question.category, {kk: [] for kk in KS})[k].append(r)
-    return {"turn_recall": {str(k): round(float(np.mean(v)), 4) for k, v in turn.items()},
+            if q.question.paraphrase:
+                paraphrased[k].append(r)
+    found = {"paraphrase": {str(k): round(float(np.mean(v)), 4) for k, v in paraphrased.items()}} \
+        if paraphrased[KS[0]] else {}
+    return {**found, "turn_recall": {str(k): round(float(np.mean(v)), 4) for k, v in turn.items()},
             "session_recall": {str(k): round(float(np.mean(v)), 4) for k, v in session.items()},
             "by_category": {c: {str(k): round(float(np.mean(v)), 4) for k, v in ks.items()}
                             for c, ks in sorted(by_category.items())}}
@@ -228,14 +234,16 @@ def print_ranker(report: dict[str, Any], console: Console | None = None) -> None
     for dataset in [d["name"] for d in report["datasets"]]:
         first = next(iter(report["results"].values()))[dataset]
         cats = list(first["by_category"])
+        paraphrase = ("paraphrased @5 / @10",) if "paraphrase" in first else ()
         table = results_table(f"learned ranker — {dataset}: turn recall (session @10), by category @10",
-                              ("ranking", *(f"turn@{k}" for k in KS), "session@10", *(f"cat {c}" for c in cats)),
-                              left=("ranking",))
+                              ("ranking", *(f"turn@{k}" for k in KS), "session@10", *(f"cat {c}" for c in cats),
+                               *paraphrase), left=("ranking",))
         rows = {**report["results"], **report["ablation"]}
         for label, per in rows.items():
             r = per[dataset]
             table.add_row(label, *[f"{r['turn_recall'][str(k)]:.3f}" for k in KS], f"{r['session_recall']['10']:.3f}",
-                          *[f"{r['by_category'][c]['10']:.3f}" for c in cats])
+                          *[f"{r['by_category'][c]['10']:.3f}" for c in cats],
+                          *[f"{r['paraphrase']['5']:.3f} / {r['paraphrase']['10']:.3f}" for _ in paraphrase])
         out.print(table)
     top = sorted(report["weights"].items(), key=lambda kv: -abs(kv[1]))
     out.print("weights (per unit of each feature): " + ", ".join(f"{n} {w:+.3f}" for n, w in top))

@@ -274,6 +274,10 @@ def test_bench_ranker_cross_validates_and_saves(tmp_path: Path) -> None:
     for label in ("fusion", "learned, out of fold", "learned, in sample"):
         recall = per[label]["ko_slice"]["turn_recall"]
         assert 0.0 <= recall["5"] <= recall["10"] <= recall["20"] <= 1.0
+        paraphrased = per[label]["ko_slice"]["paraphrase"]  # the slice's questions worded apart from their turns
+        assert 0.0 <= paraphrased["5"] <= paraphrased["10"] <= paraphrased["20"] <= 1.0
+    assert any(q.get("paraphrase") for s in json.loads(data.read_text(encoding="utf-8")) for q in s["qa"])
+    assert "paraphrased @5 / @10" in result.stdout
     saved = LearnedRanker.load(model)
     assert saved.names == tuple(report["features"]) and saved.meta["trained_on"][0]["name"] == "ko_slice"
     assert "out of fold" in result.stdout
