@@ -71,8 +71,8 @@ class ServerState:
 
     async def settle_writes(self, timeout_s: float = SETTLE_SECONDS) -> bool:
         """Wait, up to `timeout_s`, for the turn blocks the open tenants' pipelines write behind
-        (`index: "behind"`), so a shutdown leaves none half made; what is left then stays in L1 and
-        the next start writes it. False when the time ran out."""
+        (`index: "behind"`), so a shutdown leaves none half made; `close` writes what is left then.
+        False when the time ran out."""
         pipelines = self.tenants.open_pipelines()
         if not pipelines:
             return True

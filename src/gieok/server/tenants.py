@@ -204,9 +204,10 @@ class TenantRegistry:
         return evicted
 
     def open_pipelines(self) -> list[ConversationPipeline]:
-        """The conversation pipelines the open tenants have built (a shutdown settles their writes)."""
+        """The conversation pipelines this registry built for its open tenants (a shutdown settles
+        their writes). Not an attached one: the bot's runtime writes its own, under its leases."""
         with self._lock:
-            return [t._pipeline for t in self._open.values() if t._pipeline is not None]
+            return [t._pipeline for t in self._open.values() if t.owned and t._pipeline is not None]
 
     def open_names(self) -> list[str]:
         with self._lock:
