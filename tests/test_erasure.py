@@ -206,6 +206,36 @@ def test_erasure_reaches_every_copy(backend: Backend, redis_url: str, redis_name
         shared.connection.close()
 
 
+def test_an_erasure_before_the_turns_written_behind_leaves_nothing(tmp_path: Path) -> None:
+    """Messages added with `index="behind"` are erased before their turn blocks are written: the
+    background write that follows finds her rows gone and writes no block of hers (every table
+    scanned), nor a vector of her messages in the cache; the others' turns are written."""
+    location = str(tmp_path / "behind.db")
+    memory = Memory(location)
+    try:
+        pipeline = ConversationPipeline(memory, classifier=None)
+
+        async def add_then_erase() -> dict[str, Any]:
+            wire = [{"id": message_id, "role": "user", "user": user, "name": name, "text": said,
+                     "time": T0 + 60 * number} for number, (message_id, user, name, said) in enumerate(MESSAGES)]
+            added = await pipeline.add_messages("g1", "cafe", wire, index="behind")
+            assert added.index == "behind" and all(m.block_index is None for m in added.stored)
+            receipt = pipeline.conversation.forget_user(MINJI)  # before the write behind has run
+            await pipeline.drain()
+            return receipt
+
+        receipt = _run(add_then_erase())
+        assert receipt["l1_rows"] == 4 and receipt["blocks"] == 0  # no turn block of hers existed yet
+        assert _scan(location, "sqlite", _needles()) == []
+        hers = [said for _, user, _, said in MESSAGES if user == MINJI]
+        assert _cached_with(memory.embedder, hers) == []
+        written = sorted(b.text for b in memory.iter_blocks() if not b.forgotten)
+        assert written == sorted(said for _, user, _, said in MESSAGES if user != MINJI)
+        assert memory.store.conversation.l1_pending() == []
+    finally:
+        memory.close()
+
+
 def test_an_erasure_empties_the_function_caches_keyed_by_stored_text(tmp_path: Path) -> None:
     """Caches of functions whose keys hold a message, a fact or a name (callbacks.cleared_on_erasure:
     the context's dates, the fact judge's parses, name keys) are emptied by any erasure, so an erased

@@ -230,10 +230,10 @@ class Memory:
         self._check_open()
         return self._writes.forget(ingest.block_indices(block_indices))
 
-    def forget_with_neighbours(self, block_indices: Iterable[int]) -> tuple[list[int], list[int]]:
-        """`forget`, and re-embed the turns whose vectors held them as context: (erased, re-embedded)."""
+    def forget_with_neighbours(self, indices: Iterable[int], texts: Iterable[str] = ()) -> tuple[list[int], list[int]]:
+        """`forget`, re-embed the turns that held them as context; `texts` (never blocks) out of the caches."""
         self._check_open()
-        return self._writes.erase(ingest.block_indices(block_indices))
+        return self._writes.erase(ingest.block_indices(indices), list(texts))
 
     def remember(self, text: str, *, scope: Scope | Mapping[str, Any] | None = None, speaker: str | None = None,
                  event_time: Any = None, importance: float = 0.5, kind: str = "turn",

@@ -132,8 +132,12 @@ class WritePath:
             self.indexes.noted()
             self.layers.invalidate(b.scope for b in chunk)
 
-    def erase(self, indices: list[int]) -> tuple[list[int], list[int]]:
-        """`forget`, then `refresh_passages` of what it erased: (erased, re-embedded)."""
+    def erase(self, indices: list[int], texts: Sequence[str] = ()) -> tuple[list[int], list[int]]:
+        """`forget`, then `refresh_passages` of what it erased: (erased, re-embedded). `texts`: erased
+        messages that never became blocks (a conversation's recent messages whose turns were still to
+        be written), dropped from the caches as a forgotten block's text is."""
+        if texts:
+            self._drop_cached(list(texts))
         before = [b for b in self.store.get_many(indices).values() if not b.forgotten]
         erased = set(self.forget(indices))
         return sorted(erased), self.refresh_passages([b for b in before if b.block_index in erased])

@@ -91,6 +91,7 @@ __all__ = ["IncomingMessage", "Observation", "Plan", "Stage1", "ConversationPipe
 WRITE_BEHIND_PRIORITY = Priority.BULK
 log = logging.getLogger(__name__)
 
+COMMIT_ROUNDS = 3  # a write behind embeds and commits again when the pending turns changed meanwhile
 EXTRACTION_LEASE = "extraction:quiet"  # the store lease under which quiet conversations are extracted
 
 # How the live event stream (`Memory.emit`) names the pipeline's events; others are "pipeline.<kind>".
@@ -685,12 +686,17 @@ class ConversationPipeline:
 
     async def _commit_behind(self, conversation: Scope, fence: int | None = None,
                              priority: Priority = Priority.LATER) -> None:
-        waiting = await asyncio.to_thread(self.tables.l1_pending, scope_key(conversation))
-        if waiting:  # vectors first, awaited without a thread, behind every turn's own work
+        for _ in range(COMMIT_ROUNDS):
+            waiting = await asyncio.to_thread(self.tables.l1_pending, scope_key(conversation))
+            if not waiting:
+                return
+            # vectors first, awaited without a thread, behind every turn's own work
             texts = await asyncio.to_thread(self.memory.passage_texts, self._turn_items(waiting))
             await self.memory.embedder.aembed_passages(texts, priority)
             await asyncio.to_thread(functools.partial(self.commit_pending, conversation, embedded_only=True,
                                                       fence=fence))
+            # rows left: an edit or an erasure changed the turns meanwhile (so their passages), or
+            # rows came in after this read; another round embeds what they are now
 
     def _append_reply(self, plan: Plan, reply: str | None, fence: int | None = None,
                       reply_id: str | None = None) -> None:
