@@ -136,10 +136,8 @@ class WritePath:
         """`forget`, then `refresh_passages` of what it erased: (erased, re-embedded). `texts`: erased
         messages that never became blocks (a conversation's recent messages whose turns were still to
         be written), dropped from the caches as a forgotten block's text is."""
-        if texts:
-            self._drop_cached(list(texts))
         before = [b for b in self.store.get_many(indices).values() if not b.forgotten]
-        erased = set(self.forget(indices))
+        erased = set(self.forget(indices, texts))
         return sorted(erased), self.refresh_passages([b for b in before if b.block_index in erased])
 
     def refresh_passages(self, erased: Sequence[Block]) -> list[int]:
@@ -190,8 +188,9 @@ class WritePath:
             embedder.forget_texts(texts)
         clear_caches_of_erased_text()
 
-    def forget(self, indices: list[int]) -> list[int]:
-        """Erase the content of blocks (checked indices); `BlockNotFoundError` for one that never was."""
+    def forget(self, indices: list[int], texts: Sequence[str] = ()) -> list[int]:
+        """Erase the content of blocks (checked indices); `BlockNotFoundError` for one that never was.
+        Their texts, and `texts` (`erase`), leave the caches in one pass."""
         with self.lock:
             existing = self.store.get_many(indices)
             missing = [i for i in indices if i not in existing]
@@ -202,7 +201,8 @@ class WritePath:
             self.layers.invalidate(existing[i].scope for i in erased)
             self.layers.drop_copies(sorted(erased))
             self.indexes.erase(erased)
+        if erased or texts:
+            self._drop_cached([*(existing[i].text for i in erased), *texts])
         if erased:
-            self._drop_cached([existing[i].text for i in erased])
             self.events.emit("memory.forgotten", {"block_indices": erased})
         return erased

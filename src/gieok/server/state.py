@@ -79,7 +79,7 @@ class ServerState:
         try:
             await asyncio.wait_for(asyncio.gather(*(p.settle_all() for p in pipelines)), timeout_s)
         except TimeoutError:
-            log.warning("shutdown: turn blocks still being written after %.0f s; the next start writes them",
+            log.warning("shutdown: turn blocks still being written after %.0f s; the close writes what is left",
                         timeout_s)
             return False
         return True
