@@ -11,6 +11,7 @@ bounded; servers are stopped in `finally`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
@@ -40,6 +41,7 @@ from gieok import Memory
 from gieok.chat.conversation.recent import conversation_of
 from gieok.server import Principal, ServerState
 from gieok.server.mcp import MAX_K, build_mcp, transport_security
+from gieok.server.mcp_http import MCP_PATH, LazyMcpEndpoint, create_app_with_mcp
 from gieok.server.settings import ServerSettings
 
 TOOLS = {"remember", "search_memory", "get_memory", "forget_memory", "list_facts", "conversation_summary",
@@ -337,6 +339,46 @@ def test_no_auth_loopback_server_is_the_default_tenants_admin(tmp_path: Path) ->
             assert tenant.memory.get(1).forgotten
     finally:
         opened.close()
+
+def test_serve_loads_the_mcp_sdk_at_the_first_mcp_request_once(tmp_path: Path) -> None:
+    """`gieok serve` imports no MCP SDK at start (mcp_http.py); the first /mcp requests build it once,
+    two arriving together included, and the app's shutdown ends its session manager."""
+    loaded = subprocess.run([sys.executable, "-c", "import sys, gieok.server.run; print('mcp' in sys.modules)"],
+                            capture_output=True, text=True, env=_subprocess_env(), timeout=60)
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "False", (loaded.stdout, loaded.stderr)
+    opened = ServerState.open(ServerSettings.load(db=str(tmp_path / "lazy.db")), auth=False)
+    app = create_app_with_mcp(opened, host="127.0.0.1")
+    gate = next(route.endpoint for route in app.router.routes if getattr(route, "path", None) == MCP_PATH)
+    endpoint = gate.app
+    assert isinstance(endpoint, LazyMcpEndpoint) and not endpoint.loaded
+    built: list[int] = []
+    original = endpoint._build
+
+    def counted() -> tuple[Any, Any]:
+        built.append(1)
+        return original()
+
+    endpoint._build = counted  # type: ignore[method-assign]
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                             "clientInfo": {"name": "test", "version": "0"}}}
+    headers = {"Accept": "application/json, text/event-stream", "Host": "127.0.0.1"}
+
+    async def scenario() -> list[httpx.Response]:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+                answers = await asyncio.gather(*(http.post(MCP_PATH, json=initialize, headers=headers)
+                                                 for _ in range(2)))
+                tools = await http.post(MCP_PATH, headers=headers,
+                                        json={"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})
+                return [*answers, tools]
+
+    answers = asyncio.run(asyncio.wait_for(scenario(), 120))  # the lifespan's end must not hang
+    assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]
+    assert answers[0].json()["result"]["serverInfo"]["name"] and answers[2].json()["result"]["tools"]
+    assert endpoint.loaded and built == [1]
+
 
 def test_transport_security_names_the_listening_host() -> None:
     loopback = transport_security("127.0.0.1")

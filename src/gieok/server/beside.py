@@ -38,7 +38,7 @@ def run_discord_bot_with_server(settings: ServerSettings, *, host: str | None = 
     import discord  # the discord extra, as `gieok bot` needs anyway
 
     from ..chat.adapters.discord_bot import opened_discord_bot
-    from .mcp import create_app_with_mcp
+    from .mcp_http import create_app_with_mcp
 
     host = host or settings.server_host
     with opened_discord_bot(settings, publish_events=False) as run:

@@ -1,5 +1,6 @@
 """The MCP server: gieok's memory as tools a model can call, over stdio (`gieok mcp`) and over
-streamable HTTP at `/mcp` inside `gieok serve`.
+streamable HTTP at `/mcp` inside `gieok serve` (mounted by mcp_http.py, which loads this module at the
+first MCP request).
 
 Who the caller is never comes from a tool argument. Over HTTP it comes from the bearer key: the
 SDK's bearer middleware hands every request's `Authorization` header to `KeyVerifier`, which asks
@@ -21,8 +22,7 @@ import logging
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
 import anyio.to_thread
@@ -36,8 +36,6 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from .. import __version__
 from ..chat.agent.agents import agent_context
@@ -52,20 +50,16 @@ from . import compact
 from .access import Access, Credentials
 from .auth import ROLES, Principal
 from .hosts import allowed_host_names
+from .mcp_http import MCP_PATH
 from .settings import ServerSettings
 from .state import ServerState
 from .tenants import Tenant
 
-if TYPE_CHECKING:  # FastAPI and the REST app load only for `gieok serve` (create_app_with_mcp), not for stdio
-    from fastapi import FastAPI
-
 __all__ = ["MCP_PATH", "MAX_K", "build_mcp", "KeyVerifier", "principal_of_token", "transport_security",
-           "mcp_http_app", "mount_mcp", "PROTECTED_RESOURCE_PATHS", "create_app_with_mcp", "check_stdio_key",
-           "run_stdio", "StdioWarmup", "WARM_AFTER_S"]
+           "mcp_http_app", "check_stdio_key", "run_stdio", "StdioWarmup", "WARM_AFTER_S"]
 
 log = logging.getLogger("gieok.server.mcp")
 
-MCP_PATH = "/mcp"
 MAX_K = 50  # search_memory returns at most this many hits: more would flood a model's context
 MAX_FACTS = 200
 
@@ -588,123 +582,6 @@ def mcp_http_app(server: MCPServer, host: str, extra_hosts: Iterable[str] = ()) 
     gieok's tools need no server-to-client requests, the one thing sessions would add."""
     return server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True,
                                       transport_security=transport_security(host, extra_hosts), host=host)
-
-
-def mount_mcp(app: FastAPI, endpoint: Starlette, access: Access | None = None) -> None:
-    """Serve `endpoint` (from `mcp_http_app`) at exactly MCP_PATH: a route, not a Mount, so
-    `/mcp` needs no redirect to `/mcp/` and every other path keeps the REST app's JSON 404.
-    Only POST reaches the SDK: in stateless mode a GET would open a stream of server-to-client
-    messages that never come (the client waits forever) and a DELETE ends no session, so both get
-    405 at once, as the transport's specification allows.
-
-    With `access` (a server that needs keys) the refusals are made for MCP clients (`_McpGate`),
-    and the RFC 9728 protected-resource metadata is served at `PROTECTED_RESOURCE_PATHS`: it
-    names bearer keys in the header and no authorization server, since there is no OAuth here."""
-    app.router.routes.append(Route(MCP_PATH, endpoint=_McpGate(endpoint, access), name="mcp", include_in_schema=False))
-    if access is not None:
-        for path in PROTECTED_RESOURCE_PATHS:
-            app.router.routes.append(Route(path, endpoint=_protected_resource, methods=["GET"],
-                                           include_in_schema=False))
-
-
-PROTECTED_RESOURCE_PATHS = ("/.well-known/oauth-protected-resource" + MCP_PATH, "/.well-known/oauth-protected-resource")
-
-
-def _origin_of(scope: Any) -> str:
-    """scheme://host of the URL the client dialed (RFC 9728: the resource is that URL), from the
-    request; characters that would break a quoted header parameter are dropped."""
-    host = next((value.decode("latin-1") for name, value in scope.get("headers", ()) if name == b"host"), "")
-    host = "".join(ch for ch in host if ch.isalnum() or ch in ".-:[]_") or "127.0.0.1"
-    return f"{scope.get('scheme', 'http')}://{host}"
-
-
-async def _protected_resource(request: Any) -> JSONResponse:
-    """RFC 9728 metadata of /mcp: a bearer key in the Authorization header, and no
-    `authorization_servers` — keys come from `gieok keys create`, never from an OAuth flow."""
-    return JSONResponse({"resource": _origin_of(request.scope) + MCP_PATH, "resource_name": "gieok memory",
-                         "bearer_methods_supported": ["header"]},
-                        headers={"Cache-Control": "public, max-age=3600"})
-
-
-class _McpGate:
-    """ASGI in front of the SDK's app (`mount_mcp`): POST (and OPTIONS) pass, any other method is
-    405; and the SDK's 401 is rewritten so that an MCP client shows it rather than start an OAuth
-    flow it cannot finish. MCP clients (MCP Inspector 2.x, others alike) answer every 401 from an
-    HTTP server by starting OAuth, metadata or not. So a request that carried a bearer key the
-    server refuses (malformed, unknown, revoked) gets 403 `invalid_token` with the reason, which
-    they show as an error; one without a key keeps its 401, now with `resource_metadata`
-    pointing at the metadata that names no authorization server."""
-
-    def __init__(self, app: Starlette, access: Access | None = None) -> None:
-        self.app, self.access = app, access
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope.get("method") not in ("POST", "OPTIONS"):
-            from .errors import error_response
-
-            response = error_response(405, "method_not_allowed", "MCP over HTTP here is POST only: this server "
-                                      "sends nothing unprompted (stateless, JSON answers)")
-            response.headers["Allow"] = "POST"
-            await response(scope, receive, send)
-            return
-        if self.access is None or scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        refused = False
-
-        async def unless_refused(message: Any) -> None:
-            nonlocal refused
-            if message["type"] == "http.response.start" and message["status"] == 401:
-                refused = True  # the SDK's bearer middleware: answered below, with why
-            if not refused:
-                await send(message)
-
-        await self.app(scope, receive, unless_refused)
-        if refused:
-            await (await self._refusal(scope))(scope, receive, send)
-
-    @staticmethod
-    def _key_of(scope: Any) -> str | None:
-        header = next((value.decode("latin-1") for name, value in scope.get("headers", ())
-                       if name == b"authorization"), "")
-        scheme, _, token = header.strip().partition(" ")
-        return (token.strip() or None) if scheme.lower() == "bearer" else None
-
-    async def _refusal(self, scope: Any) -> JSONResponse:
-        key = self._key_of(scope)
-        if key is None:
-            why = "missing API key: send Authorization: Bearer gk_… (made by gieok keys create; there is no OAuth)"
-            challenge = f'Bearer resource_metadata="{_origin_of(scope)}{PROTECTED_RESOURCE_PATHS[0]}"'
-            return JSONResponse({"error": "invalid_token", "error_description": why}, status_code=401,
-                                headers={"WWW-Authenticate": challenge})
-        assert self.access is not None
-        try:  # the SDK refused it a moment ago: this says why (the key table, in a worker thread)
-            await anyio.to_thread.run_sync(self.access.keys.verify, key)
-            why = "invalid or revoked API key"
-        except AuthenticationError as exc:
-            why = str(exc)
-        why = f"{why} (this server takes gieok API keys, not OAuth tokens)"
-        quoted = "".join(ch for ch in why.replace("…", "...") if " " <= ch <= "~" and ch not in '"\\')
-        return JSONResponse({"error": "invalid_token", "error_description": why}, status_code=403,
-                            headers={"WWW-Authenticate": f'Bearer error="invalid_token", error_description="{quoted}"'})
-
-
-def create_app_with_mcp(state: ServerState, *, host: str | None = None) -> FastAPI:
-    """The app of `gieok serve`: REST v1 and events (`create_app`) plus MCP at /mcp. The SDK's
-    session manager (the task group MCP requests run in) is entered inside the app's lifespan:
-    it starts before the first request and stops before the state is closed."""
-    host = host or state.settings.server_host
-    server = build_mcp(state)
-    endpoint = mcp_http_app(server, host, state.settings.server_allowed_hosts)
-
-    def sessions(_app: FastAPI) -> AbstractAsyncContextManager[None]:
-        return server.session_manager.run()
-
-    from .app import create_app
-
-    app = create_app(state, extra_lifespans=[sessions], host=host)
-    mount_mcp(app, endpoint, state.access if state.auth else None)
-    return app
 
 
 # -- stdio: `gieok mcp` ----------------------------------------------------------------------------

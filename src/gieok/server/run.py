@@ -19,7 +19,7 @@ from .. import errors
 from ..errors import ConfigError, GieokError
 from .hosts import is_loopback
 from .malloc_arenas import limit_malloc_arenas
-from .mcp import create_app_with_mcp
+from .mcp_http import create_app_with_mcp
 from .pending import PendingApp
 from .settings import ServerSettings
 from .state import ServerState
