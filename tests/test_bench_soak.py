@@ -1,4 +1,4 @@
-"""`gieok bench soak` end to end, short: 24 s of mixed load in two 12 s windows on the scale-out
+"""`gieok bench soak` end to end, short: 16 s of mixed load in two 8 s windows on the scale-out
 deployment (a throwaway PostgreSQL and Redis, `gieok serve --workers 2`, two bot processes),
 with a Redis restart and a PostgreSQL restart injected. Every operation runs (agents' messages
 and contexts, searches, chat answered by the bots, an import, a user erased and a key revoked per
@@ -21,7 +21,7 @@ from cli_runner import gieok
 from store_backends import HAVE_PGSERVER
 
 GIEOK = [sys.executable, "-m", "gieok.cli"]
-RUN_SECONDS = 600  # start-up (the bots load their classifiers), 24 s of load, the drain, the stop
+RUN_SECONDS = 600  # start-up (the bots load their classifiers), 16 s of load, the drain, the stop
 OPERATIONS = {"add_message", "context", "search", "chat_reply", "import", "erase_user", "key_create_revoke"}
 PROCESSES = {"serve supervisor", "serve worker 1", "serve worker 2", "bot0", "bot1", "postgres postmaster", "redis"}
 
@@ -51,7 +51,7 @@ def test_bad_options_are_one_readable_line_before_anything_starts(args: tuple[st
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
 def test_mixed_load_with_faults_reports_every_operation_and_process(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
-    done = subprocess.run([*GIEOK, "bench", "soak", "--duration", "24", "--window", "12", "--fault-every", "8",
+    done = subprocess.run([*GIEOK, "bench", "soak", "--duration", "16", "--window", "8", "--fault-every", "6",
                            "--faults", "redis_restart,pg_restart_fast", "--sample-every", "2", "--agents", "2",
                            "--json", str(out), "--workdir", str(tmp_path / "work")],
                           capture_output=True, text=True, env=_env(), timeout=RUN_SECONDS, cwd=tmp_path)
