@@ -825,16 +825,20 @@ def bench_mcp_start(
     workdir: Annotated[Path | None, typer.Option(
         "--db", help="Directory for the database and the servers' log (its chat.db is recreated; "
                      "default: a temp dir).")] = None,
+    via_server: Annotated[bool, typer.Option(
+        "--server", help="Start a gieok serve on the database first and spawn `gieok mcp --server URL` "
+                         "(the relay to it) instead of `gieok mcp --db`.")] = False,
 ) -> None:
     """`gieok mcp` over stdio: spawn → first answer for tools/list, add_messages and get_context.
 
     Example: gieok bench mcp-start --runs 5 --json mcp_start.json
+    Example: gieok bench mcp-start --runs 5 --server --json mcp_start_relay.json
     """
     from benchmarks.mcp_start import run_mcp_start_bench
 
     if runs < 1:
         raise InvalidInputError("--runs must be >= 1")
-    run_mcp_start_bench(runs, json_out, workdir=workdir)
+    run_mcp_start_bench(runs, json_out, workdir=workdir, via_server=via_server)
 
 
 @bench_app.command("engines")

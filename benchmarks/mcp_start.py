@@ -8,6 +8,10 @@ message) and `get_context` (a query) — a new `gieok mcp` process is spawned th
 MCP client (`mcp` SDK, stdio) and timed from the spawn to its `initialize` answer and to the
 answer of that first request. The processes run one after another, never side by side.
 
+With `--server`, a throwaway `gieok serve` on the same database is started first (ready and warm
+before any clock starts) and each process is `gieok mcp --server URL`: the relay
+(client/mcp_relay.py), which opens no memory and hands every message to the server's `/mcp`.
+
 Reported per first request: the p50 (and max) over the runs of spawn → initialized and of
 spawn → first answer. The target (issue 41, never adjusted): the first answer ≤ 1.5 s after the
 spawn, for each of the three. The machine's load average before and after the runs is reported
@@ -29,7 +33,7 @@ from rich.console import Console
 
 from benchmarks.fill import bench_workdir
 from benchmarks.report import median, print_and_write, results_table, table_console
-from benchmarks.server import create_key
+from benchmarks.server import ServeProcess, create_key
 
 __all__ = ["FIRST_CALLS", "TARGET_S", "measure_mcp_start", "print_mcp_start", "run_mcp_start_bench"]
 
@@ -39,13 +43,16 @@ FIRST_CALLS = ("tools/list", "add_messages", "get_context")
 CHANNEL = "bench-start"
 
 
-async def _one(db: Path, key: str, first: str, run: int, workdir: Path) -> tuple[float, float]:
-    """One `gieok mcp` process: (seconds from spawn to initialized, to the first answer)."""
+async def _one(db: Path, key: str, first: str, run: int, workdir: Path, server: str | None = None,
+               ) -> tuple[float, float]:
+    """One `gieok mcp` process (`--server`: the relay to that server): (seconds from spawn to
+    initialized, to the first answer)."""
     from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
     env = {name: value for name, value in os.environ.items() if not name.startswith("GIEOK_")}
-    params = StdioServerParameters(command=sys.executable, args=["-m", "gieok.cli", "mcp", "--db", str(db)],
+    where = ["--server", server] if server else ["--db", str(db)]
+    params = StdioServerParameters(command=sys.executable, args=["-m", "gieok.cli", "mcp", *where],
                                    env={**env, "GIEOK_API_KEY": key, "OMP_WAIT_POLICY": "PASSIVE"},
                                    cwd=str(workdir))
     # The server's log goes to a file: the SDK's default is this process's stderr, which has no
@@ -71,19 +78,30 @@ async def _one(db: Path, key: str, first: str, run: int, workdir: Path) -> tuple
     return initialized, done
 
 
-def measure_mcp_start(runs: int = 5, *, workdir: Path | None = None) -> dict[str, Any]:
+def measure_mcp_start(runs: int = 5, *, workdir: Path | None = None, via_server: bool = False) -> dict[str, Any]:
     workdir = bench_workdir("mcp-start", workdir)
     db = workdir / "chat.db"
     for stale in workdir.glob("chat.db*"):
         stale.unlink()
     key = create_key(db)
+    served = ServeProcess(db, workdir / "serve.log") if via_server else None
+    try:
+        report = _measure(db, key, runs, workdir, served.url if served else None)
+    finally:
+        if served is not None:
+            served.stop()
+    report["mode"] = "relay to gieok serve (gieok mcp --server)" if via_server else "gieok mcp --db"
+    return report
+
+
+def _measure(db: Path, key: str, runs: int, workdir: Path, server: str | None) -> dict[str, Any]:
     times: dict[str, list[tuple[float, float]]] = {first: [] for first in FIRST_CALLS}
     cpu: dict[str, list[float]] = {first: [] for first in FIRST_CALLS}
     load_before = _load_average()
     for run in range(runs):
         for first in FIRST_CALLS:
             spent = _children_cpu_s()
-            times[first].append(anyio.run(_one, db, key, first, run, workdir))
+            times[first].append(anyio.run(_one, db, key, first, run, workdir, server))
             cpu[first].append(_children_cpu_s() - spent)  # the client has waited for the process: it is counted
     report: dict[str, Any] = {"runs": runs, "target_s": TARGET_S,
                               "load_average": {"before": load_before, "after": _load_average()},
@@ -117,7 +135,8 @@ def _load_average() -> list[float]:
 
 def print_mcp_start(report: dict[str, Any], console: Console | None = None) -> None:
     console = table_console(console)
-    table = results_table(f"gieok mcp (stdio): spawn → first answer, p50 of {report['runs']} fresh process(es) each",
+    mode = report.get("mode", "gieok mcp --db")
+    table = results_table(f"{mode} (stdio): spawn → first answer, p50 of {report['runs']} fresh process(es) each",
                           ("first request", "initialized", "first answer", "max", "target", "result",
                            "CPU to exit"), left=("first request",))
     for first, row in report["first_calls"].items():
@@ -133,5 +152,6 @@ def print_mcp_start(report: dict[str, Any], console: Console | None = None) -> N
 
 
 def run_mcp_start_bench(runs: int = 5, json_out: str | Path | None = None, *,
-                        workdir: Path | None = None) -> dict[str, Any]:
-    return print_and_write(measure_mcp_start(runs, workdir=workdir), print_mcp_start, json_out)
+                        workdir: Path | None = None, via_server: bool = False) -> dict[str, Any]:
+    return print_and_write(measure_mcp_start(runs, workdir=workdir, via_server=via_server), print_mcp_start,
+                           json_out)

@@ -155,3 +155,20 @@ def test_inspector_over_stdio_with_no_network(served: tuple[LiveServer, str], in
     assert "보리야" in str(_structured(context)["text"])
     said = refused.stdout + refused.stderr
     assert refused.returncode != 0 and "error: invalid or revoked API key" in said, said
+
+
+def test_inspector_through_the_relay(served: tuple[LiveServer, str], inspector: Inspector) -> None:
+    """`gieok mcp --server URL` spawned by the Inspector (after `--`: the Inspector has a `--server`
+    option of its own): the server's memory, what the HTTP test stored; a refused key is exit 1."""
+    server, key = served
+    relay = ["--", sys.executable, "-m", "gieok.cli", "mcp", "--server", server.url]
+    env_of = ["-e", "OMP_WAIT_POLICY=PASSIVE", "-e", f"PATH={os.environ.get('PATH', '')}"]
+    context, refused = inspector(
+        ["-e", f"GIEOK_API_KEY={key}", *env_of, "--format", "json", "--method", "tools/call", "--tool-name",
+         "get_context", "--tool-arg", "channel=cafe", "--tool-arg", "guild=g1", "--tool-arg", "user=u-alex",
+         "--tool-arg", "query=Nuvola offer", *relay],
+        ["-e", f"GIEOK_API_KEY={WRONG_KEY}", *env_of, "--method", "tools/list", *relay])
+
+    assert "Nuvola Labs" in str(_structured(context)["text"])
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "refused the key" in said, said

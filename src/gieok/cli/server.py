@@ -93,17 +93,38 @@ def mcp(
         "--key", help="The API key to act with (gieok keys create); it decides the tenant and the role. "
                       "Default: $GIEOK_API_KEY (api_key), which keeps it out of the process list.",
         show_default=False)] = None,
+    server: Annotated[str | None, typer.Option(
+        "--server", help="Relay to a running gieok serve at this URL (its /mcp) instead of opening --db here: "
+                         "answers within a second of the spawn, the memory stays warm in the server.",
+        show_default=False)] = None,
 ) -> None:
     """Serve the memory to a local MCP client over stdio (Claude Desktop, IDEs, agents).
 
     stdin/stdout carry the MCP protocol and nothing else; logs go to stderr.
 
     The key is checked against the keys of --db before anything starts: without a valid one it exits 1.
+    With --server the process opens no memory: it relays each message to that gieok serve, which
+    checks the key on every one (a server that does not answer, or refuses the key, is exit 1).
 
-    Tools: remember, search_memory, get_memory, forget_memory, list_facts, conversation_summary.
+    Tools: remember, search_memory, get_memory, forget_memory, list_facts, conversation_summary and more
+    (docs/server.md).
 
     Example: GIEOK_API_KEY=gk_… gieok mcp --db ~/gieok/chat.db
+    Example: GIEOK_API_KEY=gk_… gieok mcp --server http://127.0.0.1:8420
     """
+    if server is not None:
+        if db is not None:
+            raise InvalidInputError("--db and --server: give one (with --server the server's memory is used)")
+        from ..client.mcp_relay import McpRelay, RelayError
+
+        settings = load()
+        try:
+            relay = McpRelay(server, (key if key is not None else settings.api_key) or "")
+            relay.check()
+        except RelayError as exc:
+            raise InvalidInputError(str(exc)) from None
+        relay.run()
+        return
     try:  # the MCP SDK and FastAPI (the server extra) load only for this command
         from ..server.mcp import run_stdio
     except ImportError as exc:
