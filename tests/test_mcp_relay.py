@@ -8,10 +8,12 @@ server gone while the relay runs turns the next calls into JSON-RPC errors, not 
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from gieok.client.mcp_relay import McpRelay
 from test_mcp import (
     ALPHA_CHANNEL,
     ALPHA_GUILD,
@@ -33,8 +36,6 @@ from test_mcp import (
     ok,
     run,
 )
-
-pytestmark = pytest.mark.slow
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -64,6 +65,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_the_relay_serves_every_tool_as_the_keys_tenant_and_says_why_it_cannot(tmp_path: Path) -> None:
     home, made = _keyed_home(tmp_path, ("alpha", "write"), ("beta", "admin"), ("alpha", "read"))
     (alpha_key, _), (beta_key, _), (alpha_reader, alpha_reader_id) = made
@@ -166,3 +168,55 @@ def _close(relay: subprocess.Popen[str]) -> None:
     finally:
         if relay.poll() is None:
             relay.kill()
+
+
+def _http(status: str, body: str, content_type: str = "application/json", length: int | None = None) -> bytes:
+    data = body.encode("utf-8")
+    return (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(data) if length is None else length}\r\n\r\n").encode() + data
+
+
+def test_every_request_is_answered_whatever_the_server_does() -> None:
+    """In process against a loopback HTTP server that answers the start's ping, then a truncated
+    body, a page that is not JSON, a 401 of gieok's shape, a notification's 202 and a Korean
+    answer: each request gets an answer for its id (a client waits for every id it sent), the
+    notification nothing, and every line out is ASCII JSON that reads back the same."""
+    korean = json.dumps({"jsonrpc": "2.0", "id": 6, "result": {"text": "고양이 이름은 보리야"}}, ensure_ascii=False)
+    answers = [
+        _http("200 OK", '{"jsonrpc":"2.0","id":"gieok-relay-check","result":{}}'),
+        _http("200 OK", '{"jsonrpc"', length=500),  # the connection closes 490 bytes short
+        _http("502 Bad Gateway", "<h1>bad gateway</h1>", "text/html"),
+        _http("401 Unauthorized", '{"error":"invalid_token","error_description":"this key was revoked"}'),
+        _http("202 Accepted", ""),
+        _http("200 OK", korean),
+    ]
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve() -> None:
+        for answer in answers:  # a connection per request: each answer then closes it
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(answer)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    out = io.StringIO()
+    relay = McpRelay(f"http://127.0.0.1:{listener.getsockname()[1]}", "gk_test", stdout=out, request_seconds=10)
+    relay.check()
+    for ident in (2, 3, 4):
+        relay.relay(json.dumps({"jsonrpc": "2.0", "id": ident, "method": "tools/list"}).encode())
+    relay.relay(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    relay.relay(b'{"jsonrpc":"2.0","id":6,"method":"tools/call"}')
+    server.join(10)
+    listener.close()
+    lines = out.getvalue().splitlines()
+    assert all(line.isascii() for line in lines), lines
+    written = [json.loads(line) for line in lines]
+    assert [w["id"] for w in written] == [2, 3, 4, 6], written
+    assert "did not answer" in written[0]["error"]["message"]  # the truncated body
+    assert "answered 502 without JSON-RPC" in written[1]["error"]["message"]
+    assert "refused the message: this key was revoked" in written[2]["error"]["message"]
+    assert written[3]["result"]["text"] == "고양이 이름은 보리야"

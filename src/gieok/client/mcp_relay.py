@@ -69,7 +69,7 @@ class McpRelay:
         """A `ping` through the key: RelayError saying why if the server or the key is not usable."""
         try:
             status, body = self._post(b'{"jsonrpc":"2.0","id":"gieok-relay-check","method":"ping"}', CHECK_SECONDS)
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:
             raise RelayError(f"no gieok serve answers at {self.url} ({_reason(exc)}): start one "
                              f"(gieok serve --db … --port …) or run gieok mcp without --server") from None
         if status in (401, 403):
@@ -80,24 +80,32 @@ class McpRelay:
 
     # -- relaying --------------------------------------------------------------------------------
 
-    def run(self, stdin: IO[str] | None = None) -> None:
-        """Relay every line of `stdin` until it closes; the answers under way are written first."""
-        source = stdin or sys.stdin
+    def run(self, stdin: IO[bytes] | None = None) -> None:
+        """Relay every line of `stdin` (bytes: UTF-8 JSON whatever the locale) until it closes; the
+        answers under way are written first."""
+        source = stdin or sys.stdin.buffer
         with ThreadPoolExecutor(RELAY_THREADS, thread_name_prefix="gieok-mcp-relay") as pool:
             for line in source:
                 if line.strip():
                     pool.submit(self.relay, line.strip())
 
-    def relay(self, line: str) -> None:
-        """One message from the client: its answer (if it has one) written to stdout."""
+    def relay(self, line: bytes) -> None:
+        """One message from the client: its answer (if it has one) written to stdout. Every request
+        gets an answer, whatever fails: a client waits for each id it sent."""
         try:
             message: Any = json.loads(line)
         except ValueError:
             message = None  # the server says what is wrong with it (a JSON-RPC parse error)
         ident = message.get("id") if isinstance(message, dict) else None
         try:
-            status, body = self._post(line.encode("utf-8"), self._seconds)
-        except OSError as exc:
+            self._relay(message, ident, line)
+        except Exception as exc:  # a bug here must not leave the client waiting for ever
+            self._answer_error(ident, f"gieok mcp could not relay the message: {type(exc).__name__}: {exc}")
+
+    def _relay(self, message: Any, ident: Any, line: bytes) -> None:
+        try:
+            status, body = self._post(line, self._seconds)
+        except (OSError, http.client.HTTPException) as exc:
             self._answer_error(ident, f"the gieok serve at {self.url} did not answer ({_reason(exc)})")
             return
         if status == 202 or not body.strip():
@@ -124,7 +132,7 @@ class McpRelay:
         self._write({"jsonrpc": "2.0", "id": ident, "error": {"code": SERVER_ERROR, "message": reason}})
 
     def _write(self, message: dict[str, Any]) -> None:
-        line = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        line = json.dumps(message, separators=(",", ":"))  # ASCII: safe on any stdout encoding
         with self._write_lock:
             self._out.write(line + "\n")
             self._out.flush()
@@ -144,7 +152,7 @@ class McpRelay:
                 if response.getheader("Content-Type", "").startswith("text/event-stream"):
                     data = _first_event(data)
                 return response.status, data
-            except OSError as exc:
+            except (OSError, http.client.HTTPException) as exc:
                 connection.close()
                 self._local.connection = None
                 # A kept-alive connection the server closed while idle fails before the request
@@ -185,5 +193,5 @@ def _said(body: bytes) -> str:
     return json.dumps(answer, ensure_ascii=False)[:300]
 
 
-def _reason(exc: OSError) -> str:
+def _reason(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
