@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,54 @@ def test_an_erasure_before_the_turns_written_behind_leaves_nothing(tmp_path: Pat
         written = sorted(b.text for b in memory.iter_blocks() if not b.forgotten)
         assert written == sorted(said for _, user, _, said in MESSAGES if user != MINJI)
         assert memory.store.conversation.l1_pending() == []
+    finally:
+        memory.close()
+
+
+def test_a_delete_or_an_edit_meeting_the_write_behind_leaves_no_block_of_the_old_text(tmp_path: Path) -> None:
+    """The write behind links a message's turn block just after a delete (or an edit) first looked
+    the message up (here: forced, right after that look). The delete still forgets the block and
+    the edit still forgets the old text's block: both look the message up again under the commit
+    lock. (Seen in CI: the delete answered 200 and the deleted message's turn stayed live.)"""
+    memory = Memory(str(tmp_path / "race.db"))
+    try:
+        pipeline = ConversationPipeline(memory, classifier=None)
+        pipeline._write_behind = lambda *args, **kwargs: None  # type: ignore[assignment,method-assign,return-value]
+        cafe = conversation_of("g1", "cafe")
+        looked_up = pipeline.tables.messages_known
+        armed: set[str] = set()
+        writers: list[threading.Thread] = []
+
+        def look_then_write_behind(key: str, ids: list[str]) -> Any:
+            seen = looked_up(key, ids)
+            if armed & set(ids):  # the write behind comes right after this look
+                armed.difference_update(ids)
+                writer = threading.Thread(target=pipeline.commit_pending, args=(cafe,))
+                writer.start()
+                writer.join(2)  # done, or waiting for the commit lock the caller holds
+                writers.append(writer)
+            return seen
+
+        pipeline.tables.messages_known = look_then_write_behind  # type: ignore[method-assign]
+
+        async def scenario() -> None:
+            secret = {"id": "d1", "role": "user", "user": MINJI, "name": "민지",
+                      "text": "비밀번호 힌트는 보리 생일이야", "time": T0}
+            first = {"id": "e1", "role": "user", "user": ALEX, "name": "Alex", "text": "I moved to Busan last week",
+                     "time": T0 + 60}
+            await pipeline.add_messages("g1", "cafe", [secret, first], index="behind")
+            armed.add("d1")
+            await pipeline.delete_message("g1", "cafe", "d1")
+            armed.add("e1")
+            await pipeline.add_messages("g1", "cafe", [{**first, "text": "I moved to Daegu last week"}],
+                                        index="behind")
+
+        _run(scenario())
+        for writer in writers:
+            writer.join(30)
+        assert len(writers) == 2 and not any(writer.is_alive() for writer in writers)
+        live = {b.text for b in memory.iter_blocks() if not b.forgotten}
+        assert "비밀번호 힌트는 보리 생일이야" not in live and "I moved to Busan last week" not in live, live
     finally:
         memory.close()
 

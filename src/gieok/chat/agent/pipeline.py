@@ -1057,8 +1057,11 @@ class ConversationPipeline:
         out: dict[str, L1Row] = {}
         key = scope_key(conversation)
         for message in changed:
-            seen = known[message.id]
             with self._commit_lock:  # no commit writes this row's block meanwhile
+                # looked up again under the lock: a write behind may have linked its block since `known`
+                seen = self.tables.messages_known(key, [message.id]).get(message.id, known[message.id])
+                if seen.deleted:  # deleted since: an edit does not bring it back
+                    continue
                 old = self.memory.store.get_many([seen.block_index]).get(seen.block_index) \
                     if seen.block_index is not None else None
                 in_l1 = self.tables.l1_by_external_id(key, message.id)
@@ -1113,15 +1116,17 @@ class ConversationPipeline:
             return await asyncio.to_thread(self._delete_message, conversation, key, message_id)
 
     def _delete_message(self, conversation: Scope, key: str, message_id: str) -> dict[str, Any]:
-        seen = self.tables.messages_known(key, [message_id]).get(message_id)
         receipt: dict[str, Any] = {"conversation": {"guild": conversation.guild, "channel": conversation.channel},
                                    "message": message_id}
-        if seen is None:
-            where = f"guild {conversation.guild!r}" if conversation.guild else "no guild"
-            raise NotFoundError(f"no message {message_id!r} in channel {conversation.channel!r} ({where})")
-        if seen.deleted:  # a retried delete: done already
-            return {**receipt, "already_deleted": True, "erased": {"messages": 0, "blocks": 0, "facts": 0}}
+        # Looked up under the commit lock: a write behind that links the message's block between a
+        # look taken before it and the delete would leave that block live.
         with self._commit_lock:
+            seen = self.tables.messages_known(key, [message_id]).get(message_id)
+            if seen is None:
+                where = f"guild {conversation.guild!r}" if conversation.guild else "no guild"
+                raise NotFoundError(f"no message {message_id!r} in channel {conversation.channel!r} ({where})")
+            if seen.deleted:  # a retried delete: done already
+                return {**receipt, "already_deleted": True, "erased": {"messages": 0, "blocks": 0, "facts": 0}}
             facts = self.facts.forget_statements([seen.message_id])
             block = seen.block_index
             self.tables.message_delete(key, message_id, seen.message_id, self.clock())
