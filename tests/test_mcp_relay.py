@@ -4,7 +4,8 @@ Spawned as MCP clients spawn it and driven by the official MCP client over stdio
 through it, the caller is whoever the key says (tenant beta's key through every tool, each argument
 aimed at tenant alpha's data, finds nothing of alpha's — the same matrix as over HTTP), a refused
 start is one line and exit 1, raw lines in give only JSON-RPC lines out, and a key revoked or a
-server gone while the relay runs turns the next calls into JSON-RPC errors, not a hang."""
+server gone while the relay runs turns the next calls into JSON-RPC errors, not a hang; a server
+back on its port answers the same relay again."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from gieok.client.mcp_relay import McpRelay
+from live_server import LiveServer
 from test_mcp import (
     ALPHA_CHANNEL,
     ALPHA_GUILD,
@@ -148,12 +150,22 @@ def test_the_relay_serves_every_tool_as_the_keys_tenant_and_says_why_it_cannot(t
         gone.stdin.flush()
         assert json.loads(gone.stdout.readline())["result"] == {}  # past its start check, relaying
 
-    # the server stopped while that relay runs: each call gets an error saying so, and no hang
+    # the server stopped while that relay runs: each call gets an error saying so, and no hang; once a
+    # server is back on the port, the same relay's next call is answered
     try:
         gone.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}) + "\n")
         gone.stdin.flush()
         answer = json.loads(gone.stdout.readline())
         assert answer["id"] == 2 and "did not answer" in answer["error"]["message"], answer
+        back = LiveServer(home, port=int(base.rsplit(":", 1)[1]))
+        try:
+            gone.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+                "name": "search_memory", "arguments": {"query": "민지 고양이 나비"}}}) + "\n")
+            gone.stdin.flush()
+            answer = json.loads(gone.stdout.readline())
+            assert answer["id"] == 3 and MARKER in json.dumps(answer["result"], ensure_ascii=False), answer
+        finally:
+            back.stop()
     finally:
         _close(gone)
     assert gone.returncode == 0
