@@ -82,7 +82,7 @@ def test_the_relay_serves_every_tool_as_the_keys_tenant_and_says_why_it_cannot(t
                 (_relay(nowhere, alpha_key), alpha_key, "no gieok serve answers at"),
                 (_relay(base, alpha_key, "--db", str(home)), alpha_key, "--db and --server"),
                 (_relay("ftp://example.org", alpha_key), alpha_key, "http(s) URL"),
-                (_relay(base, ""), "", "no API key")):
+                (_relay(base, ""), "", "needs an API key")):
             done = subprocess.run(command, input="", capture_output=True, text=True, timeout=120,
                                   env=_subprocess_env(GIEOK_API_KEY=key), cwd=tmp_path)
             lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -169,6 +169,23 @@ def test_the_relay_serves_every_tool_as_the_keys_tenant_and_says_why_it_cannot(t
     finally:
         _close(gone)
     assert gone.returncode == 0
+
+
+@pytest.mark.slow
+def test_without_a_key_the_relay_reaches_a_no_auth_server_as_its_default_tenant(tmp_path: Path) -> None:
+    """`gieok serve --no-auth` (loopback) takes no key: neither does the relay to it."""
+    server = LiveServer(tmp_path / "open.db", "--no-auth")
+    try:
+        answers, stderr, code = _lines(server.url, "", [
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+             "params": {"name": "remember", "arguments": {"text": "Dave meets the study group at 7pm"}}},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}], tmp_path)
+    finally:
+        server.stop()
+    assert code == 0, stderr
+    by_id = {answer["id"]: answer for answer in answers}
+    assert by_id[1]["result"]["structuredContent"]["block_index"] == 1, by_id[1]
+    assert {tool["name"] for tool in by_id[2]["result"]["tools"]} == TOOLS
 
 
 def _close(relay: subprocess.Popen[str]) -> None:

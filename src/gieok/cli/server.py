@@ -119,7 +119,7 @@ def mcp(
 
         settings = load()
         try:
-            relay = McpRelay(server, (key if key is not None else settings.api_key) or "")
+            relay = McpRelay(server, key if key is not None else settings.api_key)
             relay.check()
         except RelayError as exc:
             raise InvalidInputError(str(exc)) from None

@@ -8,9 +8,10 @@ answer is written to stdout, one line per message. The server's `/mcp` is statel
 answers (server/mcp_http.py), so every message stands alone and nothing is kept here but the
 protocol version `initialize` agreed on (sent back as the `MCP-Protocol-Version` header).
 
-Who the caller is comes from the key, on the server, for every message — as over HTTP. Only the
-standard library is imported here: the relay answers within a few hundred milliseconds of its
-spawn. The server and the key are checked before anything is read (a `ping`): a server that does
+Who the caller is comes from the key, on the server, for every message — as over HTTP (a relay
+without a key reaches only a `gieok serve --no-auth`, whose every caller is its default tenant).
+Only the standard library is imported here: the relay answers within a few hundred milliseconds
+of its spawn. The server and the key are checked before anything is read (a `ping`): a server that does
 not answer or a key it refuses is one line on stderr and exit 1. Later failures (the server
 restarting, the key revoked) become JSON-RPC errors of the message that met them; the relay goes
 on. Messages are relayed side by side (`RELAY_THREADS`), so a long tool call does not hold up a
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import select
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -44,19 +47,17 @@ class RelayError(Exception):
 class McpRelay:
     """Relays newline-delimited JSON-RPC between `stdin`/`stdout` and `url`'s `/mcp`."""
 
-    def __init__(self, url: str, key: str, *, stdout: IO[str] | None = None,
+    def __init__(self, url: str, key: str | None, *, stdout: IO[str] | None = None,
                  request_seconds: float = REQUEST_SECONDS) -> None:
         parts = urlsplit(url.strip() if "://" in url else f"http://{url.strip()}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise RelayError(f"--server must be an http(s) URL such as http://127.0.0.1:8420, got {url!r}")
-        if not key or not key.strip():
-            raise RelayError("no API key: pass --key or set GIEOK_API_KEY (the server checks it on every message)")
         self.url = f"{parts.scheme}://{parts.netloc}"
         self._connection_type: Callable[..., http.client.HTTPConnection] = (
             http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection)
         self._host, self._port = parts.hostname, parts.port
         self._path = parts.path.rstrip("/") + MCP_PATH
-        self._key = key.strip()
+        self._key = (key or "").strip() or None  # none: only a `gieok serve --no-auth` (loopback) takes it
         self._seconds = request_seconds
         self._out = stdout or sys.stdout
         self._write_lock = threading.Lock()
@@ -72,6 +73,9 @@ class McpRelay:
         except (OSError, http.client.HTTPException) as exc:
             raise RelayError(f"no gieok serve answers at {self.url} ({_reason(exc)}): start one "
                              f"(gieok serve --db … --port …) or run gieok mcp without --server") from None
+        if status in (401, 403) and self._key is None:
+            raise RelayError(f"the server at {self.url} needs an API key: pass --key or set GIEOK_API_KEY "
+                             "(gieok keys create)")
         if status in (401, 403):
             raise RelayError(f"the server at {self.url} refused the key: {_said(body) or status}")
         if status != 200:
@@ -138,8 +142,9 @@ class McpRelay:
             self._out.flush()
 
     def _post(self, body: bytes, seconds: float) -> tuple[int, bytes]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-                   "Authorization": f"Bearer {self._key}"}
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if self._key is not None:
+            headers["Authorization"] = f"Bearer {self._key}"
         if self.protocol_version:
             headers["MCP-Protocol-Version"] = self.protocol_version
         while True:
@@ -155,19 +160,33 @@ class McpRelay:
             except (OSError, http.client.HTTPException) as exc:
                 connection.close()
                 self._local.connection = None
-                # A kept-alive connection the server closed while idle fails before the request
-                # reached it: sent once more on a new one. Any other failure may have been after.
-                if not (reused and isinstance(exc, (http.client.RemoteDisconnected, BrokenPipeError))):
+                # A kept-alive connection the server closed while idle (uvicorn closes them after
+                # 5 s) fails before the request reached it: sent once more on a new one. A failure
+                # on a new connection may have come after the server read the request: said.
+                if not (reused and isinstance(exc, (ConnectionResetError, BrokenPipeError))):
                     raise
 
     def _connection(self, seconds: float) -> http.client.HTTPConnection:
         connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
+        if connection is not None and connection.sock is not None and _closed_by_peer(connection.sock):
+            connection.close()  # the server closed it while idle: a new one, rather than a failed send
+            connection = None
         if connection is None:
             connection = self._local.connection = self._connection_type(self._host, self._port, timeout=seconds)
         connection.timeout = seconds
         if connection.sock is not None:
             connection.sock.settimeout(seconds)
         return connection
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether an idle kept-alive socket has been closed (or reset) by the server: readable with
+    nothing to read. An open idle one is not readable at all."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and not sock.recv(1, socket.MSG_PEEK)
+    except (OSError, ValueError):
+        return True
 
 
 def _first_event(stream: bytes) -> bytes:
