@@ -23,7 +23,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from gieok.client.mcp_relay import McpRelay
-from live_server import LiveServer
+from live_server import LiveServer, free_port
 from test_mcp import (
     ALPHA_CHANNEL,
     ALPHA_GUILD,
@@ -61,12 +61,6 @@ def _lines(base: str, key: str, messages: list[Any], tmp_path: Path) -> tuple[li
     return [json.loads(line) for line in done.stdout.splitlines()], done.stderr, done.returncode
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 def test_the_relay_serves_every_tool_as_the_keys_tenant_and_says_why_it_cannot(tmp_path: Path) -> None:
     home, made = _keyed_home(tmp_path, ("alpha", "write"), ("beta", "admin"), ("alpha", "read"))
@@ -76,7 +70,7 @@ def test_the_relay_serves_every_tool_as_the_keys_tenant_and_says_why_it_cannot(t
 
     with gieok_serve(home, tmp_path / "serve.log") as base:
         # a start that cannot serve: one line on stderr, exit 1, nothing on stdout
-        nowhere = f"http://127.0.0.1:{_free_port()}"
+        nowhere = f"http://127.0.0.1:{free_port()}"
         for command, key, said in (
                 (_relay(base, "gk_00000000_" + "x" * 43), "gk_00000000_" + "x" * 43, "refused the key"),
                 (_relay(nowhere, alpha_key), alpha_key, "no gieok serve answers at"),
