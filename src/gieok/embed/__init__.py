@@ -89,7 +89,10 @@ def local_scheduler(spec: str, settings: Settings) -> EmbeddingScheduler:
     engine = _build(spec, settings)
     group = settings.embed_query_group
     if not getattr(engine, "parallel_instances", False):
-        scheduler = EmbeddingScheduler(engine, query_group=group)
+        # an engine cheaper in batches (`cheaper_in_batches`: the classifiers' encoder) groups the
+        # single messages of requests waiting together, as every engine groups queries
+        passages = group if getattr(engine, "cheaper_in_batches", False) else 1
+        scheduler = EmbeddingScheduler(engine, query_group=group, passage_group=passages)
         scheduler.engines = engines(spec, settings)
         return scheduler
     workers = settings.embed_bulk_workers or default_bulk_workers(settings.embed_threads)

