@@ -156,7 +156,8 @@ class Settings:
     # a bulk engine idle this long exits and gives back its memory (the next bulk work reloads it); 0: keep
     embed_bulk_idle_seconds: float = setting(120.0, not_negative)
     # searches waiting for the query engine at the same time share one call of at most this many
-    # (a server under concurrent clients); 1: one call each (docs/benchmarks.md, "Bulk ingest")
+    # (a server under concurrent clients), as do messages waiting for the classifiers' encoder;
+    # 1: one call each (docs/benchmarks.md, "Bulk ingest")
     embed_query_group: int = setting(16, positive)
     # urgent passages (a turn's, an agent's messages) waiting while the query engine is busy go to an
     # idle bulk engine, a big request's 8 at a time: concurrent writers use every core (issue 41); 0: one
