@@ -19,6 +19,7 @@ from cli_runner import gieok
 from gieok import Memory
 from gieok.errors import InvalidInputError, InvalidTypeError
 from gieok.retrieval.ranker import FEATURES, LearnedRanker, fit_pairwise, shipped_ranker
+from gieok.types import Block, Hit, Scope, ScoreBreakdown, SearchResult
 
 F = {name: i for i, name in enumerate(FEATURES)}
 
@@ -157,6 +158,38 @@ def test_hits_carry_the_learned_breakdown(chat: Memory) -> None:
         assert as_dict["learned"] == pytest.approx(b.learned, abs=1e-6)
         assert json.dumps(as_dict)  # plain JSON for the API and the dashboard
     assert any("보리" in h.block.text for h in result.hits[:3])
+
+
+def test_a_search_answer_sends_each_score_as_round_gives_it() -> None:
+    """`SearchResult.as_dict` rounds every score of its hits in one numpy call (a 100-hit answer
+    holds ~2,000): the numbers sent are Python's `round(x, 6)` of each, the parts are the ranker's
+    non-zero contributions, and a hit alone says what it says inside a result."""
+    rng = np.random.default_rng(7)
+    ranker = shipped_ranker()
+    features = rng.normal(size=(300, len(FEATURES))) * rng.choice([1e-7, 1e-3, 1.0, 40.0], size=(300, len(FEATURES)))
+    features[:, ::3] = 0.0  # features a candidate does not have: no part
+    contributions = features[:, ranker._columns] * ranker.weights
+    hits = []
+    for i, parts in enumerate(ranker.parts(features)):
+        assert dict(parts.items()) == {n: v for n, v in zip(ranker.names, contributions[i].tolist()) if v != 0.0}
+        assert list(parts.keys()) == list(parts) and list(parts.values()) == [parts[n] for n in parts]
+        scores = (rng.normal(size=9) * 10.0 ** rng.integers(-8, 3, size=9)).tolist()
+        breakdown = ScoreBreakdown(bm25=scores[0], bm25_rank=i + 1, vector=scores[2], vector_rank=None, fused=scores[3],
+                                   neighbour=scores[4], recency=scores[5], importance=scores[6], final=scores[7],
+                                   learned=None if i % 5 == 0 else float(sum(parts.values())), parts=parts)
+        hits.append(Hit(Block(i + 1, "turn", f"t{i}", Scope(channel="c"), None, 0.0, 0.0, 0.5, (), (), {},
+                              None, "d", "p", "h"), scores[8], breakdown))
+    sent = SearchResult("q", hits).as_dict()["hits"]
+    for hit, answer in zip(hits, sent):
+        b = hit.breakdown
+        expected = {"bm25": round(b.bm25, 6), "bm25_rank": b.bm25_rank, "vector": round(b.vector, 6),
+                    "vector_rank": None, "fused": round(b.fused, 6), "neighbour": round(b.neighbour, 6),
+                    "recency": round(b.recency, 6), "importance": round(b.importance, 6), "final": round(b.final, 6)}
+        if b.learned is not None:
+            expected |= {"learned": round(b.learned, 6), "parts": {n: round(v, 6) for n, v in b.parts.items()}}
+        assert answer == {"score": round(hit.score, 6), "breakdown": expected, "block": hit.block.as_dict()}
+        assert hit.as_dict() == answer and b.as_dict() == expected
+    assert json.loads(json.dumps(sent)) == sent
 
 
 def test_fusion_setting_and_fts5_engine_rank_without_the_model(db_path: Path) -> None:

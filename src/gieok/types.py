@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+import numpy as np
+
 from .errors import InvalidTypeError, UnknownScopeKeyError
 
 __all__ = ["Kind", "Scope", "Block", "ScoreBreakdown", "Hit", "SearchResult", "Stats", "scope_key", "scope_from_key",
@@ -162,21 +164,7 @@ class ScoreBreakdown:
     parts: Mapping[str, float] | None = None  # each ranking feature's contribution to `learned`
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "bm25": round(self.bm25, 6),
-            "bm25_rank": self.bm25_rank,
-            "vector": round(self.vector, 6),
-            "vector_rank": self.vector_rank,
-            "fused": round(self.fused, 6),
-            "neighbour": round(self.neighbour, 6),
-            "recency": round(self.recency, 6),
-            "importance": round(self.importance, 6),
-            "final": round(self.final, 6),
-        }
-        if self.learned is not None:
-            out["learned"] = round(self.learned, 6)
-            out["parts"] = {name: round(v, 6) for name, v in (self.parts or {}).items()}
-        return out
+        return _scored_dicts([(0.0, self)])[0][1]
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ScoreBreakdown:
@@ -191,6 +179,46 @@ class ScoreBreakdown:
                    parts=None if parts is None else {str(k): float(v) for k, v in parts.items()})
 
 
+SCORE_DIGITS = 6  # the places a score is sent with (as_dict): enough to rank by, a third of a float's repr
+
+
+def _hit_dicts(hits: list[Hit]) -> list[dict[str, Any]]:
+    return [{"score": score, "breakdown": breakdown, "block": hit.block.as_dict()}
+            for hit, (score, breakdown) in zip(hits, _scored_dicts([(hit.score, hit.breakdown) for hit in hits]))]
+
+
+def _scored_dicts(scored: list[tuple[float, ScoreBreakdown]]) -> list[tuple[float, dict[str, Any]]]:
+    """Each (score, breakdown) as sent: the score and the breakdown's dict, every float rounded to
+    SCORE_DIGITS places. All of them are rounded in one numpy call: Python's `round(x, 6)` costs
+    ~0.4 µs a value, and a search answer of 100 hits holds ~2,000 (2 ms of a ~9 ms call over HTTP).
+    numpy rounds x·10⁶ to an integer and divides: the same float as `round` but where x·10⁶ falls
+    within a rounding error of a half (a last-place difference in a score's sixth decimal)."""
+    flat: list[float] = []
+    parts: list[list[str]] = []
+    for score, b in scored:
+        flat += (score, b.bm25, b.vector, b.fused, b.neighbour, b.recency, b.importance, b.final,
+                 0.0 if b.learned is None else b.learned)
+        names: list[str] = []
+        if b.learned is not None and b.parts:
+            names = list(b.parts.keys())
+            flat += b.parts.values()
+        parts.append(names)
+    values: list[float] = np.round(np.asarray(flat, dtype=np.float64), SCORE_DIGITS).tolist()
+    out: list[tuple[float, dict[str, Any]]] = []
+    at = 0
+    for (_, b), names in zip(scored, parts):
+        v = values[at : at + 9 + len(names)]
+        at += len(v)
+        breakdown: dict[str, Any] = {"bm25": v[1], "bm25_rank": b.bm25_rank, "vector": v[2],
+                                     "vector_rank": b.vector_rank, "fused": v[3], "neighbour": v[4],
+                                     "recency": v[5], "importance": v[6], "final": v[7]}
+        if b.learned is not None:
+            breakdown["learned"] = v[8]
+            breakdown["parts"] = dict(zip(names, v[9:]))
+        out.append((v[0], breakdown))
+    return out
+
+
 def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
@@ -202,7 +230,7 @@ class Hit:
     breakdown: ScoreBreakdown
 
     def as_dict(self) -> dict[str, Any]:
-        return {"score": round(self.score, 6), "breakdown": self.breakdown.as_dict(), "block": self.block.as_dict()}
+        return _hit_dicts([self])[0]
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Hit:
@@ -229,7 +257,7 @@ class SearchResult:
         return {"query": self.query, "source": self.source, "search_time_ms": round(self.search_time_ms, 3),
                 "embed_time_ms": round(self.embed_time_ms, 3), "result_count": self.result_count,
                 "timings_ms": {name: round(ms, 3) for name, ms in self.timings_ms.items()},
-                "hits": [hit.as_dict() for hit in self.hits]}
+                "hits": _hit_dicts(self.hits)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SearchResult:

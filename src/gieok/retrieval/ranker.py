@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from functools import lru_cache
 from importlib import resources
+from itertools import compress
 from pathlib import Path
 from typing import IO, Any
 
@@ -212,7 +213,8 @@ class Contributions(Mapping[str, float]):
 
     def _mapping(self) -> dict[str, float]:
         if self._dict is None:
-            self._dict = {n: v for n, v in zip(self._names, self._values.tolist()) if v != 0.0}
+            values = self._values.tolist()
+            self._dict = dict(zip(compress(self._names, values), compress(values, values)))  # the non-zero ones
         return self._dict
 
     def __getitem__(self, name: str) -> float:
@@ -223,6 +225,16 @@ class Contributions(Mapping[str, float]):
 
     def __len__(self) -> int:
         return len(self._mapping())
+
+    # The dict's own views: Mapping's read every value through __getitem__ (a search answer reads ~2,000)
+    def keys(self) -> KeysView[str]:
+        return self._mapping().keys()
+
+    def values(self) -> ValuesView[float]:
+        return self._mapping().values()
+
+    def items(self) -> ItemsView[str, float]:
+        return self._mapping().items()
 
     def __repr__(self) -> str:
         return repr(self._mapping())
