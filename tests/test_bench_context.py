@@ -84,13 +84,23 @@ def test_bench_context_end_to_end(locomo_path: Path, tmp_path: Path) -> None:
     assert report["context_search_k"] == {"500": 20, "2000": 80}
 
     targets = report["targets"]
-    assert set(targets) == {"context_recall_at_2000", "context_p50_without_embedding", "ingest_rate"}
+    assert set(targets) == {"context_recall_at_2000", "context_p50_without_embedding", "ingest_rate",
+                            "http_adds_search", "http_adds_context"}
     assert all(isinstance(target["pass"], bool) for target in targets.values())
     recall = targets["context_recall_at_2000"]
     assert recall["context_recall"] == report["budgets"]["2000"]["context_recall"]
     assert recall["pass"] == (recall["context_recall"] >= max(recall["search_recall"], 0.8))
     p50 = targets["context_p50_without_embedding"]
     assert p50["limit_ms"] == pytest.approx(report["in_process_search_p50_ms"] + 5, abs=1e-6)
+    # what HTTP adds to the same search (k=100, in process) and to the server's own context time
+    search, context = targets["http_adds_search"], targets["http_adds_context"]
+    assert search["in_process_p50_ms"] == report["in_process_api_search_p50_ms"] > 0
+    assert search["http_p50_ms"] == report["search_p50_ms"]["without_embedding"]
+    assert context["server_own_p50_ms"] == report["server_context_p50_ms"]["without_embedding"]
+    for adds in (search, context):
+        assert adds["adds_ms"] == pytest.approx(adds["http_p50_ms"] - adds.get("in_process_p50_ms", adds.get(
+            "server_own_p50_ms")), abs=1e-3) and adds["pass"] == (adds["adds_ms"] <= 1.5 + 1e-9)
+    assert "what HTTP adds: POST /v1/search k=100" in done.stdout
     # the tables name the targets, and the server was stopped gracefully
     assert "targets" in done.stdout and "context recall at 2,000 tokens" in done.stdout
     assert "(graceful)" in done.stdout
