@@ -18,6 +18,7 @@ from benchmarks.datasets import LOCOMO_KO_DEV
 from cli_runner import gieok
 from gieok import Memory
 from gieok.errors import InvalidInputError, InvalidTypeError
+from gieok.memory.events import search_event
 from gieok.retrieval.ranker import FEATURES, LearnedRanker, fit_pairwise, shipped_ranker
 from gieok.types import Block, Hit, Scope, ScoreBreakdown, SearchResult
 
@@ -190,6 +191,8 @@ def test_a_search_answer_sends_each_score_as_round_gives_it() -> None:
         assert answer == {"score": round(hit.score, 6), "breakdown": expected, "block": hit.block.as_dict()}
         assert hit.as_dict() == answer and b.as_dict() == expected
     assert json.loads(json.dumps(sent)) == sent
+    event = search_event(SearchResult("q", hits), 5)["hits"]  # the live stream's search.answered
+    assert [(e["score"], e["breakdown"]) for e in event] == [(h["score"], h["breakdown"]) for h in sent[:5]]
 
 
 def test_fusion_setting_and_fts5_engine_rank_without_the_model(db_path: Path) -> None:

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..types import Block, SearchResult
+from ..types import Block, SearchResult, scores_as_sent
 
 __all__ = ["EventListener", "MemoryEvents", "EVENT_TEXT_CHARS", "block_event", "search_event"]
 
@@ -47,9 +47,11 @@ def block_event(block: Block) -> dict[str, Any]:
 
 
 def search_event(result: SearchResult, k: int) -> dict[str, Any]:
+    top = result.hits[:5]
     return {
         "query": result.query[:EVENT_TEXT_CHARS], "k": k, "source": result.source,
         "search_time_ms": round(result.search_time_ms, 3), "embed_time_ms": round(result.embed_time_ms, 3),
-        "hits": [{"block_index": h.block.block_index, "score": round(h.score, 6), "breakdown": h.breakdown.as_dict(),
-                  "text": h.block.text[:EVENT_TEXT_CHARS]} for h in result.hits[:5]],
+        "hits": [{"block_index": h.block.block_index, "score": score, "breakdown": breakdown,
+                  "text": h.block.text[:EVENT_TEXT_CHARS]}
+                 for h, (score, breakdown) in zip(top, scores_as_sent([(h.score, h.breakdown) for h in top]))],
     }
