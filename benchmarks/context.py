@@ -502,10 +502,11 @@ def _in_process_search(db: Path, data: ContextData, budgets: list[int], recall_k
                         latencies.append((time.perf_counter() - t0) * 1000)
                     advance()
         with progress_bar(f"in process: Memory.search as /v1/search runs it (k={SEARCH_K})", len(texts)) as advance:
+            asked: set[tuple[str, str]] = set()  # apart from `done`: a budget's k may be SEARCH_K too
             for question, vector in zip(data.questions, vectors):
-                key = (question.conversation, normalise_query(question.question), SEARCH_K)
-                if key not in done:
-                    done.add(key)
+                asking = (question.conversation, normalise_query(question.question))
+                if asking not in asked:
+                    asked.add(asking)
                     t0 = time.perf_counter()
                     memory.search(question.question, SEARCH_K, scope={"channel": question.conversation},
                                   query_vector=vector)
@@ -723,12 +724,12 @@ def print_context(report: dict[str, Any], console: Console | None = None) -> Non
     checks.add_row("HTTP context p50, query vector cached", _ms(p50["http_p50_ms"]),
                    f"≤ {p50['in_process_search_p50_ms']:.2f} + {P50_OVERHEAD_MS:g} = {p50['limit_ms']:.2f} ms",
                    _verdict(p50["pass"]))
-    for name, label, base in (("http_adds_search", "what HTTP adds: POST /v1/search k=100", "in process"),
-                              ("http_adds_context", "what HTTP adds: context", "the server's own")):
+    for name, label, base, base_key in (
+            ("http_adds_search", "what HTTP adds: POST /v1/search k=100", "in process", "in_process_p50_ms"),
+            ("http_adds_context", "what HTTP adds: context", "the server's own", "server_own_p50_ms")):
         adds = targets[name]
-        local = adds.get("in_process_p50_ms", adds.get("server_own_p50_ms"))
         checks.add_row(f"{label}, query vector cached", f"+{adds['adds_ms']:.2f} ms",
-                       f"≤ {base} {local:.2f} + {adds['limit_ms']:g} ms", _verdict(adds["pass"]))
+                       f"≤ {base} {adds[base_key]:.2f} + {adds['limit_ms']:g} ms", _verdict(adds["pass"]))
     rate = targets["ingest_rate"]
     checks.add_row("ingest through the API", f"{rate['api_messages_per_s']:.2f}/s ({rate['share']} ×)",
                    f"≥ {INGEST_SHARE:g} × {rate['add_many_messages_per_s']:.2f} = {rate['min_messages_per_s']:.2f}/s",
