@@ -416,6 +416,32 @@ async def _deliver_for(webhooks: Webhooks, seconds: float, until_got: Receiver |
     await webhooks.stop()
 
 
+def test_a_server_without_deliveries_makes_no_http_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An httpx client loads the system's certificates when it is made (~0.2 s here): the delivery
+    loop makes one when a delivery needs it, not when every server starts."""
+    made: list[httpx.AsyncClient] = []
+    real = httpx.AsyncClient
+
+    def counted(*args: Any, **kwargs: Any) -> httpx.AsyncClient:
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(httpx, "AsyncClient", counted)
+    hook = Receiver()
+    store = open_store(str(tmp_path / "home.db"))
+    webhooks = Webhooks(store.webhooks, ServerSettings.load(db=str(tmp_path / "home.db"), **FAST))
+    try:
+        asyncio.run(_deliver_for(webhooks, 0.3))
+        assert made == []
+        asyncio.run(webhooks.register("acme", f"http://127.0.0.1:{hook.port}/in", None))
+        webhooks.listener(EventBus())("acme")("memory.added", {"blocks": [{"text": "첫 번째"}]})
+        asyncio.run(_deliver_for(webhooks, 1.0, until_got=hook))
+        assert len(hook.got) == 1 and len(made) == 1 and made[0].is_closed
+    finally:
+        store.close()
+        hook.down()
+
+
 def test_an_erased_users_queued_events_go_out_redacted(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "home.db"))
     webhooks = Webhooks(store.webhooks, ServerSettings.load(db=str(tmp_path / "home.db")))

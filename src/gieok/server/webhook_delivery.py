@@ -92,11 +92,13 @@ class _Answer:
 class _Clients:
     """The HTTP clients: one for http, and one per host name for https. A connection is pooled by
     the address it went to, while its TLS certificate was checked for one name: two names on one
-    address must not share one."""
+    address must not share one. Each is made when a delivery first needs it: an httpx client loads
+    the system's certificates when it is made (~0.2 s here), which a server without webhooks, and
+    every start of one, should not pay."""
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self.plain = self._new()
+        self.plain: httpx.AsyncClient | None = None
         self.tls: dict[str, httpx.AsyncClient] = {}
 
     def _new(self) -> httpx.AsyncClient:
@@ -108,6 +110,8 @@ class _Clients:
 
     def for_target(self, target: Target) -> httpx.AsyncClient:
         if target.scheme != "https":
+            if self.plain is None:
+                self.plain = self._new()
             return self.plain
         client = self.tls.get(target.host)
         if client is None:
@@ -115,7 +119,7 @@ class _Clients:
         return client
 
     async def aclose(self) -> None:
-        for client in (self.plain, *self.tls.values()):
+        for client in (*([self.plain] if self.plain is not None else []), *self.tls.values()):
             await client.aclose()
 
 
