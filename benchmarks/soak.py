@@ -13,7 +13,9 @@ On it, for `duration` seconds:
 - **the chat driver** of `bench chaos`: explicit calls on a few channels, answered by the bots;
 - **chores, once per window**: an import (`POST /v1/import`, an export made from ten LoCoMo
   exchanges with its hash chain), a user erased (a user of its own writes three messages, then
-  `DELETE /v1/users/…`; the receipt must count them), a key created and revoked (the new key
+  `DELETE /v1/users/…`; the receipt must count them, unless it says `resumed` — a fault cut an
+  earlier attempt short after it erased them —, and the access request after it must find none of
+  their messages), a key created and revoked (the new key
   must be let in, the revoked one answered 401 on fresh connections — either worker);
 - **faults**: one every `fault_every` seconds, `bench chaos`'s kinds in seeded rounds
   (bench/chaos_faults.py `Injector`);
@@ -366,12 +368,21 @@ class Chores:
                                                       user=user, name="민지")])
             receipt = self.record.timed("erase_user", client.forget_user, user)
         erased = receipt.get("erased") if isinstance(receipt, dict) else None
+        resumed = bool(receipt.get("resumed")) if isinstance(receipt, dict) else False
         self.record.add("chores", {"window": window, "chore": "erase_user", "user": user,
-                                   "written": ERASE_MESSAGES, "erased": erased})
-        # its messages are recent lines (L1) until a turn block holds them: either count shows them gone
-        if receipt is not None and not (isinstance(erased, dict) and erased.get("messages", 0) + erased.get(
-                "l1_rows", 0) >= ERASE_MESSAGES):
+                                   "written": ERASE_MESSAGES, "erased": erased, "resumed": resumed})
+        if receipt is None:
+            return
+        # its messages are recent lines (L1) until a turn block holds them: either count shows them
+        # gone — unless an attempt cut short by a fault erased them first (`resumed`); either way,
+        # what the access request finds afterwards is the proof
+        counted = isinstance(erased, dict) and erased.get("messages", 0) + erased.get("l1_rows", 0) >= ERASE_MESSAGES
+        with _client(self.url, self.admin_key, self.history) as admin:
+            left = self.record.timed("user_data", admin.user_data, user)
+        if left is not None and (left.get("messages") or left.get("pending_messages")):
             self._wrong("erase_user", "erase_incomplete")
+        elif not counted and not resumed:
+            self._wrong("erase_user", "erase_receipt_short")
 
     def run_key(self, window: int) -> None:
         def create_and_revoke() -> tuple[str, int]:

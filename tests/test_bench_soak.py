@@ -72,8 +72,8 @@ def test_mixed_load_with_faults_reports_every_operation_and_process(tmp_path: Pa
     chores = {(c["window"], c["chore"]): c for c in report["chores"]}
     for window in (0, 1):  # one of each per window, each as it should be
         assert chores[(window, "import")]["imported"] == chores[(window, "import")]["blocks"] == 20
-        assert chores[(window, "erase_user")]["erased"]["l1_rows"] + chores[(window, "erase_user")]["erased"][
-            "messages"] >= 3
+        erased = chores[(window, "erase_user")]  # an attempt a fault cut short may have erased them first
+        assert erased["resumed"] or erased["erased"]["l1_rows"] + erased["erased"]["messages"] >= 3, erased
         assert chores[(window, "key_revoke")]["new_key_status"] == 200
         assert chores[(window, "key_revoke")]["revoked_key_statuses"] == [401, 401, 401]
     processes = report["processes"]

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from gieok.chat.conversation.facts import Statement
 from gieok.chat.conversation.memory import ConversationMemory
+from gieok.errors import DatabaseUnavailableError
 from gieok.server import ServerState, create_app
 from gieok.server.settings import ServerSettings
 
@@ -100,6 +101,29 @@ def test_erasing_one_user_leaves_the_other_and_needs_a_write_key(served: Served)
     assert served.call("GET", "/v1/verify", "read").json()["ok"]
     alias = served.call("DELETE", "/v1/facts/users/u-alex", "write").json()
     assert alias["erased"]["messages"] == 1
+
+
+def test_an_erasure_cut_short_is_finished_by_the_retry_which_says_it_resumed(served: Served,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database goes away after the erasure's work and before its record is closed: a 503, which
+    clients retry. The retry finishes it, counts only what was left (nothing) and says `resumed`."""
+    with served.state.tenants.use("acme") as tenant:
+        tables = tenant.conversation.tables
+    real_end = tables.erasure_end
+
+    def away(user_id: str) -> None:
+        raise DatabaseUnavailableError("the database server is not answering (a fault injected by the test)")
+
+    monkeypatch.setattr(tables, "erasure_end", away)
+    cut = served.call("DELETE", "/v1/users/u-minji", "write")
+    assert cut.status_code == 503 and cut.json()["error"]["type"] == "store_unavailable", cut.text
+    assert served.call("GET", "/v1/users/u-minji").json()["messages"] == [], "the work was done before the cut"
+    monkeypatch.setattr(tables, "erasure_end", real_end)
+    retried = served.call("DELETE", "/v1/users/u-minji", "write").json()
+    assert retried["resumed"] is True and retried["erased"]["messages"] == 0, retried
+    assert tables.erasures_pending() == []
+    again = served.call("DELETE", "/v1/users/u-minji", "write").json()
+    assert again["resumed"] is False and again["erased"]["messages"] == 0
 
 
 def test_facts_are_stated_corrected_traced_and_forgotten_by_hand(served: Served) -> None:

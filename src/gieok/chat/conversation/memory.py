@@ -157,6 +157,12 @@ class ConversationMemory:
         yield ', "summary_items": ' + json.dumps(self.summaries.items_of(user_id, seen_as), ensure_ascii=False)
         yield "}"
 
+    def erasure_unfinished(self, user_id: str) -> bool:
+        """An erasure of this user was begun and cut short (the process died, or the database went
+        away after part of it was done): the next `forget_user` finishes it, and counts only what
+        was left."""
+        return user_id in self.tables.erasures_pending()
+
     def resume_erasures(self) -> list[str]:
         """Finish the erasures a crash interrupted (they were recorded before they began)."""
         done = []

@@ -89,8 +89,11 @@ async def _erase(request: Request, t: Tenant, who: Caller, user: str) -> JSONRes
     check_id(user, "user")
     if t._pipeline is not None:  # a background extraction could write a fact of theirs back
         await t._pipeline.drain()
+    resumed = await run_in_threadpool(t.conversation.erasure_unfinished, user)
     receipt = await run_in_threadpool(t.conversation.forget_user, user, reason=_author(who))
-    return json_response({"user": user, "erased": receipt})
+    # resumed: an earlier request erased part of it and was cut short (a 503 after the database went
+    # away mid-way, which the client retries): these counts are only what was left
+    return json_response({"user": user, "erased": receipt, "resumed": resumed})
 
 
 @writes.delete("/users/{user}", summary="Erase everything of one user: messages, what came from them, facts, "
