@@ -1,8 +1,9 @@
 """`gieok bench context` end to end, small: a slice of LoCoMo (one conversation, one session: 17
 turns and the 16 questions whose evidence lies in it, in four categories) fed through a real
 `gieok serve` subprocess, the context and the plain search at two budgets, the in-process
-comparisons, the JSON it writes; and the bad input it refuses before anything starts. Behaviour
-only (shape, ranges, no errors), never speed."""
+comparisons, the JSON it writes; and the bad input it refuses before anything starts (in this
+process, through the real entry point: cli_runner.py). Behaviour only (shape, ranges, no errors),
+never speed."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from typing import Any
 
 import pytest
 from benchmarks.context import _in_process_search, load_context_data
+
+from cli_runner import gieok
 
 GIEOK = [sys.executable, "-m", "gieok.cli"]
 RUN_SECONDS = 900  # the whole small run: model loading in two processes, 17 turns embedded twice
@@ -112,8 +115,7 @@ def test_bench_context_end_to_end(locomo_path: Path, tmp_path: Path) -> None:
 
 
 def test_bench_context_help_has_an_example() -> None:
-    done = subprocess.run([*GIEOK, "bench", "context", "--help"], capture_output=True, text=True, env=_env(),
-                          timeout=120)
+    done = gieok("bench", "context", "--help")
     assert done.returncode == 0 and "Example:" in done.stdout and "--budget" in done.stdout
 
 
@@ -145,8 +147,7 @@ def test_bench_context_refuses_bad_input(args: tuple[str, ...], message: str, lo
              "missing.json": str(tmp_path / "missing.json")}
     args = tuple(given.get(arg, arg) for arg in args)
     data = () if "--data" in args else ("--data", str(locomo_path))
-    done = subprocess.run([*GIEOK, "bench", "context", *data, *args, "--db", str(work)], capture_output=True,
-                          text=True, env=_env(), timeout=120)
+    done = gieok("bench", "context", *data, *args, "--db", str(work))  # in this process: no server starts
     assert done.returncode == 1
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "error:" in lines[0] and message in lines[0], done.stderr
