@@ -398,7 +398,8 @@ export class Client {
     return this.request({ method: "GET", path: `/v1/users/${pathPart(user, "user")}`, signal: options.signal }, readObject);
   }
 
-  /** Erase everything of one user; the receipt counts what went. */
+  /** Erase everything of one user; the receipt counts what went (`resumed`: a request cut short before
+   *  this one erased part of it, so the counts are only what was left). */
   async forgetUser(user: string, options: CallOptions = {}): Promise<JsonObject> {
     return this.request({ method: "DELETE", path: `/v1/users/${pathPart(user, "user")}`, write: true,
                           signal: options.signal }, readObject);

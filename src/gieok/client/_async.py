@@ -164,7 +164,8 @@ class AsyncClient:
         return await self._run(self._api.user_data(user))
 
     async def forget_user(self, user: str) -> dict[str, Any]:
-        """Erase everything of one user; the receipt counts what went."""
+        """Erase everything of one user; the receipt counts what went (`resumed`: a request cut short
+        before this one erased part of it, so the counts are only what was left)."""
         return await self._run(self._api.forget_user(user))
 
     async def summary(self, channel: str, guild: str | None = None) -> dict[str, Any]:
