@@ -96,10 +96,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Bytecode for gieok and the benchmarks, once, before any worker starts: the suite starts ~150
-    Python processes that import them (xdist's workers, `gieok serve`, `gieok mcp`, bots, benchmark
-    children), and where PYTHONDONTWRITEBYTECODE is set, as on this project's machines, each compiled
-    them again: importing the server and MCP stack took 1.7–2.0 CPU-s without it, 1.4–1.5 with it.
+    """Bytecode for gieok and the benchmarks, once, before any worker starts: the suite starts well
+    over a hundred Python processes that import them (xdist's workers, `gieok serve`, `gieok mcp`,
+    bots, benchmark children), and where PYTHONDONTWRITEBYTECODE is set, as on this project's
+    machines, each compiled them again: importing the server and MCP stack took 1.8–2.2 CPU-s
+    without it, 1.4–1.6 with it (five runs each).
     Written to the usual `__pycache__` directories (git ignores them); a read-only tree is left as is."""
     if hasattr(config, "workerinput"):  # a worker: the controller compiled before it started
         return

@@ -119,8 +119,9 @@ class _Clients:
         return client
 
     async def aclose(self) -> None:
-        for client in (*([self.plain] if self.plain is not None else []), *self.tls.values()):
-            await client.aclose()
+        for client in (self.plain, *self.tls.values()):
+            if client is not None:
+                await client.aclose()
 
 
 class WebhookDeliverer:
