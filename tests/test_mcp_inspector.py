@@ -3,7 +3,10 @@ person to run it: over HTTP against `gieok serve`'s /mcp with a bearer key, and 
 `gieok mcp`. tools/list, tools/call add_messages and get_context (Korean and English), and a wrong
 key, which must come back as an error the Inspector shows — not an OAuth flow it cannot finish.
 
-The Inspector runs through npx from the npm cache only (`--offline`: nothing is downloaded); the
+The Inspector is found through npx from the npm cache only (`--offline`: nothing is downloaded),
+once: npx's `-c` gives the Inspector's command and the PATH it runs it with (Node 22 first), and
+each call runs that command on that PATH, which is what npx runs without its ~0.7 CPU-s of
+resolving the packages again for each of the nine calls. The
 stdio run is inside a network namespace of its own when the machine allows one (`unshare -n`), so
 it is shown to work with no network at all. Without npx, or without the package in the cache, the
 tests skip and say how to fetch it once."""
@@ -50,25 +53,28 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def inspector(home: Path) -> Inspector:
-    """Runs `npx --offline … mcp-inspector --cli ARGS` (stdin closed, as in CI); skips the module
-    when the Inspector cannot run here."""
+    """Runs `mcp-inspector --cli ARGS` as `npx --offline … mcp-inspector` would (stdin closed, as in
+    CI); skips the module when the Inspector cannot run here."""
     if NPX is None:
         pytest.skip("npx (Node.js) is not installed: the MCP Inspector runs through it")
-    npx = [NPX, "--offline", "-y", "-p", "node@22", "-p", INSPECTOR, "mcp-inspector"]
+    npx = [NPX, "--offline", "-y", "-p", "node@22", "-p", INSPECTOR]
     env = _inspector_env(home)
     try:
-        probe = subprocess.run([*npx, "--version"], capture_output=True, text=True, env=env, timeout=RUN_SECONDS,
+        where = 'command -v mcp-inspector && printf "%s\\n" "$PATH" && mcp-inspector --version'
+        probe = subprocess.run([*npx, "-c", where], capture_output=True, text=True, env=env, timeout=RUN_SECONDS,
                                stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         pytest.skip(f"{INSPECTOR} did not start within {RUN_SECONDS} s")
-    if probe.returncode != 0 or INSPECTOR.rsplit("@", 1)[1] not in probe.stdout:
+    said = probe.stdout.splitlines()
+    if probe.returncode != 0 or len(said) < 3 or INSPECTOR.rsplit("@", 1)[1] not in said[2]:
         pytest.skip(f"{INSPECTOR} is not in the npm cache (this test never downloads); fetch it once with "
                     f"`npx -y -p node@22 -p {INSPECTOR} mcp-inspector --version`: {probe.stderr.strip()[-300:]}")
+    command, env["PATH"] = said[0], said[1]  # what npx runs, on the PATH npx gives it (its Node 22 first)
 
     def run(*calls: list[str], offline: bool = False) -> list[subprocess.CompletedProcess[str]]:
         """Each call's ARGS, all at once (independent calls: the test's wall time is the slowest)."""
         fence = ["unshare", "-n", "--"] if offline else []
-        started = [subprocess.Popen([*fence, *npx, "--cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        started = [subprocess.Popen([*fence, command, "--cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True, env=env, stdin=subprocess.DEVNULL, cwd=home) for args in calls]
         done = []
         for process, args in zip(started, calls, strict=True):
