@@ -308,10 +308,11 @@ def test_the_next_owner_reads_the_working_memory_the_last_one_left(spawn: Any) -
 def test_messages_a_process_holds_when_its_lease_is_lost_are_handed_back(spawn: Any, redis_url: str,
                                                                          redis_namespace: str,
                                                                          caplog: pytest.LogCaptureFixture) -> None:
-    # a hands back when its debounce ends, if its lease upkeep (every third of the 1 s lease) has
-    # found the lease gone by then. With a 2 s debounce, a starved upkeep on a loaded machine once
-    # came after it: a answered the message itself and handed nothing back. 3.5 s leaves 3.3 s.
-    a = spawn(debounce_seconds=3.5, debounce_finished_seconds=3.5)
+    # a hands back as soon as its lease upkeep (every third of the 1 s lease) finds the lease gone,
+    # without waiting for its debounce to end: a debounce of a minute, which only the hand-back can
+    # cut short within the 20 s the answer is waited for. (With a debounce of a few seconds, on a
+    # loaded machine the debounce could end before the lease was even deleted, and a answered.)
+    a = spawn(debounce_seconds=60.0, debounce_finished_seconds=60.0)
     b = spawn(debounce_seconds=2.0, debounce_finished_seconds=2.0)
     key = conversation_key("g1", "cafe")
 

@@ -802,6 +802,8 @@ class BotCore:
                 delay = deadline - self.clock()
                 if delay <= 0 or self._closing or self._batch_full(state):
                     break
+                if self.shared is not None and state.key not in self._leases:
+                    break  # lost while debouncing (the upkeep woke us): handed back now, not at the deadline
                 state.wake.clear()
                 await self._sleep_unless_closing(delay, state.wake)
             # The debounce ended at its deadline (a clock read a few loop turns later would
