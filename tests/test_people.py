@@ -176,8 +176,9 @@ def test_an_access_request_is_streamed_its_memory_does_not_grow_with_the_user(tm
         rng = np.random.default_rng(39)
         for user, count in (("u-small", 1_000), ("u-big", 4_000)):
             for start in range(0, count, 1_000):
-                items = [{"text": f"메시지 {i}: 오늘 있었던 일 " + "가" * 40, "speaker": user,
-                          "scope": {"channel": f"c{i % 7}", "user": user}, "event_time": T0 + i}
+                # a sentence, not a run of one syllable: kiwi reads "가" * 40 three times as slowly
+                items = [{"text": f"메시지 {i}: 오늘 있었던 일 친구랑 점심 먹고 공원에서 산책했는데 날씨가 좋았어",
+                          "speaker": user, "scope": {"channel": f"c{i % 7}", "user": user}, "event_time": T0 + i}
                          for i in range(start, start + 1_000)]
                 vectors = rng.normal(size=(len(items), dim)).astype(np.float32)
                 memory.add_many(items, vectors=vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
