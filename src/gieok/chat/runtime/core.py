@@ -797,15 +797,18 @@ class BotCore:
                 await state.wake.wait()
                 continue
             state.busy = True
+            lost = False
             while True:  # debounce: until the channel has been quiet for debounce_seconds …
                 deadline = self._debounce_deadline(state)
                 delay = deadline - self.clock()
                 if delay <= 0 or self._closing or self._batch_full(state):
                     break
-                if self.shared is not None and state.key not in self._leases:
+                if lost := self.shared is not None and state.key not in self._leases:
                     break  # lost while debouncing (the upkeep woke us): handed back now, not at the deadline
                 state.wake.clear()
                 await self._sleep_unless_closing(delay, state.wake)
+            if lost:
+                continue  # the top hands them back (or, taken again meanwhile, debounces them again)
             # The debounce ended at its deadline (a clock read a few loop turns later would
             # add scheduling noise to the measured wait).
             ready = min(self.clock(), self._debounce_deadline(state))
