@@ -187,19 +187,24 @@ class ServeProcess:
         try:
             started = time.monotonic()
             deadline = started + START_SECONDS
-            while True:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"gieok serve exited with {self.process.returncode}: "
-                                       f"{self._tail()}")
-                try:
-                    if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                        self.ready_seconds = time.monotonic() - started
-                        return
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"gieok serve was not ready (/readyz) in {START_SECONDS:g} s: {self._tail()}")
-                time.sleep(0.05)
+            # One client for the whole wait: each new httpx client builds an SSL context (the CA
+            # bundle read, ~40 ms of CPU, even for http://), so a fresh one every 0.05 s took most of
+            # a core from the server it waited for.
+            with httpx.Client(timeout=2) as probe:
+                while True:
+                    if self.process.poll() is not None:
+                        raise RuntimeError(f"gieok serve exited with {self.process.returncode}: "
+                                           f"{self._tail()}")
+                    try:
+                        if probe.get(f"{self.url}/readyz").status_code == 200:
+                            self.ready_seconds = time.monotonic() - started
+                            return
+                    except httpx.HTTPError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"gieok serve was not ready (/readyz) in {START_SECONDS:g} s: {self._tail()}")
+                    time.sleep(0.05)
         except BaseException:
             self.stop()
             raise

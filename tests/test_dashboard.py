@@ -55,6 +55,7 @@ from gieok.chat.runtime.core import ChannelRef, InboundMessage  # noqa: E402
 from gieok.server import ServerState, create_app  # noqa: E402
 from gieok.server.beside import attach_bot, serve_beside  # noqa: E402
 from gieok.server.settings import ServerSettings  # noqa: E402
+from live_server import probe  # noqa: E402
 from runtime_helpers import ChatModel, RecordingOutbox  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a real browser against a real `gieok serve` over a 300-turn memory
@@ -227,7 +228,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             if process.poll() is not None:
                 raise RuntimeError(f"gieok serve exited: {log.read_text(errors='replace')[-3000:]}")
             try:
-                if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:  # warm: no search waits
+                if probe().get(f"{server.url}/readyz", timeout=1).status_code == 200:  # warm: no search waits
                     break
             except httpx.HTTPError:
                 pass

@@ -47,6 +47,7 @@ from typer.core import TyperGroup
 from typer.main import get_command
 
 from gieok.cli import app as cli_app
+from live_server import probe
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = (ROOT / "README.md", ROOT / "docs" / "server.md", ROOT / "docs" / "agents.md")  # in reading order
@@ -322,7 +323,7 @@ def _wait_until_up(process: subprocess.Popen[bytes], url: str, log: Path) -> Non
         if process.poll() is not None:
             raise RuntimeError(f"gieok serve exited: {log.read_text()}")
         try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+            if probe().get(f"{url}/healthz", timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:
             time.sleep(0.2)

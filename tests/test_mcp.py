@@ -43,6 +43,7 @@ from gieok.server import Principal, ServerState
 from gieok.server.mcp import MAX_K, build_mcp, transport_security
 from gieok.server.mcp_http import MCP_PATH, LazyMcpEndpoint, create_app_with_mcp
 from gieok.server.settings import ServerSettings
+from live_server import probe
 
 TOOLS = {"remember", "search_memory", "get_memory", "forget_memory", "list_facts", "conversation_summary",
          "add_messages", "get_context", "remember_fact", "correct_fact", "forget_fact"}
@@ -532,7 +533,7 @@ def gieok_serve(home: Path, log: Path) -> Iterator[str]:
             while True:
                 assert process.poll() is None, f"gieok serve exited: {log.read_text(errors='replace')[-3000:]}"
                 try:
-                    if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    if probe().get(f"{base}/healthz", timeout=2).status_code == 200:
                         break
                 except httpx.HTTPError:
                     pass

@@ -24,7 +24,7 @@ import pytest
 from gieok.errors import CoordinationUnavailableError, DatabaseUnavailableError
 from gieok.store.urls import with_schema
 from gieok.store.wait import ServiceWait, redact
-from live_server import clean_env, free_port
+from live_server import clean_env, free_port, probe
 from store_backends import HAVE_PGSERVER
 
 READY_AFTER_RETURN_S = 5.0  # issue 43's target: ready this soon after the database is back
@@ -55,7 +55,7 @@ def _until(seconds: float, probe: object, what: str) -> object:
 
 def _readyz(url: str) -> httpx.Response | None:
     try:
-        return httpx.get(f"{url}/readyz", timeout=2)
+        return probe().get(f"{url}/readyz", timeout=2)
     except httpx.HTTPError:
         return None
 
