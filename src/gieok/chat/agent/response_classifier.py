@@ -48,7 +48,6 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -63,7 +62,7 @@ from ..data.labeled import (
     gate_split,
     load_gate_examples,
 )
-from .bundled import bundled_model_name
+from .bundled import bundled_model_name, packaged_classifier
 from .classifier import embed_messages, message_model_name
 from .kernel_classifier import KernelTextClassifier
 
@@ -234,10 +233,14 @@ class ResponseClassifier:
         name = embedder_name or message_model_name(embedder.name)
         digest = data_digest(GATEKEEPER_DATA)
         cached = cached_model_path(name, cache_dir)
-        for source in (resources.files("gieok.chat.data").joinpath(BUNDLED_MODEL), cached):
+        def from_cache() -> ResponseClassifier:
+            with cached.open("rb") as handle:
+                return cls.from_file(handle, threshold=threshold, embedder=embedder)
+
+        for read in (lambda: cls(packaged_classifier(BUNDLED_MODEL), threshold=threshold, embedder=embedder),
+                     from_cache):
             try:
-                with source.open("rb") as handle:
-                    model = cls.from_file(handle, threshold=threshold, embedder=embedder)
+                model = read()
             except (OSError, ValueError, KeyError):
                 continue
             if model.embedder_name == name and model.dataset_sha256 == digest:
