@@ -307,6 +307,27 @@ def test_roles_and_revocation_in_process(state: ServerState) -> None:
         assert tenant.memory.stats().blocks == 1  # neither the reader nor the revoked key wrote
 
 
+def test_a_block_with_an_integer_beyond_64_bits_is_read_through_the_tools(state: ServerState) -> None:
+    """Metadata may hold any JSON integer (the REST routes write it back as sent): the tools that
+    show the block answer, not fail."""
+    reader, _ = _principal(state, "default", "read")
+    with state.tenants.use("default") as tenant:
+        index = tenant.memory.add("지수의 회원 번호는 아주 길어", metadata={"big": 2**70}).block_index
+
+    async def scenario() -> None:
+        async with Client(build_mcp(state, fixed=reader)) as client:
+            shown = await ok(client, "get_memory", {"block_index": index})
+            assert shown["text"] == "지수의 회원 번호는 아주 길어" and shown["block_index"] == index
+            full = await ok(client, "get_memory", {"block_index": index, "detail": True})
+            assert full["metadata"] == {"big": 2**70}
+            found = await ok(client, "search_memory", {"query": "지수 회원 번호"})
+            assert found["hits"][0]["block_index"] == index
+            detailed = await ok(client, "search_memory", {"query": "지수 회원 번호", "detail": True})
+            assert detailed["hits"][0]["block"]["block_index"] == index
+
+    run(scenario)
+
+
 def test_without_identity_every_tool_refuses(state: ServerState) -> None:
     """An HTTP-style server (no fixed principal) reached without the bearer middleware — the
     in-memory client — has no caller: nothing is served, rather than the default tenant."""

@@ -463,6 +463,26 @@ def test_without_a_key_a_body_must_say_it_is_json(tmp_path: Path) -> None:
         assert client.post("/v1/memories", json={"text": "sent as JSON"}).status_code == 201
 
 
+def test_integers_beyond_64_bits_in_metadata_are_stored_and_read_back_by_every_route(deployment: Deployment) -> None:
+    """JSON allows any integer; orjson, which writes the answers, refuses those beyond 64 bits. A
+    block holding one in its metadata was stored, then its own 201 and every later list holding it
+    was a 500 (the fuzzer found it): now each answer writes the number as sent."""
+    d, w = deployment, deployment.as_("beta_write")
+    metadata = {"big": 2**70, "small": -(2**65), "nested": {"ids": [2**64, 1, 1.5]}, "ok": 7}
+    added = d.client.post("/v1/memories", json={"text": "지수의 회원 번호는 아주 길어", "metadata": metadata},
+                          headers=w)
+    assert added.status_code == 201, added.text
+    assert json.loads(added.content)["metadata"] == metadata  # the exact integers, not floats
+    index = added.json()["block_index"]
+    for answer in (d.client.get(f"/v1/memories/{index}", headers=w),
+                   d.client.get("/v1/memories", headers=w),
+                   d.client.post("/v1/search", json={"query": "지수 회원 번호", "k": 3}, headers=w)):
+        assert answer.status_code == 200, answer.text
+        assert str(2**70) in answer.text and str(-(2**65)) in answer.text
+    exported = d.client.get("/v1/export", headers=w)
+    assert exported.status_code == 200 and str(2**70) in exported.text
+
+
 def test_huge_bodies_huge_k_and_fts_syntax(deployment: Deployment) -> None:
     d, w = deployment, deployment.as_("beta_write")
     huge = d.client.post("/v1/memories", content=b'{"text": "' + b"x" * 2_000_000 + b'"}',
