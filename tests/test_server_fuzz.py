@@ -41,11 +41,6 @@ assert _STATE.keys.revoke(_revoked.key_id)
 _OTHER_MARKER = "OTHERTENANT7731"  # in the other tenant's memory only: no answer to a fuzz key may hold it
 _OTHER_KEY, _ = _STATE.keys.create("other", "admin", "another tenant")
 _APP = create_app(_STATE, owns_state=False)
-with _STATE.tenants.use("fuzz") as _tenant:  # something to find, page through and forget
-    _tenant.memory.add_many(["민지는 고양이 나비를 키워", "Alex got the offer from Nuvola Labs",
-                             "준호는 등산을 좋아해"])
-with _STATE.tenants.use("other") as _tenant:
-    _tenant.memory.add_many([f"{_OTHER_MARKER} 다른 테넌트의 비밀", f"{_OTHER_MARKER} another tenant's secret"])
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", _APP)
 # The event stream never ends by design; it has tests of its own (test_server.py, test_server_process.py).
@@ -56,7 +51,15 @@ _WRITES = {("POST", "/v1/memories"), ("POST", "/v1/memories:batch"), ("POST", "/
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _close_state() -> Any:
+def _seeded_state() -> Any:
+    """The memories written when this module's tests start, not when it is imported: every xdist
+    worker imports it to collect, and the writes (the model and the Korean analyser loaded) cost
+    each of them ~1.5 CPU-s."""
+    with _STATE.tenants.use("fuzz") as tenant:  # something to find, page through and forget
+        tenant.memory.add_many(["민지는 고양이 나비를 키워", "Alex got the offer from Nuvola Labs",
+                                "준호는 등산을 좋아해"])
+    with _STATE.tenants.use("other") as tenant:
+        tenant.memory.add_many([f"{_OTHER_MARKER} 다른 테넌트의 비밀", f"{_OTHER_MARKER} another tenant's secret"])
     yield
     _STATE.close()
 
