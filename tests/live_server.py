@@ -1,5 +1,6 @@
 """What the client's tests run against: a real `gieok serve` on a free loopback port (warm:
-`/readyz` answered 200), keys made by the real `gieok keys create --json` on its `--db`, and a
+`/readyz` answered 200) — or its app in a thread of the test's process (`InProcessServer`) —,
+keys made by the real `gieok keys create --json` on its `--db`, and a
 tiny loopback proxy in front of it that drops connections or answers in the server's place —
 real sockets and real HTTP bytes, so the client's retries are tested as they run."""
 
@@ -105,6 +106,63 @@ class LiveServer:
                 self.process.kill()
                 self.process.wait(timeout=10)
         return int(self.process.returncode)
+
+
+class InProcessServer:
+    """`gieok serve`'s own app — the same start-up (`PendingApp`: warming, `/readyz`), routes and
+    MCP endpoint — served by uvicorn on a free loopback port, in a thread of this process. For the
+    tests of clients (the Python client, the agent frameworks), which need a real HTTP server over
+    real sockets but not a process of its own: it shares this process's loaded models (the Korean
+    analyser, the embedding engines), which each `gieok serve` process loads again (~3 CPU-s a
+    start). The server process itself — signals, workers, restarts, its log — is tested with
+    `LiveServer`, as are the clients nobody here wrote (the TypeScript package, the Inspector)."""
+
+    def __init__(self, db: Path) -> None:
+        import uvicorn
+
+        from gieok.server.beside import EmbeddedServer
+        from gieok.server.mcp_http import create_app_with_mcp
+        from gieok.server.pending import PendingApp
+        from gieok.server.settings import ServerSettings
+        from gieok.server.state import ServerState
+        from gieok.server.warm import waiting_for_the_database
+
+        self.db = db
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        settings = ServerSettings.load(db=str(db))
+        self.app = PendingApp(lambda: ServerState.open(settings),
+                              lambda state: create_app_with_mcp(state, host="127.0.0.1"),
+                              wait=waiting_for_the_database("test server", 60), on_give_up=lambda _why: None)
+        self._server = EmbeddedServer(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, loop="asyncio",
+                                                     log_level="warning", server_header=False,
+                                                     timeout_graceful_shutdown=5))
+        self._thread = threading.Thread(target=self._server.run, name=f"gieok-serve-{self.port}", daemon=True)
+        self._thread.start()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, seconds: float = 180) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"the server's thread ended: {self.app.failure!r}")
+            try:
+                if probe().get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"the in-process server was not ready in {seconds:g} s")
+
+    def stop(self) -> None:
+        """uvicorn's graceful stop, then the app's shutdown (every memory closed)."""
+        self._server.should_exit = True
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "the in-process server did not stop"
 
 
 def _read_request(conn: socket.socket) -> bytes:

@@ -1,4 +1,4 @@
-"""`gieok.client` against a real `gieok serve`: every method's typed results, the server's refusals
+"""`gieok.client` against `gieok serve`'s app on a real port: every method's typed results, the server's refusals
 as the engine's exceptions, tenant isolation through the client, retries over real sockets with
 one Idempotency-Key per logical call, and the async client doing the same.
 
@@ -39,14 +39,14 @@ from gieok import (
 )
 from gieok.client import AsyncClient, BlockPage, Client, Fact, ServerStats
 from gieok.types import Scope
-from live_server import DROP, LiveServer, Proxy, canned, create_key, free_port
+from live_server import DROP, InProcessServer, Proxy, canned, create_key, free_port
 
 FAST = {"retries": 3, "backoff": 0.01}  # retries without the default's waits
 
 
 @dataclass
 class Served:
-    server: LiveServer
+    server: InProcessServer
     write: str  # the default tenant's write key
     read: str  # the default tenant's read key
     other: str  # tenant "acme"'s write key
@@ -60,7 +60,7 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     db = tmp_path_factory.mktemp("client") / "chat.db"
     keys = (create_key(db, "default", "write"), create_key(db, "default", "read"), create_key(db, "acme", "write"))
-    server = LiveServer(db)
+    server = InProcessServer(db)
     try:
         yield Served(server, *keys)
     finally:

@@ -1,4 +1,4 @@
-"""The client's conversation calls against a real `gieok serve`: `add_messages` (POST
+"""The client's conversation calls against `gieok serve`'s app on a real port: `add_messages` (POST
 /v1/conversations/messages) and `context` (POST /v1/conversations/context), written to the
 routes' contract. Until a server has these routes, the tests that reach them fail (405 / 404,
 which the client reports as a server older than itself); the checks the client makes before
@@ -29,7 +29,7 @@ from gieok.client import (
     RecentMessage,
     StoredMessage,
 )
-from live_server import LiveServer, create_key
+from live_server import InProcessServer, create_key
 
 FAST = {"retries": 3, "backoff": 0.01}
 EXTRACTION = {"started", "not due", "off"}
@@ -37,7 +37,7 @@ EXTRACTION = {"started", "not due", "off"}
 
 @dataclass
 class Served:
-    server: LiveServer
+    server: InProcessServer
     write: str
     read: str
     other: str  # tenant "acme"
@@ -51,7 +51,7 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     db = tmp_path_factory.mktemp("client-conversations") / "chat.db"
     keys = (create_key(db, "default", "write"), create_key(db, "default", "read"), create_key(db, "acme", "write"))
-    server = LiveServer(db)
+    server = InProcessServer(db)
     try:
         yield Served(server, *keys)
     finally:

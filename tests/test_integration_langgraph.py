@@ -1,4 +1,4 @@
-"""gieok as LangGraph's store and LangChain's chat history, against a real `gieok serve` (one per
+"""gieok as LangGraph's store and LangChain's chat history, against `gieok serve`'s app on a real port (one per
 module, keys made by `gieok keys create`) and a loopback OpenAI-compatible model server: items put,
 read, replaced, searched and deleted in Korean and English; a compiled `StateGraph` whose nodes
 read and write memories through the injected store (sync and async) and call the model with
@@ -33,7 +33,7 @@ from langgraph.store.base import BaseStore, InvalidNamespaceError, PutOp
 
 from gieok.client import AsyncClient, Client
 from gieok.integrations.langgraph import GieokChatMessageHistory, GieokStore, UnsupportedMessageError
-from live_server import LiveServer, create_key
+from live_server import InProcessServer, create_key
 from llm_servers import LLMServer, Received, Reply, loopback_only_env, openai_completion, serve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     db = tmp_path_factory.mktemp("langgraph") / "memory.db"
     keys = {tenant: create_key(db, tenant) for tenant in ("acme", "rival", "docs")}
-    server = LiveServer(db)
+    server = InProcessServer(db)
     try:
         yield Served(server.url, keys)
     finally:

@@ -1,5 +1,5 @@
 """gieok inside LlamaIndex (`gieok.integrations.llamaindex`): a real `llama_index.core.memory.Memory`
-with a `GieokMemoryBlock`, against a real `gieok serve`, Korean and English — `aget` brings gieok's
+with a `GieokMemoryBlock`, against `gieok serve`'s app on a real port, Korean and English — `aget` brings gieok's
 context (a fact and turns stored earlier) into the system message, the messages the Memory flushes
 are recorded as gieok messages (system and tool messages are not), a second tenant's key sees
 nothing of the first's, and the docs page's example runs as written against a loopback model.
@@ -26,7 +26,7 @@ from llama_index.core.memory import Memory
 
 from gieok.client import AsyncClient
 from gieok.integrations.llamaindex import GieokMemoryBlock, approximate_tokens
-from live_server import LiveServer, clean_env, create_key
+from live_server import InProcessServer, clean_env, create_key
 from llm_servers import LLMServer, Received, Reply, loopback_only, loopback_only_env, openai_completion, serve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +35,7 @@ PAGE = ROOT / "docs" / "integrations" / "llamaindex.md"
 
 @dataclass
 class Served:
-    server: LiveServer
+    server: InProcessServer
     key: str  # the default tenant's write key
     other: str  # tenant "acme"'s write key
     llm: LLMServer
@@ -54,7 +54,7 @@ def _reply(request: Received) -> Reply:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     db = tmp_path_factory.mktemp("llamaindex") / "chat.db"
     keys = create_key(db), create_key(db, "acme")
-    server = LiveServer(db)
+    server = InProcessServer(db)
     try:
         with serve() as llm:
             llm.respond = _reply

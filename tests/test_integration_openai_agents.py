@@ -1,6 +1,6 @@
 """gieok inside the OpenAI Agents SDK (`gieok.integrations.openai_agents`): real `Runner.run`s of an
-agent whose session is a `GieokSession` and whose instructions are gieok's context, against a real
-`gieok serve` and a loopback OpenAI-compatible model (`OpenAIChatCompletionsModel`), Korean and
+agent whose session is a `GieokSession` and whose instructions are gieok's context, against `gieok
+serve`'s app on a real port and a loopback OpenAI-compatible model (`OpenAIChatCompletionsModel`), Korean and
 English; the items round trip exactly and in order through a new session object; `pop_item` and
 `clear_session` remove items and their messages; a dropped connection stores nothing twice; a
 second tenant's key sees nothing of the first's; the docs page's example runs as written.
@@ -30,7 +30,7 @@ from openai import AsyncOpenAI
 from gieok.client import AsyncClient
 from gieok.errors import InvalidInputError
 from gieok.integrations.openai_agents import LEDGER_PREFIX, GieokSession
-from live_server import DROP, LiveServer, Proxy, clean_env, create_key
+from live_server import DROP, InProcessServer, Proxy, clean_env, create_key
 from llm_servers import LLMServer, Received, Reply, loopback_only, loopback_only_env, openai_completion, serve
 
 set_tracing_disabled(True)  # the SDK would export each run's trace to api.openai.com
@@ -42,7 +42,7 @@ BASE = "You are a friendly assistant."
 
 @dataclass
 class Served:
-    server: LiveServer
+    server: InProcessServer
     key: str  # the default tenant's write key
     other: str  # tenant "acme"'s write key
     llm: LLMServer
@@ -71,7 +71,7 @@ def _reply(request: Received) -> Reply:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     db = tmp_path_factory.mktemp("openai-agents") / "chat.db"
     keys = create_key(db), create_key(db, "acme")
-    server = LiveServer(db)
+    server = InProcessServer(db)
     try:
         with serve() as llm:
             llm.respond = _reply

@@ -1,5 +1,6 @@
 """Where the time of adding messages goes: `POST /v1/conversations/messages` answers `timings_ms`
-per stage (docs/agents.md), through a real `gieok serve` and the Python client."""
+per stage (docs/agents.md), through `gieok serve`'s app on a real port
+and the Python client."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import httpx
 import pytest
 
 from gieok.client import Client, Message
-from live_server import LiveServer, create_key
+from live_server import InProcessServer, create_key
 
 # Every message through these, in this order (the guard's classifier stages when it has one).
 STAGES = ("check_ms", "guard_patterns_ms", "lock_wait_ms", "l1_ms", "passage_texts_ms", "passage_embed_ms",
@@ -19,10 +20,10 @@ STAGES = ("check_ms", "guard_patterns_ms", "lock_wait_ms", "l1_ms", "passage_tex
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[InProcessServer, str]]:
     db: Path = tmp_path_factory.mktemp("message-timings") / "chat.db"
     key = create_key(db, "default", "write")
-    server = LiveServer(db)
+    server = InProcessServer(db)
     try:
         yield server, key
     finally:
@@ -38,7 +39,7 @@ def _check(timings: dict[str, float]) -> None:
 
 
 @pytest.mark.parametrize("text", ["다음 주 화요일에 부산으로 이사 가요", "I'm moving to Busan next Tuesday"])
-def test_one_message_answers_its_stages(served: tuple[LiveServer, str], text: str) -> None:
+def test_one_message_answers_its_stages(served: tuple[InProcessServer, str], text: str) -> None:
     server, key = served
     channel = f"c-{uuid.uuid4().hex[:8]}"
     body = {"channel": channel, "guild": "g1",
@@ -54,7 +55,7 @@ def test_one_message_answers_its_stages(served: tuple[LiveServer, str], text: st
     assert answer["timings_ms"]["passage_embed_ms"] > 0  # a new message's passage is embedded
 
 
-def test_the_client_reads_the_timings(served: tuple[LiveServer, str]) -> None:
+def test_the_client_reads_the_timings(served: tuple[InProcessServer, str]) -> None:
     server, key = served
     channel = f"c-{uuid.uuid4().hex[:8]}"
     with Client(server.url, api_key=key) as client:
