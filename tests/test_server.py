@@ -483,6 +483,23 @@ def test_integers_beyond_64_bits_in_metadata_are_stored_and_read_back_by_every_r
     assert exported.status_code == 200 and str(2**70) in exported.text
 
 
+def test_the_fallback_encoder_writes_what_orjson_writes() -> None:
+    """Where orjson refuses (an integer beyond 64 bits), the standard library writes the answer:
+    everything else in it comes out as orjson would have written it."""
+    from datetime import datetime
+
+    import numpy as np
+    import orjson
+
+    from gieok.server.responses import _OPTIONS, FastJSONResponse
+
+    content = {"hits": [{"score": np.float32(0.5), "vector": np.array([1, 2]), "nan": float("nan"), "t": (1, 2)}],
+               "at": datetime(2026, 11, 30, 7, 0), 3: "three", None: "none", True: "yes", "말": "한국어"}
+    rendered = FastJSONResponse(None).render({**content, "big": 2**70, 2**65: "key"})
+    expected = orjson.dumps(content, option=_OPTIONS)[:-1] + f',"big":{2**70},"{2**65}":"key"}}'.encode()
+    assert rendered == expected
+
+
 def test_huge_bodies_huge_k_and_fts_syntax(deployment: Deployment) -> None:
     d, w = deployment, deployment.as_("beta_write")
     huge = d.client.post("/v1/memories", content=b'{"text": "' + b"x" * 2_000_000 + b'"}',

@@ -51,6 +51,8 @@ def _plain(value: Any) -> Any:
 
 
 def _key(key: Any) -> str:
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(key)  # whatever its size
     return orjson.dumps(key, option=_OPTIONS).decode().strip('"') if key is not None else "null"
 
 

@@ -233,6 +233,7 @@ class ResponseClassifier:
         name = embedder_name or message_model_name(embedder.name)
         digest = data_digest(GATEKEEPER_DATA)
         cached = cached_model_path(name, cache_dir)
+
         def from_cache() -> ResponseClassifier:
             with cached.open("rb") as handle:
                 return cls.from_file(handle, threshold=threshold, embedder=embedder)
