@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -33,6 +34,23 @@ def probe() -> httpx.Client:
     every 0.05-0.2 s spent more CPU than the server it waited for (8 % of the suite's CPU in a py-spy
     of the whole run). Thread-safe; a request's `timeout=` still applies."""
     return httpx.Client(timeout=2)
+
+
+def wait_ready(url: str, gone: Callable[[], str | None], not_ready: Callable[[], str], seconds: float = 180) -> None:
+    """Until `url`/readyz answers 200 (warm), for up to `seconds` (generous: a busy machine starts
+    `--workers 2` slowly). `gone()` says why the server cannot come any more (None while it may);
+    `not_ready()` what to say when the time is up."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if (why := gone()) is not None:
+            raise RuntimeError(why)
+        try:
+            if probe().get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{not_ready()} in {seconds:g} s")
 
 
 def free_port() -> int:
@@ -83,18 +101,9 @@ class LiveServer:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def _wait_ready(self, seconds: float = 180) -> None:  # generous: a busy machine starts --workers 2 slowly
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"gieok serve exited: {self.log}")
-            try:
-                if probe().get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"gieok serve was not ready in {seconds:g} s: {self.log}")
+    def _wait_ready(self) -> None:
+        wait_ready(self.url, lambda: None if self.process.poll() is None else f"gieok serve exited: {self.log}",
+                   lambda: f"gieok serve was not ready: {self.log}")
 
     def stop(self) -> int:
         """SIGTERM, then SIGKILL after 60 s; the exit code."""
@@ -145,18 +154,10 @@ class InProcessServer:
             self.stop()
             raise
 
-    def _wait_ready(self, seconds: float = 180) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if not self._thread.is_alive():
-                raise RuntimeError(f"the server's thread ended: {self.app.failure!r}")
-            try:
-                if probe().get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"the in-process server was not ready in {seconds:g} s")
+    def _wait_ready(self) -> None:
+        wait_ready(self.url,
+                   lambda: None if self._thread.is_alive() else f"the server's thread ended: {self.app.failure!r}",
+                   lambda: "the in-process server was not ready")
 
     def stop(self) -> None:
         """uvicorn's graceful stop, then the app's shutdown (every memory closed)."""
