@@ -114,6 +114,25 @@ def test_the_engine_types_round_trip_their_as_dict(tmp_path: Path) -> None:
     assert VerifyReport.from_dict(report.as_dict()) == report
 
 
+def test_every_client_of_a_process_verifies_https_with_one_context() -> None:
+    """A client is cheap to make (a framework may make one per turn): the certificates are read
+    once per process, not by each client (~40 ms of CPU each), and https:// is still verified."""
+    import ssl
+
+    from gieok.client._http import tls_context
+
+    sync, asynchronous = Client("https://memory.example", api_key="gk_x"), AsyncClient("https://memory.example",
+                                                                                        api_key="gk_x")
+    try:
+        for client in (sync, asynchronous):
+            assert client._http._transport._pool._ssl_context is tls_context()  # httpx's pool, as built
+    finally:
+        sync.close()
+        asyncio.run(asynchronous.aclose())
+    assert tls_context().verify_mode == ssl.CERT_REQUIRED and tls_context().check_hostname
+    assert tls_context().cert_store_stats()["x509_ca"] > 0  # the certificates themselves, loaded
+
+
 def test_the_async_client_has_the_sync_clients_methods_and_arguments() -> None:
     public = [name for name, _ in inspect.getmembers(Client, inspect.isfunction) if not name.startswith("_")]
     assert {"add", "add_many", "search", "get", "forget", "list_blocks", "stats", "verify", "facts", "summary",

@@ -14,7 +14,7 @@ import httpx
 from ..store.base import VerifyReport
 from ..types import Block, SearchResult
 from ._api import Api, ScopeLike
-from ._http import CONNECT_TIMEOUT, Outcome, Plan, Sleep, connect
+from ._http import CONNECT_TIMEOUT, Outcome, Plan, Sleep, connect, tls_context
 from .types import BlockPage, Context, Fact, Message, MessagesResult, ServerStats, When
 
 __all__ = ["AsyncClient"]
@@ -35,7 +35,8 @@ class AsyncClient:
     def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 300.0,
                  retries: int = 3, backoff: float = 0.5, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._api = Api(connect(base_url, api_key, retries=retries, backoff=backoff))
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT), transport=transport)
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT), transport=transport,
+                                      verify=tls_context())
 
     @property
     def base_url(self) -> str:

@@ -13,8 +13,10 @@ is written once too.
 from __future__ import annotations
 
 import email.utils
+import functools
 import os
 import random
+import ssl
 import time
 import uuid
 from collections.abc import Generator, Mapping, Sequence
@@ -28,8 +30,8 @@ from ..errors import AuthenticationError, InvalidInputError, ServerError, Server
 from ._errors import error_for
 
 __all__ = ["Call", "Connection", "Send", "Sleep", "Step", "Outcome", "Plan", "exchange", "json_of", "mapping_of",
-           "retry_after", "api_key_from_env", "base_url_from_env", "connect", "CONNECT_TIMEOUT", "DEFAULT_URL",
-           "IDEMPOTENCY_HEADER"]
+           "retry_after", "api_key_from_env", "base_url_from_env", "connect", "tls_context", "CONNECT_TIMEOUT",
+           "DEFAULT_URL", "IDEMPOTENCY_HEADER"]
 
 DEFAULT_URL = "http://127.0.0.1:8420"
 CONNECT_TIMEOUT = 10.0  # seconds to reach the server; the answer itself may take minutes (see Client)
@@ -38,6 +40,16 @@ MAX_BACKOFF_S = 30.0  # one exponential wait never grows past this
 MAX_RETRY_AFTER_S = 60.0  # a server asking for longer is waited on this long, then asked again
 
 T = TypeVar("T")
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """What every client of this process verifies an https:// server with: httpx's own default
+    (certifi's certificates, or `SSL_CERT_FILE` / `SSL_CERT_DIR`), built once. Each httpx client
+    otherwise builds one when it is made — ~40 ms of CPU reading the certificates, even for an
+    http:// server — and a framework may make a client per turn (LangChain makes the message history,
+    and with it a `Client`, for each call). An `SSLContext` is safe to share between threads."""
+    return httpx.create_ssl_context()
 
 
 @dataclass(frozen=True, slots=True)
