@@ -14,8 +14,8 @@ def test_each_agent_tenant_is_measured_and_reported(tmp_path: Path, capsys: pyte
     out = tmp_path / "agent-tenants.json"
     main(["--tenants", "3", "--json", str(out)])
     report = json.loads(out.read_text(encoding="utf-8"))
-    assert report["tenants"] == 3 and set(report) >= {"rss_mb_per_tenant", "cpu_ms_per_tenant", "first_message_ms_p50",
-                                                       "embedding_engines"}
+    assert report["tenants"] == 3 and set(report) >= {"rss_mb_per_tenant", "rss_mb_added", "cpu_ms_per_tenant",
+                                                       "first_message_ms_p50", "embedding_engines"}
     assert report["cpu_ms_per_tenant"] > 0 and report["first_message_ms_p50"] > 0
     assert "resident memory per tenant" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="--tenants must be 1–1000"):
