@@ -43,7 +43,6 @@ Labelled data: `gieok.chat.data.labeled`; its labelling rules: `benchmarks.gatek
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -62,14 +61,12 @@ from ..data.labeled import (
     gate_split,
     load_gate_examples,
 )
-from .bundled import bundled_model_name, packaged_classifier
+from .bundled import bundled_model_name, trained_classifier
 from .classifier import embed_messages, message_model_name
 from .kernel_classifier import KernelTextClassifier
 
 __all__ = ["ResponseClassifier", "GateVerdict", "strip_speaker", "embed_examples", "bot_spoke_last",
            "cached_model_path", "BUNDLED_MODEL", "DEFAULT_THRESHOLD", "BOT_NAMES"]
-
-log = logging.getLogger(__name__)
 
 BUNDLED_MODEL = "gatekeeper-usem3-use-multilingual-v3.npz"
 DEFAULT_THRESHOLD = 0.7
@@ -231,29 +228,11 @@ class ResponseClassifier:
         else a model trained earlier and cached; else train now (embedding ~1,900 texts) and
         cache it. Never downloads anything."""
         name = embedder_name or message_model_name(embedder.name)
-        digest = data_digest(GATEKEEPER_DATA)
-        cached = cached_model_path(name, cache_dir)
-
-        def from_cache() -> ResponseClassifier:
-            with cached.open("rb") as handle:
-                return cls.from_file(handle, threshold=threshold, embedder=embedder)
-
-        for read in (lambda: cls(packaged_classifier(BUNDLED_MODEL), threshold=threshold, embedder=embedder),
-                     from_cache):
-            try:
-                model = read()
-            except (OSError, ValueError, KeyError):
-                continue
-            if model.embedder_name == name and model.dataset_sha256 == digest:
-                return model
-        log.warning("gatekeeper: training stage 1 for encoder %s (first use; cached in %s)", name, cached.parent)
-        model = cls.train(embedder, embedder_name=name, threshold=threshold, progress=progress)
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        temporary = cached.with_name(cached.name + ".tmp")
-        with temporary.open("wb") as handle:
-            model.save(handle)
-        temporary.replace(cached)
-        return model
+        kernel = trained_classifier(
+            "gatekeeper", name, data_digest(GATEKEEPER_DATA),
+            lambda: cls.train(embedder, embedder_name=name, threshold=threshold, progress=progress).kernel,
+            cache_dir=None if cache_dir is None else Path(cache_dir))
+        return cls(kernel, threshold=threshold, embedder=embedder)
 
     # -- scoring -------------------------------------------------------------------------------
     def probabilities(self, message_vectors: np.ndarray, previous_vectors: np.ndarray,
