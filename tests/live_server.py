@@ -130,19 +130,13 @@ class InProcessServer:
         import uvicorn
 
         from gieok.server.beside import EmbeddedServer
-        from gieok.server.mcp_http import create_app_with_mcp
-        from gieok.server.pending import PendingApp
+        from gieok.server.run import _pending  # the app `gieok serve` (one worker) runs
         from gieok.server.settings import ServerSettings
-        from gieok.server.state import ServerState
-        from gieok.server.warm import waiting_for_the_database
 
         self.db = db
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        settings = ServerSettings.load(db=str(db))
-        self.app = PendingApp(lambda: ServerState.open(settings),
-                              lambda state: create_app_with_mcp(state, host="127.0.0.1"),
-                              wait=waiting_for_the_database("test server", 60), on_give_up=lambda _why: None)
+        self.app = _pending(ServerSettings.load(db=str(db)), True, "127.0.0.1", "test server", lambda _why: None)
         self._server = EmbeddedServer(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, loop="asyncio",
                                                      log_level="warning", server_header=False,
                                                      timeout_graceful_shutdown=5))
