@@ -11,10 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -24,41 +20,20 @@ from typing import Any
 import httpx
 
 from benchmarks.report import p50_p95
+from benchmarks.server import ServeProcess, create_key
 
-GIEOK = [sys.executable, "-m", "gieok.cli"]
 TEXTS = ["다음 주 화요일에 부산으로 이사 가요", "I'm moving to Busan next Tuesday, finally",
          "고양이 이름은 보리예요, 세 살이에요", "My cat is called Bori and she is three",
          "요즘 퇴근하고 기타를 배우고 있어요", "These days I'm learning the guitar after work"]
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def measure(calls: int, warmup: int = 5) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIEOK_")}
     with tempfile.TemporaryDirectory(prefix="gieok-message-cost-") as tmp:
         db = Path(tmp) / "chat.db"
-        made = subprocess.run([*GIEOK, "keys", "create", "--tenant", "default", "--role", "write", "--db", str(db),
-                               "--json"], capture_output=True, text=True, env=env, check=True)
-        key = json.loads(made.stdout)["key"]
-        port = _port()
-        log = (Path(tmp) / "serve.log").open("wb")
-        server = subprocess.Popen([*GIEOK, "serve", "--db", str(db), "--port", str(port)], stdout=log,
-                                  stderr=subprocess.STDOUT, env=env, cwd=tmp)
-        url = f"http://127.0.0.1:{port}"
+        key = create_key(db)
+        server = ServeProcess(db, Path(tmp) / "serve.log", env=env)  # returns once /readyz answers 200
         try:
-            deadline = time.monotonic() + 180
-            with httpx.Client(timeout=2) as probe:  # one client: each new one reads the CA bundle (~40 ms of CPU)
-                while time.monotonic() < deadline:
-                    try:
-                        if probe.get(f"{url}/readyz").status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    time.sleep(0.2)
             walls: list[float] = []
             stages: dict[str, list[float]] = {}
             with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
@@ -67,7 +42,7 @@ def measure(calls: int, warmup: int = 5) -> dict[str, Any]:
                         {"id": f"m-{uuid.uuid4().hex}", "role": "user", "user": f"u{number % 3}", "name": "Mina",
                          "text": f"{TEXTS[number % len(TEXTS)]} ({number})"}]}  # fresh text: no cache has it
                     started = time.perf_counter()
-                    response = http.post(f"{url}/v1/conversations/messages", json=body)
+                    response = http.post(f"{server.url}/v1/conversations/messages", json=body)
                     wall = (time.perf_counter() - started) * 1000
                     response.raise_for_status()
                     if number < warmup:
@@ -76,9 +51,7 @@ def measure(calls: int, warmup: int = 5) -> dict[str, Any]:
                     for stage, ms in response.json()["timings_ms"].items():
                         stages.setdefault(stage, []).append(ms)
         finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=60)
-            log.close()
+            server.stop()
     return {"calls": calls, "wall_ms": p50_p95(walls),
             "stages_ms": {stage: p50_p95(values) for stage, values in stages.items()},
             "per_call_ms": {"wall": [round(v, 3) for v in walls], **stages}}
