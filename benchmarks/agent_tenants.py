@@ -55,7 +55,7 @@ def measure_agent_tenants(tenants: int = 20) -> dict[str, Any]:
                 if not 200 <= answer.status_code < 300:
                     raise RuntimeError(f"tenant {i}: HTTP {answer.status_code}: {answer.text[:300]}")
 
-            for warm in range(WARM_UP):  # the models load, and what a process loads once for a second tenant
+            for warm in range(WARM_UP):
                 first_message(warm)
             walls.clear()
             before = rss_mb()
@@ -73,7 +73,8 @@ def measure_agent_tenants(tenants: int = 20) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.agent_tenants", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tenants", type=int, default=20, help="tenants measured after the first (default 20)")
+    parser.add_argument("--tenants", type=int, default=20,
+                        help=f"tenants measured after the first {WARM_UP} (default 20)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
     args = parser.parse_args(argv)
 
