@@ -37,8 +37,8 @@ def packaged_classifier(filename: str) -> KernelTextClassifier:
     """A classifier the package ships (`gieok.chat.data/<filename>`), read once per process and
     shared: every conversation pipeline reads the same weights — one per tenant a server opens,
     one per bot — and none changes them. Read each time, the three classifiers took ~0.2 CPU-s and
-    ~20 MB of arrays per pipeline. Raises as `KernelTextClassifier.load` (not cached: a missing
-    or unusable file is tried again)."""
+    ~35 MB of resident memory per pipeline (`python -m benchmarks.agent_tenants`). Raises as
+    `KernelTextClassifier.load` (not cached: a missing or unusable file is tried again)."""
     with resources.files("gieok.chat.data").joinpath(filename).open("rb") as handle:
         model = KernelTextClassifier.load(handle)
     for value in (*vars(model).values(), *vars(model.ngrams).values()):
