@@ -55,7 +55,7 @@ from gieok.chat.runtime.core import ChannelRef, InboundMessage  # noqa: E402
 from gieok.server import ServerState, create_app  # noqa: E402
 from gieok.server.beside import attach_bot, serve_beside  # noqa: E402
 from gieok.server.settings import ServerSettings  # noqa: E402
-from live_server import probe  # noqa: E402
+from live_server import wait_ready  # noqa: E402
 from runtime_helpers import ChatModel, RecordingOutbox  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a real browser against a real `gieok serve` over a 300-turn memory
@@ -223,18 +223,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     server = Served(f"http://127.0.0.1:{port}", seeded["keys"], seeded["facts"], seeded["guild"], seeded["channel"],
                     process, log)
     try:
-        deadline = time.monotonic() + 180  # a busy machine: warming the model and tenants takes long
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"gieok serve exited: {log.read_text(errors='replace')[-3000:]}")
-            try:
-                if probe().get(f"{server.url}/readyz", timeout=1).status_code == 200:  # warm: no search waits
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("gieok serve was not ready (/readyz) in 180 s")
-            time.sleep(0.2)
+        wait_ready(server.url,  # warm: no search waits
+                   lambda: None if process.poll() is None else
+                   f"gieok serve exited: {log.read_text(errors='replace')[-3000:]}",
+                   lambda: "gieok serve was not ready (/readyz)")
         with server.rest() as client:  # searches, so the overview has latencies and layer counters
             for query in ("민지 고양이 이름", "Alex 이사 날짜", "Emily birthday", "지훈 부산 여행", "민지 고양이 이름"):
                 client.post("/v1/search", json={"query": query, "k": 5}).raise_for_status()
