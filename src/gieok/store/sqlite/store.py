@@ -130,7 +130,11 @@ class SQLiteStore:
             if existed:
                 # Check before changing anything: a foreign file must be left exactly as it was.
                 tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-                if version == 0 or "blocks" not in tables:
+                # No tables at all is an empty database, not a foreign one: most often one that another
+                # process (a second worker opening the same new tenant) has created and not yet committed
+                # its schema to. It is initialised like a new file; `_migrate` waits for the other's.
+                existed = bool(tables) or version != 0
+                if existed and (version == 0 or "blocks" not in tables):
                     raise CorruptDatabaseError(f"{path} is a SQLite file but not a gieok database")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA secure_delete = ON")  # forgotten text is overwritten on disk, not just unlinked
@@ -168,6 +172,11 @@ class SQLiteStore:
         for target in range(version + 1, SCHEMA_VERSION + 1):
             conn.execute("BEGIN IMMEDIATE")
             try:
+                # `version` was read before this write lock: another process opening the same file may
+                # have migrated it since (two workers warming a new tenant at once). Read it again.
+                if conn.execute("PRAGMA user_version").fetchone()[0] >= target:
+                    conn.execute("COMMIT")
+                    continue
                 for statement in split_sql(MIGRATIONS[target - 1]):
                     conn.execute(statement)
                 if target == 1:
