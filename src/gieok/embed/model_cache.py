@@ -5,6 +5,7 @@ what it was made from, so a changed input names another file."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -38,5 +39,6 @@ def keep_cached(target: Path, write: Callable[[BinaryIO], object], *, stale: str
             write(file)
         partial.replace(target)
     except OSError as exc:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the folder may not be one (a file where it should be)
+            partial.unlink(missing_ok=True)
         log.info("the %s was not cached in %s: %s", what, target.parent, exc)

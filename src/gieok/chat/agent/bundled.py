@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...embed.model_cache import model_cache_dir
+from ...embed.model_cache import keep_cached, model_cache_dir
 from .kernel_classifier import KernelTextClassifier
 
 __all__ = ["trained_classifier", "bundled_model_name", "packaged_classifier"]
@@ -65,8 +65,7 @@ def trained_classifier(name: str, embedder_name: str, digest: str, train: Callab
             return model
     log.warning("training the %s classifier for %s (once; cached in %s)", name, embedder_name, cached.parent)
     model = train()
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    temporary = cached.with_suffix(".tmp.npz")
-    model.save(temporary)
-    temporary.replace(cached)
+    # Whole or not at all, under a name of this process's own (two workers may train at once), and a
+    # cache that cannot be written is logged: the model is trained again next time, not lost now.
+    keep_cached(cached, model.save, stale=filename, current=filename, what=f"{name} classifier")
     return model
