@@ -67,3 +67,43 @@ def test_damaged_sidecar_is_rebuilt(tmp_path):
     with Memory(path, ann_threshold=8) as memory:
         assert memory.vectors is not None and memory.vectors.kind == "faiss-hnsw"
         assert len(memory.search("coffee", 3).hits) == 3
+
+
+def test_two_processes_saving_the_graph_at_once_both_save_it(tmp_path, monkeypatch):
+    """`gieok serve --workers 2` on one SQLite file: both workers hold a graph and save it when they
+    stop. The second's save runs while the first's is half done (its temporary file written, not
+    yet moved into place); both must finish, and the graph on disk must load."""
+    import os
+
+    path = tmp_path / "m.db"
+    with Memory(path, ann_threshold=8) as memory:
+        memory.add_many(TEXTS[:12])
+    first, second = Memory(path, ann_threshold=8), Memory(path, ann_threshold=8)
+    first.add("민지: 첫 번째 워커가 쓴 고양이 이야기")
+    second.add("Alex: the second worker's coffee story")
+    real_save = vector_module._FaissHNSW.save
+    calls: list[str] = []
+
+    def save_with_the_other_midway(ann, target):
+        real_save(ann, target)
+        calls.append(target.name)
+        if len(calls) == 1:
+            monkeypatch.setattr(os, "getpid", lambda: 424242)  # the other worker is another process
+            second.close()
+
+    monkeypatch.setattr(vector_module._FaissHNSW, "save", save_with_the_other_midway)
+    with pytest.MonkeyPatch.context() as warnings_off:
+        records: list[str] = []
+        warnings_off.setattr(vector_module.logging.getLogger("gieok.index"), "warning",
+                             lambda message, *args: records.append(message % args))
+        first.close()
+    assert records == []  # neither save failed
+    assert len(calls) == 2
+    sidecar = path.with_name(path.name + ".hnsw")
+    assert sidecar.is_file() and path.with_name(path.name + ".hnsw.json").is_file()
+    assert not list(tmp_path.glob("*.tmp"))
+    monkeypatch.undo()
+    with Memory(path, ann_threshold=8) as memory:
+        assert memory.vectors is not None and memory.vectors.kind == "faiss-hnsw"
+        texts = [h.block.text for h in memory.search("고양이 이야기 coffee story", 20).hits]
+        assert "민지: 첫 번째 워커가 쓴 고양이 이야기" in texts and "Alex: the second worker's coffee story" in texts

@@ -278,7 +278,9 @@ class VectorIndex:
             ann = self._ann
             if not isinstance(ann, (_FaissHNSW, _USearchHNSW)) or not self._ann_dirty:
                 return  # nothing built here, or the store keeps the graph
-            tmp, meta = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".json")
+            # The temporary file is this process's own: `--workers N` on one SQLite file close together,
+            # and two writers of one shared name would each replace the other's file midway.
+            tmp, meta = path.with_name(f"{path.name}.{os.getpid()}.tmp"), path.with_name(path.name + ".json")
             try:
                 ann.save(tmp)
                 os.replace(tmp, path)
