@@ -107,3 +107,47 @@ def test_two_processes_saving_the_graph_at_once_both_save_it(tmp_path, monkeypat
         assert memory.vectors is not None and memory.vectors.kind == "faiss-hnsw"
         texts = [h.block.text for h in memory.search("고양이 이야기 coffee story", 20).hits]
         assert "민지: 첫 번째 워커가 쓴 고양이 이야기" in texts and "Alex: the second worker's coffee story" in texts
+
+
+def test_a_worker_that_stops_after_another_forgot_a_block_does_not_save_its_vector_again(tmp_path):
+    """Two processes of one SQLite file, each with its graph in memory: one forgets a block and
+    stops; the other, which had not read since, stops after it. The graph it leaves on disk must not
+    hold the forgotten vector ("erasure reaches every copy")."""
+    import faiss
+
+    path = tmp_path / "m.db"
+    with Memory(path, ann_threshold=8) as memory:
+        memory.add_many(TEXTS)
+        victim = memory.search("고양이 얘기", 1, mode="vector").hits[0].block.block_index
+    forgetting, stale = Memory(path, ann_threshold=8), Memory(path, ann_threshold=8)
+    stale.add("Alex: one more coffee, so this worker's graph has something to save")
+    row = stale.catalog.row_of(victim)
+    forgetting.forget(victim)
+    forgetting.close()
+    stale.close()
+    saved = faiss.read_index(str(path.with_name(path.name + ".hnsw")))
+    assert np.count_nonzero(saved.reconstruct(row)) == 0
+
+
+def test_a_graph_that_cannot_be_checked_against_the_store_is_not_left_on_disk(tmp_path, monkeypatch, caplog):
+    from gieok.errors import StoreError
+
+    path = tmp_path / "m.db"
+    with Memory(path, ann_threshold=8) as memory:
+        memory.add_many(TEXTS)
+    sidecar = path.with_name(path.name + ".hnsw")
+    assert sidecar.is_file()
+    memory = Memory(path, ann_threshold=8)
+    memory.add("Alex: a block, so there is a graph to save")
+
+    def unreadable():
+        raise StoreError("the database went away")
+
+    monkeypatch.setattr(memory.store, "forgotten_indices", unreadable)
+    with caplog.at_level("WARNING", logger="gieok.index"):
+        memory.close()
+    assert "the database went away" in caplog.text and not sidecar.exists()
+    monkeypatch.undo()
+    with Memory(path, ann_threshold=8) as memory:  # rebuilt
+        assert memory.vectors is not None and memory.vectors.kind == "faiss-hnsw"
+        assert memory.search("a block, so there is a graph", 1).hits[0].block.text.startswith("Alex: a block")

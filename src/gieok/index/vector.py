@@ -273,6 +273,11 @@ class VectorIndex:
             return ids, scores
 
     # -- persistence of the graph -----------------------------------------------------------
+    @property
+    def keeps_graph(self) -> bool:
+        """Whether this process holds a graph of its own that `save` writes (not one the store keeps)."""
+        return isinstance(self._ann, (_FaissHNSW, _USearchHNSW))
+
     def save(self, path: Path, embedder: str, last_block_index: int) -> None:
         with self._lock:
             ann = self._ann

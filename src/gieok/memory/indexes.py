@@ -12,6 +12,7 @@ this object by block index (`BlockLookup`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..config import Settings
+from ..errors import GieokError
 from ..index.bm25 import BM25Index
 from ..index.catalog import Catalog
 from ..index.in_process import InProcessIndex
@@ -35,6 +37,7 @@ from .tokens import refresh_tokens
 
 __all__ = ["MemoryIndexes"]
 
+log = logging.getLogger("gieok.index")
 
 class MemoryIndexes:
     """Catalog, vectors, BM25 and retriever of one store. Not thread-safe by itself: the memory
@@ -121,9 +124,35 @@ class MemoryIndexes:
         self.bm25.extend([r for r, _ in keep], [t for _, t in keep])
 
     def save(self) -> None:
-        """Keep the ANN graph beside the file, so the next open need not rebuild it."""
-        if self.vectors is not None:
-            self.vectors.save(self.sidecar, self.embedder_spec, self.catalog.last_block_index)
+        """Keep the ANN graph beside the file, so the next open need not rebuild it.
+
+        Another process of the same file (`--workers N`) may have forgotten blocks since this one
+        last read: they are erased from this graph before it is written, and looked for again once it
+        is (one that came meanwhile is erased and the graph written again), so the graph on disk never
+        brings back a vector erased elsewhere. Blocks added elsewhere are not read in: the graph
+        covers a prefix of the blocks and the next open adds the rest. If the store cannot say, or
+        forgets keep coming, the graph file is removed and the next open rebuilds it."""
+        if self.vectors is None or not self.vectors.keeps_graph:
+            return
+        try:
+            self._erase_forgotten_elsewhere()
+            for _ in range(3):
+                self.vectors.save(self.sidecar, self.embedder_spec, self.catalog.last_block_index)
+                if not self._erase_forgotten_elsewhere():
+                    return
+            why = "blocks kept being forgotten while it was written"
+        except GieokError as exc:
+            why = str(exc)
+        self.sidecar.unlink(missing_ok=True)
+        log.warning("the ANN graph was not saved beside the database (%s); the next open rebuilds it", why)
+
+    def _erase_forgotten_elsewhere(self) -> bool:
+        """Erase the blocks the store says are forgotten and this process still holds; whether any were."""
+        alive = self.catalog.alive()
+        dead = [i for i in self.store.forgotten_indices() if (row := self.catalog.row_of(i)) is not None and alive[row]]
+        if dead:
+            self._erase_rows(dead)
+        return bool(dead)
 
     # -- following commits -------------------------------------------------------------------
     def sync(self) -> None:
