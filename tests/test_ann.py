@@ -151,3 +151,90 @@ def test_a_graph_that_cannot_be_checked_against_the_store_is_not_left_on_disk(tm
     with Memory(path, ann_threshold=8) as memory:  # rebuilt
         assert memory.vectors is not None and memory.vectors.kind == "faiss-hnsw"
         assert memory.search("a block, so there is a graph", 1).hits[0].block.text.startswith("Alex: a block")
+
+
+def test_an_erasure_then_a_close_leaves_no_erased_vector_in_the_saved_graph(tmp_path):
+    """The graph saved beside the file, then a user's turn erased (its neighbour embedded again
+    without it) and the memory closed before any search: the graph on disk holds neither the
+    erased vector nor the neighbour's old one. (The graph used to be dropped by the neighbour's new
+    vector and not saved, so the earlier file stayed, both in it.)"""
+    import faiss
+
+    path = tmp_path / "m.db"
+    with Memory(path, ann_threshold=8) as memory:
+        blocks = [memory.add(t, scope={"channel": "c"}, event_time=1_700_000_000 + 60 * i) for i, t in enumerate(TEXTS)]
+    victim = blocks[3].block_index
+    with Memory(path, ann_threshold=8) as memory:
+        old = memory.vectors.matrix[memory.catalog.row_of(victim + 1)].copy()
+        erased, redone = memory.forget_with_neighbours([victim])
+        assert erased == [victim] and redone == [victim + 1]
+        new = memory.vectors.matrix[memory.catalog.row_of(victim + 1)].copy()
+        rows = memory.catalog.row_of(victim), memory.catalog.row_of(victim + 1)
+        assert memory.vectors.kind == "faiss-hnsw"  # the graph is kept, not dropped to be built again
+    saved = faiss.read_index(str(path.with_name(path.name + ".hnsw")))
+    assert np.count_nonzero(saved.reconstruct(rows[0])) == 0
+    np.testing.assert_allclose(saved.reconstruct(rows[1]), new, rtol=1e-6)
+    assert not np.allclose(old, new)
+
+
+def test_another_process_takes_a_neighbour_embedded_again_and_saves_only_that(tmp_path):
+    """Two processes of one file (`--workers 2`): one erases a turn, and its neighbour is embedded
+    again without it. The other, at its next read, searches with the new vector; and a process
+    that has not read since saves, when it stops, the new vector and not the one made with the
+    erased words."""
+    import faiss
+
+    path = tmp_path / "m.db"
+    with Memory(path, ann_threshold=8) as memory:
+        blocks = [memory.add(t, scope={"channel": "c"}, event_time=1_700_000_000 + 60 * i) for i, t in enumerate(TEXTS)]
+    victim = blocks[3].block_index
+    erasing, reading, stale = (Memory(path, ann_threshold=8) for _ in range(3))
+    reading.search("고양이", 3)
+    row = reading.catalog.row_of(victim + 1)
+    held = reading.vectors.matrix[row].copy()
+    erasing.forget_with_neighbours([victim])
+    new = erasing.vectors.matrix[row].copy()
+    erasing.close()
+    assert not np.allclose(held, new)
+    reading.search("고양이", 3)  # its next read
+    np.testing.assert_allclose(reading.vectors.matrix[row], new, rtol=1e-6)
+    reading.close()
+
+    stale.add("Alex: one more coffee, so this worker's graph has something to save")
+    stale.close()  # the last to write the graph
+    saved = faiss.read_index(str(path.with_name(path.name + ".hnsw")))
+    np.testing.assert_allclose(saved.reconstruct(row), new, rtol=1e-6)
+    assert np.count_nonzero(saved.reconstruct(row - 1)) == 0  # the erased turn's own vector
+
+
+def test_a_graph_saved_before_a_neighbour_was_embedded_again_takes_the_new_vector_when_loaded(tmp_path):
+    """The process that erased a turn and embedded its neighbour again was killed before it could
+    save its graph: the graph on disk is the one from before. The next open corrects it from the
+    store — the erased vector zeroed, the neighbour's new vector in — and saves that."""
+    import shutil
+
+    import faiss
+
+    path = tmp_path / "m.db"
+    with Memory(path, ann_threshold=8) as memory:
+        blocks = [memory.add(t, scope={"channel": "c"}, event_time=1_700_000_000 + 60 * i) for i, t in enumerate(TEXTS)]
+    sidecar = path.with_name(path.name + ".hnsw")
+    before = tmp_path / "before"
+    before.mkdir()
+    for file in (sidecar, sidecar.with_name(sidecar.name + ".json")):
+        shutil.copy(file, before / file.name)
+    victim = blocks[3].block_index
+    with Memory(path, ann_threshold=8) as erasing:
+        erasing.forget_with_neighbours([victim])
+        row = erasing.catalog.row_of(victim + 1)
+        new = erasing.vectors.matrix[row].copy()
+    for file in before.iterdir():  # as if it had died before its close
+        shutil.copy(file, tmp_path / file.name)
+    assert not np.allclose(faiss.read_index(str(sidecar)).reconstruct(row), new)
+    with Memory(path, ann_threshold=8) as memory:
+        rows = memory.catalog.row_of(victim), memory.catalog.row_of(victim + 1)
+        assert memory.vectors.kind == "faiss-hnsw"
+        np.testing.assert_allclose(memory.vectors.matrix[rows[1]], new, rtol=1e-6)
+    saved = faiss.read_index(str(sidecar))
+    np.testing.assert_allclose(saved.reconstruct(rows[1]), new, rtol=1e-6)
+    assert np.count_nonzero(saved.reconstruct(rows[0])) == 0

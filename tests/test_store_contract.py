@@ -133,6 +133,27 @@ def test_reembed_swaps_every_vector_and_the_recorded_embedder(store: Store) -> N
     assert store.get_meta("embedder") == "other"
 
 
+def test_replaced_vectors_are_listed_in_order_for_another_connection(backend: Backend) -> None:
+    """A process holding vectors in memory learns which ones another replaced (a turn embedded
+    again without an erased neighbour), and only those it has not taken yet."""
+    mine, theirs = backend.open(), backend.open()
+    seed_chat(theirs)
+    assert mine.replaced_vectors(0, DIM) == (0, {})
+    first = unit_vectors(2, seed=7)
+    theirs.replace_vectors([2, 5], first)
+    last, replaced = mine.replaced_vectors(0, DIM)
+    assert last > 0 and sorted(replaced) == [2, 5]
+    np.testing.assert_allclose(replaced[2], first[0], rtol=1e-6)
+    second = unit_vectors(1, seed=8)
+    theirs.replace_vectors([5], second)
+    newer, again = mine.replaced_vectors(last, DIM)
+    assert newer > last and list(again) == [5]
+    np.testing.assert_allclose(again[5], second[0], rtol=1e-6)
+    assert mine.replaced_vectors(newer, DIM) == (newer, {})
+    _, everything = mine.replaced_vectors(0, DIM)  # as stored now: block 5's second vector
+    np.testing.assert_allclose(everything[5], second[0], rtol=1e-6)
+
+
 def test_replace_tokens_swaps_bm25_tokens_once_per_tokenizer_version(store: Store) -> None:
     seed_chat(store)
     store.forget([3], T0)

@@ -517,7 +517,8 @@ def test_the_migration_adds_the_tables_to_an_older_store(backend: Backend) -> No
     key = store.keys.insert("abcd1234", "0" * 64, "acme", "admin", "old key", 1.0)
     before = 15 if backend.name == "sqlite" else 17
     with store.transaction() as tx:  # type: ignore[attr-defined]  # back to the version before
-        tx.execute("DROP TABLE event_relay")  # the migration after webhooks' (17 / 19)
+        tx.execute("DROP TABLE vector_changes")  # the migrations after webhooks' (18 / 20)
+        tx.execute("DROP TABLE event_relay")  # (17 / 19)
         tx.execute("DROP TABLE webhook_deliveries")
         tx.execute("DROP TABLE webhook_endpoints")
         if backend.name == "sqlite":
@@ -526,7 +527,7 @@ def test_the_migration_adds_the_tables_to_an_older_store(backend: Backend) -> No
             tx.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(before),))
     store.close()
     again = backend.open()
-    assert again.schema_version() == before + 2 and again.keys.by_id(key.key_id) is not None
+    assert again.schema_version() == before + 3 and again.keys.by_id(key.key_id) is not None
     endpoint = again.webhooks.add_endpoint("acme", "http://127.0.0.1:9/", ["fact.*"], "whsec_AAAA", 1.0)
     assert again.webhooks.endpoints("acme") == [endpoint] and endpoint.wants("fact.added")
     assert not endpoint.wants("memory.added")

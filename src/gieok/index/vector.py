@@ -85,11 +85,16 @@ class _FaissHNSW:
     def erase(self, rows: list[int]) -> None:
         """Zero the stored vectors of forgotten rows in place; their graph links stay but
         score 0 and are masked by `alive`. Nothing of the erased content is saved."""
+        self.overwrite(rows, np.zeros((len(rows), self.index.d), dtype=np.float32))
+
+    def overwrite(self, rows: list[int], vectors: np.ndarray) -> None:
+        """New stored vectors for these rows, in place: the graph's links stay as they were built."""
         faiss = self._faiss
         storage = faiss.downcast_index(self.index.storage)
         data = faiss.rev_swig_ptr(storage.get_xb(), self.index.ntotal * self.index.d)
         data = data.reshape(self.index.ntotal, self.index.d)
-        data[[r for r in rows if r < self.index.ntotal]] = 0.0
+        inside = [i for i, r in enumerate(rows) if r < self.index.ntotal]
+        data[[rows[i] for i in inside]] = np.asarray(vectors, dtype=np.float32)[inside]
 
     def save(self, path: Path) -> None:
         self._faiss.write_index(self.index, str(path))
@@ -128,11 +133,13 @@ class _USearchHNSW:
         return ids[:k], scores[:k]
 
     def erase(self, rows: list[int]) -> None:
-        zero = np.zeros(self.index.ndim, dtype=np.float32)
-        for row in rows:
+        self.overwrite(rows, np.zeros((len(rows), self.index.ndim), dtype=np.float32))
+
+    def overwrite(self, rows: list[int], vectors: np.ndarray) -> None:
+        for row, vector in zip(rows, np.asarray(vectors, dtype=np.float32)):
             if self.index.contains(row):
                 self.index.remove(row)
-                self.index.add(row, zero)  # keep keys dense: row ids are positions
+                self.index.add(row, vector)  # keep keys dense: row ids are positions
 
     def save(self, path: Path) -> None:
         self.index.save(str(path))
@@ -214,14 +221,21 @@ class VectorIndex:
         self._ann_dirty = True
 
     def replace_rows(self, rows: list[int], vectors: np.ndarray) -> None:
-        """New vectors for some rows: the matrix takes them; a graph built here is dropped and
-        built again when next needed (a graph cannot move a node), one the store keeps follows it."""
+        """New vectors for some rows (turns embedded again without an erased neighbour): the
+        matrix takes them, and so does the storage of a graph built here, in place — its links stay
+        as they were built (a node cannot move; the new vector lies near the old one), and the graph
+        saved next holds only the new vectors. One the store keeps follows the store.
+
+        It used to drop the graph, to be built again at the next search (seconds at 100k blocks);
+        and a process that closed before searching left the graph saved earlier on disk, the erased
+        neighbour's vector and the old ones in it."""
         with self._lock:
             if rows:
-                self._matrix[rows] = np.asarray(vectors, dtype=np.float32)
-                if self._ann is not None and self._ann is not self.external:
-                    self._ann = None
-                    self._ann_dirty = False
+                vectors = np.asarray(vectors, dtype=np.float32)
+                self._matrix[rows] = vectors
+                if isinstance(self._ann, (_FaissHNSW, _USearchHNSW)):
+                    self._ann.overwrite(rows, vectors)
+                    self._ann_dirty = True
 
     def zero_rows(self, rows: list[int]) -> None:
         """Forgotten blocks: their vector is erased from the matrix and the graph's storage."""
@@ -278,7 +292,9 @@ class VectorIndex:
         """Whether this process holds a graph of its own that `save` writes (not one the store keeps)."""
         return isinstance(self._ann, (_FaissHNSW, _USearchHNSW))
 
-    def save(self, path: Path, embedder: str, last_block_index: int) -> None:
+    def save(self, path: Path, embedder: str, last_block_index: int, vector_change: int = 0) -> None:
+        """Write the graph built here (if it changed) and its description: which embedder, how many
+        rows, and `vector_change`, the store's last vector replacement it holds (`try_load`)."""
         with self._lock:
             ann = self._ann
             if not isinstance(ann, (_FaissHNSW, _USearchHNSW)) or not self._ann_dirty:
@@ -290,7 +306,7 @@ class VectorIndex:
                 ann.save(tmp)
                 os.replace(tmp, path)
                 info = {"embedder": embedder, "rows": ann.size, "last_block_index": last_block_index,
-                        "backend": ann.name, "m": self.params.m}
+                        "backend": ann.name, "m": self.params.m, "vector_change": vector_change}
                 meta.write_text(json.dumps(info))
             except (OSError, RuntimeError) as exc:  # faiss and usearch say "No space left" as RuntimeError
                 # only a cache: a full disk must not fail the close, nor leave half a graph taking space
@@ -301,30 +317,33 @@ class VectorIndex:
                 return
             self._ann_dirty = False
 
-    def try_load(self, path: Path, embedder: str) -> bool:
-        """Load a saved graph if it matches this embedder and covers a prefix of our rows."""
+    def try_load(self, path: Path, embedder: str) -> int | None:
+        """Load a saved graph if it matches this embedder and covers a prefix of our rows: the
+        store's last vector replacement it holds (0 for a graph saved before they were counted),
+        or None when nothing was loaded."""
         meta = path.with_name(path.name + ".json")
         if self.external is not None or not path.is_file() or not meta.is_file():
-            return False
+            return None
         try:
             info = json.loads(meta.read_text())
             ann = self._new_ann()
             if info.get("embedder") != embedder or info.get("backend") != ann.name or info.get("m") != self.params.m:
-                return False
+                return None
             rows = int(info["rows"])
+            vector_change = int(info.get("vector_change", 0))
             if rows > self._size:
-                return False
+                return None
             ann.load(path)
             if ann.size != rows:
-                return False
+                return None
         except Exception:
-            return False  # a damaged sidecar is only a cache: rebuild it
+            return None  # a damaged sidecar is only a cache: rebuild it
         with self._lock:
             if rows < self._size:
                 ann.add(self._matrix[rows : self._size])
             self._ann = ann
             self._ann_dirty = rows < self._size
-        return True
+        return vector_change
 
     def ensure_ann(self) -> None:
         with self._lock:

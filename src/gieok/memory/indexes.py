@@ -39,6 +39,8 @@ __all__ = ["MemoryIndexes"]
 
 log = logging.getLogger("gieok.index")
 
+_NONE_BEFORE = 2**62  # a change id after every real one
+
 class MemoryIndexes:
     """Catalog, vectors, BM25 and retriever of one store. Not thread-safe by itself: the memory
     calls it under its lock. `on_foreign_change` runs when another process's commit is noticed
@@ -65,6 +67,7 @@ class MemoryIndexes:
                                                    cache_size=settings.pg_index_cache)
                               if settings.pg_index == "database" and isinstance(store, DatabaseIndexed) else None)
         self.change_token = store.change_token()
+        self.vector_change = 0  # the store's last vector replacement these vectors hold (`replaced_vectors`)
         if self.database is not None:
             self.search_index = self.database
         if self.dimension is not None:
@@ -104,8 +107,14 @@ class MemoryIndexes:
         self.vectors.extend(rows.vectors, build_ann=False)
         self.bm25 = BM25Index() if self.settings.bm25_engine == "memory" else None
         self._load_tokens(0)
-        if not self.vectors.try_load(self.sidecar, self.embedder_spec):
+        saved = self.vectors.try_load(self.sidecar, self.embedder_spec)
+        if saved is None:
             self.vectors.ensure_ann()
+        # A saved graph may predate vectors replaced since (the matrix was read now): it takes them.
+        # Without one, only the last replacement's id is wanted (no change comes after `_NONE_BEFORE`).
+        self.vector_change, replaced = self.store.replaced_vectors(
+            saved if saved is not None else _NONE_BEFORE, self.dimension)
+        self._take_vectors(replaced)
         dead = np.flatnonzero(~self.catalog.alive()).tolist()
         if dead:  # a saved graph may predate a forget made elsewhere: erase again, it is cheap
             self.vectors.zero_rows(dead)
@@ -126,33 +135,52 @@ class MemoryIndexes:
     def save(self) -> None:
         """Keep the ANN graph beside the file, so the next open need not rebuild it.
 
-        Another process of the same file (`--workers N`) may have forgotten blocks since this one
-        last read: they are erased from this graph before it is written, and looked for again once it
-        is (one that came meanwhile is erased and the graph written again), so the graph on disk never
-        brings back a vector erased elsewhere. Blocks added elsewhere are not read in: the graph
-        covers a prefix of the blocks and the next open adds the rest. If the store cannot say, or
-        forgets keep coming, the graph file is removed and the next open rebuilds it."""
+        Another process of the same file (`--workers N`) may have forgotten blocks, or embedded
+        turns again without an erased neighbour, since this one last read: the graph takes those
+        changes before it is written, and they are looked for again once it is (one that came
+        meanwhile is taken and the graph written again), so the graph on disk never brings back a
+        vector erased elsewhere. Blocks added elsewhere are not read in: the graph covers a prefix of
+        the blocks and the next open adds the rest. If the store cannot say, or erasures keep
+        coming, the graph file is removed and the next open rebuilds it."""
         if self.vectors is None or not self.vectors.keeps_graph:
             return
         try:
-            self._erase_forgotten_elsewhere()
+            self._take_erasures_made_elsewhere()
             for _ in range(3):
-                self.vectors.save(self.sidecar, self.embedder_spec, self.catalog.last_block_index)
-                if not self._erase_forgotten_elsewhere():
+                self.vectors.save(self.sidecar, self.embedder_spec, self.catalog.last_block_index, self.vector_change)
+                if not self._take_erasures_made_elsewhere():
                     return
-            why = "blocks kept being forgotten while it was written"
+            why = "blocks kept being erased while it was written"
         except GieokError as exc:
             why = str(exc)
         self.sidecar.unlink(missing_ok=True)
         log.warning("the ANN graph was not saved beside the database (%s); the next open rebuilds it", why)
 
-    def _erase_forgotten_elsewhere(self) -> bool:
-        """Erase the blocks the store says are forgotten and this process still holds; whether any were."""
+    def _take_erasures_made_elsewhere(self) -> bool:
+        """Take the vectors replaced and the blocks forgotten that this process has not taken yet;
+        whether there were any."""
+        replaced = self._take_replaced_vectors()
         alive = self.catalog.alive()
         dead = [i for i in self.store.forgotten_indices() if (row := self.catalog.row_of(i)) is not None and alive[row]]
         if dead:
             self._erase_rows(dead)
-        return bool(dead)
+        return replaced or bool(dead)
+
+    def _take_replaced_vectors(self) -> bool:
+        """The vectors another process replaced (`Store.replaced_vectors`) since this one last
+        looked, into the matrix and the graph; whether there were any."""
+        assert self.dimension is not None
+        self.vector_change, replaced = self.store.replaced_vectors(self.vector_change, self.dimension)
+        return self._take_vectors(replaced)
+
+    def _take_vectors(self, replaced: dict[int, np.ndarray]) -> bool:
+        assert self.vectors is not None
+        alive = self.catalog.alive()
+        rows = [(row, vector) for index, vector in replaced.items()
+                if (row := self.catalog.row_of(index)) is not None and alive[row]]
+        if rows:
+            self.vectors.replace_rows([row for row, _ in rows], np.stack([vector for _, vector in rows]))
+        return bool(rows)
 
     # -- following commits -------------------------------------------------------------------
     def sync(self) -> None:
@@ -177,6 +205,7 @@ class MemoryIndexes:
             self.database.changed()
             return
         self.catch_up()
+        self._take_replaced_vectors()  # turns embedded again elsewhere without an erased neighbour
         forgotten = self.store.forgotten_indices()
         alive = self.catalog.alive()
         dead_now = [i for i in forgotten if (r := self.catalog.row_of(i)) is not None and alive[r]]

@@ -160,7 +160,13 @@ class BlockStore(Protocol):
 
     def replace_vectors(self, block_indices: Sequence[int], vectors: np.ndarray) -> None:
         """New vectors for some live blocks, in one transaction (a turn whose passage held an erased
-        neighbour's words is embedded again without them)."""
+        neighbour's words is embedded again without them), logged in order for `replaced_vectors`."""
+        ...
+
+    def replaced_vectors(self, after: int, dimension: int) -> tuple[int, dict[int, np.ndarray]]:
+        """The blocks `replace_vectors` gave new vectors after its change `after` (0: ever), with
+        their vectors as stored now, and the last change's id: what a process holding vectors in
+        memory has not taken yet, when another process of the memory made the change."""
         ...
 
     def vector_index_deferred(self) -> AbstractContextManager[None]:

@@ -67,6 +67,8 @@ NOT_COPIED: dict[str, str] = {
     "leases": "held by running processes, which a migration stops",
     "event_relay": "events of the last day for running servers to stream (a migration stops them)",
     "changes": "SQLite's change counter for other processes' caches",
+    "vector_changes": "which vectors were replaced, for processes holding them in memory; the copy carries the "
+                      "vectors as they are now",
     # each backend's own word index, built from the blocks as they are appended
     "blocks_fts": "SQLite's FTS5 index", "block_tokens": "PostgreSQL's BM25 tokens",
     "postings": "PostgreSQL's BM25 postings", "postings_with_length": "PostgreSQL's BM25 postings",

@@ -399,6 +399,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX event_relay_by_time ON event_relay(time);
     """,
+    # 20: the vectors `replace_vectors` replaced, in order (SQLite's 18 says why); written after the
+    # transaction's `changes` update, whose row lock orders those transactions, so ids follow commits
+    """
+    CREATE TABLE vector_changes (
+        change_id   bigserial PRIMARY KEY,
+        block_index bigint NOT NULL
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -340,9 +340,28 @@ class PostgresStore:
 
     def replace_vectors(self, block_indices: Sequence[int], vectors: np.ndarray) -> None:
         with self.db.transaction() as tx:
+            # The counter first: its row lock orders these transactions, so the log's ids follow their commits
+            tx.execute("UPDATE changes SET counter = counter + 1")
             tx.executemany("UPDATE embeddings SET vector = ? WHERE block_index = ?",
                            [(np.asarray(v, dtype=np.float32), int(i)) for i, v in zip(block_indices, vectors)])
-            tx.execute("UPDATE changes SET counter = counter + 1")
+            tx.executemany("INSERT INTO vector_changes(block_index) VALUES (?)", [(int(i),) for i in block_indices])
+
+    def replaced_vectors(self, after: int, dimension: int) -> tuple[int, dict[int, np.ndarray]]:
+        with self.db.connection() as conn, conn.cursor(binary=True) as cursor:
+            found_last = cursor.execute("SELECT coalesce(max(change_id), 0) FROM vector_changes").fetchone()
+            last = int(found_last[0]) if found_last else 0
+            rows = cursor.execute(
+                "SELECT e.block_index, e.vector FROM embeddings e WHERE e.block_index IN "
+                "(SELECT block_index FROM vector_changes WHERE change_id > %s AND change_id <= %s)", (after, last),
+            ).fetchall()
+        found: dict[int, np.ndarray] = {}
+        for index, vector in rows:
+            vector = np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector, dtype=np.float32)
+            if vector.shape[0] != dimension:
+                raise CorruptDatabaseError(
+                    f"block {index} has a {vector.shape[0]}-d vector; the index expects {dimension}")
+            found[int(index)] = vector
+        return last, found
 
     def reembed(self, block_indices: Sequence[int], vectors: np.ndarray, meta: dict[str, str]) -> None:
         """Swap every vector and the recorded embedder in one transaction (reindex); the HNSW index

@@ -353,6 +353,16 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX event_relay_by_time ON event_relay(time);
     """,
+    # 18: which blocks' vectors `replace_vectors` replaced (a turn embedded again without an erased
+    # neighbour's words), in order: another process of the same file holding the vectors in memory
+    # (`--workers N`) takes the new ones, and a graph saved before the change is corrected when loaded.
+    # Block indices only: nothing of any text.
+    """
+    CREATE TABLE vector_changes (
+        change_id   INTEGER PRIMARY KEY AUTOINCREMENT,
+        block_index INTEGER NOT NULL
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

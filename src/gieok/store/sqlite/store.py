@@ -321,9 +321,19 @@ class SQLiteStore:
 
     def replace_vectors(self, block_indices: Sequence[int], vectors: np.ndarray) -> None:
         with self.transaction() as conn:
+            conn.execute(_CHANGED)
             conn.executemany("UPDATE embeddings SET vector = ? WHERE block_index = ?",
                              [(np.asarray(v, dtype="<f4").tobytes(), int(i)) for i, v in zip(block_indices, vectors)])
-            conn.execute(_CHANGED)
+            conn.executemany("INSERT INTO vector_changes(block_index) VALUES (?)", [(int(i),) for i in block_indices])
+
+    def replaced_vectors(self, after: int, dimension: int) -> tuple[int, dict[int, np.ndarray]]:
+        with self._lock:
+            last = int(self._query("SELECT coalesce(max(change_id), 0) FROM vector_changes").fetchone()[0])
+            rows = self._query(
+                "SELECT e.block_index, e.vector FROM embeddings e WHERE e.block_index IN "
+                "(SELECT block_index FROM vector_changes WHERE change_id > ? AND change_id <= ?)", (after, last),
+            ).fetchall()
+        return last, {int(i): _vector(blob, dimension, int(i)) for i, blob in rows}
 
     def replace_tokens(self, tokens: Mapping[int, Sequence[str]], version: str) -> bool:
         """Re-tokenized live blocks' BM25 tokens and the tokenizer `version` that made them, in one
@@ -425,14 +435,8 @@ class SQLiteStore:
         n = len(rows)
         vectors = np.zeros((n, dimension), dtype=np.float32)
         for i, row in enumerate(rows):
-            blob = row[9]
-            if blob is not None:
-                vec = np.frombuffer(blob, dtype="<f4")
-                if vec.shape[0] != dimension:
-                    raise CorruptDatabaseError(
-                        f"block {row[0]} has a {vec.shape[0]}-d vector; the index expects {dimension}"
-                    )
-                vectors[i] = vec
+            if row[9] is not None:
+                vectors[i] = _vector(row[9], dimension, row[0])
         return IndexRows(
             block_index=np.fromiter((r[0] for r in rows), dtype=np.int64, count=n),
             kind=[r[1] for r in rows],
@@ -492,6 +496,14 @@ class SQLiteStore:
 
     def verify(self) -> VerifyReport:
         return verify_chain(self.iter_blocks(batch=2000))
+
+
+def _vector(blob: bytes, dimension: int, block_index: int) -> np.ndarray:
+    vector = np.frombuffer(blob, dtype="<f4")
+    if vector.shape[0] != dimension:
+        raise CorruptDatabaseError(
+            f"block {block_index} has a {vector.shape[0]}-d vector; the index expects {dimension}")
+    return vector
 
 
 def _block_params(block: Block) -> tuple:
