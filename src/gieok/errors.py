@@ -25,6 +25,7 @@ __all__ = [
     "EmbedderError",
     "EmbedderUnavailableError",
     "EmbedderMismatchError",
+    "MemoryReembeddedError",
     "ImportFormatError",
     "ConfigError",
     "MissingExtraError",
@@ -118,6 +119,12 @@ class EmbedderUnavailableError(EmbedderError):
 
 class EmbedderMismatchError(EmbedderError):
     """The database was embedded with another model than the one configured."""
+
+
+class MemoryReembeddedError(EmbedderMismatchError):
+    """Another process re-embedded the memory (`gieok reindex`) after this one opened it: what this
+    one holds no longer matches the file. Nothing is read or written through it; open it again (a
+    server does so by itself at the next request)."""
 
 
 class ImportFormatError(InvalidInputError):

@@ -84,10 +84,8 @@ class CheckpointManager:
             key = (slot.scope_key, slot.slot_id)
             merged = {c.block_index: c for c in self._by_slot.get(key, [])}
             for block_index, relevance, vector in related:
-                if slot.embedding is not None and vector is not None:
-                    distance = float(1.0 - np.dot(slot.embedding, vector))
-                else:
-                    distance = 1.0 - float(relevance)
+                affinity = slot.affinity(vector)
+                distance = 1.0 - (affinity if affinity is not None else float(relevance))
                 old = merged.get(block_index)
                 if old is None or relevance > old.relevance:
                     merged[block_index] = Checkpoint(block_index, float(relevance), distance,

@@ -182,7 +182,7 @@ class SearchCoordinator:
         top = hits[: self.checkpoints.max_per_slot]
         vectors: dict[int, np.ndarray] | None = None
         for slot in self.hybrid.working.slots(conversation):
-            if slot.embedding is None or float(np.dot(slot.embedding, query_vector)) <= threshold:
+            if (affinity := slot.affinity(query_vector)) is None or affinity <= threshold:
                 continue
             if vectors is None:  # read once, and only when some slot relates to the query
                 vectors = index.vectors_of([hit.block.block_index for hit in top])

@@ -42,10 +42,8 @@ class LocalizedSearch:
                filt: BM25Filter | None = None, radius: int | None = None) -> list[LocalHit]:
         best: dict[int, LocalHit] = {}
         for slot in slots:
-            if slot.embedding is None:
-                continue
-            slot_relevance = float(np.dot(slot.embedding, query_vector))
-            if slot_relevance <= self.min_relevance:
+            slot_relevance = slot.affinity(query_vector)
+            if slot_relevance is None or slot_relevance <= self.min_relevance:
                 continue
             indices = lookup.live_among(self.checkpoints.radius(slot, radius), filt)
             vectors = lookup.vectors_of(indices)

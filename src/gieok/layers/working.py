@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,14 @@ class Slot:
     @property
     def context_hash(self) -> str:
         return hashlib.sha256(self.context.encode("utf-8")).hexdigest()[:16]
+
+    def affinity(self, vector: np.ndarray | None) -> float | None:
+        """The cosine of this slot's embedding with `vector` (both normalised); None without either,
+        or when they are of different dimensions — a slot kept from before `gieok reindex` changed
+        the model: it is then matched as a slot without an embedding is, by its words."""
+        if self.embedding is None or vector is None or self.embedding.shape != vector.shape:
+            return None
+        return float(np.dot(self.embedding, vector))
 
     def as_row(self) -> SlotRow:
         return SlotRow(scope_key=self.scope_key, slot_id=self.slot_id, context=self.context, content=self.content,
@@ -135,6 +143,15 @@ class WorkingMemory:
         slot.tokens = frozenset(self.tokenizer.tokens(slot.context))
         return slot
 
+    def take_vectors(self, vectors: Mapping[int, np.ndarray]) -> None:
+        """Blocks given new vectors (`Store.replace_vectors`, here or in another process): the slots
+        fed from them take the new ones, as the store's rows of them did."""
+        with self._lock:
+            for slots in self._slots.values():
+                for slot in slots.values():
+                    if slot.block_index is not None and slot.block_index in vectors:
+                        slot.embedding = np.asarray(vectors[slot.block_index], dtype=np.float32).copy()
+
     def reload(self, scope: Scope) -> None:
         """Read the scope's slots from the store again: another process that shares the store
         ran this conversation since (the chat runtime calls this when it takes a channel over)."""
@@ -156,8 +173,8 @@ class WorkingMemory:
         return tokens
 
     def relevance(self, slot: Slot, context: str = "", context_embedding: np.ndarray | None = None) -> float:
-        if self.relevance_mode == "embedding" and context_embedding is not None and slot.embedding is not None:
-            return max(0.0, float(np.dot(slot.embedding, context_embedding)))
+        if self.relevance_mode == "embedding" and (affinity := slot.affinity(context_embedding)) is not None:
+            return max(0.0, affinity)
         if not context:
             return 0.0
         return jaccard(slot.tokens, self._tokens_of(context))
@@ -247,10 +264,8 @@ class WorkingMemory:
         with self._lock:
             query_tokens = frozenset(self.tokenizer.tokens(query))
             for slot in self.slots(scope):
-                if query_embedding is not None and slot.embedding is not None:
-                    score = float(np.dot(slot.embedding, query_embedding))
-                else:
-                    score = jaccard(slot.tokens, query_tokens)
+                affinity = slot.affinity(query_embedding)
+                score = affinity if affinity is not None else jaccard(slot.tokens, query_tokens)
                 if score >= threshold:
                     hits.append((slot, score))
             hits.sort(key=lambda item: -item[1])

@@ -82,7 +82,8 @@ class Memory:
         try:
             self._embedder_spec = resolve_spec(self.store, self.settings, embedder, self.location)
             self.indexes = MemoryIndexes(self.store, s, self.tokenizer, self._embedder_spec,
-                                         sidecar_path(self.path), weakly(self._drop_cached_answers))
+                                         sidecar_path(self.path), weakly(self._drop_cached_answers),
+                                         weakly(self._vectors_replaced))
             self._init_layers()
         except BaseException:
             self.store.close()
@@ -113,6 +114,11 @@ class Memory:
     def _drop_cached_answers(self) -> None:
         if hasattr(self, "cache"):
             self.cache.clear()
+
+    def _vectors_replaced(self, vectors: dict[int, np.ndarray]) -> None:
+        """Working-memory slots hold copies of their blocks' vectors: they take the new ones."""
+        if hasattr(self, "layers"):
+            self.layers.working.take_vectors(vectors)
 
     def _write_note(self, text: str, scope: Scope, importance: float, metadata: dict[str, Any],
                     vector: np.ndarray | None) -> Block:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..config import Settings
-from ..errors import GieokError
+from ..errors import GieokError, MemoryReembeddedError
 from ..index.bm25 import BM25Index
 from ..index.catalog import Catalog
 from ..index.in_process import InProcessIndex
@@ -28,6 +28,7 @@ from ..index.search_index import DatabaseIndexed, SearchIndex
 from ..index.store_ann import StoreANN
 from ..index.vector import AnnParams, VectorIndex
 from ..retrieval.hybrid import HybridRetriever, RetrievalParams
+from ..retrieval.passages import PASSAGES_KEY
 from ..retrieval.ranker import shipped_ranker
 from ..store.base import BM25Filter, IndexRows, Store, VectorSearchStore
 from ..text.dates import resolve_zone
@@ -47,7 +48,8 @@ class MemoryIndexes:
     (the memory drops its cached answers)."""
 
     def __init__(self, store: Store, settings: Settings, tokenizer: Tokenizer, embedder_spec: str,
-                 sidecar: Path, on_foreign_change: Callable[[], None]) -> None:
+                 sidecar: Path, on_foreign_change: Callable[[], None],
+                 on_vectors_replaced: Callable[[dict[int, np.ndarray]], None] | None = None) -> None:
         refresh_tokens(store, tokenizer)  # stored BM25 tokens made as this tokenizer makes a query's
         self.store = store
         self.settings = settings
@@ -55,6 +57,7 @@ class MemoryIndexes:
         self.embedder_spec = embedder_spec
         self.sidecar = sidecar
         self.on_foreign_change = on_foreign_change
+        self.on_vectors_replaced = on_vectors_replaced  # blocks given new vectors, here or elsewhere
         recorded = store.get_meta("dimension")
         self.dimension: int | None = int(recorded) if recorded else None
         self.catalog = Catalog()
@@ -68,6 +71,7 @@ class MemoryIndexes:
                               if settings.pg_index == "database" and isinstance(store, DatabaseIndexed) else None)
         self.change_token = store.change_token()
         self.vector_change = 0  # the store's last vector replacement these vectors hold (`replaced_vectors`)
+        self.embedding_record: tuple[str | None, ...] = ()  # `load` reads it
         if self.database is not None:
             self.search_index = self.database
         if self.dimension is not None:
@@ -94,8 +98,13 @@ class MemoryIndexes:
                                ranker=shipped_ranker() if self.settings.ranker == "learned" else None,
                                zone=resolve_zone(self.settings.timezone))
 
+    def _embedding_record(self) -> tuple[str | None, ...]:
+        """What made the stored vectors, as the store records it (`gieok reindex` changes it)."""
+        return tuple(self.store.get_meta(key) for key in ("embedder", "dimension", PASSAGES_KEY))
+
     def load(self) -> None:
         assert self.dimension is not None
+        self.embedding_record = self._embedding_record()
         if self.database is not None:
             self.retriever = self._retriever(self.database)
             return
@@ -114,7 +123,7 @@ class MemoryIndexes:
         # Without one, only the last replacement's id is wanted (no change comes after `_NONE_BEFORE`).
         self.vector_change, replaced = self.store.replaced_vectors(
             saved if saved is not None else _NONE_BEFORE, self.dimension)
-        self._take_vectors(replaced)
+        self._take_vectors(replaced, tell=False)  # what else holds copies reads them from the store now
         dead = np.flatnonzero(~self.catalog.alive()).tolist()
         if dead:  # a saved graph may predate a forget made elsewhere: erase again, it is cheap
             self.vectors.zero_rows(dead)
@@ -145,6 +154,8 @@ class MemoryIndexes:
         if self.vectors is None or not self.vectors.keeps_graph:
             return
         try:
+            if self._embedding_record() != self.embedding_record:
+                return  # re-embedded elsewhere (`gieok reindex`, which removed the old graph): nothing of ours fits
             self._take_erasures_made_elsewhere()
             for _ in range(3):
                 self.vectors.save(self.sidecar, self.embedder_spec, self.catalog.last_block_index, self.vector_change)
@@ -173,13 +184,15 @@ class MemoryIndexes:
         self.vector_change, replaced = self.store.replaced_vectors(self.vector_change, self.dimension)
         return self._take_vectors(replaced)
 
-    def _take_vectors(self, replaced: dict[int, np.ndarray]) -> bool:
+    def _take_vectors(self, replaced: dict[int, np.ndarray], *, tell: bool = True) -> bool:
         assert self.vectors is not None
         alive = self.catalog.alive()
         rows = [(row, vector) for index, vector in replaced.items()
                 if (row := self.catalog.row_of(index)) is not None and alive[row]]
         if rows:
             self.vectors.replace_rows([row for row, _ in rows], np.stack([vector for _, vector in rows]))
+        if replaced and tell and self.on_vectors_replaced is not None:
+            self.on_vectors_replaced(replaced)
         return bool(rows)
 
     # -- following commits -------------------------------------------------------------------
@@ -199,6 +212,10 @@ class MemoryIndexes:
         token = self.store.change_token()
         if token == self.change_token:
             return
+        if self._embedding_record() != self.embedding_record:  # before the token moves: raised at every use
+            raise MemoryReembeddedError(
+                f"{self.store.get_meta('embedder')} vectors (`gieok reindex`) replaced the "
+                f"{self.embedding_record[0]} ones this process loaded: open the memory again")
         self.change_token = token
         self.on_foreign_change()  # another process wrote: nothing cached may be trusted
         if self.database is not None:
@@ -269,6 +286,8 @@ class MemoryIndexes:
 
     def replace_vectors(self, block_indices: Sequence[int], vectors: np.ndarray) -> None:
         """Blocks this process just gave new vectors (`Store.replace_vectors`)."""
+        if self.on_vectors_replaced is not None and len(block_indices):
+            self.on_vectors_replaced({int(i): vector for i, vector in zip(block_indices, vectors)})
         if self.database is not None:
             self.database.changed()
             return

@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
+from ..errors import MemoryReembeddedError
 from .access import Access, Credentials
 from .auth import Principal
 from .state import ServerState
@@ -97,5 +98,11 @@ async def tenant(request: Request, who: Caller) -> AsyncIterator[Tenant]:
         opened = await run_in_threadpool(access.open_tenant, who)
     try:
         yield opened
+    except MemoryReembeddedError:  # `gieok reindex` ran beside the server: the next request opens it again
+        access.tenants.retire(opened)
+        raise
     finally:
-        access.release(opened)
+        if opened.retired:  # the last request closes its memory: I/O, so not on the event loop
+            await run_in_threadpool(access.release, opened)
+        else:
+            access.release(opened)

@@ -27,7 +27,7 @@ from ..chat.agent.gather import ContextGatherer
 from ..chat.agent.pipeline import ConversationPipeline
 from ..chat.conversation.memory import ConversationMemory
 from ..config.settings import is_database_url
-from ..errors import StoreError
+from ..errors import MemoryReembeddedError, StoreError
 from ..memory import EventListener, Memory
 from ..store.urls import display_url, tenant_schema, with_schema
 from ..types import DEFAULT_TENANT
@@ -66,6 +66,7 @@ class Tenant:
     memory: Memory
     owned: bool = True  # False: attached by the caller (the bot's memory), never closed here
     users: int = 0
+    retired: bool = False  # its memory was re-embedded elsewhere: closed when its last request is done
     _conversation: ConversationMemory | None = field(default=None, repr=False)
     _gatherer: ContextGatherer | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -139,6 +140,9 @@ class TenantRegistry:
         tenant = self.acquire(name)
         try:
             yield tenant
+        except MemoryReembeddedError:
+            self.retire(tenant)
+            raise
         finally:
             self.release(tenant)
 
@@ -158,6 +162,18 @@ class TenantRegistry:
     def release(self, tenant: Tenant) -> None:
         with self._lock:
             tenant.users -= 1
+            close = tenant.retired and tenant.owned and tenant.users == 0
+        if close:
+            tenant.memory.close()
+
+    def retire(self, tenant: Tenant) -> None:
+        """A tenant whose memory another process re-embedded (`gieok reindex` while serving:
+        `MemoryReembeddedError`): out of the open ones, so the next request opens the memory again
+        with what it holds now; this one is closed when its last request is done."""
+        with self._lock:
+            if self._open.get(tenant.name) is tenant:
+                del self._open[tenant.name]
+            tenant.retired = True
 
     def acquire(self, name: str) -> Tenant:
         """The tenant's memory, opened if need be (seconds for a large one), held until `release`."""

@@ -13,9 +13,9 @@ from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
-from .sql import SqlSession
+from .sql import SqlSession, SqlWriter
 
-__all__ = ["SlotRow", "CheckpointRow", "STMEntry", "LayerStore", "LayerTables"]
+__all__ = ["SlotRow", "CheckpointRow", "STMEntry", "LayerStore", "LayerTables", "slots_follow_vectors"]
 
 
 class SlotRow(TypedDict):
@@ -209,3 +209,23 @@ class LayerTables:
 
     def stm_count(self) -> int:
         return int(self.db.fetch("SELECT count(*) FROM stm_entries")[0][0])
+
+
+def slots_follow_vectors(tx: SqlWriter, block_indices: Sequence[int], vectors: np.ndarray, *,
+                         every: bool = False) -> None:
+    """A working-memory slot keeps a copy of its block's vector (`embedding`): blocks given new
+    vectors — a turn embedded again without an erased neighbour's words, or every block by `gieok
+    reindex` (`every`) — give their slots the new ones in the same transaction (`tx`, the store's).
+    With `every`, a slot whose block got none (another embedder's copy, of another dimension) keeps
+    no copy: it is matched by its words until it is fed again."""
+    held = {int(row[0]) for row in tx.execute("SELECT block_index FROM wm_slots WHERE block_index IS NOT NULL")
+            .fetchall()}
+    new = [(np.asarray(vector, dtype="<f4").tobytes(), int(index))
+           for index, vector in zip(block_indices, vectors) if int(index) in held]
+    if new:
+        tx.executemany("UPDATE wm_slots SET embedding = ? WHERE block_index = ?", new)
+    if every:
+        tx.execute("UPDATE wm_slots SET embedding = NULL WHERE block_index IS NULL")
+        given = {index for _, index in new}
+        tx.executemany("UPDATE wm_slots SET embedding = NULL WHERE block_index = ?",
+                       [(index,) for index in sorted(held - given)])

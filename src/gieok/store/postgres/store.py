@@ -35,7 +35,7 @@ from ..base import TOKENIZER_KEY, AppendHook, BM25Filter, IndexRows, NewBlock, V
 from ..conversation import ConversationStore, ConversationTables
 from ..idempotency import IdempotencyStore, IdempotencyTable
 from ..keys import KeyStore, KeyTable
-from ..layer_tables import LayerStore, LayerTables
+from ..layer_tables import LayerStore, LayerTables, slots_follow_vectors
 from ..leases import LeaseStore, LeaseTable
 from ..linking import link_blocks
 from ..relay import EventRelayStore, EventRelayTable
@@ -345,6 +345,7 @@ class PostgresStore:
             tx.executemany("UPDATE embeddings SET vector = ? WHERE block_index = ?",
                            [(np.asarray(v, dtype=np.float32), int(i)) for i, v in zip(block_indices, vectors)])
             tx.executemany("INSERT INTO vector_changes(block_index) VALUES (?)", [(int(i),) for i in block_indices])
+            slots_follow_vectors(tx, block_indices, vectors)
 
     def replaced_vectors(self, after: int, dimension: int) -> tuple[int, dict[int, np.ndarray]]:
         with self.db.connection() as conn, conn.cursor(binary=True) as cursor:
@@ -377,6 +378,7 @@ class PostgresStore:
                 tx.execute(hnsw_index_sql("embeddings_hnsw", "embeddings", *self._hnsw))
             tx.executemany("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
                            "SET value = excluded.value", list(meta.items()))
+            slots_follow_vectors(tx, block_indices, vectors, every=True)
             tx.execute("UPDATE changes SET counter = counter + 1")
 
     # -- reads ------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from ...chain import GENESIS
 from ...errors import (
     CorruptDatabaseError,
     DatabaseUnwritableError,
+    MemoryReembeddedError,
     SchemaTooNewError,
     StoreError,
 )
@@ -35,7 +36,7 @@ from ..conversation import ConversationStore, ConversationTables
 from ..full import is_storage_full, storage_full_error
 from ..idempotency import IdempotencyStore, IdempotencyTable
 from ..keys import KeyStore, KeyTable
-from ..layer_tables import LayerStore, LayerTables
+from ..layer_tables import LayerStore, LayerTables, slots_follow_vectors
 from ..leases import LeaseStore, LeaseTable
 from ..linking import link_blocks
 from ..relay import EventRelayStore, EventRelayTable
@@ -232,6 +233,7 @@ class SQLiteStore:
         if len(blocks) != len(vectors):
             raise StoreError("append: one vector per block is required")
         with self.transaction() as conn:
+            _check_dimension(conn, vectors)
             last = conn.execute("SELECT block_index, hash FROM blocks ORDER BY block_index DESC LIMIT 1").fetchone()
             index, prev_hash = (last[0], last[1]) if last else (0, GENESIS)
 
@@ -251,6 +253,7 @@ class SQLiteStore:
     def append_exact(self, blocks: Sequence[Block], tokens: Sequence[list[str]], vectors: np.ndarray) -> None:
         """Insert blocks that already carry index and hash (import of a full chain)."""
         with self.transaction() as conn:
+            _check_dimension(conn, vectors)
             last = conn.execute("SELECT block_index, hash FROM blocks ORDER BY block_index DESC LIMIT 1").fetchone()
             index, prev_hash = (last[0], last[1]) if last else (0, GENESIS)
             block_rows, vector_rows, fts_rows = [], [], []
@@ -317,14 +320,17 @@ class SQLiteStore:
                 "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 list(meta.items()),
             )
+            slots_follow_vectors(conn, block_indices, vectors, every=True)
             conn.execute(_CHANGED)
 
     def replace_vectors(self, block_indices: Sequence[int], vectors: np.ndarray) -> None:
         with self.transaction() as conn:
+            _check_dimension(conn, vectors)
             conn.execute(_CHANGED)
             conn.executemany("UPDATE embeddings SET vector = ? WHERE block_index = ?",
                              [(np.asarray(v, dtype="<f4").tobytes(), int(i)) for i, v in zip(block_indices, vectors)])
             conn.executemany("INSERT INTO vector_changes(block_index) VALUES (?)", [(int(i),) for i in block_indices])
+            slots_follow_vectors(conn, block_indices, vectors)
 
     def replaced_vectors(self, after: int, dimension: int) -> tuple[int, dict[int, np.ndarray]]:
         with self._lock:
@@ -496,6 +502,20 @@ class SQLiteStore:
 
     def verify(self) -> VerifyReport:
         return verify_chain(self.iter_blocks(batch=2000))
+
+
+def _check_dimension(conn: sqlite3.Connection, vectors: np.ndarray) -> None:
+    """Inside a write's transaction: its vectors are of the dimension the file records. A process
+    that opened the memory before another re-embedded it with another model (`gieok reindex`) would
+    otherwise store vectors the file can no longer be opened with. (PostgreSQL's typed column refuses them.)"""
+    shape = np.shape(vectors)
+    if len(shape) != 2 or shape[0] == 0:
+        return
+    recorded = conn.execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
+    if recorded is not None and int(recorded[0]) != shape[1]:
+        raise MemoryReembeddedError(
+            f"this memory now holds {recorded[0]}-d vectors — it was re-embedded (gieok reindex) after this "
+            f"process opened it — and these are {shape[1]}-d; nothing was written: open the memory again")
 
 
 def _vector(blob: bytes, dimension: int, block_index: int) -> np.ndarray:
