@@ -82,8 +82,7 @@ class Memory:
         try:
             self._embedder_spec = resolve_spec(self.store, self.settings, embedder, self.location)
             self.indexes = MemoryIndexes(self.store, s, self.tokenizer, self._embedder_spec,
-                                         sidecar_path(self.path), weakly(self._drop_cached_answers),
-                                         weakly(self._vectors_replaced))
+                                         sidecar_path(self.path), weakly(self._drop_cached_answers))
             self._init_layers()
         except BaseException:
             self.store.close()
@@ -91,10 +90,10 @@ class Memory:
 
     def _init_layers(self) -> None:
         # The parts call back through `weakly`: a closed memory is freed at once (gieok/callbacks.py)
-        self.layers = LayerStack(self.store, self.settings, self.tokenizer, self.indexes,
-                                 weakly(self._write_note), self.events.emit, self._lock)
-        stack = self.layers  # the parts, by the names callers have always used
-        self.working, self.stm, self.hybrid = stack.working, stack.stm, stack.hybrid
+        self.layers = stack = LayerStack(self.store, self.settings, self.tokenizer, self.indexes,
+                                         weakly(self._write_note), self.events.emit, self._lock)
+        self.indexes.on_vectors_replaced = weakly(stack.working.take_vectors)  # slots keep copies of vectors
+        self.working, self.stm, self.hybrid = stack.working, stack.stm, stack.hybrid  # parts, by their old names
         self.checkpoints, self.localized, self.cache, self.coordinator = (stack.checkpoints, stack.localized,
                                                                           stack.cache, stack.coordinator)
         self._search = SearchPath(self.store, self.indexes, self.coordinator, self._lock, weakly(self._embed_query))
@@ -114,11 +113,6 @@ class Memory:
     def _drop_cached_answers(self) -> None:
         if hasattr(self, "cache"):
             self.cache.clear()
-
-    def _vectors_replaced(self, vectors: dict[int, np.ndarray]) -> None:
-        """Working-memory slots hold copies of their blocks' vectors: they take the new ones."""
-        if hasattr(self, "layers"):
-            self.layers.working.take_vectors(vectors)
 
     def _write_note(self, text: str, scope: Scope, importance: float, metadata: dict[str, Any],
                     vector: np.ndarray | None) -> Block:
