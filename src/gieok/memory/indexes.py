@@ -42,14 +42,14 @@ log = logging.getLogger("gieok.index")
 
 _NONE_BEFORE = 2**62  # a change id after every real one
 
+
 class MemoryIndexes:
     """Catalog, vectors, BM25 and retriever of one store. Not thread-safe by itself: the memory
     calls it under its lock. `on_foreign_change` runs when another process's commit is noticed
     (the memory drops its cached answers)."""
 
     def __init__(self, store: Store, settings: Settings, tokenizer: Tokenizer, embedder_spec: str,
-                 sidecar: Path, on_foreign_change: Callable[[], None],
-                 on_vectors_replaced: Callable[[dict[int, np.ndarray]], None] | None = None) -> None:
+                 sidecar: Path, on_foreign_change: Callable[[], None]) -> None:
         refresh_tokens(store, tokenizer)  # stored BM25 tokens made as this tokenizer makes a query's
         self.store = store
         self.settings = settings
@@ -57,7 +57,8 @@ class MemoryIndexes:
         self.embedder_spec = embedder_spec
         self.sidecar = sidecar
         self.on_foreign_change = on_foreign_change
-        self.on_vectors_replaced = on_vectors_replaced  # blocks given new vectors, here or elsewhere
+        # Blocks given new vectors, here or elsewhere: whatever keeps copies of them (working memory) takes them
+        self.on_vectors_replaced: Callable[[dict[int, np.ndarray]], None] | None = None
         recorded = store.get_meta("dimension")
         self.dimension: int | None = int(recorded) if recorded else None
         self.catalog = Catalog()
