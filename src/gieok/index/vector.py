@@ -226,9 +226,9 @@ class VectorIndex:
         as they were built (a node cannot move; the new vector lies near the old one), and the graph
         saved next holds only the new vectors. One the store keeps follows the store.
 
-        It used to drop the graph, to be built again at the next search (seconds at 100k blocks);
-        and a process that closed before searching left the graph saved earlier on disk, the erased
-        neighbour's vector and the old ones in it."""
+        It used to drop the graph, built again, whole, by the next add (23 s at 50k blocks:
+        `python -m benchmarks.erasure_graph`); and a process that stopped before that add left the
+        graph saved earlier on disk, the erased neighbour's vector and the old ones in it."""
         with self._lock:
             if rows:
                 vectors = np.asarray(vectors, dtype=np.float32)
