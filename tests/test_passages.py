@@ -174,3 +174,40 @@ def test_the_passage_recipe_is_recorded_and_reindex_brings_vectors_up_to_the_set
     with Memory(db, embed_context_words=12) as reindexed:
         stats = reindexed.stats()
         assert stats.passages == stats.passages_configured
+
+
+@pytest.mark.parametrize("ahead", [True, False], ids=["embedded ahead", "embedded by add"])
+def test_a_turn_whose_passage_was_made_before_the_turn_before_it_was_erased_is_embedded_again(
+        tmp_path: Path, ahead: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn's passage holds the turn before it. Made, then that turn erased, then the turn
+    stored: the erasure's refresh looked for the turns after the erased one before this one was
+    there, so the write itself embeds it again — its vector is the one without the erased words.
+    Either way the passage is made ahead: by a caller (`passage_texts`, as the conversation
+    pipeline does) or inside `add`, with the erasure landing while it embeds."""
+    path = tmp_path / "m.db"
+    with Memory(path) as memory:
+        first = memory.add("민지: 내 전화번호는 010-1234-5678이야", scope={"channel": "c"}, event_time=T0)
+        item = {"text": "지훈: 알겠어 저장해둘게", "scope": {"channel": "c"}, "event_time": T0 + 60}
+        [made] = memory.passage_texts([item])
+        assert "010-1234-5678" in made
+        if ahead:
+            vector = memory.embedder.embed_passages([made])
+            memory.forget_with_neighbours([first.block_index])
+            [second] = memory.add_many([item], vectors=vector)
+        else:
+            embed = memory._writes.embed_passages
+
+            def erase_while_embedding(texts):  # the erasure lands between the passage and the commit
+                vectors = embed(texts)
+                if any("010-1234-5678" in text for text in texts):
+                    memory.forget_with_neighbours([first.block_index])
+                return vectors
+
+            monkeypatch.setattr(memory._writes, "embed_passages", erase_while_embedding)
+            second = memory.add(item["text"], scope=item["scope"], event_time=item["event_time"])
+            monkeypatch.undo()
+            assert memory.get(first.block_index).forgotten
+        [clean] = memory.passage_texts([{**item, "scope": {"channel": "empty"}}])  # the turn alone: nothing before it
+        assert clean == item["text"]
+        stored = memory.vectors_of([second.block_index])[0]
+        np.testing.assert_allclose(stored, memory.embedder.embed_passages([clean])[0], atol=1e-5)

@@ -92,9 +92,37 @@ class WritePath:
             self.indexes.after_append(written, vectors, [b.tokens for b in blocks])
             self.indexes.noted()
             self.layers.invalidate(b.scope for b in written)
+            erased_before = self._erased_context(written)
         if self.events.active:
             self.events.emit("memory.added", {"blocks": [block_event(b) for b in written]})
+        if erased_before:
+            self.refresh_passages(erased_before)
         return written
+
+    def _erased_context(self, written: list[Block]) -> list[Block]:
+        """Forgotten turns just before turns this write stored (within `embed_context_turns` in their
+        channel). A turn's passage is made before it is stored — by this write, or by a caller that
+        embeds ahead (`passage_texts`) — and an erasure may come in between: its passage then held the
+        erased words, and the erasure's own refresh (`refresh_passages`), which looked for the turns
+        after the erased one right after the forget, did not see this one yet. Only the first turns
+        of each channel in a write can have a stored turn in their context."""
+        turns = self.settings.embed_context_turns
+        if turns <= 0:
+            return []
+        firsts: dict[str, list[Block]] = {}
+        for block in written:
+            if block.kind == "turn" and block.conv_pos is not None and block.scope.channel is not None:
+                first = firsts.setdefault(block.scope.channel, [])
+                if len(first) < turns:
+                    first.append(block)
+        mine = [block for first in firsts.values() for block in first]
+        if not mine:
+            return []
+        near = {i for block in mine for i, _ in self.indexes.neighbours_of(block.block_index, turns)}
+        positions = {(block.scope.channel, block.conv_pos) for block in mine}
+        return [b for b in self.store.get_many(sorted(near)).values()
+                if b.forgotten and b.kind == "turn" and b.conv_pos is not None
+                and any((b.scope.channel, b.conv_pos + step) in positions for step in range(1, turns + 1))]
 
     def write_chunked(self, prepared: list[NewBlock], vectors: np.ndarray | None,
                       progress: Progress | None, *, within: AppendHook | None = None) -> list[Block]:
