@@ -211,3 +211,22 @@ def test_a_turn_whose_passage_was_made_before_the_turn_before_it_was_erased_is_e
         assert clean == item["text"]
         stored = memory.vectors_of([second.block_index])[0]
         np.testing.assert_allclose(stored, memory.embedder.embed_passages([clean])[0], atol=1e-5)
+
+
+def test_a_turn_after_an_erased_one_it_never_held_is_not_embedded_again(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write's look back costs an embedding only where the erased turn could have been in the
+    passage: not when it came longer before than `embed_context_gap_seconds`."""
+    with Memory(tmp_path / "m.db") as memory:
+        first = memory.add("민지: 내 전화번호는 010-1234-5678이야", scope={"channel": "c"}, event_time=T0)
+        memory.forget_with_neighbours([first.block_index])
+        refreshed: list[list[int]] = []
+        monkeypatch.setattr(memory._writes, "refresh_passages",
+                            lambda erased: refreshed.append([b.block_index for b in erased]) or [])
+        memory.add("지훈: 두 시간 뒤의 이야기", scope={"channel": "c"}, event_time=T0 + 7200)
+        assert refreshed == []
+        later = memory.add("민지: 또 하나", scope={"channel": "d"}, event_time=T0)
+        memory.forget_with_neighbours([later.block_index])
+        assert refreshed == [[later.block_index]]  # the erasure's own (no turn after it yet)
+        memory.add("지훈: 바로 다음", scope={"channel": "d"}, event_time=T0 + 30)
+        assert refreshed == [[later.block_index]] * 2  # within the gap: the write looks again

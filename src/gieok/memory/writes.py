@@ -119,10 +119,15 @@ class WritePath:
         if not mine:
             return []
         near = {i for block in mine for i, _ in self.indexes.neighbours_of(block.block_index, turns)}
-        positions = {(block.scope.channel, block.conv_pos) for block in mine}
+        when = {(block.scope.channel, block.conv_pos): block.event_time for block in mine}
+        gap = self.settings.embed_context_gap_seconds  # a turn further back was never in the passage
+
+        def was_context(b: Block) -> bool:
+            return any(abs(when.get((b.scope.channel, (b.conv_pos or 0) + step), float("inf")) - b.event_time) <= gap
+                       for step in range(1, turns + 1))
+
         return [b for b in self.store.get_many(sorted(near)).values()
-                if b.forgotten and b.kind == "turn" and b.conv_pos is not None
-                and any((b.scope.channel, b.conv_pos + step) in positions for step in range(1, turns + 1))]
+                if b.forgotten and b.kind == "turn" and b.conv_pos is not None and was_context(b)]
 
     def write_chunked(self, prepared: list[NewBlock], vectors: np.ndarray | None,
                       progress: Progress | None, *, within: AppendHook | None = None) -> list[Block]:
