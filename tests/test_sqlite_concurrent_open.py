@@ -71,3 +71,21 @@ def test_an_empty_database_file_is_initialised_not_refused(tmp_path: Path, journ
         assert store.schema_version() == SCHEMA_VERSION
     finally:
         store.close()
+
+
+def test_a_file_another_process_keeps_locked_is_unavailable_not_corrupt(tmp_path: Path) -> None:
+    """Held past the busy timeout, a lock is a reason to try again later (503 over HTTP), not a
+    damaged file; and the file is as it was."""
+    from gieok.errors import DatabaseUnavailableError
+
+    path = tmp_path / "busy.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE blocks (x)")
+    holder.execute("PRAGMA user_version = 1")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(DatabaseUnavailableError, match="locked"):
+            SQLiteStore(path, busy_timeout_ms=300)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()

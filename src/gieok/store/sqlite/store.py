@@ -25,6 +25,7 @@ import numpy as np
 from ...chain import GENESIS
 from ...errors import (
     CorruptDatabaseError,
+    DatabaseUnavailableError,
     DatabaseUnwritableError,
     MemoryReembeddedError,
     SchemaTooNewError,
@@ -125,30 +126,28 @@ class SQLiteStore:
             conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=busy_timeout_ms / 1000)
         except sqlite3.Error as exc:
             raise DatabaseUnwritableError(f"cannot open {path}: {exc}") from None
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if existed:
-                # Check before changing anything: a foreign file must be left exactly as it was.
-                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-                # No tables at all is an empty database, not a foreign one: most often one that another
-                # process (a second worker opening the same new tenant) has created and not yet committed
-                # its schema to. It is initialised like a new file; `_migrate` waits for the other's.
-                existed = bool(tables) or version != 0
-                if existed and (version == 0 or "blocks" not in tables):
-                    raise CorruptDatabaseError(f"{path} is a SQLite file but not a gieok database")
-            conn.execute("PRAGMA foreign_keys = ON")
-            conn.execute("PRAGMA secure_delete = ON")  # forgotten text is overwritten on disk, not just unlinked
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            conn.execute("PRAGMA synchronous = NORMAL")
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            if "readonly" in str(exc) or "unable to open" in str(exc):
-                raise DatabaseUnwritableError(f"cannot write {path}: {exc}") from None
-            raise CorruptDatabaseError(f"{path} is not a usable gieok database: {exc}") from None
-        except CorruptDatabaseError:
-            conn.close()
-            raise
+        deadline = time.monotonic() + busy_timeout_ms / 1000
+        while True:
+            try:
+                version, existed, mode = self._prepare(conn, path, existed, busy_timeout_ms)
+                break
+            except sqlite3.OperationalError as exc:
+                # Switching a new file to WAL takes a lock that waits for no busy handler: another
+                # process opening the same new file at this moment (`--workers N`) makes it "locked".
+                if "locked" in str(exc) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    continue
+                conn.close()
+                if "locked" in str(exc):
+                    raise DatabaseUnavailableError(f"{path} stayed locked by another process for "
+                                                   f"{busy_timeout_ms / 1000:g} s: {exc}") from None
+                raise _opening_error(exc, path) from None
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                raise _opening_error(exc, path) from None
+            except CorruptDatabaseError:
+                conn.close()
+                raise
         if mode.lower() != "wal" and existed:
             conn.close()
             raise DatabaseUnwritableError(f"cannot enable WAL on {path} (is the file or its folder read-only?)")
@@ -167,6 +166,31 @@ class SQLiteStore:
                 raise storage_full_error(exc, path) from None
             raise CorruptDatabaseError(f"cannot initialise {path}: {exc}") from None
         return conn
+
+    @staticmethod
+    def _prepare(conn: sqlite3.Connection, path: Path, existed: bool, busy_timeout_ms: int) -> tuple[int, bool, str]:
+        """The connection's settings and the file's schema version: (version, whether it holds a
+        schema, the journal mode). Changes nothing in a file that is not a gieok database."""
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        conn.execute("BEGIN")  # the version and the tables from one snapshot: another opener may be creating them
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            conn.execute("COMMIT")
+        if existed:
+            # Check before changing anything: a foreign file must be left exactly as it was.
+            # No tables at all is an empty database, not a foreign one: most often one that another
+            # process (a second worker opening the same new tenant) has created and not yet committed
+            # its schema to. It is initialised like a new file; `_migrate` waits for the other's.
+            existed = bool(tables) or version != 0
+            if existed and (version == 0 or "blocks" not in tables):
+                raise CorruptDatabaseError(f"{path} is a SQLite file but not a gieok database")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA secure_delete = ON")  # forgotten text is overwritten on disk, not just unlinked
+        mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        conn.execute("PRAGMA synchronous = NORMAL")
+        return int(version), existed, mode
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection, version: int) -> None:
@@ -534,6 +558,12 @@ def _block_params(block: Block) -> tuple:
         json.dumps(block.metadata, ensure_ascii=False), block.conv_pos, block.content_digest, block.prev_hash,
         block.hash, None,
     )
+
+
+def _opening_error(exc: sqlite3.DatabaseError, path: Path) -> Exception:
+    if "readonly" in str(exc) or "unable to open" in str(exc):
+        return DatabaseUnwritableError(f"cannot write {path}: {exc}")
+    return CorruptDatabaseError(f"{path} is not a usable gieok database: {exc}")
 
 
 def _translate(exc: sqlite3.DatabaseError, path: str) -> Exception:
