@@ -223,12 +223,7 @@ class MemoryIndexes:
             self.database.changed()
             return
         self.catch_up()
-        self._take_replaced_vectors()  # turns embedded again elsewhere without an erased neighbour
-        forgotten = self.store.forgotten_indices()
-        alive = self.catalog.alive()
-        dead_now = [i for i in forgotten if (r := self.catalog.row_of(i)) is not None and alive[r]]
-        if dead_now:
-            self._erase_rows(dead_now)
+        self._take_erasures_made_elsewhere()
 
     def noted(self) -> None:
         """This process just committed: its change is already in the indexes."""
