@@ -104,6 +104,14 @@ def _missing_index(rows: Sequence[Sequence[Any]]) -> bool:
     return bool(rows) and int(rows[0][0]) > 0 and rows[0][1] is None
 
 
+def _vector(value: Any, dimension: int, block_index: int) -> np.ndarray:
+    """A pgvector value as read (numpy already, or a `Vector`), checked against the index's dimension."""
+    vector = np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
+    if vector.shape[0] != dimension:
+        raise CorruptDatabaseError(
+            f"block {block_index} has a {vector.shape[0]}-d vector; the index expects {dimension}")
+    return vector
+
 class PostgresStore:
     """A `Store` in one schema (`?schema=name` in the URL, default `gieok`) of a PostgreSQL
     database with pgvector. See the module docstring for how several processes share it."""
@@ -355,14 +363,7 @@ class PostgresStore:
                 "SELECT e.block_index, e.vector FROM embeddings e WHERE e.block_index IN "
                 "(SELECT block_index FROM vector_changes WHERE change_id > %s AND change_id <= %s)", (after, last),
             ).fetchall()
-        found: dict[int, np.ndarray] = {}
-        for index, vector in rows:
-            vector = np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector, dtype=np.float32)
-            if vector.shape[0] != dimension:
-                raise CorruptDatabaseError(
-                    f"block {index} has a {vector.shape[0]}-d vector; the index expects {dimension}")
-            found[int(index)] = vector
-        return last, found
+        return last, {int(index): _vector(vector, dimension, index) for index, vector in rows}
 
     def reembed(self, block_indices: Sequence[int], vectors: np.ndarray, meta: dict[str, str]) -> None:
         """Swap every vector and the recorded embedder in one transaction (reindex); the HNSW index
@@ -451,13 +452,8 @@ class PostgresStore:
         n = len(rows)
         vectors = np.zeros((n, dimension), dtype=np.float32)
         for i, row in enumerate(rows):
-            vec = row[9]
-            if vec is not None:
-                vec = np.asarray(vec.to_numpy() if hasattr(vec, "to_numpy") else vec, dtype=np.float32)
-                if vec.shape[0] != dimension:
-                    raise CorruptDatabaseError(
-                        f"block {row[0]} has a {vec.shape[0]}-d vector; the index expects {dimension}")
-                vectors[i] = vec
+            if row[9] is not None:
+                vectors[i] = _vector(row[9], dimension, row[0])
         return IndexRows(
             block_index=np.fromiter((r[0] for r in rows), dtype=np.int64, count=n),
             kind=[r[1] for r in rows], guild=[r[2] for r in rows], channel=[r[3] for r in rows],
