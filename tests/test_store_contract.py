@@ -451,6 +451,33 @@ def test_l1_messages_append_trim_and_track_their_blocks(store: Store) -> None:
     assert tables.l1_recent(key, 10)[0].as_dict()["conversation"] == {"guild": "g", "channel": "c", "user": None}
 
 
+def test_summary_change_reads_and_writes_in_turn_across_connections(backend: Backend) -> None:
+    """A summary is changed as stored, one writer at a time: processes sharing a database never
+    write back a copy read before another's change (that undid an erasure)."""
+    first, second = backend.open(), backend.open()
+    key = scope_key(Scope("g", "c"))
+    assert first.conversation.summary_change(key, lambda data: None, T0) is None
+    assert first.conversation.summary_keys() == [] and first.conversation.summary_load(key) is None
+
+    def count(data: dict[str, Any] | None) -> dict[str, Any]:
+        return {"n": (data or {"n": 0})["n"] + 1}
+
+    def writer(store: Store) -> None:
+        for _ in range(6):
+            store.conversation.summary_change(key, count, T0)
+
+    threads = [threading.Thread(target=writer, args=(store,)) for store in (first, second) * 3]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert second.conversation.summary_load(key) == {"n": 36} == first.conversation.summary_load(key)
+    assert first.conversation.summary_change(key, lambda data: None, T0) == {"n": 36}  # left as it is
+    with pytest.raises(ZeroDivisionError):  # a change that fails writes nothing
+        second.conversation.summary_change(key, lambda data: {"n": 1 // 0}, T0)
+    assert first.conversation.summary_load(key) == {"n": 36} and first.conversation.summary_keys() == [key]
+
+
 def test_summaries_facts_channel_state_and_active_channels(store: Store) -> None:
     tables = store.conversation
     key = scope_key(Scope("g", "c"))

@@ -318,7 +318,8 @@ def test_a_resent_id_with_new_text_is_an_edit_and_delete_erases_a_message(tmp_pa
         # t02 deleted: its fact and its turn go; the id stays taken
         gone = feed.client.delete("/v1/conversations/messages/t02", params=LOUNGE,
                                   headers={"Authorization": f"Bearer {feed.key}"})
-        assert gone.status_code == 200 and gone.json()["erased"] == {"messages": 1, "blocks": 1, "facts": 1}
+        assert gone.status_code == 200 and gone.json()["erased"] == {"messages": 1, "blocks": 1, "facts": 1,
+                                                                   "summary_items": 0}
         again = feed.client.delete("/v1/conversations/messages/t02", params=LOUNGE,
                                    headers={"Authorization": f"Bearer {feed.key}"})
         assert again.status_code == 200 and again.json()["already_deleted"] is True

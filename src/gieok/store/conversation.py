@@ -246,6 +246,9 @@ class ConversationStore(Protocol):
 
     def summary_save(self, scope_key: str, data: dict[str, Any], when: float) -> None: ...
 
+    def summary_change(self, scope_key: str, change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
+                       when: float) -> dict[str, Any] | None: ...
+
     def summary_keys(self) -> list[str]: ...
 
     def fact_insert(self, row: FactRow, *, supersede: int | None = None, when: float | None = None) -> None: ...
@@ -622,6 +625,30 @@ class ConversationTables:
             conn.execute("INSERT INTO summaries(scope_key, data, updated_at) VALUES (?, ?, ?) ON CONFLICT(scope_key) "
                          "DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at",
                          (scope_key, json.dumps(data, ensure_ascii=False), when))
+
+    def summary_change(self, scope_key: str, change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
+                       when: float) -> dict[str, Any] | None:
+        """Read, change and write one conversation's summary in one transaction: `change` gets it as
+        stored (None: none yet) and returns the new one, or None to leave it. Processes sharing the
+        database take turns, so none writes back a copy it read before another's change (a stale
+        copy written back undid an erasure). Returns the summary as stored after."""
+        with self.store.transaction() as conn:
+            # Written first, so the row (or the key of a new one) is this transaction's until it
+            # ends: PostgreSQL makes a second writer's upsert wait here, and its read then sees this
+            # one's commit; SQLite's BEGIN IMMEDIATE already lets one writer in at a time. A row of
+            # JSON `null` stands for none and does not outlive the transaction.
+            conn.execute("INSERT INTO summaries(scope_key, data, updated_at) VALUES (?, 'null', ?) "
+                         "ON CONFLICT(scope_key) DO UPDATE SET updated_at = summaries.updated_at", (scope_key, when))
+            stored = json.loads(conn.execute("SELECT data FROM summaries WHERE scope_key = ?",
+                                             (scope_key,)).fetchone()[0])
+            changed = change(stored)
+            if changed is not None:
+                conn.execute("UPDATE summaries SET data = ?, updated_at = ? WHERE scope_key = ?",
+                             (json.dumps(changed, ensure_ascii=False), when, scope_key))
+                return changed
+            if stored is None:
+                conn.execute("DELETE FROM summaries WHERE scope_key = ?", (scope_key,))
+            return stored
 
     def summary_keys(self) -> list[str]:
         return [r[0] for r in self._rows("SELECT scope_key FROM summaries ORDER BY scope_key")]

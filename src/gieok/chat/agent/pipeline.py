@@ -855,8 +855,14 @@ class ConversationPipeline:
         if extraction.summary_updates:
             before = self.summaries.get(conversation)
             after = self.summaries.update(conversation, extraction.summary_updates,
-                                         users=sorted({r.user_id for r in rows if r.role == "user" and r.user_id}))
-            if after is not before:
+                                          users=sorted({r.user_id for r in rows if r.role == "user" and r.user_id}),
+                                          messages=[r.message_id for r in rows])
+            # Written first, then the batch looked at: a message deleted or edited while the model read
+            # it is either seen here (its items go now) or deleted after this write, and its deletion
+            # drops them (`forget_messages`) — in either order, nothing it said stays in the summary.
+            if self.summaries.forget_messages(conversation, self._withdrawn(rows)):
+                after = self.summaries.get(conversation)
+            if after != before:
                 self._event("summary_updated", {"conversation": conversation.as_dict(),
                                                 "summary": after.as_dict()})
         sourced = [(item, self._source_of(item, refs, rows)) for item in (*extraction.user_facts,
@@ -900,6 +906,10 @@ class ConversationPipeline:
             self._event(f"fact_{outcome.action}", {"fact": text, "block": outcome.fact.block_index if outcome.fact
                                                    else None, "judged_by": outcome.judged_by,
                                                    "source": statement.name if statement else None})
+        if sourced:  # deleted or edited after the look above, and before its statements were written: withdrawn now
+            late = sorted(self._withdrawn(rows) - withdrawn)
+            if late:
+                self._event("fact_withdrawn", {"messages": late, "facts": self.facts.forget_statements(late)})
 
     def _withdrawn(self, rows: Sequence[L1Row]) -> set[int]:
         """Messages of an extraction's batch edited or deleted while the model read them: what it
@@ -1051,8 +1061,9 @@ class ConversationPipeline:
     def _edit_messages(self, conversation: Scope, changed: Sequence[MessageIn], known: dict[str, KnownMessage],
                        flagged: set[str]) -> dict[str, L1Row]:
         """Each edited message takes its new text: its L1 row (while L1 holds it), a new turn block
-        in place of the old one (forgotten: the chain still verifies), and the facts it stated
-        withdrawn (`FactStore.forget_statements`) until the extraction reads it again. Returns
+        in place of the old one (forgotten: the chain still verifies), and the facts it stated and
+        the summary items made from it withdrawn (`FactStore.forget_statements`,
+        `SummaryStore.forget_messages`) until the extraction reads it again. Returns
         each edited message's row as it is now (rebuilt from its old turn when L1 trimmed it)."""
         out: dict[str, L1Row] = {}
         key = scope_key(conversation)
@@ -1067,6 +1078,7 @@ class ConversationPipeline:
                 in_l1 = self.tables.l1_by_external_id(key, message.id)
                 self.tables.l1_edit(seen.message_id, message.text, message.id in flagged)
                 self.facts.forget_statements([seen.message_id])
+                self.summaries.forget_messages(conversation, [seen.message_id])  # what the old text fed it
                 if old is not None and not old.forgotten:
                     self.memory.forget([old.block_index])
                 if in_l1 is not None:
@@ -1104,10 +1116,10 @@ class ConversationPipeline:
     async def delete_message(self, guild: str | None, channel: str, message_id: str) -> dict[str, Any]:
         """Erase one message an agent (or a transport) sent, and what came from it: its L1 row,
         its turn block (content forgotten, the chain still verifies; working memory, STM and cached
-        searches with it), and its statements of facts (a fact only it stated is erased; the fact's
-        history re-forms without it). The id stays taken (a late retry does not bring it back); a
-        second delete answers `already_deleted`. NotFoundError when this conversation never stored
-        that id."""
+        searches with it), its statements of facts (a fact only it stated is erased; the fact's
+        history re-forms without it) and the summary items made from it. The id stays taken (a
+        late retry does not bring it back); a second delete answers `already_deleted`.
+        NotFoundError when this conversation never stored that id."""
         conversation = conversation_of(check_id(guild, "guild", optional=True), str(check_id(channel, "channel")))
         if not isinstance(message_id, str) or not message_id.strip() or len(message_id) > 200:
             raise InvalidInputError("message id must be 1–200 characters")
@@ -1126,15 +1138,20 @@ class ConversationPipeline:
                 where = f"guild {conversation.guild!r}" if conversation.guild else "no guild"
                 raise NotFoundError(f"no message {message_id!r} in channel {conversation.channel!r} ({where})")
             if seen.deleted:  # a retried delete: done already
-                return {**receipt, "already_deleted": True, "erased": {"messages": 0, "blocks": 0, "facts": 0}}
+                return {**receipt, "already_deleted": True,
+                        "erased": {"messages": 0, "blocks": 0, "facts": 0, "summary_items": 0}}
+            # Marked deleted first, then what came from it erased: an extraction reading the message
+            # meanwhile looks again after it writes (`_apply_extraction`), so whichever comes second
+            # erases what the other wrote.
+            self.tables.message_delete(key, message_id, seen.message_id, self.clock())
             facts = self.facts.forget_statements([seen.message_id])
             block = seen.block_index
-            self.tables.message_delete(key, message_id, seen.message_id, self.clock())
             erased = self.memory.forget([block]) if block is not None else []
+            items = self.summaries.forget_messages(conversation, [seen.message_id])
         self._event("message_deleted", {"channel": conversation.channel, "message_id": message_id,
-                                        "blocks": erased, "facts": facts})
+                                        "blocks": erased, "facts": facts, "summary_items": items})
         return {**receipt, "already_deleted": False,
-                "erased": {"messages": 1, "blocks": len(erased), "facts": len(facts)}}
+                "erased": {"messages": 1, "blocks": len(erased), "facts": len(facts), "summary_items": items}}
 
     async def _guard_texts(self, texts: list[str], timings: dict[str, float] | None = None) -> list[GuardVerdict]:
         """The guard on each text: its patterns, and its classifiers when there are any. `timings`:

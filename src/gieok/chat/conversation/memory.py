@@ -75,7 +75,9 @@ class ConversationMemory:
         summary = self.summaries.get(conversation)
         names = self.l1.display_names(conversation)
         global_core = self.summaries.global_core
-        return {**summary.as_dict(), "global_core": list(global_core), "names": names,
+        shown = summary.as_dict()
+        del shown["spans"]  # which stored messages each item came from: the deletion's bookkeeping, not the summary
+        return {**shown, "global_core": list(global_core), "names": names,
                 "markdown": summary.to_markdown(global_core, names)}
 
     def summary_markdown(self, conversation: Scope) -> str:

@@ -9,6 +9,14 @@ the operator (`set_core`) write it. Every change is saved at once, so a crash lo
 
 Each topic, point, topic line and mood keeps the users whose messages it was made from
 (`sources`): erasing a user drops every item made from their messages, and any that names them.
+It keeps the messages too (`spans`: the first and last L1 message of the batches it was made
+from): a message deleted or edited drops every item whose span holds it (what the old text said
+may be in it), and the next extraction writes the summary again from what is left.
+
+The summary is read from the store at every use and changed inside one transaction
+(`ConversationStore.summary_change`), never cached in a process: processes sharing a database
+(`gieok serve --workers N`, bot processes) each change it as it is now — a copy one of them read
+earlier, written back, would undo another's erasure.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -67,6 +75,8 @@ class ChannelSummary:
     updates: int = 0
     # "<field>:<item>" → the users whose messages the item was made from (lineage: erasure reaches it)
     sources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # "<field>:<item>" → (first, last) L1 message id of the batches it was made from (a deletion reaches it)
+    spans: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ChannelSummary:
@@ -78,6 +88,11 @@ class ChannelSummary:
             raw = known["sources"]
             known["sources"] = {str(k): tuple(str(u) for u in v) for k, v in raw.items()
                                 if isinstance(v, list)} if isinstance(raw, Mapping) else {}
+        if "spans" in known:
+            raw = known["spans"]
+            known["spans"] = {str(k): (int(v[0]), int(v[1])) for k, v in raw.items()
+                              if isinstance(v, list) and len(v) == 2 and all(isinstance(i, int) for i in v)
+                              } if isinstance(raw, Mapping) else {}
         return cls(**known)
 
     def as_dict(self) -> dict[str, Any]:
@@ -85,20 +100,30 @@ class ChannelSummary:
         for name in ("participants", "ongoing_topics", "key_points", "core"):
             data[name] = list(data[name])
         data["sources"] = {k: list(v) for k, v in self.sources.items()}
+        data["spans"] = {k: list(v) for k, v in self.spans.items()}
         return data
 
-    def _kept_sources(self, changes: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-        """The sources of the items a change leaves (those of dropped items go)."""
+    def _items_after(self, changes: Mapping[str, Any]) -> set[str]:
+        """The "<field>:<item>" keys of the items a change leaves."""
         after = {"topic": changes.get("topic", self.topic), "mood": changes.get("mood", self.mood)}
         items = {f"{name}:{value}" for name, value in after.items() if value}
         for name in ("ongoing_topics", "key_points"):
             items.update(f"{name}:{item}" for item in changes.get(name, getattr(self, name)))
+        return items
+
+    def _kept_sources(self, changes: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+        """The sources of the items a change leaves (those of dropped items go)."""
+        items = self._items_after(changes)
         return {key: users for key, users in self.sources.items() if key in items}
 
+    def _kept_spans(self, changes: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+        items = self._items_after(changes)
+        return {key: span for key, span in self.spans.items() if key in items}
+
     def merge(self, updates: Mapping[str, Any], *, max_topics: int = 5, max_points: int = 10,
-              users: Sequence[str] = ()) -> ChannelSummary:
-        """Apply `summary_updates`, made from the messages of `users`. Unknown keys (including any
-        attempt at `core`) are ignored."""
+              users: Sequence[str] = (), messages: Sequence[int] = ()) -> ChannelSummary:
+        """Apply `summary_updates`, made from the messages of `users`, whose L1 ids are `messages`.
+        Unknown keys (including any attempt at `core`) are ignored."""
         if not isinstance(updates, Mapping):
             raise InvalidTypeError(f"summary_updates must be an object, not {type(updates).__name__}")
         ignored = sorted(set(updates) - set(UPDATE_KEYS))
@@ -123,14 +148,20 @@ class ChannelSummary:
                 changes[field_name] = tuple(_append_unique(list(getattr(self, field_name)), items, cap))
         if not changes:
             return self
-        sources = self._kept_sources(changes)
-        if users:
-            made = {f"{name}:{changes[name]}" for name in ("topic", "mood") if name in changes}
-            for name in ("ongoing_topics", "key_points"):
-                made.update(f"{name}:{item}" for item in changes.get(name, ()) if item not in getattr(self, name))
-            for key in made:
+        sources, spans = self._kept_sources(changes), self._kept_spans(changes)
+        made = {f"{name}:{changes[name]}" for name in ("topic", "mood") if name in changes}
+        for name in ("ongoing_topics", "key_points"):
+            made.update(f"{name}:{item}" for item in changes.get(name, ()) if item not in getattr(self, name))
+        for key in made:
+            if users:
                 sources[key] = tuple(dict.fromkeys((*sources.get(key, ()), *users)))
-        return replace(self, **changes, updates=self.updates + 1, sources=sources)
+            if messages:
+                # One span per item, widened by each batch that makes it again: a conversation's
+                # batches follow each other, so the span holds only messages one of them held (and
+                # other conversations' ids, which no deletion here names).
+                first, last = spans.get(key, (min(messages), max(messages)))
+                spans[key] = (min(first, *messages), max(last, *messages))
+        return replace(self, **changes, updates=self.updates + 1, sources=sources, spans=spans)
 
     def with_speaker(self, user_id: str) -> ChannelSummary:
         participants = [p for p in self.participants if p != user_id] + [user_id]
@@ -158,9 +189,36 @@ class ChannelSummary:
                 dropped += 1
         if self.last_speaker == user_id:
             changes["last_speaker"] = None
-        changes["sources"] = {k: v for k, v in self._kept_sources(changes).items()}
+        changes["sources"] = self._kept_sources(changes)
+        changes["spans"] = self._kept_spans(changes)
         changed = replace(self, **changes)
         return (self, 0) if changed == self else (changed, dropped)
+
+    def without_messages(self, message_ids: Collection[int]) -> tuple[ChannelSummary, int]:
+        """Messages deleted or edited: every topic, point, topic line or mood made from a batch that
+        held one of them is dropped — and every item whose messages are not known (made before
+        summaries kept them, or by a caller that named none): what the old text said may be in
+        it. The participants and the operator's core stay. Returns the summary and the items dropped."""
+        if not message_ids:
+            return self, 0
+
+        def held(field_name: str, item: str) -> bool:
+            span = self.spans.get(f"{field_name}:{item}")
+            return span is None or any(span[0] <= m <= span[1] for m in message_ids)
+
+        topics = tuple(t for t in self.ongoing_topics if not held("ongoing_topics", t))
+        points = tuple(p for p in self.key_points if not held("key_points", p))
+        dropped = (len(self.ongoing_topics) - len(topics)) + (len(self.key_points) - len(points))
+        changes: dict[str, Any] = {"ongoing_topics": topics, "key_points": points}
+        for name in ("topic", "mood"):
+            if getattr(self, name) and held(name, getattr(self, name)):
+                changes[name] = ""
+                dropped += 1
+        if not dropped:
+            return self, 0
+        changes["sources"] = self._kept_sources(changes)
+        changes["spans"] = self._kept_spans(changes)
+        return replace(self, **changes), dropped
 
     def to_markdown(self, global_core: Sequence[str] = (), names: Mapping[str, str] | None = None) -> str:
         names = names or {}
@@ -197,32 +255,63 @@ class SummaryStore:
     max_points: int = 10
     global_core: tuple[str, ...] = ()
     clock: Callable[[], float] = time.time
-    _cache: dict[str, ChannelSummary] = field(default_factory=dict)
 
     def get(self, conversation: Scope) -> ChannelSummary:
-        key = scope_key(conversation)
-        if key not in self._cache:
-            data = self.tables.summary_load(key)
-            self._cache[key] = ChannelSummary.from_dict(data) if data else ChannelSummary()
-        return self._cache[key]
+        """The conversation's summary as stored now (read at every call: another process may have
+        changed it)."""
+        data = self.tables.summary_load(scope_key(conversation))
+        return ChannelSummary.from_dict(data) if data else ChannelSummary()
 
-    def _save(self, conversation: Scope, summary: ChannelSummary) -> ChannelSummary:
-        key = scope_key(conversation)
-        self.tables.summary_save(key, summary.as_dict(), self.clock())  # saved first, then cached
-        self._cache[key] = summary
-        return summary
+    def _change(self, key: str,
+                change: Callable[[ChannelSummary], ChannelSummary]) -> tuple[ChannelSummary, ChannelSummary]:
+        """`change` applied to the summary as stored, in one transaction; (before, after)."""
+        seen: list[ChannelSummary] = []
 
-    def update(self, conversation: Scope, updates: Mapping[str, Any], users: Sequence[str] = ()) -> ChannelSummary:
-        """Merge `updates`, made from the messages of `users` (their lineage: erasure reaches them)."""
-        current = self.get(conversation)
-        merged = current.merge(updates, max_topics=self.max_topics, max_points=self.max_points, users=users)
-        return merged if merged is current else self._save(conversation, merged)
+        def apply(data: dict[str, Any] | None) -> dict[str, Any] | None:
+            current = ChannelSummary.from_dict(data) if data else ChannelSummary()
+            changed = change(current)
+            seen[:] = [current, changed]
+            return None if changed == current else changed.as_dict()
+
+        self.tables.summary_change(key, apply, self.clock())
+        return seen[0], seen[1]
+
+    def update(self, conversation: Scope, updates: Mapping[str, Any], users: Sequence[str] = (),
+               messages: Sequence[int] = ()) -> ChannelSummary:
+        """Merge `updates`, made from the messages of `users` whose L1 ids are `messages` (their
+        lineage: erasure and deletion reach them). Returns the summary after."""
+        if not isinstance(updates, Mapping):  # refused before any transaction
+            raise InvalidTypeError(f"summary_updates must be an object, not {type(updates).__name__}")
+        return self._change(scope_key(conversation), lambda current: current.merge(
+            updates, max_topics=self.max_topics, max_points=self.max_points, users=users, messages=messages))[1]
 
     def note_speaker(self, conversation: Scope, user_id: str) -> ChannelSummary:
         current = self.get(conversation)
-        if current.last_speaker == user_id:
+        if current.last_speaker == user_id:  # the common case (one speaker in a row) writes nothing
             return current
-        return self._save(conversation, current.with_speaker(user_id))
+        return self._change(scope_key(conversation), lambda now: now.with_speaker(user_id))[1]
+
+    def forget_messages(self, conversation: Scope, message_ids: Collection[int]) -> int:
+        """Messages of this conversation deleted or edited: the summary items made from them go
+        (`ChannelSummary.without_messages`); the count dropped."""
+        return self._scrub(scope_key(conversation), lambda now: now.without_messages(message_ids)) if message_ids else 0
+
+    def _scrub(self, key: str, scrub: Callable[[ChannelSummary], tuple[ChannelSummary, int]]) -> int:
+        """`scrub` (a summary → the summary without some items, and how many) applied as stored.
+        Looked at first outside a transaction: an erasure passes over every conversation, and most
+        have nothing of the user's."""
+        data = self.tables.summary_load(key)
+        if not data or not scrub(ChannelSummary.from_dict(data))[1]:
+            return 0
+        counted: list[int] = []
+
+        def change(current: ChannelSummary) -> ChannelSummary:
+            scrubbed, removed = scrub(current)
+            counted[:] = [removed]
+            return scrubbed
+
+        self._change(key, change)
+        return counted[0] if counted else 0
 
     def set_core(self, conversation: Scope, lines: Sequence[str]) -> ChannelSummary:
         """Operator command: replace this conversation's permanent core."""
@@ -231,7 +320,7 @@ class SummaryStore:
         cleaned = tuple(c for c in (_clean_item(line, "core") for line in lines) if c)
         if len(cleaned) > 20:
             raise InvalidInputError("the permanent core holds at most 20 lines")
-        return self._save(conversation, replace(self.get(conversation), core=cleaned))
+        return self._change(scope_key(conversation), lambda now: replace(now, core=cleaned))[1]
 
     def items_of(self, user_id: str, names: Sequence[str] = ()) -> list[dict[str, Any]]:
         """The summary items made from a user's messages or naming them, in every conversation (what
@@ -255,18 +344,4 @@ class SummaryStore:
     def forget_user(self, user_id: str, names: Sequence[str] = ()) -> int:
         """Scrub a user from every conversation's summary (`ChannelSummary.without_user`);
         returns the items dropped."""
-        dropped = 0
-        for key in self.tables.summary_keys():
-            data = self.tables.summary_load(key)
-            if not data:
-                continue
-            current = ChannelSummary.from_dict(data)
-            scrubbed, removed = current.without_user(user_id, names)
-            if scrubbed is not current:
-                self.tables.summary_save(key, scrubbed.as_dict(), self.clock())
-                self._cache[key] = scrubbed
-                dropped += removed
-        return dropped
-
-    def forget_cached(self) -> None:
-        self._cache.clear()
+        return sum(self._scrub(key, lambda now: now.without_user(user_id, names)) for key in self.tables.summary_keys())

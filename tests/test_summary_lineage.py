@@ -1,0 +1,158 @@
+"""L2 summaries and what they were made from: a deleted or edited message takes the summary items
+made from it along (as it takes its turn and its facts), and processes sharing a database change
+one summary in turn — a copy one of them read earlier is never written back over another's
+erasure. Real SQLite files, the real packaged embedder, a scripted extraction model."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from gieok import Memory
+from gieok.chat.agent.gatekeeper import ExtractedFact, Extraction
+from gieok.chat.agent.pipeline import ConversationPipeline
+from gieok.chat.conversation.recent import conversation_of, scope_key
+from gieok.chat.conversation.summary import ChannelSummary, SummaryStore
+from gieok.chat.llm import ScriptedLLM
+from gieok.chat.llm.scripted import Request
+from gieok.store.sqlite.store import SQLiteStore
+
+CAFE = conversation_of("g1", "cafe")
+ADDRESS = "<user:42>의 집 주소는 마포구 연남로 12다"
+
+
+class Brain:
+    """The extraction model: the summary update it is told to give, no facts, no replies."""
+
+    def __init__(self, summary: dict[str, Any]) -> None:
+        self.summary = summary
+
+    def __call__(self, request: Request) -> dict[str, Any]:
+        if "user_facts" in request.messages[0].content:
+            return {"guild_facts": [], "user_facts": [], "summary_updates": self.summary}
+        return {"response_needed": False, "retrieval_needed": False, "search_query": "", "suspicious": False}
+
+
+def said(message_id: str, text: str, user: str = "42") -> dict[str, Any]:
+    return {"id": message_id, "role": "user", "text": text, "user": user}
+
+
+def items(summary: ChannelSummary) -> set[str]:
+    return {*summary.ongoing_topics, *summary.key_points, *(x for x in (summary.topic, summary.mood) if x)}
+
+
+def l1_id(pipeline: ConversationPipeline, message_id: str) -> int:
+    return pipeline.tables.messages_known(scope_key(CAFE), [message_id])[message_id].message_id
+
+
+def test_a_deleted_message_takes_the_summary_items_made_from_it(memory: Memory) -> None:
+    brain = Brain({"topic": "이사 온 집", "new_point": ADDRESS})
+    pipeline = ConversationPipeline(memory, llm=ScriptedLLM(brain))
+
+    async def scenario() -> dict[str, Any]:
+        first = await pipeline.add_messages("g1", "cafe", [said("m1", "나 연남로 12로 이사 왔어"),
+                                                           said("m2", "짐 정리 중이야")])
+        assert first.extraction == "started"
+        await pipeline.drain()
+        summary = pipeline.summaries.get(CAFE)
+        assert {"이사 온 집", ADDRESS} <= items(summary)
+        assert summary.spans[f"key_points:{ADDRESS}"] == (l1_id(pipeline, "m1"), l1_id(pipeline, "m2"))
+        # a later batch's point, and the operator's core, which no message made
+        later = await pipeline.add_messages("g1", "cafe", [said("m3", "나는 주말마다 등산 가", user="7")])
+        pipeline.summaries.update(CAFE, {"new_point": "<user:7>는 주말마다 등산한다"}, users=["7"],
+                                  messages=[l1_id(pipeline, "m3")])
+        pipeline.summaries.set_core(CAFE, ["반말로 대화한다"])
+        assert later.stored
+        return await pipeline.delete_message("g1", "cafe", "m1")
+
+    receipt = asyncio.run(scenario())
+    assert receipt["erased"] == {"messages": 1, "blocks": 1, "facts": 0, "summary_items": 2}, receipt
+    summary = pipeline.summaries.get(CAFE)
+    assert items(summary) == {"<user:7>는 주말마다 등산한다"} and summary.core == ("반말로 대화한다",)
+    assert "마포구" not in str(summary.as_dict()) and "마포구" not in pipeline.conversation.summary_markdown(CAFE)
+    assert set(summary.spans) == set(summary.sources) == {"key_points:<user:7>는 주말마다 등산한다"}
+    deleted = [e for e in pipeline.events if e.kind == "message_deleted"]
+    assert deleted and deleted[-1].data["summary_items"] == 2
+    again = asyncio.run(pipeline.delete_message("g1", "cafe", "m1"))
+    assert again["already_deleted"] and again["erased"]["summary_items"] == 0
+
+
+def test_an_edit_takes_what_the_old_text_fed_the_summary(memory: Memory) -> None:
+    brain = Brain({"new_point": ADDRESS})
+    pipeline = ConversationPipeline(memory, llm=ScriptedLLM(brain))
+
+    async def scenario() -> None:
+        await pipeline.add_messages("g1", "cafe", [said("m1", "나 연남로 12로 이사 왔어")])
+        await pipeline.drain()
+        assert ADDRESS in items(pipeline.summaries.get(CAFE))
+        brain.summary = {}  # what the new text says adds nothing to the summary
+        edited = await pipeline.add_messages("g1", "cafe", [said("m1", "나 이사 왔어")])
+        assert [m.id for m in edited.edited] == ["m1"]
+        await pipeline.drain()
+
+    asyncio.run(scenario())
+    assert items(pipeline.summaries.get(CAFE)) == set()
+
+
+def test_an_extraction_that_read_a_message_deleted_meanwhile_keeps_nothing_of_it(memory: Memory) -> None:
+    """The model read the batch; the message was deleted before its answer was written. The summary
+    items and the facts that answer made from it are erased all the same — both when the deletion
+    is seen before they are written and when it lands between the look and the write."""
+    pipeline = ConversationPipeline(memory, llm=ScriptedLLM(Brain({})))
+    asyncio.run(pipeline.add_messages("g1", "cafe", [said("m1", "나 연남로 12로 이사 왔어"),
+                                                     said("m2", "짐 정리 중이야")]))
+    asyncio.run(pipeline.drain())
+    rows = pipeline.l1.since(CAFE, 0, limit=10)  # the batch as the model was shown it
+    refs = {f"m{n}": row for n, row in enumerate(rows, start=1)}
+    fact = ExtractedFact("<user:42>는 마포구 연남로에 산다.", "주소", ("연남로",), "42", source="m1")
+    extraction = Extraction(user_facts=(fact,), summary_updates={"new_point": ADDRESS})
+    asyncio.run(pipeline.delete_message("g1", "cafe", "m1"))
+
+    looks: list[set[int]] = []
+    real = pipeline._withdrawn
+
+    def facts_looked_before_the_deletion(batch: Any) -> set[int]:  # it lands between their look and write
+        looks.append(set() if len(looks) == 1 else real(batch))
+        return looks[-1]
+
+    pipeline._withdrawn = facts_looked_before_the_deletion  # type: ignore[method-assign]
+    pipeline._apply_extraction(CAFE, "g1", extraction, rows, {}, refs=refs)
+    assert len(looks) == 3, "summary: one look after writing; facts: before and after"
+    assert ADDRESS not in items(pipeline.summaries.get(CAFE))
+    assert pipeline.facts.facts(user_id="42") == [], "the fact only the deleted message stated is gone"
+    assert any(e.kind == "fact_withdrawn" and e.data.get("facts") for e in pipeline.events)
+
+
+def test_a_second_process_never_writes_back_what_an_erasure_took(tmp_path: Path) -> None:
+    """Two processes on one file (`gieok serve --workers 2`): one erases a user, the other — which
+    had read the summary before — shows it without the user's items and, at its next message,
+    does not write them back; and two processes' updates both stay."""
+    path = tmp_path / "shared.db"
+    mine, theirs, reader = SQLiteStore(str(path)), SQLiteStore(str(path)), SQLiteStore(str(path))
+    a, b = SummaryStore(mine.conversation), SummaryStore(theirs.conversation)
+    a.update(CAFE, {"new_point": ADDRESS}, users=["42"])
+    assert ADDRESS in items(b.get(CAFE))  # the other process has it in view
+    assert a.forget_user("42") == 1
+    assert ADDRESS not in items(b.get(CAFE))
+    b.note_speaker(CAFE, "7")  # its next message
+    b.update(CAFE, {"new_point": "<user:7>는 등산을 좋아한다"}, users=["7"])
+    a.update(CAFE, {"new_point": "<user:9>는 고양이를 키운다"}, users=["9"])
+    stored = SummaryStore(reader.conversation).get(CAFE)
+    assert items(stored) == {"<user:7>는 등산을 좋아한다", "<user:9>는 고양이를 키운다"}
+    assert stored.last_speaker == "7"
+
+
+def test_items_with_no_known_messages_go_at_a_deletion(tmp_path: Path) -> None:
+    """A summary written before items kept their messages (or by a caller that named none): which
+    messages made an item is not known, so any deletion in the conversation takes it."""
+    store = SQLiteStore(str(tmp_path / "old.db"))
+    summaries = SummaryStore(store.conversation)
+    summaries.update(CAFE, {"topic": "예전 요약", "new_point": "출처를 모르는 항목"}, users=["42"])
+    summaries.update(CAFE, {"new_point": "m9에서 나온 항목"}, users=["42"], messages=[9])
+    summaries.set_core(CAFE, ["운영자가 쓴 줄"])
+    assert summaries.forget_messages(CAFE, [5]) == 2
+    kept = summaries.get(CAFE)
+    assert items(kept) == {"m9에서 나온 항목"} and kept.core == ("운영자가 쓴 줄",)
+    assert summaries.forget_messages(CAFE, [9]) == 1 and items(summaries.get(CAFE)) == set()
+    assert summaries.forget_messages(CAFE, []) == 0
