@@ -9,6 +9,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gieok import Memory
 from gieok.chat.agent.gatekeeper import ExtractedFact, Extraction
 from gieok.chat.agent.pipeline import ConversationPipeline
@@ -95,7 +97,8 @@ def test_an_edit_takes_what_the_old_text_fed_the_summary(memory: Memory) -> None
     assert items(pipeline.summaries.get(CAFE)) == set()
 
 
-def test_an_extraction_that_read_a_message_deleted_meanwhile_keeps_nothing_of_it(memory: Memory) -> None:
+def test_an_extraction_that_read_a_message_deleted_meanwhile_keeps_nothing_of_it(
+        memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The model read the batch; the message was deleted before its answer was written. The summary
     items and the facts that answer made from it are erased all the same — both when the deletion
     is seen before they are written and when it lands between the look and the write."""
@@ -116,7 +119,7 @@ def test_an_extraction_that_read_a_message_deleted_meanwhile_keeps_nothing_of_it
         looks.append(set() if len(looks) == 1 else real(batch))
         return looks[-1]
 
-    pipeline._withdrawn = facts_looked_before_the_deletion  # type: ignore[method-assign]
+    monkeypatch.setattr(pipeline, "_withdrawn", facts_looked_before_the_deletion)
     pipeline._apply_extraction(CAFE, "g1", extraction, rows, {}, refs=refs)
     assert len(looks) == 3, "summary: one look after writing; facts: before and after"
     assert ADDRESS not in items(pipeline.summaries.get(CAFE))
