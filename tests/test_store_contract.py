@@ -15,7 +15,7 @@ import pytest
 from gieok.chain import GENESIS
 from gieok.errors import CorruptDatabaseError, LeaseLostError, StoreError
 from gieok.store.base import TOKENIZER_KEY, BM25Filter, NewBlock, Store, VectorSearchStore
-from gieok.store.conversation import FactRow, L1RowsTakenError
+from gieok.store.conversation import FactChanges, FactRow, FactsMovedError, L1RowsTakenError
 from gieok.store.idempotency import ORPHANED, IdempotencyKeyTakenError
 from gieok.types import Block, Scope, scope_key
 from store_backends import Backend
@@ -476,6 +476,48 @@ def test_summary_change_reads_and_writes_in_turn_across_connections(backend: Bac
     with pytest.raises(ZeroDivisionError):  # a change that fails writes nothing
         second.conversation.summary_change(key, lambda data: {"n": 1 // 0}, T0)
     assert first.conversation.summary_load(key) == {"n": 36} and first.conversation.summary_keys() == [key]
+
+
+def test_fact_writes_that_expect_a_subject_take_turns_across_connections(backend: Backend) -> None:
+    """Writers on two connections each read a subject's facts, decide a new version and write it
+    expecting what they read (`FactChanges.expect`): a write that another's landed before is
+    refused whole (FactsMovedError) and decided again, so the versions stay one chain with one
+    current fact — as FactStore writes them from processes sharing a database."""
+    first, second = backend.open(), backend.open()
+    subject = ("user_fact", "g", "u1")
+    first.conversation.fact_insert(FactRow(1, "user_fact", "home", "g", "u1", None, T0, None, None, None))
+    indices, taking = itertools.count(100), threading.Lock()
+    refused: list[int] = []
+
+    def writer(store: Store) -> None:
+        tables = store.conversation
+        for _ in range(5):
+            while True:
+                seen = tables.fact_subject_state(subject)
+                current = tables.facts_current(*subject)
+                with taking:
+                    index = next(indices)
+                changes = FactChanges(
+                    inserts=[FactRow(index, "user_fact", "home", "g", "u1", None, T0 + index, None, None, None)],
+                    updates=[(row.block_index, {"valid_to": T0 + index, "superseded_by": index}) for row in current],
+                    expect=[(subject, seen)])
+                try:
+                    tables.facts_apply(changes)
+                    break
+                except FactsMovedError:
+                    refused.append(index)
+                    assert tables.facts_get([index]) == {}, "a refused write stores nothing"
+
+    threads = [threading.Thread(target=writer, args=(store,)) for store in (first, second) * 3]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    versions = second.conversation.facts_of_subject(*subject)
+    assert len(versions) == 31 and len([v for v in versions if v.valid_to is None]) == 1
+    successors = [v.superseded_by for v in versions if v.superseded_by is not None]
+    assert len(successors) == 30 == len(set(successors)), "one chain: each version superseded once"
+    assert first.conversation.fact_subject_state(subject) == second.conversation.fact_subject_state(subject)
 
 
 def test_summaries_facts_channel_state_and_active_channels(store: Store) -> None:

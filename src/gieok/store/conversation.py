@@ -18,8 +18,14 @@ from ..types import Block, Scope, scope_from_key
 from .sql import SqlSession, SqlWriter
 
 AppendHook = Callable[[SqlWriter, Sequence[Block]], None]
+FactSubject = tuple[str, str | None, str | None]  # (fact type, guild, user id): whose facts
 """Called inside a block append's transaction with the blocks as they are stored, to write rows
 that must commit or roll back with them; raising refuses the whole append."""
+
+
+class FactsMovedError(StoreError):
+    """A subject's facts changed between a write's read and the write: another process wrote them
+    meanwhile. Nothing of the write was stored; the writer reads again and decides again."""
 
 
 class L1RowsTakenError(StoreError):
@@ -97,6 +103,9 @@ class FactChanges:
     moves: list[tuple[int, int, float]] = field(default_factory=list)  # (from, to, said after): sources moved
     dropped_sources: list[tuple[int, int]] = field(default_factory=list)  # (block, L1 message id)
     deletes: list[int] = field(default_factory=list)  # fact rows (and their sources) removed
+    # (subject, its `fact_subject_state` when the write read it): checked in the write's transaction,
+    # FactsMovedError if another process changed the subject's facts since
+    expect: list[tuple[FactSubject, tuple[Any, ...]]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.inserts or self.updates or self.sources or self.moves or self.dropped_sources or self.deletes)
@@ -114,7 +123,7 @@ class FactChanges:
             [(int(real(b) or 0), columns(v)) for b, v in self.updates],
             [replace(r, block_index=int(real(r.block_index) or 0)) for r in self.sources],
             [(int(real(a) or 0), int(real(b) or 0), t) for a, b, t in self.moves],
-            list(self.dropped_sources), list(self.deletes))
+            list(self.dropped_sources), list(self.deletes), list(self.expect))
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +277,8 @@ class ConversationStore(Protocol):
 
     def facts_of_subject(self, fact_type: str, guild: str | None, user_id: str | None) -> list[FactRow]: ...
 
+    def fact_subject_state(self, subject: FactSubject) -> tuple[Any, ...]: ...
+
     def fact_sources_of(self, block_indices: Sequence[int]) -> dict[int, list[FactSourceRow]]: ...
 
     def fact_sources_from(self, message_ids: Sequence[int]) -> list[FactSourceRow]: ...
@@ -295,8 +306,9 @@ class ConversationTables:
     """`ConversationStore` in SQL that SQLite and PostgreSQL both speak. `ConversationTables(store)`
     works on any SQL store; code that holds a `Store` uses `store.conversation`."""
 
-    def __init__(self, store: SqlSession) -> None:
+    def __init__(self, store: SqlSession, dialect: str = "sqlite") -> None:
         self.store = store
+        self._dialect = dialect
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self.store.fetch(sql, params)
@@ -743,17 +755,37 @@ class ConversationTables:
         return out
 
     def facts_apply(self, changes: FactChanges) -> None:
-        """`changes` in one transaction."""
+        """`changes` in one transaction (FactsMovedError, and nothing written, if a subject they
+        expect moved)."""
         with self.store.transaction() as conn:
+            self._check_expected(conn, changes)
             _apply_fact_changes(conn, changes)
 
     def facts_hook(self, changes: FactChanges) -> AppendHook:
         """For `Memory.add(within=…)`: `changes`, their placeholders resolved to the blocks appended,
-        written in the append's own transaction — a fact block never stands without its row."""
+        written in the append's own transaction — a fact block never stands without its row (and
+        none is appended if a subject the changes expect moved: FactsMovedError)."""
         def write(conn: SqlWriter, blocks: Sequence[Block]) -> None:
+            self._check_expected(conn, changes)
             _apply_fact_changes(conn, changes.resolved([b.block_index for b in blocks]))
 
         return write
+
+    def fact_subject_state(self, subject: FactSubject) -> tuple[Any, ...]:
+        """What a write about `subject` read, in a form to compare: each of its versions' interval
+        and links, and how many statements each has. Taken before the write reads the subject's
+        facts, and again in its transaction (`FactChanges.expect`)."""
+        return _subject_state(self.store.fetch, subject)
+
+    def _check_expected(self, conn: SqlWriter, changes: FactChanges) -> None:
+        for subject, seen in sorted(changes.expect, key=lambda pair: tuple(str(part) for part in pair[0])):
+            if self._dialect == "postgres":
+                # Another process's write about the subject, in flight, commits before this one reads
+                # it (SQLite's BEGIN IMMEDIATE already lets one writer in at a time). Taken in one order.
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(?))", ("gieok:facts:" + repr(subject),))
+            if _subject_state(lambda sql, params: conn.execute(sql, params).fetchall(), subject) != seen:
+                raise FactsMovedError(f"the facts about {subject[0]} {subject[1]!r} {subject[2]!r} changed "
+                                      "while this write was decided (another process wrote them)")
 
     def facts_exist(self, *, guild: str | None = None, user_id: str | None = None) -> bool:
         if guild is not None:
@@ -810,6 +842,14 @@ class ConversationTables:
     def usage_of(self, scope: str, day: str) -> int:
         rows = self._rows("SELECT tokens FROM model_usage WHERE scope = ? AND day = ?", (scope, day))
         return int(rows[0][0]) if rows else 0
+
+
+def _subject_state(fetch: Callable[[str, Sequence[Any]], list[Any]], subject: FactSubject) -> tuple[Any, ...]:
+    rows = fetch("SELECT f.block_index, f.valid_from, f.valid_to, f.superseded_by, f.expired_at, "
+                 "(SELECT count(*) FROM fact_sources s WHERE s.block_index = f.block_index) FROM facts f "
+                 "WHERE f.fact_type = ? AND f.guild IS NOT DISTINCT FROM ? AND f.user_id IS NOT DISTINCT FROM ? "
+                 "ORDER BY f.block_index", subject)
+    return tuple(tuple(row) for row in rows)
 
 
 def _apply_fact_changes(conn: SqlWriter, changes: FactChanges) -> None:

@@ -37,12 +37,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ...errors import InvalidInputError, InvalidTypeError, NotFoundError
-from ...store.conversation import ConversationStore, FactChanges, FactRow, FactSourceRow
+from ...store.conversation import ConversationStore, FactChanges, FactRow, FactsMovedError, FactSourceRow, FactSubject
 from ...types import Block, Scope
 from ...validate import clean_text
 from .fact_align import Paraphrase, judge_shapes, shape_of
@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 
 LORE_GUILD = "gieok:lore"  # lore blocks' scope; guild ids from a transport may not start with "gieok:"
 MAX_FACT_CHARS = 1000
+# Tries of a write that meets another process's write about the same subject (each reads afresh)
+FACT_WRITE_TRIES = 8
+T = TypeVar("T")
 MAX_TOPIC_CHARS = 80
 
 
@@ -301,8 +304,11 @@ class FactStore:
         self.global_user_facts = global_user_facts
         self.clock = clock
         # A write reads a subject's versions, decides, then writes: two extractions of one memory at
-        # once (two conversations, or an edit's beside a batch's) take turns.
+        # once (two conversations, or an edit's beside a batch's) take turns. Another process's write
+        # cannot be made to wait here: the subjects a write read are noted first (`_expect`) and
+        # checked in its transaction, and a write that meets another's is decided again (`_retried`).
         self._writing = threading.RLock()
+        self._expecting: list[tuple[FactSubject, tuple[Any, ...]]] = []  # under `_writing`
         self.repair()
 
     # -- writing ------------------------------------------------------------------------------
@@ -318,10 +324,34 @@ class FactStore:
         When it was true comes from `statement` (the message that said it, and when), else `when`,
         else now; a statement older than the current version takes its place in the fact's history
         (module docstring). `source_message` names the source when there is no statement."""
+        return self._retried(lambda: self._add(
+            text, fact_type=fact_type, topic=topic, keywords=keywords, guild=guild, user_id=user_id,
+            source_message=source_message, when=when, lore_key=lore_key, verdict=verdict, statement=statement))
+
+    def _retried(self, write: Callable[[], T]) -> T:
+        """`write` under this process's lock, and again — reading the subject's facts afresh — while
+        another process's write about the same subject lands between its read and its write (two
+        workers of one database extracting one user's facts at once stored two current versions
+        of one attribute)."""
         with self._writing:
-            return self._add(text, fact_type=fact_type, topic=topic, keywords=keywords, guild=guild, user_id=user_id,
-                             source_message=source_message, when=when, lore_key=lore_key, verdict=verdict,
-                             statement=statement)
+            for attempt in range(1, FACT_WRITE_TRIES + 1):
+                self._expecting = []
+                try:
+                    return write()
+                except FactsMovedError:
+                    if attempt == FACT_WRITE_TRIES:
+                        raise
+                    log.info("facts: another process wrote the same subject meanwhile; deciding again")
+                finally:
+                    self._expecting = []
+            raise AssertionError("unreachable")
+
+    def _expect(self, subject: tuple[FactType, str | None, str | None]) -> None:
+        """Note a subject's facts as this write is about to read them: its write stores nothing if
+        they changed meanwhile (`FactChanges.expect`)."""
+        key: FactSubject = (subject[0].value, subject[1], subject[2])
+        if all(known != key for known, _ in self._expecting):
+            self._expecting.append((key, self.tables.fact_subject_state(key)))
 
     def _add(self, text: str, *, fact_type: str | FactType, topic: str, keywords: Sequence[str], guild: str | None,
              user_id: str | None, source_message: str | None, when: float | None, lore_key: str | None,
@@ -347,6 +377,7 @@ class FactStore:
         recorded = self.clock()
         said_at = statement.said_at if statement is not None else (recorded if when is None else when)
         name = statement.name if statement is not None else (str(source_message) if source_message else None)
+        self._expect((fact_type, guild, user_id))
         candidates = list(self._subject_facts(fact_type, guild, user_id))
         verdict, note = self._check_verdict(verdict, candidates)
         anchor: FactRow | None = None
@@ -416,7 +447,7 @@ class FactStore:
         copy of a split version); then the chain's intervals again (`_reform`), all in one
         transaction — inside the new blocks' own append when there are new blocks."""
         fact_type, guild, user_id = subject
-        changes = FactChanges()
+        changes = FactChanges(expect=list(self._expecting))
         versions: list[_Version] = [_Version(row, None) for row in chain]
         source_of = statement if statement is not None and (statement.name or statement.author) else (
             Statement(said_at, external_id=new.name) if new.name else None)
@@ -512,23 +543,27 @@ class FactStore:
         """A correction of a fact that was wrong: a new version, valid from when the wrong one was
         (or `valid_from`), takes its place in its history; the wrong one stays there, superseded
         when it began (it was never true) — and who corrected it is the new version's source."""
-        with self._writing:
+        text = clean_text(text, max_chars=MAX_FACT_CHARS, what="fact")
+
+        def write() -> FactOutcome:
             wrong = self.get(block_index)
-            fact_type = self._check_type(wrong.fact_type)
-            text = clean_text(text, max_chars=MAX_FACT_CHARS, what="fact")
-            subject = (fact_type, wrong.guild, wrong.user_id)
+            subject = (self._check_type(wrong.fact_type), wrong.guild, wrong.user_id)
+            self._expect(subject)
             chain = self._chain_of(subject, block_index)
             when = wrong.valid_from if valid_from is None else valid_from
-            recorded = self.clock()
             new = _NewVersion(text, wrong.topic, tuple(wrong.keywords), None, None)
-            return self._write(subject, chain, None, new, when, recorded, Statement(when, author=author), "operator",
-                               None, 0.0, replaced=self.tables.facts_get([block_index])[block_index])
+            return self._write(subject, chain, None, new, when, self.clock(), Statement(when, author=author),
+                               "operator", None, 0.0, replaced=self.tables.facts_get([block_index])[block_index])
+
+        return self._retried(write)
 
     def remove(self, block_index: int) -> list[int]:
         """Erase one version of a fact (its block forgotten); its history forms again without it."""
-        with self._writing:
+        def write() -> list[int]:
             self.get(block_index)
             return self._withdraw((), [block_index])
+
+        return self._retried(write)
 
     def history(self, block_index: int) -> list[tuple[Fact, list[FactSourceRow]]]:
         """Every version of the fact's attribute, oldest first, each with its statements."""
@@ -544,24 +579,29 @@ class FactStore:
         statements leave every fact; a version left with no statement is erased (its block
         forgotten), and each chain is formed again from what remains — a version between two of
         the same value is gone, and they join. Returns the fact blocks erased."""
-        with self._writing:
-            return self._withdraw(message_ids)
+        return self._retried(lambda: self._withdraw(message_ids))
 
     def _withdraw(self, message_ids: Sequence[int], versions: Sequence[int] = ()) -> list[int]:
         """Statements of `message_ids` withdrawn, and `versions` removed whole; each chain they
         were in formed again from what remains. Returns the fact blocks erased."""
-        dropped = self.tables.fact_sources_from(list(message_ids)) if message_ids else []
-        removed = set(versions)
-        if not dropped and not removed:
+        def read() -> tuple[list[FactSourceRow], list[int], dict[int, FactRow]]:
+            dropped = self.tables.fact_sources_from(list(message_ids)) if message_ids else []
+            affected = sorted({src.block_index for src in dropped} | set(versions))
+            return dropped, affected, self.tables.facts_get(affected) if affected else {}
+
+        dropped, affected, rows = read()
+        if not affected:
             return []
+        for found in rows.values():
+            self._expect((FactType(found.fact_type), found.guild, found.user_id))
+        dropped, affected, rows = read()  # again, now that their subjects are noted: a change since is caught
+        removed = set(versions)
         recorded = self.clock()
-        affected = sorted({src.block_index for src in dropped} | removed)
-        rows = self.tables.facts_get(affected)
         remaining = self.tables.fact_sources_of(affected)
         gone_ids = {src.message_id for src in dropped}
         erased: list[int] = []
         changes = FactChanges(dropped_sources=[(src.block_index, int(src.message_id)) for src in dropped
-                                               if src.message_id is not None])
+                                               if src.message_id is not None], expect=list(self._expecting))
         chains: dict[int, list[FactRow]] = {}
         for index in affected:
             row = rows.get(index)

@@ -133,7 +133,7 @@ class PostgresStore:
         self._loads_deferring_graph = 0  # bulk loads under way in this process (vector_index_deferred)
         self._search_sql = {filtered: vector_search_sql("embeddings", filtered=filtered) for filtered in (False, True)}
         self.layers: LayerStore = LayerTables(self.db)
-        self.conversation: ConversationStore = ConversationTables(self.db)
+        self.conversation: ConversationStore = ConversationTables(self.db, "postgres")
         self.keys: KeyStore = KeyTable(self.db)
         self.leases: LeaseStore = LeaseTable(self.db, server_clock=SERVER_CLOCK_SQL)
         self.idempotency: IdempotencyStore = IdempotencyTable(self.db)
