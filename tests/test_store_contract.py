@@ -520,6 +520,36 @@ def test_fact_writes_that_expect_a_subject_take_turns_across_connections(backend
     assert first.conversation.fact_subject_state(subject) == second.conversation.fact_subject_state(subject)
 
 
+def test_the_extraction_schedule_is_counted_and_claimed_in_the_database(backend: Backend) -> None:
+    """Messages counted toward a conversation's next extraction by several processes at once are
+    all counted, and a batch of messages is taken by one extraction only — a process that read the
+    schedule before another took the batch takes nothing (its write-back had moved the last message
+    read backwards, and the batch was extracted again)."""
+    first, second = backend.open(), backend.open()
+    key = scope_key(Scope("g", "c"))
+    assert first.conversation.channel_state_count(key, 2, T0) == (2, 0, True)
+    assert second.conversation.channel_state_count(key, 1, T0) == (3, 0, False)
+
+    def counter(store: Store) -> None:
+        for _ in range(10):
+            store.conversation.channel_state_count(key, 1, T0)
+
+    threads = [threading.Thread(target=counter, args=(store,)) for store in (first, second) * 3]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert first.conversation.channel_state(key) == (63, 0)
+    assert first.conversation.channel_state_claim(key, 0, 40, T0)
+    assert not second.conversation.channel_state_claim(key, 0, 41, T0), "the batch after 0 is taken"
+    assert second.conversation.channel_state(key) == (0, 40)
+    assert second.conversation.channel_state_claim(key, 40, 52, T0) and first.conversation.channel_state(key) == (0, 52)
+    other = scope_key(Scope("g", "new"))  # no state yet: the first claim makes it
+    assert second.conversation.channel_state_claim(other, 0, 7, T0)
+    assert not first.conversation.channel_state_claim(other, 0, 9, T0)
+    assert first.conversation.channel_state(other) == (0, 7)
+
+
 def test_summaries_facts_channel_state_and_active_channels(store: Store) -> None:
     tables = store.conversation
     key = scope_key(Scope("g", "c"))

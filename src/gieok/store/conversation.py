@@ -291,6 +291,10 @@ class ConversationStore(Protocol):
 
     def channel_state_save(self, scope_key: str, since_analysis: int, last_message_id: int, when: float) -> None: ...
 
+    def channel_state_count(self, scope_key: str, messages: int, when: float) -> tuple[int, int, bool]: ...
+
+    def channel_state_claim(self, scope_key: str, after: int, last: int, when: float) -> bool: ...
+
     def channel_states_pending(self, quiet_since: float) -> list[str]: ...
 
     def active_keys(self) -> set[str]: ...
@@ -816,6 +820,31 @@ class ConversationTables:
                          "VALUES (?, ?, ?, ?) ON CONFLICT(scope_key) DO UPDATE SET since_analysis = "
                          "excluded.since_analysis, last_message_id = excluded.last_message_id, "
                          "updated_at = excluded.updated_at", (scope_key, since_analysis, last_message_id, when))
+
+    def channel_state_count(self, scope_key: str, messages: int, when: float) -> tuple[int, int, bool]:
+        """`messages` more toward the conversation's next extraction, counted in the database (two
+        processes counting at once both count): (messages since the last extraction, the last
+        message it read, whether the conversation had no state before)."""
+        with self.store.transaction() as conn:
+            new = conn.execute("SELECT 1 FROM channel_state WHERE scope_key = ?", (scope_key,)).fetchone() is None
+            since, last = conn.execute(
+                "INSERT INTO channel_state(scope_key, since_analysis, last_message_id, updated_at) VALUES (?, ?, 0, ?) "
+                "ON CONFLICT(scope_key) DO UPDATE SET since_analysis = channel_state.since_analysis + "
+                "excluded.since_analysis, updated_at = excluded.updated_at RETURNING since_analysis, last_message_id",
+                (scope_key, messages, when)).fetchone()
+        return int(since), int(last), new
+
+    def channel_state_claim(self, scope_key: str, after: int, last: int, when: float) -> bool:
+        """An extraction takes the conversation's messages after `after` up to `last`: only if no
+        other process has taken them since it read `after` (then this one reads nothing again)."""
+        with self.store.transaction() as conn:
+            cursor = conn.execute("UPDATE channel_state SET since_analysis = 0, last_message_id = ?, updated_at = ? "
+                                  "WHERE scope_key = ? AND last_message_id = ?", (last, when, scope_key, after))
+            if cursor.rowcount == 0 and after == 0:  # no state yet
+                cursor = conn.execute("INSERT INTO channel_state(scope_key, since_analysis, last_message_id, "
+                                      "updated_at) VALUES (?, 0, ?, ?) ON CONFLICT(scope_key) DO NOTHING",
+                                      (scope_key, last, when))
+            return cursor.rowcount == 1
 
     # -- active channels ------------------------------------------------------------------------
     def active_keys(self) -> set[str]:

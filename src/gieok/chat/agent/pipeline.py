@@ -355,9 +355,8 @@ class ConversationPipeline:
         conversation = conversation_of(message.guild, message.channel)
         verdict = self.guard.patterns.check(message.content)
         key = scope_key(conversation)
-        state = self.tables.channel_state(key)
         row = self._store_once(conversation, message, verdict.attack)
-        self.tables.channel_state_save(key, (state[0] if state else 0) + 1, state[1] if state else 0, self.clock())
+        first = self.tables.channel_state_count(key, 1, self.clock())[2]
         self.summaries.note_speaker(conversation, message.user_id)
         # Its classifier vector (guard, stage 1) is computed while the debounce runs, so the turn
         # that answers it does not wait for it.
@@ -372,7 +371,7 @@ class ConversationPipeline:
         if verdict.attack:
             self._event("injection_detected", {"channel": message.channel, "user": message.user_id,
                                                "score": verdict.score, "matches": list(verdict.matches)})
-        return Observation(message, conversation, verdict, row, first=state is None)
+        return Observation(message, conversation, verdict, row, first=first)
 
     def _store_once(self, conversation: Scope, message: IncomingMessage, flagged: bool) -> L1Row:
         """The message's L1 row: a message with an id is stored once per conversation (an intake
@@ -794,7 +793,8 @@ class ConversationPipeline:
         if not rows:
             return None
         last = rows[-1].message_id
-        self.tables.channel_state_save(key, 0, last, self.clock())
+        if not self.tables.channel_state_claim(key, after, last, self.clock()):
+            return None  # another process (a worker of the same database) took these messages meanwhile
         return [r for r in rows if not r.flagged], last
 
     async def _extract(self, conversation: Scope, guild: str | None, rows: list[L1Row],
@@ -1190,11 +1190,8 @@ class ConversationPipeline:
     def _extraction_due(self, conversation: Scope, new_user_messages: int) -> bool:
         """Count the users' messages toward the stage-2 schedule; due on the first ones and every
         `analysis_every` (the bot's rule, without the explicit calls an agent does not make)."""
-        key = scope_key(conversation)
-        state = self.tables.channel_state(key)
-        since = (state[0] if state else 0) + new_user_messages
-        self.tables.channel_state_save(key, since, state[1] if state else 0, self.clock())
-        return state is None or since >= self.settings.analysis_every
+        since, _, new = self.tables.channel_state_count(scope_key(conversation), new_user_messages, self.clock())
+        return new or since >= self.settings.analysis_every
 
     async def extract_quiet(self) -> int:
         """Summarise and extract the conversations that went quiet with messages the extraction has
