@@ -29,7 +29,7 @@ def store(tmp_path):
 def _wm(store, clock, promoted, slots=4, relevance="jaccard"):
     def promote(slot, priority, reason):
         promoted.append((slot.content, round(priority, 6), reason))
-        return None
+        return slot  # stands for the note written (None: nothing was, and it is not counted)
 
     return WorkingMemory(store.layers, get_tokenizer(), promote, slots=slots, relevance=relevance, clock=clock)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ __all__ = ["Slot", "SlotPriority", "WorkingMemory", "Clock", "Promoter"]
 
 Clock = Callable[[], float]
 # promote(slot, priority, reason) -> the long-term block written for it
-Promoter = Callable[["Slot", float, str], Block]
+Promoter = Callable[["Slot", float, str], Block | None]  # None: nothing to promote (its turn was erased)
 
 
 @dataclass
@@ -152,6 +152,18 @@ class WorkingMemory:
                     if slot.block_index is not None and slot.block_index in vectors:
                         slot.embedding = np.asarray(vectors[slot.block_index], dtype=np.float32).copy()
 
+    def forget_blocks(self, block_indices: Collection[int]) -> None:
+        """Blocks erased by another process sharing the store (which deleted the slots' rows): the
+        slots this process holds of them go from memory, never promoted — an evicted copy would
+        have written the erased turn back as a note."""
+        gone = set(block_indices)
+        with self._lock:
+            dropped = [slot for group in self._slots.values() for slot in group.values() if slot.block_index in gone]
+            for slot in dropped:
+                self._slots[slot.scope_key].pop(slot.slot_id, None)
+                if self.on_slot_freed is not None:
+                    self.on_slot_freed(slot)
+
     def reload(self, scope: Scope) -> None:
         """Read the scope's slots from the store again: another process that shares the store
         ran this conversation since (the chat runtime calls this when it takes a channel over)."""
@@ -231,7 +243,7 @@ class WorkingMemory:
                 self.release_count += 1
             else:
                 block = self.promote(slot, priority, reason)
-                self.promotion_count += 1
+                self.promotion_count += block is not None
             self._free(slot)
             return block
 

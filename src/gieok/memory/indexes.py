@@ -59,6 +59,8 @@ class MemoryIndexes:
         self.on_foreign_change = on_foreign_change
         # Blocks given new vectors, here or elsewhere: whatever keeps copies of them (working memory) takes them
         self.on_vectors_replaced: Callable[[dict[int, np.ndarray]], None] | None = None
+        # blocks another process erased, as this one takes them (`_take_erasures_made_elsewhere`)
+        self.on_erased_elsewhere: Callable[[list[int]], None] | None = None
         recorded = store.get_meta("dimension")
         self.dimension: int | None = int(recorded) if recorded else None
         self.catalog = Catalog()
@@ -176,6 +178,8 @@ class MemoryIndexes:
         dead = [i for i in self.store.forgotten_indices() if (row := self.catalog.row_of(i)) is not None and alive[row]]
         if dead:
             self._erase_rows(dead)
+            if self.on_erased_elsewhere is not None:
+                self.on_erased_elsewhere(dead)
         return replaced or bool(dead)
 
     def _take_replaced_vectors(self) -> bool:

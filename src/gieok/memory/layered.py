@@ -65,8 +65,14 @@ class LayerStack:
     def _slot_freed(self, slot: Slot) -> None:
         self.checkpoints.forget_slot(slot)
 
-    def _promote_slot(self, slot: Slot, priority: float, reason: str) -> Block:
-        """Working memory evicted `slot`: into long-term memory with its provenance."""
+    def _promote_slot(self, slot: Slot, priority: float, reason: str) -> Block | None:
+        """Working memory evicted `slot`: into long-term memory with its provenance — unless the
+        turn it mirrors was erased (by another process, before this one heard of it): its words
+        are not written again."""
+        if slot.block_index is not None:
+            source = self.store.get_many([slot.block_index]).get(slot.block_index)
+            if source is None or source.forgotten:
+                return None
         metadata = dict(slot.metadata)
         metadata["promoted_from"] = {"layer": "working_memory", "slot": slot.slot_id, "priority": round(priority, 6),
                                      "reason": reason, "source_block": slot.block_index,

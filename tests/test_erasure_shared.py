@@ -1,0 +1,56 @@
+"""An erasure made by one process of a memory, as the others that hold it open see it (`gieok
+serve --workers 2`, a bot beside a server, `gieok forget` beside either). Working memory keeps a
+copy of each slot's turn in the process; a process that had not heard of the erasure evicted that
+slot and promoted it — the erased words written back as a new long-term note. Real SQLite file,
+the real packaged embedder, two `Memory`s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gieok import Memory
+
+CAFE = {"guild": "g", "channel": "cafe"}
+SECRET = "민지: 우리 집 현관 비밀번호는 4821이야"
+
+
+def turns(memory: Memory, *said: tuple[str, str]) -> list[int]:
+    blocks = memory.remember_many([{"text": text, "scope": {**CAFE, "user": user}, "speaker": user}
+                                   for text, user in said])
+    return [block.block_index for block in blocks]
+
+
+def words_stored(memory: Memory) -> list[str]:
+    return [block.text for block in memory.store.iter_blocks(0) if "4821" in block.text]
+
+
+def test_a_slot_of_a_turn_another_process_erased_is_never_promoted(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with Memory(path) as first:
+        secret, *_ = turns(first, (SECRET, "minji"), ("준호: 오 알겠어", "junho"), ("민지: 내일 등산 가자", "minji"))
+        with Memory(path) as second:  # opened with the three turns in its working memory
+            assert second.search("현관 비밀번호", k=3, scope=CAFE).hits  # recalled: a slot worth promoting
+            first.forget([secret])
+            second.search("등산", k=1, scope=CAFE)  # its next read takes the erasure: the slot goes
+            assert secret not in {slot.block_index for slot in second.layers.working.all_slots()}
+            # and its next writes evict every slot it held
+            turns(second, *[(f"준호: 잡담 {n}, 오늘 날씨 좋네", "junho") for n in range(6)])
+            held = [slot.content for slot in second.layers.working.all_slots()]
+            assert not any("4821" in text for text in held), held
+            assert words_stored(second) == [], "the erased words were written back"
+            notes = second.list_blocks(kinds=["note"])
+            assert all("4821" not in note.text for note in notes)
+        assert first.verify().ok
+
+
+def test_an_evicted_slot_whose_turn_is_gone_is_not_promoted(tmp_path: Path) -> None:
+    """The guard itself: whatever this process has heard, a slot is promoted only while its turn
+    is stored (here the store forgot it behind the layers' back)."""
+    with Memory(tmp_path / "one.db") as memory:
+        secret, *_ = turns(memory, (SECRET, "minji"), ("준호: 오 알겠어", "junho"))
+        memory.search("현관 비밀번호", k=2, scope=CAFE)
+        memory.indexes.on_erased_elsewhere = None  # the slot stays held, as before the process heard
+        memory.store.forget([secret], when=1_790_000_000.0)
+        turns(memory, *[(f"준호: 잡담 {n}", "junho") for n in range(6)])
+        assert words_stored(memory) == []
+        assert memory.layers.working.promotion_count == 0
