@@ -54,3 +54,21 @@ def test_an_evicted_slot_whose_turn_is_gone_is_not_promoted(tmp_path: Path) -> N
         turns(memory, *[(f"준호: 잡담 {n}", "junho") for n in range(6)])
         assert words_stored(memory) == []
         assert memory.layers.working.promotion_count == 0
+
+
+def test_a_recall_of_a_slot_another_process_erased_does_not_write_it_back(tmp_path: Path) -> None:
+    """Between another process's erasure and this one hearing of it (its next change check; on
+    PostgreSQL's stateless workers the layers are not told at all), a search that recalls the slot
+    saves it again — the erased words back in `wm_slots`. It is saved only while its row still
+    holds the turn; otherwise the process lets it go."""
+    path = tmp_path / "shared.db"
+    with Memory(path) as first, Memory(path) as second:
+        secret, *_ = turns(first, (SECRET, "minji"), ("준호: 오 알겠어", "junho"))
+        second.reload_conversation(CAFE)
+        second.indexes.on_erased_elsewhere = None  # it has not heard
+        first.forget([secret])
+        slot = next(s for s in second.layers.working.all_slots() if s.block_index == secret)
+        second.layers.working.touch(slot)  # what a recall does
+        assert not any("4821" in row["content"] for row in second.store.layers.load_slots())
+        assert secret not in {s.block_index for s in second.layers.working.all_slots()}
+        assert words_stored(second) == []

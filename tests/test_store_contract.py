@@ -399,6 +399,25 @@ def test_slots_upsert_round_trip_and_delete_with_their_checkpoints(store: Store)
     assert layers.load_checkpoints(a) == []
 
 
+def test_a_held_slot_is_saved_only_while_its_row_holds_the_same_turn(backend: Backend) -> None:
+    """A process saves a slot it holds (a recall touched it, a checkpoint was added) only while the
+    row still mirrors the same turn: another process's erasure deleted the row, or it put another
+    turn in the slot — a copy written back would bring the erased words back."""
+    mine, theirs = backend.open(), backend.open()
+    key = scope_key(Scope("g", "a"))
+    held = {**_slot(key, 0, "비밀번호는 4821"), "block_index": 7}
+    assert mine.layers.save_slot(held)  # type: ignore[arg-type]
+    assert mine.layers.save_slot({**held, "usage_count": 2}, held=True)  # type: ignore[arg-type]
+    assert theirs.layers.load_slots(key)[0]["usage_count"] == 2
+    theirs.layers.delete_slot(key, 0)  # the turn erased there
+    assert not mine.layers.save_slot({**held, "usage_count": 3}, checkpoints=[_checkpoint(1, 0.5)],  # type: ignore[arg-type]
+                                     held=True)
+    assert theirs.layers.load_slots(key) == [] and theirs.layers.load_checkpoints(key) == []
+    theirs.layers.save_slot({**_slot(key, 0, "다른 말"), "block_index": 9})  # type: ignore[arg-type]
+    assert not mine.layers.save_slot({**held, "usage_count": 4}, held=True)  # type: ignore[arg-type]
+    assert [s["content"] for s in mine.layers.load_slots(key)] == ["다른 말"]
+
+
 def test_stm_entries_live_for_their_ttl_and_expire_exactly_once(backend: Backend) -> None:
     store, other = backend.open(), backend.open()
     stm = store.layers

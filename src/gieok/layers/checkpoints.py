@@ -92,7 +92,8 @@ class CheckpointManager:
                                                      old.created_at if old else now, now)
             kept = sorted(merged.values(), key=lambda c: -c.relevance)[: self.max_per_slot]
             self._by_slot[key] = kept
-            self.store.save_slot(slot.as_row(), checkpoints=[c.as_row() for c in kept])
+            # only while the slot's row still holds its turn (another process may have erased it)
+            self.store.save_slot(slot.as_row(), checkpoints=[c.as_row() for c in kept], held=True)
             self.created += 1
             return kept
 

@@ -158,11 +158,8 @@ class WorkingMemory:
         have written the erased turn back as a note."""
         gone = set(block_indices)
         with self._lock:
-            dropped = [slot for group in self._slots.values() for slot in group.values() if slot.block_index in gone]
-            for slot in dropped:
-                self._slots[slot.scope_key].pop(slot.slot_id, None)
-                if self.on_slot_freed is not None:
-                    self.on_slot_freed(slot)
+            for slot in [slot for group in self._slots.values() for slot in group.values() if slot.block_index in gone]:
+                self.let_go(slot)
 
     def reload(self, scope: Scope) -> None:
         """Read the scope's slots from the store again: another process that shares the store
@@ -266,7 +263,17 @@ class WorkingMemory:
         with self._lock:
             slot.usage_count += 1
             slot.last_access = self.clock() if now is None else now
-            self.store.save_slot(slot.as_row())
+            if not self.store.save_slot(slot.as_row(), held=True):
+                self.let_go(slot)
+
+    def let_go(self, slot: Slot) -> None:
+        """A slot whose row another process sharing the store emptied (its turn erased) or gave
+        another turn: this process's copy goes from memory, neither saved nor promoted."""
+        with self._lock:
+            if self._slots.get(slot.scope_key, {}).get(slot.slot_id) is slot:
+                del self._slots[slot.scope_key][slot.slot_id]
+                if self.on_slot_freed is not None:
+                    self.on_slot_freed(slot)
 
     def search(self, scope: Scope, query: str, query_embedding: np.ndarray | None, *,
                threshold: float) -> list[tuple[Slot, float]]:

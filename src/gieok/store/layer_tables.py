@@ -68,7 +68,8 @@ class LayerStore(Protocol):
 
     def load_slots(self, scope_key: str | None = None) -> list[SlotRow]: ...
 
-    def save_slot(self, slot: SlotRow, checkpoints: Sequence[CheckpointRow] | None = None) -> None: ...
+    def save_slot(self, slot: SlotRow, checkpoints: Sequence[CheckpointRow] | None = None, *,
+                  held: bool = False) -> bool: ...
 
     def delete_slot(self, scope_key: str, slot_id: int) -> None: ...
 
@@ -128,19 +129,33 @@ class LayerTables:
             params = (scope_key,)
         return [_slot(row) for row in self.db.fetch(sql + " ORDER BY scope_key, slot_id", params)]
 
-    def save_slot(self, slot: SlotRow, checkpoints: Sequence[CheckpointRow] | None = None) -> None:
-        """Upsert one slot (and, when given, replace its checkpoints) in one transaction."""
+    def save_slot(self, slot: SlotRow, checkpoints: Sequence[CheckpointRow] | None = None, *,
+                  held: bool = False) -> bool:
+        """Upsert one slot (and, when given, replace its checkpoints) in one transaction. `held`: a
+        slot the process already holds, saved only while its row still holds the same turn —
+        another process may have erased that turn (and deleted the row) or put another in the slot
+        since, and a copy written back would bring the erased words back. Whether it was saved."""
         values: dict[str, Any] = dict(slot)
         values["metadata"] = json.dumps(values["metadata"], ensure_ascii=False)
         emb = values["embedding"]
         values["embedding"] = np.asarray(emb, dtype="<f4").tobytes() if emb is not None else None
-        updates = ", ".join(f"{c} = excluded.{c}" for c in _SLOT_COLUMNS[2:])
         with self.db.transaction() as tx:
-            tx.execute(
-                f"INSERT INTO wm_slots({', '.join(_SLOT_COLUMNS)}) VALUES ({', '.join('?' * len(_SLOT_COLUMNS))}) "
-                f"ON CONFLICT(scope_key, slot_id) DO UPDATE SET {updates}",
-                [values[c] for c in _SLOT_COLUMNS],
-            )
+            if held:
+                names = [c for c in _SLOT_COLUMNS[2:] if c not in ("block_index", "context_hash")]
+                cursor = tx.execute(
+                    f"UPDATE wm_slots SET {', '.join(f'{c} = ?' for c in names)} WHERE scope_key = ? AND slot_id = ? "
+                    "AND block_index IS NOT DISTINCT FROM ? AND context_hash = ?",
+                    [*(values[c] for c in names), values["scope_key"], values["slot_id"], values["block_index"],
+                     values["context_hash"]])
+                if cursor.rowcount != 1:
+                    return False
+            else:
+                updates = ", ".join(f"{c} = excluded.{c}" for c in _SLOT_COLUMNS[2:])
+                tx.execute(
+                    f"INSERT INTO wm_slots({', '.join(_SLOT_COLUMNS)}) VALUES ({', '.join('?' * len(_SLOT_COLUMNS))}) "
+                    f"ON CONFLICT(scope_key, slot_id) DO UPDATE SET {updates}",
+                    [values[c] for c in _SLOT_COLUMNS],
+                )
             if checkpoints is not None:
                 tx.execute("DELETE FROM wm_checkpoints WHERE scope_key = ? AND slot_id = ?",
                            (slot["scope_key"], slot["slot_id"]))
@@ -149,6 +164,7 @@ class LayerTables:
                     [(slot["scope_key"], slot["slot_id"], c["block_index"], c["relevance"], c["distance"],
                       c["created_at"], c["last_accessed"]) for c in checkpoints],
                 )
+        return True
 
     def delete_slot(self, scope_key: str, slot_id: int) -> None:
         with self.db.transaction() as tx:
