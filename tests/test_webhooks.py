@@ -31,7 +31,7 @@ from gieok.errors import InvalidInputError
 from gieok.server.events import EventBus
 from gieok.server.settings import ServerSettings
 from gieok.server.webhook_addresses import AddressRefusedError, check_address
-from gieok.server.webhook_delivery import WebhookDeliverer, retry_delay
+from gieok.server.webhook_delivery import WebhookDeliverer, _Clients, retry_delay
 from gieok.server.webhooks import Webhooks
 from gieok.store.factory import open_store
 from live_server import LiveServer, create_key, free_port
@@ -476,8 +476,8 @@ def test_claims_are_exclusive_across_processes_and_lapse_when_a_process_dies(bac
     a, b = backend.open(), backend.open()  # two processes of one deployment
     endpoint = a.webhooks.add_endpoint("acme", "http://127.0.0.1:9/", [], "whsec_AAAA", 100.0)
     for seq in range(1, 41):
-        a.webhooks.enqueue([endpoint.endpoint_id], seq, "memory.added", f'{{"seq":{seq}}}', 100.0)
-    assert a.webhooks.enqueue([endpoint.endpoint_id], 1, "memory.added", "again", 100.0) == 0  # once per event
+        a.webhooks.enqueue([endpoint], seq, "memory.added", f'{{"seq":{seq}}}', 100.0)
+    assert a.webhooks.enqueue([endpoint], 1, "memory.added", "again", 100.0) == 0  # once per event
     claims: dict[str, list[int]] = {}
 
     def take(name: str, store: Any) -> None:
@@ -498,7 +498,7 @@ def test_claims_are_exclusive_across_processes_and_lapse_when_a_process_dies(bac
         assert b.webhooks.retry(claimed.delivery_id, "c", 141.0, 145.0, None, "ConnectError")
     assert b.webhooks.rest_endpoint(endpoint.endpoint_id, 142.0, 200.0) == 1
     assert b.webhooks.rest_endpoint(endpoint.endpoint_id, 143.0, 900.0) == 0  # resting already: not longer
-    a.webhooks.enqueue([endpoint.endpoint_id], 41, "memory.added", "{}", 150.0)
+    a.webhooks.enqueue([endpoint], 41, "memory.added", "{}", 150.0)
     fresh = a.webhooks.claim("a", 150.0, 30.0, 100)  # resting: only the event never tried
     assert [c.event_id for c in fresh] == [41]
     a.webhooks.release([fresh[0].delivery_id], "a")
@@ -508,6 +508,60 @@ def test_claims_are_exclusive_across_processes_and_lapse_when_a_process_dies(bac
     a.webhooks.wake_endpoint(endpoint.endpoint_id)
     assert a.webhooks.endpoint(endpoint.endpoint_id, "acme").failures == 0  # type: ignore[union-attr]
     assert a.webhooks.endpoint(endpoint.endpoint_id, "other") is None  # another tenant's: not found
+
+
+def test_no_event_is_kept_for_an_endpoint_another_process_deleted(backend: Backend) -> None:
+    """A worker lists a tenant's endpoints at most every couple of seconds: one that another worker
+    deleted meanwhile got the events queued after it — bodies (what was said) that no endpoint would
+    send and no erasure looked at (it reads the queue by the tenant's endpoints), claimed again
+    every lease forever; and on SQLite, which gives a deleted row's id to the next endpoint, sent
+    to that one, maybe another tenant's. Such an event is not queued; one queued before this was
+    is dropped, and a new endpoint starts with an empty queue."""
+    a, b = backend.open(), backend.open()
+    endpoint = a.webhooks.add_endpoint("acme", "http://127.0.0.1:9/", [], "whsec_AAAA", 100.0)
+    assert b.webhooks.delete_endpoint(endpoint.endpoint_id, "acme")
+    assert a.webhooks.enqueue([endpoint], 1, "message.stored", '{"text": "비밀번호 4821"}', 101.0) == 0
+    assert not a.webhooks.has_due(102.0) and a.webhooks.deliveries(endpoint.endpoint_id) == []
+
+    def queued_by_an_older_process(event_id: int) -> None:  # without the check
+        with a.transaction() as tx:  # type: ignore[attr-defined]
+            tx.execute("INSERT INTO webhook_deliveries(endpoint_id, event_id, event_type, body, status, attempts, "
+                       "created_at, next_try_at) VALUES (?, ?, 'message.stored', '비밀번호 4821', 'pending', 0, "
+                       "101, 101)", (endpoint.endpoint_id, event_id))
+
+    queued_by_an_older_process(2)
+    assert b.webhooks.drop_orphans(endpoint.endpoint_id) == 1 and not a.webhooks.has_due(102.0)
+    queued_by_an_older_process(3)
+    other = a.webhooks.add_endpoint("globex", "http://127.0.0.1:9/g", [], "whsec_BBBB", 103.0)
+    assert a.webhooks.deliveries(other.endpoint_id) == []  # SQLite: its id is the deleted one's
+    b.webhooks.drop_orphans(endpoint.endpoint_id)  # PostgreSQL: another id; the delivery loop drops them
+    assert not a.webhooks.has_due(104.0)
+    assert a.webhooks.enqueue([endpoint], 4, "message.stored", "{}", 104.0) == 0, "its id may be another's now"
+    assert a.webhooks.enqueue([other], 5, "message.stored", "{}", 104.0) == 1
+    assert [(c.endpoint_id, c.event_id) for c in a.webhooks.claim("a", 105.0, 30.0, 10)] == [(other.endpoint_id, 5)]
+
+
+def test_the_delivery_loop_drops_what_was_queued_for_an_endpoint_that_is_gone(tmp_path: Path) -> None:
+    """A delivery whose endpoint no longer exists (queued beside its delete by a process without
+    the check above) is removed with its body when the loop claims it — not claimed every lease."""
+    store = open_store(str(tmp_path / "hooks.db"))
+    with store.transaction() as tx:  # type: ignore[attr-defined]
+        tx.execute("INSERT INTO webhook_deliveries(endpoint_id, event_id, event_type, body, status, attempts, "
+                   "created_at, next_try_at) VALUES (99, 1, 'message.stored', '비밀번호 4821', 'pending', 0, 1, 1)")
+    deliverer = WebhookDeliverer(store.webhooks, ServerSettings(db=str(tmp_path / "hooks.db")), clock=lambda: 10.0)
+
+    async def one_round() -> int:
+        clients = _Clients(1.0)
+        try:
+            claimed = await deliverer.round(clients)
+            await asyncio.gather(*list(deliverer._posting.values()))
+            return claimed
+        finally:
+            await clients.aclose()
+
+    assert asyncio.run(one_round()) == 1
+    assert store.webhooks.deliveries(99) == [] and not store.webhooks.has_due(20.0)
+    store.close()
 
 
 def test_the_migration_adds_the_tables_to_an_older_store(backend: Backend) -> None:

@@ -240,7 +240,8 @@ class WebhookDeliverer:
         """One endpoint's share: the probe first (the oldest of those tried least), then the others
         in event order; once the receiver looks down, only events never tried get their attempt
         and the others go back untried (module docstring)."""
-        if endpoint is None:  # deleted meanwhile, with its queue
+        if endpoint is None:  # deleted meanwhile with its queue, and what another process queued beside the delete
+            await anyio.to_thread.run_sync(self.table.drop_orphans, deliveries[0].endpoint_id)
             self._claimed.difference_update(d.delivery_id for d in deliveries)
             return
         if endpoint.disabled_at is not None:

@@ -164,7 +164,7 @@ class Webhooks:
 
     def queue(self, tenant: str, event: Event) -> int:
         """Queue `event` for every endpoint of `tenant` that wants it, and wake the delivery loop."""
-        wanted = [row.endpoint_id for row in self._endpoints_of(tenant) if row.wants(event.type)]
+        wanted = [row for row in self._endpoints_of(tenant) if row.wants(event.type)]
         if not wanted or event.seq <= 0:
             return 0
         added = self.table.enqueue(wanted, event.seq, event.type, event_body(event), self.clock())

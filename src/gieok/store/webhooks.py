@@ -127,7 +127,8 @@ class WebhookStore(Protocol):
 
     def wake_endpoint(self, endpoint_id: int) -> None: ...
 
-    def enqueue(self, endpoint_ids: Sequence[int], event_id: int, event_type: str, body: str, now: float) -> int: ...
+    def enqueue(self, endpoints: Sequence[EndpointRow], event_id: int, event_type: str, body: str, now: float) -> int:
+        ...
 
     def has_due(self, now: float) -> bool: ...
 
@@ -142,6 +143,8 @@ class WebhookStore(Protocol):
     def give_up(self, delivery_id: int, holder: str, now: float, status: int | None, error: str) -> bool: ...
 
     def release(self, delivery_ids: Sequence[int], holder: str) -> None: ...
+
+    def drop_orphans(self, endpoint_id: int) -> int: ...
 
     def deliveries(self, endpoint_id: int, *, before: int | None = None, limit: int = 50) -> list[DeliveryRow]: ...
 
@@ -168,6 +171,9 @@ class WebhookTable:
             endpoint_id = int(conn.execute(
                 "INSERT INTO webhook_endpoints(tenant, url, events, secret, created_at) VALUES (?, ?, ?, ?, ?) "
                 "RETURNING endpoint_id", (tenant, url, json.dumps(list(events)), secret, now)).fetchone()[0])
+            # A new endpoint has no queue. SQLite gives a deleted endpoint's id to the next one: what
+            # a process queued for the old one beside its delete must not be sent to this one.
+            conn.execute("DELETE FROM webhook_deliveries WHERE endpoint_id = ?", (endpoint_id,))
         return EndpointRow(endpoint_id, tenant, url, tuple(events), secret, None, None, now, None, "")
 
     def endpoint(self, endpoint_id: int, tenant: str | None = None) -> EndpointRow | None:
@@ -237,17 +243,23 @@ class WebhookTable:
                          (endpoint_id,))
 
     # -- the queue ------------------------------------------------------------------------------
-    def enqueue(self, endpoint_ids: Sequence[int], event_id: int, event_type: str, body: str, now: float) -> int:
-        """Queue one event for these endpoints, due now; an event queued twice for one endpoint
-        (the same id) is queued once. Returns how many rows are new."""
+    def enqueue(self, endpoints: Sequence[EndpointRow], event_id: int, event_type: str, body: str, now: float) -> int:
+        """Queue one event for these endpoints (as the caller listed them), due now; an event queued
+        twice for one endpoint (the same id) is queued once. None is queued for an endpoint deleted
+        since the caller listed it (another process's delete): the row would hold the event's body
+        with no endpoint to send it to, out of an erasure's reach — or, on SQLite, which gives a
+        deleted row's id to the next endpoint, be sent to that one, maybe another tenant's. Returns
+        how many rows are new."""
         with self.store.transaction() as conn:
             added = 0
-            for endpoint_id in endpoint_ids:
+            for endpoint in endpoints:
                 added += conn.execute(
                     "INSERT INTO webhook_deliveries(endpoint_id, event_id, event_type, body, status, attempts, "
-                    "created_at, next_try_at) VALUES (?, ?, ?, ?, 'pending', 0, ?, ?) "
+                    "created_at, next_try_at) SELECT ?, ?, ?, ?, 'pending', 0, ?, ? WHERE EXISTS "
+                    "(SELECT 1 FROM webhook_endpoints WHERE endpoint_id = ? AND tenant = ? AND created_at = ?) "
                     "ON CONFLICT(endpoint_id, event_id) DO NOTHING",
-                    (endpoint_id, event_id, event_type, body, now, now)).rowcount
+                    (endpoint.endpoint_id, event_id, event_type, body, now, now, endpoint.endpoint_id,
+                     endpoint.tenant, endpoint.created_at)).rowcount
             return added
 
     def has_due(self, now: float) -> bool:
@@ -316,6 +328,14 @@ class WebhookTable:
             params.append(before)
         rows = self.store.fetch(sql + " ORDER BY delivery_id DESC LIMIT ?", [*params, limit])
         return [DeliveryRow(*row) for row in rows]
+
+    def drop_orphans(self, endpoint_id: int) -> int:
+        """The deliveries queued for an endpoint that no longer exists (queued while another
+        process deleted it): removed with their bodies. How many."""
+        with self.store.transaction() as conn:
+            return conn.execute("DELETE FROM webhook_deliveries WHERE endpoint_id = ? AND NOT EXISTS "
+                                "(SELECT 1 FROM webhook_endpoints WHERE endpoint_id = ?)",
+                                (endpoint_id, endpoint_id)).rowcount
 
     def pending_bodies(self, tenant: str) -> list[tuple[int, str]]:
         """The bodies still queued for `tenant`'s endpoints (what an erasure must look through)."""
