@@ -569,6 +569,23 @@ def test_the_extraction_schedule_is_counted_and_claimed_in_the_database(backend:
     assert first.conversation.channel_state(other) == (0, 7)
 
 
+def test_an_l1_message_id_is_never_given_twice(store: Store) -> None:
+    """The newest message deleted, the next one gets a new id — not the deleted one's (SQLite's rowid
+    would): the old id's record, fact statements and summary spans name only the old message, and
+    the new one sits after the extraction's mark."""
+    tables = store.conversation
+    key = scope_key(Scope("g", "c"))
+    first = tables.l1_append(key, "user", "하나", "u1", None, T0, False, False, "a", keep=10)
+    newest = tables.l1_append(key, "user", "둘", "u1", None, T0 + 1, False, False, "b", keep=10)
+    tables.message_delete(key, "b", newest.message_id, T0 + 2)
+    again = tables.l1_append_once(key, "user", "셋", "u1", None, T0 + 3, False, False, "c", keep=10)
+    assert again is not None and again.message_id > newest.message_id > first.message_id
+    assert tables.messages_known(key, ["b", "c"])["b"].message_id == newest.message_id
+    tables.l1_delete_user("u1")  # every row gone: still no id given twice
+    assert tables.l1_append(key, "user", "넷", "u2", None, T0 + 4, False, False, None, keep=10).message_id > \
+        again.message_id
+
+
 def test_summaries_facts_channel_state_and_active_channels(store: Store) -> None:
     tables = store.conversation
     key = scope_key(Scope("g", "c"))

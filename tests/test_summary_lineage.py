@@ -18,6 +18,7 @@ from gieok.chat.conversation.recent import conversation_of, scope_key
 from gieok.chat.conversation.summary import ChannelSummary, SummaryStore
 from gieok.chat.llm import ScriptedLLM
 from gieok.chat.llm.scripted import Request
+from gieok.chat.settings import ChatSettings
 from gieok.store.sqlite.store import SQLiteStore
 
 CAFE = conversation_of("g1", "cafe")
@@ -159,3 +160,59 @@ def test_items_with_no_known_messages_go_at_a_deletion(tmp_path: Path) -> None:
     assert items(kept) == {"m9에서 나온 항목"} and kept.core == ("운영자가 쓴 줄",)
     assert summaries.forget_messages(CAFE, [9]) == 1 and items(summaries.get(CAFE)) == set()
     assert summaries.forget_messages(CAFE, []) == 0
+
+
+def test_a_deletion_a_crash_cut_short_is_finished_by_a_retry_or_the_next_start(memory: Memory) -> None:
+    """The message was marked deleted (its line gone, its id taken) and the process died before its
+    turn, facts and summary items were erased. A retried DELETE used to answer `already_deleted`
+    and leave them; it finishes them now, and so does the next start if nobody retries."""
+    brain = Brain({"new_point": ADDRESS})
+    pipeline = ConversationPipeline(memory, llm=ScriptedLLM(brain))
+
+    async def store(*messages: dict[str, Any]) -> None:
+        await pipeline.add_messages("g1", "cafe", list(messages))
+        await pipeline.drain()
+
+    def cut_short(message_id: str) -> int:  # what `delete_message` does before a crash: the mark alone
+        seen = pipeline.tables.messages_known(scope_key(CAFE), [message_id])[message_id]
+        assert seen.block_index is not None
+        pipeline.tables.message_delete(scope_key(CAFE), message_id, seen.message_id, 1_790_000_000.0)
+        return seen.block_index
+
+    asyncio.run(store(said("m1", "나 연남로 12로 이사 왔어")))
+    block = cut_short("m1")
+    assert ADDRESS in items(pipeline.summaries.get(CAFE)) and not memory.get(block).forgotten
+    retried = asyncio.run(pipeline.delete_message("g1", "cafe", "m1"))
+    assert retried["already_deleted"] and retried["erased"]["blocks"] == 1 and retried["erased"]["summary_items"] == 1
+    assert memory.get(block).forgotten and ADDRESS not in items(pipeline.summaries.get(CAFE))
+    assert pipeline.tables.deletions_unfinished() == []
+
+    asyncio.run(store(said("m2", "내 전화번호는 010-1234-5678이야")))
+    block = cut_short("m2")
+    assert [row[1] for row in pipeline.tables.deletions_unfinished()] == ["m2"]
+    ConversationPipeline(memory, llm=ScriptedLLM(brain))  # the next start
+    assert memory.get(block).forgotten and pipeline.tables.deletions_unfinished() == []
+    assert "5678" not in str(pipeline.summaries.get(CAFE).as_dict())
+
+
+def test_the_message_after_a_deleted_newest_one_is_read_by_the_extraction(memory: Memory) -> None:
+    """The newest message deleted, the next one took its id (SQLite's rowid) — at the extraction's
+    mark, which reads only messages after it: what it said was never extracted."""
+    shown: list[str] = []
+
+    def brain(request: Request) -> dict[str, Any]:
+        if "user_facts" in request.messages[0].content:
+            shown.append(request.messages[0].content)
+        return Brain({})(request)
+
+    pipeline = ConversationPipeline(memory, llm=ScriptedLLM(brain), settings=ChatSettings(analysis_every=1))
+
+    async def store(*messages: dict[str, Any]) -> str:
+        done = await pipeline.add_messages("g1", "cafe", list(messages))
+        await pipeline.drain()
+        return done.extraction
+
+    assert asyncio.run(store(said("m1", "안녕"), said("m2", "반가워"))) == "started"
+    asyncio.run(pipeline.delete_message("g1", "cafe", "m2"))
+    assert asyncio.run(store(said("m3", "나 다음 달에 부산으로 이사 가"))) == "started"
+    assert "부산으로 이사" in shown[-1]

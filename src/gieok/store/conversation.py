@@ -195,6 +195,10 @@ class ConversationStore(Protocol):
 
     def message_delete(self, scope_key: str, external_id: str, message_id: int, when: float) -> None: ...
 
+    def message_deletion_done(self, scope_key: str, external_id: str) -> None: ...
+
+    def deletions_unfinished(self, limit: int = 1000) -> list[tuple[str, str, int, int]]: ...
+
     def l1_blocks_of(self, message_ids: Sequence[int]) -> dict[int, int]: ...
 
     def l1_recent(self, scope_key: str, limit: int) -> list[L1Row]: ...
@@ -329,8 +333,8 @@ class ConversationTables:
         with self.store.transaction() as conn:
             if fence is not None:
                 check_fence(conn, scope_key, fence)
-            message_id = _l1_insert(conn, scope_key, role, content, user_id, display_name, created_at, addressed,
-                                    flagged, external_id, keep)
+            message_id = _l1_insert(conn, self._dialect, scope_key, role, content, user_id, display_name, created_at,
+                                    addressed, flagged, external_id, keep)
             if external_id is not None:
                 conn.execute("INSERT INTO message_ids(scope_key, external_id, message_id, created_at) "
                              "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", (scope_key, external_id, message_id,
@@ -348,8 +352,8 @@ class ConversationTables:
                                    "VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING", (scope_key, external_id, created_at))
             if claimed.rowcount == 0:
                 return None
-            message_id = _l1_insert(conn, scope_key, role, content, user_id, display_name, created_at, addressed,
-                                    flagged, external_id, keep)
+            message_id = _l1_insert(conn, self._dialect, scope_key, role, content, user_id, display_name, created_at,
+                                    addressed, flagged, external_id, keep)
             conn.execute("UPDATE message_ids SET message_id = ? WHERE scope_key = ? AND external_id = ?",
                          (message_id, scope_key, external_id))
         return L1Row(message_id, scope_key, role, content, user_id, display_name, created_at, addressed, flagged,
@@ -390,11 +394,26 @@ class ConversationTables:
 
     def message_delete(self, scope_key: str, external_id: str, message_id: int, when: float) -> None:
         """A message its sender deleted: its L1 row goes; its id stays taken (a late retry of the
-        request that sent it must not bring it back) and is marked deleted."""
+        request that sent it must not bring it back) and is marked deleted. Its turn block stays
+        named until it is forgotten too (`message_deletion_done`): a deletion a crash cut short
+        after this is finished by a retry or at the next start (`deletions_unfinished`)."""
         with self.store.transaction() as conn:
             conn.execute("DELETE FROM l1_messages WHERE message_id = ?", (message_id,))
-            conn.execute("UPDATE message_ids SET deleted_at = ?, block_index = NULL WHERE scope_key = ? "
-                         "AND external_id = ?", (when, scope_key, external_id))
+            conn.execute("UPDATE message_ids SET deleted_at = ? WHERE scope_key = ? AND external_id = ?",
+                         (when, scope_key, external_id))
+
+    def message_deletion_done(self, scope_key: str, external_id: str) -> None:
+        """What came from a deleted message is erased: its id no longer names a turn block."""
+        with self.store.transaction() as conn:
+            conn.execute("UPDATE message_ids SET block_index = NULL WHERE scope_key = ? AND external_id = ? "
+                         "AND deleted_at IS NOT NULL", (scope_key, external_id))
+
+    def deletions_unfinished(self, limit: int = 1000) -> list[tuple[str, str, int, int]]:
+        """Deleted messages whose turn block is still named (scope key, external id, L1 message id,
+        block): deletions a crash cut short."""
+        rows = self._rows("SELECT scope_key, external_id, message_id, block_index FROM message_ids WHERE "
+                          "deleted_at IS NOT NULL AND block_index IS NOT NULL ORDER BY deleted_at LIMIT ?", (limit,))
+        return [(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
 
     def l1_blocks_of(self, message_ids: Sequence[int]) -> dict[int, int]:
         """L1 message id → its turn block, for those written (and not trimmed) yet."""
@@ -919,14 +938,43 @@ def check_fence(conn: SqlWriter, scope_key: str, token: int) -> None:
         raise LeaseLostError(f"{scope_key}: another process runs this channel now (fencing token {token} is stale)")
 
 
-def _l1_insert(conn: Any, scope_key: str, role: str, content: str, user_id: str | None, display_name: str | None,
-               created_at: float, addressed: bool, flagged: bool, external_id: str | None, keep: int) -> int:
+_L1_LAST_ID = "l1_last_message_id"  # SQLite: the highest L1 message id ever given (`meta`)
+
+
+def _next_l1_id(conn: Any) -> int:
+    """SQLite's next L1 message id, never one given before. Its rowid would be the highest row's + 1,
+    so the id of the newest message, deleted, went to the next one: the deleted message's id record
+    then named the new one's turn, and the new message sat at or below the extraction's mark (the
+    last message read) and was never read. A message id is also kept in fact statements and summary
+    spans. PostgreSQL's sequence never gives one twice."""
+    stored = conn.execute("SELECT value FROM meta WHERE key = ?", (_L1_LAST_ID,)).fetchone()
+    if stored is not None:
+        last = int(stored[0])
+    else:  # the first since this was kept: the highest id anything names
+        last = max(int(conn.execute(sql).fetchone()[0] or 0) for sql in (
+            "SELECT max(message_id) FROM message_ids", "SELECT max(message_id) FROM fact_sources",
+            "SELECT max(last_message_id) FROM channel_state"))
+    highest = int(conn.execute("SELECT max(message_id) FROM l1_messages").fetchone()[0] or 0)
+    given = max(last, highest) + 1
+    conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                 (_L1_LAST_ID, str(given)))
+    return given
+
+
+def _l1_insert(conn: Any, dialect: str, scope_key: str, role: str, content: str, user_id: str | None,
+               display_name: str | None, created_at: float, addressed: bool, flagged: bool, external_id: str | None,
+               keep: int) -> int:
     """Insert one L1 row and trim its conversation to `keep` rows (never a row not yet a block)."""
-    message_id = int(conn.execute(
-        "INSERT INTO l1_messages(scope_key, role, content, user_id, display_name, created_at, addressed, "
-        "flagged, external_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING message_id",
-        (scope_key, role, content, user_id, display_name, created_at, int(addressed), int(flagged), external_id),
-    ).fetchone()[0])
+    values = (scope_key, role, content, user_id, display_name, created_at, int(addressed), int(flagged), external_id)
+    if dialect == "sqlite":
+        message_id = _next_l1_id(conn)
+        conn.execute("INSERT INTO l1_messages(message_id, scope_key, role, content, user_id, display_name, "
+                     "created_at, addressed, flagged, external_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     (message_id, *values))
+    else:
+        message_id = int(conn.execute(
+            "INSERT INTO l1_messages(scope_key, role, content, user_id, display_name, created_at, addressed, "
+            "flagged, external_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING message_id", values).fetchone()[0])
     if user_id is not None and display_name and role == "user":  # the names a user is known by (GET /v1/users)
         conn.execute("INSERT INTO user_names(user_id, name, first_seen, last_seen) VALUES (?, ?, ?, ?) "
                      "ON CONFLICT(user_id, name) DO UPDATE SET first_seen = CASE WHEN excluded.first_seen < "

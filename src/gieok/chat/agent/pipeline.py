@@ -253,6 +253,7 @@ class ConversationPipeline:
                 log.info("lore: seeded %d fact(s) from %s", added, s.lore_file)
         if recover:
             self.commit_pending()  # messages a crash left only in L1
+            self.finish_deletions()  # and deletions it cut short
 
     def warm(self) -> None:
         """Load now what the first message would: the memory's parts (`Memory.warm`) and the
@@ -1137,21 +1138,43 @@ class ConversationPipeline:
             if seen is None:
                 where = f"guild {conversation.guild!r}" if conversation.guild else "no guild"
                 raise NotFoundError(f"no message {message_id!r} in channel {conversation.channel!r} ({where})")
-            if seen.deleted:  # a retried delete: done already
+            if seen.deleted:  # a retried delete: what a crash may have left undone is done now
+                blocks, facts, items = self._erase_deleted(conversation, message_id, seen.message_id,
+                                                           seen.block_index)
                 return {**receipt, "already_deleted": True,
-                        "erased": {"messages": 0, "blocks": 0, "facts": 0, "summary_items": 0}}
+                        "erased": {"messages": 0, "blocks": len(blocks), "facts": len(facts), "summary_items": items}}
             # Marked deleted first, then what came from it erased: an extraction reading the message
             # meanwhile looks again after it writes (`_apply_extraction`), so whichever comes second
             # erases what the other wrote.
             self.tables.message_delete(key, message_id, seen.message_id, self.clock())
-            facts = self.facts.forget_statements([seen.message_id])
-            block = seen.block_index
-            erased = self.memory.forget([block]) if block is not None else []
-            items = self.summaries.forget_messages(conversation, [seen.message_id])
+            blocks, facts, items = self._erase_deleted(conversation, message_id, seen.message_id, seen.block_index)
         self._event("message_deleted", {"channel": conversation.channel, "message_id": message_id,
-                                        "blocks": erased, "facts": facts, "summary_items": items})
+                                        "blocks": blocks, "facts": facts, "summary_items": items})
         return {**receipt, "already_deleted": False,
-                "erased": {"messages": 1, "blocks": len(erased), "facts": len(facts), "summary_items": items}}
+                "erased": {"messages": 1, "blocks": len(blocks), "facts": len(facts), "summary_items": items}}
+
+    def _erase_deleted(self, conversation: Scope, external_id: str, message_id: int,
+                       block: int | None) -> tuple[list[int], list[int], int]:
+        """What came from a message marked deleted: its statements of facts, its turn block and the
+        summary items made from it; then its id stops naming the block. Each step is a no-op when
+        done already, so a deletion a crash cut short is finished by a retry or at the next start
+        (`finish_deletions`). The blocks and fact blocks erased, and the summary items dropped."""
+        facts = self.facts.forget_statements([message_id])
+        blocks = self.memory.forget([block]) if block is not None else []
+        items = self.summaries.forget_messages(conversation, [message_id])
+        self.tables.message_deletion_done(scope_key(conversation), external_id)
+        return blocks, facts, items
+
+    def finish_deletions(self) -> int:
+        """Deletions a crash cut short after the message was marked deleted: finished (start-up)."""
+        done = 0
+        for key, external_id, message_id, block in self.tables.deletions_unfinished():
+            with self._commit_lock:
+                self._erase_deleted(scope_from_key(key), external_id, message_id, block)
+            done += 1
+        if done:
+            log.warning("finished %d message deletion(s) a stop had cut short", done)
+        return done
 
     async def _guard_texts(self, texts: list[str], timings: dict[str, float] | None = None) -> list[GuardVerdict]:
         """The guard on each text: its patterns, and its classifiers when there are any. `timings`:
