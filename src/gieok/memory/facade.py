@@ -92,8 +92,7 @@ class Memory:
         # The parts call back through `weakly`: a closed memory is freed at once (gieok/callbacks.py)
         self.layers = stack = LayerStack(self.store, self.settings, self.tokenizer, self.indexes,
                                          weakly(self._write_note), self.events.emit, self._lock)
-        self.indexes.on_vectors_replaced = weakly(stack.working.take_vectors)  # slots keep copies of vectors
-        self.indexes.on_erased_elsewhere = weakly(stack.working.forget_blocks)  # ... and of their turns' words
+        stack.follow(self.indexes)
         self.working, self.stm, self.hybrid = stack.working, stack.stm, stack.hybrid  # parts, by their old names
         self.checkpoints, self.localized, self.cache, self.coordinator = (stack.checkpoints, stack.localized,
                                                                           stack.cache, stack.coordinator)

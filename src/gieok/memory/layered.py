@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from ..store.base import Store
 from ..text.tokenize import Tokenizer
 from ..types import Block, Scope, scope_from_key
 from .events import block_event
+
+if TYPE_CHECKING:
+    from .indexes import MemoryIndexes
 
 __all__ = ["LayerStack", "NoteWriter"]
 
@@ -61,6 +64,12 @@ class LayerStack:
         self.cache = SearchCache(s.cache_size, s.cache_ttl_seconds)
         self.coordinator = SearchCoordinator(self.hybrid, self.cache, self.checkpoints, self.localized,
                                              CoordinatorConfig.from_settings(s))
+
+    def follow(self, indexes: MemoryIndexes) -> None:
+        """Working-memory slots keep copies of their turns' vectors and words: they take the vectors
+        `indexes` replace and drop the turns it learns were erased by another process."""
+        indexes.on_vectors_replaced = weakly(self.working.take_vectors)
+        indexes.on_erased_elsewhere = weakly(self.working.forget_blocks)
 
     def _slot_freed(self, slot: Slot) -> None:
         self.checkpoints.forget_slot(slot)
