@@ -216,3 +216,26 @@ def test_the_message_after_a_deleted_newest_one_is_read_by_the_extraction(memory
     asyncio.run(pipeline.delete_message("g1", "cafe", "m2"))
     assert asyncio.run(store(said("m3", "나 다음 달에 부산으로 이사 가"))) == "started"
     assert "부산으로 이사" in shown[-1]
+
+
+def test_an_edit_a_crash_cut_short_is_finished_at_the_next_start(memory: Memory) -> None:
+    """The line took the new text and the process died before the old turn, its facts and summary
+    items were erased: the old turn stayed searchable, no longer named by the message's id, and a
+    resent edit was a duplicate. The next start erases them before the new turn is written."""
+    pipeline = ConversationPipeline(memory, llm=ScriptedLLM(Brain({"new_point": ADDRESS})))
+
+    async def store() -> None:
+        await pipeline.add_messages("g1", "cafe", [said("m1", "나 연남로 12로 이사 왔어")])
+        await pipeline.drain()
+
+    asyncio.run(store())
+    seen = pipeline.tables.messages_known(scope_key(CAFE), ["m1"])["m1"]
+    assert seen.block_index is not None and ADDRESS in items(pipeline.summaries.get(CAFE))
+    pipeline.tables.l1_edit(seen.message_id, "나 이사 왔어", False)  # what an edit does before a crash
+    assert pipeline.tables.edits_unfinished() == [(scope_key(CAFE), "m1", seen.message_id, seen.block_index)]
+    ConversationPipeline(memory, llm=ScriptedLLM(Brain({})))  # the next start
+    assert memory.get(seen.block_index).forgotten and pipeline.tables.edits_unfinished() == []
+    assert ADDRESS not in items(pipeline.summaries.get(CAFE))
+    now = pipeline.tables.messages_known(scope_key(CAFE), ["m1"])["m1"]
+    assert now.block_index not in (None, seen.block_index) and memory.get(now.block_index).text.endswith("나 이사 왔어")
+    assert not any("연남로" in hit.block.text for hit in memory.search("연남로 이사", k=5).hits)

@@ -197,6 +197,10 @@ class ConversationStore(Protocol):
 
     def message_deletion_done(self, scope_key: str, external_id: str) -> None: ...
 
+    def message_old_turn_done(self, scope_key: str, external_id: str, block_index: int) -> None: ...
+
+    def edits_unfinished(self, limit: int = 1000) -> list[tuple[str, str, int, int]]: ...
+
     def deletions_unfinished(self, limit: int = 1000) -> list[tuple[str, str, int, int]]: ...
 
     def l1_blocks_of(self, message_ids: Sequence[int]) -> dict[int, int]: ...
@@ -377,11 +381,28 @@ class ConversationTables:
 
     def l1_edit(self, message_id: int, content: str, flagged: bool) -> None:
         """A message's new text (its sender edited it): the L1 row, if L1 still holds it, takes the
-        text and waits to become a turn block again (`l1_pending`); the id forgets its old block."""
+        text and waits to become a turn block again (`l1_pending`). The id keeps naming its old turn
+        until that is forgotten (`message_old_turn_done`): an edit a crash cut short is finished at
+        the next start (`edits_unfinished`)."""
         with self.store.transaction() as conn:
             conn.execute("UPDATE l1_messages SET content = ?, flagged = ?, block_index = NULL WHERE message_id = ?",
                          (content, int(flagged), message_id))
-            conn.execute("UPDATE message_ids SET block_index = NULL WHERE message_id = ?", (message_id,))
+
+    def message_old_turn_done(self, scope_key: str, external_id: str, block_index: int) -> None:
+        """An edited message's old turn is forgotten: its id no longer names it."""
+        with self.store.transaction() as conn:
+            conn.execute("UPDATE message_ids SET block_index = NULL WHERE scope_key = ? AND external_id = ? "
+                         "AND block_index = ?", (scope_key, external_id, block_index))
+
+    def edits_unfinished(self, limit: int = 1000) -> list[tuple[str, str, int, int]]:
+        """Edited messages whose old turn is still named (scope key, external id, L1 message id, old
+        block): a line waiting for its new turn while its id names a block is one — a new message's
+        id names no block until its turn is written, in the same transaction as its line."""
+        rows = self._rows("SELECT m.scope_key, m.external_id, m.message_id, m.block_index FROM message_ids m "
+                          "JOIN l1_messages l ON l.message_id = m.message_id WHERE l.block_index IS NULL AND "
+                          "m.block_index IS NOT NULL AND m.deleted_at IS NULL ORDER BY m.message_id LIMIT ?",
+                          (limit,))
+        return [(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
 
     def message_block_hook(self, scope_key: str, external_id: str) -> AppendHook:
         """For `Memory.add(within=…)`: the block appended is this message's turn now (an edit of a

@@ -252,8 +252,8 @@ class ConversationPipeline:
             if added:
                 log.info("lore: seeded %d fact(s) from %s", added, s.lore_file)
         if recover:
+            self.finish_deletions()  # deletions and edits a crash cut short (an edit's old turn before its new)
             self.commit_pending()  # messages a crash left only in L1
-            self.finish_deletions()  # and deletions it cut short
 
     def warm(self) -> None:
         """Load now what the first message would: the memory's parts (`Memory.warm`) and the
@@ -1078,10 +1078,11 @@ class ConversationPipeline:
                     if seen.block_index is not None else None
                 in_l1 = self.tables.l1_by_external_id(key, message.id)
                 self.tables.l1_edit(seen.message_id, message.text, message.id in flagged)
-                self.facts.forget_statements([seen.message_id])
-                self.summaries.forget_messages(conversation, [seen.message_id])  # what the old text fed it
-                if old is not None and not old.forgotten:
-                    self.memory.forget([old.block_index])
+                if seen.block_index is not None:
+                    self._erase_old_turn(conversation, message.id, seen.message_id, seen.block_index)
+                else:
+                    self.facts.forget_statements([seen.message_id])
+                    self.summaries.forget_messages(conversation, [seen.message_id])
                 if in_l1 is not None:
                     out[message.id] = replace(in_l1, content=message.text, flagged=message.id in flagged,
                                               block_index=None)
@@ -1165,15 +1166,30 @@ class ConversationPipeline:
         self.tables.message_deletion_done(scope_key(conversation), external_id)
         return blocks, facts, items
 
+    def _erase_old_turn(self, conversation: Scope, external_id: str, message_id: int, block: int) -> None:
+        """What an edited message's old text made: its statements of facts, the summary items made
+        from it, its turn; then its id stops naming the turn. Each step a no-op when done already
+        (`finish_deletions` finishes one a crash cut short)."""
+        self.facts.forget_statements([message_id])
+        self.summaries.forget_messages(conversation, [message_id])  # what the old text fed it
+        self.memory.forget([block])
+        self.tables.message_old_turn_done(scope_key(conversation), external_id, block)
+
     def finish_deletions(self) -> int:
-        """Deletions a crash cut short after the message was marked deleted: finished (start-up)."""
+        """Deletions and edits a crash cut short after the message was marked deleted or took its new
+        text: what came from it, or from its old text, erased now (start-up, before the lines
+        waiting for their turns are written)."""
         done = 0
         for key, external_id, message_id, block in self.tables.deletions_unfinished():
             with self._commit_lock:
                 self._erase_deleted(scope_from_key(key), external_id, message_id, block)
             done += 1
+        for key, external_id, message_id, block in self.tables.edits_unfinished():
+            with self._commit_lock:
+                self._erase_old_turn(scope_from_key(key), external_id, message_id, block)
+            done += 1
         if done:
-            log.warning("finished %d message deletion(s) a stop had cut short", done)
+            log.warning("finished %d message deletion(s) or edit(s) a stop had cut short", done)
         return done
 
     async def _guard_texts(self, texts: list[str], timings: dict[str, float] | None = None) -> list[GuardVerdict]:
