@@ -826,7 +826,8 @@ class ConversationTables:
             if self._dialect == "postgres":
                 # Another process's write about the subject, in flight, commits before this one reads
                 # it (SQLite's BEGIN IMMEDIATE already lets one writer in at a time). Taken in one order.
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(?))", ("gieok:facts:" + repr(subject),))
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))",
+                             (":facts:" + repr(subject),))
             if _subject_state(lambda sql, params: conn.execute(sql, params).fetchall(), subject) != seen:
                 raise FactsMovedError(f"the facts about {subject[0]} {subject[1]!r} {subject[2]!r} changed "
                                       "while this write was decided (another process wrote them)")

@@ -156,9 +156,10 @@ class ChannelSummary:
             if users:
                 sources[key] = tuple(dict.fromkeys((*sources.get(key, ()), *users)))
             if messages:
-                # One span per item, widened by each batch that makes it again: a conversation's
-                # batches follow each other, so the span holds only messages one of them held (and
-                # other conversations' ids, which no deletion here names).
+                # One span per item, widened by each batch that makes it again — bounded, where a list
+                # of ids would grow with every batch that repeats a topic. It may also hold messages of
+                # batches in between (their deletion drops the item too: the next extraction writes
+                # it again) and other conversations' ids, which no deletion here names.
                 first, last = spans.get(key, (min(messages), max(messages)))
                 spans[key] = (min(first, *messages), max(last, *messages))
         return replace(self, **changes, updates=self.updates + 1, sources=sources, spans=spans)
