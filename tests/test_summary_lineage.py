@@ -239,3 +239,21 @@ def test_an_edit_a_crash_cut_short_is_finished_at_the_next_start(memory: Memory)
     now = pipeline.tables.messages_known(scope_key(CAFE), ["m1"])["m1"]
     assert now.block_index not in (None, seen.block_index) and memory.get(now.block_index).text.endswith("나 이사 왔어")
     assert not any("연남로" in hit.block.text for hit in memory.search("연남로 이사", k=5).hits)
+
+
+def test_a_turn_another_message_wrote_under_a_reused_id_is_not_erased(memory: Memory) -> None:
+    """Before L1 ids stopped being reused on SQLite, a deleted message's id record could share its
+    id with the next message, and writing that message's turn named it in the deleted one's record
+    too. Finishing deletions at start-up must not take that turn for the deleted message's."""
+    pipeline = ConversationPipeline(memory, llm=ScriptedLLM(Brain({})))
+    asyncio.run(pipeline.add_messages("g1", "cafe", [said("m2", "오늘 점심 뭐 먹지")]))
+    live = pipeline.tables.messages_known(scope_key(CAFE), ["m2"])["m2"]
+    with memory.store.transaction() as tx:  # type: ignore[attr-defined]  # the record an old version left
+        tx.execute("INSERT INTO message_ids(scope_key, external_id, message_id, created_at, block_index, deleted_at) "
+                   "VALUES (?, 'm1', ?, 1, ?, 2)", (scope_key(CAFE), live.message_id, live.block_index))
+    assert [row[1] for row in pipeline.tables.deletions_unfinished()] == ["m1"]
+    ConversationPipeline(memory, llm=ScriptedLLM(Brain({})))  # the next start
+    assert not memory.get(live.block_index).forgotten, "the live message's turn stays"
+    assert pipeline.tables.deletions_unfinished() == []
+    again = asyncio.run(pipeline.delete_message("g1", "cafe", "m1"))
+    assert again["already_deleted"] and again["erased"]["blocks"] == 0 and not memory.get(live.block_index).forgotten

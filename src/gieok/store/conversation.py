@@ -539,7 +539,9 @@ class ConversationTables:
                                       "AND block_index IS NULL", (block.block_index, message_id))
                 if cursor.rowcount != 1:
                     raise L1RowsTakenError(f"L1 message {message_id} is a turn block already (another writer)")
-                conn.execute("UPDATE message_ids SET block_index = ? WHERE message_id = ?",
+                # not a deleted message's record: before L1 ids were never reused on SQLite, a deleted
+                # message's id could be the new one's
+                conn.execute("UPDATE message_ids SET block_index = ? WHERE message_id = ? AND deleted_at IS NULL",
                              (block.block_index, message_id))
             done[0] += len(blocks)
 

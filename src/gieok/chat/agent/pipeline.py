@@ -1160,11 +1160,24 @@ class ConversationPipeline:
         summary items made from it; then its id stops naming the block. Each step is a no-op when
         done already, so a deletion a crash cut short is finished by a retry or at the next start
         (`finish_deletions`). The blocks and fact blocks erased, and the summary items dropped."""
+        if block is not None and not self._turn_of(block, conversation, external_id):
+            # Another message's turn: its L1 id was this one's (SQLite gave a deleted newest message's
+            # id to the next before it stopped), and writing that turn named it here too. Only unnamed.
+            self.tables.message_deletion_done(scope_key(conversation), external_id)
+            return [], [], 0
         facts = self.facts.forget_statements([message_id])
         blocks = self.memory.forget([block]) if block is not None else []
         items = self.summaries.forget_messages(conversation, [message_id])
         self.tables.message_deletion_done(scope_key(conversation), external_id)
         return blocks, facts, items
+
+    def _turn_of(self, block_index: int, conversation: Scope, external_id: str) -> bool:
+        """Whether the block is this message's turn (or gone already: nothing of it to erase)."""
+        block = self.memory.store.get_many([block_index]).get(block_index)
+        if block is None or block.forgotten:
+            return True
+        return (block.kind == "turn" and block.metadata.get("external_id") == external_id
+                and (block.scope.guild, block.scope.channel) == (conversation.guild, conversation.channel))
 
     def _erase_old_turn(self, conversation: Scope, external_id: str, message_id: int, block: int) -> None:
         """What an edited message's old text made: its statements of facts, the summary items made
