@@ -334,6 +334,7 @@ class FactStore:
         workers of one database extracting one user's facts at once stored two current versions
         of one attribute)."""
         with self._writing:
+            outer = self._expecting  # a write inside another's (none today) keeps the outer one's subjects
             for attempt in range(1, FACT_WRITE_TRIES + 1):
                 self._expecting = []
                 try:
@@ -343,7 +344,7 @@ class FactStore:
                         raise
                     log.info("facts: another process wrote the same subject meanwhile; deciding again")
                 finally:
-                    self._expecting = []
+                    self._expecting = outer
             raise AssertionError("unreachable")
 
     def _expect(self, subject: tuple[FactType, str | None, str | None]) -> None:
