@@ -125,7 +125,7 @@ def test_an_extraction_that_read_a_message_deleted_meanwhile_keeps_nothing_of_it
     assert len(looks) == 3, "summary: one look after writing; facts: before and after"
     assert ADDRESS not in items(pipeline.summaries.get(CAFE))
     assert pipeline.facts.facts(user_id="42") == [], "the fact only the deleted message stated is gone"
-    assert any(e.kind == "fact_withdrawn" and e.data.get("facts") for e in pipeline.events)
+    assert any(e.kind == "fact_statements_withdrawn" and e.data["facts"] for e in pipeline.events)
 
 
 def test_a_second_process_never_writes_back_what_an_erasure_took(tmp_path: Path) -> None:

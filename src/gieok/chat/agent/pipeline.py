@@ -910,7 +910,8 @@ class ConversationPipeline:
         if sourced:  # deleted or edited after the look above, and before its statements were written: withdrawn now
             late = sorted(self._withdrawn(rows) - withdrawn)
             if late:
-                self._event("fact_withdrawn", {"messages": late, "facts": self.facts.forget_statements(late)})
+                erased = self.facts.forget_statements(late)
+                self._event("fact_statements_withdrawn", {"messages": late, "facts": erased})
 
     def _withdrawn(self, rows: Sequence[L1Row]) -> set[int]:
         """Messages of an extraction's batch edited or deleted while the model read them: what it
