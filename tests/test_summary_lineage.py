@@ -257,3 +257,18 @@ def test_a_turn_another_message_wrote_under_a_reused_id_is_not_erased(memory: Me
     assert pipeline.tables.deletions_unfinished() == []
     again = asyncio.run(pipeline.delete_message("g1", "cafe", "m1"))
     assert again["already_deleted"] and again["erased"]["blocks"] == 0 and not memory.get(live.block_index).forgotten
+
+
+def test_a_stored_summary_that_cannot_be_read_fails_no_read_and_no_message(tmp_path: Path) -> None:
+    """A summary row that is not what summaries write (a hand edit, a damaged copy) is read as no
+    summary — logged — and the next change writes a whole one over it; nothing raises."""
+    store = SQLiteStore(str(tmp_path / "odd.db"))
+    summaries = SummaryStore(store.conversation)
+    for stored in ("not json", "[1, 2]", '{"key_points": 5, "sources": 7}'):
+        with store.transaction() as tx:
+            tx.execute("INSERT INTO summaries(scope_key, data, updated_at) VALUES (?, ?, 1) ON CONFLICT(scope_key) "
+                       "DO UPDATE SET data = excluded.data", (scope_key(CAFE), stored))
+        assert summaries.get(CAFE) == ChannelSummary()
+        assert summaries.items_of("42") == [] and summaries.forget_messages(CAFE, [1]) == 0
+        summaries.note_speaker(CAFE, "42")
+        assert summaries.get(CAFE).last_speaker == "42"

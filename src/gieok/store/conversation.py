@@ -9,6 +9,7 @@ the store's connection and transactions."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -16,6 +17,8 @@ from typing import Any, Protocol
 from ..errors import LeaseLostError, StoreError
 from ..types import Block, Scope, scope_from_key
 from .sql import SqlSession, SqlWriter
+
+log = logging.getLogger(__name__)
 
 AppendHook = Callable[[SqlWriter, Sequence[Block]], None]
 FactSubject = tuple[str, str | None, str | None]  # (fact type, guild, user id): whose facts
@@ -676,7 +679,7 @@ class ConversationTables:
     # -- L2 ---------------------------------------------------------------------------------
     def summary_load(self, scope_key: str) -> dict[str, Any] | None:
         rows = self._rows("SELECT data FROM summaries WHERE scope_key = ?", (scope_key,))
-        return json.loads(rows[0][0]) if rows else None
+        return _summary_of(scope_key, rows[0][0]) if rows else None
 
     def summary_save(self, scope_key: str, data: dict[str, Any], when: float) -> None:
         with self.store.transaction() as conn:
@@ -697,8 +700,8 @@ class ConversationTables:
             # JSON `null` stands for none and does not outlive the transaction.
             conn.execute("INSERT INTO summaries(scope_key, data, updated_at) VALUES (?, 'null', ?) "
                          "ON CONFLICT(scope_key) DO UPDATE SET updated_at = summaries.updated_at", (scope_key, when))
-            stored = json.loads(conn.execute("SELECT data FROM summaries WHERE scope_key = ?",
-                                             (scope_key,)).fetchone()[0])
+            stored = _summary_of(scope_key, conn.execute("SELECT data FROM summaries WHERE scope_key = ?",
+                                                         (scope_key,)).fetchone()[0])
             changed = change(stored)
             if changed is not None:
                 conn.execute("UPDATE summaries SET data = ?, updated_at = ? WHERE scope_key = ?",
@@ -914,6 +917,20 @@ class ConversationTables:
     def usage_of(self, scope: str, day: str) -> int:
         rows = self._rows("SELECT tokens FROM model_usage WHERE scope = ? AND day = ?", (scope, day))
         return int(rows[0][0]) if rows else 0
+
+
+def _summary_of(scope_key: str, data: Any) -> dict[str, Any] | None:
+    """A stored summary; None (no summary, logged) for one that is not a JSON object: a stored
+    value must not make every read and every message of the conversation fail. The next change
+    writes a whole one over it."""
+    try:
+        summary = json.loads(data)
+    except (TypeError, ValueError):
+        summary = "unreadable"
+    if summary is None or isinstance(summary, dict):
+        return summary
+    log.error("the stored summary of %s is not a JSON object: read as none (the next update replaces it)", scope_key)
+    return None
 
 
 def _subject_state(fetch: Callable[[str, Sequence[Any]], list[Any]], subject: FactSubject) -> tuple[Any, ...]:

@@ -249,6 +249,19 @@ class ChannelSummary:
                 "points": list(self.key_points)}
 
 
+def _readable(key: str, data: dict[str, Any] | None) -> ChannelSummary:
+    """The stored summary; an empty one (logged) for a row whose fields are not what summaries write —
+    a stored value must not make every read and message of the conversation fail."""
+    if not data:
+        return ChannelSummary()
+    try:
+        return ChannelSummary.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        log.error("the stored summary of %s cannot be read (%s): read as empty (the next update replaces it)",
+                  key, exc)
+        return ChannelSummary()
+
+
 @dataclass
 class SummaryStore:
     tables: ConversationStore
@@ -260,8 +273,7 @@ class SummaryStore:
     def get(self, conversation: Scope) -> ChannelSummary:
         """The conversation's summary as stored now (read at every call: another process may have
         changed it)."""
-        data = self.tables.summary_load(scope_key(conversation))
-        return ChannelSummary.from_dict(data) if data else ChannelSummary()
+        return _readable(scope_key(conversation), self.tables.summary_load(scope_key(conversation)))
 
     def _change(self, key: str,
                 change: Callable[[ChannelSummary], ChannelSummary]) -> tuple[ChannelSummary, ChannelSummary]:
@@ -269,7 +281,7 @@ class SummaryStore:
         seen: list[ChannelSummary] = []
 
         def apply(data: dict[str, Any] | None) -> dict[str, Any] | None:
-            current = ChannelSummary.from_dict(data) if data else ChannelSummary()
+            current = _readable(key, data)
             changed = change(current)
             seen[:] = [current, changed]
             return None if changed == current else changed.as_dict()
@@ -302,7 +314,7 @@ class SummaryStore:
         Looked at first outside a transaction: an erasure passes over every conversation, and most
         have nothing of the user's."""
         data = self.tables.summary_load(key)
-        if not data or not scrub(ChannelSummary.from_dict(data))[1]:
+        if not data or not scrub(_readable(key, data))[1]:
             return 0
         counted: list[int] = []
 
@@ -331,7 +343,7 @@ class SummaryStore:
             data = self.tables.summary_load(key)
             if not data:
                 continue
-            current = ChannelSummary.from_dict(data)
+            current = _readable(key, data)
             scrubbed, _ = current.without_user(user_id, names)
             for name in ("topic", "mood"):
                 if getattr(current, name) and not getattr(scrubbed, name):
