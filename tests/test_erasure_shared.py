@@ -7,8 +7,10 @@ the real packaged embedder, two `Memory`s."""
 from __future__ import annotations
 
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 from gieok import Memory
+from gieok.chat.agent.context import _resolved
 
 CAFE = {"guild": "g", "channel": "cafe"}
 SECRET = "민지: 우리 집 현관 비밀번호는 4821이야"
@@ -31,8 +33,10 @@ def test_a_slot_of_a_turn_another_process_erased_is_never_promoted(tmp_path: Pat
         with Memory(path) as second:  # opened with the three turns in its working memory
             assert second.search("현관 비밀번호", k=3, scope=CAFE).hits  # recalled: a slot worth promoting
             first.forget([secret])
+            _resolved(SECRET, 1_790_000_000.0, ZoneInfo("Asia/Seoul"))  # a text cache the other process fills
             second.search("등산", k=1, scope=CAFE)  # its next read takes the erasure: the slot goes
             assert secret not in {slot.block_index for slot in second.layers.working.all_slots()}
+            assert _resolved.cache_info().currsize == 0, "its caches keyed by text are emptied, as here"
             # and its next writes evict every slot it held
             turns(second, *[(f"준호: 잡담 {n}, 오늘 날씨 좋네", "junho") for n in range(6)])
             held = [slot.content for slot in second.layers.working.all_slots()]

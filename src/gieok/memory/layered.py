@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..callbacks import weakly
+from ..callbacks import clear_caches_of_erased_text, weakly
 from ..config import Settings
 from ..index.search_index import BlockLookup
 from ..layers.cache import SearchCache
@@ -67,9 +67,14 @@ class LayerStack:
 
     def follow(self, indexes: MemoryIndexes) -> None:
         """Working-memory slots keep copies of their turns' vectors and words: they take the vectors
-        `indexes` replace and drop the turns it learns were erased by another process."""
+        `indexes` replace and drop the turns it learns were erased by another process — as the
+        function caches keyed by stored text are emptied, as at an erasure made here."""
         indexes.on_vectors_replaced = weakly(self.working.take_vectors)
-        indexes.on_erased_elsewhere = weakly(self.working.forget_blocks)
+        indexes.on_erased_elsewhere = weakly(self._erased_elsewhere)
+
+    def _erased_elsewhere(self, block_indices: list[int]) -> None:
+        self.working.forget_blocks(block_indices)
+        clear_caches_of_erased_text()
 
     def _slot_freed(self, slot: Slot) -> None:
         self.checkpoints.forget_slot(slot)
