@@ -198,9 +198,7 @@ class ConversationStore(Protocol):
 
     def message_delete(self, scope_key: str, external_id: str, message_id: int, when: float) -> None: ...
 
-    def message_deletion_done(self, scope_key: str, external_id: str) -> None: ...
-
-    def message_old_turn_done(self, scope_key: str, external_id: str, block_index: int) -> None: ...
+    def message_turn_done(self, scope_key: str, external_id: str, block_index: int) -> None: ...
 
     def edits_unfinished(self, limit: int = 1000) -> list[tuple[str, str, int, int]]: ...
 
@@ -385,14 +383,15 @@ class ConversationTables:
     def l1_edit(self, message_id: int, content: str, flagged: bool) -> None:
         """A message's new text (its sender edited it): the L1 row, if L1 still holds it, takes the
         text and waits to become a turn block again (`l1_pending`). The id keeps naming its old turn
-        until that is forgotten (`message_old_turn_done`): an edit a crash cut short is finished at
+        until that is forgotten (`message_turn_done`): an edit a crash cut short is finished at
         the next start (`edits_unfinished`)."""
         with self.store.transaction() as conn:
             conn.execute("UPDATE l1_messages SET content = ?, flagged = ?, block_index = NULL WHERE message_id = ?",
                          (content, int(flagged), message_id))
 
-    def message_old_turn_done(self, scope_key: str, external_id: str, block_index: int) -> None:
-        """An edited message's old turn is forgotten: its id no longer names it."""
+    def message_turn_done(self, scope_key: str, external_id: str, block_index: int) -> None:
+        """A deleted message's turn, or an edited one's old turn, is forgotten with what came from
+        it: the message's id no longer names it."""
         with self.store.transaction() as conn:
             conn.execute("UPDATE message_ids SET block_index = NULL WHERE scope_key = ? AND external_id = ? "
                          "AND block_index = ?", (scope_key, external_id, block_index))
@@ -419,18 +418,12 @@ class ConversationTables:
     def message_delete(self, scope_key: str, external_id: str, message_id: int, when: float) -> None:
         """A message its sender deleted: its L1 row goes; its id stays taken (a late retry of the
         request that sent it must not bring it back) and is marked deleted. Its turn block stays
-        named until it is forgotten too (`message_deletion_done`): a deletion a crash cut short
+        named until it is forgotten too (`message_turn_done`): a deletion a crash cut short
         after this is finished by a retry or at the next start (`deletions_unfinished`)."""
         with self.store.transaction() as conn:
             conn.execute("DELETE FROM l1_messages WHERE message_id = ?", (message_id,))
             conn.execute("UPDATE message_ids SET deleted_at = ? WHERE scope_key = ? AND external_id = ?",
                          (when, scope_key, external_id))
-
-    def message_deletion_done(self, scope_key: str, external_id: str) -> None:
-        """What came from a deleted message is erased: its id no longer names a turn block."""
-        with self.store.transaction() as conn:
-            conn.execute("UPDATE message_ids SET block_index = NULL WHERE scope_key = ? AND external_id = ? "
-                         "AND deleted_at IS NOT NULL", (scope_key, external_id))
 
     def deletions_unfinished(self, limit: int = 1000) -> list[tuple[str, str, int, int]]:
         """Deleted messages whose turn block is still named (scope key, external id, L1 message id,

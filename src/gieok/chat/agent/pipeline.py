@@ -1079,11 +1079,7 @@ class ConversationPipeline:
                     if seen.block_index is not None else None
                 in_l1 = self.tables.l1_by_external_id(key, message.id)
                 self.tables.l1_edit(seen.message_id, message.text, message.id in flagged)
-                if seen.block_index is not None:
-                    self._erase_old_turn(conversation, message.id, seen.message_id, seen.block_index)
-                else:
-                    self.facts.forget_statements([seen.message_id])
-                    self.summaries.forget_messages(conversation, [seen.message_id])
+                self._erase_from_message(conversation, message.id, seen.message_id, seen.block_index)
                 if in_l1 is not None:
                     out[message.id] = replace(in_l1, content=message.text, flagged=message.id in flagged,
                                               block_index=None)
@@ -1141,35 +1137,38 @@ class ConversationPipeline:
                 where = f"guild {conversation.guild!r}" if conversation.guild else "no guild"
                 raise NotFoundError(f"no message {message_id!r} in channel {conversation.channel!r} ({where})")
             if seen.deleted:  # a retried delete: what a crash may have left undone is done now
-                blocks, facts, items = self._erase_deleted(conversation, message_id, seen.message_id,
-                                                           seen.block_index)
+                blocks, facts, items = self._erase_from_message(conversation, message_id, seen.message_id,
+                                                                seen.block_index)
                 return {**receipt, "already_deleted": True,
                         "erased": {"messages": 0, "blocks": len(blocks), "facts": len(facts), "summary_items": items}}
             # Marked deleted first, then what came from it erased: an extraction reading the message
             # meanwhile looks again after it writes (`_apply_extraction`), so whichever comes second
             # erases what the other wrote.
             self.tables.message_delete(key, message_id, seen.message_id, self.clock())
-            blocks, facts, items = self._erase_deleted(conversation, message_id, seen.message_id, seen.block_index)
+            blocks, facts, items = self._erase_from_message(conversation, message_id, seen.message_id,
+                                                            seen.block_index)
         self._event("message_deleted", {"channel": conversation.channel, "message_id": message_id,
                                         "blocks": blocks, "facts": facts, "summary_items": items})
         return {**receipt, "already_deleted": False,
                 "erased": {"messages": 1, "blocks": len(blocks), "facts": len(facts), "summary_items": items}}
 
-    def _erase_deleted(self, conversation: Scope, external_id: str, message_id: int,
-                       block: int | None) -> tuple[list[int], list[int], int]:
-        """What came from a message marked deleted: its statements of facts, its turn block and the
-        summary items made from it; then its id stops naming the block. Each step is a no-op when
-        done already, so a deletion a crash cut short is finished by a retry or at the next start
+    def _erase_from_message(self, conversation: Scope, external_id: str, message_id: int,
+                            block: int | None) -> tuple[list[int], list[int], int]:
+        """What came from a message marked deleted, or from an edited message's old text: its
+        statements of facts, its turn block (`block`: the one its id names) and the summary items
+        made from it; then its id stops naming the block. Each step is a no-op when done already, so
+        a deletion or an edit a crash cut short is finished by a retry or at the next start
         (`finish_deletions`). The blocks and fact blocks erased, and the summary items dropped."""
         if block is not None and not self._turn_of(block, conversation, external_id):
             # Another message's turn: its L1 id was this one's (SQLite gave a deleted newest message's
             # id to the next before it stopped), and writing that turn named it here too. Only unnamed.
-            self.tables.message_deletion_done(scope_key(conversation), external_id)
+            self.tables.message_turn_done(scope_key(conversation), external_id, block)
             return [], [], 0
         facts = self.facts.forget_statements([message_id])
-        blocks = self.memory.forget([block]) if block is not None else []
         items = self.summaries.forget_messages(conversation, [message_id])
-        self.tables.message_deletion_done(scope_key(conversation), external_id)
+        blocks = self.memory.forget([block]) if block is not None else []
+        if block is not None:
+            self.tables.message_turn_done(scope_key(conversation), external_id, block)
         return blocks, facts, items
 
     def _turn_of(self, block_index: int, conversation: Scope, external_id: str) -> bool:
@@ -1180,28 +1179,15 @@ class ConversationPipeline:
         return (block.kind == "turn" and block.metadata.get("external_id") == external_id
                 and (block.scope.guild, block.scope.channel) == (conversation.guild, conversation.channel))
 
-    def _erase_old_turn(self, conversation: Scope, external_id: str, message_id: int, block: int) -> None:
-        """What an edited message's old text made: its statements of facts, the summary items made
-        from it, its turn; then its id stops naming the turn. Each step a no-op when done already
-        (`finish_deletions` finishes one a crash cut short)."""
-        self.facts.forget_statements([message_id])
-        self.summaries.forget_messages(conversation, [message_id])  # what the old text fed it
-        self.memory.forget([block])
-        self.tables.message_old_turn_done(scope_key(conversation), external_id, block)
-
     def finish_deletions(self) -> int:
         """Deletions and edits a crash cut short after the message was marked deleted or took its new
         text: what came from it, or from its old text, erased now (start-up, before the lines
         waiting for their turns are written)."""
-        done = 0
-        for key, external_id, message_id, block in self.tables.deletions_unfinished():
+        unfinished = [*self.tables.deletions_unfinished(), *self.tables.edits_unfinished()]
+        for key, external_id, message_id, block in unfinished:
             with self._commit_lock:
-                self._erase_deleted(scope_from_key(key), external_id, message_id, block)
-            done += 1
-        for key, external_id, message_id, block in self.tables.edits_unfinished():
-            with self._commit_lock:
-                self._erase_old_turn(scope_from_key(key), external_id, message_id, block)
-            done += 1
+                self._erase_from_message(scope_from_key(key), external_id, message_id, block)
+        done = len(unfinished)
         if done:
             log.warning("finished %d message deletion(s) or edit(s) a stop had cut short", done)
         return done
