@@ -590,8 +590,8 @@ def test_summaries_facts_channel_state_and_active_channels(store: Store) -> None
     tables = store.conversation
     key = scope_key(Scope("g", "c"))
     assert tables.summary_load(key) is None
-    tables.summary_save(key, {"topics": ["고양이"]}, T0)
-    tables.summary_save(key, {"topics": ["고양이", "등산"]}, T0 + 1)
+    tables.summary_change(key, lambda data: {"topics": ["고양이"]}, T0)
+    tables.summary_change(key, lambda data: {"topics": [*(data or {})["topics"], "등산"]}, T0 + 1)
     assert tables.summary_load(key) == {"topics": ["고양이", "등산"]} and tables.summary_keys() == [key]
 
     old = FactRow(10, "user_fact", "pet", "g", "u1", "msg", T0, None, None, None)
@@ -614,8 +614,8 @@ def test_summaries_facts_channel_state_and_active_channels(store: Store) -> None
     assert tables.facts_current("user_fact", "g", "u1") == [] and tables.lore_keys() == set()
 
     assert tables.channel_state(key) is None
-    tables.channel_state_save(key, 3, 40, T0)
-    tables.channel_state_save(key, 0, 44, T0 + 1)
+    assert tables.channel_state_count(key, 3, T0) == (3, 0, True)
+    assert tables.channel_state_claim(key, 0, 44, T0 + 1)
     assert tables.channel_state(key) == (0, 44)
 
     assert tables.active_keys() == set()

@@ -262,8 +262,6 @@ class ConversationStore(Protocol):
 
     def summary_load(self, scope_key: str) -> dict[str, Any] | None: ...
 
-    def summary_save(self, scope_key: str, data: dict[str, Any], when: float) -> None: ...
-
     def summary_change(self, scope_key: str, change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
                        when: float) -> dict[str, Any] | None: ...
 
@@ -297,8 +295,6 @@ class ConversationStore(Protocol):
     def facts_hook(self, changes: FactChanges) -> AppendHook: ...
 
     def channel_state(self, scope_key: str) -> tuple[int, int] | None: ...
-
-    def channel_state_save(self, scope_key: str, since_analysis: int, last_message_id: int, when: float) -> None: ...
 
     def channel_state_count(self, scope_key: str, messages: int, when: float) -> tuple[int, int, bool]: ...
 
@@ -674,12 +670,6 @@ class ConversationTables:
         rows = self._rows("SELECT data FROM summaries WHERE scope_key = ?", (scope_key,))
         return _summary_of(scope_key, rows[0][0]) if rows else None
 
-    def summary_save(self, scope_key: str, data: dict[str, Any], when: float) -> None:
-        with self.store.transaction() as conn:
-            conn.execute("INSERT INTO summaries(scope_key, data, updated_at) VALUES (?, ?, ?) ON CONFLICT(scope_key) "
-                         "DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at",
-                         (scope_key, json.dumps(data, ensure_ascii=False), when))
-
     def summary_change(self, scope_key: str, change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
                        when: float) -> dict[str, Any] | None:
         """Read, change and write one conversation's summary in one transaction: `change` gets it as
@@ -852,13 +842,6 @@ class ConversationTables:
         """Conversations with messages the extraction has not seen, quiet since before `quiet_since`."""
         return [row[0] for row in self._rows("SELECT scope_key FROM channel_state WHERE since_analysis > 0 AND "
                                              "updated_at < ? ORDER BY updated_at", (quiet_since,))]
-
-    def channel_state_save(self, scope_key: str, since_analysis: int, last_message_id: int, when: float) -> None:
-        with self.store.transaction() as conn:
-            conn.execute("INSERT INTO channel_state(scope_key, since_analysis, last_message_id, updated_at) "
-                         "VALUES (?, ?, ?, ?) ON CONFLICT(scope_key) DO UPDATE SET since_analysis = "
-                         "excluded.since_analysis, last_message_id = excluded.last_message_id, "
-                         "updated_at = excluded.updated_at", (scope_key, since_analysis, last_message_id, when))
 
     def channel_state_count(self, scope_key: str, messages: int, when: float) -> tuple[int, int, bool]:
         """`messages` more toward the conversation's next extraction, counted in the database (two
