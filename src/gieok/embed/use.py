@@ -107,8 +107,13 @@ def loaded_model(threads: int) -> Any:
     return model
 
 
-# Calls of at most this many texts run on one BLAS thread (`USEEmbedder.embed_passages`).
-SMALL_BATCH = 16
+# Calls of at most this many texts — the messages API's most in one request — run on one BLAS
+# thread (`USEEmbedder.embed_passages`). After a call on two, OpenBLAS's worker spins ~0.1 s
+# waiting for more: more than a second thread saves on any request's messages (~0.5 ms a message),
+# and it spins on the core the e5 engines need. Measured: an agent's history fed in requests of
+# 21 messages on average (`bench context`'s feed) burnt 6.8–7.3 s of that worker per 1,267
+# messages with 16 here (docs/benchmarks.md, "One BLAS thread for a message's USE vector").
+SMALL_BATCH = 256
 
 
 class USEEmbedder:
@@ -138,7 +143,7 @@ class USEEmbedder:
             # run on one BLAS thread: a second one saves ~0.6 ms of a 2.8 ms message, and then
             # OpenBLAS's worker spins on after every call — half a core burnt for as long as
             # messages keep coming (`gieok bench agents`, 1 agent: 0.23 → 0.13 CPU-s a loop with
-            # one thread). A batch (a classifier's training, a benchmark) keeps `threads`: 1.4×.
+            # one thread). A batch beyond a request's (a classifier's training) keeps `threads`: 1.4×.
             self._model._model.threads = self._threads if len(texts) > SMALL_BATCH else 1
             return np.asarray(self._model.encode(list(texts)), dtype=np.float32)
 
