@@ -23,7 +23,7 @@ def turns(memory: Memory, *said: tuple[str, str]) -> list[int]:
 
 
 def words_stored(memory: Memory) -> list[str]:
-    return [block.text for block in memory.store.iter_blocks(0) if "4821" in block.text]
+    return [block.text for block in memory.store.iter_blocks() if "4821" in block.text]
 
 
 def test_a_slot_of_a_turn_another_process_erased_is_never_promoted(tmp_path: Path) -> None:

@@ -29,7 +29,8 @@ import re
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -39,7 +40,7 @@ import numpy as np
 from ...config import read_text_file
 from ...embed import CachedEmbedder
 from ...embed.priority import Priority, bulk_priority, embedding_priority
-from ...errors import InvalidInputError, InvalidTypeError, NotFoundError
+from ...errors import InvalidInputError, InvalidTypeError, NotFoundError, StoreError
 from ...memory import Memory
 from ...retrieval.passages import SPEAKER_NAME_KEY
 from ...store.conversation import KnownMessage, L1Row, L1RowsTakenError
@@ -93,6 +94,10 @@ log = logging.getLogger(__name__)
 
 COMMIT_ROUNDS = 3  # a write behind embeds and commits again when the pending turns changed meanwhile
 EXTRACTION_LEASE = "extraction:quiet"  # the store lease under which quiet conversations are extracted
+# An edit or a deletion holds its message's store lease this long at most (`_message_held`): one
+# takes well under a second; a holder that died lets it lapse after this.
+MESSAGE_LEASE_SECONDS = 30.0
+MESSAGE_LEASE_POLL_SECONDS = 0.02
 
 # How the live event stream (`Memory.emit`) names the pipeline's events; others are "pipeline.<kind>".
 STREAM_NAMES = {"injection_detected": "guard.fired", "injection_flagged_by_llm": "guard.fired",
@@ -1070,11 +1075,13 @@ class ConversationPipeline:
         out: dict[str, L1Row] = {}
         key = scope_key(conversation)
         for message in changed:
-            with self._commit_lock:  # no commit writes this row's block meanwhile
-                # looked up again under the lock: a write behind may have linked its block since `known`
+            # no other process edits or deletes it meanwhile, no commit here writes this row's block
+            with self._message_held(key, message.id), self._commit_lock:
+                # looked up again under both: a write behind may have linked its block since `known`,
+                # another process edited or deleted the message
                 seen = self.tables.messages_known(key, [message.id]).get(message.id, known[message.id])
-                if seen.deleted:  # deleted since: an edit does not bring it back
-                    continue
+                if seen.deleted or not self._changed([message], {message.id: seen}):
+                    continue  # deleted since (an edit does not bring it back), or this text is stored now
                 old = self.memory.store.get_many([seen.block_index]).get(seen.block_index) \
                     if seen.block_index is not None else None
                 in_l1 = self.tables.l1_by_external_id(key, message.id)
@@ -1130,8 +1137,10 @@ class ConversationPipeline:
         receipt: dict[str, Any] = {"conversation": {"guild": conversation.guild, "channel": conversation.channel},
                                    "message": message_id}
         # Looked up under the commit lock: a write behind that links the message's block between a
-        # look taken before it and the delete would leave that block live.
-        with self._commit_lock:
+        # look taken before it and the delete would leave that block live. And under the message's
+        # lease: an edit in another process, between its erasure of the old turn and its write of
+        # the new one, would name the new turn by a deleted message.
+        with self._message_held(key, message_id), self._commit_lock:
             seen = self.tables.messages_known(key, [message_id]).get(message_id)
             if seen is None:
                 where = f"guild {conversation.guild!r}" if conversation.guild else "no guild"
@@ -1151,6 +1160,28 @@ class ConversationPipeline:
                                         "blocks": blocks, "facts": facts, "summary_items": items})
         return {**receipt, "already_deleted": False,
                 "erased": {"messages": 1, "blocks": len(blocks), "facts": len(facts), "summary_items": items}}
+
+    @contextmanager
+    def _message_held(self, key: str, external_id: str) -> Iterator[None]:
+        """One process at a time edits or deletes a message. Each reads which turn the message's id
+        names, erases it, and writes a new one or unnames it; two edits at once in two processes
+        (an agent's retry on another worker) both wrote a turn and the id named the last — the other
+        stayed, unnamed, and a later deletion of the message left its words searchable; a deletion
+        between an edit's erasure and its write left the new turn named by a deleted message. A
+        store lease, so every process of the memory takes part (within a process the conversation's
+        lock already orders them); one a holder that died left lapses after `MESSAGE_LEASE_SECONDS`."""
+        name = f"message:{key}:{external_id}"
+        leases = self.memory.store.leases
+        deadline = time.monotonic() + MESSAGE_LEASE_SECONDS + 5
+        while not leases.acquire(name, self._holder, MESSAGE_LEASE_SECONDS):
+            if time.monotonic() > deadline:
+                raise StoreError(f"message {external_id!r} has been edited or deleted by another process for over "
+                                 f"{MESSAGE_LEASE_SECONDS:g} s; try again")
+            time.sleep(MESSAGE_LEASE_POLL_SECONDS)
+        try:
+            yield
+        finally:
+            leases.release(name, self._holder)
 
     def _erase_from_message(self, conversation: Scope, external_id: str, message_id: int,
                             block: int | None) -> tuple[list[int], list[int], int]:

@@ -1,0 +1,122 @@
+"""One message edited, or edited and deleted, by two processes of one memory at the same moment
+(`gieok serve --workers 2` and an agent that retried its request on the other worker; two bot
+replicas). Each process serialised its own edits only: both wrote a new turn for the message, the
+message's id named the last one, and the other stayed — unnamed, so a later deletion of the message
+left its words searchable. Real SQLite file, the real packaged embedder, two pipelines."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+from gieok import Memory
+from gieok.chat.agent.pipeline import ConversationPipeline
+from gieok.chat.conversation.recent import conversation_of, scope_key
+from gieok.chat.settings import ChatSettings
+
+CAFE = conversation_of("g1", "cafe")
+SETTINGS = ChatSettings(l1_size=2)  # the edited message has left L1: its new turn goes straight to memory
+
+
+def said(message_id: str, text: str) -> dict[str, Any]:
+    return {"id": message_id, "role": "user", "text": text, "user": "42", "name": "민지"}
+
+
+def live_turns_saying(memory: Memory, words: str) -> list[int]:
+    return [block.block_index for block in memory.store.iter_blocks()
+            if block.kind == "turn" and not block.forgotten and words in block.text]
+
+
+def stored_and_trimmed(pipeline: ConversationPipeline) -> None:
+    """m1 stored as a turn, then trimmed from L1 by the messages after it."""
+    asyncio.run(pipeline.add_messages("g1", "cafe", [said("m1", "나 연남로 12로 이사 왔어"),
+                                                     said("m2", "오늘 날씨 좋다"), said("m3", "점심 뭐 먹지")]))
+    asyncio.run(pipeline.add_messages("g1", "cafe", [said("m4", "배고프다")]))
+    assert pipeline.tables.l1_by_external_id(scope_key(CAFE), "m1") is None
+
+
+def paused(owner: Any, method: str) -> tuple[threading.Event, threading.Event]:
+    """`owner.method`'s next call stops before it runs until `go` is set; `there` is set once it
+    has stopped (the edit's erasure of the old turn, or its write of the new one)."""
+    there, go = threading.Event(), threading.Event()
+    call = getattr(owner, method)
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        there.set()
+        assert go.wait(30)
+        return call(*args, **kwargs)
+
+    setattr(owner, method, held)
+    return there, go
+
+
+def alongside(pipeline: ConversationPipeline, work: Any) -> threading.Thread:
+    """`work()` in a thread of its own; returns once it has finished or is waiting for the
+    message's lease (another process holds the message)."""
+    waiting, leases = threading.Event(), pipeline.memory.store.leases
+    acquire = leases.acquire
+
+    def watched(*args: Any, **kwargs: Any) -> bool:
+        taken = acquire(*args, **kwargs)
+        if not taken:
+            waiting.set()
+        return taken
+
+    leases.acquire = watched  # type: ignore[method-assign]
+    thread = threading.Thread(target=work)
+    thread.start()
+    while thread.is_alive() and not waiting.wait(0.01):
+        pass
+    return thread
+
+
+def test_two_processes_editing_one_message_leave_one_turn_and_a_deletion_takes_it(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with Memory(path) as one, Memory(path) as other:
+        first, second = ConversationPipeline(one, settings=SETTINGS), ConversationPipeline(other, settings=SETTINGS)
+        stored_and_trimmed(first)
+        there, go = paused(first, "_erase_from_message")  # it has read which turn the message names
+        edit = threading.Thread(target=lambda: asyncio.run(
+            first.add_messages("g1", "cafe", [said("m1", "나 망원로 7로 이사 왔어")])))
+        edit.start()
+        try:
+            assert there.wait(30), "the first edit never reached its write"
+            # the same edit, resent to the other process while the first is still at it
+            resent = alongside(second, lambda: asyncio.run(
+                second.add_messages("g1", "cafe", [said("m1", "나 망원로 7로 이사 왔어")])))
+        finally:
+            go.set()
+            edit.join(30)
+        resent.join(30)
+        assert not edit.is_alive() and not resent.is_alive()
+        turns = live_turns_saying(other, "망원로")
+        assert len(turns) == 1, f"one message, one turn: {turns}"
+        assert first.tables.messages_known(scope_key(CAFE), ["m1"])["m1"].block_index == turns[0]
+
+        asyncio.run(second.delete_message("g1", "cafe", "m1"))
+        assert live_turns_saying(other, "망원로") == [] and live_turns_saying(other, "연남로") == []
+        assert not any("망원로" in hit.block.text for hit in other.search("망원로 이사", k=5).hits)
+        assert one.verify().ok
+
+
+def test_an_edit_and_a_deletion_at_once_leave_nothing_of_the_message(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with Memory(path) as one, Memory(path) as other:
+        first, second = ConversationPipeline(one, settings=SETTINGS), ConversationPipeline(other, settings=SETTINGS)
+        stored_and_trimmed(first)
+        there, go = paused(first.memory, "remember_many")  # the old turn erased, the new one not written
+        edit = threading.Thread(target=lambda: asyncio.run(
+            first.add_messages("g1", "cafe", [said("m1", "나 망원로 7로 이사 왔어")])))
+        edit.start()
+        try:
+            assert there.wait(30), "the edit never reached its write"
+            deletion = alongside(second, lambda: asyncio.run(second.delete_message("g1", "cafe", "m1")))
+        finally:
+            go.set()
+            edit.join(30)
+        deletion.join(30)
+        assert not edit.is_alive() and not deletion.is_alive()
+        assert live_turns_saying(other, "망원로") == [] and live_turns_saying(other, "연남로") == []
+        assert second.tables.messages_known(scope_key(CAFE), ["m1"])["m1"].deleted
