@@ -120,3 +120,36 @@ def test_an_edit_and_a_deletion_at_once_leave_nothing_of_the_message(tmp_path: P
         assert not edit.is_alive() and not deletion.is_alive()
         assert live_turns_saying(other, "망원로") == [] and live_turns_saying(other, "연남로") == []
         assert second.tables.messages_known(scope_key(CAFE), ["m1"])["m1"].deleted
+
+
+def test_an_edit_while_another_process_writes_the_turn_of_the_old_text(tmp_path: Path) -> None:
+    """One process writing a new message's turn (its text read, its vector made) as another stores
+    an edit of it: the turn was linked with the text read before the edit, the line took the new
+    text, and no turn of the new text was ever written — the words the author edited away stayed
+    the message's turn."""
+    path = tmp_path / "shared.db"
+    with Memory(path) as one, Memory(path) as other:
+        first, second = ConversationPipeline(one, settings=SETTINGS), ConversationPipeline(other, settings=SETTINGS)
+        there, go = paused(first.memory, "remember_many")  # the line read, its turn not yet written
+        sent = threading.Thread(target=lambda: asyncio.run(
+            first.add_messages("g1", "cafe", [said("m1", "나 연남로 12로 이사 왔어")])))
+        sent.start()
+        try:
+            assert there.wait(30), "the message's turn was never written"
+
+            async def edit() -> None:  # its turn written behind, after the first process's write
+                await second.add_messages("g1", "cafe", [said("m1", "나 망원로 7로 이사 왔어")], index="behind")
+                go.set()
+                sent.join(30)
+                await second.drain()
+
+            asyncio.run(edit())
+        finally:
+            go.set()
+            sent.join(30)
+        assert not sent.is_alive()
+        second.commit_pending()
+        named = second.tables.messages_known(scope_key(CAFE), ["m1"])["m1"].block_index
+        assert named is not None and other.get(named).text.endswith("나 망원로 7로 이사 왔어")
+        assert live_turns_saying(other, "연남로") == [], "the edited-away text is still a turn"
+        assert live_turns_saying(other, "망원로") == [named]

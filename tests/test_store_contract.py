@@ -804,6 +804,24 @@ def test_turn_blocks_link_their_l1_rows_once(backend: Backend) -> None:
     assert a.conversation.l1_pending(key) == []
 
 
+def test_a_turn_of_a_text_its_line_no_longer_holds_is_refused(backend: Backend) -> None:
+    """A writer made a turn from a line's text; another process edited the line meanwhile: the
+    turn is refused whole (the next commit writes the new text), and the line stays waiting."""
+    a, b = backend.open(), backend.open()
+    key = scope_key(Scope("g", "c"))
+    row = a.conversation.l1_append(key, "user", "나 연남로로 이사 왔어", "u1", None, T0, True, False, None, keep=50)
+    b.conversation.l1_edit(row.message_id, "나 망원로로 이사 왔어", False)
+    last = a.last_block_index()
+    with pytest.raises(L1RowsTakenError, match="text changed"):
+        a.append([new_block(row.content)], unit_vectors(1), T0,
+                 within=a.conversation.turn_blocks_hook([row.message_id], contents=[row.content]))
+    assert a.last_block_index() == last and a.verify().ok
+    (waiting,) = a.conversation.l1_pending(key)
+    written = a.append([new_block(waiting.content)], unit_vectors(1), T0,
+                       within=a.conversation.turn_blocks_hook([row.message_id], contents=[waiting.content]))
+    assert a.conversation.l1_blocks_of([row.message_id]) == {row.message_id: written[0].block_index}
+
+
 def test_leases_are_held_by_one_holder_until_they_lapse(backend: Backend) -> None:
     a, b = backend.open(), backend.open()  # two connections, as two processes have
     assert a.leases.acquire("duties:acme", "worker-a", 30, T0)

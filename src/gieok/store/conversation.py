@@ -223,8 +223,8 @@ class ConversationStore(Protocol):
     def l1_claim(self, scope_key: str, claims: Sequence[tuple[int, str]], when: float,
                  fence: int | None = None) -> set[int]: ...
 
-    def turn_blocks_hook(self, message_ids: Sequence[int], *, scope_key: str | None = None,
-                         fence: int | None = None) -> AppendHook: ...
+    def turn_blocks_hook(self, message_ids: Sequence[int], *, contents: Sequence[str] | None = None,
+                         scope_key: str | None = None, fence: int | None = None) -> AppendHook: ...
 
     def l1_flag(self, message_id: int) -> None: ...
 
@@ -511,13 +511,19 @@ class ConversationTables:
                     claimed.add(int(message_id))
         return claimed
 
-    def turn_blocks_hook(self, message_ids: Sequence[int], *, scope_key: str | None = None,
-                         fence: int | None = None) -> AppendHook:
+    def turn_blocks_hook(self, message_ids: Sequence[int], *, contents: Sequence[str] | None = None,
+                         scope_key: str | None = None, fence: int | None = None) -> AppendHook:
         """For `Store.append(within=…)`: link the L1 messages `message_ids` (in the order of the blocks
         appended) to their turn blocks in the append's own transaction — refused, and the blocks
-        with it, when another writer linked one of them first (L1RowsTakenError) or when `fence`
-        is stale for `scope_key` (LeaseLostError). So no L1 row ever becomes two turn blocks."""
+        with it, when another writer linked one of them first or, given `contents` (the texts the
+        blocks were made from), when a line's text is no longer that (an edit stored meanwhile by
+        another process: its new text is written by the next commit) (L1RowsTakenError), or when
+        `fence` is stale for `scope_key` (LeaseLostError). So no L1 row ever becomes two turn blocks,
+        nor a turn of a text its line no longer holds."""
         ids = list(message_ids)
+        texts = list(contents) if contents is not None else None
+        if texts is not None and len(texts) != len(ids):
+            raise StoreError("turn blocks: one text per L1 message is required")
         done = [0]  # an append in chunks calls this once per chunk, in order
 
         def link(conn: SqlWriter, blocks: Sequence[Block]) -> None:
@@ -526,11 +532,17 @@ class ConversationTables:
                 raise StoreError("turn blocks: one block per L1 message is required")
             if fence is not None and scope_key is not None:
                 check_fence(conn, scope_key, fence)
-            for message_id, block in zip(chunk, blocks):
-                cursor = conn.execute("UPDATE l1_messages SET block_index = ? WHERE message_id = ? "
-                                      "AND block_index IS NULL", (block.block_index, message_id))
+            for position, (message_id, block) in enumerate(zip(chunk, blocks), start=done[0]):
+                if texts is None:
+                    cursor = conn.execute("UPDATE l1_messages SET block_index = ? WHERE message_id = ? "
+                                          "AND block_index IS NULL", (block.block_index, message_id))
+                else:
+                    cursor = conn.execute("UPDATE l1_messages SET block_index = ? WHERE message_id = ? "
+                                          "AND block_index IS NULL AND content = ?",
+                                          (block.block_index, message_id, texts[position]))
                 if cursor.rowcount != 1:
-                    raise L1RowsTakenError(f"L1 message {message_id} is a turn block already (another writer)")
+                    raise L1RowsTakenError(f"L1 message {message_id} is a turn block already, or its text changed "
+                                           "(another writer)")
                 # not a deleted message's record: before L1 ids were never reused on SQLite, a deleted
                 # message's id could be the new one's
                 conn.execute("UPDATE message_ids SET block_index = ? WHERE message_id = ? AND deleted_at IS NULL",

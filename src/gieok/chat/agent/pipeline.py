@@ -759,7 +759,8 @@ class ConversationPipeline:
             pending, items = pending[:ready], items[:ready]
         if not pending:
             return 0
-        link = self.tables.turn_blocks_hook([row.message_id for row in pending], scope_key=key, fence=fence)
+        link = self.tables.turn_blocks_hook([row.message_id for row in pending],
+                                            contents=[row.content for row in pending], scope_key=key, fence=fence)
         try:
             self.memory.remember_many(items, within=link)
         except L1RowsTakenError:
