@@ -1170,7 +1170,7 @@ class ConversationPipeline:
         stayed, unnamed, and a later deletion of the message left its words searchable; a deletion
         between an edit's erasure and its write left the new turn named by a deleted message. A
         store lease, so every process of the memory takes part (within a process the conversation's
-        lock already orders them); one a holder that died left lapses after `MESSAGE_LEASE_SECONDS`."""
+        lock already orders them); the lease of a holder that died lapses after `MESSAGE_LEASE_SECONDS`."""
         name = f"message:{key}:{external_id}"
         leases = self.memory.store.leases
         deadline = time.monotonic() + MESSAGE_LEASE_SECONDS + 5
