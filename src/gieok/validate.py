@@ -14,7 +14,7 @@ from .text.validate import check_encodable, clean_text
 from .types import Kind
 
 __all__ = ["check_kind", "check_kinds", "check_importance", "check_time", "check_message_time", "check_words",
-           "check_metadata", "check_speaker", "check_speaker_names", "check_k", "clean_text"]
+           "check_metadata", "check_speaker", "check_speaker_names", "check_k", "check_batch", "clean_text"]
 
 _KINDS = {k.value for k in Kind}
 MAX_WORD_CHARS = 200
@@ -192,4 +192,14 @@ def check_k(value: Any) -> int:
         raise InvalidTypeError(f"k must be an integer, not {type(value).__name__}")
     if not 1 <= value <= 1000:
         raise InvalidInputError(f"k must be between 1 and 1000, got {value}")
+    return value
+
+
+def check_batch(value: Any) -> int:
+    """A batch size (`Store.iter_blocks`: blocks per read). 0 read as a limit streamed no block at
+    all — an empty memory, silently."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"batch must be an integer, not {type(value).__name__}")
+    if value < 1:
+        raise InvalidInputError(f"batch must be at least 1 (blocks per read), got {value}")
     return value

@@ -20,7 +20,6 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..chain import GENESIS, digest_of, hash_of
-from ..errors import InvalidInputError
 from ..types import Block, Scope
 from .conversation import AppendHook, ConversationStore
 from .idempotency import IdempotencyStore
@@ -33,7 +32,7 @@ from .sessions import SessionStore
 from .webhooks import WebhookStore
 
 __all__ = ["Store", "BlockStore", "VectorSearchStore", "NewBlock", "IndexRows", "BM25Filter", "VerifyReport",
-           "verify_chain", "AppendHook", "TOKENIZER_KEY", "checked_batch"]
+           "verify_chain", "AppendHook", "TOKENIZER_KEY"]
 
 TOKENIZER_KEY = "tokenizer"  # the meta key of what made the stored BM25 tokens (`Tokenizer.version`)
 
@@ -105,14 +104,6 @@ class VerifyReport:
         bad = data.get("first_bad_index")
         return cls(ok=bool(data["ok"]), checked=int(data["checked"]), forgotten=int(data["forgotten"]),
                    first_bad_index=None if bad is None else int(bad), reason=str(data.get("reason") or ""))
-
-
-def checked_batch(batch: object) -> int:
-    """`iter_blocks`'s batch size: a positive integer. 0 read as a limit would have streamed no block
-    at all — an empty memory, silently."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise InvalidInputError(f"batch must be a positive integer (blocks per read), got {batch!r}")
-    return batch
 
 
 def verify_chain(blocks: Iterable[Block]) -> VerifyReport:

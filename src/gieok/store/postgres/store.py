@@ -31,16 +31,8 @@ import psycopg
 from ...chain import GENESIS
 from ...errors import CorruptDatabaseError, StoreError
 from ...types import Block, Scope
-from ..base import (
-    TOKENIZER_KEY,
-    AppendHook,
-    BM25Filter,
-    IndexRows,
-    NewBlock,
-    VerifyReport,
-    checked_batch,
-    verify_chain,
-)
+from ...validate import check_batch
+from ..base import TOKENIZER_KEY, AppendHook, BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
 from ..conversation import ConversationStore, ConversationTables
 from ..idempotency import IdempotencyStore, IdempotencyTable
 from ..keys import KeyStore, KeyTable
@@ -411,7 +403,7 @@ class PostgresStore:
         return [_row_to_block(row) for row in rows]
 
     def iter_blocks(self, batch: int = 1000, after: int = 0) -> Iterator[Block]:
-        batch = checked_batch(batch)
+        batch = check_batch(batch)
         while True:
             rows = self.db.fetch(f"SELECT {_BLOCK_COLUMNS} FROM blocks WHERE block_index > ? ORDER BY block_index "
                                  "LIMIT ?", (after, batch))

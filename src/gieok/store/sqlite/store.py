@@ -32,16 +32,8 @@ from ...errors import (
     StoreError,
 )
 from ...types import Block, Scope
-from ..base import (
-    TOKENIZER_KEY,
-    AppendHook,
-    BM25Filter,
-    IndexRows,
-    NewBlock,
-    VerifyReport,
-    checked_batch,
-    verify_chain,
-)
+from ...validate import check_batch
+from ..base import TOKENIZER_KEY, AppendHook, BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
 from ..conversation import ConversationStore, ConversationTables
 from ..full import is_storage_full, storage_full_error
 from ..idempotency import IdempotencyStore, IdempotencyTable
@@ -423,7 +415,7 @@ class SQLiteStore:
 
     def iter_blocks(self, batch: int = 1000, after: int = 0) -> Iterator[Block]:
         """Stream blocks in index order without holding the lock between batches."""
-        batch = checked_batch(batch)
+        batch = check_batch(batch)
         while True:
             with self._lock:
                 rows = self._query(
