@@ -2,7 +2,8 @@
 (`gieok serve --workers 2` and an agent that retried its request on the other worker; two bot
 replicas). Each process serialised its own edits only: both wrote a new turn for the message, the
 message's id named the last one, and the other stayed — unnamed, so a later deletion of the message
-left its words searchable. Real SQLite file, the real packaged embedder, two pipelines."""
+left its words searchable. A real SQLite file and a real PostgreSQL, the real packaged embedder,
+two pipelines."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gieok import Memory
 from gieok.chat.agent.pipeline import ConversationPipeline
 from gieok.chat.conversation.recent import conversation_of, scope_key
@@ -18,6 +21,14 @@ from gieok.chat.settings import ChatSettings
 
 CAFE = conversation_of("g1", "cafe")
 SETTINGS = ChatSettings(l1_size=2)  # the edited message has left L1: its new turn goes straight to memory
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where two processes' memories open the same data: a SQLite file, a PostgreSQL database."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_server").new_database())
+    return str(tmp_path / "shared.db")
 
 
 def said(message_id: str, text: str) -> dict[str, Any]:
@@ -72,9 +83,8 @@ def alongside(pipeline: ConversationPipeline, work: Any) -> threading.Thread:
     return thread
 
 
-def test_two_processes_editing_one_message_leave_one_turn_and_a_deletion_takes_it(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
-    with Memory(path) as one, Memory(path) as other:
+def test_two_processes_editing_one_message_leave_one_turn_and_a_deletion_takes_it(shared: str) -> None:
+    with Memory(shared) as one, Memory(shared) as other:
         first, second = ConversationPipeline(one, settings=SETTINGS), ConversationPipeline(other, settings=SETTINGS)
         stored_and_trimmed(first)
         there, go = paused(first, "_erase_from_message")  # it has read which turn the message names
@@ -101,9 +111,8 @@ def test_two_processes_editing_one_message_leave_one_turn_and_a_deletion_takes_i
         assert one.verify().ok
 
 
-def test_an_edit_and_a_deletion_at_once_leave_nothing_of_the_message(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
-    with Memory(path) as one, Memory(path) as other:
+def test_an_edit_and_a_deletion_at_once_leave_nothing_of_the_message(shared: str) -> None:
+    with Memory(shared) as one, Memory(shared) as other:
         first, second = ConversationPipeline(one, settings=SETTINGS), ConversationPipeline(other, settings=SETTINGS)
         stored_and_trimmed(first)
         there, go = paused(first.memory, "remember_many")  # the old turn erased, the new one not written
@@ -122,13 +131,12 @@ def test_an_edit_and_a_deletion_at_once_leave_nothing_of_the_message(tmp_path: P
         assert second.tables.messages_known(scope_key(CAFE), ["m1"])["m1"].deleted
 
 
-def test_an_edit_while_another_process_writes_the_turn_of_the_old_text(tmp_path: Path) -> None:
+def test_an_edit_while_another_process_writes_the_turn_of_the_old_text(shared: str) -> None:
     """One process writing a new message's turn (its text read, its vector made) as another stores
     an edit of it: the turn was linked with the text read before the edit, the line took the new
     text, and no turn of the new text was ever written — the words the author edited away stayed
     the message's turn."""
-    path = tmp_path / "shared.db"
-    with Memory(path) as one, Memory(path) as other:
+    with Memory(shared) as one, Memory(shared) as other:
         first, second = ConversationPipeline(one, settings=SETTINGS), ConversationPipeline(other, settings=SETTINGS)
         there, go = paused(first.memory, "remember_many")  # the line read, its turn not yet written
         sent = threading.Thread(target=lambda: asyncio.run(
