@@ -161,3 +161,46 @@ def test_an_edit_while_another_process_writes_the_turn_of_the_old_text(shared: s
         assert named is not None and other.get(named).text.endswith("나 망원로 7로 이사 왔어")
         assert live_turns_saying(other, "연남로") == [], "the edited-away text is still a turn"
         assert live_turns_saying(other, "망원로") == [named]
+
+
+def test_an_edit_stored_during_the_authors_erasure_elsewhere_keeps_nothing(shared: str) -> None:
+    """The author asked to be forgotten while an edit of an old message of theirs was being stored
+    by another process: the erasure listed their blocks before the edit wrote its new turn, and that
+    turn stayed — their words, after their erasure."""
+    with Memory(shared) as one, Memory(shared) as other:
+        first, second = ConversationPipeline(one, settings=SETTINGS), ConversationPipeline(other, settings=SETTINGS)
+        stored_and_trimmed(first)
+        there, go = paused(first.memory, "remember_many")  # the old turn erased, the new one not written
+        edit = threading.Thread(target=lambda: asyncio.run(
+            first.add_messages("g1", "cafe", [said("m1", "나 망원로 7로 이사 왔어")])))
+        edit.start()
+        try:
+            assert there.wait(30), "the edit never reached its write"
+            erasure = alongside(second, lambda: second.forget_user("42"))  # done, or waiting for the edit
+        finally:
+            go.set()
+            edit.join(30)
+        erasure.join(60)
+        assert not edit.is_alive() and not erasure.is_alive()
+        for words in ("망원로", "연남로", "날씨", "배고프다"):
+            assert live_turns_saying(other, words) == [], words
+        assert not other.search("망원로 이사", k=5, scope={"user": "42"}).hits
+
+
+def test_an_edit_after_the_authors_erasure_began_elsewhere_writes_no_turn(shared: str) -> None:
+    with Memory(shared) as one, Memory(shared) as other:
+        first, second = ConversationPipeline(one, settings=SETTINGS), ConversationPipeline(other, settings=SETTINGS)
+        stored_and_trimmed(first)
+        there, go = paused(second.conversation, "_erase")  # begun (recorded), nothing erased yet
+        erasure = threading.Thread(target=lambda: second.forget_user("42"))
+        erasure.start()
+        try:
+            assert there.wait(30), "the erasure never began"
+            done = asyncio.run(first.add_messages("g1", "cafe", [said("m1", "나 망원로 7로 이사 왔어")]))
+            assert done.edited == [], "no turn of the author's is written once their erasure began"
+        finally:
+            go.set()
+            erasure.join(60)
+        assert not erasure.is_alive()
+        for words in ("망원로", "연남로", "날씨", "배고프다"):
+            assert live_turns_saying(other, words) == [], words

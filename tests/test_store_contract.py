@@ -822,6 +822,18 @@ def test_a_turn_of_a_text_its_line_no_longer_holds_is_refused(backend: Backend) 
     assert a.conversation.l1_blocks_of([row.message_id]) == {row.message_id: written[0].block_index}
 
 
+def test_a_lease_held_for_a_block_waits_for_its_holder_and_is_given_back(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()  # two connections, as two processes have
+    assert a.leases.acquire("message:m1", "worker-a", 30)
+    with pytest.raises(StoreError, match="message:m1 has been held by another process"), \
+            b.leases.held("message:m1", "worker-b", 30, wait=0.1):
+        pass
+    a.leases.release("message:m1", "worker-a")
+    with b.leases.held("message:m1", "worker-b", 30, wait=0.1):
+        assert not a.leases.acquire("message:m1", "worker-a", 30)
+    assert a.leases.acquire("message:m1", "worker-a", 30), "given back at the end of the block"
+
+
 def test_leases_are_held_by_one_holder_until_they_lapse(backend: Backend) -> None:
     a, b = backend.open(), backend.open()  # two connections, as two processes have
     assert a.leases.acquire("duties:acme", "worker-a", 30, T0)

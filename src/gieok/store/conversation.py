@@ -34,8 +34,13 @@ class FactsMovedError(StoreError):
 class L1RowsTakenError(StoreError):
     """Turn blocks for L1 messages that another writer already wrote as blocks (nothing written)."""
 
+
+class ErasureUnderWayError(StoreError):
+    """A turn of a user whose erasure (`forget_user`) has begun, in this process or another:
+    refused, nothing written — the erasure may have listed the user's blocks already."""
+
 __all__ = ["ConversationStore", "ConversationTables", "L1Row", "FactRow", "FactSourceRow", "FactChanges",
-           "KnownMessage", "UserRow", "AppendHook", "L1RowsTakenError", "check_fence"]
+           "KnownMessage", "UserRow", "AppendHook", "L1RowsTakenError", "ErasureUnderWayError", "check_fence"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +199,7 @@ class ConversationStore(Protocol):
 
     def l1_edit(self, message_id: int, content: str, flagged: bool) -> None: ...
 
-    def message_block_hook(self, scope_key: str, external_id: str) -> AppendHook: ...
+    def message_block_hook(self, scope_key: str, external_id: str, user_id: str | None = None) -> AppendHook: ...
 
     def message_delete(self, scope_key: str, external_id: str, message_id: int, when: float) -> None: ...
 
@@ -402,10 +407,16 @@ class ConversationTables:
                           (limit,))
         return [(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
 
-    def message_block_hook(self, scope_key: str, external_id: str) -> AppendHook:
+    def message_block_hook(self, scope_key: str, external_id: str, user_id: str | None = None) -> AppendHook:
         """For `Memory.add(within=…)`: the block appended is this message's turn now (an edit of a
-        message L1 no longer holds), recorded in the block's own transaction."""
+        message L1 no longer holds), recorded in the block's own transaction — refused, and the
+        block with it, once an erasure of `user_id` (its author) has begun (ErasureUnderWayError): it
+        may have listed their blocks already. (A commit of L1 lines needs no such look: the erasure
+        deletes the user's lines, and a link to a line that is gone is refused.)"""
         def link(conn: SqlWriter, blocks: Sequence[Block]) -> None:
+            if user_id is not None and conn.execute("SELECT 1 FROM erasures WHERE user_id = ?",
+                                                    (user_id,)).fetchone() is not None:
+                raise ErasureUnderWayError(f"user {user_id!r} is being erased: their message's new turn is not kept")
             conn.execute("UPDATE message_ids SET block_index = ? WHERE scope_key = ? AND external_id = ?",
                          (blocks[0].block_index, scope_key, external_id))
 

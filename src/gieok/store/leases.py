@@ -6,11 +6,16 @@ without Redis. A row per name: who holds it and until when."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
+from ..errors import StoreError
 from .sql import SqlSession
 
-__all__ = ["LeaseStore", "LeaseTable"]
+__all__ = ["LeaseStore", "LeaseTable", "LEASE_POLL_SECONDS"]
+
+LEASE_POLL_SECONDS = 0.02  # how often `held` looks again while another holder has the lease
 
 
 class LeaseStore(Protocol):
@@ -19,6 +24,8 @@ class LeaseStore(Protocol):
     def acquire(self, name: str, holder: str, seconds: float, now: float | None = None) -> bool: ...
 
     def release(self, name: str, holder: str) -> None: ...
+
+    def held(self, name: str, holder: str, seconds: float, *, wait: float) -> AbstractContextManager[None]: ...
 
 
 class LeaseTable:
@@ -47,3 +54,18 @@ class LeaseTable:
     def release(self, name: str, holder: str) -> None:
         with self.store.transaction() as conn:
             conn.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (name, holder))
+
+    @contextmanager
+    def held(self, name: str, holder: str, seconds: float, *, wait: float) -> Iterator[None]:
+        """The lease `name` for the length of the block (for `seconds` at most: a holder that dies
+        lets it lapse), given back after. While another live holder has it, waits up to `wait`
+        seconds, then raises StoreError (503 over HTTP: try again)."""
+        deadline = time.monotonic() + wait
+        while not self.acquire(name, holder, seconds):
+            if time.monotonic() > deadline:
+                raise StoreError(f"{name} has been held by another process for over {wait:g} s; try again")
+            time.sleep(LEASE_POLL_SECONDS)
+        try:
+            yield
+        finally:
+            self.release(name, holder)

@@ -40,10 +40,10 @@ import numpy as np
 from ...config import read_text_file
 from ...embed import CachedEmbedder
 from ...embed.priority import Priority, bulk_priority, embedding_priority
-from ...errors import InvalidInputError, InvalidTypeError, NotFoundError, StoreError
+from ...errors import InvalidInputError, InvalidTypeError, NotFoundError
 from ...memory import Memory
 from ...retrieval.passages import SPEAKER_NAME_KEY
-from ...store.conversation import KnownMessage, L1Row, L1RowsTakenError
+from ...store.conversation import ErasureUnderWayError, KnownMessage, L1Row, L1RowsTakenError
 from ...text.dates import annotate_dates
 from ...types import Scope, scope_from_key, scope_key
 from ..conversation.facts import Fact, Statement
@@ -95,9 +95,8 @@ log = logging.getLogger(__name__)
 COMMIT_ROUNDS = 3  # a write behind embeds and commits again when the pending turns changed meanwhile
 EXTRACTION_LEASE = "extraction:quiet"  # the store lease under which quiet conversations are extracted
 # An edit or a deletion holds its message's store lease this long at most (`_message_held`): one
-# takes well under a second; a holder that died lets it lapse after this.
+# takes well under a second; a holder that died lets it lapse after this. Another waits a little longer.
 MESSAGE_LEASE_SECONDS = 30.0
-MESSAGE_LEASE_POLL_SECONDS = 0.02
 
 # How the live event stream (`Memory.emit`) names the pipeline's events; others are "pipeline.<kind>".
 STREAM_NAMES = {"injection_detected": "guard.fired", "injection_flagged_by_llm": "guard.fired",
@@ -1077,7 +1076,7 @@ class ConversationPipeline:
         key = scope_key(conversation)
         for message in changed:
             # no other process edits or deletes it meanwhile, no commit here writes this row's block
-            with self._message_held(key, message.id), self._commit_lock:
+            with self._message_held(key, message.id), self.conversation.user_held(message.user), self._commit_lock:
                 # looked up again under both: a write behind may have linked its block since `known`,
                 # another process edited or deleted the message
                 seen = self.tables.messages_known(key, [message.id]).get(message.id, known[message.id])
@@ -1097,7 +1096,11 @@ class ConversationPipeline:
                             old.event_time if old is not None else (message.time or self.clock()), False,
                             message.id in flagged, message.id, None)
                 item = self._turn_items([row])[0]
-                block = self.memory.remember_many([item], within=self.tables.message_block_hook(key, message.id))[0]
+                try:
+                    block = self.memory.remember_many(
+                        [item], within=self.tables.message_block_hook(key, message.id, message.user))[0]
+                except ErasureUnderWayError:
+                    continue  # its author is being erased (here or in another process): nothing of it is kept
                 out[message.id] = replace(row, block_index=block.block_index)
         return out
 
@@ -1171,18 +1174,9 @@ class ConversationPipeline:
         between an edit's erasure and its write left the new turn named by a deleted message. A
         store lease, so every process of the memory takes part (within a process the conversation's
         lock already orders them); the lease of a holder that died lapses after `MESSAGE_LEASE_SECONDS`."""
-        name = f"message:{key}:{external_id}"
-        leases = self.memory.store.leases
-        deadline = time.monotonic() + MESSAGE_LEASE_SECONDS + 5
-        while not leases.acquire(name, self._holder, MESSAGE_LEASE_SECONDS):
-            if time.monotonic() > deadline:
-                raise StoreError(f"message {external_id!r} has been edited or deleted by another process for over "
-                                 f"{MESSAGE_LEASE_SECONDS:g} s; try again")
-            time.sleep(MESSAGE_LEASE_POLL_SECONDS)
-        try:
+        with self.memory.store.leases.held(f"message:{key}:{external_id}", self._holder, MESSAGE_LEASE_SECONDS,
+                                           wait=MESSAGE_LEASE_SECONDS + 5):
             yield
-        finally:
-            leases.release(name, self._holder)
 
     def _erase_from_message(self, conversation: Scope, external_id: str, message_id: int,
                             block: int | None) -> tuple[list[int], list[int], int]:

@@ -10,7 +10,9 @@ import json
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from ...config import read_text_file
@@ -45,6 +47,12 @@ def check_id(value: Any, what: str, *, optional: bool = False) -> str | None:
     return value
 
 
+# A user's store lease (`user_held`) is held this long at most (an edit of one of their messages, or
+# an erasure's start: well under a second each; a holder that died lets it lapse); whoever waits for
+# it waits a little longer at most, then is told to try again.
+USER_LEASE_SECONDS = 30.0
+
+
 class ConversationMemory:
     """L1, L2 and L3 over one memory. `commit_lock` serialises whoever turns L1 rows into turn
     blocks with whoever erases a user: share one instance between a bot and a server that
@@ -66,6 +74,7 @@ class ConversationMemory:
                                                                     s.fact_span_threshold),
                                global_user_facts=s.global_user_facts, clock=clock)
         self.commit_lock = threading.Lock()
+        self._holder = f"conversation:{uuid.uuid4().hex}"  # this instance, as a lease holder (`user_held`)
         self.resume_erasures()  # an erasure a crash interrupted is finished before anything reads
 
     # -- views ------------------------------------------------------------------------------------
@@ -106,11 +115,27 @@ class ConversationMemory:
         extraction running (it could write a fact back) waits for it first, as the chat front-ends
         do. Returns counts per kind."""
         check_id(user_id, "user_id")
-        with self.commit_lock:  # no commit may write this user's L1 rows while they are erased
+        # begun once no edit of one of their messages is under way in any process (`user_held`); from
+        # then on such an edit's new turn is refused (`message_block_hook`)
+        with self.user_held(user_id), self.commit_lock:
             self.tables.erasure_begin(user_id, self.clock(), reason)
+        with self.commit_lock:  # no commit may write this user's L1 rows while they are erased
             receipt = self._erase(user_id)
             self.tables.erasure_end(user_id)
         return receipt
+
+    def user_held(self, user_id: str | None) -> AbstractContextManager[None]:
+        """The user's store lease, shared by every process of the memory: an edit of one of their
+        messages holds it while it erases the old turn and writes the new one (`ConversationPipeline`),
+        and an erasure of the user while it records its start. An edit stored in one process while the
+        author's erasure ran in another wrote its new turn after the erasure had listed their blocks:
+        their words, kept after their erasure. Now an erasure starts once no such edit is under way;
+        one that comes after the start has its new turn refused (`message_block_hook`), and one after
+        the end finds nothing left to edit. Nothing for a message without a user."""
+        if user_id is None:
+            return nullcontext()
+        return self.memory.store.leases.held(f"user:{user_id}", self._holder, USER_LEASE_SECONDS,
+                                             wait=USER_LEASE_SECONDS + 5)
 
     def user_data(self, user_id: str, *, page: int = 500) -> Iterator[str]:
         """Everything held about one user (GDPR art. 15), as one JSON document written a piece at
