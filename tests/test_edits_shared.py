@@ -204,3 +204,23 @@ def test_an_edit_after_the_authors_erasure_began_elsewhere_writes_no_turn(shared
         assert not erasure.is_alive()
         for words in ("망원로", "연남로", "날씨", "배고프다"):
             assert live_turns_saying(other, words) == [], words
+
+
+def test_a_message_written_elsewhere_during_its_authors_erasure_keeps_no_turn(shared: str) -> None:
+    """The erasure lists the user's blocks, erases them, then deletes their lines; a process that
+    wrote one of their lines as a turn in between linked a turn no step after it looks for."""
+    with Memory(shared) as one, Memory(shared) as other:
+        first, second = ConversationPipeline(one, settings=SETTINGS), ConversationPipeline(other, settings=SETTINGS)
+        asyncio.run(first.add_messages("g1", "cafe", [said("m1", "나 연남로 12로 이사 왔어")], index="behind"))
+        there, go = paused(second.memory, "forget_with_neighbours")  # the user's blocks listed
+        erasure = threading.Thread(target=lambda: second.forget_user("42"))
+        erasure.start()
+        try:
+            assert there.wait(30), "the erasure never listed the blocks"
+            first.commit_pending()  # the line written behind, now
+        finally:
+            go.set()
+            erasure.join(60)
+        assert not erasure.is_alive()
+        assert live_turns_saying(other, "연남로") == []
+        assert first.tables.l1_count(scope_key(CAFE)) == 0

@@ -411,8 +411,7 @@ class ConversationTables:
         """For `Memory.add(within=…)`: the block appended is this message's turn now (an edit of a
         message L1 no longer holds), recorded in the block's own transaction — refused, and the
         block with it, once an erasure of `user_id` (its author) has begun (ErasureUnderWayError): it
-        may have listed their blocks already. (A commit of L1 lines needs no such look: the erasure
-        deletes the user's lines, and a link to a line that is gone is refused.)"""
+        may have listed their blocks already (as `turn_blocks_hook` refuses a commit of their lines)."""
         def link(conn: SqlWriter, blocks: Sequence[Block]) -> None:
             if user_id is not None and conn.execute("SELECT 1 FROM erasures WHERE user_id = ?",
                                                     (user_id,)).fetchone() is not None:
@@ -526,11 +525,12 @@ class ConversationTables:
                          scope_key: str | None = None, fence: int | None = None) -> AppendHook:
         """For `Store.append(within=…)`: link the L1 messages `message_ids` (in the order of the blocks
         appended) to their turn blocks in the append's own transaction — refused, and the blocks
-        with it, when another writer linked one of them first or, given `contents` (the texts the
-        blocks were made from), when a line's text is no longer that (an edit stored meanwhile by
-        another process: its new text is written by the next commit) (L1RowsTakenError), or when
-        `fence` is stale for `scope_key` (LeaseLostError). So no L1 row ever becomes two turn blocks,
-        nor a turn of a text its line no longer holds."""
+        with it, when another writer linked one of them first, when a line's author is being erased
+        (the erasure deletes the line), or, given `contents` (the texts the blocks were made from),
+        when a line's text is no longer that (an edit stored meanwhile by another process: its new
+        text is written by the next commit) (L1RowsTakenError), or when `fence` is stale for
+        `scope_key` (LeaseLostError). So no L1 row ever becomes two turn blocks, nor a turn of a text
+        its line no longer holds or of an author being erased."""
         ids = list(message_ids)
         texts = list(contents) if contents is not None else None
         if texts is not None and len(texts) != len(ids):
@@ -544,16 +544,19 @@ class ConversationTables:
             if fence is not None and scope_key is not None:
                 check_fence(conn, scope_key, fence)
             for position, (message_id, block) in enumerate(zip(chunk, blocks), start=done[0]):
+                # not a line of a user whose erasure has begun (in any process): it may have listed
+                # their blocks already, and deletes their lines after
+                free = "AND (user_id IS NULL OR user_id NOT IN (SELECT user_id FROM erasures))"
                 if texts is None:
-                    cursor = conn.execute("UPDATE l1_messages SET block_index = ? WHERE message_id = ? "
-                                          "AND block_index IS NULL", (block.block_index, message_id))
+                    cursor = conn.execute(f"UPDATE l1_messages SET block_index = ? WHERE message_id = ? "
+                                          f"AND block_index IS NULL {free}", (block.block_index, message_id))
                 else:
-                    cursor = conn.execute("UPDATE l1_messages SET block_index = ? WHERE message_id = ? "
-                                          "AND block_index IS NULL AND content = ?",
+                    cursor = conn.execute(f"UPDATE l1_messages SET block_index = ? WHERE message_id = ? "
+                                          f"AND block_index IS NULL AND content = ? {free}",
                                           (block.block_index, message_id, texts[position]))
                 if cursor.rowcount != 1:
-                    raise L1RowsTakenError(f"L1 message {message_id} is a turn block already, or its text changed "
-                                           "(another writer)")
+                    raise L1RowsTakenError(f"L1 message {message_id} is a turn block already, its text changed "
+                                           "or its author is being erased (another writer)")
                 # not a deleted message's record: before L1 ids were never reused on SQLite, a deleted
                 # message's id could be the new one's
                 conn.execute("UPDATE message_ids SET block_index = ? WHERE message_id = ? AND deleted_at IS NULL",
