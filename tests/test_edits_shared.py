@@ -83,6 +83,24 @@ def alongside(pipeline: ConversationPipeline, work: Any) -> threading.Thread:
     return thread
 
 
+def while_the_edit_writes(pipeline: ConversationPipeline, beside: Any) -> threading.Thread:
+    """m1 edited by `pipeline`, stopped between its erasure of the old turn and its write of the new
+    one while `beside()` starts another process's work (returning once that is done or waiting);
+    then the edit goes on to its end. The other work's thread, to join."""
+    there, go = paused(pipeline.memory, "remember_many")
+    edit = threading.Thread(target=lambda: asyncio.run(
+        pipeline.add_messages("g1", "cafe", [said("m1", "나 망원로 7로 이사 왔어")])))
+    edit.start()
+    try:
+        assert there.wait(30), "the edit never reached its write"
+        other: threading.Thread = beside()
+    finally:
+        go.set()
+        edit.join(30)
+    assert not edit.is_alive()
+    return other
+
+
 def test_two_processes_editing_one_message_leave_one_turn_and_a_deletion_takes_it(shared: str) -> None:
     with Memory(shared) as one, Memory(shared) as other:
         first, second = ConversationPipeline(one, settings=SETTINGS), ConversationPipeline(other, settings=SETTINGS)
@@ -115,18 +133,10 @@ def test_an_edit_and_a_deletion_at_once_leave_nothing_of_the_message(shared: str
     with Memory(shared) as one, Memory(shared) as other:
         first, second = ConversationPipeline(one, settings=SETTINGS), ConversationPipeline(other, settings=SETTINGS)
         stored_and_trimmed(first)
-        there, go = paused(first.memory, "remember_many")  # the old turn erased, the new one not written
-        edit = threading.Thread(target=lambda: asyncio.run(
-            first.add_messages("g1", "cafe", [said("m1", "나 망원로 7로 이사 왔어")])))
-        edit.start()
-        try:
-            assert there.wait(30), "the edit never reached its write"
-            deletion = alongside(second, lambda: asyncio.run(second.delete_message("g1", "cafe", "m1")))
-        finally:
-            go.set()
-            edit.join(30)
+        deletion = while_the_edit_writes(first, lambda: alongside(
+            second, lambda: asyncio.run(second.delete_message("g1", "cafe", "m1"))))
         deletion.join(30)
-        assert not edit.is_alive() and not deletion.is_alive()
+        assert not deletion.is_alive()
         assert live_turns_saying(other, "망원로") == [] and live_turns_saying(other, "연남로") == []
         assert second.tables.messages_known(scope_key(CAFE), ["m1"])["m1"].deleted
 
@@ -170,18 +180,9 @@ def test_an_edit_stored_during_the_authors_erasure_elsewhere_keeps_nothing(share
     with Memory(shared) as one, Memory(shared) as other:
         first, second = ConversationPipeline(one, settings=SETTINGS), ConversationPipeline(other, settings=SETTINGS)
         stored_and_trimmed(first)
-        there, go = paused(first.memory, "remember_many")  # the old turn erased, the new one not written
-        edit = threading.Thread(target=lambda: asyncio.run(
-            first.add_messages("g1", "cafe", [said("m1", "나 망원로 7로 이사 왔어")])))
-        edit.start()
-        try:
-            assert there.wait(30), "the edit never reached its write"
-            erasure = alongside(second, lambda: second.forget_user("42"))  # done, or waiting for the edit
-        finally:
-            go.set()
-            edit.join(30)
+        erasure = while_the_edit_writes(first, lambda: alongside(second, lambda: second.forget_user("42")))
         erasure.join(60)
-        assert not edit.is_alive() and not erasure.is_alive()
+        assert not erasure.is_alive()
         for words in ("망원로", "연남로", "날씨", "배고프다"):
             assert live_turns_saying(other, words) == [], words
         assert not other.search("망원로 이사", k=5, scope={"user": "42"}).hits
