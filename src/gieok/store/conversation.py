@@ -535,6 +535,11 @@ class ConversationTables:
         texts = list(contents) if contents is not None else None
         if texts is not None and len(texts) != len(ids):
             raise StoreError("turn blocks: one text per L1 message is required")
+        # not a line of a user whose erasure has begun (in any process): it may have listed their
+        # blocks already, and deletes their lines after
+        link_sql = ("UPDATE l1_messages SET block_index = ? WHERE message_id = ? AND block_index IS NULL "
+                    "AND (user_id IS NULL OR user_id NOT IN (SELECT user_id FROM erasures))"
+                    + (" AND content = ?" if texts is not None else ""))
         done = [0]  # an append in chunks calls this once per chunk, in order
 
         def link(conn: SqlWriter, blocks: Sequence[Block]) -> None:
@@ -544,16 +549,8 @@ class ConversationTables:
             if fence is not None and scope_key is not None:
                 check_fence(conn, scope_key, fence)
             for position, (message_id, block) in enumerate(zip(chunk, blocks), start=done[0]):
-                # not a line of a user whose erasure has begun (in any process): it may have listed
-                # their blocks already, and deletes their lines after
-                free = "AND (user_id IS NULL OR user_id NOT IN (SELECT user_id FROM erasures))"
-                if texts is None:
-                    cursor = conn.execute(f"UPDATE l1_messages SET block_index = ? WHERE message_id = ? "
-                                          f"AND block_index IS NULL {free}", (block.block_index, message_id))
-                else:
-                    cursor = conn.execute(f"UPDATE l1_messages SET block_index = ? WHERE message_id = ? "
-                                          f"AND block_index IS NULL AND content = ? {free}",
-                                          (block.block_index, message_id, texts[position]))
+                text = (texts[position],) if texts is not None else ()
+                cursor = conn.execute(link_sql, (block.block_index, message_id, *text))
                 if cursor.rowcount != 1:
                     raise L1RowsTakenError(f"L1 message {message_id} is a turn block already, its text changed "
                                            "or its author is being erased (another writer)")
