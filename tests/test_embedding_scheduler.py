@@ -210,6 +210,29 @@ def test_an_erased_text_leaves_the_cache_and_a_vector_in_flight_is_not_cached(ga
     assert not cached.has("라벤더차 마시면서 바다 봐", is_query=True)
 
 
+def test_emptied_whole_the_cache_and_its_companions_keep_nothing_asked_for_before(gated: GatedEngine) -> None:
+    """`forget_everything` (another process erased texts this one cannot name): every vector goes,
+    here and in a cache linked by `forget_alongside`, and one still being computed then lands but is
+    not cached; what is asked for afterwards is cached again."""
+    gated.gate.set()
+    cached, companion = CachedEmbedder(EmbeddingScheduler(gated)), CachedEmbedder(EmbeddingScheduler(gated))
+    cached.forget_alongside(companion)
+    cached.embed_passages(["민지: 해운대로 이사했어", "지수: 점심은 김밥"])
+    companion.embed_queries(["해운대로 이사했어"])
+    gated.gate.clear()
+    gated.entered.clear()
+    landed = threading.Event()
+    cached.prefetch_queries(["라벤더차 마시면서 바다 봐"], then=lambda text, vector: landed.set())  # held in the engine
+    assert gated.entered.wait(10)
+    assert cached.forget_everything() == 3
+    assert not cached.has("지수: 점심은 김밥") and not companion.has("해운대로 이사했어", is_query=True)
+    gated.gate.set()
+    assert landed.wait(10)
+    assert not cached.has("라벤더차 마시면서 바다 봐", is_query=True)
+    cached.embed_passages(["지수: 점심은 김밥"])
+    assert cached.has("지수: 점심은 김밥")
+
+
 def test_a_background_backlog_is_embedded_in_growing_chunks(gated: GatedEngine) -> None:
     """One text per call while the queue is short (urgent work then waits for one text at most);
     bigger calls once a backlog builds, when the engine is the bottleneck."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from gieok import Memory
 from gieok.chat.agent.context import _resolved
 
@@ -61,8 +63,8 @@ def test_an_evicted_slot_whose_turn_is_gone_is_not_promoted(tmp_path: Path) -> N
 
 
 def test_a_recall_of_a_slot_another_process_erased_does_not_write_it_back(tmp_path: Path) -> None:
-    """Between another process's erasure and this one hearing of it (its next change check; on
-    PostgreSQL's stateless workers the layers are not told at all), a search that recalls the slot
+    """Between another process's erasure and this one hearing of it (its next change check), a
+    search that recalls the slot
     saves it again — the erased words back in `wm_slots`. It is saved only while its row still
     holds the turn; otherwise the process lets it go."""
     path = tmp_path / "shared.db"
@@ -76,3 +78,43 @@ def test_a_recall_of_a_slot_another_process_erased_does_not_write_it_back(tmp_pa
         assert not any("4821" in row["content"] for row in second.store.layers.load_slots())
         assert secret not in {s.block_index for s in second.layers.working.all_slots()}
         assert words_stored(second) == []
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where two processes' memories open the same data: a SQLite file, a PostgreSQL database (whose
+    default `pg_index = "database"` is a stateless worker's: no copy of the index in the process)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_server").new_database())
+    return str(tmp_path / "shared.db")
+
+
+def vectors_cached_of(memory: Memory, words: str) -> list[str]:
+    """The texts of the memory's embedder cache (queries and passages) that hold `words`."""
+    return [text for _, text in list(memory.embedder._cache) if words in text]
+
+
+def test_an_erasure_made_elsewhere_empties_every_cache_of_its_words(shared: str) -> None:
+    """The process that embedded a message keeps its vectors by text (the passage of its turn, the
+    next turn's passage that holds it as context): when another process erases it (a `DELETE` that
+    `--workers N` handed to another worker, `gieok forget` beside a server), this one's caches let
+    the words go at its next read — on SQLite and on PostgreSQL's stateless workers alike, which
+    also drop the working-memory slot of the erased turn."""
+    with Memory(shared) as first:
+        secret, *_ = turns(first, (SECRET, "minji"), ("준호: 오 알겠어", "junho"), ("민지: 내일 등산 가자", "minji"))
+        assert first.search("현관 비밀번호", k=3, scope=CAFE).hits
+        assert vectors_cached_of(first, "4821"), "the passages of the turns were cached where they were embedded"
+        assert secret in {slot.block_index for slot in first.layers.working.all_slots()}
+        with Memory(shared) as second:
+            second.forget([secret])
+        _resolved(SECRET, 1_790_000_000.0, ZoneInfo("Asia/Seoul"))  # a function cache keyed by text
+        first.search("등산", k=1, scope=CAFE)  # its next read hears of the erasure
+        assert vectors_cached_of(first, "4821") == []
+        assert _resolved.cache_info().currsize == 0
+        assert secret not in {slot.block_index for slot in first.layers.working.all_slots()}
+        database = first.indexes.database
+        if database is not None:  # the ranking facts PostgreSQL's index keeps per block (the speaker's name)
+            assert database.facts_cache.get(secret) is None
+        hits = first.search("현관 비밀번호", k=5, scope=CAFE).hits
+        assert hits and all("4821" not in hit.block.text for hit in hits)
+        assert vectors_cached_of(first, "4821") == []

@@ -80,6 +80,7 @@ class CachedEmbedder:
         self.misses = 0
         self._alongside: list[weakref.ref[CachedEmbedder]] = []  # forget_alongside
         self._forgotten: OrderedDict[str, None] = OrderedDict()  # texts erased lately (forget_texts)
+        self._generation = 0  # moved by `forget_everything`: a vector asked for before it is not cached
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         return self._embed(texts, is_query=False)
@@ -91,11 +92,12 @@ class CachedEmbedder:
         return self._embed([text], is_query=True)[0]
 
     def _embed(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray:
+        generation = self._generation
         out, missing = self._lookup(texts, is_query)
         if missing:
             unique = list(missing)
             fresh = self.inner.embed_queries(unique) if is_query else self.inner.embed_passages(unique)
-            self._remember(unique, normalise_rows(fresh, self.dimension), missing, out, is_query)
+            self._remember(unique, normalise_rows(fresh, self.dimension), missing, out, is_query, generation)
         return out
 
     async def aembed_passages(self, texts: Sequence[str], priority: Priority | None = None) -> np.ndarray:
@@ -113,12 +115,13 @@ class CachedEmbedder:
             call = self.embed_queries if is_query else self.embed_passages
             with embedding_priority(priority) if priority is not None else nullcontext():
                 return await asyncio.to_thread(call, texts)
+        generation = self._generation
         out, missing = self._lookup(texts, is_query)
         if missing:
             unique = list(missing)
             rows = await asyncio.gather(*(asyncio.wrap_future(f)
                                           for f in submit(unique, is_query=is_query, priority=priority)))
-            self._remember(unique, normalise_rows(np.stack(rows), self.dimension), missing, out, is_query)
+            self._remember(unique, normalise_rows(np.stack(rows), self.dimension), missing, out, is_query, generation)
         return out
 
     def futures(self, texts: Sequence[str], *, is_query: bool = False, priority: Priority | None = None,
@@ -133,6 +136,7 @@ class CachedEmbedder:
             return None
         out: list[Future[np.ndarray] | None] = []
         missing: dict[str, list[int]] = {}
+        generation = self._generation
         with self._lock:
             for i, text in enumerate(texts):
                 row = self._cache.get((is_query, text))
@@ -152,7 +156,8 @@ class CachedEmbedder:
                     out[i] = future
                 self.misses += len(missing[text])
                 if remember and self.max_items > 0:
-                    future.add_done_callback(lambda f, text=text: self._store_prefetched(text, f, is_query))
+                    future.add_done_callback(
+                        lambda f, text=text: self._store_prefetched(text, f, is_query, generation=generation))
         return [f for f in out if f is not None]
 
     def withdraw(self, futures: Sequence[Future[np.ndarray]]) -> int:
@@ -184,6 +189,18 @@ class CachedEmbedder:
                 self._forgotten.popitem(last=False)
             others = [cache for ref in self._alongside if (cache := ref()) is not None]
         return len(gone) + sum(other.forget_texts(erased) for other in others)
+
+    def forget_everything(self) -> int:
+        """Drop every cached vector, here and in the caches linked by `forget_alongside`, and
+        those still being computed: another process erased messages whose texts this one cannot
+        know any more (the store no longer holds them), and any cached text may be one of them.
+        The caches fill again as they are used. Returns the entries dropped."""
+        with self._lock:
+            gone = len(self._cache)
+            self._cache.clear()
+            self._generation += 1
+            others = [cache for ref in self._alongside if (cache := ref()) is not None]
+        return gone + sum(other.forget_everything() for other in others)
 
     def _erased_lately(self, text: str) -> bool:
         """Whether `text` is, or holds as a line, one of the last `FORGOTTEN_KEPT` texts erased."""
@@ -237,16 +254,18 @@ class CachedEmbedder:
         if not missing:
             return 0
         level = Priority.SOON if priority is None else priority
+        generation = self._generation
         for text, future in zip(missing, submit(missing, is_query=is_query, priority=level)):
-            future.add_done_callback(lambda f, text=text: self._store_prefetched(text, f, is_query, then))
+            future.add_done_callback(
+                lambda f, text=text: self._store_prefetched(text, f, is_query, then, generation=generation))
         return len(missing)
 
     def _store_prefetched(self, text: str, future: Future[np.ndarray], is_query: bool,
-                          then: Callable[[str, np.ndarray], None] | None = None) -> None:
+                          then: Callable[[str, np.ndarray], None] | None = None, *, generation: int) -> None:
         if future.exception() is not None:
             return  # whoever needs the vector will ask again and see the error
         row = normalise_rows(future.result()[None, :], self.dimension)
-        self._remember([text], row, {text: []}, row, is_query, count=False)
+        self._remember([text], row, {text: []}, row, is_query, generation, count=False)
         if then is not None:
             then(text, row[0])
 
@@ -266,14 +285,17 @@ class CachedEmbedder:
         return out, missing
 
     def _remember(self, unique: list[str], fresh: np.ndarray, missing: dict[str, list[int]], out: np.ndarray,
-                  is_query: bool, *, count: bool = True) -> None:
+                  is_query: bool, generation: int, *, count: bool = True) -> None:
+        """The vectors into `out` and the cache — not into the cache if the text was erased lately,
+        or if the cache was emptied (`forget_everything`) since they were asked for, at `generation`."""
         with self._lock:
+            keep = self.max_items > 0 and generation == self._generation
             for text, row in zip(unique, fresh):
                 for i in missing[text]:
                     out[i] = row
                 if count:
                     self.misses += len(missing[text])
-                if self.max_items > 0 and not (self._forgotten and self._erased_lately(text)):
+                if keep and not (self._forgotten and self._erased_lately(text)):
                     self._cache[(is_query, text)] = row
                     if len(self._cache) > self.max_items:
                         self._cache.popitem(last=False)

@@ -29,8 +29,8 @@ import numpy as np
 
 from ..store.base import BM25Filter
 
-__all__ = ["BlockLookup", "BothFound", "CandidateFacts", "DatabaseIndexed", "NeighbourLinks", "ScopedNeighbours",
-           "ScopedSearch", "SearchIndex", "one_after_the_other"]
+__all__ = ["BlockLookup", "BothFound", "CandidateFacts", "DatabaseIndexed", "DatabaseSearchIndex", "NeighbourLinks",
+           "ScopedNeighbours", "ScopedSearch", "SearchIndex", "one_after_the_other"]
 
 # (index into the source ids, neighbour id, distance in turns), each an int64 array
 NeighbourLinks = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -128,9 +128,28 @@ class SearchIndex(BlockLookup, Protocol):
     def block_indices(self, ids: np.ndarray) -> np.ndarray: ...
 
 
+class DatabaseSearchIndex(SearchIndex, Protocol):
+    """A `SearchIndex` the store itself answers, with what a memory tells it of changes."""
+
+    def changed(self) -> None:
+        """Blocks were appended or forgotten, here or elsewhere: what it keeps of the store's
+        state is read again."""
+        ...
+
+    def forget_facts(self, block_indices: Sequence[int] | None) -> None:
+        """Forgotten blocks out of what it keeps per block (None: which ones is not known, all of it)."""
+        ...
+
+    def forgotten_count(self) -> int:
+        """Blocks forgotten in the whole memory (what tells a process of erasures made elsewhere)."""
+        ...
+
+    def drop_caches(self) -> None: ...
+
+
 @runtime_checkable
 class DatabaseIndexed(Protocol):
     """A store that can answer a search's questions itself, keeping nothing per process but
     bounded caches (PostgreSQL: `store/postgres/search_index.py`)."""
 
-    def database_index(self, *, ann_threshold: int, cache_size: int) -> SearchIndex: ...
+    def database_index(self, *, ann_threshold: int, cache_size: int) -> DatabaseSearchIndex: ...

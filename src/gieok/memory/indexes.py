@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -24,7 +23,7 @@ from ..errors import GieokError, MemoryReembeddedError
 from ..index.bm25 import BM25Index
 from ..index.catalog import Catalog
 from ..index.in_process import InProcessIndex
-from ..index.search_index import DatabaseIndexed, SearchIndex
+from ..index.search_index import DatabaseIndexed, DatabaseSearchIndex, SearchIndex
 from ..index.store_ann import StoreANN
 from ..index.vector import AnnParams, VectorIndex
 from ..retrieval.hybrid import HybridRetriever, RetrievalParams
@@ -59,8 +58,9 @@ class MemoryIndexes:
         self.on_foreign_change = on_foreign_change
         # Blocks given new vectors, here or elsewhere: whatever keeps copies of them (working memory) takes them
         self.on_vectors_replaced: Callable[[dict[int, np.ndarray]], None] | None = None
-        # blocks another process erased, as this one takes them (`_take_erasures_made_elsewhere`)
-        self.on_erased_elsewhere: Callable[[list[int]], None] | None = None
+        # blocks another process erased, as this one takes them (`_take_erasures_made_elsewhere`); None
+        # when it cannot tell which (PostgreSQL answering the search: `_erasures_counted`)
+        self.on_erased_elsewhere: Callable[[Sequence[int] | None], None] | None = None
         recorded = store.get_meta("dimension")
         self.dimension: int | None = int(recorded) if recorded else None
         self.catalog = Catalog()
@@ -69,13 +69,15 @@ class MemoryIndexes:
         self.retriever: HybridRetriever | None = None
         self.search_index: SearchIndex | None = None
         # PostgreSQL can answer every question itself: then no copy of the data is loaded here
-        self.database: Any = (store.database_index(ann_threshold=settings.ann_threshold,
+        self.database: DatabaseSearchIndex | None = (store.database_index(ann_threshold=settings.ann_threshold,
                                                    cache_size=settings.pg_index_cache)
                               if settings.pg_index == "database" and isinstance(store, DatabaseIndexed) else None)
         self.change_token = store.change_token()
         self.vector_change = 0  # the store's last vector replacement these vectors hold (`replaced_vectors`)
         self.embedding_record: tuple[str | None, ...] = ()  # `load` reads it
+        self.forgotten_seen = 0  # with `database`: the blocks forgotten when this process last looked
         if self.database is not None:
+            self.forgotten_seen = self.database.forgotten_count()
             self.search_index = self.database
         if self.dimension is not None:
             self.load()
@@ -182,6 +184,21 @@ class MemoryIndexes:
                 self.on_erased_elsewhere(dead)
         return replaced or bool(dead)
 
+    def _erasures_counted(self, own: int = 0) -> None:
+        """With `database` (no catalogue here to say which blocks are alive): whether blocks were
+        forgotten elsewhere since this process last looked — the store's count of forgotten blocks
+        moved by more than this process's own `own` — and if so, what this process keeps of
+        blocks by their index or text is let go (`on_erased_elsewhere(None)`: which blocks, it
+        cannot tell). The count is the one PostgreSQL's index reads after a change anyway."""
+        assert self.database is not None
+        count = self.database.forgotten_count()
+        elsewhere = count != self.forgotten_seen + own
+        self.forgotten_seen = count
+        if elsewhere:
+            self.database.forget_facts(None)
+            if self.on_erased_elsewhere is not None:
+                self.on_erased_elsewhere(None)
+
     def _take_replaced_vectors(self) -> bool:
         """The vectors another process replaced (`Store.replaced_vectors`) since this one last
         looked, into the matrix and the graph; whether there were any."""
@@ -225,13 +242,19 @@ class MemoryIndexes:
         self.on_foreign_change()  # another process wrote: nothing cached may be trusted
         if self.database is not None:
             self.database.changed()
+            self._erasures_counted()
             return
         self.catch_up()
         self._take_erasures_made_elsewhere()
 
-    def noted(self) -> None:
-        """This process just committed: its change is already in the indexes."""
+    def noted(self, forgotten: int = 0) -> None:
+        """This process just committed (having forgotten `forgotten` blocks): its change is already in
+        the indexes. With `database`, an erasure another process committed since the last look is
+        still heard of (`_erasures_counted`): the change token this moves past may hold it."""
         self.change_token = self.store.change_token()
+        if self.database is not None:
+            self.database.changed()
+            self._erasures_counted(own=forgotten)
 
     def catch_up(self) -> None:
         if self.database is not None:
@@ -274,9 +297,11 @@ class MemoryIndexes:
             self.bm25.extend(list(range(start, start + n)), tokens)
 
     def erase(self, block_indices: Sequence[int]) -> None:
-        """Blocks this process just forgot: out of the vectors and the postings."""
+        """Blocks this process just forgot: out of the vectors and the postings (with `database`,
+        out of its cache of their ranking facts)."""
         if self.database is not None:
             self.database.changed()
+            self.database.forget_facts(block_indices)
             return
         if self.vectors is None:
             return

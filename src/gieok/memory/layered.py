@@ -9,12 +9,12 @@ callback that writes a note, and the one that tells listeners.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..callbacks import clear_caches_of_erased_text, weakly
+from ..callbacks import weakly
 from ..config import Settings
 from ..index.search_index import BlockLookup
 from ..layers.cache import SearchCache
@@ -66,15 +66,21 @@ class LayerStack:
                                              CoordinatorConfig.from_settings(s))
 
     def follow(self, indexes: MemoryIndexes) -> None:
-        """Working-memory slots keep copies of their turns' vectors and words: they take the vectors
-        `indexes` replace and drop the turns it learns were erased by another process — as the
-        function caches keyed by stored text are emptied, as at an erasure made here."""
+        """Working-memory slots keep copies of their turns' vectors: they take the vectors `indexes`
+        replace. (What the indexes learn was erased elsewhere reaches the slots through the write
+        path: `erased_elsewhere`.)"""
         indexes.on_vectors_replaced = weakly(self.working.take_vectors)
-        indexes.on_erased_elsewhere = weakly(self._erased_elsewhere)
 
-    def _erased_elsewhere(self, block_indices: list[int]) -> None:
-        self.working.forget_blocks(block_indices)
-        clear_caches_of_erased_text()
+    def erased_elsewhere(self, block_indices: Sequence[int] | None) -> None:
+        """Blocks another process erased: the working-memory slots of them go, never promoted.
+        None: some blocks, this process cannot tell which (PostgreSQL's stateless workers keep no
+        catalogue) — each slot's turn is looked up in the store."""
+        if block_indices is None:
+            held = sorted({slot.block_index for slot in self.working.all_slots() if slot.block_index is not None})
+            stored = self.store.get_many(held) if held else {}
+            block_indices = [i for i in held if i not in stored or stored[i].forgotten]
+        if block_indices:
+            self.working.forget_blocks(block_indices)
 
     def _slot_freed(self, slot: Slot) -> None:
         self.checkpoints.forget_slot(slot)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..callbacks import clear_caches_of_erased_text
+from ..callbacks import clear_caches_of_erased_text, weakly
 from ..config import Settings
 from ..embed import CachedEmbedder, bulk_priority, embed_ahead
 from ..errors import BlockNotFoundError
@@ -55,6 +55,7 @@ class WritePath:
         self.embedder = embedder
         self.check_open = check_open
         self.loaded_embedder = loaded_embedder  # the embedder if loaded (erasing needs no model)
+        indexes.on_erased_elsewhere = weakly(self._erased_elsewhere)
 
     def prepare(self, text: Any, **fields: Any) -> NewBlock:
         """One item checked and made ready to write (`ingest.prepare` with this memory's settings)."""
@@ -221,6 +222,19 @@ class WritePath:
             embedder.forget_texts(texts)
         clear_caches_of_erased_text()
 
+    def _erased_elsewhere(self, block_indices: Sequence[int] | None) -> None:
+        """Another process erased blocks (`block_indices`; None when this one cannot tell which):
+        their working-memory slots go (`LayerStack.erased_elsewhere`), and so does every copy of
+        their words this process keeps by text — which texts were erased is not known here any
+        more (the store forgot them), so the embedder's caches are emptied whole
+        (`CachedEmbedder.forget_everything`), as are the function caches marked
+        `@cleared_on_erasure`. Erasures are rare; the caches fill again as they are used."""
+        self.layers.erased_elsewhere(block_indices)
+        embedder = self.loaded_embedder()
+        if embedder is not None:
+            embedder.forget_everything()
+        clear_caches_of_erased_text()
+
     def forget(self, indices: list[int], texts: Sequence[str] = ()) -> list[int]:
         """Erase the content of blocks (checked indices); `BlockNotFoundError` for one that never was.
         Their texts, and `texts` (`erase`), leave the caches in one pass."""
@@ -229,8 +243,9 @@ class WritePath:
             missing = [i for i in indices if i not in existing]
             if missing:
                 raise BlockNotFoundError(f"no block with index {missing[0]}")
+            self.indexes.sync()  # what other processes committed first is taken before the token moves past it
             erased = self.store.forget(indices, time.time())
-            self.indexes.noted()
+            self.indexes.noted(forgotten=len(erased))
             self.layers.invalidate(existing[i].scope for i in erased)
             self.layers.drop_copies(sorted(erased))
             self.indexes.erase(erased)

@@ -90,6 +90,10 @@ class BoundedCache(Generic[K, V]):
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
 
+    def pop(self, key: K) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
@@ -324,6 +328,19 @@ class PostgresSearchIndex:
         blocks never change, so they stay."""
         self.scope_cache.clear()
         self._state = None
+
+    def forget_facts(self, block_indices: Sequence[int] | None) -> None:
+        """Forgotten blocks' ranking facts (a speaker's name among them) out of the cache; None:
+        blocks forgotten elsewhere, which ones not known — the whole cache (it fills again)."""
+        if block_indices is None:
+            self.facts_cache.clear()
+            return
+        for block_index in block_indices:
+            self.facts_cache.pop(block_index)
+
+    def forgotten_count(self) -> int:
+        """Blocks forgotten in the whole memory, as last read (again after a change)."""
+        return self._store_state()[1]
 
     def drop_caches(self) -> None:
         self.facts_cache.clear()
