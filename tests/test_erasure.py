@@ -294,18 +294,20 @@ def test_an_erasure_empties_the_function_caches_keyed_by_stored_text(tmp_path: P
     from gieok.chat.agent.context import _resolved
     from gieok.chat.conversation.fact_align import _tokens_with_pronoun, _word_roles
     from gieok.text.romanize import name_key
+    from gieok.text.tokenize import _stem_word
 
     said = "민지: 다음 주 금요일에 해운대 가"
     with Memory(tmp_path / "m.db") as memory:
         block = memory.add(said)
+        english = memory.add("Minji: my wifi password is hunter2 and the door code is brambleworth")
         _resolved(said, T0, ZoneInfo("Asia/Seoul"))
         _tokens_with_pronoun("<user:1>는 해운대에 산다.")
         _word_roles("그는 해운대에 산다.")
         name_key("민지")
-        caches = (_resolved, _tokens_with_pronoun, _word_roles, name_key)
+        caches = (_resolved, _tokens_with_pronoun, _word_roles, name_key, _stem_word)
         assert all(cache.cache_info().currsize > 0 for cache in caches)
-        memory.forget([block.block_index])
-        assert [cache.cache_info().currsize for cache in caches] == [0, 0, 0, 0]
+        memory.forget([block.block_index, english.block_index])
+        assert [cache.cache_info().currsize for cache in caches] == [0, 0, 0, 0, 0]
 
 
 KILLED = textwrap.dedent("""

@@ -18,6 +18,9 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Any
+
+from ..callbacks import cleared_on_erasure
 
 __all__ = ["Tokenizer", "TokenizerOptions", "get_tokenizer", "Analysis", "TOKENS_VERSION"]
 
@@ -93,6 +96,26 @@ def _kiwi():
     return Kiwi(num_workers=min(4, os.cpu_count() or 1), load_multi_dict=False, load_default_dict=False)
 
 
+_STEMMER_LOCK = threading.Lock()  # a Snowball stemmer is not safe to share between threads
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> Any:
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english")
+
+
+@cleared_on_erasure
+@lru_cache(maxsize=200_000)
+def _stem_word(word: str) -> str:
+    """An English word's Snowball stem. Cached — chat repeats its words — and emptied at every
+    erasure with the other caches keyed by stored text: an erased message's words (a name, a
+    password) must not stay in the process as keys."""
+    with _STEMMER_LOCK:
+        return str(_stemmer().stemWord(word))
+
+
 def _bigrams(run: str) -> list[str]:
     if len(run) < 2:
         return [run]
@@ -105,14 +128,8 @@ class Tokenizer:
     def __init__(self, options: TokenizerOptions | None = None) -> None:
         self.options = options or TokenizerOptions()
         self._stop = _english_stopwords() if self.options.stopwords else frozenset()
-        self._stemmer_lock = threading.Lock()
         self._kiwi_lock = threading.Lock()
-        self._stemmer = None
-        if self.options.stem:
-            import snowballstemmer
-
-            self._stemmer = snowballstemmer.stemmer("english")
-        self._stem_cache: dict[str, str] = {}
+        self._stem = _stem_word if self.options.stem else None
 
     @property
     def name(self) -> str:
@@ -242,19 +259,10 @@ class Tokenizer:
         base = word[:-2] if word.endswith("'s") else word
         if not base:
             return
-        token = self._stem(base) if self._stemmer is not None else base
+        token = self._stem(base) if self._stem is not None else base
         tokens.append(token)
         if len(base) > 2 and not base.isdigit():
             keys.append(base)
-
-    def _stem(self, word: str) -> str:
-        cached = self._stem_cache.get(word)
-        if cached is None:
-            with self._stemmer_lock:
-                cached = self._stemmer.stemWord(word)  # type: ignore[union-attr]
-            if len(self._stem_cache) < 200_000:
-                self._stem_cache[word] = cached
-        return cached
 
 
 def _rank_keywords(candidates: list[str], limit: int) -> list[str]:
