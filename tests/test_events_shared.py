@@ -78,6 +78,23 @@ def test_resume_replays_what_was_missed_and_no_other_tenants_events(buses: tuple
     run(scenario())
 
 
+def test_a_forgotten_blocks_events_leave_the_shared_stream(buses: tuple[EventBus, EventBus]) -> None:
+    """A block forgotten in one process (a deleted message's turn): the events of the Redis stream
+    that carried it are deleted before `memory.forgotten` is appended, so no process's feed replays
+    its text; the events of other blocks and other tenants stay."""
+    a, b = buses
+    a.publish("acme", "memory.added", {"blocks": [{"block_index": 1, "text": "민지: 사물함 비밀번호 7788"}]})
+    a.publish("acme", "memory.added", {"blocks": [{"block_index": 2, "text": "준호: 점심 뭐 먹지"}]})
+    a.publish("acme", "search.answered", {"query": "사물함", "hits": [{"block_index": 1, "text": "7788"}]})
+    b.publish("globex", "memory.added", {"blocks": [{"block_index": 1, "text": "globex's own block 1"}]})
+    b.publish("acme", "memory.forgotten", {"block_indices": [1]})
+    kept = b.recent("acme", n=10)
+    assert [e.type for e in kept] == ["memory.added", "memory.forgotten"]
+    assert "7788" not in json.dumps([e.data for e in kept], ensure_ascii=False)
+    assert [e.data for e in a.recent("globex", n=10)] == [{"blocks": [{"block_index": 1,
+                                                                        "text": "globex's own block 1"}]}]
+
+
 def test_a_feed_behind_the_trimmed_stream_is_told_of_the_gap(buses: tuple[EventBus, EventBus]) -> None:
     a, b = buses  # streams of about 100 events
 

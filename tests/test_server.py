@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from gieok.chat.conversation.recent import conversation_of
+from gieok.coordination.events import REDACTED
 from gieok.server import ServerState, create_app, tenant_path
 from gieok.server.responses import json_response
 from gieok.server.settings import ServerSettings
@@ -586,8 +587,40 @@ def test_websocket_events_and_resume(deployment: Deployment) -> None:
         missed = json.loads(socket.receive_text())
     assert missed["type"] == "memory.forgotten" and missed["seq"] == searched["seq"] + 1
     with d.client.websocket_connect("/v1/events/ws?since=0", headers=w) as socket:
-        replay = [json.loads(socket.receive_text())["seq"] for _ in range(3)]
-    assert replay == [1, 2, 3]
+        replay = [json.loads(socket.receive_text()) for _ in range(3)]
+    assert [event["seq"] for event in replay] == [1, 2, 3]
+    # the events that carried the forgotten block's text are kept redacted: a replay does not bring it back
+    assert [event["data"] for event in replay[:2]] == [{"redacted": "this event held data that was erased"}] * 2
+    assert "첫 번째" not in json.dumps(replay, ensure_ascii=False)
+
+
+def test_a_deleted_or_edited_message_leaves_no_event_that_carried_its_words(deployment: Deployment) -> None:
+    """An agent's message stored as a turn is in the stream (`memory.added` with its text, a
+    `search.answered` that showed it). A `DELETE` of the message, or an edit that replaces its text,
+    erases the turn — and the buffered events that held it, as a user's erasure does: a client
+    replaying the stream from the start gets them redacted (whole: the batch's other turns with
+    them, which the memory still holds), and the events that did not hold it as they were."""
+    d, w = deployment, deployment.as_("beta_write")
+    room = {"guild": "g-beta", "channel": "lobby"}
+    said = [{"id": "b-1", "role": "user", "user": "7", "name": "지수", "text": "지수: 내 사물함 비밀번호는 7788이야"},
+            {"id": "b-2", "role": "user", "user": "8", "name": "준호", "text": "준호: 오늘 점심 뭐 먹지"},
+            {"id": "b-3", "role": "user", "user": "7", "name": "지수", "text": "지수: 우리 집 강아지 이름은 콩이야"}]
+    assert d.client.post("/v1/conversations/messages", json={**room, "messages": said}, headers=w).status_code == 202
+    searched = d.client.post("/v1/search", json={"query": "사물함 비밀번호 강아지 이름", "k": 5}, headers=w)
+    assert searched.status_code == 200
+    edited = {**said[2], "text": "지수: 우리 집 고양이 이름은 콩이야"}
+    assert d.client.post("/v1/conversations/messages", json={**room, "messages": [edited]},
+                         headers=w).status_code == 202
+    assert d.client.delete("/v1/conversations/messages/b-1", params=room, headers=w).status_code == 200
+    last = d.state.bus.last_seq("beta")
+    with d.client.websocket_connect("/v1/events/ws?since=0", headers=w) as socket:
+        replay = [json.loads(socket.receive_text()) for _ in range(last)]
+    text = json.dumps(replay, ensure_ascii=False)
+    assert "7788" not in text and "강아지" not in text, text
+    assert [event["type"] for event in replay if event["data"] == REDACTED] == ["memory.added", "search.answered"]
+    new_turn = next(event for event in replay if event["type"] == "memory.added" and event["data"] != REDACTED)
+    assert new_turn["data"]["blocks"][0]["text"] == edited["text"], "the edit's new text stays in the stream"
+    assert [event["data"]["block_indices"] for event in replay if event["type"] == "memory.forgotten"] == [[3], [1]]
 
 
 def test_websocket_says_when_the_buffer_no_longer_reaches_back(tmp_path: Path) -> None:

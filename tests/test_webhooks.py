@@ -462,6 +462,26 @@ def test_an_erased_users_queued_events_go_out_redacted(tmp_path: Path) -> None:
         store.close()
 
 
+def test_a_forgotten_blocks_queued_events_go_out_redacted(tmp_path: Path) -> None:
+    """A deleted message's turn (`memory.forgotten`): the queued events that carried it are sent
+    redacted; the others as they were."""
+    store = open_store(str(tmp_path / "home.db"))
+    webhooks = Webhooks(store.webhooks, ServerSettings.load(db=str(tmp_path / "home.db")))
+    publish = webhooks.listener(EventBus())("acme")
+    try:
+        asyncio.run(webhooks.register("acme", "http://127.0.0.1:9/", None))
+        publish("memory.added", {"blocks": [{"block_index": 7, "text": "민지: 사물함 비밀번호는 7788"}]})
+        publish("memory.added", {"blocks": [{"block_index": 8, "text": "준호: 점심 뭐 먹지"}]})
+        publish("memory.forgotten", {"block_indices": [7]})
+        bodies = [json.loads(body) for _, body in sorted(dict(store.webhooks.pending_bodies("acme")).items())]
+        assert [body["data"] for body in bodies] == [
+            {"redacted": "this event held data that was erased"},
+            {"blocks": [{"block_index": 8, "text": "준호: 점심 뭐 먹지"}]},
+            {"block_indices": [7]}]
+    finally:
+        store.close()
+
+
 def test_retries_double_with_jitter_up_to_the_most() -> None:
     delays = [retry_delay(n, 5.0, 3600.0) for n in range(1, 14)]
     for n, delay in enumerate(delays, start=1):

@@ -17,7 +17,7 @@ from typing import Any
 from ..store.sequences import EventSequenceStore
 from .connection import RedisConnection, redis_errors
 
-__all__ = ["SharedEventLog", "Event", "RESERVE", "USER_ERASED", "erasure_of", "REDACTED"]
+__all__ = ["SharedEventLog", "Event", "RESERVE", "USER_ERASED", "MEMORY_FORGOTTEN", "redaction_of", "REDACTED"]
 
 RESERVE = 100  # with a store: ids recorded there this far ahead of the last one (one write per this many)
 
@@ -54,12 +54,35 @@ USER_ERASED = "user.erased"  # a memory erased a user: `{"user", "blocks"}` (wha
 REDACTED = {"redacted": "this event held data that was erased"}
 
 
-def erasure_of(data: dict[str, Any]) -> tuple[Callable[[Event], bool], dict[str, Any]]:
-    """For a `user.erased` event: which earlier events held the erased data — they name the user's
-    id or one of the erased blocks — and the data the event itself is published with (counts: the
-    stream must not say whose data it was)."""
-    user = str(data.get("user") or "")
-    blocks = {int(b) for b in data.get("blocks") or () if isinstance(b, int)}
+MEMORY_FORGOTTEN = "memory.forgotten"  # a memory erased blocks: `{"block_indices"}` (what earlier events may hold)
+
+
+def redaction_of(type: str, data: dict[str, Any]) -> tuple[Callable[[Event], bool] | None, dict[str, Any]]:
+    """For an event that says data was erased: which earlier events held that data — to be
+    redacted wherever they are kept (a buffer, a Redis stream, the relay, webhooks' outbox) before
+    it is published — and the data it is published with; `(None, data)` for any other event.
+
+    - `user.erased` (`{"user", "blocks"}`): the events that name the user's id or one of the
+      erased blocks; published with counts only (the stream must not say whose data it was).
+    - `memory.forgotten` (`{"block_indices"}`: a deleted or edited message's turn, a forgotten
+      block, an erased fact): the events that name one of the blocks — the `memory.added` that
+      carried its text, a `search.answered` that showed it — published as it is."""
+    if type == USER_ERASED:
+        user = str(data.get("user") or "")
+        blocks = _block_set(data.get("blocks"))
+        return _naming(blocks, user), {"blocks": len(blocks)}
+    if type == MEMORY_FORGOTTEN:
+        blocks = _block_set(data.get("block_indices"))
+        return (_naming(blocks, "") if blocks else None), data
+    return None, data
+
+
+def _block_set(value: Any) -> set[int]:
+    return {int(b) for b in value or () if isinstance(b, int)} if isinstance(value, list) else set()
+
+
+def _naming(blocks: set[int], user: str) -> Callable[[Event], bool]:
+    """Whether an event names one of `blocks` (or, with `user`, that user's id or `<user:ID>` tag)."""
     tag = f"<user:{user}>"
 
     def held(event: Event) -> bool:
@@ -80,7 +103,7 @@ def erasure_of(data: dict[str, Any]) -> tuple[Callable[[Event], bool], dict[str,
                 return True
         return False
 
-    return held, {"blocks": len(blocks)}
+    return held
 
 
 def _parse(entry: tuple[str, dict[str, str]]) -> Event:
@@ -120,8 +143,8 @@ class SharedEventLog:
             raise self.connection.unavailable(exc) from None
 
     def append(self, tenant: str, type: str, time: float, data: dict[str, Any]) -> int:
-        if type == USER_ERASED:  # the stream's copies of the erased data go first
-            held, data = erasure_of(data)
+        held, data = redaction_of(type, data)
+        if held is not None:  # the stream's copies of the erased data go first
             self.redact(tenant, held)
         body = json.dumps({"type": type, "time": time, "data": data}, ensure_ascii=False, default=str)
         keys = [self._stream(tenant), self.connection.key("events", tenant, "seq")]

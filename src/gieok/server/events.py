@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..coordination import Event, SharedEventLog
-from ..coordination.events import REDACTED, USER_ERASED, erasure_of
+from ..coordination.events import REDACTED, redaction_of
 from ..errors import CoordinationUnavailableError, InvalidInputError
 from ..store.relay import EventRelayStore
 from ..store.sequences import EventSequenceStore
@@ -207,25 +207,26 @@ class EventBus:
             raise SinceAheadError(since, latest)
 
     def publish(self, tenant: str, type: str, data: dict[str, Any], *, at: float | None = None) -> Event:
-        """`user.erased` first redacts the buffered events that held the erased data, and is
-        published with counts only (`coordination.events.erasure_of`). `at`: when it happened
+        """`user.erased` and `memory.forgotten` first redact the buffered events that held the
+        erased data (`coordination.events.redaction_of`; `user.erased` is published with counts
+        only). `at`: when it happened
         (an event relayed from another process); default now. With a `relay` the event gets no
         id here (seq 0): the servers that stream it give it theirs."""
         if self.shared is not None:
             now = self.clock() if at is None else at
             seq = self.shared.append(tenant, type, now, data)
-            return Event(seq, type, now, erasure_of(data)[1] if type == USER_ERASED else data)
+            return Event(seq, type, now, redaction_of(type, data)[1])
+        held, published = redaction_of(type, data)
         if self.relay is not None:
             now = self.clock() if at is None else at
-            if type == USER_ERASED:  # the relay's copies of the erased data go first, as the buffer's do
-                held = erasure_of(data)[0]
+            if held is not None:  # the relay's copies of the erased data go first, as the buffer's do
                 self.relay.redact(tenant, lambda held_data: held(Event(0, "", 0.0, held_data)), dict(REDACTED))
             self.relay.append(tenant, type, now, data)  # whole: a server redacts its own buffer with it
-            return Event(0, type, now, erasure_of(data)[1] if type == USER_ERASED else data)
+            return Event(0, type, now, published)
+        data = published
         with self._lock:
             log = self._log(tenant)
-            if type == USER_ERASED:
-                held, data = erasure_of(data)
+            if held is not None:
                 log.buffer = deque((Event(e.seq, e.type, e.time, dict(REDACTED)) if held(e) else e
                                     for e in log.buffer), maxlen=log.buffer.maxlen)
             event = Event(self._next_seq(tenant, log), type, self.clock() if at is None else at, data)

@@ -30,7 +30,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..coordination.events import REDACTED, USER_ERASED, Event, erasure_of
+from ..coordination.events import REDACTED, Event, redaction_of
 from ..errors import GieokError, InvalidInputError, NotFoundError
 from ..store.webhooks import DeliveryRow, EndpointRow, WebhookStore
 from .events import EventBus
@@ -152,7 +152,7 @@ class Webhooks:
         """What the tenants' memories publish through: the bus's listener, and then the outbox."""
         def for_tenant(tenant: str) -> EventListener:
             def publish(type: str, data: dict[str, Any]) -> None:
-                held = erasure_of(data)[0] if type == USER_ERASED else None
+                held = redaction_of(type, data)[0]
                 event = bus.publish(tenant, type, data)
                 if held is not None:
                     self.redact(tenant, held)
@@ -172,8 +172,8 @@ class Webhooks:
         return added
 
     def redact(self, tenant: str, held: Callable[[Event], bool]) -> int:
-        """A user was erased: the queued events that held their data are sent redacted, as the
-        live stream's buffer keeps them (`coordination.events.erasure_of`)."""
+        """A user or blocks were erased: the queued events that held the data are sent redacted, as
+        the live stream's buffer keeps them (`coordination.events.redaction_of`)."""
         changed: dict[int, str] = {}
         for delivery_id, body in self.table.pending_bodies(tenant):
             payload = json.loads(body)
