@@ -24,6 +24,7 @@ import contextlib
 import json
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -364,6 +365,34 @@ def test_finding_11_the_same_idempotency_key_twice_writes_once_on_every_write_ro
             assert texts.count(f"{tenant}: 한 번만 저장") == 1
             assert sum(t.startswith(f"{tenant}: 배치") for t in texts) == 3
             assert not any(t.startswith("b:" if tenant == "a" else "a:") for t in texts)
+
+
+def test_finding_11_a_retry_after_the_block_was_forgotten_does_not_answer_its_text(tmp_path: Path) -> None:
+    """The kept answer of `POST /v1/memories` holds the block's text for a day; once the block is
+    forgotten (`DELETE /v1/memories/…`), a retry with the same key is answered with the same status
+    and a redacted body, stores nothing, and the text is in no table."""
+    _, client, keys = _in_process(tmp_path)
+    with client:
+        h, key = keys["a"], {"Idempotency-Key": "forget-me"}
+        first = client.post("/v1/memories", json={"text": "a: 사물함 비밀번호는 7788"}, headers={**h, **key})
+        assert first.status_code == 201 and "7788" in first.text
+        kept = client.post("/v1/memories:batch", json={"items": [{"text": "a: 점심 김밥"}]},
+                           headers={**h, "Idempotency-Key": "keep-me"})
+        assert client.delete(f"/v1/memories/{first.json()['block_index']}", headers=h).status_code == 200
+        before = client.get("/v1/stats", headers=h).json()["blocks"]
+        again = client.post("/v1/memories", json={"text": "a: 사물함 비밀번호는 7788"}, headers={**h, **key})
+        assert again.status_code == 201 and "7788" not in again.text and again.json() == {
+            "redacted": "the data this answer held was erased"}
+        assert client.get("/v1/stats", headers=h).json()["blocks"] == before
+        other = client.post("/v1/memories:batch", json={"items": [{"text": "a: 점심 김밥"}]},
+                            headers={**h, "Idempotency-Key": "keep-me"})
+        assert other.json() == kept.json(), "the answers of other blocks are kept"
+    for path in tmp_path.rglob("*.db"):
+        with sqlite3.connect(path) as db:
+            tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            for table in tables:
+                rows = db.execute(f'SELECT * FROM "{table}"').fetchall()
+                assert not any("7788" in str(value) for row in rows for value in row), (path.name, table)
 
 
 def _dead_holder() -> str:

@@ -256,6 +256,7 @@ def test_a_memory_from_before_postings_had_lengths_is_brought_up_to_date(url: st
     assert all(before["database"]) and all(before["fts5"])
     store = open_store(location)
     with store.transaction() as tx:  # type: ignore[attr-defined]  # back to migration 13's postings
+        tx.execute("DROP TABLE idempotency_blocks")  # before 21's kept answers by block
         tx.execute("DROP TABLE vector_changes")  # before 20's log of replaced vectors
         tx.execute("DROP TABLE event_relay")  # and 19's event relay
         tx.execute("DROP TABLE webhook_deliveries")  # and 18's webhooks

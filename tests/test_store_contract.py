@@ -6,6 +6,7 @@ for its behaviour, including the hash chain under concurrent writers on separate
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from typing import Any
 
@@ -871,6 +872,31 @@ def test_idempotency_keys_claim_once_replay_and_expire(backend: Backend) -> None
     assert b.idempotency.claim("k1", "fp2", "worker-b", T0 + 86401, expire_before=T0 + 1,
                                stale_before=T0) is None
     assert a.idempotency.get("k1") is not None and a.idempotency.get("k1").fingerprint == "fp2"  # type: ignore[union-attr]
+
+
+def test_the_kept_answers_of_forgotten_blocks_are_redacted_by_block(backend: Backend) -> None:
+    """`redact_written`: the kept answers of the writes that stored a block lose their body (the key
+    and status stay: a retry still stores nothing twice); others keep theirs; found by the blocks
+    the writes recorded, which expire with their keys."""
+    store = backend.open()
+    keep = dict(expire_before=T0 - 86400, stale_before=T0 - 900)
+    written: dict[str, list[int]] = {}
+    for key, texts in (("k1", ["사물함 비밀번호 7788", "점심 뭐 먹지"]), ("k2", ["another one"])):
+        assert store.idempotency.claim(key, "fp", "worker-a", T0, **keep) is None
+        blocks = store.append([new_block(t) for t in texts], unit_vectors(len(texts)), T0,
+                              within=store.idempotency.written_hook(key, "worker-a"))
+        written[key] = [blk.block_index for blk in blocks]
+        store.idempotency.finish(key, "worker-a", 201, json.dumps({"blocks": texts}, ensure_ascii=False))
+    assert store.idempotency.redact_written([written["k1"][0], 999_999]) == 1
+    k1, k2 = store.idempotency.get("k1"), store.idempotency.get("k2")
+    assert k1 is not None and k1.status == 201 and json.loads(k1.response or "") == {
+        "redacted": "the data this answer held was erased"}
+    assert k2 is not None and k2.response == '{"blocks": ["another one"]}'
+    assert store.idempotency.redact_written(written["k1"]) == 0, "already redacted"
+    assert store.idempotency.redact_written([]) == 0
+    # the key expires: its blocks' records with it
+    assert store.idempotency.claim("k3", "fp", "worker-a", T0 + 86401, expire_before=T0 + 1, stale_before=T0) is None
+    assert store.idempotency.redact_written(written["k2"]) == 0 and store.idempotency.get("k2") is None
 
 
 def test_an_idempotency_key_records_its_blocks_in_their_transaction(backend: Backend) -> None:

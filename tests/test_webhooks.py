@@ -36,6 +36,7 @@ from gieok.server.webhooks import Webhooks
 from gieok.store.factory import open_store
 from live_server import LiveServer, create_key, free_port
 from store_backends import Backend
+from test_store_contract import new_block, unit_vectors
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = {"webhook_retry_seconds": 0.2, "webhook_retry_max_seconds": 0.4, "webhook_timeout_seconds": 0.5,
@@ -586,12 +587,18 @@ def test_the_delivery_loop_drops_what_was_queued_for_an_endpoint_that_is_gone(tm
 
 def test_the_migration_adds_the_tables_to_an_older_store(backend: Backend) -> None:
     """A store at the version before webhooks (SQLite 15, PostgreSQL 17) with keys in it gets the
-    tables on its next open, and keeps its keys."""
+    tables on its next open, and keeps its keys; the blocks its kept answers stored are indexed by
+    block by the last migration (SQLite 19, PostgreSQL 21), from the keys' `written`."""
     store = backend.open()
     key = store.keys.insert("abcd1234", "0" * 64, "acme", "admin", "old key", 1.0)
+    assert store.idempotency.claim("k", "fp", "w", 1.0, expire_before=0.0, stale_before=0.0) is None
+    written = store.append([new_block("사물함 비밀번호 7788")], unit_vectors(1), 1.0,
+                           within=store.idempotency.written_hook("k", "w"))
+    store.idempotency.finish("k", "w", 201, '{"text": "사물함 비밀번호 7788"}')
     before = 15 if backend.name == "sqlite" else 17
     with store.transaction() as tx:  # type: ignore[attr-defined]  # back to the version before
-        tx.execute("DROP TABLE vector_changes")  # the migrations after webhooks' (18 / 20)
+        tx.execute("DROP TABLE idempotency_blocks")  # the migrations after webhooks' (19 / 21)
+        tx.execute("DROP TABLE vector_changes")  # (18 / 20)
         tx.execute("DROP TABLE event_relay")  # (17 / 19)
         tx.execute("DROP TABLE webhook_deliveries")
         tx.execute("DROP TABLE webhook_endpoints")
@@ -601,7 +608,8 @@ def test_the_migration_adds_the_tables_to_an_older_store(backend: Backend) -> No
             tx.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(before),))
     store.close()
     again = backend.open()
-    assert again.schema_version() == before + 3 and again.keys.by_id(key.key_id) is not None
+    assert again.schema_version() == before + 4 and again.keys.by_id(key.key_id) is not None
+    assert again.idempotency.redact_written([written[0].block_index]) == 1
     endpoint = again.webhooks.add_endpoint("acme", "http://127.0.0.1:9/", ["fact.*"], "whsec_AAAA", 1.0)
     assert again.webhooks.endpoints("acme") == [endpoint] and endpoint.wants("fact.added")
     assert not endpoint.wants("memory.added")

@@ -246,6 +246,8 @@ class WritePath:
             self.indexes.sync()  # what other processes committed first is taken before the token moves past it
             erased = self.store.forget(indices, time.time())
             self.indexes.noted(forgotten=len(erased))
+            if erased:  # a kept answer of the write that stored them (`POST /v1/memories`) holds their text
+                self.store.idempotency.redact_written(erased)
             self.layers.invalidate(existing[i].scope for i in erased)
             self.layers.drop_copies(sorted(erased))
             self.indexes.erase(erased)

@@ -8,7 +8,7 @@ between its commit and its answer leaves a key that says what was stored), then 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,6 +19,7 @@ from .sql import SqlSession, SqlWriter
 __all__ = ["IdempotencyRow", "IdempotencyStore", "IdempotencyTable", "IdempotencyKeyTakenError", "ORPHANED"]
 
 ORPHANED = ""  # the holder of a key whose request stored its blocks and then failed
+_IN_CHUNK = 500  # block indices asked about in one statement
 
 def _nobody(holder: str) -> bool:
     """No holder is known to be gone (the default of `claim`'s `dead`)."""
@@ -64,6 +65,8 @@ class IdempotencyStore(Protocol):
 
     def redact_answers(self, blocks: set[int], needles: Sequence[str]) -> int: ...
 
+    def redact_written(self, blocks: Collection[int]) -> int: ...
+
 
 class IdempotencyTable:
     """`IdempotencyStore` in SQL that SQLite and PostgreSQL both speak."""
@@ -79,6 +82,8 @@ class IdempotencyTable:
         it stored anything), else the row of the request that has it (running, done with its
         answer, or gone after storing its blocks: `written` says which, for the answer)."""
         with self.store.transaction() as conn:
+            conn.execute("DELETE FROM idempotency_blocks WHERE idem_key IN "
+                         "(SELECT idem_key FROM idempotency_keys WHERE created_at < ?)", (expire_before,))
             conn.execute("DELETE FROM idempotency_keys WHERE created_at < ?", (expire_before,))
             taken = conn.execute("INSERT INTO idempotency_keys(idem_key, fingerprint, holder, created_at) "
                                  "VALUES (?, ?, ?, ?) ON CONFLICT(idem_key) DO NOTHING",
@@ -114,6 +119,8 @@ class IdempotencyTable:
             indices = (json.loads(row[0]) if row[0] else []) + [b.block_index for b in blocks]
             tx.execute("UPDATE idempotency_keys SET written = ? WHERE idem_key = ? AND holder = ?",
                        (json.dumps(indices), key, holder))
+            tx.executemany("INSERT INTO idempotency_blocks(block_index, idem_key) VALUES (?, ?)",
+                           [(b.block_index, key) for b in blocks])
         return mark
 
     def abandon(self, key: str, holder: str) -> None:
@@ -129,6 +136,25 @@ class IdempotencyTable:
     def get(self, key: str) -> IdempotencyRow | None:
         rows = self.store.fetch(f"SELECT {', '.join(_COLUMNS)} FROM idempotency_keys WHERE idem_key = ?", (key,))
         return IdempotencyRow(*rows[0]) if rows else None
+
+    def redact_written(self, blocks: Collection[int]) -> int:
+        """Kept answers of the writes that stored one of `blocks` (forgotten since: their answers
+        hold the blocks' text) keep their key and status but lose their body (`REDACTED`), as
+        `redact_answers` does; found through `idempotency_blocks`, not by reading every kept answer.
+        Returns how many."""
+        wanted = sorted({int(b) for b in blocks})
+        keys: set[str] = set()
+        for start in range(0, len(wanted), _IN_CHUNK):
+            chunk = wanted[start:start + _IN_CHUNK]
+            keys.update(str(row[0]) for row in self.store.fetch(
+                "SELECT DISTINCT idem_key FROM idempotency_blocks "
+                f"WHERE block_index IN ({', '.join('?' * len(chunk))})", chunk))
+        if not keys:
+            return 0
+        with self.store.transaction() as conn:
+            return sum(conn.execute("UPDATE idempotency_keys SET response = ? WHERE idem_key = ? "
+                                    "AND response IS NOT NULL AND response <> ?", (REDACTED, key, REDACTED)).rowcount
+                       for key in sorted(keys))
 
     def redact_answers(self, blocks: set[int], needles: Sequence[str]) -> int:
         """Kept answers that hold erased data — they name or stored one of `blocks`, or contain one

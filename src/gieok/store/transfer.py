@@ -51,6 +51,7 @@ TABLES: dict[str, tuple[str, ...]] = {
                  "last_used_at"),
     "message_ids": ("scope_key", "external_id", "message_id", "created_at", "block_index", "deleted_at"),
     "idempotency_keys": ("idem_key", "fingerprint", "status", "response", "holder", "created_at", "written"),
+    "idempotency_blocks": ("block_index", "idem_key"),
     "event_sequences": ("tenant", "next_seq"),
     "dashboard_sessions": ("session_hash", "key_id", "created_at", "last_seen_at"),
     "webhook_endpoints": ("endpoint_id", "tenant", "url", "events", "secret", "previous_secret", "previous_until",

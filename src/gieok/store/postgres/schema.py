@@ -407,6 +407,18 @@ MIGRATIONS: list[str] = [
         block_index bigint NOT NULL
     );
     """,
+    # 21: the blocks each kept answer of an idempotent write stored, by block (SQLite's 19 says why)
+    """
+    CREATE TABLE idempotency_blocks (
+        block_index bigint NOT NULL,
+        idem_key    text NOT NULL
+    );
+    CREATE INDEX idempotency_blocks_by_block ON idempotency_blocks(block_index);
+    CREATE INDEX idempotency_blocks_by_key ON idempotency_blocks(idem_key);
+    INSERT INTO idempotency_blocks(block_index, idem_key)
+        SELECT j.value::bigint, k.idem_key FROM idempotency_keys k, jsonb_array_elements_text(k.written::jsonb) j(value)
+        WHERE k.written IS NOT NULL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -363,6 +363,21 @@ MIGRATIONS: list[str] = [
         block_index INTEGER NOT NULL
     );
     """,
+    # 19: the blocks each kept answer of an idempotent write stored, by block: an answer of
+    # `POST /v1/memories` holds its blocks' text, and forgetting a block (a deleted or edited
+    # message's turn, `DELETE /v1/memories/…`) redacts the answers that hold it without reading
+    # every kept answer of the last day (store/idempotency.py `redact_written`)
+    """
+    CREATE TABLE idempotency_blocks (
+        block_index INTEGER NOT NULL,
+        idem_key    TEXT NOT NULL
+    );
+    CREATE INDEX idempotency_blocks_by_block ON idempotency_blocks(block_index);
+    CREATE INDEX idempotency_blocks_by_key ON idempotency_blocks(idem_key);
+    INSERT INTO idempotency_blocks(block_index, idem_key)
+        SELECT CAST(j.value AS INTEGER), k.idem_key FROM idempotency_keys k, json_each(k.written) j
+        WHERE k.written IS NOT NULL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
