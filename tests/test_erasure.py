@@ -207,6 +207,50 @@ def test_erasure_reaches_every_copy(backend: Backend, redis_url: str, redis_name
         shared.connection.close()
 
 
+def test_a_deleted_message_leaves_no_copy_in_the_store_the_stream_or_the_caches(backend: Backend) -> None:
+    """One message deleted (`DELETE /v1/conversations/messages/m1`): its words are in no table (the
+    catalogue's every table, scanned), in no event the stream still holds — its turn's
+    `memory.added`, the `search.answered` that showed it, the fact's event, the `summary.updated`
+    that showed the point made from it (`summary.withdrawn` redacts those) — and in no cache kept by
+    text; the other messages' facts and turns stay."""
+    bus = EventBus()
+    memory = Memory(backend.location)
+    memory.listener = bus.listener("acme")
+    first = ("나 해운대 근처로 이사했어, 라벤더차 마시면서 바다 봐", "해운대", "라벤더차")
+    try:
+        pipeline = ConversationPipeline(memory, llm=ScriptedLLM(_brain), classifier=None,
+                                        settings=ChatSettings.over(memory.settings, analysis_every=1))
+
+        async def feed() -> None:
+            wire = [{"id": message_id, "role": "user", "user": user, "name": name, "text": said,
+                     "time": T0 + 60 * number} for number, (message_id, user, name, said) in enumerate(MESSAGES[:4])]
+            for pair in range(0, len(wire), 2):
+                await pipeline.add_messages("g1", "cafe", wire[pair:pair + 2])
+                await pipeline.drain()
+            memory.search("해운대 라벤더차 바다", k=3, scope=conversation_of("g1", "cafe"))
+
+        _run(feed())
+        shown = json.dumps([e.data for e in bus.recent("acme", n=10_000)], ensure_ascii=False)
+        assert all(word in shown for word in first), "the stream showed her message before"
+        assert any(e.type == "summary.updated" and "해운대" in json.dumps(e.data, ensure_ascii=False)
+                   for e in bus.recent("acme", n=10_000))
+        receipt = _run(pipeline.delete_message("g1", "cafe", "m1"))
+        assert receipt["erased"]["blocks"] == 1 and receipt["erased"]["facts"] >= 1
+        assert _scan(backend.location, backend.name, list(first)) == []
+        held = [e for e in bus.recent("acme", n=10_000) if any(w in json.dumps(e.data, ensure_ascii=False)
+                                                               for w in first)]
+        assert held == [], held[:3]
+        assert bus.recent("acme", "summary.withdrawn", 1), "the stream says the summary lost items"
+        # her message in no cached vector (the search that used her words is the searcher's own query)
+        assert _cached_with(memory.embedder, [first[0]]) == [] and _cached_with(pipeline.encoder, [first[0]]) == []
+        facts = pipeline.conversation.facts.facts(include_history=True)
+        assert any("쿼카빌" in f.text for f in facts) and not any("해운대" in f.text for f in facts)
+        assert any(e.type == "memory.added" and "Quokkaville" in json.dumps(e.data, ensure_ascii=False)
+                   for e in bus.recent("acme", n=10_000)), "the others' events stay"
+    finally:
+        memory.close()
+
+
 def test_an_erasure_before_the_turns_written_behind_leaves_nothing(tmp_path: Path) -> None:
     """Messages added with `index="behind"` are erased before their turn blocks are written: the
     background write that follows finds her rows gone and writes no block of hers (every table

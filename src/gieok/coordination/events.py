@@ -17,7 +17,8 @@ from typing import Any
 from ..store.sequences import EventSequenceStore
 from .connection import RedisConnection, redis_errors
 
-__all__ = ["SharedEventLog", "Event", "RESERVE", "USER_ERASED", "MEMORY_FORGOTTEN", "redaction_of", "REDACTED"]
+__all__ = ["SharedEventLog", "Event", "RESERVE", "USER_ERASED", "MEMORY_FORGOTTEN", "SUMMARY_WITHDRAWN", "redaction_of",
+           "REDACTED"]
 
 RESERVE = 100  # with a store: ids recorded there this far ahead of the last one (one write per this many)
 
@@ -55,6 +56,7 @@ REDACTED = {"redacted": "this event held data that was erased"}
 
 
 MEMORY_FORGOTTEN = "memory.forgotten"  # a memory erased blocks: `{"block_indices"}` (what earlier events may hold)
+SUMMARY_WITHDRAWN = "summary.withdrawn"  # items left a conversation's summary: `{"conversation", "items"}`
 
 
 def redaction_of(type: str, data: dict[str, Any]) -> tuple[Callable[[Event], bool] | None, dict[str, Any]]:
@@ -66,7 +68,10 @@ def redaction_of(type: str, data: dict[str, Any]) -> tuple[Callable[[Event], boo
       erased blocks; published with counts only (the stream must not say whose data it was).
     - `memory.forgotten` (`{"block_indices"}`: a deleted or edited message's turn, a forgotten
       block, an erased fact): the events that name one of the blocks — the `memory.added` that
-      carried its text, a `search.answered` that showed it — published as it is."""
+      carried its text, a `search.answered` that showed it — published as it is.
+    - `summary.withdrawn` (`{"conversation", "items"}`: summary items made from a deleted or edited
+      message, or from an erased user's): the conversation's `summary.updated` events, which showed
+      the summary with them; published as it is."""
     if type == USER_ERASED:
         user = str(data.get("user") or "")
         blocks = _block_set(data.get("blocks"))
@@ -74,7 +79,21 @@ def redaction_of(type: str, data: dict[str, Any]) -> tuple[Callable[[Event], boo
     if type == MEMORY_FORGOTTEN:
         blocks = _block_set(data.get("block_indices"))
         return (_naming(blocks, "") if blocks else None), data
+    if type == SUMMARY_WITHDRAWN and isinstance(data.get("conversation"), dict):
+        return _summary_of(data["conversation"]), data
     return None, data
+
+
+def _summary_of(conversation: dict[str, Any]) -> Callable[[Event], bool]:
+    """Whether an event showed this conversation's summary (`summary.updated`)."""
+    where = (conversation.get("guild"), conversation.get("channel"))
+
+    def held(event: Event) -> bool:
+        shown = event.data.get("conversation")
+        return (event.type == "summary.updated" and isinstance(shown, dict)
+                and (shown.get("guild"), shown.get("channel")) == where)
+
+    return held
 
 
 def _block_set(value: Any) -> set[int]:

@@ -11,7 +11,7 @@ With Redis (the `redis` setting) the log is shared instead: every process append
 tenant's Redis stream (`coordination.SharedEventLog`) and every feed reads it, so a client of any
 `gieok serve` worker sees the events of every worker and every bot process, with one sequence.
 
-Event types: memory.added, memory.forgotten, memory.promoted, search.answered, summary.updated,
+Event types: memory.added, memory.forgotten, memory.promoted, search.answered, summary.updated, summary.withdrawn,
 fact.added, fact.superseded, fact.duplicate, guard.fired, turn.claimed, turn.timings, pipeline.* (other
 pipeline events), and stream.gap (sent to a subscriber only).
 """

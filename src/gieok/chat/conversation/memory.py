@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+from ...callbacks import weakly
 from ...config import read_text_file
 from ...errors import InvalidInputError, InvalidTypeError
 from ...memory import Memory
@@ -68,7 +69,8 @@ class ConversationMemory:
         self.l1 = RecentMessages(self.tables, capacity=s.l1_size, clock=clock)
         core = tuple(line.strip() for line in read_text_file(s.core_file, "core").splitlines()
                      if line.strip() and not line.startswith("#")) if s.core_file else ()
-        self.summaries = SummaryStore(self.tables, s.summary_max_topics, s.summary_max_points, core, clock)
+        self.summaries = SummaryStore(self.tables, s.summary_max_topics, s.summary_max_points, core, clock,
+                                      on_withdrawn=weakly(self._summary_withdrawn))
         self.facts = FactStore(memory, self.tables, judge=PairJudge(s.fact_duplicate_threshold,
                                                                     s.fact_conflict_threshold,
                                                                     s.fact_span_threshold),
@@ -183,6 +185,11 @@ class ConversationMemory:
         seen_as = [name for name, *_ in self.tables.user_names_of(user_id)]
         yield ', "summary_items": ' + json.dumps(self.summaries.items_of(user_id, seen_as), ensure_ascii=False)
         yield "}"
+
+    def _summary_withdrawn(self, key: str, items: int) -> None:
+        """Summary items withdrawn from a conversation: said on the live stream (`summary.withdrawn`),
+        which redacts its earlier `summary.updated` events — they showed the withdrawn items' words."""
+        self.memory.emit("summary.withdrawn", {"conversation": scope_from_key(key).as_dict(), "items": items})
 
     def erasure_unfinished(self, user_id: str) -> bool:
         """An erasure of this user was begun and cut short (the process died, or the database went

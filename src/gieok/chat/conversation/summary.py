@@ -269,6 +269,9 @@ class SummaryStore:
     max_points: int = 10
     global_core: tuple[str, ...] = ()
     clock: Callable[[], float] = time.time
+    # told (conversation key, items) when items are withdrawn: a deleted or edited message, an erased
+    # user — the live stream's `summary.updated` events that showed them are redacted then
+    on_withdrawn: Callable[[str, int], None] | None = None
 
     def get(self, conversation: Scope) -> ChannelSummary:
         """The conversation's summary as stored now (read at every call: another process may have
@@ -324,7 +327,10 @@ class SummaryStore:
             return scrubbed
 
         self._change(key, change)
-        return counted[0] if counted else 0
+        removed = counted[0] if counted else 0
+        if removed and self.on_withdrawn is not None:
+            self.on_withdrawn(key, removed)
+        return removed
 
     def set_core(self, conversation: Scope, lines: Sequence[str]) -> ChannelSummary:
         """Operator command: replace this conversation's permanent core."""
