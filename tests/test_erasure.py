@@ -251,6 +251,38 @@ def test_a_deleted_message_leaves_no_copy_in_the_store_the_stream_or_the_caches(
         memory.close()
 
 
+def test_what_the_model_made_of_a_deleted_message_leaves_the_stream(tmp_path: Path) -> None:
+    """A fact the model read in a message and gieok did not keep (here: it does not name its user)
+    is on the stream with the message it came from (`"source"`); deleting the message redacts it,
+    as the message's own events. A fact of a message deleted while the model read it is said
+    withdrawn without its text."""
+    def brain(request: Request) -> dict[str, Any]:
+        text = request.messages[-1].content
+        if "user_facts" not in text:
+            return {"response_needed": False, "retrieval_needed": False, "search_query": ""}
+        refs = [line.split()[0].lstrip("[") for line in text.splitlines() if line.startswith("[m")]
+        return {"guild_facts": [], "summary_updates": {},
+                "user_facts": [{"user_id": MINJI, "fact": "해운대 근처 라벤더 농장 옆에 산다.", "source": refs[0]}]}
+
+    bus = EventBus()
+    with Memory(tmp_path / "m.db") as memory:
+        memory.listener = bus.listener("acme")
+        pipeline = ConversationPipeline(memory, llm=ScriptedLLM(brain), classifier=None,
+                                        settings=ChatSettings.over(memory.settings, analysis_every=1))
+
+        async def feed() -> None:
+            await pipeline.add_messages("g1", "cafe", [{"id": "m1", "role": "user", "user": MINJI, "name": "민지",
+                                                        "text": MESSAGES[0][3], "time": T0}])
+            await pipeline.drain()
+
+        _run(feed())
+        rejected = [e for e in bus.recent("acme", n=1000) if e.type == "pipeline.fact_rejected"]
+        assert rejected and rejected[0].data["source"] == "m1" and "라벤더 농장" in rejected[0].data["fact"]
+        _run(pipeline.delete_message("g1", "cafe", "m1"))
+        shown = json.dumps([e.data for e in bus.recent("acme", n=1000)], ensure_ascii=False)
+        assert "라벤더" not in shown and "해운대" not in shown, shown
+
+
 def test_an_erasure_before_the_turns_written_behind_leaves_nothing(tmp_path: Path) -> None:
     """Messages added with `index="behind"` are erased before their turn blocks are written: the
     background write that follows finds her rows gone and writes no block of hers (every table

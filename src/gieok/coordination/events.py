@@ -57,6 +57,8 @@ REDACTED = {"redacted": "this event held data that was erased"}
 
 MEMORY_FORGOTTEN = "memory.forgotten"  # a memory erased blocks: `{"block_indices"}` (what earlier events may hold)
 SUMMARY_WITHDRAWN = "summary.withdrawn"  # items left a conversation's summary: `{"conversation", "items"}`
+# a message deleted, or its old text replaced by an edit: `{"channel", "message_id", …}`
+MESSAGE_ERASED = ("pipeline.message_deleted", "pipeline.message_edited")
 
 
 def redaction_of(type: str, data: dict[str, Any]) -> tuple[Callable[[Event], bool] | None, dict[str, Any]]:
@@ -71,7 +73,11 @@ def redaction_of(type: str, data: dict[str, Any]) -> tuple[Callable[[Event], boo
       carried its text, a `search.answered` that showed it — published as it is.
     - `summary.withdrawn` (`{"conversation", "items"}`: summary items made from a deleted or edited
       message, or from an erased user's): the conversation's `summary.updated` events, which showed
-      the summary with them; published as it is."""
+      the summary with them; published as it is.
+    - `pipeline.message_deleted` / `pipeline.message_edited` (`{"message_id", …}`): the events that
+      say they came from that message (`"source"`: what the model made of it — a fact it stated,
+      one dropped or rejected), whatever became of them; published as they are. (Message ids are
+      the sender's, per conversation: one another conversation also used is redacted there too.)"""
     if type == USER_ERASED:
         user = str(data.get("user") or "")
         blocks = _block_set(data.get("blocks"))
@@ -81,7 +87,17 @@ def redaction_of(type: str, data: dict[str, Any]) -> tuple[Callable[[Event], boo
         return (_naming(blocks, "") if blocks else None), data
     if type == SUMMARY_WITHDRAWN and isinstance(data.get("conversation"), dict):
         return _summary_of(data["conversation"]), data
+    if type in MESSAGE_ERASED and isinstance(data.get("message_id"), str):
+        return _sourced_by(data["message_id"]), data
     return None, data
+
+
+def _sourced_by(message_id: str) -> Callable[[Event], bool]:
+    """Whether an event says it came from this message (`"source"`: a fact the model read in it)."""
+    def held(event: Event) -> bool:
+        return event.data.get("source") == message_id
+
+    return held
 
 
 def _summary_of(conversation: dict[str, Any]) -> Callable[[Event], bool]:

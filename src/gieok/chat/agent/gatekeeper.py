@@ -183,7 +183,8 @@ def _fact_items(value: Any, with_user: bool, known_users: set[str], rejected: li
             raw = item.get("user_id")
             user_id = str(raw).strip().removeprefix("<user:").removesuffix(">") if isinstance(raw, (str, int)) else ""
             if user_id not in known_users:
-                rejected.append(f"fact about a user not in the conversation ({user_id!r}): {text}")
+                # without its text: a reason goes on the live stream, where no source would take it back
+                rejected.append(f"fact about a user not in the conversation ({user_id!r})")
                 continue
         action, ref, problem = parse_fact_action(item.get("action"), item.get("ref"))
         raw_source = item.get("source")

@@ -876,8 +876,9 @@ class ConversationPipeline:
         sourced.sort(key=lambda pair: pair[1].created_at if pair[1] is not None else float("inf"))
         withdrawn = self._withdrawn(rows) if sourced else set()
         for item, source in sourced:
+            origin = {"source": source.external_id if source is not None else None}  # a deletion redacts by it
             if source is not None and source.message_id in withdrawn:
-                self._event("fact_withdrawn", {"fact": item.text, "source": source.external_id})
+                self._event("fact_withdrawn", origin)  # not its text: what its message said is being erased
                 continue
             text = item.text
             for user_id, name in names.items():  # privacy: display names never reach facts
@@ -887,13 +888,13 @@ class ConversationPipeline:
             if source is not None:
                 text = annotate_dates(text, source.created_at, self.zone)
             if is_meta_fact(text, self.bot_names):
-                self._event("meta_fact_dropped", {"fact": text})
+                self._event("meta_fact_dropped", {"fact": text, **origin})
                 continue
             if self.guard.check(text).attack:
-                self._event("fact_dropped_by_guard", {"fact": text})
+                self._event("fact_dropped_by_guard", {"fact": text, **origin})
                 continue
             if item.user_id is not None and f"<user:{item.user_id}>" not in text:
-                self._event("fact_rejected", {"reason": "does not name its user by <user:ID>", "fact": text})
+                self._event("fact_rejected", {"reason": "does not name its user by <user:ID>", "fact": text, **origin})
                 continue
             if item.user_id is None and guild is None:
                 continue  # a DM has no guild to hold guild facts
@@ -902,12 +903,12 @@ class ConversationPipeline:
             try:
                 outcome, problem = store_reviewed(self.facts, item, text, shown, guild=guild, statement=statement)
             except (InvalidInputError, InvalidTypeError) as exc:
-                self._event("fact_rejected", {"reason": str(exc), "fact": text})
+                self._event("fact_rejected", {"reason": str(exc), "fact": text, **origin})
                 continue
             if problem:
-                self._event("fact_verdict_invalid", {"reason": problem, "fact": text})
+                self._event("fact_verdict_invalid", {"reason": problem, "fact": text, **origin})
             if outcome is None:
-                self._event("fact_ignored", {"fact": text})
+                self._event("fact_ignored", {"fact": text, **origin})
                 continue
             self._event(f"fact_{outcome.action}", {"fact": text, "block": outcome.fact.block_index if outcome.fact
                                                    else None, "judged_by": outcome.judged_by,
