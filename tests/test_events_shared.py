@@ -83,6 +83,11 @@ def test_a_forgotten_blocks_events_leave_the_shared_stream(buses: tuple[EventBus
     that carried it are deleted before `memory.forgotten` is appended, so no process's feed replays
     its text; the events of other blocks and other tenants stay."""
     a, b = buses
+    shared = a.shared
+    assert shared is not None  # an entry as a version before the blocks were recorded wrote it: read here
+    older = json.dumps({"type": "search.answered", "time": 0.0, "data": {"hits": [{"block_index": 1, "text": "7788"}]}})
+    shared.connection.client.xadd(shared.connection.key("events", "acme"), {"e": older}, id="1-0")
+    shared.connection.client.set(shared.connection.key("events", "acme", "seq"), 1)
     a.publish("acme", "memory.added", {"blocks": [{"block_index": 1, "text": "민지: 사물함 비밀번호 7788"}]})
     a.publish("acme", "memory.added", {"blocks": [{"block_index": 2, "text": "준호: 점심 뭐 먹지"}]})
     a.publish("acme", "search.answered", {"query": "사물함", "hits": [{"block_index": 1, "text": "7788"}]})

@@ -20,6 +20,7 @@ from starlette.websockets import WebSocketDisconnect
 from gieok.chat.conversation.recent import conversation_of
 from gieok.coordination.events import REDACTED
 from gieok.server import ServerState, create_app, tenant_path
+from gieok.server.events import EventBus
 from gieok.server.responses import json_response
 from gieok.server.settings import ServerSettings
 from gieok.server.warm import Readiness
@@ -621,6 +622,24 @@ def test_a_deleted_or_edited_message_leaves_no_event_that_carried_its_words(depl
     new_turn = next(event for event in replay if event["type"] == "memory.added" and event["data"] != REDACTED)
     assert new_turn["data"]["blocks"][0]["text"] == edited["text"], "the edit's new text stays in the stream"
     assert [event["data"]["block_indices"] for event in replay if event["type"] == "memory.forgotten"] == [[3], [1]]
+
+
+def test_the_buffer_finds_a_forgotten_blocks_events_by_block_and_forgets_what_it_no_longer_holds() -> None:
+    """The in-process buffer indexes its events by the blocks they name: a `memory.forgotten`
+    redacts exactly the events of its blocks still held (as reading every event would), and the
+    index keeps nothing of events the buffer has let go."""
+    bus = EventBus(5)
+    for block in range(40):
+        bus.publish("acme", "memory.added", {"blocks": [{"block_index": block, "text": f"turn {block}"}]})
+        bus.publish("acme", "search.answered", {"hits": [{"block_index": block, "text": f"turn {block}"}]})
+    log = bus._logs["acme"]
+    assert len(log.named) <= 4 * 5 and 0 not in log.named, "the index lets go of events the buffer let go"
+    bus.publish("acme", "memory.forgotten", {"block_indices": [38, 39, 3]})
+    held = bus.recent("acme", n=10)
+    assert [e.data for e in held] == [REDACTED] * 4 + [{"block_indices": [38, 39, 3]}], "38's and 39's, oldest first"
+    bus.publish("acme", "memory.added", {"blocks": [{"block_index": 40, "text": "turn 40"}]})
+    bus.publish("acme", "memory.forgotten", {"block_indices": [37]})  # gone from the buffer already
+    assert [e.type for e in bus.recent("acme", n=10)][-2:] == ["memory.added", "memory.forgotten"]
 
 
 def test_websocket_says_when_the_buffer_no_longer_reaches_back(tmp_path: Path) -> None:

@@ -18,20 +18,51 @@ from ..store.sequences import EventSequenceStore
 from .connection import RedisConnection, redis_errors
 
 __all__ = ["SharedEventLog", "Event", "RESERVE", "USER_ERASED", "MEMORY_FORGOTTEN", "SUMMARY_WITHDRAWN", "redaction_of",
-           "REDACTED"]
+           "blocks_erased", "blocks_named", "REDACTED"]
 
 RESERVE = 100  # with a store: ids recorded there this far ahead of the last one (one write per this many)
 
 # KEYS: stream, sequence counter · ARGV: max length, event JSON, floor (the first id the counter may
-# give when Redis lost it: the home store's record, so ids never start again at 1)
+# give when Redis lost it: the home store's record, so ids never start again at 1), the blocks the
+# event names (`b`: " 1 2 3 ", what `_REDACT_BLOCKS` reads)
 _APPEND = """
 if tonumber(ARGV[3]) > 1 and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], tonumber(ARGV[3]) - 1)
 end
 local seq = redis.call('INCR', KEYS[2])
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], seq .. '-0', 'e', ARGV[2])
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], seq .. '-0', 'e', ARGV[2], 'b', ARGV[4])
 return seq
 """
+
+# KEYS: stream · ARGV: the first entry id to read, how many, then the erased block indices. Deletes,
+# inside Redis, the entries among those whose `b` names one of them — without sending the stream to
+# the client to parse (185 ms at 10,000 entries) — and returns {deleted, entries without `b`
+# (appended before `b` existed: the client reads those itself), the last id read or ''}. A chunk at a
+# time, so other clients' commands run between them rather than waiting for the whole stream.
+_REDACT_BLOCKS = """
+local erased = {}
+for i = 3, #ARGV do erased[ARGV[i]] = true end
+local gone, unread, last = {}, 0, ''
+for _, entry in ipairs(redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])) do
+  last = entry[1]
+  local fields, named = entry[2], nil
+  for i = 1, #fields, 2 do
+    if fields[i] == 'b' then named = fields[i + 1] end
+  end
+  if named == nil then
+    unread = unread + 1
+  else
+    for block in string.gmatch(named, '%d+') do
+      if erased[block] then table.insert(gone, entry[1]); break end
+    end
+  end
+end
+for i = 1, #gone, 500 do
+  redis.call('XDEL', KEYS[1], unpack(gone, i, math.min(i + 499, #gone)))
+end
+return {#gone, unread, last}
+"""
+_REDACT_CHUNK = 1_000  # stream entries a redaction reads in one script run
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,27 +147,52 @@ def _block_set(value: Any) -> set[int]:
     return {int(b) for b in value or () if isinstance(b, int)} if isinstance(value, list) else set()
 
 
+def blocks_erased(type: str, data: dict[str, Any]) -> frozenset[int] | None:
+    """The blocks of a `memory.forgotten` event: its redaction is exactly the events that name one
+    of them (`blocks_named`), which a log that indexes its events by block finds without reading
+    them all. None for any other event."""
+    return frozenset(_block_set(data.get("block_indices"))) if type == MEMORY_FORGOTTEN else None
+
+
+def blocks_named(data: Any) -> set[int]:
+    """Every block an event's data names, at any depth: `block_index`, `block` or `source_block`
+    holding an integer, `block_indices`, `blocks` or `forgotten` holding a list of them."""
+    found: set[int] = set()
+    stack: list[Any] = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key in ("block_index", "block", "source_block") and isinstance(value, int):
+                    found.add(value)
+                elif key in ("block_indices", "blocks", "forgotten") and isinstance(value, list):
+                    found.update(v for v in value if isinstance(v, int))
+                stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def _names_user(data: Any, user: str) -> bool:
+    """Whether an event's data holds, at any depth, the string `user` or its `<user:ID>` tag."""
+    tag = f"<user:{user}>"
+    stack: list[Any] = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and (item == user or tag in item):
+            return True
+    return False
+
+
 def _naming(blocks: set[int], user: str) -> Callable[[Event], bool]:
     """Whether an event names one of `blocks` (or, with `user`, that user's id or `<user:ID>` tag)."""
-    tag = f"<user:{user}>"
-
     def held(event: Event) -> bool:
-        stack: list[Any] = [event.data]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, dict):
-                for key, value in item.items():
-                    if key in ("block_index", "block", "source_block") and isinstance(value, int) and value in blocks:
-                        return True
-                    if key in ("block_indices", "blocks", "forgotten") and isinstance(value, list) and \
-                            any(v in blocks for v in value if isinstance(v, int)):
-                        return True
-                    stack.append(value)
-            elif isinstance(item, list):
-                stack.extend(item)
-            elif isinstance(item, str) and user and (item == user or tag in item):
-                return True
-        return False
+        return bool(blocks and not blocks.isdisjoint(blocks_named(event.data))) or bool(
+            user and _names_user(event.data, user))
 
     return held
 
@@ -178,13 +234,17 @@ class SharedEventLog:
             raise self.connection.unavailable(exc) from None
 
     def append(self, tenant: str, type: str, time: float, data: dict[str, Any]) -> int:
+        blocks = blocks_erased(type, data)
         held, data = redaction_of(type, data)
-        if held is not None:  # the stream's copies of the erased data go first
+        if blocks is not None:  # the stream's copies of the erased data go first
+            self.redact_blocks(tenant, blocks, held)
+        elif held is not None:
             self.redact(tenant, held)
         body = json.dumps({"type": type, "time": time, "data": data}, ensure_ascii=False, default=str)
         keys = [self._stream(tenant), self.connection.key("events", tenant, "seq")]
         floor = self._floor(tenant)
-        seq = int(self._sync(lambda r: r.eval(_APPEND, 2, *keys, self.buffer, body, floor)))
+        named = " " + " ".join(str(block) for block in sorted(blocks_named(data))) + " "
+        seq = int(self._sync(lambda r: r.eval(_APPEND, 2, *keys, self.buffer, body, floor, named)))
         if self.sequences is not None and seq >= floor:
             self._floors[tenant] = seq + RESERVE
             self.sequences.raise_to(tenant, seq + RESERVE)
@@ -197,6 +257,26 @@ class SharedEventLog:
             self.append(tenant, type, clock(), data)
 
         return publish
+
+    def redact_blocks(self, tenant: str, blocks: frozenset[int], held: Callable[[Event], bool] | None) -> int:
+        """Delete the events that name one of `blocks` (a `memory.forgotten`), found inside Redis by
+        the blocks each entry was appended with; entries appended before those were recorded are
+        read here with `held`. Returns how many."""
+        if not blocks:
+            return 0
+        stream, start, gone, unread = self._stream(tenant), "-", 0, 0
+        erased = sorted(blocks)
+        while True:
+            deleted, unknown, last = self._sync(
+                lambda r, start=start: r.eval(_REDACT_BLOCKS, 1, stream, start, _REDACT_CHUNK, *erased))
+            gone, unread = gone + int(deleted), unread + int(unknown)
+            last = last.decode() if isinstance(last, bytes) else str(last)
+            if not last:
+                break
+            start = "(" + last  # exclusive: after the last entry read
+        if unread and held is not None:
+            return gone + self.redact(tenant, held)
+        return gone
 
     def redact(self, tenant: str, held: Callable[[Event], bool]) -> int:
         """Delete the held events that `held` says carry erased data (a Redis stream cannot change

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..coordination import Event, SharedEventLog
-from ..coordination.events import REDACTED, redaction_of
+from ..coordination.events import REDACTED, blocks_erased, blocks_named, redaction_of
 from ..errors import CoordinationUnavailableError, InvalidInputError
 from ..store.relay import EventRelayStore
 from ..store.sequences import EventSequenceStore
@@ -79,6 +79,32 @@ class _TenantLog:
     seq: int = 0  # the last id issued (by this process, or before it started: its floor)
     reserved: int = 0  # ids up to this one are this process's to issue (home store reservation)
     subscribers: set[Subscription] = field(default_factory=set)
+    # block index -> ids of the buffered events that name it: a `memory.forgotten` (every deleted or
+    # edited message) finds what to redact here instead of reading the whole buffer (32 ms at 10,000)
+    named: dict[int, list[int]] = field(default_factory=dict)
+
+    def add(self, event: Event) -> None:
+        """`event` at the end of the buffer, indexed by the blocks it names."""
+        self.buffer.append(event)
+        for block in blocks_named(event.data):
+            self.named.setdefault(block, []).append(event.seq)
+        if len(self.named) > 4 * (self.buffer.maxlen or len(self.buffer)):  # entries of events gone from the buffer
+            oldest = self.buffer[0].seq
+            self.named = {block: kept for block, seqs in self.named.items()
+                          if (kept := [seq for seq in seqs if seq >= oldest])}
+
+    def redact(self, held: Callable[[Event], bool], blocks: frozenset[int] | None) -> None:
+        """The buffered events `held` says carry erased data, replaced by `REDACTED` (same ids).
+        With `blocks` (a `memory.forgotten`), they are exactly those the index has for them."""
+        if blocks is not None:
+            seqs = {seq for block in blocks for seq in self.named.pop(block, ())}
+            if not seqs:
+                return
+            self.buffer = deque((Event(e.seq, e.type, e.time, dict(REDACTED)) if e.seq in seqs else e
+                                 for e in self.buffer), maxlen=self.buffer.maxlen)
+            return
+        self.buffer = deque((Event(e.seq, e.type, e.time, dict(REDACTED)) if held(e) else e for e in self.buffer),
+                            maxlen=self.buffer.maxlen)
 
 
 class Feed:
@@ -227,10 +253,9 @@ class EventBus:
         with self._lock:
             log = self._log(tenant)
             if held is not None:
-                log.buffer = deque((Event(e.seq, e.type, e.time, dict(REDACTED)) if held(e) else e
-                                    for e in log.buffer), maxlen=log.buffer.maxlen)
+                log.redact(held, blocks_erased(type, data))
             event = Event(self._next_seq(tenant, log), type, self.clock() if at is None else at, data)
-            log.buffer.append(event)
+            log.add(event)
             subscribers = list(log.subscribers)
         for subscriber in subscribers:
             try:
