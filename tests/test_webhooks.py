@@ -471,14 +471,23 @@ def test_a_forgotten_blocks_queued_events_go_out_redacted(tmp_path: Path) -> Non
     publish = webhooks.listener(EventBus())("acme")
     try:
         asyncio.run(webhooks.register("acme", "http://127.0.0.1:9/", None))
+        publish("search.answered", {"hits": [{"block_index": 7, "text": "7788"}]})
+        with store.transaction() as tx:  # type: ignore[attr-defined]  # as queued before deliveries named blocks
+            tx.execute("UPDATE webhook_deliveries SET blocks = NULL")
         publish("memory.added", {"blocks": [{"block_index": 7, "text": "민지: 사물함 비밀번호는 7788"}]})
         publish("memory.added", {"blocks": [{"block_index": 8, "text": "준호: 점심 뭐 먹지"}]})
+        publish("memory.added", {"blocks": [{"block_index": 17, "text": "지수: 17번 버스 타"}]})
+        assert [d for d, _ in store.webhooks.pending_bodies("acme", naming=[7])] == [1, 2], "found by the block"
         publish("memory.forgotten", {"block_indices": [7]})
         bodies = [json.loads(body) for _, body in sorted(dict(store.webhooks.pending_bodies("acme")).items())]
         assert [body["data"] for body in bodies] == [
             {"redacted": "this event held data that was erased"},
+            {"redacted": "this event held data that was erased"},
             {"blocks": [{"block_index": 8, "text": "준호: 점심 뭐 먹지"}]},
+            {"blocks": [{"block_index": 17, "text": "지수: 17번 버스 타"}]},
             {"block_indices": [7]}]
+        with pytest.raises(InvalidInputError):
+            store.webhooks.pending_bodies("acme", naming=range(51))
     finally:
         store.close()
 
@@ -588,7 +597,7 @@ def test_the_delivery_loop_drops_what_was_queued_for_an_endpoint_that_is_gone(tm
 def test_the_migration_adds_the_tables_to_an_older_store(backend: Backend) -> None:
     """A store at the version before webhooks (SQLite 15, PostgreSQL 17) with keys in it gets the
     tables on its next open, and keeps its keys; the blocks its kept answers stored are indexed by
-    block by the last migration (SQLite 19, PostgreSQL 21), from the keys' `written`."""
+    block by a later migration (SQLite 19, PostgreSQL 21), from the keys' `written`."""
     store = backend.open()
     key = store.keys.insert("abcd1234", "0" * 64, "acme", "admin", "old key", 1.0)
     assert store.idempotency.claim("k", "fp", "w", 1.0, expire_before=0.0, stale_before=0.0) is None
@@ -608,7 +617,7 @@ def test_the_migration_adds_the_tables_to_an_older_store(backend: Backend) -> No
             tx.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(before),))
     store.close()
     again = backend.open()
-    assert again.schema_version() == before + 4 and again.keys.by_id(key.key_id) is not None
+    assert again.schema_version() == before + 5 and again.keys.by_id(key.key_id) is not None
     assert again.idempotency.redact_written([written[0].block_index]) == 1
     endpoint = again.webhooks.add_endpoint("acme", "http://127.0.0.1:9/", ["fact.*"], "whsec_AAAA", 1.0)
     assert again.webhooks.endpoints("acme") == [endpoint] and endpoint.wants("fact.added")
