@@ -132,7 +132,9 @@ class EventRelayTable:
         return {int(row[0]) for row in rows}
 
     def redact(self, tenant: str, held: Callable[[dict[str, Any]], bool], replacement: dict[str, Any]) -> int:
-        """A user was erased: the rows of `tenant` whose data `held` names are kept redacted."""
+        """A user or blocks were erased (`coordination.events.redaction_of`): the rows of `tenant`
+        whose data `held` names are kept redacted. Reads the tenant's rows of the last day: only
+        `gieok mcp` processes write here."""
         body = json.dumps(replacement, ensure_ascii=False)
         changed = [int(row[0]) for row in self.store.fetch("SELECT relay_id, data FROM event_relay WHERE tenant = ?",
                                                            (tenant,)) if held(json.loads(row[1]))]
