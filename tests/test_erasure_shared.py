@@ -6,6 +6,7 @@ the real packaged embedder, two `Memory`s."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -13,6 +14,7 @@ import pytest
 
 from gieok import Memory
 from gieok.chat.agent.context import _resolved
+from gieok.server.events import EventBus
 
 CAFE = {"guild": "g", "channel": "cafe"}
 SECRET = "민지: 우리 집 현관 비밀번호는 4821이야"
@@ -118,3 +120,24 @@ def test_an_erasure_made_elsewhere_empties_every_cache_of_its_words(shared: str)
         hits = first.search("현관 비밀번호", k=5, scope=CAFE).hits
         assert hits and all("4821" not in hit.block.text for hit in hits)
         assert vectors_cached_of(first, "4821") == []
+
+
+def test_a_worker_without_redis_redacts_its_own_stream_of_an_erasure_made_by_another(shared: str) -> None:
+    """`gieok serve --workers 2` without Redis: each worker keeps its own event stream. The worker
+    that stored and showed a turn holds its text in `memory.added` and `search.answered`; another
+    worker deletes it — and this one's stream lets the text go when its memory hears of the
+    erasure (its next read), on SQLite and on PostgreSQL's stateless workers (which cannot tell
+    which blocks went: the buffer's blocks are looked up)."""
+    bus = EventBus(100)
+    with Memory(shared) as first:
+        first.listener = bus.listener("acme")
+        first.events.on_erased_elsewhere = bus.erased_elsewhere("acme")
+        secret, *_ = turns(first, (SECRET, "minji"), ("준호: 오 알겠어", "junho"))
+        assert first.search("현관 비밀번호", k=2, scope=CAFE).hits
+        assert "4821" in json.dumps([e.data for e in bus.recent("acme", n=100)], ensure_ascii=False)
+        with Memory(shared) as second:  # the other worker: its own stream, not this one
+            second.forget([secret])
+        first.search("준호", k=1, scope=CAFE)  # its next read hears of the erasure
+        held = bus.recent("acme", n=100)
+        assert "4821" not in json.dumps([e.data for e in held], ensure_ascii=False)
+        assert [e.data for e in held[:2]] == [{"redacted": "this event held data that was erased"}] * 2

@@ -8,16 +8,19 @@ never a copy of it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..types import Block, SearchResult, scores_as_sent
 
-__all__ = ["EventListener", "MemoryEvents", "EVENT_TEXT_CHARS", "block_event", "search_event"]
+__all__ = ["EventListener", "ErasedElsewhere", "MemoryEvents", "EVENT_TEXT_CHARS", "block_event", "search_event"]
 
 log = logging.getLogger("gieok.memory")
 
 EventListener = Callable[[str, dict[str, Any]], None]  # (event type, data)
+# Blocks another process erased (None: which, this one cannot tell), and a function that says which of
+# some block indices are forgotten: what a stream of this process's own redacts with (`erased_elsewhere`)
+ErasedElsewhere = Callable[[Sequence[int] | None, Callable[[Sequence[int]], list[int]]], None]
 EVENT_TEXT_CHARS = 300  # text shown in an event: enough to recognise a block, not a copy of it
 
 
@@ -26,6 +29,7 @@ class MemoryEvents:
 
     def __init__(self) -> None:
         self.listener: EventListener | None = None
+        self.on_erased_elsewhere: ErasedElsewhere | None = None
 
     @property
     def active(self) -> bool:
@@ -39,6 +43,18 @@ class MemoryEvents:
             listener(kind, data)
         except Exception:
             log.exception("event listener failed on %s", kind)
+
+    def erased_elsewhere(self, block_indices: Sequence[int] | None,
+                         forgotten_among: Callable[[Sequence[int]], list[int]]) -> None:
+        """Another process of the memory erased blocks: a stream this process keeps of its own (a
+        server worker without Redis) redacts its events of them, as the erasing process did its own."""
+        hook = self.on_erased_elsewhere
+        if hook is None:
+            return
+        try:
+            hook(block_indices, forgotten_among)
+        except Exception:
+            log.exception("redacting the events of blocks erased elsewhere failed")
 
 
 def block_event(block: Block) -> dict[str, Any]:

@@ -234,6 +234,13 @@ class WritePath:
         if embedder is not None:
             embedder.forget_everything()
         clear_caches_of_erased_text()
+        self.events.erased_elsewhere(block_indices, self._forgotten_among)
+
+    def _forgotten_among(self, block_indices: Sequence[int]) -> list[int]:
+        """Those of `block_indices` that are not live (forgotten, or never stored): asked of the
+        indexes, which read no text (called from `sync`, under the memory's lock)."""
+        live = set(self.indexes.live_among(block_indices, None))
+        return [i for i in block_indices if i not in live]
 
     def forget(self, indices: list[int], texts: Sequence[str] = ()) -> list[int]:
         """Erase the content of blocks (checked indices); `BlockNotFoundError` for one that never was.

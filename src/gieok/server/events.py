@@ -19,16 +19,18 @@ pipeline events), and stream.gap (sent to a subscriber only).
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..coordination import Event, SharedEventLog
 from ..coordination.events import REDACTED, blocks_erased, blocks_named, redaction_of
 from ..errors import CoordinationUnavailableError, InvalidInputError
+from ..memory.events import ErasedElsewhere
 from ..store.relay import EventRelayStore
 from ..store.sequences import EventSequenceStore
 
@@ -263,6 +265,30 @@ class EventBus:
             except RuntimeError:  # its loop is closed: the client is gone
                 self._drop(tenant, subscriber)
         return event
+
+    def forgotten_elsewhere(self, tenant: str, blocks: Sequence[int] | None,
+                            forgotten_among: Callable[[Sequence[int]], list[int]]) -> None:
+        """Blocks of `tenant` another process erased (None: which, its memory cannot tell — those of
+        the buffered events' blocks that are forgotten, asked of the store): this process's buffer
+        redacts its events of them, as the erasing process's `memory.forgotten` did there. Nothing
+        to do when the log is shared (Redis, the relay): the erasing process redacted it."""
+        if self.shared is not None or self.relay is not None:
+            return
+        with self._lock:
+            log = self._logs.get(tenant)
+            if log is None:
+                return
+            oldest = log.buffer[0].seq if log.buffer else 0
+            named = [block for block, seqs in log.named.items() if seqs[-1] >= oldest] if blocks is None else []
+        erased = frozenset(blocks if blocks is not None else (forgotten_among(named) if named else ()))
+        if erased:
+            with self._lock:
+                log.redact(lambda event: False, erased)
+
+    def erased_elsewhere(self, tenant: str) -> ErasedElsewhere:
+        """What a tenant's memory calls (`MemoryEvents.on_erased_elsewhere`) when another process
+        erased its blocks."""
+        return functools.partial(self.forgotten_elsewhere, tenant)
 
     def listener(self, tenant: str) -> Callable[[str, dict[str, Any]], None]:
         """What a tenant's memory calls (`Memory.listener`) to publish into this bus."""

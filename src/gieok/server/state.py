@@ -158,7 +158,8 @@ class ServerState:
                        if redis is not None else None)
         webhooks = Webhooks(store.webhooks, settings)  # every event published is queued for its tenant's endpoints
         tenants = TenantRegistry(home, settings, max_open=settings.server_open_tenants,
-                                 listener=webhooks.listener(bus), pipelines=pipeline)
+                                 listener=webhooks.listener(bus), pipelines=pipeline,
+                                 erased_elsewhere=bus.erased_elsewhere)
         return cls(settings, ApiKeys(store), tenants, bus, auth=auth, started=time.time(), _keys_store=store,
                    redis=redis, llm=llm, _webhooks=webhooks)
 

@@ -29,6 +29,7 @@ from ..chat.conversation.memory import ConversationMemory
 from ..config.settings import is_database_url
 from ..errors import MemoryReembeddedError, StoreError
 from ..memory import EventListener, Memory
+from ..memory.events import ErasedElsewhere
 from ..store.urls import display_url, tenant_schema, with_schema
 from ..types import DEFAULT_TENANT
 from .auth import check_tenant
@@ -110,13 +111,15 @@ class TenantRegistry:
 
     def __init__(self, home: str | Path, settings: ServerSettings, *, max_open: int = 64,
                  listener: Callable[[str], EventListener | None] | None = None,
-                 pipelines: PipelineFactory | None = None) -> None:
+                 pipelines: PipelineFactory | None = None,
+                 erased_elsewhere: Callable[[str], ErasedElsewhere | None] | None = None) -> None:
         self.location = str(home)  # a file path or a database URL
         self.home = Path(home)
         self.shown = display_url(self.location) if is_database_url(self.location) else self.location
         self.settings = settings
         self.max_open = max(1, max_open)
         self._listener = listener or (lambda tenant: None)
+        self._erased_elsewhere = erased_elsewhere or (lambda tenant: None)
         self._pipelines = pipelines
         self._open: OrderedDict[str, Tenant] = OrderedDict()
         self._lock = threading.Lock()
@@ -130,6 +133,7 @@ class TenantRegistry:
         tenant = Tenant(check_tenant(name), memory, owned=False, _conversation=conversation, _pipeline=pipeline,
                         _pipelines=self._pipelines)
         memory.listener = self._listener(name)
+        memory.events.on_erased_elsewhere = self._erased_elsewhere(name)
         with self._lock:
             self._open[name] = tenant
         return tenant
@@ -206,6 +210,7 @@ class TenantRegistry:
             memory.close()
             raise
         memory.listener = self._listener(name)
+        memory.events.on_erased_elsewhere = self._erased_elsewhere(name)
         return memory
 
     def _evict(self) -> list[Tenant]:
