@@ -98,6 +98,14 @@ def test_a_forgotten_blocks_events_leave_the_shared_stream(buses: tuple[EventBus
     assert "7788" not in json.dumps([e.data for e in kept], ensure_ascii=False)
     assert [e.data for e in a.recent("globex", n=10)] == [{"blocks": [{"block_index": 1,
                                                                         "text": "globex's own block 1"}]}]
+    # what the model made of a message, and a summary it showed, leave with the message's deletion
+    a.publish("acme", "pipeline.fact_rejected", {"fact": "사물함 비밀번호는 7788", "source": "m1"})
+    a.publish("acme", "summary.updated", {"conversation": {"guild": "g", "channel": "c"}, "summary": {"x": "7788"}})
+    a.publish("acme", "summary.updated", {"conversation": {"guild": "g", "channel": "other"}, "summary": {"x": "keep"}})
+    b.publish("acme", "pipeline.message_deleted", {"channel": "c", "message_id": "m1"})
+    b.publish("acme", "summary.withdrawn", {"conversation": {"guild": "g", "channel": "c", "user": None}, "items": 1})
+    shown = json.dumps([e.data for e in b.recent("acme", n=20)], ensure_ascii=False)
+    assert "7788" not in shown and "keep" in shown, shown
 
 
 def test_a_feed_behind_the_trimmed_stream_is_told_of_the_gap(buses: tuple[EventBus, EventBus]) -> None:

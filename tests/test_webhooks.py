@@ -473,11 +473,11 @@ def test_a_forgotten_blocks_queued_events_go_out_redacted(tmp_path: Path) -> Non
         asyncio.run(webhooks.register("acme", "http://127.0.0.1:9/", None))
         publish("search.answered", {"hits": [{"block_index": 7, "text": "7788"}]})
         with store.transaction() as tx:  # type: ignore[attr-defined]  # as queued before deliveries named blocks
-            tx.execute("UPDATE webhook_deliveries SET blocks = NULL")
+            tx.execute("UPDATE webhook_deliveries SET marks = NULL")
         publish("memory.added", {"blocks": [{"block_index": 7, "text": "민지: 사물함 비밀번호는 7788"}]})
         publish("memory.added", {"blocks": [{"block_index": 8, "text": "준호: 점심 뭐 먹지"}]})
         publish("memory.added", {"blocks": [{"block_index": 17, "text": "지수: 17번 버스 타"}]})
-        assert [d for d, _ in store.webhooks.pending_bodies("acme", naming=[7])] == [1, 2], "found by the block"
+        assert [d for d, _ in store.webhooks.pending_bodies("acme", naming=["b7"])] == [1, 2], "found by the block"
         publish("memory.forgotten", {"block_indices": [7]})
         bodies = [json.loads(body) for _, body in sorted(dict(store.webhooks.pending_bodies("acme")).items())]
         assert [body["data"] for body in bodies] == [
@@ -487,7 +487,7 @@ def test_a_forgotten_blocks_queued_events_go_out_redacted(tmp_path: Path) -> Non
             {"blocks": [{"block_index": 17, "text": "지수: 17번 버스 타"}]},
             {"block_indices": [7]}]
         with pytest.raises(InvalidInputError):
-            store.webhooks.pending_bodies("acme", naming=range(51))
+            store.webhooks.pending_bodies("acme", naming=[f"b{n}" for n in range(51)])
     finally:
         store.close()
 

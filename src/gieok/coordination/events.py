@@ -18,28 +18,28 @@ from ..store.sequences import EventSequenceStore
 from .connection import RedisConnection, redis_errors
 
 __all__ = ["SharedEventLog", "Event", "RESERVE", "USER_ERASED", "MEMORY_FORGOTTEN", "SUMMARY_WITHDRAWN", "redaction_of",
-           "blocks_erased", "blocks_named", "REDACTED"]
+           "erased_marks", "event_marks", "blocks_named", "marks_field", "REDACTED"]
 
 RESERVE = 100  # with a store: ids recorded there this far ahead of the last one (one write per this many)
 
 # KEYS: stream, sequence counter · ARGV: max length, event JSON, floor (the first id the counter may
-# give when Redis lost it: the home store's record, so ids never start again at 1), the blocks the
-# event names (`b`: " 1 2 3 ", what `_REDACT_BLOCKS` reads)
+# give when Redis lost it: the home store's record, so ids never start again at 1), the event's marks
+# (`m`: `marks_field`, what `_REDACT_MARKED` reads)
 _APPEND = """
 if tonumber(ARGV[3]) > 1 and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], tonumber(ARGV[3]) - 1)
 end
 local seq = redis.call('INCR', KEYS[2])
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], seq .. '-0', 'e', ARGV[2], 'b', ARGV[4])
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], seq .. '-0', 'e', ARGV[2], 'm', ARGV[4])
 return seq
 """
 
-# KEYS: stream · ARGV: the first entry id to read, how many, then the erased block indices. Deletes,
-# inside Redis, the entries among those whose `b` names one of them — without sending the stream to
-# the client to parse (185 ms at 10,000 entries) — and returns {deleted, entries without `b`
-# (appended before `b` existed: the client reads those itself), the last id read or ''}. A chunk at a
-# time, so other clients' commands run between them rather than waiting for the whole stream.
-_REDACT_BLOCKS = """
+# KEYS: stream · ARGV: the first entry id to read, how many, then the erased marks. Deletes, inside
+# Redis, the entries among those whose `m` holds one of them — without sending the stream to the
+# client to parse (185 ms at 10,000 entries) — and returns {deleted, entries without `m` (appended
+# before `m` existed: the client reads those itself), the last id read or ''}. A chunk at a time, so
+# other clients' commands run between them rather than waiting for the whole stream.
+_REDACT_MARKED = """
 local erased = {}
 for i = 3, #ARGV do erased[ARGV[i]] = true end
 local gone, unread, last = {}, 0, ''
@@ -47,13 +47,13 @@ for _, entry in ipairs(redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV
   last = entry[1]
   local fields, named = entry[2], nil
   for i = 1, #fields, 2 do
-    if fields[i] == 'b' then named = fields[i + 1] end
+    if fields[i] == 'm' then named = fields[i + 1] end
   end
   if named == nil then
     unread = unread + 1
   else
-    for block in string.gmatch(named, '%d+') do
-      if erased[block] then table.insert(gone, entry[1]); break end
+    for mark in string.gmatch(named, '[^\\n]+') do
+      if erased[mark] then table.insert(gone, entry[1]); break end
     end
   end
 end
@@ -147,11 +147,46 @@ def _block_set(value: Any) -> set[int]:
     return {int(b) for b in value or () if isinstance(b, int)} if isinstance(value, list) else set()
 
 
-def blocks_erased(type: str, data: dict[str, Any]) -> frozenset[int] | None:
-    """The blocks of a `memory.forgotten` event: its redaction is exactly the events that name one
-    of them (`blocks_named`), which a log that indexes its events by block finds without reading
-    them all. None for any other event."""
-    return frozenset(_block_set(data.get("block_indices"))) if type == MEMORY_FORGOTTEN else None
+def event_marks(type: str, data: dict[str, Any]) -> set[str]:
+    """What an event is found by when data it holds is erased (`erased_marks`): `b<N>` for each block
+    it names (`blocks_named`), `s<ID>` for the message it says it came from (`"source"`), and for a
+    `summary.updated`, the conversation whose summary it showed. The buffer indexes its events by
+    them, Redis keeps them beside each entry (`marks_field`), webhooks' queue beside each delivery."""
+    marks = {f"b{block}" for block in blocks_named(data)}
+    source = data.get("source")
+    if isinstance(source, str):
+        marks.add(_mark("s", source))
+    if type == "summary.updated" and isinstance(data.get("conversation"), dict):
+        marks.add(_conversation_mark(data["conversation"]))
+    return marks
+
+
+def erased_marks(type: str, data: dict[str, Any]) -> frozenset[str] | None:
+    """The marks of exactly the events `redaction_of` redacts for this event — for `memory.forgotten`,
+    `summary.withdrawn` and a message's deletion or edit, which an index answers without reading
+    every event; None for `user.erased` (the user's id in any string: every event is read) and for
+    events that erase nothing."""
+    if type == MEMORY_FORGOTTEN:
+        return frozenset(f"b{block}" for block in _block_set(data.get("block_indices")))
+    if type == SUMMARY_WITHDRAWN and isinstance(data.get("conversation"), dict):
+        return frozenset({_conversation_mark(data["conversation"])})
+    if type in MESSAGE_ERASED and isinstance(data.get("message_id"), str):
+        return frozenset({_mark("s", data["message_id"])})
+    return None
+
+
+def marks_field(marks: set[str] | frozenset[str]) -> str:
+    """Marks as one string, each between line breaks (no mark holds one): what Redis keeps beside an
+    entry and SQL matches with `LIKE` (`%` + line break + mark + line break + `%`)."""
+    return "\n" + "\n".join(sorted(marks)) + "\n"
+
+
+def _mark(kind: str, value: str) -> str:
+    return kind + value.replace("\n", " ")
+
+
+def _conversation_mark(conversation: dict[str, Any]) -> str:
+    return "c" + json.dumps([conversation.get("guild"), conversation.get("channel")], ensure_ascii=False)
 
 
 def blocks_named(data: Any) -> set[int]:
@@ -234,17 +269,17 @@ class SharedEventLog:
             raise self.connection.unavailable(exc) from None
 
     def append(self, tenant: str, type: str, time: float, data: dict[str, Any]) -> int:
-        blocks = blocks_erased(type, data)
+        erased = erased_marks(type, data)
         held, data = redaction_of(type, data)
-        if blocks is not None:  # the stream's copies of the erased data go first
-            self.redact_blocks(tenant, blocks, held)
+        if erased is not None:  # the stream's copies of the erased data go first
+            self.redact_marked(tenant, erased, held)
         elif held is not None:
             self.redact(tenant, held)
         body = json.dumps({"type": type, "time": time, "data": data}, ensure_ascii=False, default=str)
         keys = [self._stream(tenant), self.connection.key("events", tenant, "seq")]
         floor = self._floor(tenant)
-        named = " " + " ".join(str(block) for block in sorted(blocks_named(data))) + " "
-        seq = int(self._sync(lambda r: r.eval(_APPEND, 2, *keys, self.buffer, body, floor, named)))
+        marks = marks_field(event_marks(type, data))
+        seq = int(self._sync(lambda r: r.eval(_APPEND, 2, *keys, self.buffer, body, floor, marks)))
         if self.sequences is not None and seq >= floor:
             self._floors[tenant] = seq + RESERVE
             self.sequences.raise_to(tenant, seq + RESERVE)
@@ -258,17 +293,17 @@ class SharedEventLog:
 
         return publish
 
-    def redact_blocks(self, tenant: str, blocks: frozenset[int], held: Callable[[Event], bool] | None) -> int:
-        """Delete the events that name one of `blocks` (a `memory.forgotten`), found inside Redis by
-        the blocks each entry was appended with; entries appended before those were recorded are
-        read here with `held`. Returns how many."""
-        if not blocks:
+    def redact_marked(self, tenant: str, marks: frozenset[str], held: Callable[[Event], bool] | None) -> int:
+        """Delete the events holding one of `marks` (`erased_marks`), found inside Redis by the marks
+        each entry was appended with; entries appended before those were recorded are read here
+        with `held`. Returns how many."""
+        if not marks:
             return 0
         stream, start, gone, unread = self._stream(tenant), "-", 0, 0
-        erased = sorted(blocks)
+        erased = sorted(marks)
         while True:
             deleted, unknown, last = self._sync(
-                lambda r, start=start: r.eval(_REDACT_BLOCKS, 1, stream, start, _REDACT_CHUNK, *erased))
+                lambda r, start=start: r.eval(_REDACT_MARKED, 1, stream, start, _REDACT_CHUNK, *erased))
             gone, unread = gone + int(deleted), unread + int(unknown)
             last = last.decode() if isinstance(last, bytes) else str(last)
             if not last:

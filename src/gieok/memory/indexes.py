@@ -69,9 +69,9 @@ class MemoryIndexes:
         self.retriever: HybridRetriever | None = None
         self.search_index: SearchIndex | None = None
         # PostgreSQL can answer every question itself: then no copy of the data is loaded here
-        self.database: DatabaseSearchIndex | None = (store.database_index(ann_threshold=settings.ann_threshold,
-                                                   cache_size=settings.pg_index_cache)
-                              if settings.pg_index == "database" and isinstance(store, DatabaseIndexed) else None)
+        self.database: DatabaseSearchIndex | None = (
+            store.database_index(ann_threshold=settings.ann_threshold, cache_size=settings.pg_index_cache)
+            if settings.pg_index == "database" and isinstance(store, DatabaseIndexed) else None)
         self.change_token = store.change_token()
         self.vector_change = 0  # the store's last vector replacement these vectors hold (`replaced_vectors`)
         self.embedding_record: tuple[str | None, ...] = ()  # `load` reads it

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..coordination import Event, SharedEventLog
-from ..coordination.events import REDACTED, blocks_erased, blocks_named, redaction_of
+from ..coordination.events import REDACTED, erased_marks, event_marks, redaction_of
 from ..errors import CoordinationUnavailableError, InvalidInputError
 from ..memory.events import ErasedElsewhere
 from ..store.relay import EventRelayStore
@@ -81,25 +81,26 @@ class _TenantLog:
     seq: int = 0  # the last id issued (by this process, or before it started: its floor)
     reserved: int = 0  # ids up to this one are this process's to issue (home store reservation)
     subscribers: set[Subscription] = field(default_factory=set)
-    # block index -> ids of the buffered events that name it: a `memory.forgotten` (every deleted or
-    # edited message) finds what to redact here instead of reading the whole buffer (32 ms at 10,000)
-    named: dict[int, list[int]] = field(default_factory=dict)
+    # mark (`event_marks`: a block it names, the message it came from …) -> ids of the buffered events
+    # holding it: a deleted or edited message's redactions find their events here instead of reading
+    # the whole buffer (32 ms at 10,000)
+    named: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, event: Event) -> None:
-        """`event` at the end of the buffer, indexed by the blocks it names."""
+        """`event` at the end of the buffer, indexed by its marks."""
         self.buffer.append(event)
-        for block in blocks_named(event.data):
-            self.named.setdefault(block, []).append(event.seq)
+        for mark in event_marks(event.type, event.data):
+            self.named.setdefault(mark, []).append(event.seq)
         if len(self.named) > 4 * (self.buffer.maxlen or len(self.buffer)):  # entries of events gone from the buffer
             oldest = self.buffer[0].seq
             self.named = {block: kept for block, seqs in self.named.items()
                           if (kept := [seq for seq in seqs if seq >= oldest])}
 
-    def redact(self, held: Callable[[Event], bool], blocks: frozenset[int] | None) -> None:
+    def redact(self, held: Callable[[Event], bool], marks: frozenset[str] | None) -> None:
         """The buffered events `held` says carry erased data, replaced by `REDACTED` (same ids).
-        With `blocks` (a `memory.forgotten`), they are exactly those the index has for them."""
-        if blocks is not None:
-            seqs = {seq for block in blocks for seq in self.named.pop(block, ())}
+        With `marks` (`erased_marks`), they are exactly those the index has for them."""
+        if marks is not None:
+            seqs = {seq for mark in marks for seq in self.named.pop(mark, ())}
             if not seqs:
                 return
             self.buffer = deque((Event(e.seq, e.type, e.time, dict(REDACTED)) if e.seq in seqs else e
@@ -255,7 +256,7 @@ class EventBus:
         with self._lock:
             log = self._log(tenant)
             if held is not None:
-                log.redact(held, blocks_erased(type, data))
+                log.redact(held, erased_marks(type, data))
             event = Event(self._next_seq(tenant, log), type, self.clock() if at is None else at, data)
             log.add(event)
             subscribers = list(log.subscribers)
@@ -279,11 +280,12 @@ class EventBus:
             if log is None:
                 return
             oldest = log.buffer[0].seq if log.buffer else 0
-            named = [block for block, seqs in log.named.items() if seqs[-1] >= oldest] if blocks is None else []
-        erased = frozenset(blocks if blocks is not None else (forgotten_among(named) if named else ()))
+            named = [int(mark[1:]) for mark, seqs in log.named.items()
+                     if mark[0] == "b" and seqs[-1] >= oldest] if blocks is None else []
+        erased = blocks if blocks is not None else (forgotten_among(named) if named else [])
         if erased:
             with self._lock:
-                log.redact(lambda event: False, erased)
+                log.redact(lambda event: False, frozenset(f"b{block}" for block in erased))
 
     def erased_elsewhere(self, tenant: str) -> ErasedElsewhere:
         """What a tenant's memory calls (`MemoryEvents.on_erased_elsewhere`) when another process

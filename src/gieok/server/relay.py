@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..coordination.events import blocks_erased, redaction_of
+from ..coordination.events import erased_marks, redaction_of
 from ..errors import GieokError
 from ..store.relay import EventRelayStore, RelayedEvent
 from .events import EventBus
@@ -90,7 +90,7 @@ class RelayPump:
         if hooks and self.webhooks is not None:
             held = redaction_of(row.type, row.data)[0]
             if held is not None:
-                self.webhooks.redact(row.tenant, held, blocks_erased(row.type, row.data))
+                self.webhooks.redact(row.tenant, held, erased_marks(row.type, row.data))
             self.webhooks.queue(row.tenant, event)
 
     @classmethod

@@ -30,9 +30,9 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..coordination.events import REDACTED, Event, blocks_erased, blocks_named, redaction_of
+from ..coordination.events import REDACTED, Event, erased_marks, event_marks, marks_field, redaction_of
 from ..errors import GieokError, InvalidInputError, NotFoundError
-from ..store.webhooks import NAMING_MAX, DeliveryRow, EndpointRow, WebhookStore
+from ..store.webhooks import MARKS_MAX, DeliveryRow, EndpointRow, WebhookStore
 from .events import EventBus
 from .settings import ServerSettings
 from .webhook_addresses import Resolver, check_url, resolve_target, system_resolver
@@ -153,10 +153,10 @@ class Webhooks:
         def for_tenant(tenant: str) -> EventListener:
             def publish(type: str, data: dict[str, Any]) -> None:
                 held = redaction_of(type, data)[0]
-                blocks = blocks_erased(type, data)
+                marks = erased_marks(type, data)
                 event = bus.publish(tenant, type, data)
                 if held is not None:
-                    self.redact(tenant, held, blocks)
+                    self.redact(tenant, held, marks)
                 self.queue(tenant, event)
 
             return publish
@@ -169,17 +169,17 @@ class Webhooks:
         if not wanted or event.seq <= 0:
             return 0
         added = self.table.enqueue(wanted, event.seq, event.type, event_body(event), self.clock(),
-                                   blocks_named(event.data))
+                                   marks_field(event_marks(event.type, event.data)))
         self._wake()
         return added
 
-    def redact(self, tenant: str, held: Callable[[Event], bool], blocks: frozenset[int] | None = None) -> int:
-        """A user or blocks were erased: the queued events that held the data are sent redacted, as
-        the live stream's buffer keeps them (`coordination.events.redaction_of`). With `blocks` (a
-        `memory.forgotten` of a few), only the deliveries whose events name them are read."""
-        if blocks is not None and not blocks:
+    def redact(self, tenant: str, held: Callable[[Event], bool], marks: frozenset[str] | None = None) -> int:
+        """A user, blocks or a message were erased: the queued events that held the data are sent
+        redacted, as the live stream's buffer keeps them (`coordination.events.redaction_of`). With
+        `marks` (`erased_marks`, a few), only the deliveries whose events hold them are read."""
+        if marks is not None and not marks:
             return 0
-        naming = blocks if blocks is not None and len(blocks) <= NAMING_MAX else None
+        naming = marks if marks is not None and len(marks) <= MARKS_MAX else None
         changed: dict[int, str] = {}
         for delivery_id, body in self.table.pending_bodies(tenant, naming):
             payload = json.loads(body)

@@ -58,7 +58,7 @@ TABLES: dict[str, tuple[str, ...]] = {
                           "created_at", "disabled_at", "disabled_reason", "failures", "resting_until"),
     "webhook_deliveries": ("delivery_id", "endpoint_id", "event_id", "event_type", "body", "status", "attempts",
                            "created_at", "next_try_at", "last_try_at", "last_status", "last_error", "delivered_at",
-                           "claimed_by", "claimed_until", "blocks"),
+                           "claimed_by", "claimed_until", "marks"),
 }
 # Tables not copied, and why (tests/test_postgres.py holds every table of the schema to one list or the other).
 NOT_COPIED: dict[str, str] = {

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from ..errors import InvalidInputError
 from .sql import SqlSession
 
-__all__ = ["EndpointRow", "DeliveryRow", "ClaimedDelivery", "WebhookStore", "WebhookTable", "NAMING_MAX", "PENDING",
+__all__ = ["EndpointRow", "DeliveryRow", "ClaimedDelivery", "WebhookStore", "WebhookTable", "MARKS_MAX", "PENDING",
            "DELIVERED", "FAILED"]
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
@@ -30,7 +30,7 @@ _ENDPOINT = ("endpoint_id", "tenant", "url", "events", "secret", "previous_secre
              "disabled_at", "disabled_reason", "failures", "resting_until")
 _DELIVERY = ("delivery_id", "endpoint_id", "event_id", "event_type", "status", "attempts", "created_at",
              "next_try_at", "last_try_at", "last_status", "last_error", "delivered_at")
-NAMING_MAX = 50  # blocks a `pending_bodies(naming=…)` looks for in one statement (one LIKE each)
+MARKS_MAX = 50  # marks a `pending_bodies(naming=…)` looks for in one statement (one LIKE each)
 _DUE = "status = 'pending' AND next_try_at <= ? AND (claimed_until IS NULL OR claimed_until < ?)"
 # a resting endpoint (its receiver looks down) gets only events never tried yet: one of those getting through is
 # how a receiver that came back is noticed at once
@@ -130,7 +130,7 @@ class WebhookStore(Protocol):
     def wake_endpoint(self, endpoint_id: int) -> None: ...
 
     def enqueue(self, endpoints: Sequence[EndpointRow], event_id: int, event_type: str, body: str, now: float,
-                blocks: Collection[int] = ()) -> int:
+                marks: str | None = None) -> int:
         ...
 
     def has_due(self, now: float) -> bool: ...
@@ -151,7 +151,7 @@ class WebhookStore(Protocol):
 
     def deliveries(self, endpoint_id: int, *, before: int | None = None, limit: int = 50) -> list[DeliveryRow]: ...
 
-    def pending_bodies(self, tenant: str, naming: Collection[int] | None = None) -> list[tuple[int, str]]: ...
+    def pending_bodies(self, tenant: str, naming: Collection[str] | None = None) -> list[tuple[int, str]]: ...
 
     def replace_bodies(self, bodies: Mapping[int, str]) -> None: ...
 
@@ -247,23 +247,23 @@ class WebhookTable:
 
     # -- the queue ------------------------------------------------------------------------------
     def enqueue(self, endpoints: Sequence[EndpointRow], event_id: int, event_type: str, body: str, now: float,
-                blocks: Collection[int] = ()) -> int:
-        """Queue one event (naming `blocks`) for these endpoints (as the caller listed them), due now; an event queued
+                marks: str | None = None) -> int:
+        """Queue one event for these endpoints (as the caller listed them), due now, with its `marks`
+        (`coordination.events.marks_field`: each mark on a line of its own); an event queued
         twice for one endpoint (the same id) is queued once. None is queued for an endpoint deleted
         since the caller listed it (another process's delete): the row would hold the event's body
         with no endpoint to send it to, out of an erasure's reach — or, on SQLite, which gives a
         deleted row's id to the next endpoint, be sent to that one, maybe another tenant's. Returns
         how many rows are new."""
-        named = " " + " ".join(str(block) for block in sorted(blocks)) + " "
         with self.store.transaction() as conn:
             added = 0
             for endpoint in endpoints:
                 added += conn.execute(
                     "INSERT INTO webhook_deliveries(endpoint_id, event_id, event_type, body, status, attempts, "
-                    "created_at, next_try_at, blocks) SELECT ?, ?, ?, ?, 'pending', 0, ?, ?, ? WHERE EXISTS "
+                    "created_at, next_try_at, marks) SELECT ?, ?, ?, ?, 'pending', 0, ?, ?, ? WHERE EXISTS "
                     "(SELECT 1 FROM webhook_endpoints WHERE endpoint_id = ? AND tenant = ? AND created_at = ?) "
                     "ON CONFLICT(endpoint_id, event_id) DO NOTHING",
-                    (endpoint.endpoint_id, event_id, event_type, body, now, now, named, endpoint.endpoint_id,
+                    (endpoint.endpoint_id, event_id, event_type, body, now, now, marks, endpoint.endpoint_id,
                      endpoint.tenant, endpoint.created_at)).rowcount
             return added
 
@@ -342,18 +342,19 @@ class WebhookTable:
                                 "(SELECT 1 FROM webhook_endpoints WHERE endpoint_id = ?)",
                                 (endpoint_id, endpoint_id)).rowcount
 
-    def pending_bodies(self, tenant: str, naming: Collection[int] | None = None) -> list[tuple[int, str]]:
+    def pending_bodies(self, tenant: str, naming: Collection[str] | None = None) -> list[tuple[int, str]]:
         """The bodies still queued for `tenant`'s endpoints (what an erasure must look through); with
-        `naming` (at most `NAMING_MAX` blocks), only those whose event names one of them, and those
-        queued before deliveries recorded the blocks they name."""
+        `naming` (at most `MARKS_MAX` marks), only those whose event holds one of them — and maybe a
+        few more (`LIKE` reads `%` and `_` in a mark as wildcards: the caller checks each body) — and
+        those queued before deliveries recorded their marks."""
         where = ""
         params: list[Any] = [tenant]
         if naming is not None:
-            if len(naming) > NAMING_MAX:
-                raise InvalidInputError(f"at most {NAMING_MAX} blocks at a time, not {len(naming)}")
-            wanted = sorted({int(block) for block in naming})
-            where = " AND (d.blocks IS NULL" + " OR d.blocks LIKE ?" * len(wanted) + ")"
-            params += [f"% {block} %" for block in wanted]
+            if len(naming) > MARKS_MAX:
+                raise InvalidInputError(f"at most {MARKS_MAX} marks at a time, not {len(naming)}")
+            wanted = sorted(set(naming))
+            where = " AND (d.marks IS NULL" + " OR d.marks LIKE ?" * len(wanted) + ")"
+            params += [f"%\n{mark}\n%" for mark in wanted]
         rows = self.store.fetch("SELECT d.delivery_id, d.body FROM webhook_deliveries d JOIN webhook_endpoints e "
                                 "ON e.endpoint_id = d.endpoint_id WHERE e.tenant = ? AND d.status = 'pending' "
                                 f"AND d.body IS NOT NULL{where}", params)

@@ -419,9 +419,9 @@ MIGRATIONS: list[str] = [
         SELECT j.value::bigint, k.idem_key FROM idempotency_keys k, jsonb_array_elements_text(k.written::jsonb) j(value)
         WHERE k.written IS NOT NULL;
     """,
-    # 22: the blocks each queued webhook delivery's event names (SQLite's 20 says why)
+    # 22: what each queued webhook delivery's event is found by when data it holds is erased (SQLite's 20 says why)
     """
-    ALTER TABLE webhook_deliveries ADD COLUMN blocks text;
+    ALTER TABLE webhook_deliveries ADD COLUMN marks text;
     """,
 ]
 

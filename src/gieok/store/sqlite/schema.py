@@ -378,11 +378,12 @@ MIGRATIONS: list[str] = [
         SELECT CAST(j.value AS INTEGER), k.idem_key FROM idempotency_keys k, json_each(k.written) j
         WHERE k.written IS NOT NULL;
     """,
-    # 20: the blocks each queued webhook delivery's event names (" 1 2 "): a forgotten block's queued
-    # events are found by it, without reading every pending body (a receiver down for a day holds tens of
-    # thousands). NULL on rows queued before: those are read (server/webhooks.py `redact_blocks`).
+    # 20: what each queued webhook delivery's event is found by when data it holds is erased (the
+    # blocks it names, the message it came from: `coordination.events.event_marks`, one a line): a
+    # deleted message's queued events are found by them, without reading every pending body (a
+    # receiver down for a day holds tens of thousands). NULL on rows queued before: those are read.
     """
-    ALTER TABLE webhook_deliveries ADD COLUMN blocks TEXT;
+    ALTER TABLE webhook_deliveries ADD COLUMN marks TEXT;
     """,
 ]
 
