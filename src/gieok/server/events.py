@@ -93,7 +93,7 @@ class _TenantLog:
             self.named.setdefault(mark, []).append(event.seq)
         if len(self.named) > 4 * (self.buffer.maxlen or len(self.buffer)):  # entries of events gone from the buffer
             oldest = self.buffer[0].seq
-            self.named = {block: kept for block, seqs in self.named.items()
+            self.named = {mark: kept for mark, seqs in self.named.items()
                           if (kept := [seq for seq in seqs if seq >= oldest])}
 
     def redact(self, held: Callable[[Event], bool], marks: frozenset[str] | None) -> None:
@@ -236,16 +236,17 @@ class EventBus:
             raise SinceAheadError(since, latest)
 
     def publish(self, tenant: str, type: str, data: dict[str, Any], *, at: float | None = None) -> Event:
-        """`user.erased` and `memory.forgotten` first redact the buffered events that held the
-        erased data (`coordination.events.redaction_of`; `user.erased` is published with counts
-        only). `at`: when it happened
-        (an event relayed from another process); default now. With a `relay` the event gets no
-        id here (seq 0): the servers that stream it give it theirs."""
+        """An event that says data was erased (`coordination.events.redaction_of`: a user's erasure, a
+        forgotten block, a deleted or edited message, summary items withdrawn) first redacts the
+        buffered events that held that data (`user.erased` is published with counts only). `at`:
+        when it happened (an event relayed from another process); default now. With a `relay` the
+        event gets no id here (seq 0): the servers that stream it give it theirs."""
         if self.shared is not None:
             now = self.clock() if at is None else at
             seq = self.shared.append(tenant, type, now, data)
             return Event(seq, type, now, redaction_of(type, data)[1])
         held, published = redaction_of(type, data)
+        marks = erased_marks(type, data)
         if self.relay is not None:
             now = self.clock() if at is None else at
             if held is not None:  # the relay's copies of the erased data go first, as the buffer's do
@@ -256,7 +257,7 @@ class EventBus:
         with self._lock:
             log = self._log(tenant)
             if held is not None:
-                log.redact(held, erased_marks(type, data))
+                log.redact(held, marks)
             event = Event(self._next_seq(tenant, log), type, self.clock() if at is None else at, data)
             log.add(event)
             subscribers = list(log.subscribers)
