@@ -640,6 +640,9 @@ def test_the_buffer_finds_a_forgotten_blocks_events_by_block_and_forgets_what_it
     bus.publish("acme", "memory.added", {"blocks": [{"block_index": 40, "text": "turn 40"}]})
     bus.publish("acme", "memory.forgotten", {"block_indices": [37]})  # gone from the buffer already
     assert [e.type for e in bus.recent("acme", n=10)][-2:] == ["memory.added", "memory.forgotten"]
+    for block in range(100, 130):  # events of more marks than 4 a slot: the index is not rebuilt at every add
+        bus.publish("acme", "search.answered", {"hits": [{"block_index": block * 10 + n} for n in range(6)]})
+    assert log.prune_at >= 2 * 5 * 6 and len(log.named) <= max(log.prune_at, 4 * 5)
 
 
 def test_websocket_says_when_the_buffer_no_longer_reaches_back(tmp_path: Path) -> None:

@@ -85,16 +85,19 @@ class _TenantLog:
     # holding it: a deleted or edited message's redactions find their events here instead of reading
     # the whole buffer (32 ms at 10,000)
     named: dict[str, list[int]] = field(default_factory=dict)
+    prune_at: int = 0  # `named` is rid of the marks of events gone from the buffer when it grows past this
 
     def add(self, event: Event) -> None:
         """`event` at the end of the buffer, indexed by its marks."""
         self.buffer.append(event)
         for mark in event_marks(event.type, event.data):
             self.named.setdefault(mark, []).append(event.seq)
-        if len(self.named) > 4 * (self.buffer.maxlen or len(self.buffer)):  # entries of events gone from the buffer
+        if len(self.named) > max(self.prune_at, 4 * (self.buffer.maxlen or len(self.buffer))):
             oldest = self.buffer[0].seq
             self.named = {mark: kept for mark, seqs in self.named.items()
                           if (kept := [seq for seq in seqs if seq >= oldest])}
+            # the buffered events may hold more marks than 4 a slot: not again at the very next add
+            self.prune_at = 2 * len(self.named)
 
     def redact(self, held: Callable[[Event], bool], marks: frozenset[str] | None) -> None:
         """The buffered events `held` says carry erased data, replaced by `REDACTED` (same ids).
