@@ -17,8 +17,8 @@ from typing import Any
 from ..store.sequences import EventSequenceStore
 from .connection import RedisConnection, redis_errors
 
-__all__ = ["SharedEventLog", "Event", "RESERVE", "USER_ERASED", "MEMORY_FORGOTTEN", "SUMMARY_WITHDRAWN", "redaction_of",
-           "erased_marks", "event_marks", "blocks_named", "marks_field", "REDACTED"]
+__all__ = ["SharedEventLog", "Event", "RESERVE", "USER_ERASED", "MEMORY_FORGOTTEN", "SUMMARY_WITHDRAWN", "Redaction",
+           "redaction_of", "event_marks", "blocks_named", "marks_field", "REDACTED"]
 
 RESERVE = 100  # with a store: ids recorded there this far ahead of the last one (one write per this many)
 
@@ -92,7 +92,19 @@ SUMMARY_WITHDRAWN = "summary.withdrawn"  # items left a conversation's summary: 
 MESSAGE_ERASED = ("pipeline.message_deleted", "pipeline.message_edited")
 
 
-def redaction_of(type: str, data: dict[str, Any]) -> tuple[Callable[[Event], bool] | None, dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class Redaction:
+    """What an event that says data was erased redacts before it is published (`redaction_of`):
+    `held` says whether an earlier event holds that data; `marks`, when set, are exactly the marks
+    (`event_marks`) of those events, so a log that keeps them (the buffer's index, Redis's `m`
+    field, the webhooks' `marks` column) finds them without reading every event. None for a
+    user's erasure: their id in any string, which no mark holds — every event is read."""
+
+    held: Callable[[Event], bool]
+    marks: frozenset[str] | None
+
+
+def redaction_of(type: str, data: dict[str, Any]) -> tuple[Redaction | None, dict[str, Any]]:
     """For an event that says data was erased: which earlier events held that data — to be
     redacted wherever they are kept (a buffer, a Redis stream, the relay, webhooks' outbox) before
     it is published — and the data it is published with; `(None, data)` for any other event.
@@ -112,35 +124,22 @@ def redaction_of(type: str, data: dict[str, Any]) -> tuple[Callable[[Event], boo
     if type == USER_ERASED:
         user = str(data.get("user") or "")
         blocks = _block_set(data.get("blocks"))
-        return _naming(blocks, user), {"blocks": len(blocks)}
+        marks = frozenset(f"b{block}" for block in blocks)
+        return Redaction(lambda event: _holds(event, marks) or bool(user and _names_user(event.data, user)),
+                         None), {"blocks": len(blocks)}
     if type == MEMORY_FORGOTTEN:
-        blocks = _block_set(data.get("block_indices"))
-        return (_naming(blocks, "") if blocks else None), data
-    if type == SUMMARY_WITHDRAWN and isinstance(data.get("conversation"), dict):
-        return _summary_of(data["conversation"]), data
-    if type in MESSAGE_ERASED and isinstance(data.get("message_id"), str):
-        return _sourced_by(data["message_id"]), data
-    return None, data
+        marks = frozenset(f"b{block}" for block in _block_set(data.get("block_indices")))
+    elif type == SUMMARY_WITHDRAWN and isinstance(data.get("conversation"), dict):
+        marks = frozenset({_conversation_mark(data["conversation"])})
+    elif type in MESSAGE_ERASED and isinstance(data.get("message_id"), str):
+        marks = frozenset({_mark("s", data["message_id"])})
+    else:
+        return None, data
+    return (Redaction(lambda event: _holds(event, marks), marks) if marks else None), data
 
 
-def _sourced_by(message_id: str) -> Callable[[Event], bool]:
-    """Whether an event says it came from this message (`"source"`: a fact the model read in it)."""
-    def held(event: Event) -> bool:
-        return event.data.get("source") == message_id
-
-    return held
-
-
-def _summary_of(conversation: dict[str, Any]) -> Callable[[Event], bool]:
-    """Whether an event showed this conversation's summary (`summary.updated`)."""
-    where = (conversation.get("guild"), conversation.get("channel"))
-
-    def held(event: Event) -> bool:
-        shown = event.data.get("conversation")
-        return (event.type == "summary.updated" and isinstance(shown, dict)
-                and (shown.get("guild"), shown.get("channel")) == where)
-
-    return held
+def _holds(event: Event, marks: frozenset[str]) -> bool:
+    return bool(marks) and not marks.isdisjoint(event_marks(event.type, event.data))
 
 
 def _block_set(value: Any) -> set[int]:
@@ -148,7 +147,7 @@ def _block_set(value: Any) -> set[int]:
 
 
 def event_marks(type: str, data: dict[str, Any]) -> set[str]:
-    """What an event is found by when data it holds is erased (`erased_marks`): `b<N>` for each block
+    """What an event is found by when data it holds is erased (`Redaction.marks`): `b<N>` for each block
     it names (`blocks_named`), `s<ID>` for the message it says it came from (`"source"`), and for a
     `summary.updated`, the conversation whose summary it showed. The buffer indexes its events by
     them, Redis keeps them beside each entry (`marks_field`), webhooks' queue beside each delivery."""
@@ -159,20 +158,6 @@ def event_marks(type: str, data: dict[str, Any]) -> set[str]:
     if type == "summary.updated" and isinstance(data.get("conversation"), dict):
         marks.add(_conversation_mark(data["conversation"]))
     return marks
-
-
-def erased_marks(type: str, data: dict[str, Any]) -> frozenset[str] | None:
-    """The marks of exactly the events `redaction_of` redacts for this event — for `memory.forgotten`,
-    `summary.withdrawn` and a message's deletion or edit, which an index answers without reading
-    every event; None for `user.erased` (the user's id in any string: every event is read) and for
-    events that erase nothing."""
-    if type == MEMORY_FORGOTTEN:
-        return frozenset(f"b{block}" for block in _block_set(data.get("block_indices")))
-    if type == SUMMARY_WITHDRAWN and isinstance(data.get("conversation"), dict):
-        return frozenset({_conversation_mark(data["conversation"])})
-    if type in MESSAGE_ERASED and isinstance(data.get("message_id"), str):
-        return frozenset({_mark("s", data["message_id"])})
-    return None
 
 
 def marks_field(marks: set[str] | frozenset[str]) -> str:
@@ -223,15 +208,6 @@ def _names_user(data: Any, user: str) -> bool:
     return False
 
 
-def _naming(blocks: set[int], user: str) -> Callable[[Event], bool]:
-    """Whether an event names one of `blocks` (or, with `user`, that user's id or `<user:ID>` tag)."""
-    def held(event: Event) -> bool:
-        return bool(blocks and not blocks.isdisjoint(blocks_named(event.data))) or bool(
-            user and _names_user(event.data, user))
-
-    return held
-
-
 def _parse(entry: tuple[str, dict[str, str]]) -> Event:
     stream_id, fields = entry
     body = json.loads(fields["e"])
@@ -269,12 +245,12 @@ class SharedEventLog:
             raise self.connection.unavailable(exc) from None
 
     def append(self, tenant: str, type: str, time: float, data: dict[str, Any]) -> int:
-        erased = erased_marks(type, data)
-        held, data = redaction_of(type, data)
-        if erased is not None:  # the stream's copies of the erased data go first
-            self.redact_marked(tenant, erased, held)
-        elif held is not None:
-            self.redact(tenant, held)
+        redaction, data = redaction_of(type, data)
+        if redaction is not None:  # the stream's copies of the erased data go first
+            if redaction.marks is not None:
+                self.redact_marked(tenant, redaction.marks, redaction.held)
+            else:
+                self.redact(tenant, redaction.held)
         body = json.dumps({"type": type, "time": time, "data": data}, ensure_ascii=False, default=str)
         keys = [self._stream(tenant), self.connection.key("events", tenant, "seq")]
         floor = self._floor(tenant)
@@ -293,8 +269,8 @@ class SharedEventLog:
 
         return publish
 
-    def redact_marked(self, tenant: str, marks: frozenset[str], held: Callable[[Event], bool] | None) -> int:
-        """Delete the events holding one of `marks` (`erased_marks`), found inside Redis by the marks
+    def redact_marked(self, tenant: str, marks: frozenset[str], held: Callable[[Event], bool]) -> int:
+        """Delete the events holding one of `marks` (`Redaction.marks`), found inside Redis by the marks
         each entry was appended with; entries appended before those were recorded are read here
         with `held`. Returns how many."""
         if not marks:
@@ -309,7 +285,7 @@ class SharedEventLog:
             if not last:
                 break
             start = "(" + last  # exclusive: after the last entry read
-        if unread and held is not None:
+        if unread:
             return gone + self.redact(tenant, held)
         return gone
 

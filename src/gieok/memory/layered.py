@@ -71,14 +71,14 @@ class LayerStack:
         path: `erased_elsewhere`.)"""
         indexes.on_vectors_replaced = weakly(self.working.take_vectors)
 
-    def erased_elsewhere(self, block_indices: Sequence[int] | None) -> None:
+    def erased_elsewhere(self, block_indices: Sequence[int] | None,
+                         forgotten_among: Callable[[Sequence[int]], list[int]]) -> None:
         """Blocks another process erased: the working-memory slots of them go, never promoted.
         None: some blocks, this process cannot tell which (PostgreSQL's stateless workers keep no
-        catalogue) — each slot's turn is looked up in the store."""
+        catalogue) — those of the slots' turns `forgotten_among` says are not live."""
         if block_indices is None:
             held = sorted({slot.block_index for slot in self.working.all_slots() if slot.block_index is not None})
-            stored = self.store.get_many(held) if held else {}
-            block_indices = [i for i in held if i not in stored or stored[i].forgotten]
+            block_indices = forgotten_among(held) if held else []
         if block_indices:
             self.working.forget_blocks(block_indices)
 

@@ -229,7 +229,7 @@ class WritePath:
         more (the store forgot them), so the embedder's caches are emptied whole
         (`CachedEmbedder.forget_everything`), as are the function caches marked
         `@cleared_on_erasure`. Erasures are rare; the caches fill again as they are used."""
-        self.layers.erased_elsewhere(block_indices)
+        self.layers.erased_elsewhere(block_indices, self._forgotten_among)
         embedder = self.loaded_embedder()
         if embedder is not None:
             embedder.forget_everything()

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..coordination import Event, SharedEventLog
-from ..coordination.events import REDACTED, erased_marks, event_marks, redaction_of
+from ..coordination.events import MEMORY_FORGOTTEN, REDACTED, Redaction, event_marks, redaction_of
 from ..errors import CoordinationUnavailableError, InvalidInputError
 from ..memory.events import ErasedElsewhere
 from ..store.relay import EventRelayStore
@@ -99,18 +99,19 @@ class _TenantLog:
             # the buffered events may hold more marks than 4 a slot: not again at the very next add
             self.prune_at = 2 * len(self.named)
 
-    def redact(self, held: Callable[[Event], bool], marks: frozenset[str] | None) -> None:
-        """The buffered events `held` says carry erased data, replaced by `REDACTED` (same ids).
-        With `marks` (`erased_marks`), they are exactly those the index has for them."""
-        if marks is not None:
-            seqs = {seq for mark in marks for seq in self.named.pop(mark, ())}
+    def redact(self, redaction: Redaction) -> None:
+        """The buffered events `redaction` says carry erased data, replaced by `REDACTED` (same ids):
+        those the index has for its marks, or, without marks (a user's erasure), those its `held`
+        picks out of the whole buffer."""
+        if redaction.marks is not None:
+            seqs = {seq for mark in redaction.marks for seq in self.named.pop(mark, ())}
             if not seqs:
                 return
             self.buffer = deque((Event(e.seq, e.type, e.time, dict(REDACTED)) if e.seq in seqs else e
                                  for e in self.buffer), maxlen=self.buffer.maxlen)
             return
-        self.buffer = deque((Event(e.seq, e.type, e.time, dict(REDACTED)) if held(e) else e for e in self.buffer),
-                            maxlen=self.buffer.maxlen)
+        self.buffer = deque((Event(e.seq, e.type, e.time, dict(REDACTED)) if redaction.held(e) else e
+                             for e in self.buffer), maxlen=self.buffer.maxlen)
 
 
 class Feed:
@@ -248,19 +249,19 @@ class EventBus:
             now = self.clock() if at is None else at
             seq = self.shared.append(tenant, type, now, data)
             return Event(seq, type, now, redaction_of(type, data)[1])
-        held, published = redaction_of(type, data)
-        marks = erased_marks(type, data)
+        redaction, published = redaction_of(type, data)
         if self.relay is not None:
             now = self.clock() if at is None else at
-            if held is not None:  # the relay's copies of the erased data go first, as the buffer's do
+            if redaction is not None:  # the relay's copies of the erased data go first, as the buffer's do
+                held = redaction.held
                 self.relay.redact(tenant, lambda held_data: held(Event(0, "", 0.0, held_data)), dict(REDACTED))
             self.relay.append(tenant, type, now, data)  # whole: a server redacts its own buffer with it
             return Event(0, type, now, published)
         data = published
         with self._lock:
             log = self._log(tenant)
-            if held is not None:
-                log.redact(held, marks)
+            if redaction is not None:
+                log.redact(redaction)
             event = Event(self._next_seq(tenant, log), type, self.clock() if at is None else at, data)
             log.add(event)
             subscribers = list(log.subscribers)
@@ -287,9 +288,10 @@ class EventBus:
             named = [int(mark[1:]) for mark, seqs in log.named.items()
                      if mark[0] == "b" and seqs[-1] >= oldest] if blocks is None else []
         erased = blocks if blocks is not None else (forgotten_among(named) if named else [])
-        if erased:
+        redaction = redaction_of(MEMORY_FORGOTTEN, {"block_indices": list(erased)})[0]
+        if redaction is not None:  # as the erasing process's `memory.forgotten` redacted its own
             with self._lock:
-                log.redact(lambda event: False, frozenset(f"b{block}" for block in erased))
+                log.redact(redaction)
 
     def erased_elsewhere(self, tenant: str) -> ErasedElsewhere:
         """What a tenant's memory calls (`MemoryEvents.on_erased_elsewhere`) when another process

@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..coordination.events import erased_marks, redaction_of
+from ..coordination.events import redaction_of
 from ..errors import GieokError
 from ..store.relay import EventRelayStore, RelayedEvent
 from .events import EventBus
@@ -88,9 +88,9 @@ class RelayPump:
         event = self.bus.publish(row.tenant, row.type, row.data, at=row.time)
         self.relayed += 1
         if hooks and self.webhooks is not None:
-            held = redaction_of(row.type, row.data)[0]
-            if held is not None:
-                self.webhooks.redact(row.tenant, held, erased_marks(row.type, row.data))
+            redaction = redaction_of(row.type, row.data)[0]
+            if redaction is not None:
+                self.webhooks.redact(row.tenant, redaction)
             self.webhooks.queue(row.tenant, event)
 
     @classmethod

@@ -30,7 +30,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..coordination.events import REDACTED, Event, erased_marks, event_marks, marks_field, redaction_of
+from ..coordination.events import REDACTED, Event, Redaction, event_marks, marks_field, redaction_of
 from ..errors import GieokError, InvalidInputError, NotFoundError
 from ..store.webhooks import MARKS_MAX, DeliveryRow, EndpointRow, WebhookStore
 from .events import EventBus
@@ -152,11 +152,10 @@ class Webhooks:
         """What the tenants' memories publish through: the bus's listener, and then the outbox."""
         def for_tenant(tenant: str) -> EventListener:
             def publish(type: str, data: dict[str, Any]) -> None:
-                held = redaction_of(type, data)[0]
-                marks = erased_marks(type, data)
+                redaction = redaction_of(type, data)[0]
                 event = bus.publish(tenant, type, data)
-                if held is not None:
-                    self.redact(tenant, held, marks)
+                if redaction is not None:
+                    self.redact(tenant, redaction)
                 self.queue(tenant, event)
 
             return publish
@@ -173,18 +172,17 @@ class Webhooks:
         self._wake()
         return added
 
-    def redact(self, tenant: str, held: Callable[[Event], bool], marks: frozenset[str] | None = None) -> int:
+    def redact(self, tenant: str, redaction: Redaction) -> int:
         """A user, blocks or a message were erased: the queued events that held the data are sent
         redacted, as the live stream's buffer keeps them (`coordination.events.redaction_of`). With
-        `marks` (`erased_marks`, a few), only the deliveries whose events hold them are read."""
-        if marks is not None and not marks:
-            return 0
+        a few marks, only the deliveries whose events hold them are read."""
+        marks = redaction.marks
         naming = marks if marks is not None and len(marks) <= MARKS_MAX else None
         changed: dict[int, str] = {}
         for delivery_id, body in self.table.pending_bodies(tenant, naming):
             payload = json.loads(body)
             event = Event(int(payload.get("seq") or 0), str(payload.get("type")), 0.0, payload.get("data") or {})
-            if held(event):
+            if redaction.held(event):
                 changed[delivery_id] = json.dumps({**payload, "data": dict(REDACTED)}, ensure_ascii=False,
                                                   separators=(",", ":"))
         self.table.replace_bodies(changed)
