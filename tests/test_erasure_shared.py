@@ -11,10 +11,13 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from fastapi.testclient import TestClient
 
 from gieok import Memory
 from gieok.chat.agent.context import _resolved
+from gieok.server import ServerState, create_app
 from gieok.server.events import EventBus
+from gieok.server.settings import ServerSettings
 
 CAFE = {"guild": "g", "channel": "cafe"}
 SECRET = "민지: 우리 집 현관 비밀번호는 4821이야"
@@ -141,3 +144,27 @@ def test_a_worker_without_redis_redacts_its_own_stream_of_an_erasure_made_by_ano
         held = bus.recent("acme", n=100)
         assert "4821" not in json.dumps([e.data for e in held], ensure_ascii=False)
         assert [e.data for e in held[:2]] == [{"redacted": "this event held data that was erased"}] * 2
+
+
+def test_a_workers_replay_carries_no_event_of_a_block_another_worker_deleted(shared: str, tmp_path: Path) -> None:
+    """Two workers of one server without Redis (two `ServerState`s on one home: each its own stream).
+    The first stores a secret and shows it in a search; the second deletes it; a client then replays
+    the first worker's stream from the start — before that worker has read its memory again. The
+    replay asks the memory first: the events that carried the secret come redacted, on SQLite and on
+    PostgreSQL's stateless workers."""
+    home = shared if "://" in shared else str(tmp_path / "home.db")
+    first, second = (ServerState.open(ServerSettings.load(db=home)) for _ in range(2))
+    key, _ = first.keys.create("acme", "write", "agent")
+    headers = {"Authorization": f"Bearer {key}"}
+    with TestClient(create_app(first)) as one, TestClient(create_app(second)) as other:
+        assert first.readiness.done.wait(120) and second.readiness.done.wait(120)
+        stored = one.post("/v1/memories", json={"text": SECRET, "scope": CAFE}, headers=headers)
+        assert stored.status_code == 201, stored.text
+        assert one.post("/v1/search", json={"query": "현관 비밀번호", "k": 2}, headers=headers).status_code == 200
+        assert other.delete(f"/v1/memories/{stored.json()['block_index']}", headers=headers).status_code == 200
+        last = first.bus.last_seq("acme")
+        with one.websocket_connect("/v1/events/ws?since=0", headers=headers) as socket:
+            replay = [json.loads(socket.receive_text()) for _ in range(last)]
+    assert "4821" not in json.dumps(replay, ensure_ascii=False), replay
+    assert [event["type"] for event in replay[:2]] == ["memory.added", "search.answered"]
+    assert [event["data"] for event in replay[:2]] == [{"redacted": "this event held data that was erased"}] * 2

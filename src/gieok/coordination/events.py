@@ -104,6 +104,9 @@ class Redaction:
     marks: frozenset[str] | None
 
 
+_REDACTING = frozenset({USER_ERASED, MEMORY_FORGOTTEN, SUMMARY_WITHDRAWN, *MESSAGE_ERASED})
+
+
 def redaction_of(type: str, data: dict[str, Any]) -> tuple[Redaction | None, dict[str, Any]]:
     """For an event that says data was erased: which earlier events held that data — to be
     redacted wherever they are kept (a buffer, a Redis stream, the relay, webhooks' outbox) before
@@ -150,7 +153,12 @@ def event_marks(type: str, data: dict[str, Any]) -> set[str]:
     """What an event is found by when data it holds is erased (`Redaction.marks`): `b<N>` for each block
     it names (`blocks_named`), `s<ID>` for the message it says it came from (`"source"`), and for a
     `summary.updated`, the conversation whose summary it showed. The buffer indexes its events by
-    them, Redis keeps them beside each entry (`marks_field`), webhooks' queue beside each delivery."""
+    them, Redis keeps them beside each entry (`marks_field`), webhooks' queue beside each delivery.
+    An event that says what was erased (`redaction_of`'s) has none: it names the erased blocks and
+    message, and holds nothing of them — a later look at which blocks are gone (a worker's replay)
+    must leave it as it is."""
+    if type in _REDACTING:
+        return set()
     marks = {f"b{block}" for block in blocks_named(data)}
     source = data.get("source")
     if isinstance(source, str):

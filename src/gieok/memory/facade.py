@@ -1,10 +1,9 @@
 """The Memory facade: the one public entry for add / search / forget / stats.
 
-Writes embed outside the lock (the slow part) and then commit in one transaction; the
-in-memory indexes follow each commit incrementally (`indexes.py`) and notice commits from other
-processes through the store's change token. Validation is `ingest.py`'s, export / import /
-reindex `transfer.py`'s, events `events.py`'s: this class wires them to the layers.
-"""
+Writes embed outside the lock (the slow part) and then commit in one transaction; the in-memory indexes follow
+each commit incrementally (`indexes.py`) and notice commits from other processes through the store's change
+token. Validation is `ingest.py`'s, export / import / reindex `transfer.py`'s, events `events.py`'s: this class
+wires them to the layers."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from ..errors import BlockNotFoundError, InvalidInputError, InvalidTypeError
 from ..index.catalog import Catalog
 from ..index.vector import VectorIndex, limit_blas_threads
 from ..retrieval.hybrid import MODES, RankingCandidates, SearchRequest
-from ..store.base import AppendHook, BM25Filter, NewBlock, Store, VerifyReport
+from ..store.base import AppendHook, BM25Filter, Store, VerifyReport
 from ..store.factory import open_store
 from ..text.tokenize import Tokenizer, get_tokenizer
 from ..types import Block, Scope, SearchResult, Stats
@@ -50,11 +49,10 @@ class Memory:
     ...     memory.add("민지: 고양이 이름은 나비야", scope={"channel": "general"})
     ...     memory.search("민지 고양이 이름", scope={"channel": "general"})
 
-    `settings`: what to use (default: the built-in defaults; nothing is read from the environment
-    or a file unless the caller does so with `Settings.load()`); keyword arguments override single
-    settings. `store`: a `Store` already open (closed with the memory; `path` and `db` are then
-    ignored). `embedder`: an `Embedder` instead of the one the settings name, or a spec string.
-    """
+    `settings`: what to use (default: the built-in defaults; nothing is read from the environment or a file
+    unless the caller does so with `Settings.load()`); keyword arguments override single settings. `store`: a
+    `Store` already open (closed with the memory; `path` and `db` are then ignored). `embedder`: an `Embedder`
+    instead of the one the settings name, or a spec string."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, settings: Settings | None = None,
                  tokenizer: Tokenizer | None = None, store: Store | None = None,
@@ -119,8 +117,8 @@ class Memory:
         """A promoted working-memory slot or STM entry, into long-term memory (its vector reused)."""
         new = self._writes.prepare(text, kind="note", scope=scope, importance=importance, metadata=metadata)
         if vector is not None and vector.shape[0] == self.indexes.dimension:
-            return self._write([new], vector[None, :])[0]
-        return self._write([new])[0]
+            return self._writes.write([new], vector[None, :])[0]
+        return self._writes.write([new], None)[0]
 
     # -- what the facade shows of its parts ----------------------------------------------------
     @property
@@ -180,8 +178,8 @@ class Memory:
         return self._embedder
 
     def warm(self) -> None:
-        """Load now what the first search would: the Korean analyser, the model, the indexes and
-        the ranker (one search no listener hears; nothing is recorded). Servers call it before ready."""
+        """Load now what the first search would: the Korean analyser, the model, the indexes and the ranker
+        (one search no listener hears; nothing is recorded). Servers call it before ready."""
         self._check_open()
         self.tokenizer.analyze(WARM_QUERY)
         local = self._given_embedder is None and not self._embedder_spec.startswith(("openai:", "gemini:"))
@@ -205,11 +203,10 @@ class Memory:
 
     def add_many(self, items: Iterable[str | Mapping[str, Any]], *, vectors: np.ndarray | None = None,
                  progress: Progress | None = None, within: AppendHook | None = None) -> list[Block]:
-        """Append many blocks. Every item is validated before anything is written; then blocks are
-        embedded in batches and committed in chunks (each chunk one transaction, `within` called
-        inside each with its blocks). `vectors`: passage vectors already computed with this
-        memory's embedder, one row per item, of the texts `passage_texts(items)` gives; checked
-        for shape and finiteness, never for meaning."""
+        """Append many blocks. Every item is validated before anything is written; then blocks are embedded in
+        batches and committed in chunks (each chunk one transaction, `within` called inside each with its blocks).
+        `vectors`: passage vectors already computed with this memory's embedder, one row per item, of the texts
+        `passage_texts(items)` gives; checked for shape and finiteness, never for meaning."""
         self._check_open()
         prepared = self._writes.prepare_many(items)
         given = check_vectors(vectors, len(prepared), self.embedder.dimension) if vectors is not None else None
@@ -220,9 +217,6 @@ class Memory:
         turns just before it in its channel. A caller that embeds ahead of time embeds these."""
         self._check_open()
         return self._writes.passage_context().texts_for(ingest.passage_sources(items, self.settings.max_text_chars))
-
-    def _write(self, blocks: list[NewBlock], vectors: np.ndarray | None = None) -> list[Block]:
-        return self._writes.write(blocks, vectors)
 
     def forget(self, block_indices: int | Iterable[int]) -> list[int]:
         """Erase the content of blocks (text, speaker, keywords, tags, metadata, vector, BM25
@@ -345,12 +339,16 @@ class Memory:
             self.layers.reload(conversation, drop_cache=drop_cache)
 
     def working_slots(self, conversation: Scope | Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Working-memory slots of every conversation, or of one, with their priority parts and
-        checkpoints. One conversation's are read from the store (another process may have changed them)."""
+        """Working-memory slots of every conversation, or of one, with their priority parts and checkpoints.
+        One conversation's are read from the store (another process may have changed them)."""
         self._check_open()
         if Scope.of(conversation).channel is not None:
             self.reload_conversation(Scope.of(conversation), drop_cache=False)
         return self.layers.working_slots(conversation)
+
+    def refresh(self) -> None:
+        """Hear now what other processes committed; the events kept of blocks no longer live are redacted."""
+        self._writes.refresh()
 
     def stm_entries(self, conversation: Scope | Mapping[str, Any] | None = None,
                     limit: int = 1000) -> list[dict[str, Any]]:

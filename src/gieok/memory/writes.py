@@ -236,6 +236,16 @@ class WritePath:
         clear_caches_of_erased_text()
         self.events.erased_elsewhere(block_indices, self._forgotten_among)
 
+    def refresh(self) -> None:
+        """What other processes committed, heard of now (what every read does first), and then the
+        events this process keeps of blocks no longer live redacted (`MemoryEvents.erased_elsewhere`
+        with None: whichever those are) — a server worker's own stream, about to be replayed, may
+        hold blocks erased while this memory was closed (evicted) or before it read again."""
+        self.check_open()
+        with self.lock:
+            self.indexes.sync()
+            self.events.erased_elsewhere(None, self._forgotten_among)
+
     def _forgotten_among(self, block_indices: Sequence[int]) -> list[int]:
         """Those of `block_indices` that are not live (forgotten, or never stored): asked of the
         indexes, which read no text (called from `sync`, under the memory's lock)."""

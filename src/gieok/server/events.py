@@ -293,6 +293,16 @@ class EventBus:
             with self._lock:
                 log.redact(redaction)
 
+    def holds_blocks_of(self, tenant: str) -> bool:
+        """Whether this process's own buffer (not a shared log) holds events of `tenant` naming
+        blocks: a replay of them asks the tenant's memory first which are still live
+        (`TenantRegistry.refresh`), as another worker may have erased them."""
+        if self.shared is not None or self.relay is not None:
+            return False
+        with self._lock:
+            log = self._logs.get(tenant)
+            return log is not None and bool(log.buffer) and any(mark[0] == "b" for mark in log.named)
+
     def erased_elsewhere(self, tenant: str) -> ErasedElsewhere:
         """What a tenant's memory calls (`MemoryEvents.on_erased_elsewhere`) when another process
         erased its blocks."""

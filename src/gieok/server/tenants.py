@@ -150,6 +150,14 @@ class TenantRegistry:
         finally:
             self.release(tenant)
 
+    def refresh(self, name: str) -> None:
+        """The tenant's memory hears now what other processes committed, and the events this process
+        keeps of its blocks no longer live are redacted (`Memory.refresh`): before a replay of its
+        stream, which may hold events of blocks another worker erased while this one had not read
+        since, or had the memory closed (evicted)."""
+        with self.use(name) as tenant:
+            tenant.memory.refresh()
+
     def acquire_open(self, name: str) -> Tenant | None:
         """The tenant if its memory is open already (no I/O: an event loop may call this), held
         until `release`; None when it must be opened first (`acquire`, in a worker thread)."""

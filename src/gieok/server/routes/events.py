@@ -41,6 +41,15 @@ _STOPPING = {"type": "stream.closed", "reason": "stopping",
 Since = Annotated[int | None, Query(ge=0, le=2**62, description="Resume after this sequence number")]
 
 
+async def _erasures_heard(request: Request | WebSocket, tenant: str, since: int | None) -> None:
+    """Before a replay (`since`) from this process's own buffer (no shared log: `--workers N`
+    without Redis, or `gieok forget` beside the server), the tenant's memory hears of what other
+    processes erased, so the replay carries no event of an erased block (`TenantRegistry.refresh`)."""
+    state = server_state(request)
+    if since is not None and state.bus.holds_blocks_of(tenant):
+        await run_in_threadpool(state.tenants.refresh, tenant)
+
+
 def _since(query: int | None, last_event_id: str | None) -> int | None:
     if query is not None:
         return query
@@ -59,6 +68,7 @@ async def events_sse(request: Request, who: Caller,
     state = server_state(request)
     bus, access, stopping = state.bus, state.access, state.stopping
     bus.check_since(who.tenant, start)  # 409 before the stream starts, not a silent wait
+    await _erasures_heard(request, who.tenant, start)
 
     async def frames() -> AsyncIterator[str]:
         feed = bus.feed(who.tenant, start)
@@ -111,6 +121,12 @@ async def events_ws(websocket: WebSocket, since: Since = None) -> None:
         bus.check_since(who.tenant, since)
     except SinceAheadError as exc:
         await websocket.close(code=4409, reason=f"since_ahead: latest is {exc.latest}")
+        return
+    try:
+        await _erasures_heard(websocket, who.tenant, since)
+    except GieokError as exc:  # the tenant's memory could not be read (4503: its store is away)
+        status, _ = status_of(exc)
+        await websocket.close(code=4000 + status, reason=str(exc)[:120])
         return
     feed = bus.feed(who.tenant, since)
     access = server_state(websocket).access
