@@ -62,12 +62,14 @@ def create_app(state: ServerState, *, extra_lifespans: list[Any] | None = None, 
             duties = state.start_duties()  # STM expiry and quiet conversations' extraction, on a timer
             state.webhooks.start()  # the webhook delivery loop (server/webhook_delivery.py)
             relay = RelayPump.for_server(state.event_relay, state.bus, state.webhooks)
-            if relay is not None:  # the events `gieok mcp` wrote on this memory, into this server's stream
-                relay.start()
+            if relay is not None:  # the events `gieok mcp` wrote on this memory, into this server's stream,
+                relay.start()  # and the erasures of the deployment's other server processes
+                state.bus.siblings = relay.tell  # what this one erased, to them
             try:
                 yield
             finally:
                 if relay is not None:
+                    state.bus.siblings = None
                     await relay.stop()
                 await state.webhooks.stop()  # before the store closes: posts under way are given back
                 state.stop_duties()

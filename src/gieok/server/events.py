@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import threading
 import time
 from collections import deque
@@ -29,7 +30,7 @@ from typing import Any
 
 from ..coordination import Event, SharedEventLog
 from ..coordination.events import MEMORY_FORGOTTEN, REDACTED, Redaction, event_marks, redaction_of
-from ..errors import CoordinationUnavailableError, InvalidInputError
+from ..errors import CoordinationUnavailableError, GieokError, InvalidInputError
 from ..memory.events import ErasedElsewhere
 from ..store.relay import EventRelayStore
 from ..store.sequences import EventSequenceStore
@@ -37,6 +38,7 @@ from ..store.sequences import EventSequenceStore
 __all__ = ["Event", "EventBus", "Feed", "SharedFeed", "Subscription", "SUBSCRIBER_QUEUE", "SinceAheadError",
            "RESERVE"]
 
+_log = logging.getLogger("gieok.server.events")
 RESERVE = 100  # event ids a process reserves at a time in the home store (one write per this many events)
 
 
@@ -205,6 +207,9 @@ class EventBus:
         # A process without a stream of its own (`gieok mcp`): events go to the store's relay, and every
         # `gieok serve` on the memory streams them with ids of its own (server/relay.py)
         self.relay: EventRelayStore | None = None
+        # A server process's own stream among others (`--workers N`, no Redis): what an erasure here
+        # redacted is told to them, who redact theirs (`RelayPump.tell`; set by the server's pump)
+        self.siblings: Callable[[str, str, float, dict[str, Any]], None] | None = None
         self._logs: dict[str, _TenantLog] = {}
         self._lock = threading.Lock()
         self._shared_feeds: dict[str, int] = {}  # tenant -> open shared feeds in this process
@@ -239,12 +244,14 @@ class EventBus:
         if since is not None and since > (latest := self.last_seq(tenant)):
             raise SinceAheadError(since, latest)
 
-    def publish(self, tenant: str, type: str, data: dict[str, Any], *, at: float | None = None) -> Event:
+    def publish(self, tenant: str, type: str, data: dict[str, Any], *, at: float | None = None,
+                relayed: bool = False) -> Event:
         """An event that says data was erased (`coordination.events.redaction_of`: a user's erasure, a
         forgotten block, a deleted or edited message, summary items withdrawn) first redacts the
-        buffered events that held that data (`user.erased` is published with counts only). `at`:
-        when it happened (an event relayed from another process); default now. With a `relay` the
-        event gets no id here (seq 0): the servers that stream it give it theirs."""
+        buffered events that held that data (`user.erased` is published with counts only), and is
+        told to the `siblings` unless it came from them (`relayed`). `at`: when it happened (an
+        event relayed from another process); default now. With a `relay` the event gets no id here
+        (seq 0): the servers that stream it give it theirs."""
         if self.shared is not None:
             now = self.clock() if at is None else at
             seq = self.shared.append(tenant, type, now, data)
@@ -257,14 +264,18 @@ class EventBus:
                 self.relay.redact(tenant, lambda held_data: held(Event(0, "", 0.0, held_data)), dict(REDACTED))
             self.relay.append(tenant, type, now, data)  # whole: a server redacts its own buffer with it
             return Event(0, type, now, published)
-        data = published
         with self._lock:
             log = self._log(tenant)
             if redaction is not None:
                 log.redact(redaction)
-            event = Event(self._next_seq(tenant, log), type, self.clock() if at is None else at, data)
+            event = Event(self._next_seq(tenant, log), type, self.clock() if at is None else at, published)
             log.add(event)
             subscribers = list(log.subscribers)
+        if redaction is not None and self.siblings is not None and not relayed:
+            try:
+                self.siblings(tenant, type, event.time, data)
+            except GieokError as exc:  # the store is away: the others redact at their next read or replay
+                _log.warning("could not tell the other server processes of an erasure: %s", exc)
         for subscriber in subscribers:
             try:
                 subscriber.loop.call_soon_threadsafe(subscriber.deliver, event)

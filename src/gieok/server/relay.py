@@ -4,7 +4,14 @@ events that a `gieok mcp` on the same memory wrote there, and publishes each int
 gap) — and, for the one server that claims the event first, queues it for the tenant's webhooks.
 
 At start a server takes up the events no server has taken yet (written while none ran), then every
-new one. With Redis there is nothing to relay: every process appends to the shared log itself."""
+new one. With Redis there is nothing to relay: every process appends to the shared log itself.
+
+The other way, what a server erased is told to the others through the same rows (`tell`): each
+worker of `gieok serve --workers N` keeps a stream of its own, and a deletion one of them made must
+redact the others' too — the events of a user erased, of a message deleted or edited, a summary's
+withdrawn items, whatever blocks they name. The row is claimed by its writer (its webhooks are
+queued already), whose own pump passes it by; and the relay's rows of that data (a `gieok mcp`'s)
+are redacted first, as a `gieok mcp`'s erasure redacts them."""
 
 from __future__ import annotations
 
@@ -19,7 +26,8 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..coordination.events import redaction_of
+from ..coordination import Event
+from ..coordination.events import REDACTED, redaction_of
 from ..errors import GieokError
 from ..store.relay import EventRelayStore, RelayedEvent
 from .events import EventBus
@@ -69,6 +77,7 @@ class RelayPump:
             rows.setdefault(row.relay_id, row)
         self._skipped = {i: at for i, at in self._skipped.items() if i not in rows and at > now - LOOK_BACK_SECONDS}
         fresh = [row for relay_id, row in sorted(rows.items()) if relay_id not in self._seen
+                 and row.claimed_by != self.holder  # what this process erased, told to the others (`tell`)
                  and (relay_id > self._known or row.claimed_by is None)]
         claimed = self.table.claim([row.relay_id for row in fresh], self.holder) if fresh else set()
         for row in fresh:
@@ -84,8 +93,19 @@ class RelayPump:
             self.table.trim(now)
         return len(fresh)
 
+    def tell(self, tenant: str, type: str, at: float, data: dict[str, Any]) -> None:
+        """This server erased data (`type`, `data` as the memory sent them: `redaction_of` says what):
+        the relay's rows holding it are redacted, and the event is written for the other servers,
+        claimed by this one (a worker thread's call: `EventBus.siblings`)."""
+        redaction = redaction_of(type, data)[0]
+        if redaction is None:
+            return
+        held = redaction.held
+        self.table.redact(tenant, lambda held_data: held(Event(0, "", 0.0, held_data)), dict(REDACTED))
+        self.table.append(tenant, type, at, data, claimed_by=self.holder)
+
     def _publish(self, row: RelayedEvent, hooks: bool) -> None:
-        event = self.bus.publish(row.tenant, row.type, row.data, at=row.time)
+        event = self.bus.publish(row.tenant, row.type, row.data, at=row.time, relayed=True)
         self.relayed += 1
         if hooks and self.webhooks is not None:
             redaction = redaction_of(row.type, row.data)[0]

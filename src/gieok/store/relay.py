@@ -11,6 +11,10 @@ the stream's next id, so a resume with `since` finds them in order and misses no
 (whichever claims the row first, `claimed_by`) also queues its webhooks: once per event, not once
 per worker. Rows are kept `KEEP_SECONDS`, long enough for a server that was down to pick them up.
 
+A server without Redis writes here too, but only what it erased (a forgotten block, a deleted or
+edited message, a user's erasure, withdrawn summary items), claimed by itself: the other servers of
+the deployment (`--workers N`) redact their own streams with it, as the erasing one did.
+
 A row holds nothing to migrate or export (it lives a day at most).
 """
 
@@ -46,7 +50,8 @@ class RelayedEvent:
 class EventRelayStore(Protocol):
     """The relay's rows, shared by every process of a deployment."""
 
-    def append(self, tenant: str, type: str, time: float, data: dict[str, Any]) -> int: ...
+    def append(self, tenant: str, type: str, time: float, data: dict[str, Any], claimed_by: str | None = None) -> int:
+        ...
 
     def after(self, relay_id: int, limit: int = 500) -> list[RelayedEvent]: ...
 
@@ -79,11 +84,14 @@ class EventRelayTable:
         self.store = store
         self._appended = 0
 
-    def append(self, tenant: str, type: str, time: float, data: dict[str, Any]) -> int:
+    def append(self, tenant: str, type: str, time: float, data: dict[str, Any], claimed_by: str | None = None) -> int:
+        """A row for the servers to stream; `claimed_by`: one written by a server itself (what it erased,
+        for the others), taken up already — by the others into their streams only, not their webhooks."""
         body = json.dumps(data, ensure_ascii=False, default=str)
         with self.store.transaction() as conn:
-            relay_id = int(conn.execute("INSERT INTO event_relay(tenant, time, type, data) VALUES (?, ?, ?, ?) "
-                                        "RETURNING relay_id", (tenant, time, type, body)).fetchone()[0])
+            relay_id = int(conn.execute("INSERT INTO event_relay(tenant, time, type, data, claimed_by) "
+                                        "VALUES (?, ?, ?, ?, ?) RETURNING relay_id",
+                                        (tenant, time, type, body, claimed_by)).fetchone()[0])
             self._appended += 1
         if self._appended % _TRIM_EVERY == 1:  # the first append, then every _TRIM_EVERY
             self.trim(time)
