@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..errors import InvalidInputError, MissingExtraError
 from ..store.wait import ServiceWait, reach_services
-from .options import DbOption, GuildOpt, JsonFlag, RedisOption, _open, given, load, out
+from .options import DbOption, GuildOpt, JsonFlag, RedisOption, _erasing, _open, given, load, out
 
 if TYPE_CHECKING:
     from ..chat.conversation.memory import ConversationMemory
@@ -180,7 +180,7 @@ def forget_user(
     """
     if not yes and not typer.confirm(f"Erase all facts and messages of user {user}?"):
         raise InvalidInputError("not confirmed; nothing erased")
-    with _open(db) as memory:
+    with _erasing(db) as memory:  # the deployment's live stream redacted too
         result = _conversation_memory(memory).forget_user(user, reason="gieok forget-user")
     out.print(f"erased {result['facts']} fact(s), {result['messages']} message block(s), "
               f"{result['l1_rows']} recent message(s), {result['summary_items']} summary item(s) of user {user}; "

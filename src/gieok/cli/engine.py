@@ -16,7 +16,7 @@ from ..errors import InvalidInputError
 from ..memory import reindex as run_reindex
 from ..store.factory import open_store
 from ..types import Scope
-from .options import ChannelOpt, DbOption, GuildOpt, JsonFlag, UserOpt, _open, _scope, err, load, out
+from .options import ChannelOpt, DbOption, GuildOpt, JsonFlag, UserOpt, _erasing, _open, _scope, err, load, out
 from .options import progress as _progress
 
 __all__ = ["engine_commands"]
@@ -239,7 +239,7 @@ def forget(
         if not sys.stdin.isatty():
             raise InvalidInputError("forget erases content permanently; pass --yes to confirm")
         typer.confirm(f"Erase {len(block_indices)} block(s) permanently?", abort=True)
-    with _open(db) as memory:
+    with _erasing(db) as memory:  # the deployment's live stream redacted too
         erased = memory.forget(block_indices)
     out.print(f"forgot {len(erased)} block(s): {', '.join(map(str, erased)) or 'none (already forgotten)'}")
 

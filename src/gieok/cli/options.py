@@ -14,7 +14,7 @@ from ..memory import Memory
 from ..server.settings import ServerSettings
 
 __all__ = ["load", "out", "err", "DbOption", "RedisOption", "JsonFlag", "GuildOpt", "ChannelOpt", "UserOpt", "_open",
-           "_scope", "given", "progress", "rate_column"]
+           "_erasing", "_scope", "given", "progress", "rate_column"]
 
 out = Console()
 err = Console(stderr=True)
@@ -46,6 +46,30 @@ def _open(db: str | Path | None, **overrides: Any) -> Memory:
     if db is not None:
         overrides["db"] = str(db)
     return Memory(settings=load(), **overrides)
+
+
+@contextmanager
+def _erasing(db: str | Path | None) -> Iterator[Memory]:
+    """The memory at --db for an erasure (`gieok forget`, `gieok forget-user`), opened as the default
+    tenant of a deployment whose home it is: what the erasure publishes reaches the deployment's live
+    stream wherever that is kept, as a `gieok mcp`'s erasure does — the Redis stream (`--redis` /
+    GIEOK_REDIS) redacted at once, or without Redis the servers' own buffers through the store's event
+    relay (each `gieok serve` on it reads the relay); and the webhooks' queue. A server running beside
+    this command otherwise kept, until they left its stream, the events of what was erased that name
+    no block (a user's flagged message, a fact the model made of their words)."""
+    from ..server import ServerState
+    from ..types import DEFAULT_TENANT
+
+    settings = load(**given(db))
+    state = ServerState.open(settings)
+    try:
+        if state.bus.shared is None:  # no Redis: the servers stream what this process writes to the relay
+            state.bus.relay = state.event_relay
+        with Memory(settings=settings) as memory:
+            state.tenants.attach(DEFAULT_TENANT, memory)
+            yield memory
+    finally:
+        state.close()
 
 
 def given(db: str | Path | None = None, redis: str | None = None) -> dict[str, str]:
