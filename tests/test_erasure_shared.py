@@ -236,3 +236,31 @@ def test_an_operators_erasure_beside_a_running_server_redacts_its_stream(stream:
             time.sleep(0.05)
         held = json.dumps([e.data for e in state.bus.recent("default", n=100)], ensure_ascii=False)
     assert "4821" not in held and '"7"' not in held, held
+
+
+def test_an_operators_erasure_with_no_server_running_leaves_no_relay_row_naming_the_user(tmp_path: Path) -> None:
+    """The same command with no server on the memory: the relay row it wrote for the servers names
+    the user, and none takes it up — it is deleted as the command ends (before, it stayed until some
+    later process trimmed the relay). Every table scanned for the id but the blocks' headers."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    home = tmp_path / "home.db"
+    with Memory(home) as memory:
+        turns(memory, (SECRET, "user-4821x"), ("준호: 오 알겠어", "junho"))
+    done = subprocess.run([sys.executable, "-m", "gieok.cli", "forget-user", "user-4821x", "--yes", "--db", str(home)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    conn = sqlite3.connect(home)
+    try:
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                  if row[0] != "blocks"]  # a forgotten block's header keeps its scope ids (privacy.md, what stays)
+        naming = [table for table in tables
+                  if any("user-4821x" in str(value) for row in conn.execute(f'SELECT * FROM "{table}"')
+                         for value in row)]
+        relayed = conn.execute("SELECT type FROM event_relay").fetchall()
+    finally:
+        conn.close()
+    assert naming == [], naming
+    assert ("memory.forgotten",) in relayed and ("user.erased",) not in relayed, relayed

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..coordination import Event, SharedEventLog
-from ..coordination.events import MEMORY_FORGOTTEN, REDACTED, Redaction, event_marks, redaction_of
+from ..coordination.events import MEMORY_FORGOTTEN, REDACTED, USER_ERASED, Redaction, event_marks, redaction_of
 from ..errors import CoordinationUnavailableError, GieokError, InvalidInputError
 from ..memory.events import ErasedElsewhere
 from ..store.relay import EventRelayStore
@@ -207,6 +207,7 @@ class EventBus:
         # A process without a stream of its own (`gieok mcp`): events go to the store's relay, and every
         # `gieok serve` on the memory streams them with ids of its own (server/relay.py)
         self.relay: EventRelayStore | None = None
+        self.relayed_erasures: list[int] = []  # the relay rows of `user.erased` this process wrote (they name the user)
         # A server process's own stream among others (`--workers N`, no Redis): what an erasure here
         # redacted is told to them, who redact theirs (`RelayPump.tell`; set by the server's pump)
         self.siblings: Callable[[str, str, float, dict[str, Any]], None] | None = None
@@ -262,7 +263,9 @@ class EventBus:
             if redaction is not None:  # the relay's copies of the erased data go first, as the buffer's do
                 held = redaction.held
                 self.relay.redact(tenant, lambda held_data: held(Event(0, "", 0.0, held_data)), dict(REDACTED))
-            self.relay.append(tenant, type, now, data)  # whole: a server redacts its own buffer with it
+            relay_id = self.relay.append(tenant, type, now, data)  # whole: a server redacts its own buffer with it
+            if type == USER_ERASED:
+                self.relayed_erasures.append(relay_id)
             return Event(0, type, now, published)
         with self._lock:
             log = self._log(tenant)

@@ -16,6 +16,7 @@ from ..chat.compose import build_llm, build_pipeline
 from ..chat.conversation.memory import ConversationMemory
 from ..chat.llm.base import LLM
 from ..coordination import RedisConnection, SharedEventLog
+from ..errors import GieokError
 from ..memory import Memory
 from ..store.base import Store
 from ..store.factory import open_store
@@ -33,6 +34,7 @@ from .webhooks import Webhooks
 
 log = logging.getLogger("gieok.server")
 SETTLE_SECONDS = 30.0  # a shutdown waits this long for turn blocks written behind
+RELAY_TAKE_UP_SECONDS = 2.0  # a process closing waits this long for a server to take up a user's erasure it relayed
 
 __all__ = ["ServerState"]
 
@@ -128,6 +130,24 @@ class ServerState:
 
             self._warming = start_warming(self.tenants, names, self.readiness, self._stop_warming)
 
+    def _settle_relayed_erasures(self) -> None:
+        """A process without a stream of its own (`gieok mcp`, `gieok forget-user`) wrote users'
+        erasures to the relay, naming them for the servers' buffers: it waits a moment for a server
+        to take each up (they read every quarter second; those are then trimmed after a minute),
+        and deletes the ones none took — no server runs, and one that starts later holds nothing of
+        theirs — rather than leave the id behind until some process next trims the relay."""
+        relay, written = self.event_relay, self.bus.relayed_erasures
+        if relay is None or not written:
+            return
+        try:
+            deadline = time.monotonic() + RELAY_TAKE_UP_SECONDS
+            while time.monotonic() < deadline and any(row.claimed_by is None for row in relay.rows(written)):
+                time.sleep(0.05)
+            relay.withdraw_unclaimed(written)
+        except GieokError as exc:  # the store is away: the next trim drops them (after a minute)
+            log.warning("could not settle the users' erasures written to the event relay: %s", exc)
+        written.clear()
+
     @property
     def event_relay(self) -> EventRelayStore | None:
         """The home store's event relay (store/relay.py): what `gieok mcp` writes, `gieok serve` streams."""
@@ -175,6 +195,7 @@ class ServerState:
             self._forget_stop_hook = None
         self.tenants.close()
         self.bus.close()  # unused reserved event ids go back: the next process goes on from the last one
+        self._settle_relayed_erasures()
         if self._keys_store is not None:
             self._keys_store.close()
             self._keys_store = None

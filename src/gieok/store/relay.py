@@ -67,6 +67,8 @@ class EventRelayStore(Protocol):
 
     def redact(self, tenant: str, held: Callable[[dict[str, Any]], bool], replacement: dict[str, Any]) -> int: ...
 
+    def withdraw_unclaimed(self, relay_ids: Sequence[int]) -> int: ...
+
 
 def _row(row: Sequence[Any]) -> RelayedEvent:
     return RelayedEvent(int(row[0]), str(row[1]), float(row[2]), str(row[3]), json.loads(row[4]), row[5])
@@ -138,6 +140,16 @@ class EventRelayTable:
             rows = conn.execute(f"SELECT relay_id FROM event_relay WHERE claimed_by = ? AND relay_id IN ({marks})",
                                 (holder, *relay_ids)).fetchall()
         return {int(row[0]) for row in rows}
+
+    def withdraw_unclaimed(self, relay_ids: Sequence[int]) -> int:
+        """Delete the rows of these ids that no server took up: a `user.erased` a process wrote while
+        no server ran names the user for nobody (a server that starts later has nothing buffered)."""
+        if not relay_ids:
+            return 0
+        marks = ", ".join("?" for _ in relay_ids)
+        with self.store.transaction() as conn:
+            return int(conn.execute(f"DELETE FROM event_relay WHERE claimed_by IS NULL AND relay_id IN ({marks})",
+                                    tuple(relay_ids)).rowcount)
 
     def redact(self, tenant: str, held: Callable[[dict[str, Any]], bool], replacement: dict[str, Any]) -> int:
         """A user or blocks were erased (`coordination.events.redaction_of`): the rows of `tenant`
