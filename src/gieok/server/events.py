@@ -193,6 +193,17 @@ class SharedFeed:
             self._bus._feed_closed(self._tenant)
 
 
+def relay_written(relay: EventRelayStore, tenant: str, type: str, at: float, data: dict[str, Any],
+                  redaction: Redaction | None, claimed_by: str | None = None) -> int:
+    """`type`/`data` written to the relay for the servers to stream (the relay's id): an erasure
+    (`redaction`) first redacts the relay's rows that held the data, as each server's buffer then
+    does; its row is whole (a `user.erased` names the user), for the servers to redact with it."""
+    if redaction is not None:
+        held = redaction.held
+        relay.redact(tenant, lambda held_data: held(Event(0, "", 0.0, held_data)), dict(REDACTED))
+    return relay.append(tenant, type, at, data, claimed_by=claimed_by)
+
+
 class EventBus:
     """Per-tenant sequences and ring buffers of events; `publish` from any thread, `feed` to
     consume one tenant's events in an event loop. With `shared`, the sequences and buffers are
@@ -260,10 +271,7 @@ class EventBus:
         redaction, published = redaction_of(type, data)
         if self.relay is not None:
             now = self.clock() if at is None else at
-            if redaction is not None:  # the relay's copies of the erased data go first, as the buffer's do
-                held = redaction.held
-                self.relay.redact(tenant, lambda held_data: held(Event(0, "", 0.0, held_data)), dict(REDACTED))
-            relay_id = self.relay.append(tenant, type, now, data)  # whole: a server redacts its own buffer with it
+            relay_id = relay_written(self.relay, tenant, type, now, data, redaction)
             if type == USER_ERASED:
                 self.relayed_erasures.append(relay_id)
             return Event(0, type, now, published)

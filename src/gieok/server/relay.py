@@ -26,11 +26,10 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..coordination import Event
-from ..coordination.events import REDACTED, redaction_of
+from ..coordination.events import redaction_of
 from ..errors import GieokError
 from ..store.relay import EventRelayStore, RelayedEvent
-from .events import EventBus
+from .events import EventBus, relay_written
 
 __all__ = ["RelayPump", "POLL_SECONDS", "LOOK_BACK_SECONDS"]
 
@@ -98,11 +97,8 @@ class RelayPump:
         the relay's rows holding it are redacted, and the event is written for the other servers,
         claimed by this one (a worker thread's call: `EventBus.siblings`)."""
         redaction = redaction_of(type, data)[0]
-        if redaction is None:
-            return
-        held = redaction.held
-        self.table.redact(tenant, lambda held_data: held(Event(0, "", 0.0, held_data)), dict(REDACTED))
-        self.table.append(tenant, type, at, data, claimed_by=self.holder)
+        if redaction is not None:
+            relay_written(self.table, tenant, type, at, data, redaction, claimed_by=self.holder)
 
     def _publish(self, row: RelayedEvent, hooks: bool) -> None:
         event = self.bus.publish(row.tenant, row.type, row.data, at=row.time, relayed=True)
