@@ -380,8 +380,9 @@ def test_a_block_added_through_rest_appears_in_the_live_feed_within_a_second(ses
     expect(page.locator("#live-status")).to_contain_text("connected")
     text = f"라이브 테스트 {time.time_ns()}: 보리가 캣타워 꼭대기에서 잔다"
     with served.rest() as client:
-        client.post("/v1/memories", json={"text": text, "scope": {"guild": served.guild, "channel": "live-test"},
-                                          "speaker": "민지"}).raise_for_status()
+        scope = {"guild": served.guild, "channel": "live-test"}
+        added = client.post("/v1/memories", json={"text": text, "scope": scope, "speaker": "민지"})
+        added.raise_for_status()
         posted = time.monotonic()
         expect(page.locator("#feed")).to_contain_text(text, timeout=1000)
         assert time.monotonic() - posted < 1.0
@@ -403,6 +404,14 @@ def test_a_block_added_through_rest_appears_in_the_live_feed_within_a_second(ses
         expect(page.locator("#feed li", has_text=missed)).to_have_count(1, timeout=5000)
         expect(page.locator("#live-status")).to_contain_text("connected")
         expect(page.locator("#feed li", has_text=text)).to_have_count(1)
+        # a deletion: the words leave the open page too — it reads its feed again from the server's
+        # buffer, where the events that held them are redacted (same ids); the others come back once
+        client.delete(f"/v1/memories/{added.json()['block_index']}").raise_for_status()
+        expect(page.locator("#feed li", has_text=text)).to_have_count(0, timeout=5000)
+        expect(page.locator("#feed li", has_text="(redacted:").first).to_be_visible()
+        expect(page.locator("#feed li", has_text="memory.forgotten")).to_have_count(1)
+        expect(page.locator("#feed li", has_text=missed)).to_have_count(1)
+        expect(page.locator("#live-status")).to_contain_text("connected")
     expect(page.locator("#health")).to_contain_text("No bot runs")
 
 

@@ -53,8 +53,14 @@
 
   function ms(v) { return (Number(v) || 0).toFixed(1) + " ms"; }
 
+  // Events that say data was erased: the server's buffer holds what they name redacted, and this page,
+  // which may show that data already, reads its feed again from there (coordination/events.py)
+  const ERASURES = new Set(["memory.forgotten", "user.erased", "summary.withdrawn", "pipeline.message_deleted",
+    "pipeline.message_edited"]);
+
   function describe(e) {
     const d = e.data || {};
+    if (typeof d.redacted === "string") return "(redacted: " + d.redacted + ")";
     switch (e.type) {
       case "memory.added":
         return (d.blocks || []).slice(0, 3).map((b) => "#" + b.block_index + " " + b.text).join(" · ") +
@@ -88,6 +94,8 @@
     const pause = document.getElementById("live-pause");
     let lastSeq = Number(root.dataset.since || 0);
     let retry = 0;
+    let seenUpTo = lastSeq;  // the newest event handled: a replay's older ones are not charted or acted on twice
+    let replayFrom = null;  // set when the feed is read again after an erasure
     let paused = false;
     let held = [];
     let socket = null;
@@ -149,10 +157,20 @@
     }
 
     function handle(e) {
-      if (e.seq) lastSeq = Math.max(lastSeq, e.seq);
-      if (e.type === "turn.timings") chartTurn(e);
-      if (paused) { held.push(e); return; }
-      show(e);
+      const fresh = !e.seq || e.seq > seenUpTo;
+      if (e.seq) { lastSeq = Math.max(lastSeq, e.seq); seenUpTo = Math.max(seenUpTo, e.seq); }
+      if (fresh && e.type === "turn.timings") chartTurn(e);
+      if (paused) held.push(e); else show(e);
+      if (fresh && ERASURES.has(e.type)) readAgain();
+    }
+
+    function readAgain() {
+      // What this page shows (and holds while paused) may carry the erased words: it is dropped and
+      // read again from the server's buffer, which holds those events redacted under the same ids.
+      const shown = Array.from(feed.children).map((item) => Number(item.dataset.seq)).filter((seq) => seq > 0)
+        .concat(held.map((e) => e.seq).filter((seq) => seq > 0));
+      replayFrom = shown.length ? Math.min(...shown) - 1 : lastSeq;
+      if (socket) socket.close();
     }
 
     function connect() {
@@ -166,6 +184,14 @@
         setStatus("connected · last event #" + lastSeq, "connected");
       };
       socket.onclose = (event) => {
+        if (replayFrom !== null && event.code !== 4401 && event.code !== 4403) {
+          lastSeq = replayFrom;
+          replayFrom = null;
+          feed.textContent = "";
+          held = [];
+          connect();
+          return;
+        }
         if (event.code === 4401 || event.code === 4403) {
           setStatus("the session ended: log in again", "down");
           return;
