@@ -176,7 +176,8 @@ def test_a_users_erasure_on_one_worker_redacts_every_workers_stream(shared: str,
     its guard flags (`pipeline.injection_detected` names the user, no block) beside a secret; the
     first erases the user. The first tells the others through the relay (claimed by itself: its
     own pump passes it by, so its stream says `user.erased` once), and the second's stream drops
-    every event that held the user's words or named them — without the second reading its memory."""
+    every event that held the user's words or named them — without the second reading its memory.
+    The relay row that named the user is deleted when the first stops (the others have read it)."""
     home = shared if "://" in shared else str(tmp_path / "home.db")
     first, second = (ServerState.open(ServerSettings.load(db=home)) for _ in range(2))
     key, _ = first.keys.create("acme", "admin", "ops")
@@ -198,6 +199,16 @@ def test_a_users_erasure_on_one_worker_redacts_every_workers_stream(shared: str,
         own = [e.type for e in first.bus.recent("acme", n=100)]
     assert "4821" not in held and '"7"' not in held, held
     assert own.count("user.erased") == 1, own
+    # the relay row that named the user for the other worker is gone once the servers stop
+    after = ServerState.open(ServerSettings.load(db=home))
+    try:
+        assert after.event_relay is not None
+        relayed = [(row.type, row.data) for row in after.event_relay.after(0)]
+    finally:
+        after.close()
+    assert ("memory.forgotten" in [t for t, _ in relayed] and "user.erased" not in [t for t, _ in relayed]
+            and '"7"' not in json.dumps(relayed)), relayed
+    assert all("block_indices" in data for kind, data in relayed if kind == "memory.forgotten"), "says which, whole"
 
 
 @pytest.mark.parametrize("stream", ["relay", "redis"])

@@ -200,7 +200,7 @@ def relay_written(relay: EventRelayStore, tenant: str, type: str, at: float, dat
     does; its row is whole (a `user.erased` names the user), for the servers to redact with it."""
     if redaction is not None:
         held = redaction.held
-        relay.redact(tenant, lambda held_data: held(Event(0, "", 0.0, held_data)), dict(REDACTED))
+        relay.redact(tenant, lambda held_type, held_data: held(Event(0, held_type, 0.0, held_data)), dict(REDACTED))
     return relay.append(tenant, type, at, data, claimed_by=claimed_by)
 
 

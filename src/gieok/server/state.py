@@ -143,7 +143,7 @@ class ServerState:
             deadline = time.monotonic() + RELAY_TAKE_UP_SECONDS
             while time.monotonic() < deadline and any(row.claimed_by is None for row in relay.rows(written)):
                 time.sleep(0.05)
-            relay.withdraw_unclaimed(written)
+            relay.withdraw(written)
         except GieokError as exc:  # the store is away: the next trim drops them (after a minute)
             log.warning("could not settle the users' erasures written to the event relay: %s", exc)
         written.clear()

@@ -65,9 +65,10 @@ class EventRelayStore(Protocol):
 
     def claim(self, relay_ids: Sequence[int], holder: str) -> set[int]: ...
 
-    def redact(self, tenant: str, held: Callable[[dict[str, Any]], bool], replacement: dict[str, Any]) -> int: ...
+    def redact(self, tenant: str, held: Callable[[str, dict[str, Any]], bool], replacement: dict[str, Any]) -> int:
+        ...
 
-    def withdraw_unclaimed(self, relay_ids: Sequence[int]) -> int: ...
+    def withdraw(self, relay_ids: Sequence[int], claimed_by: str | None = None) -> int: ...
 
 
 def _row(row: Sequence[Any]) -> RelayedEvent:
@@ -141,23 +142,26 @@ class EventRelayTable:
                                 (holder, *relay_ids)).fetchall()
         return {int(row[0]) for row in rows}
 
-    def withdraw_unclaimed(self, relay_ids: Sequence[int]) -> int:
-        """Delete the rows of these ids that no server took up: a `user.erased` a process wrote while
-        no server ran names the user for nobody (a server that starts later has nothing buffered)."""
+    def withdraw(self, relay_ids: Sequence[int], claimed_by: str | None = None) -> int:
+        """Delete the rows of these ids that no server took up (`claimed_by` None), or that `claimed_by`
+        holds: a `user.erased` names the user, and once the servers running have read it (or none
+        took it: none runs, and one that starts later has nothing buffered) it names them for nobody."""
         if not relay_ids:
             return 0
         marks = ", ".join("?" for _ in relay_ids)
+        held = "claimed_by IS NULL" if claimed_by is None else "claimed_by = ?"
         with self.store.transaction() as conn:
-            return int(conn.execute(f"DELETE FROM event_relay WHERE claimed_by IS NULL AND relay_id IN ({marks})",
-                                    tuple(relay_ids)).rowcount)
+            return int(conn.execute(f"DELETE FROM event_relay WHERE {held} AND relay_id IN ({marks})",
+                                    (*([] if claimed_by is None else [claimed_by]), *relay_ids)).rowcount)
 
-    def redact(self, tenant: str, held: Callable[[dict[str, Any]], bool], replacement: dict[str, Any]) -> int:
+    def redact(self, tenant: str, held: Callable[[str, dict[str, Any]], bool], replacement: dict[str, Any]) -> int:
         """A user or blocks were erased (`coordination.events.redaction_of`): the rows of `tenant`
-        whose data `held` names are kept redacted. Reads the tenant's rows of the last day: only
-        `gieok mcp` processes write here."""
+        that `held` (their type, their data) says hold them are kept redacted. Reads the tenant's
+        rows of the last day: `gieok mcp` processes and servers' erasures write here."""
         body = json.dumps(replacement, ensure_ascii=False)
-        changed = [int(row[0]) for row in self.store.fetch("SELECT relay_id, data FROM event_relay WHERE tenant = ?",
-                                                           (tenant,)) if held(json.loads(row[1]))]
+        changed = [int(row[0]) for row in self.store.fetch(
+            "SELECT relay_id, type, data FROM event_relay WHERE tenant = ?", (tenant,))
+                   if held(str(row[1]), json.loads(row[2]))]
         if changed:
             with self.store.transaction() as conn:
                 conn.executemany("UPDATE event_relay SET data = ? WHERE relay_id = ?", [(body, i) for i in changed])
