@@ -275,3 +275,26 @@ def test_an_operators_erasure_with_no_server_running_leaves_no_relay_row_naming_
         conn.close()
     assert naming == [], naming
     assert ("memory.forgotten",) in relayed and ("user.erased",) not in relayed, relayed
+
+
+def test_an_operators_erasure_with_redis_away_erases_nothing_and_says_why(tmp_path: Path) -> None:
+    """The deployment's Redis is away (GIEOK_REDIS set, nothing listening): `gieok forget-user`
+    waits as long as `startup_wait_seconds` says (0 here), then exits 1 with one line — and erases
+    nothing, rather than erase the store and leave the stream holding the user's words."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    home = tmp_path / "home.db"
+    with Memory(home) as memory:
+        turns(memory, (SECRET, "7"))
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "GIEOK_REDIS": f"redis://127.0.0.1:{port}/0", "GIEOK_STARTUP_WAIT_SECONDS": "0"}
+    done = subprocess.run([sys.executable, "-m", "gieok.cli", "forget-user", "7", "--yes", "--db", str(home)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1 and "Redis" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    with Memory(home) as memory:
+        assert words_stored(memory) == [SECRET]

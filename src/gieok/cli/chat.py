@@ -180,7 +180,7 @@ def forget_user(
     """
     if not yes and not typer.confirm(f"Erase all facts and messages of user {user}?"):
         raise InvalidInputError("not confirmed; nothing erased")
-    with _erasing(db) as memory:  # the deployment's live stream redacted too
+    with _erasing(db, "gieok forget-user") as memory:  # the deployment's live stream redacted too
         result = _conversation_memory(memory).forget_user(user, reason="gieok forget-user")
     out.print(f"erased {result['facts']} fact(s), {result['messages']} message block(s), "
               f"{result['l1_rows']} recent message(s), {result['summary_items']} summary item(s) of user {user}; "

@@ -239,7 +239,7 @@ def forget(
         if not sys.stdin.isatty():
             raise InvalidInputError("forget erases content permanently; pass --yes to confirm")
         typer.confirm(f"Erase {len(block_indices)} block(s) permanently?", abort=True)
-    with _erasing(db) as memory:  # the deployment's live stream redacted too
+    with _erasing(db, "gieok forget") as memory:  # the deployment's live stream redacted too
         erased = memory.forget(block_indices)
     out.print(f"forgot {len(erased)} block(s): {', '.join(map(str, erased)) or 'none (already forgotten)'}")
 

@@ -49,19 +49,25 @@ def _open(db: str | Path | None, **overrides: Any) -> Memory:
 
 
 @contextmanager
-def _erasing(db: str | Path | None) -> Iterator[Memory]:
+def _erasing(db: str | Path | None, who: str) -> Iterator[Memory]:
     """The memory at --db for an erasure (`gieok forget`, `gieok forget-user`), opened as the default
     tenant of a deployment whose home it is: what the erasure publishes reaches the deployment's live
     stream wherever that is kept, as a `gieok mcp`'s erasure does — the Redis stream (`--redis` /
     GIEOK_REDIS) redacted at once, or without Redis the servers' own buffers through the store's event
     relay (each `gieok serve` on it reads the relay); and the webhooks' queue. A server running beside
     this command otherwise kept, until they left its stream, the events of what was erased that name
-    no block (a user's flagged message, a fact the model made of their words)."""
+    no block (a user's flagged message, a fact the model made of their words). Redis or PostgreSQL
+    away: waited for as `gieok serve` does (`startup_wait_seconds`), then one line and nothing erased
+    — never erased with the stream left holding it."""
+    import logging
+
     from ..server import ServerState
+    from ..store.wait import ServiceWait
     from ..types import DEFAULT_TENANT
 
     settings = load(**given(db))
-    state = ServerState.open(settings)
+    state = ServiceWait(who, settings.startup_wait_seconds, log=logging.getLogger("gieok.cli"))(
+        ServerState.open, settings)
     try:
         if state.bus.shared is None:  # no Redis: the servers stream what this process writes to the relay
             state.bus.relay = state.event_relay
