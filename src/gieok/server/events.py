@@ -218,7 +218,9 @@ class EventBus:
         # A process without a stream of its own (`gieok mcp`): events go to the store's relay, and every
         # `gieok serve` on the memory streams them with ids of its own (server/relay.py)
         self.relay: EventRelayStore | None = None
-        self.relayed_erasures: list[int] = []  # the relay rows of `user.erased` this process wrote (they name the user)
+        # the relay rows of `user.erased` this process wrote — they name the user — with when, and who
+        # claimed them (a server telling its siblings: itself; None: for the servers to take up)
+        self.relayed_erasures: list[tuple[int, float, str | None]] = []
         # A server process's own stream among others (`--workers N`, no Redis): what an erasure here
         # redacted is told to them, who redact theirs (`RelayPump.tell`; set by the server's pump)
         self.siblings: Callable[[str, str, float, dict[str, Any]], None] | None = None
@@ -273,7 +275,7 @@ class EventBus:
             now = self.clock() if at is None else at
             relay_id = relay_written(self.relay, tenant, type, now, data, redaction)
             if type == USER_ERASED:
-                self.relayed_erasures.append(relay_id)
+                self.relayed_erasures.append((relay_id, time.monotonic(), None))
             return Event(0, type, now, published)
         with self._lock:
             log = self._log(tenant)

@@ -58,7 +58,6 @@ class RelayPump:
         self._skipped: dict[int, float] = {}
         self._trimmed = 0.0
         self.relayed = 0
-        self._erasures_told: list[tuple[int, float]] = []  # `user.erased` rows this server wrote, and when
 
     def begin(self) -> None:
         """Where to start (a worker thread's call): at the oldest row no server took, else after
@@ -101,19 +100,8 @@ class RelayPump:
         if redaction is None:
             return
         relay_id = relay_written(self.table, tenant, type, at, data, redaction, claimed_by=self.holder)
-        if type == USER_ERASED:  # names the user: deleted at the stop, once the others have read it
-            self._erasures_told.append((relay_id, time.monotonic()))
-
-    def _withdraw_told(self) -> None:
-        """At the stop: the users' erasures this server told the others, deleted once each is old enough
-        for every running server to have read it (they read every POLL_SECONDS) — rather than left
-        naming the user until some process next trims the relay (or never, if none runs again)."""
-        if not self._erasures_told:
-            return
-        newest = max(at for _, at in self._erasures_told)
-        time.sleep(max(0.0, newest + 4 * POLL_SECONDS - time.monotonic()))
-        self.table.withdraw([relay_id for relay_id, _ in self._erasures_told], claimed_by=self.holder)
-        self._erasures_told.clear()
+        if type == USER_ERASED:  # names the user: deleted at the close (`ServerState`), once the others read it
+            self.bus.relayed_erasures.append((relay_id, time.monotonic(), self.holder))
 
     def _publish(self, row: RelayedEvent, hooks: bool) -> None:
         event = self.bus.publish(row.tenant, row.type, row.data, at=row.time, relayed=True)
@@ -143,10 +131,6 @@ class RelayPump:
             stop.set()
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task
-        try:
-            await anyio.to_thread.run_sync(self._withdraw_told)
-        except GieokError as exc:  # the store is away: the next trim drops them (after a minute)
-            log.warning("event relay: could not delete the users' erasures told to the other servers: %s", exc)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`: a step every POLL_SECONDS. A store that is away (a restarting database) is

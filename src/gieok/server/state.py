@@ -35,6 +35,7 @@ from .webhooks import Webhooks
 log = logging.getLogger("gieok.server")
 SETTLE_SECONDS = 30.0  # a shutdown waits this long for turn blocks written behind
 RELAY_TAKE_UP_SECONDS = 2.0  # a process closing waits this long for a server to take up a user's erasure it relayed
+RELAY_READ_SECONDS = 1.0  # and gives the running servers this long to read it (they read every quarter second)
 
 __all__ = ["ServerState"]
 
@@ -131,21 +132,25 @@ class ServerState:
             self._warming = start_warming(self.tenants, names, self.readiness, self._stop_warming)
 
     def _settle_relayed_erasures(self) -> None:
-        """A process without a stream of its own (`gieok mcp`, `gieok forget-user`) wrote users'
-        erasures to the relay, naming them for the servers' buffers: it waits a moment for a server
-        to take each up (they read every quarter second; those are then trimmed after a minute),
-        and deletes the ones none took — no server runs, and one that starts later holds nothing of
-        theirs — rather than leave the id behind until some process next trims the relay."""
+        """Users' erasures this process wrote to the relay name the user, for the servers' buffers
+        (`EventBus.relayed_erasures`): one written for the servers to take up (`gieok mcp`, `gieok
+        forget-user`) is waited for, up to RELAY_TAKE_UP_SECONDS, and one a server told its siblings
+        is given the time they take to read it (every quarter second); then they are deleted — a row
+        no server took names the user for nobody (none runs; one that starts later holds nothing of
+        theirs) — rather than left until some process next trims the relay, or for good."""
         relay, written = self.event_relay, self.bus.relayed_erasures
         if relay is None or not written:
             return
         try:
+            waiting = [relay_id for relay_id, _, holder in written if holder is None]
             deadline = time.monotonic() + RELAY_TAKE_UP_SECONDS
-            while time.monotonic() < deadline and any(row.claimed_by is None for row in relay.rows(written)):
+            while time.monotonic() < deadline and any(row.claimed_by is None for row in relay.rows(waiting)):
                 time.sleep(0.05)
-            relay.withdraw(written)
+            time.sleep(max(0.0, max(at for _, at, _ in written) + RELAY_READ_SECONDS - time.monotonic()))
+            for holder in {holder for _, _, holder in written}:
+                relay.withdraw([relay_id for relay_id, _, by in written if by == holder], claimed_by=holder)
         except GieokError as exc:  # the store is away: the next trim drops them (after a minute)
-            log.warning("could not settle the users' erasures written to the event relay: %s", exc)
+            log.warning("could not delete the users' erasures written to the event relay: %s", exc)
         written.clear()
 
     @property
