@@ -298,3 +298,29 @@ def test_an_operators_erasure_with_redis_away_erases_nothing_and_says_why(tmp_pa
     assert done.returncode == 1 and "Redis" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     with Memory(home) as memory:
         assert words_stored(memory) == [SECRET]
+
+
+def test_a_replay_after_the_tenant_was_closed_and_opened_again_carries_no_deleted_block(tmp_path: Path) -> None:
+    """The worker that showed the secret closes its tenant's memory (one tenant open at a time:
+    another tenant's request evicts it) before the other worker deletes the block; opened again,
+    the memory hears of nothing (it loads what is live) — the replay still asks it which of the
+    buffered events' blocks are live."""
+    home = str(tmp_path / "home.db")
+    first = ServerState.open(ServerSettings.load(db=home, server_open_tenants=1))
+    second = ServerState.open(ServerSettings.load(db=home))
+    keys = {tenant: {"Authorization": f"Bearer {first.keys.create(tenant, 'write', 'agent')[0]}"}
+            for tenant in ("acme", "globex")}
+    with TestClient(create_app(first)) as one, TestClient(create_app(second)) as other:
+        assert first.readiness.done.wait(120) and second.readiness.done.wait(120)
+        stored = one.post("/v1/memories", json={"text": SECRET, "scope": CAFE}, headers=keys["acme"])
+        assert stored.status_code == 201, stored.text
+        assert one.post("/v1/search", json={"query": "현관 비밀번호", "k": 2}, headers=keys["acme"]).status_code == 200
+        assert one.post("/v1/memories", json={"text": "globex note", "scope": CAFE},
+                        headers=keys["globex"]).status_code == 201  # acme's memory is closed here
+        assert first.tenants.open_names() == ["globex"]
+        assert other.delete(f"/v1/memories/{stored.json()['block_index']}", headers=keys["acme"]).status_code == 200
+        last = first.bus.last_seq("acme")
+        with one.websocket_connect("/v1/events/ws?since=0", headers=keys["acme"]) as socket:
+            replay = [json.loads(socket.receive_text()) for _ in range(last)]
+    assert "4821" not in json.dumps(replay, ensure_ascii=False), replay
+    assert [event["data"] for event in replay[:2]] == [{"redacted": "this event held data that was erased"}] * 2
