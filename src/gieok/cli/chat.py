@@ -176,6 +176,8 @@ def forget_user(
 ) -> None:
     """Erase every fact about a user and every message they wrote, in all guilds.
 
+    A server running on the same --db (or sharing $GIEOK_REDIS) drops them from its live stream too.
+
     Example: gieok forget-user 42 --yes
     """
     if not yes and not typer.confirm(f"Erase all facts and messages of user {user}?"):

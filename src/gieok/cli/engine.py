@@ -233,6 +233,8 @@ def forget(
 ) -> None:
     """Erase blocks' content for privacy; the hash chain still verifies.
 
+    A server running on the same --db (or sharing $GIEOK_REDIS) drops them from its live stream too.
+
     Example: gieok forget 12 13 --yes
     """
     if not yes:
