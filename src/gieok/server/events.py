@@ -304,28 +304,33 @@ class EventBus:
         to do when the log is shared (Redis, the relay): the erasing process redacted it."""
         if self.shared is not None or self.relay is not None:
             return
-        with self._lock:
-            log = self._logs.get(tenant)
-            if log is None:
-                return
-            oldest = log.buffer[0].seq if log.buffer else 0
-            named = [int(mark[1:]) for mark, seqs in log.named.items()
-                     if mark[0] == "b" and seqs[-1] >= oldest] if blocks is None else []
+        named = self._buffered_blocks(tenant) if blocks is None else []
         erased = blocks if blocks is not None else (forgotten_among(named) if named else [])
         redaction = redaction_of(MEMORY_FORGOTTEN, {"block_indices": list(erased)})[0]
         if redaction is not None:  # as the erasing process's `memory.forgotten` redacted its own
             with self._lock:
-                log.redact(redaction)
+                log = self._logs.get(tenant)
+                if log is not None:
+                    log.redact(redaction)
 
     def holds_blocks_of(self, tenant: str) -> bool:
         """Whether this process's own buffer (not a shared log) holds events of `tenant` naming
         blocks: a replay of them asks the tenant's memory first which are still live
         (`TenantRegistry.refresh`), as another worker may have erased them."""
+        return bool(self._buffered_blocks(tenant))
+
+    def _buffered_blocks(self, tenant: str) -> list[int]:
+        """The blocks named by the events this process's own buffer holds of `tenant` (its mark
+        index, without the marks of events the buffer let go and the index still keeps); none
+        when the log is shared (Redis, the relay)."""
         if self.shared is not None or self.relay is not None:
-            return False
+            return []
         with self._lock:
             log = self._logs.get(tenant)
-            return log is not None and bool(log.buffer) and any(mark[0] == "b" for mark in log.named)
+            if log is None or not log.buffer:
+                return []
+            oldest = log.buffer[0].seq
+            return [int(mark[1:]) for mark, seqs in log.named.items() if mark[0] == "b" and seqs[-1] >= oldest]
 
     def erased_elsewhere(self, tenant: str) -> ErasedElsewhere:
         """What a tenant's memory calls (`MemoryEvents.on_erased_elsewhere`) when another process
