@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -400,44 +400,31 @@ def test_close_ends_the_shared_services_even_when_a_cancellation_is_lost(spawn: 
     run(scenario())
 
 
+async def _deleted(other: Process) -> None:
+    assert await other.core.delete(CAFE, ["m1"]) == 1  # the platform's deletion, received by the other replica
+
+
+async def _author_erased(other: Process) -> None:
+    erased = await asyncio.to_thread(other.core.pipeline.forget_user, "1")  # `forgetme`, handled by the other
+    assert erased["l1_rows"] == 1, erased
+
+
 @pytest.mark.slow
-def test_a_message_deleted_by_another_replica_while_it_waits_for_its_turn_is_not_answered(spawn: Any) -> None:
+@pytest.mark.parametrize("withdraw", [_deleted, _author_erased], ids=["deleted", "author_erased"])
+def test_a_message_withdrawn_by_another_replica_while_it_waits_for_its_turn_is_not_answered(
+        spawn: Any, withdraw: Callable[[Process], Awaitable[None]]) -> None:
     """One replica took the message in (stored, queued in Redis, waiting out its debounce); the
-    other received the platform's deletion. The turn finds the message's stored row gone — it
-    cannot claim it — so the message is neither answered nor written as a turn, and the reply
-    model never reads it."""
-    a, b = spawn(debounce_seconds=1.5, debounce_finished_seconds=1.5), spawn()
-
-    async def scenario() -> None:
-        await a.core.submit(msg("누리야 내 사물함 비밀번호는 7788이야", "m1"))
-        assert await b.core.delete(CAFE, ["m1"]) == 1
-        await a.core.submit(msg("누리야 오늘 점심 뭐 먹지", "m2"))
-        await settled(a, b, replies_expected=1)
-        await asyncio.sleep(2.0)  # a late turn of the deleted message would have come by now
-        await until(lambda: all(p.core.idle() for p in (a, b)))
-        await close_all(a, b)
-
-    run(scenario())
-    said = replies(a, b)
-    assert len(said) == 1 and "7788" not in said[0][1], said
-    assert not any("7788" in text for p in (a, b) for text in [*p.model.streams, *p.model.decisions]), \
-        "a model read it"
-    assert not any("7788" in text for text in turn_blocks(a.memory)), turn_blocks(a.memory)
-
-
-@pytest.mark.slow
-def test_a_user_erased_by_another_replica_while_their_message_waits_is_not_answered(spawn: Any) -> None:
-    """The same with the author erased (`forgetme` handled by the other replica) while their message
-    waits in the first one's turn: no reply to it, no turn of it, no model reads it."""
+    other received its deletion, or erased its author. The turn finds the message's stored row gone
+    — it cannot claim it — so the message is neither answered nor written as a turn, and no model
+    reads it."""
     a, b = spawn(debounce_seconds=1.5, debounce_finished_seconds=1.5), spawn()
 
     async def scenario() -> None:
         await a.core.submit(msg("누리야 내 사물함 비밀번호는 7788이야", "m1", user="1"))
-        erased = await asyncio.to_thread(b.core.pipeline.forget_user, "1")
-        assert erased["l1_rows"] == 1, erased
+        await withdraw(b)
         await a.core.submit(msg("누리야 오늘 점심 뭐 먹지", "m2", user="2"))
         await settled(a, b, replies_expected=1)
-        await asyncio.sleep(2.0)  # a late turn of the erased message would have come by now
+        await asyncio.sleep(2.0)  # a late turn of the withdrawn message would have come by now
         await until(lambda: all(p.core.idle() for p in (a, b)))
         await close_all(a, b)
 
