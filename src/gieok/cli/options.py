@@ -62,15 +62,11 @@ def _erasing(db: str | Path | None, who: str) -> Iterator[Memory]:
     import logging
 
     from ..server import ServerState
-    from ..store.wait import ServiceWait
     from ..types import DEFAULT_TENANT
 
     settings = load(**given(db))
-    state = ServiceWait(who, settings.startup_wait_seconds, log=logging.getLogger("gieok.cli"))(
-        ServerState.open, settings)
+    state = ServerState.open_without_stream(settings, who, logging.getLogger("gieok.cli"))
     try:
-        if state.bus.shared is None:  # no Redis: the servers stream what this process writes to the relay
-            state.bus.relay = state.event_relay
         with Memory(settings=settings) as memory:
             state.tenants.attach(DEFAULT_TENANT, memory)
             yield memory

@@ -43,7 +43,6 @@ from ..chat.conversation.facts import FactType, Statement
 from ..chat.conversation.memory import check_id
 from ..chat.conversation.recent import conversation_of
 from ..errors import AuthenticationError, GieokError, InvalidInputError
-from ..store.wait import ServiceWait
 from ..text import get_tokenizer
 from ..validate import check_time
 from . import compact
@@ -679,10 +678,7 @@ def run_stdio(settings: ServerSettings, key: str | None) -> None:
     if not settings.uses_database_server() and not home.exists():
         raise AuthenticationError(f"no memory at {home}: create it and a key first "
                                   f"(gieok keys create --db {home} --tenant default --role write)")
-    # PostgreSQL or Redis away (a restart): wait for it, a line on stderr each try, for startup_wait_seconds
-    state = ServiceWait("gieok mcp", settings.startup_wait_seconds, log=log)(ServerState.open, settings)
-    if state.bus.shared is None:  # no Redis: the events go to the store's relay, which every `gieok serve` streams
-        state.bus.relay = state.event_relay
+    state = ServerState.open_without_stream(settings, "gieok mcp", log)  # waits for PostgreSQL or Redis
     warmup: StdioWarmup | None = None
     try:
         principal = check_stdio_key(state, key)

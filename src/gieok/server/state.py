@@ -21,6 +21,7 @@ from ..memory import Memory
 from ..store.base import Store
 from ..store.factory import open_store
 from ..store.relay import EventRelayStore
+from ..store.wait import ServiceWait
 from .access import Access
 from .auth import ApiKeys
 from .duties import Duties
@@ -157,6 +158,17 @@ class ServerState:
     def event_relay(self) -> EventRelayStore | None:
         """The home store's event relay (store/relay.py): what `gieok mcp` writes, `gieok serve` streams."""
         return self._keys_store.event_relay if self._keys_store is not None else None
+
+    @classmethod
+    def open_without_stream(cls, settings: ServerSettings, who: str, log: logging.Logger) -> ServerState:
+        """The deployment for a process with no event stream of its own (`gieok mcp`, an operator's
+        `gieok forget-user`): PostgreSQL or Redis away, waited for (`startup_wait_seconds`, a line on
+        `log` each try); its events go to the Redis stream, else to the home store's relay, which
+        every `gieok serve` streams."""
+        state = ServiceWait(who, settings.startup_wait_seconds, log=log)(cls.open, settings)
+        if state.bus.shared is None:
+            state.bus.relay = state.event_relay
+        return state
 
     @classmethod
     def open(cls, settings: ServerSettings, *, auth: bool = True) -> ServerState:
