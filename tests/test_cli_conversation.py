@@ -121,3 +121,13 @@ def test_runtime_bench_arrival_schedules() -> None:
     even = arrival_schedule(4, 10.0, 2.0, "even")
     assert [(at, c) for at, c, _ in even[:4]] == [(0.0, 0), (0.125, 1), (0.25, 2), (0.375, 3)]
     assert arrival_schedule(4, 10.0, 2.0, "random", seed=3) == arrival_schedule(4, 10.0, 2.0, "random", seed=3)
+
+
+def test_an_access_request_to_a_file_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "bot.db"
+    for target in (tmp_path / "no" / "such" / "dir" / "42.json", tmp_path):
+        result = gieok("users", "export", "42", "--out", str(target), "--db", str(db))
+        assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith("error: cannot open") and "Traceback" not in result.stderr
+    written = gieok("users", "export", "42", "--out", str(tmp_path / "42.json"), "--db", str(db))
+    assert written.returncode == 0 and json.loads((tmp_path / "42.json").read_text(encoding="utf-8"))["user"] == "42"

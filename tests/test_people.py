@@ -6,8 +6,11 @@ tenants (nothing of one reachable from the other). Real SQLite, the real embedde
 from __future__ import annotations
 
 import json
+import sqlite3
 import tracemalloc
 from collections.abc import Iterator
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ from fastapi.testclient import TestClient
 from gieok.chat.conversation.facts import Statement
 from gieok.chat.conversation.memory import ConversationMemory
 from gieok.errors import DatabaseUnavailableError
-from gieok.server import ServerState, create_app
+from gieok.server import ServerState, compact, create_app
 from gieok.server.settings import ServerSettings
 
 CAFE = {"channel": "cafe", "guild": "g1"}
@@ -93,6 +96,7 @@ def test_erasing_one_user_leaves_the_other_and_needs_a_write_key(served: Served)
     assert other["erased"]["messages"] == 0, "another tenant's erasure reaches nothing here"
     receipt = served.call("DELETE", "/v1/users/u-minji", "write").json()
     assert receipt["user"] == "u-minji" and receipt["erased"]["messages"] == 2 and receipt["erased"]["names"] == 1
+    assert receipt["erased"]["l1_rows"] == 2, "her recent messages, counted before their turns took them along"
     assert [u["user"] for u in served.call("GET", "/v1/users", "read").json()["users"]] == ["u-alex"]
     found = served.call("POST", "/v1/search", "read", json={"query": "해운대 고양이 쿼카빌", "k": 10}).json()
     assert all("쿼카빌" not in hit["block"]["text"] and "해운대" not in hit["block"]["text"] for hit in found["hits"])
@@ -190,3 +194,86 @@ def test_an_access_request_is_streamed_its_memory_does_not_grow_with_the_user(tm
         data = json.loads("".join(conversation.user_data("u-big")))
     assert len(data["messages"]) == 4_000 and big_size > 3.5 * small_size
     assert big_peak < 1.5 * small_peak, (small_peak, big_peak)
+
+
+# -- times: refused when no calendar shows them, and never an error when stored ------------------
+
+@pytest.mark.parametrize("when", [1_794_103_200_000, 1e300, -1e12, "9999-12-31T00:00:00", "in three days"])
+def test_a_time_no_calendar_shows_or_still_to_come_is_refused_for_a_fact_by_name(served: Served, when: Any) -> None:
+    """Epoch milliseconds were stored as the year 58822 and then failed every page that showed the
+    fact; a start still to come made a fact "known" before it was true."""
+    when = (datetime.now(UTC) + timedelta(days=3)).isoformat() if when == "in three days" else when
+    listed = {"user": "u-alex", "history": "true"}
+    before = served.call("GET", "/v1/facts", "read", params=listed).json()["facts"]
+    told = served.call("POST", "/v1/facts", "write", json={"text": "<user:u-alex> likes coffee.", "user": "u-alex",
+                                                           "valid_from": when})
+    assert told.status_code == 400 and "valid_from" in told.json()["error"]["message"], told.text
+    fact = served.call("POST", "/v1/facts", "write", json={"text": "<user:u-alex> likes tea.", "user": "u-alex"})
+    fixed = served.call("PATCH", f"/v1/facts/{fact.json()['fact']['block_index']}", "write",
+                        json={"text": "<user:u-alex> likes green tea.", "valid_from": when})
+    assert fixed.status_code == 400 and "valid_from" in fixed.json()["error"]["message"], fixed.text
+    after = served.call("GET", "/v1/facts", "read", params=listed).json()["facts"]
+    assert [f["text"] for f in after] == [f["text"] for f in before] + ["<user:u-alex> likes tea."]
+
+
+@pytest.mark.parametrize("when", [1_794_103_200_000, 1e300, -1e12, "9999-12-31T00:00:00"])
+def test_a_memorys_time_and_a_query_bound_no_calendar_shows_are_refused_by_name(served: Served, when: Any) -> None:
+    blocks = served.call("GET", "/v1/stats", "read").json()["blocks"]
+    added = served.call("POST", "/v1/memories", "write", json={"text": "coffee at nine", "event_time": when})
+    assert added.status_code == 400 and "event_time" in added.json()["error"]["message"], added.text
+    assert served.call("GET", "/v1/stats", "read").json()["blocks"] == blocks
+    asked = served.call("GET", "/v1/facts", "read", params={"as_of": str(when)})
+    assert asked.status_code == 400 and "as_of" in asked.json()["error"]["message"], asked.text
+    found = served.call("POST", "/v1/search", "read", json={"query": "coffee", "since": when})
+    assert found.status_code == 400 and "since" in found.json()["error"]["message"], found.text
+    if when == 1_794_103_200_000:
+        assert "milliseconds" in added.json()["error"]["message"]
+
+
+def test_a_stored_time_no_calendar_shows_fails_no_page_and_no_read(served: Served) -> None:
+    """A memory written before times were checked may hold one (the year 58822): every page and
+    answer that shows it says it cannot, and the rest of the page is there."""
+    fact = served.call("POST", "/v1/facts", "write", json={"text": "<user:u-alex> likes coffee.", "user": "u-alex",
+                                                           "guild": "g1"}).json()["fact"]["block_index"]
+    turn = served.call("POST", "/v1/memories", "write", json={"text": "Alex drank coffee every morning in September",
+                                                               "scope": CAFE, "speaker": "u-alex"}).json()
+    with served.state.tenants.use("acme") as t, closing(sqlite3.connect(t.memory.store.path)) as db, db:
+        for block in (fact, turn["block_index"]):
+            db.execute("UPDATE blocks SET event_time = ? WHERE block_index = ?", (1_794_103_200_000.0, block))
+        db.execute("UPDATE facts SET valid_from = ? WHERE block_index = ?", (1_794_103_200_000.0, fact))
+    signed_in = served.client.post("/login", data={"key": served.keys["admin"], "next": "/"},
+                                   headers={"Origin": "http://testserver"}, follow_redirects=False)
+    assert signed_in.status_code == 303, signed_in.text
+    for page in ("/facts", "/facts?user=u-alex", "/users/u-alex", f"/blocks/{fact}", f"/blocks/{turn['block_index']}",
+                 "/search?q=coffee", "/search?q=what+did+Alex+drink+in+September%3F"):
+        shown = served.client.get(page)
+        assert shown.status_code == 200 and "coffee" in shown.text, (page, shown.status_code)
+    answers = [served.call("GET", "/v1/facts", "read", params={"user": "u-alex"}),
+               served.call("GET", "/v1/users/u-alex"),
+               served.call("POST", "/v1/search", "read", json={"query": "what did Alex drink in September?"}),
+               served.call("POST", "/v1/conversations/context", "read",
+                           json={**CAFE, "user": "u-alex", "query": "what does Alex drink in September?"})]
+    assert [a.status_code for a in answers] == [200] * 4 and all("coffee" in a.text for a in answers)
+    with served.state.tenants.use("acme") as t:  # what an MCP tool answers of it
+        told = compact.fact(t.conversation.facts.get(fact))
+    assert told["text"] == "<user:u-alex> likes coffee." and told["valid_from"] is None
+
+
+def test_a_correction_is_made_of_its_own_words_and_the_wrong_version_is_no_past(served: Served) -> None:
+    """The right version's keywords came from the wrong one's (its wrong words outlived its
+    erasure), and a context asked about the past showed the wrong version as where Alex once lived."""
+    def state_fact(text: str, when: str) -> Any:
+        return served.call("POST", "/v1/facts", "write", json={"text": text, "user": "u-alex", "guild": "g1",
+                                                               "valid_from": when}).json()["fact"]
+
+    state_fact("<user:u-alex> lives in Berlin.", "2026-09-01T09:00:00")
+    wrong = state_fact("<user:u-alex> lives in Lisbon.", "2026-10-01T09:00:00")["block_index"]
+    right = served.call("PATCH", f"/v1/facts/{wrong}", "write", json={"text": "<user:u-alex> lives in Porto."}
+                        ).json()["fact"]
+    assert "porto" in right["keywords"] and "lisbon" not in right["keywords"], right["keywords"]
+    asked = served.call("POST", "/v1/conversations/context", "read",
+                        json={**CAFE, "user": "u-alex", "query": "where did Alex live before?"}).json()["text"]
+    assert "Berlin" in asked and "Porto" in asked and "Lisbon" not in asked, asked
+    served.call("DELETE", f"/v1/facts/{wrong}", "write")
+    held = served.call("GET", "/v1/users/u-alex").text + served.call("GET", "/v1/export", "read").text
+    assert "lisbon" not in held.lower()

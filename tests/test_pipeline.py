@@ -277,8 +277,9 @@ def test_forget_user_erases_facts_messages_and_summary_mentions(memory: Memory) 
     before = pipeline.summaries.get(CAFE)
     assert "42" in before.participants and any("<user:42>" in p for p in before.key_points)
     result = pipeline.forget_user("42")
-    # the point and the topic naming them, and the topic line made from their messages (lineage)
-    assert result["facts"] == 1 and result["messages"] >= 1 and result["summary_items"] == 3
+    # the point and the topic naming them, the topic line made from their messages (lineage), and
+    # their place among the participants
+    assert result["facts"] == 1 and result["messages"] >= 1 and result["summary_items"] == 4
     assert all("치과" not in b.text for b in memory.iter_blocks())
     remaining = pipeline.l1.recent(CAFE)
     assert remaining and all(r.user_id != "42" for r in remaining)

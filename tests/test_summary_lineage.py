@@ -147,6 +147,23 @@ def test_a_second_process_never_writes_back_what_an_erasure_took(tmp_path: Path)
     assert stored.last_speaker == "7"
 
 
+def test_an_erasure_takes_the_user_from_a_summary_whose_items_a_deletion_took(tmp_path: Path) -> None:
+    """Their messages deleted first (the items made of them went), then the user erased: they
+    stayed a participant and the last speaker — in the summary, and hidden from their access request."""
+    store = SQLiteStore(str(tmp_path / "chat.db"))
+    summaries = SummaryStore(store.conversation)
+    summaries.note_speaker(CAFE, "7")
+    summaries.update(CAFE, {"new_point": ADDRESS}, users=["42"], messages=[3])
+    summaries.note_speaker(CAFE, "42")
+    assert summaries.forget_messages(CAFE, [3]) == 1
+    assert summaries.items_of("42") == [{"conversation": CAFE.as_dict(), "field": "participants",
+                                         "text": "<user:42>"}]
+    assert summaries.forget_user("42") == 1
+    kept = summaries.get(CAFE)
+    assert kept.participants == ("7",) and kept.last_speaker is None and summaries.items_of("42") == []
+    assert "42" not in str(kept.as_dict())
+
+
 def test_items_with_no_known_messages_go_at_a_deletion(tmp_path: Path) -> None:
     """A summary written before items kept their messages (or by a caller that named none): which
     messages made an item is not known, so any deletion in the conversation takes it."""

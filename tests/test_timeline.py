@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import random
+import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -269,12 +270,21 @@ def test_no_stored_time_turns_a_read_into_an_error(plain_server: Feed) -> None:
             t.conversation.tables.l1_append(key, "user", f"고양이 {number} 보리", "u1", "민지", bad, False, False,
                                             None, 50)
         t.memory.add("고양이 보리는 츄르를 좋아해", scope={"channel": "c"}, event_time=1_790_000_000)
-        t.conversation.facts.add("<user:u1>는 고양이 보리를 키운다.", fact_type="user_fact", user_id="u1",
-                                 when=1_790_000_000_000.0)
+        kept = t.conversation.facts.add("<user:u1>는 고양이 보리를 키운다.", fact_type="user_fact", user_id="u1",
+                                        when=1_790_000_000)
+        _store_as_before_times_were_checked(t.memory, kept.fact.block_index, 1_790_000_000_000.0)
     for query in ("고양이 보리", "what does the cat eat?"):
         answer = plain_server.post("/v1/conversations/context", {"channel": "c", "user": "u1", "query": query})
         assert answer.status_code == 200, answer.text
         assert "시각 불명" in answer.json()["text"] or "unknown time" in answer.json()["text"]
+
+
+def _store_as_before_times_were_checked(memory: Any, block_index: int, when: float) -> None:
+    """A fact and its block given a time no write accepts now, as a memory written before the
+    checks may hold (straight into its SQLite file)."""
+    with closing(sqlite3.connect(memory.store.path)) as db, db:
+        db.execute("UPDATE blocks SET event_time = ? WHERE block_index = ?", (when, block_index))
+        db.execute("UPDATE facts SET valid_from = ? WHERE block_index = ?", (when, block_index))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -13,8 +13,9 @@ from .errors import InvalidInputError, InvalidTypeError
 from .text.validate import check_encodable, clean_text
 from .types import Kind
 
-__all__ = ["check_kind", "check_kinds", "check_importance", "check_time", "check_message_time", "check_words",
-           "check_metadata", "check_speaker", "check_speaker_names", "check_k", "check_batch", "clean_text"]
+__all__ = ["check_kind", "check_kinds", "check_importance", "check_time", "storable_time", "check_message_time",
+           "check_words", "check_metadata", "check_speaker", "check_speaker_names", "check_k", "check_batch",
+           "clean_text"]
 
 _KINDS = {k.value for k in Kind}
 MAX_WORD_CHARS = 200
@@ -50,34 +51,73 @@ def check_importance(value: Any) -> float:
     return float(value)
 
 
-def check_time(value: Any, what: str = "time", *, zone: tzinfo = UTC) -> float | None:
+def check_time(value: Any, what: str = "time", *, zone: tzinfo = UTC, future: bool = True,
+               now: float | None = None) -> float | None:
     """Accept None, epoch seconds, a datetime or an ISO-8601 string (naive: in `zone`, UTC unless
-    the caller says)."""
+    the caller says), as epoch seconds. Refused: what no calendar shows (before the year 1 or from
+    the year 5138 on), epoch milliseconds (named as such) and, with `future=False`, a time more than
+    a day ahead of `now` — a stored time must be one every reader can show."""
     if value is None:
         return None
     if isinstance(value, bool):
         raise InvalidTypeError(f"{what} must be a datetime, ISO string or epoch seconds, not bool")
+    expected = "epoch seconds (e.g. 1790000000) or ISO 8601 (e.g. 2026-11-15T14:30:00+09:00)"
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise InvalidInputError(f"{what} must be finite")
-        return float(value)
-    if isinstance(value, str):
+        when = float(value)
+    elif isinstance(value, str):
         try:
-            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError:
-            raise InvalidInputError(f"{what} {value!r} is not an ISO-8601 date/time") from None
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=zone)
-        try:
-            return value.timestamp()
-        except (OverflowError, OSError, ValueError):
-            raise InvalidInputError(f"{what} {value.isoformat()} is out of range") from None
-    raise InvalidTypeError(f"{what} must be a datetime, ISO string or epoch seconds, not {type(value).__name__}")
+            raise InvalidInputError(f"{what} {value[:40]!r} is not an ISO-8601 date/time") from None
+        when = _datetime_seconds(parsed, what, zone)
+    elif isinstance(value, datetime):
+        when = _datetime_seconds(value, what, zone)
+    else:
+        raise InvalidTypeError(f"{what} must be a datetime, ISO string or epoch seconds, not {type(value).__name__}")
+    _check_calendar(when, value, what, expected)
+    if not future and when > (time.time() if now is None else now) + FUTURE_SLACK_SECONDS:
+        raise InvalidInputError(f"{what} {value!r} is more than a day in the future "
+                                f"({datetime.fromtimestamp(when, UTC):%Y-%m-%d %H:%M} UTC)")
+    return when
+
+
+def storable_time(seconds: float | None) -> float | None:
+    """`seconds` if a stored time may hold it (`check_time` accepts it), else None (the writer's
+    now): what a row written before times were checked passes on to what is made from it, so that
+    the block of a message stored with a time in milliseconds is written, not refused forever."""
+    try:
+        return check_time(seconds, "time")
+    except InvalidInputError:
+        return None
+
+
+def _datetime_seconds(value: datetime, what: str, zone: tzinfo) -> float:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=zone)
+    try:
+        return value.timestamp()
+    except (OverflowError, OSError, ValueError):
+        raise InvalidInputError(f"{what} {value.isoformat()} is out of range") from None
+
+
+_EARLIEST = -62_135_424_000.0  # 0001-01-03 UTC: a day in any zone, a calendar date still
+_MILLIS_FROM = 1e11  # 5138-11-16 in seconds, 1973-03-03 in milliseconds: a larger number is milliseconds
+
+
+def _check_calendar(when: float, value: Any, what: str, expected: str) -> None:
+    """A time no calendar shows is refused: a number from 1e11 on read as epoch milliseconds when
+    it is one (below 1e14: before the year 5138 in milliseconds), else out of range."""
+    if _EARLIEST <= when < _MILLIS_FROM:
+        return
+    if isinstance(value, (int, float)) and _MILLIS_FROM <= when < _MILLIS_FROM * 1000:
+        raise InvalidInputError(f"{what} {value!r} looks like epoch milliseconds; send {expected} "
+                                f"(milliseconds / 1000)")
+    raise InvalidInputError(f"{what} {value!r} is out of range (years 1 to 5138); send {expected}")
 
 
 FUTURE_SLACK_SECONDS = 86_400.0  # a message's clock may run ahead of ours, but not by more than a day
-_MILLIS_FROM = 1e11  # 5138-11-16 in seconds, 1973-03-03 in milliseconds: a larger number is milliseconds
 
 
 def check_message_time(value: Any, what: str = "time", *, zone: tzinfo = UTC, now: float | None = None) -> float | None:
@@ -93,10 +133,8 @@ def check_message_time(value: Any, what: str = "time", *, zone: tzinfo = UTC, no
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise InvalidInputError(f"{what} must be a finite number of {expected}")
-        if value >= _MILLIS_FROM:
-            raise InvalidInputError(f"{what} {value!r} looks like epoch milliseconds; send {expected} "
-                                    f"(milliseconds / 1000)")
         when = float(value)
+        _check_calendar(when, value, what, expected)
     elif isinstance(value, (str, datetime)):
         when = _iso_seconds(value, what, zone, expected)
     else:

@@ -233,7 +233,11 @@ def users_export(
             typer.echo()
             return
         written = 0
-        with to.open("w", encoding="utf-8") as handle:
+        try:
+            handle = to.open("w", encoding="utf-8")
+        except OSError as exc:  # a folder that is not there, a folder given as the file, no permission
+            raise InvalidInputError(f"cannot open {to}: {exc.strerror}") from None
+        with handle:
             for part in parts:
                 handle.write(part)
                 written += len(part)

@@ -303,7 +303,7 @@ class Memory:
         vector from this memory's embedder, when the caller has it. `speaker_names`: display names
         of speakers stored under an id, so a query naming someone ranks their turns."""
         self._check_open()
-        query = clean_text(query, max_chars=self.settings.max_text_chars, what="query")
+        query = clean_text(query, max_chars=self.settings.max_text_chars, what="query", setting="max_text_chars")
         k = check_k(k)
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -326,7 +326,7 @@ class Memory:
         """Every candidate a hybrid search for `query` considers, with its ranking features — what
         `gieok bench ranker` trains the learned ranker on. No layers, no cache."""
         self._check_open()
-        query = clean_text(query, max_chars=self.settings.max_text_chars, what="query")
+        query = clean_text(query, max_chars=self.settings.max_text_chars, what="query", setting="max_text_chars")
         return self._search.candidates(SearchRequest(query=query, k=1, scope=Scope.of(scope),
                                                      speaker_names=check_speaker_names(speaker_names)), query_vector)
 

@@ -35,7 +35,7 @@ def prepare(settings: Settings, tokenizer: Tokenizer, text: Any, *, kind: Any = 
             speaker: Any = None, event_time: Any = None, importance: Any = 0.5, keywords: Any = None,
             tags: Any = None, metadata: Any = None, analysis: Analysis | None = None) -> NewBlock:
     """One block ready to append (keywords from the text when not given)."""
-    text = clean_text(text, max_chars=settings.max_text_chars)
+    text = clean_text(text, max_chars=settings.max_text_chars, setting="max_text_chars")
     kind = check_kind(kind)
     scope = Scope.of(scope)
     speaker = check_speaker(speaker)
@@ -70,7 +70,7 @@ def checked_fields(items: Iterable[str | Mapping[str, Any]], max_chars: int) -> 
                 fields = dict(item)
             else:
                 raise InvalidTypeError(f"items must be strings or mappings, not {type(item).__name__}")
-            fields["text"] = clean_text(fields["text"], max_chars=max_chars)
+            fields["text"] = clean_text(fields["text"], max_chars=max_chars, setting="max_text_chars")
             fields_list.append(fields)
         except (InvalidInputError, InvalidTypeError) as exc:
             raise type(exc)(f"item {position}: {exc}") from None

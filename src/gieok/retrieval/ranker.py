@@ -27,7 +27,7 @@ import json
 import re
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
+from datetime import tzinfo
 from functools import lru_cache
 from importlib import resources
 from itertools import compress
@@ -38,7 +38,7 @@ import numpy as np
 
 from ..callbacks import cleared_on_erasure
 from ..index.search_index import CandidateFacts
-from ..text.dates import DateQuery, asks_when, question_dates
+from ..text.dates import DateQuery, asks_when, calendar_time, question_dates
 from ..text.romanize import hangul_name_keys, latin_name_keys, name_key
 
 __all__ = ["FEATURES", "Contributions", "LearnedRanker", "QueryContext", "candidate_features", "display_scores",
@@ -146,8 +146,9 @@ def _in_named_time(times: np.ndarray, dates: DateQuery, zone: tzinfo) -> np.ndar
         for i, t in enumerate(times.tolist()):
             if out[i]:
                 continue
-            day = datetime.fromtimestamp(t, zone)
-            if any(p.month == day.month and (p.day is None or p.day == day.day) for p in dates.patterns):
+            day = calendar_time(t, zone)
+            if day is not None and any(p.month == day.month and (p.day is None or p.day == day.day)
+                                       for p in dates.patterns):
                 out[i] = 1.0
     return out
 

@@ -7,11 +7,11 @@ the time and the score; a tool's `detail: true` gives the full record."""
 
 from __future__ import annotations
 
-import datetime as _dt
 from typing import Any
 
 from ..chat.agent.agents import AgentContext, Ingested
 from ..chat.conversation.facts import Fact
+from ..text.dates import calendar_time
 from ..types import Block, SearchResult
 
 __all__ = ["block", "search", "fact", "context", "ingested", "when"]
@@ -19,9 +19,10 @@ __all__ = ["block", "search", "fact", "context", "ingested", "when"]
 
 def when(epoch: float | None) -> str | None:
     """A time as ISO 8601 in UTC, to the second (a model reads it better than epoch seconds)."""
-    if epoch is None:
+    moment = None if epoch is None else calendar_time(epoch)
+    if moment is None:
         return None
-    return _dt.datetime.fromtimestamp(epoch, _dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def block(b: Block) -> dict[str, Any]:

@@ -430,7 +430,8 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None,
             if user is None and guild is None:
                 raise InvalidInputError("a fact is about a user (user) or a guild (guild)")
             facts = t.conversation.facts
-            when = check_time(valid_from, "valid_from", zone=ZoneInfo(t.conversation.settings.timezone))
+            when = check_time(valid_from, "valid_from", zone=ZoneInfo(t.conversation.settings.timezone),
+                              future=False)
             outcome = facts.add(text, fact_type=FactType.USER if user else FactType.GUILD, guild=guild,
                                 user_id=user, statement=Statement(facts.clock() if when is None else when,
                                                                   author=_author(caller())))

@@ -31,7 +31,7 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = ["DateQuery", "MonthDay", "asks_when", "mentions_time", "question_dates", "resolve_zone",
-           "ResolvedDate", "annotate_dates", "message_dates"]
+           "ResolvedDate", "annotate_dates", "message_dates", "calendar_time"]
 
 _MONTHS = {
     name: number
@@ -92,6 +92,17 @@ class DateQuery:
 
     def __bool__(self) -> bool:
         return bool(self.ranges or self.patterns)
+
+
+def calendar_time(epoch: float, zone: tzinfo = UTC) -> datetime | None:
+    """`epoch` (UNIX seconds) as a time in `zone`, or None for one no calendar holds. Times are
+    checked where they are written (`validate.check_time`), but a memory written before a check
+    existed may hold one (epoch milliseconds: the year 58822), and a stored value must never turn
+    a read — a page, a search, a prompt — into an error."""
+    try:
+        return datetime.fromtimestamp(epoch, zone)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def resolve_zone(name: str | None) -> tzinfo:
@@ -479,7 +490,10 @@ def message_dates(text: str, said_at: float, zone: tzinfo = UTC) -> list[Resolve
     ("the day before yesterday", not "yesterday"; "지난주 금요일", not "지난주")."""
     if not _MESSAGE_TRIGGER.search(text):
         return []
-    day = datetime.fromtimestamp(said_at, zone).date()
+    moment = calendar_time(said_at, zone)
+    if moment is None:
+        return []
+    day = moment.date()
     found = sorted(((m.start(), m.end(), resolve(m, day)) for pattern, resolve in _MESSAGE_PATTERNS
                     for m in pattern.finditer(text)), key=lambda f: (f[0], -f[1]))
     dates: list[ResolvedDate] = []

@@ -9,8 +9,9 @@ from ..errors import InvalidInputError, InvalidTypeError, TextTooLongError
 __all__ = ["clean_text", "check_encodable"]
 
 
-def clean_text(value: Any, *, max_chars: int, what: str = "text") -> str:
-    """Return `value` stripped of surrounding whitespace, or raise a typed error.
+def clean_text(value: Any, *, max_chars: int, what: str = "text", setting: str | None = None) -> str:
+    """Return `value` stripped of surrounding whitespace, or raise a typed error. `setting`: the
+    setting that makes `max_chars`, named in the error (none when the limit is fixed).
 
     Checks happen on the raw input before any truncation, so an over-long text is
     refused rather than silently cut (a bug of the system this project replaces).
@@ -18,7 +19,8 @@ def clean_text(value: Any, *, max_chars: int, what: str = "text") -> str:
     if not isinstance(value, str):
         raise InvalidTypeError(f"{what} must be a string, not {type(value).__name__}")
     if len(value) > max_chars:
-        raise TextTooLongError(f"{what} has {len(value):,} characters; the limit is {max_chars:,} (max_text_chars)")
+        named = f" ({setting})" if setting else ""
+        raise TextTooLongError(f"{what} has {len(value):,} characters; the limit is {max_chars:,}{named}")
     check_encodable(value, what)
     stripped = value.strip()
     if not stripped:

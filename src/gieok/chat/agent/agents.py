@@ -187,7 +187,7 @@ def check_messages(messages: Sequence[Any], max_text_chars: int, zone: tzinfo = 
             role = fields.get("role")
             if role not in ("user", "assistant"):
                 raise InvalidInputError(f"role must be 'user' or 'assistant', got {role!r}")
-            text = clean_text(fields.get("text"), max_chars=max_text_chars)
+            text = clean_text(fields.get("text"), max_chars=max_text_chars, setting="max_text_chars")
             user = check_id(fields.get("user"), "user", optional=True)
             if role == "user" and user is None:
                 raise InvalidInputError("user is missing: a user's message names who wrote it")
@@ -252,7 +252,7 @@ def agent_context(gatherer: ContextGatherer, guild: str | None, channel: str, *,
     if query is None:
         last = next((r for r in reversed(rows) if r.role == "user" and (user is None or r.user_id == user)), None)
         query = last.content if last is not None else ""
-    query = clean_text(query, max_chars=s.max_text_chars, what="query") if query else ""
+    query = clean_text(query, max_chars=s.max_text_chars, what="query", setting="max_text_chars") if query else ""
     read_ms = (time.perf_counter() - t) * 1000
     gathered = gatherer.gather(conversation, query=query, user=user, guild=conversation.guild, parts=parts,
                                facts_k=max(s.recall_k, budget_tokens // 100),

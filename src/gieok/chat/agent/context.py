@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo
 
 from ...callbacks import cleared_on_erasure
 from ...errors import ConfigError
-from ...text.dates import annotate_dates
+from ...text.dates import annotate_dates, calendar_time
 from ..llm.base import ChatMessage
 
 __all__ = ["Budget", "Section", "AssembledPrompt", "ContextBuilder", "MemoryLine", "RecentLine", "estimate_tokens",
@@ -79,11 +79,10 @@ def local_time(epoch: float | None, zone: ZoneInfo) -> _dt.datetime | None:
     call, and converting them took a tenth of the server's time for a context."""
     if epoch is None:
         return None
-    try:
-        return _dt.datetime.fromtimestamp(epoch, zone)
-    except (OverflowError, OSError, ValueError):
+    moment = calendar_time(epoch, zone)
+    if moment is None:
         log.warning("a stored time cannot be shown (%r seconds since 1970); written as unknown", epoch)
-        return None
+    return moment
 
 
 @functools.lru_cache(maxsize=8192)

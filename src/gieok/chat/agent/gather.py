@@ -189,7 +189,7 @@ class ContextGatherer:
     def _facts(self, query: str, *, guild: str | None, user: str | None, k: int) -> list[KnownFact]:
         found = self.facts.recall(query, guild=guild, user_id=user, k=k * 2, history=True)
         current = [(f, s) for f, s in found if f.current][:k]
-        old = [(f, s) for f, s in found if not f.current]
+        old = [(f, s) for f, s in found if not f.current and not f.never_held]  # a corrected one was never so
         if old and not asks_about_past(query):
             old = [(f, s) for f, s in old if self._names_what_only_it_names(query, f)]
         return [KnownFact(f.text, f.fact_type, f.user_id, f.guild, f.valid_from, f.valid_to, score, f.block_index)

@@ -46,6 +46,7 @@ from ...retrieval.passages import SPEAKER_NAME_KEY
 from ...store.conversation import ErasureUnderWayError, KnownMessage, L1Row, L1RowsTakenError
 from ...text.dates import annotate_dates
 from ...types import Scope, scope_from_key, scope_key
+from ...validate import storable_time
 from ..conversation.facts import Fact, Statement
 from ..conversation.memory import ConversationMemory, check_id
 from ..conversation.recent import conversation_of
@@ -788,7 +789,7 @@ class ConversationPipeline:
             items.append({"text": row.content, "scope": {"guild": where.guild, "channel": where.channel,
                                                           "user": row.user_id},
                           "speaker": row.user_id if row.role == "user" else assistant[:100],
-                          "event_time": row.created_at, "metadata": metadata})
+                          "event_time": storable_time(row.created_at), "metadata": metadata})
         return items
 
     def _snapshot(self, conversation: Scope) -> tuple[list[L1Row], int] | None:

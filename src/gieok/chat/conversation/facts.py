@@ -89,6 +89,11 @@ class Fact:
     def current(self) -> bool:
         return self.valid_to is None
 
+    @property
+    def never_held(self) -> bool:
+        """Superseded when it began: a correction's wrong version (`FactStore.correct`), never true."""
+        return self.valid_to is not None and self.valid_to <= self.valid_from
+
     def as_dict(self) -> dict[str, Any]:
         fields = {name: (list(v) if isinstance(v, tuple) else v)
                   for name, v in ((n, getattr(self, n)) for n in self.__slots__)}
@@ -552,7 +557,9 @@ class FactStore:
             self._expect(subject)
             chain = self._chain_of(subject, block_index)
             when = wrong.valid_from if valid_from is None else valid_from
-            new = _NewVersion(text, wrong.topic, tuple(wrong.keywords), None, None)
+            # Its keywords are made from its own text: the wrong version's (its wrong words among
+            # them) must not outlive that version's erasure in the right one.
+            new = _NewVersion(text, wrong.topic, (), None, None)
             return self._write(subject, chain, None, new, when, self.clock(), Statement(when, author=author),
                                "operator", None, 0.0, replaced=self.tables.facts_get([block_index])[block_index])
 

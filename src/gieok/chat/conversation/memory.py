@@ -218,10 +218,12 @@ class ConversationMemory:
         said = [b.text for b in self.memory.store.get_many(sorted(blocks)).values() if len(b.text) >= 8]
         # her recent messages whose turns were still to be written (`index="behind"`): no block to
         # forget, but their texts may be cache keys already (the guard's vectors, passages in flight)
-        unwritten = [row.content for row in self.tables.user_l1_rows(user_id) if row.block_index is None]
+        recent = self.tables.user_l1_rows(user_id)
+        unwritten = [row.content for row in recent if row.block_index is None]
         erased, refreshed = self.memory.forget_with_neighbours(sorted(blocks), unwritten) \
             if blocks or unwritten else ([], [])
-        removed = self.tables.l1_delete_user(user_id)
+        # counted before: forgetting their turns' blocks takes the rows that held them with it
+        removed = max(len(recent), self.tables.l1_delete_user(user_id))
         names = [name for name, *_ in self.tables.user_names_of(user_id)]
         summary_items = self.summaries.forget_user(user_id, names)
         self.tables.user_names_delete(user_id)

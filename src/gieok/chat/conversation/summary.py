@@ -173,7 +173,8 @@ class ChannelSummary:
         """"Forget me" for L2: the user leaves the participants, and every topic, point, topic
         line or mood made from their messages (`sources`) or naming them — `<user:ID>`, as
         extraction writes users, or one of their display `names` — is dropped. The operator's core
-        stays. Returns the scrubbed summary and how many items were dropped."""
+        stays. Returns the scrubbed summary and how many items were dropped (their place among the
+        participants one: a summary whose items a deletion already took still names them there)."""
         marks = [f"<user:{user_id}>", *(n for n in names if len(n) >= 2)]
 
         def theirs(field_name: str, item: str) -> bool:
@@ -182,6 +183,7 @@ class ChannelSummary:
         topics = tuple(t for t in self.ongoing_topics if not theirs("ongoing_topics", t))
         points = tuple(p for p in self.key_points if not theirs("key_points", p))
         dropped = (len(self.ongoing_topics) - len(topics)) + (len(self.key_points) - len(points))
+        dropped += int(user_id in self.participants or self.last_speaker == user_id)
         changes: dict[str, Any] = {"ongoing_topics": topics, "key_points": points,
                                    "participants": tuple(p for p in self.participants if p != user_id)}
         for name in ("topic", "mood"):
@@ -351,6 +353,9 @@ class SummaryStore:
                 continue
             current = _readable(key, data)
             scrubbed, _ = current.without_user(user_id, names)
+            if user_id in current.participants or current.last_speaker == user_id:
+                found.append({"conversation": scope_from_key(key).as_dict(), "field": "participants",
+                              "text": f"<user:{user_id}>"})
             for name in ("topic", "mood"):
                 if getattr(current, name) and not getattr(scrubbed, name):
                     found.append({"conversation": scope_from_key(key).as_dict(), "field": name,

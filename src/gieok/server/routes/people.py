@@ -135,7 +135,7 @@ def add_fact(body: FactIn, who: Caller, t: TenantDep) -> JSONResponse:
     facts = t.conversation.facts
     if body.user is None and body.guild is None:
         raise InvalidInputError("a fact is about a user (user) or a guild (guild)")
-    when = check_time(body.valid_from, "valid_from", zone=_zone(t))
+    when = check_time(body.valid_from, "valid_from", zone=_zone(t), future=False)
     said = facts.clock() if when is None else when
     outcome = facts.add(body.text, fact_type=FactType.USER if body.user else FactType.GUILD, topic=body.topic,
                         guild=check_id(body.guild, "guild", optional=True), user_id=check_id(body.user, "user",
@@ -148,7 +148,7 @@ def add_fact(body: FactIn, who: Caller, t: TenantDep) -> JSONResponse:
 @writes.patch("/facts/{fact_id}", summary="Correct a fact: a new version takes its place in its history")
 def correct_fact(fact_id: FactId, body: FactCorrectionIn, who: Caller, t: TenantDep) -> JSONResponse:
     facts = t.conversation.facts
-    when = check_time(body.valid_from, "valid_from", zone=_zone(t))
+    when = check_time(body.valid_from, "valid_from", zone=_zone(t), future=False)
     outcome = facts.correct(fact_id, body.text, author=_author(who), valid_from=when)
     return json_response({"action": "corrected", "fact": outcome.fact.as_dict() if outcome.fact else None,
                           "replaced": outcome.replaced.as_dict() if outcome.replaced else None})

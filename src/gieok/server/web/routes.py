@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote, urlencode
@@ -40,6 +39,7 @@ from markupsafe import Markup, escape
 from ... import __version__
 from ...chat.conversation.memory import check_id
 from ...errors import AuthenticationError, GieokError, InvalidInputError, NotFoundError
+from ...text.dates import calendar_time
 from ..auth import Principal
 from ..deps import principal_of, server_state
 from ..errors import status_of
@@ -146,7 +146,9 @@ def _clock(request: Request) -> Callable[[Any], str]:
     def when(epoch: Any, seconds: bool = False) -> str:
         if epoch in (None, ""):
             return "–"
-        moment = datetime.fromtimestamp(float(epoch), zone)
+        moment = calendar_time(float(epoch), zone)
+        if moment is None:
+            return f"? ({epoch} s)"
         return moment.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
 
     return when
