@@ -211,8 +211,8 @@ def test_a_deleted_message_leaves_no_copy_in_the_store_the_stream_or_the_caches(
     """One message deleted (`DELETE /v1/conversations/messages/m1`): its words are in no table (the
     catalogue's every table, scanned), in no event the stream still holds — its turn's
     `memory.added`, the `search.answered` that showed it, the fact's event, the `summary.updated`
-    that showed the point made from it (`summary.withdrawn` redacts those) — and in no cache kept by
-    text; the other messages' facts and turns stay."""
+    that showed the point made from it (`summary.withdrawn` redacts those), in no note working memory
+    promoted from it — and in no cache kept by text; the other messages' facts and turns stay."""
     bus = EventBus()
     memory = Memory(backend.location)
     memory.listener = bus.listener("acme")
@@ -230,12 +230,17 @@ def test_a_deleted_message_leaves_no_copy_in_the_store_the_stream_or_the_caches(
             memory.search("해운대 라벤더차 바다", k=3, scope=conversation_of("g1", "cafe"))
 
         _run(feed())
+        working = memory.layers.working  # her turn recalled, then let go: kept as a note, a copy of it
+        slot = next(s for s in working.all_slots() if s.content == first[0])
+        working.touch(slot)
+        assert working.promote_slot(slot, reason="evicted") is not None
+        assert [b.text for b in memory.iter_blocks() if b.kind == "note"] == [first[0]]
         shown = json.dumps([e.data for e in bus.recent("acme", n=10_000)], ensure_ascii=False)
         assert all(word in shown for word in first), "the stream showed her message before"
         assert any(e.type == "summary.updated" and "해운대" in json.dumps(e.data, ensure_ascii=False)
                    for e in bus.recent("acme", n=10_000))
         receipt = _run(pipeline.delete_message("g1", "cafe", "m1"))
-        assert receipt["erased"]["blocks"] == 1 and receipt["erased"]["facts"] >= 1
+        assert receipt["erased"]["blocks"] == 2 and receipt["erased"]["facts"] >= 1  # her turn and its note
         assert _scan(backend.location, backend.name, list(first)) == []
         held = [e for e in bus.recent("acme", n=10_000) if any(w in json.dumps(e.data, ensure_ascii=False)
                                                                for w in first)]

@@ -254,12 +254,19 @@ class WritePath:
 
     def forget(self, indices: list[int], texts: Sequence[str] = ()) -> list[int]:
         """Erase the content of blocks (checked indices); `BlockNotFoundError` for one that never was.
-        Their texts, and `texts` (`erase`), leave the caches in one pass."""
+        Their copies go with them: the notes working memory promoted from them (a turn's words kept
+        when its slot was let go), and notes promoted from those. Their texts, and `texts` (`erase`),
+        leave the caches in one pass."""
         with self.lock:
             existing = self.store.get_many(indices)
             missing = [i for i in indices if i not in existing]
             if missing:
                 raise BlockNotFoundError(f"no block with index {missing[0]}")
+            copies = self.store.notes_promoted_from(indices)
+            while copies := [i for i in copies if i not in existing]:
+                existing.update(self.store.get_many(copies))
+                indices = [*indices, *copies]
+                copies = self.store.notes_promoted_from(copies)
             self.indexes.sync()  # what other processes committed first is taken before the token moves past it
             erased = self.store.forget(indices, time.time())
             self.indexes.noted(forgotten=len(erased))

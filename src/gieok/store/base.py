@@ -12,6 +12,7 @@ four: the block operations directly and the others as `store.layers`, `store.con
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from .sessions import SessionStore
 from .webhooks import WebhookStore
 
 __all__ = ["Store", "BlockStore", "VectorSearchStore", "NewBlock", "IndexRows", "BM25Filter", "VerifyReport",
-           "verify_chain", "AppendHook", "TOKENIZER_KEY"]
+           "verify_chain", "AppendHook", "TOKENIZER_KEY", "PROMOTED_NOTES_SQL", "promoted_from_any"]
 
 TOKENIZER_KEY = "tokenizer"  # the meta key of what made the stored BM25 tokens (`Tokenizer.version`)
 
@@ -130,6 +131,28 @@ def verify_chain(blocks: Iterable[Block]) -> VerifyReport:
     return VerifyReport(True, checked, forgotten)
 
 
+# The live notes that may copy a block (`BlockStore.notes_promoted_from`): read with their metadata,
+# which says which block each was promoted from (`memory/layered.py`, `promoted_from.source_block`).
+PROMOTED_NOTES_SQL = ("SELECT block_index, metadata FROM blocks WHERE kind = 'note' AND forgotten_at IS NULL "
+                      "AND metadata LIKE '%\"source_block\"%'")
+
+
+def promoted_from_any(rows: Iterable[tuple[Any, Any]], blocks: Iterable[int]) -> list[int]:
+    """Of `PROMOTED_NOTES_SQL`'s rows, the notes promoted from one of `blocks` (a metadata that does
+    not parse names none: a stored value must not fail an erasure)."""
+    wanted = set(blocks)
+    found = []
+    for index, metadata in rows:
+        try:
+            data = json.loads(metadata)
+        except (TypeError, ValueError):
+            continue
+        promoted = data.get("promoted_from") if isinstance(data, dict) else None
+        if isinstance(promoted, dict) and promoted.get("source_block") in wanted:
+            found.append(int(index))
+    return found
+
+
 class BlockStore(Protocol):
     """The hash-chained long-term blocks with their vectors and BM25 tokens, and the store's
     key/value metadata. Every write is one transaction; `append` gives consecutive indices and
@@ -190,6 +213,11 @@ class BlockStore(Protocol):
     def load_tokens(self, after_block_index: int) -> list[tuple[int, str]]: ...
 
     def live_blocks_of_user(self, user_id: str) -> list[int]: ...
+
+    def notes_promoted_from(self, block_indices: Sequence[int]) -> list[int]:
+        """The live notes promoted from these blocks (working memory's copy of a turn it let go):
+        what an erasure of the blocks takes along."""
+        ...
 
     def orphan_fact_blocks(self) -> list[int]: ...
 

@@ -32,7 +32,17 @@ from ...chain import GENESIS
 from ...errors import CorruptDatabaseError, StoreError
 from ...types import Block, Scope
 from ...validate import check_batch
-from ..base import TOKENIZER_KEY, AppendHook, BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
+from ..base import (
+    PROMOTED_NOTES_SQL,
+    TOKENIZER_KEY,
+    AppendHook,
+    BM25Filter,
+    IndexRows,
+    NewBlock,
+    VerifyReport,
+    promoted_from_any,
+    verify_chain,
+)
 from ..conversation import ConversationStore, ConversationTables
 from ..idempotency import IdempotencyStore, IdempotencyTable
 from ..keys import KeyStore, KeyTable
@@ -477,6 +487,9 @@ class PostgresStore:
         """The live blocks of a user, any kind: theirs by scope (`user`) or by speaker ("forget me")."""
         return [int(r[0]) for r in self.db.fetch("SELECT block_index FROM blocks WHERE (user_id = ? OR speaker = ?) "
                                                  "AND forgotten_at IS NULL ORDER BY block_index", (user_id, user_id))]
+
+    def notes_promoted_from(self, block_indices: Sequence[int]) -> list[int]:
+        return promoted_from_any(self.db.fetch(PROMOTED_NOTES_SQL), block_indices) if block_indices else []
 
     def orphan_fact_blocks(self) -> list[int]:
         """Fact blocks without their `facts` row: a crash came between the two writes."""

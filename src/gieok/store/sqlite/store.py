@@ -33,7 +33,17 @@ from ...errors import (
 )
 from ...types import Block, Scope
 from ...validate import check_batch
-from ..base import TOKENIZER_KEY, AppendHook, BM25Filter, IndexRows, NewBlock, VerifyReport, verify_chain
+from ..base import (
+    PROMOTED_NOTES_SQL,
+    TOKENIZER_KEY,
+    AppendHook,
+    BM25Filter,
+    IndexRows,
+    NewBlock,
+    VerifyReport,
+    promoted_from_any,
+    verify_chain,
+)
 from ..conversation import ConversationStore, ConversationTables
 from ..full import is_storage_full, storage_full_error
 from ..idempotency import IdempotencyStore, IdempotencyTable
@@ -494,6 +504,12 @@ class SQLiteStore:
         with self._lock:
             return [r[0] for r in self._query("SELECT block_index FROM blocks WHERE (user_id = ? OR speaker = ?) "
                                               "AND forgotten_at IS NULL ORDER BY block_index", (user_id, user_id))]
+
+    def notes_promoted_from(self, block_indices: Sequence[int]) -> list[int]:
+        if not block_indices:
+            return []
+        with self._lock:
+            return promoted_from_any(self._query(PROMOTED_NOTES_SQL), block_indices)
 
     def orphan_fact_blocks(self) -> list[int]:
         """Fact blocks without their `facts` row: a crash came between the two writes."""
