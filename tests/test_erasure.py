@@ -433,3 +433,42 @@ def test_an_erasure_killed_midway_finishes_on_the_next_open(tmp_path: Path) -> N
         assert memory.search("비밀 메시지 쿼카빌", k=5).hits[0].block.text == "someone else's note" or \
             not memory.search("비밀 메시지 쿼카빌", k=5).hits
     assert _scan(str(path), "sqlite", ["쿼카빌", "비밀 메시지"]) == []
+
+
+def test_a_users_erasure_takes_the_replies_that_answered_them(backend: Backend) -> None:
+    """"forgetme" left the bot's replies to the user — which repeat what they said — in every table
+    and in the next prompt; a deleted message's reply already went with it. A reply answers what was
+    said since the last reply: found in the recent rows, and among the turns once those have moved
+    on (`l1_size` 3 here). Another user's reply, and the user's erasure's neighbours, stay."""
+    memory = Memory(backend.location)
+    try:
+        pipeline = ConversationPipeline(memory, llm=None, classifier=None,
+                                        settings=ChatSettings.over(memory.settings, l1_size=3))
+
+        def said(number: int, role: str, text: str, user: str | None = None) -> dict[str, Any]:
+            return {"id": f"m{number}", "role": role, "text": text, "time": T0 + 60 * number,
+                    **({"user": user, "name": user} if user else {})}
+
+        async def feed() -> None:
+            for number, message in enumerate([
+                    said(1, "user", "내 사물함 비밀번호는 ZZOLDLOCK 이야", MINJI),
+                    said(2, "assistant", "알겠어, ZZOLDLOCK 잘 기억해둘게"),
+                    said(3, "user", "I like hiking on weekends", ALEX),
+                    said(4, "assistant", "Hiking sounds lovely, Alex"),
+                    said(5, "user", "그리고 새 비번은 ZZNEWLOCK 으로 바꿨어", MINJI),
+                    said(6, "user", "what's for lunch?", ALEX),
+                    said(7, "assistant", "점심은 모르겠지만 ZZNEWLOCK 은 기억했어")]):
+                await pipeline.add_messages("g1", "cafe", [message])
+                assert number < 6 or pipeline.tables.l1_count() == 3
+
+        _run(feed())
+        data = json.loads("".join(pipeline.conversation.user_data(MINJI)))
+        assert sorted(r["text"] for r in data["replies"]) == ["알겠어, ZZOLDLOCK 잘 기억해둘게",
+                                                                "점심은 모르겠지만 ZZNEWLOCK 은 기억했어"]
+        receipt = pipeline.forget_user(MINJI)
+        assert receipt["messages"] == 4, receipt  # her two turns, and the two replies that answered them
+        assert _scan(backend.location, backend.name, ["ZZOLDLOCK", "ZZNEWLOCK"]) == []
+        kept = sorted(b.text for b in memory.iter_blocks() if b.kind == "turn" and not b.forgotten)
+        assert kept == ["Hiking sounds lovely, Alex", "I like hiking on weekends", "what's for lunch?"]
+    finally:
+        memory.close()

@@ -228,6 +228,25 @@ def test_a_batch_of_long_messages_is_kept_whole_and_shortened_only_in_the_prompt
     run(scenario())
 
 
+def test_deleting_any_part_of_a_reply_sent_in_parts_erases_the_reply(memory: Memory) -> None:
+    """A reply longer than a Discord message is sent in parts and stored as one turn under its
+    first part's id: deleting a later part erased nothing."""
+    async def scenario() -> None:
+        vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
+        core = make_core(memory, model, vt, outbox, **ONE_BY_ONE)
+        long = "누리야 이 긴 이야기 좀 들어봐 " + "ZZCHUNK 오늘 있었던 일인데 정말 길어 " * 80
+        await send_over(core, vt, [call(long[:3_900], mid="long")], 2.0)
+        await core.pipeline.settle(conversation_of("g1", "cafe"))
+        parts = [s.message_id for s in outbox.sent]
+        assert len(parts) >= 2, "the echo is sent in parts"
+        assert await core.delete(CAFE, [parts[-1]]) == 1
+        assert [b.text for b in memory.iter_blocks() if b.kind == "turn" and "답장" in b.text] == []
+        assert any(b.text.startswith("누리야 이 긴") for b in memory.iter_blocks() if b.kind == "turn")
+        await core.close()
+
+    run(scenario())
+
+
 def test_edits_and_deletions_follow_the_message_where_it_was_said(memory: Memory) -> None:
     async def scenario() -> None:
         vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
@@ -244,6 +263,7 @@ def test_edits_and_deletions_follow_the_message_where_it_was_said(memory: Memory
         texts = [b.text for b in memory.iter_blocks() if b.kind == "turn"]
         assert "누리야 점심은 라면 먹었어" in texts and "누리야 점심은 김밥 먹었어" not in texts
         assert not any("hunter2" in t for t in texts)
+        assert not any("김밥" in t for t in texts), "the reply that repeated the edited words went with them"
         hits = memory.search("비밀번호 hunter2", k=10)
         assert not any("hunter2" in h.block.text for h in hits)
         plan = await core.pipeline.preview(IncomingMessage("누리야 내 비밀번호 뭐였지?", user_id="1", channel="cafe",

@@ -237,6 +237,8 @@ class ConversationStore(Protocol):
 
     def l1_delete_user(self, user_id: str) -> int: ...
 
+    def l1_delete_messages(self, message_ids: Sequence[int]) -> int: ...
+
     def l1_user_blocks(self, user_id: str) -> list[int]: ...
 
     def l1_conversations(self, limit: int = 1000) -> list[tuple[Scope, int, float]]: ...
@@ -573,6 +575,11 @@ class ConversationTables:
     def l1_delete_user(self, user_id: str) -> int:
         with self.store.transaction() as conn:
             return conn.execute("DELETE FROM l1_messages WHERE user_id = ?", (user_id,)).rowcount
+
+    def l1_delete_messages(self, message_ids: Sequence[int]) -> int:
+        with self.store.transaction() as conn:
+            return sum(conn.execute("DELETE FROM l1_messages WHERE message_id = ?", (m,)).rowcount
+                       for m in message_ids)
 
     def l1_user_blocks(self, user_id: str) -> list[int]:
         return [r[0] for r in self._rows("SELECT block_index FROM l1_messages WHERE user_id = ? AND block_index "

@@ -6,12 +6,13 @@ no pipeline to open it.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -19,7 +20,7 @@ from ...callbacks import weakly
 from ...config import read_text_file
 from ...errors import InvalidInputError, InvalidTypeError
 from ...memory import Memory
-from ...store.conversation import ConversationStore, FactSourceRow
+from ...store.conversation import ConversationStore, FactSourceRow, L1Row
 from ...types import Scope, scope_from_key
 from ..settings import ChatSettings, chat_settings
 from .facts import FactStore, PairJudge
@@ -52,6 +53,7 @@ def check_id(value: Any, what: str, *, optional: bool = False) -> str | None:
 # an erasure's start: well under a second each; a holder that died lets it lapse); whoever waits for
 # it waits a little longer at most, then is told to try again.
 USER_LEASE_SECONDS = 30.0
+REPLY_WINDOW = 64  # blocks after a turn looked at for the reply that answered it (`replies_to`)
 
 
 class ConversationMemory:
@@ -151,7 +153,7 @@ class ConversationMemory:
         names = [{"name": n, "first_seen": a, "last_seen": b} for n, a, b in self.tables.user_names_of(user_id)]
         yield ', "names": ' + json.dumps(names, ensure_ascii=False)
         yield ', "messages": ['
-        after, first, notes = 0, True, []
+        after, first, notes, replies = 0, True, [], set()
         while rows := self.tables.user_blocks_page(user_id, after, page):
             parts = []
             for index, kind, guild, channel, text, when, metadata in rows:
@@ -165,12 +167,28 @@ class ConversationMemory:
             if parts:
                 yield ("" if first else ",") + ",".join(parts)
                 first = False
+            replies |= self._replies_after([row[0] for row in rows if row[1] == "turn"])
             after = int(rows[-1][0])
         yield '], "pending_messages": ' + json.dumps(
             [{"conversation": scope_from_key(r.scope_key).as_dict(), "time": r.created_at, "text": r.content,
               "message_id": r.external_id} for r in self.tables.user_l1_rows(user_id) if r.block_index is None],
             ensure_ascii=False)
         yield ', "notes": ' + json.dumps(notes, ensure_ascii=False)
+        recent, unwritten = self._replies_in_recent(self.tables.user_l1_rows(user_id))
+        yield ', "replies": ['
+        ordered, separator = sorted(replies | recent), ""
+        for start in range(0, len(ordered), page):
+            for b in self.memory.store.get_many(ordered[start:start + page]).values():
+                if not b.forgotten:
+                    yield separator + json.dumps({"block_index": b.block_index, "conversation": b.scope.as_dict(),
+                                                  "time": b.event_time, "text": b.text,
+                                                  "message_id": b.metadata.get("external_id")}, ensure_ascii=False)
+                    separator = ","
+        for r in unwritten:
+            yield separator + json.dumps({"conversation": scope_from_key(r.scope_key).as_dict(), "time": r.created_at,
+                                          "text": r.content, "message_id": r.external_id}, ensure_ascii=False)
+            separator = ","
+        yield "]"
         facts = self.facts.facts(user_id=user_id, include_history=True, limit=1_000_000)
         sources = self.facts.sources([f.block_index for f in facts])
         yield ', "facts": ' + json.dumps([{**f.as_dict(), "sources": [_source(s) for s in
@@ -185,6 +203,52 @@ class ConversationMemory:
         seen_as = [name for name, *_ in self.tables.user_names_of(user_id)]
         yield ', "summary_items": ' + json.dumps(self.summaries.items_of(user_id, seen_as), ensure_ascii=False)
         yield "}"
+
+    def replies_to(self, rows: Sequence[L1Row], blocks: Iterable[int]) -> tuple[set[int], list[L1Row]]:
+        """The replies (the bot's, an agent's) that answered a user's messages — `rows`, their recent
+        ones, and `blocks`, their blocks — which may repeat what they said: a reply answers what was
+        said in its conversation since the last reply, so each message's is the first reply after it.
+        Found in the recent rows while they hold it (its row, and its block once written), else among
+        the turns after the message's turn block. Returns (reply blocks, reply rows with no block yet)."""
+        found, unwritten = self._replies_in_recent(rows)
+        return found | self._replies_after(blocks), unwritten
+
+    def _replies_in_recent(self, rows: Sequence[L1Row]) -> tuple[set[int], list[L1Row]]:
+        found: set[int] = set()
+        unwritten: list[L1Row] = []
+        for key in sorted({row.scope_key for row in rows}):
+            theirs = {row.message_id for row in rows if row.scope_key == key}
+            answering = False
+            for line in self.tables.l1_since(key, min(theirs) - 1, 100_000):
+                if line.message_id in theirs:
+                    answering = True
+                elif line.role == "assistant" and answering:
+                    answering = False
+                    if line.block_index is None:
+                        unwritten.append(line)
+                    else:
+                        found.add(line.block_index)
+        return found, unwritten
+
+    def _replies_after(self, blocks: Iterable[int]) -> set[int]:
+        """For turn blocks out of the recent rows: the first reply after each in its conversation,
+        among the `REPLY_WINDOW` blocks written after it (a conversation's turns are written in its
+        order, so a reply is a later block; one read for them all)."""
+        turns = [b for b in self.memory.store.get_many(sorted(blocks)).values()
+                 if b.kind == "turn" and not b.forgotten and b.conv_pos is not None
+                 and b.metadata.get("role") != "assistant"]
+        later = sorted({i for t in turns for i in range(t.block_index + 1, t.block_index + 1 + REPLY_WINDOW)})
+        by_conversation: dict[tuple[str | None, str | None], list[int]] = {}
+        for b in sorted(self.memory.store.get_many(later).values(), key=lambda b: b.block_index):
+            if b.kind == "turn" and not b.forgotten and b.metadata.get("role") == "assistant":
+                by_conversation.setdefault((b.scope.guild, b.scope.channel), []).append(b.block_index)
+        found: set[int] = set()
+        for turn in turns:
+            replies = by_conversation.get((turn.scope.guild, turn.scope.channel), [])
+            first = bisect.bisect_right(replies, turn.block_index)
+            if first < len(replies) and replies[first] <= turn.block_index + REPLY_WINDOW:
+                found.add(replies[first])
+        return found
 
     def _summary_withdrawn(self, key: str, items: int) -> None:
         """Summary items withdrawn from a conversation: said on the live stream (`summary.withdrawn`),
@@ -215,15 +279,18 @@ class ConversationMemory:
         turns = self.tables.l1_user_blocks(user_id)
         blocks = {*turns, *self.memory.store.live_blocks_of_user(user_id)}
         blocks |= set(self.tables.notes_copying(user_id, sorted(blocks)))  # promoted before notes had users
+        recent = self.tables.user_l1_rows(user_id)
+        reply_blocks, reply_rows = self.replies_to(recent, blocks)
+        blocks |= reply_blocks
         said = [b.text for b in self.memory.store.get_many(sorted(blocks)).values() if len(b.text) >= 8]
         # her recent messages whose turns were still to be written (`index="behind"`): no block to
         # forget, but their texts may be cache keys already (the guard's vectors, passages in flight)
-        recent = self.tables.user_l1_rows(user_id)
-        unwritten = [row.content for row in recent if row.block_index is None]
+        unwritten = [row.content for row in [*recent, *reply_rows] if row.block_index is None]
         erased, refreshed = self.memory.forget_with_neighbours(sorted(blocks), unwritten) \
             if blocks or unwritten else ([], [])
         # counted before: forgetting their turns' blocks takes the rows that held them with it
         removed = max(len(recent), self.tables.l1_delete_user(user_id))
+        self.tables.l1_delete_messages([row.message_id for row in reply_rows])
         names = [name for name, *_ in self.tables.user_names_of(user_id)]
         summary_items = self.summaries.forget_user(user_id, names)
         self.tables.user_names_delete(user_id)

@@ -323,7 +323,9 @@ class BotCore:
 
     async def edit(self, message: InboundMessage) -> bool:
         """A message was edited where it was said: a message still waiting for its turn takes the
-        new text; a stored one is replaced through the pipeline's edit path (its turn, its facts).
+        new text; a stored one is replaced through the pipeline's edit path (its turn, its facts),
+        and the bot's reply to it — which answered, and may repeat, the words no longer said — is
+        erased from memory as at a deletion (while this process remembers which reply that was).
         Returns whether anything changed."""
         if not message.message_id:
             return False
@@ -335,6 +337,7 @@ class BotCore:
                                                   message.content, user=message.user_id, name=message.display_name)
         if edited is not None:
             self.health.edited += 1
+            await self._erase_stored(message.ref, self._replies_answering(message.ref, {message.message_id}))
         return edited is not None
 
     async def delete(self, ref: ChannelRef, message_ids: Sequence[str]) -> int:
@@ -347,17 +350,35 @@ class BotCore:
         state = self._channels.get(conversation_key(ref.guild, ref.channel))
         if state is not None:
             state.pending[:] = [p for p in state.pending if p.message.message_id not in gone]
-        replies = [reply.message_ids[0] for reply in self.replies
-                   if reply.ref == ref and reply.message_ids and gone.intersection(reply.answered)
-                   and reply.message_ids[0] not in gone]
+        # a later part of a reply sent in several messages is stored as the reply, under its first id
+        stored = list(dict.fromkeys(self._stored_as(ref, message_id) for message_id in message_ids))
+        erased = await self._erase_stored(ref, [*stored, *(r for r in self._replies_answering(ref, gone)
+                                                           if r not in stored)])
+        self.health.deleted += erased
+        return erased
+
+    def _stored_as(self, ref: ChannelRef, message_id: str) -> str:
+        """The id a message of the bot's is stored under: a reply sent in parts is one turn, named
+        by its first part's id (this process remembers its last 1,000 replies)."""
+        return next((reply.message_ids[0] for reply in self.replies
+                     if reply.ref == ref and message_id in reply.message_ids[1:]), message_id)
+
+    def _replies_answering(self, ref: ChannelRef, message_ids: set[str]) -> list[str]:
+        """The stored ids of the bot's replies (this process remembers its last 1,000) that answered
+        one of these messages, but for the replies among them."""
+        return [reply.message_ids[0] for reply in self.replies
+                if reply.ref == ref and reply.message_ids and message_ids.intersection(reply.answered)
+                and reply.message_ids[0] not in message_ids]
+
+    async def _erase_stored(self, ref: ChannelRef, message_ids: Sequence[str]) -> int:
+        """Each stored message erased with what came from it; returns how many were."""
         erased = 0
-        for message_id in [*message_ids, *replies]:
+        for message_id in message_ids:
             try:
                 receipt = await self.pipeline.delete_message(ref.guild, ref.channel, message_id)
             except NotFoundError:
                 continue  # never stored here (the bot never saw it)
             erased += int(receipt["erased"]["messages"])
-        self.health.deleted += erased
         return erased
 
     def _remember_taken(self, key: str, message_id: str) -> None:
