@@ -345,6 +345,32 @@ def test_a_long_message_is_taken_in_whole(memory: Memory) -> None:
     run(scenario())
 
 
+def test_a_message_at_discords_limit_with_a_mention_and_pictures_is_taken_in(memory: Memory) -> None:
+    """Discord's 4,000 characters, one mention and three pictures came to 4,027+ characters of
+    text, over `max_input_chars`: the message was refused whole ("not taken in"). What gieok writes
+    beside the words gives way now: the mention's name, then the lines that do not fit."""
+    async def scenario() -> None:
+        h = Harness(memory)
+        await h.connect()
+        words = f"<@{MINJI}> " + "오늘 있었던 일 말해줄게 " * 400
+        words = words[:4_000]
+        pictures = [attachment(f"photo{i}.png", "image/png", i) for i in range(1, 4)]
+        full = h.say(words, mentions=[MINJI], attachments=pictures)
+        short = h.say("사진 봐 " + "ㅋ" * 3_970, attachments=pictures)
+        await h.observed()
+        assert h.stored(full) == words, "taken in whole, as Discord counted it"
+        kept = h.stored(short)
+        assert kept is not None and len(kept) <= 4_000 and kept.startswith("사진 봐 " + "ㅋ" * 3_970)
+        assert kept.endswith("ㅋ\n[… 3 more]"), kept[-60:]  # no room for a line and the count of the rest
+        named = h.say(f"<@{MINJI}> 이거 봐", mentions=[MINJI], attachments=pictures)
+        await h.observed()
+        assert h.stored(named) == f"@민지 (<user:{MINJI}>) 이거 봐\n" + "\n".join(
+            f"[image: photo{i}.png]" for i in range(1, 4)), "under the limit, as before"
+        assert h.core.health.messages_in == h.conversational
+
+    run(scenario())
+
+
 def test_refused_messages_are_one_log_line(memory: Memory, caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> None:
         h = Harness(memory)

@@ -155,32 +155,54 @@ def _lines(content: str, attachments: Sequence[discord.Attachment], stickers: Se
     return lines
 
 
-def message_text(message: discord.Message, bot_user: discord.abc.User | None) -> str:
+def message_text(message: discord.Message, bot_user: discord.abc.User | None, limit: int | None = None) -> str:
     """Everything the message says, as text: its words (mentions as names), then a line for each
     attachment, sticker and embed, a poll and a forwarded message. Data, not UI: the same bracket
-    form whatever the bot's language. Empty only when the message said nothing at all."""
-    lines = _lines(_readable(message.content, message, bot_user), message.attachments, message.stickers,
-                   message.embeds)
+    form whatever the bot's language. Empty only when the message said nothing at all.
+
+    `limit` (the bot's `max_input_chars`, Discord's own 4,000 by default): what gieok adds to the
+    author's words gives way when the whole would pass it — a 4,000-character message with a
+    mention and a picture was refused whole — first the names it writes for mentions (the words
+    then stay as Discord counted them: `<@123>`, `<@&1>`, `<#2>`), then the lines after the words
+    (those that do not fit become one `[… N more]` line, when it fits). The words are never cut."""
+    words = _readable(message.content, message, bot_user)
+    added = _lines("", message.attachments, message.stickers, message.embeds)
     if message.poll is not None:
         answers = " / ".join(answer.text for answer in message.poll.answers)
-        lines.append(f"[poll: {_clip(message.poll.question, EMBED_CHARS)} — {_clip(answers, EMBED_CHARS)}]")
+        added.append(f"[poll: {_clip(message.poll.question, EMBED_CHARS)} — {_clip(answers, EMBED_CHARS)}]")
     for snapshot in message.message_snapshots:
         forwarded = _lines(_readable(snapshot.content, None, bot_user), snapshot.attachments, snapshot.stickers,
                            snapshot.embeds)
         if forwarded:
-            lines.append("[forwarded: " + "\n".join(forwarded) + "]")
+            added.append("[forwarded: " + "\n".join(forwarded) + "]")
+    if limit is not None and len(words) > limit:
+        words = message.content
+    lines = [words] if words.strip() else []
+    if limit is None:
+        return "\n".join(lines + added)
+    used = len(words)
+    for number, line in enumerate(added):
+        left = len(added) - number - 1
+        room = limit - used - 1 - (len(f"\n[… {left} more]") if left else 0)
+        if len(line) > room:
+            marker = f"[… {len(added) - number} more]"
+            if used + 1 + len(marker) <= limit:
+                lines.append(marker)
+            break
+        lines.append(line)
+        used += 1 + len(line)
     return "\n".join(lines)
 
 
 def inbound_from(message: discord.Message, bot_user: discord.abc.User | None, *,
-                 privileged: bool = False) -> InboundMessage:
+                 privileged: bool = False, limit: int | None = None) -> InboundMessage:
     reply_to_bot = False
     reference = message.reference
     if reference is not None and bot_user is not None:
         resolved = reference.resolved
         reply_to_bot = isinstance(resolved, discord.Message) and resolved.author.id == bot_user.id
     return InboundMessage(
-        ref_of(message.channel), str(message.author.id), message_text(message, bot_user),
+        ref_of(message.channel), str(message.author.id), message_text(message, bot_user, limit),
         display_name=_name_of(message.author), message_id=str(message.id),
         mentions=tuple(str(u.id) for u in message.mentions), reply_to_bot=reply_to_bot,
         timestamp=message.created_at.timestamp(), privileged=privileged)
@@ -316,7 +338,7 @@ class GieokBot(commands.Bot):
                 continue
             try:
                 said = [m async for m in channel.history(limit=CATCH_UP_MESSAGES, after=after, oldest_first=True)]
-                recent = [inbound_from(m, self.user) for m in said
+                recent = [inbound_from(m, self.user, limit=core.settings.max_input_chars) for m in said
                           if not self._ignored(m.author) and not (await self.get_context(m)).valid]
                 taken += len(await core.catch_up(ref_of(channel), recent))
             except (discord.HTTPException, *NETWORK_FAILURES) as exc:  # no access any more, Discord away
@@ -347,7 +369,8 @@ class GieokBot(commands.Bot):
             return
         assert self.core is not None
         try:
-            inbound = inbound_from(message, self.user, privileged=await self.privileged(message.author))
+            inbound = inbound_from(message, self.user, privileged=await self.privileged(message.author),
+                                   limit=self.core.settings.max_input_chars)
             if not inbound.content.strip():
                 return  # nothing said at all (a system message)
             await self.core.submit(inbound)
@@ -362,11 +385,12 @@ class GieokBot(commands.Bot):
         message = payload.message
         if self._ignored(message.author) or not payload.data.get("edited_timestamp"):
             return
-        text = message_text(message, self.user)
-        before = payload.cached_message
-        if not text.strip() or (before is not None and message_text(before, self.user) == text):
-            return
         assert self.core is not None
+        limit = self.core.settings.max_input_chars
+        text = message_text(message, self.user, limit)
+        before = payload.cached_message
+        if not text.strip() or (before is not None and message_text(before, self.user, limit) == text):
+            return
         edited = InboundMessage(_raw_ref(payload.channel_id, payload.guild_id), str(message.author.id), text,
                                 display_name=_name_of(message.author), message_id=str(message.id),
                                 timestamp=message.created_at.timestamp())
