@@ -277,3 +277,23 @@ def test_a_correction_is_made_of_its_own_words_and_the_wrong_version_is_no_past(
     served.call("DELETE", f"/v1/facts/{wrong}", "write")
     held = served.call("GET", "/v1/users/u-alex").text + served.call("GET", "/v1/export", "read").text
     assert "lisbon" not in held.lower()
+
+
+def test_a_fact_stated_or_corrected_by_hand_is_said_on_the_live_stream(served: Served) -> None:
+    """Only the extraction's facts reached the stream: a `fact.*` webhook or subscriber heard
+    nothing of a fact a key stated or corrected (REST and MCP share the path)."""
+    def state_fact(text: str) -> Any:
+        return served.call("POST", "/v1/facts", "write", json={"text": text, "user": "u-alex", "guild": "g1"}).json()
+
+    first = state_fact("<user:u-alex> lives in Berlin.")
+    state_fact("<user:u-alex> lives in Berlin")
+    moved = state_fact("<user:u-alex> lives in Lisbon.")
+    fixed = served.call("PATCH", f"/v1/facts/{moved['fact']['block_index']}", "write",
+                        json={"text": "<user:u-alex> lives in Porto."}).json()
+    said = [(e.type, e.data["block"], e.data["source"].startswith("key:"))
+            for e in served.state.bus.recent("acme", n=1000) if e.type.startswith("fact.")]
+    assert said == [("fact.added", first["fact"]["block_index"], True),
+                    ("fact.duplicate", first["fact"]["block_index"], True),
+                    ("fact.superseded", moved["fact"]["block_index"], True),
+                    ("fact.corrected", fixed["fact"]["block_index"], True)]
+    assert not [e for e in served.state.bus.recent("other", n=1000) if e.type.startswith("fact.")]

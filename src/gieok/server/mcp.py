@@ -39,10 +39,9 @@ from starlette.applications import Starlette
 
 from .. import __version__
 from ..chat.agent.agents import agent_context
-from ..chat.conversation.facts import FactType, Statement
 from ..chat.conversation.memory import check_id
 from ..chat.conversation.recent import conversation_of
-from ..errors import AuthenticationError, GieokError, InvalidInputError
+from ..errors import AuthenticationError, GieokError
 from ..text import get_tokenizer
 from ..validate import check_time
 from . import compact
@@ -427,14 +426,9 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None,
         사용자(또는 서버)에 대한 사실 하나를 기억합니다. 같은 항목의 새 값은 이전 값을 대체합니다.
         """
         def add(t: Tenant) -> dict[str, Any]:
-            if user is None and guild is None:
-                raise InvalidInputError("a fact is about a user (user) or a guild (guild)")
-            facts = t.conversation.facts
             when = check_time(valid_from, "valid_from", zone=ZoneInfo(t.conversation.settings.timezone),
                               future=False)
-            outcome = facts.add(text, fact_type=FactType.USER if user else FactType.GUILD, guild=guild,
-                                user_id=user, statement=Statement(facts.clock() if when is None else when,
-                                                                  author=_author(caller())))
+            outcome = t.conversation.state_fact(text, user=user, guild=guild, author=_author(caller()), when=when)
             return {"action": outcome.action, "fact": compact.fact(outcome.fact) if outcome.fact else None,
                     "block_index": outcome.fact.block_index if outcome.fact else None}
 
@@ -450,7 +444,7 @@ def build_mcp(state: ServerState, *, fixed: Principal | None = None,
         틀린 사실을 바로잡습니다 (새 버전이 대신하고, 틀린 것은 기록에 남습니다).
         """
         def correct(t: Tenant) -> dict[str, Any]:
-            outcome = t.conversation.facts.correct(fact_id, text, author=_author(caller()))
+            outcome = t.conversation.correct_fact(fact_id, text, author=_author(caller()))
             return {"action": "corrected", "fact": compact.fact(outcome.fact) if outcome.fact else None,
                     "block_index": outcome.fact.block_index if outcome.fact else None}
 

@@ -23,7 +23,7 @@ from ...memory import Memory
 from ...store.conversation import ConversationStore, FactSourceRow, L1Row
 from ...types import Scope, scope_from_key
 from ..settings import ChatSettings, chat_settings
-from .facts import FactStore, PairJudge
+from .facts import FactOutcome, FactStore, FactType, PairJudge, Statement
 from .recent import RecentMessages
 from .summary import SummaryStore
 
@@ -53,6 +53,7 @@ def check_id(value: Any, what: str, *, optional: bool = False) -> str | None:
 # an erasure's start: well under a second each; a holder that died lets it lapse); whoever waits for
 # it waits a little longer at most, then is told to try again.
 USER_LEASE_SECONDS = 30.0
+FACT_EVENTS = {"stored": "fact.added"}  # the stream's names of a fact's outcomes; others are fact.<action>
 REPLY_WINDOW = 64  # blocks after a turn looked at for the reply that answered it (`replies_to`)
 
 
@@ -105,6 +106,32 @@ class ConversationMemory:
         return [row.as_dict() for row in self.l1.recent(conversation, limit)]
 
     # -- forgetting a person ----------------------------------------------------------------------
+    def state_fact(self, text: str, *, user: str | None, guild: str | None, author: str, topic: str = "",
+                   when: float | None = None) -> FactOutcome:
+        """A fact stated by hand (an operator's or an agent's key: `POST /v1/facts`, MCP
+        `remember_fact`), judged as an extracted one is, from `when` (default now); said on the
+        live stream as the pipeline says an extracted one (`fact.added`, `fact.superseded`,
+        `fact.duplicate`), with the key as its source."""
+        if user is None and guild is None:
+            raise InvalidInputError("a fact is about a user (user) or a guild (guild)")
+        outcome = self.facts.add(text, fact_type=FactType.USER if user else FactType.GUILD, topic=topic,
+                                 guild=guild, user_id=user,
+                                 statement=Statement(self.facts.clock() if when is None else when, author=author))
+        self._fact_event(outcome.action, outcome, author)
+        return outcome
+
+    def correct_fact(self, block_index: int, text: str, *, author: str, valid_from: float | None = None) -> FactOutcome:
+        """`FactStore.correct`, said on the live stream (`fact.corrected`)."""
+        outcome = self.facts.correct(block_index, text, author=author, valid_from=valid_from)
+        self._fact_event("corrected", outcome, author)
+        return outcome
+
+    def _fact_event(self, action: str, outcome: FactOutcome, author: str) -> None:
+        self.memory.emit(FACT_EVENTS.get(action, f"fact.{action}"), {
+            "event": f"fact_{action}", "fact": outcome.fact.text if outcome.fact else None,
+            "block": outcome.fact.block_index if outcome.fact else None, "judged_by": outcome.judged_by,
+            "source": author, "replaced": outcome.replaced.block_index if outcome.replaced else None})
+
     def forget_user(self, user_id: str, *, reason: str = "") -> dict[str, int]:
         """Erase everything of a user in this memory ("forget me", GDPR art. 17), following lineage
         (docs/privacy.md): the facts about them (history included) and every statement of a fact

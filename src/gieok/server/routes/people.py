@@ -17,9 +17,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ...chat.conversation.facts import FactType, Statement
 from ...chat.conversation.memory import check_id
-from ...errors import InvalidInputError
 from ...validate import check_time
 from ..deps import Caller, admin, reader, server_state, tenant, writer
 from ..models import MAX_ID, FactCorrectionIn, FactIn
@@ -132,24 +130,18 @@ def facts(t: TenantDep, user: Annotated[str | None, Query(max_length=MAX_ID)] = 
 def add_fact(body: FactIn, who: Caller, t: TenantDep) -> JSONResponse:
     """Judged against the subject's facts as an extracted one is: a repeat is a duplicate, a new
     value of the same thing supersedes the old one. Its source is the key that wrote it."""
-    facts = t.conversation.facts
-    if body.user is None and body.guild is None:
-        raise InvalidInputError("a fact is about a user (user) or a guild (guild)")
-    when = check_time(body.valid_from, "valid_from", zone=_zone(t), future=False)
-    said = facts.clock() if when is None else when
-    outcome = facts.add(body.text, fact_type=FactType.USER if body.user else FactType.GUILD, topic=body.topic,
-                        guild=check_id(body.guild, "guild", optional=True), user_id=check_id(body.user, "user",
-                                                                                            optional=True),
-                        statement=Statement(said, author=_author(who)))
+    outcome = t.conversation.state_fact(body.text, user=check_id(body.user, "user", optional=True),
+                                        guild=check_id(body.guild, "guild", optional=True), author=_author(who),
+                                        topic=body.topic, when=check_time(body.valid_from, "valid_from",
+                                                                          zone=_zone(t), future=False))
     return json_response({"action": outcome.action, "fact": outcome.fact.as_dict() if outcome.fact else None,
                           "replaced": outcome.replaced.as_dict() if outcome.replaced else None}, 201)
 
 
 @writes.patch("/facts/{fact_id}", summary="Correct a fact: a new version takes its place in its history")
 def correct_fact(fact_id: FactId, body: FactCorrectionIn, who: Caller, t: TenantDep) -> JSONResponse:
-    facts = t.conversation.facts
     when = check_time(body.valid_from, "valid_from", zone=_zone(t), future=False)
-    outcome = facts.correct(fact_id, body.text, author=_author(who), valid_from=when)
+    outcome = t.conversation.correct_fact(fact_id, body.text, author=_author(who), valid_from=when)
     return json_response({"action": "corrected", "fact": outcome.fact.as_dict() if outcome.fact else None,
                           "replaced": outcome.replaced.as_dict() if outcome.replaced else None})
 
