@@ -292,7 +292,8 @@ def test_all_failing_raises_one_clear_llm_error_and_counts_it(vt: VirtualTime,
 def test_single_provider_failure_message(vt: VirtualTime, servers: tuple[LLMServer, LLMServer]) -> None:
     a, _ = servers
     a.respond = lambda r: Reply(400, openai_error(400))
-    with pytest.raises(LLMUnavailableError, match=r"^No language model could answer: the provider in the chain"):
+    with pytest.raises(LLMUnavailableError, match=r"^No language model could answer: the provider in the chain "
+                                                  r"failed or is rate-limited right now\.$"):
         run(router(vt, openai_route(a, ["k"])).chat(QUESTION))
 
 

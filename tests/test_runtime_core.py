@@ -12,7 +12,7 @@ import pytest
 from gieok import Memory
 from gieok.chat.agent.pipeline import ConversationPipeline
 from gieok.chat.conversation.recent import conversation_of
-from gieok.chat.runtime.core import BotCore, ChannelRef, InboundMessage
+from gieok.chat.runtime.core import FAILURE_NOTICE_SECONDS, BotCore, ChannelRef, InboundMessage
 from gieok.chat.settings import ChatSettings
 from runtime_helpers import ChatModel, RecordingOutbox, VirtualTime, until
 
@@ -284,6 +284,19 @@ def test_model_failure_sends_one_clear_message(memory: Memory) -> None:
         await until(lambda: len(outbox.sent) == 1)
         assert "다시 불러줘" in outbox.sent[0].text
         assert core.health.stages["generation"].failures == 1
+        # the outage goes on: each call fails, the channel is told once a minute, not each time
+        for number in range(4):
+            await vt.advance(10.0)
+            await core.submit(msg(f"누리야 아직이야? {number}"))
+            await vt.advance(3.0)
+            await until(lambda n=number: core.health.stages["generation"].failures == n + 2)
+        assert len(outbox.sent) == 1
+        await vt.advance(FAILURE_NOTICE_SECONDS)
+        await core.submit(msg("누리야 이제 돼?"))
+        await vt.advance(3.0)
+        await until(lambda: len(outbox.sent) == 2)
+        assert core.health.stages["generation"].failures == 6
+        assert core.pipeline.tables.l1_count() == 6, "every call is stored all the same"
         await core.close()
 
     run(scenario())

@@ -363,9 +363,9 @@ class LLMRouter:
         self.health.last_error, self.health.last_error_at = "; ".join(
             f"{label}: {why}" for label, why in failures.items()), self._wall_clock()
         count = len(self.routes)
-        raise LLMUnavailableError(
-            f"No language model could answer: {'the provider' if count == 1 else f'all {count} providers'} "
-            "in the chain failed or are rate-limited right now.", failures) from last
+        who = "the provider in the chain failed or is" if count == 1 else \
+            f"all {count} providers in the chain failed or are"
+        raise LLMUnavailableError(f"No language model could answer: {who} rate-limited right now.", failures) from last
 
     def _note_retry(self, route: Route, health: ProviderHealth) -> Callable[[tenacity.RetryCallState], None]:
         def before_sleep(state: tenacity.RetryCallState) -> None:

@@ -78,6 +78,9 @@ TAKEN_REMEMBERED = 10_000  # message ids a process remembers having taken in (re
 SUBMIT_PATIENCE_S = 60.0  # how long a message is held while the database or Redis is away
 T = TypeVar("T")
 
+# During an outage of every provider a channel is told once a minute, not at every failed reply (12
+# calls in 26 s posted 12 apologies); the messages are stored all the same, and the next reply answers.
+FAILURE_NOTICE_SECONDS = 60.0
 FAILURE_MESSAGES = {
     "ko": "앗, 지금은 대답을 만들 수가 없어. 잠시 후에 다시 불러줘!",
     "en": "Sorry, I can't come up with an answer right now. Please try again in a moment!",
@@ -162,6 +165,7 @@ class _Channel:
     worker: asyncio.Task | None = None
     planning_user: str | None = None
     planning_size: int = 0  # messages in the batch being planned
+    failure_told: float | None = None  # when the channel was last told no model could answer
     planning_task: asyncio.Task | None = None
     merge_requested: bool = False
     busy: bool = False
@@ -1178,12 +1182,15 @@ class BotCore:
                 await self.usage.note("reply", plan.message.guild, message_tokens(prompt.messages))
             self.health.failed("generation", exc)
             failure = self.settings.failure_message or FAILURE_MESSAGES[self.settings.language]
+            told = state.failure_told
             try:
                 if shown:  # part of an answer is on screen: say that it broke off
                     await show(stream_view(self._finish_text("".join(parts)) + "\n\n" + failure, limit=limit,
                                            done=True))
-                else:
+                    state.failure_told = self.clock()
+                elif told is None or self.clock() - told >= FAILURE_NOTICE_SECONDS:
                     await show(stream_view(failure, limit=limit, done=True))
+                    state.failure_told = self.clock()
                 self.health.ok("send")
             except Exception as send_error:
                 self.health.failed("send", send_error)
