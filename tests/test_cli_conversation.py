@@ -52,6 +52,9 @@ def test_summary_core_facts_and_lore(tmp_path: Path) -> None:
 
 def test_forget_user_needs_confirmation(tmp_path: Path) -> None:
     db = tmp_path / "bot.db"
+    typo = gieok("forget-user", "42", "--yes", "--db", str(tmp_path / "bto.db"))
+    assert typo.returncode == 1 and typo.stderr.startswith("error: no memory at") and not (tmp_path / "bto.db").exists()
+    assert gieok("stats", "--db", str(db)).returncode == 0  # the memory made
     refused = gieok("forget-user", "42", "--db", str(db), stdin="n\n")
     assert refused.returncode == 1 and "nothing erased" in refused.stderr
     done = gieok("forget-user", "42", "--yes", "--db", str(db))
@@ -125,6 +128,10 @@ def test_runtime_bench_arrival_schedules() -> None:
 
 def test_an_access_request_to_a_file_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
     db = tmp_path / "bot.db"
+    typo = gieok("users", "export", "42", "--out", str(tmp_path / "42.json"), "--db", str(tmp_path / "bto.db"))
+    assert typo.returncode == 1 and typo.stderr.startswith("error: no memory at"), "not an empty export"
+    assert not (tmp_path / "bto.db").exists() and not (tmp_path / "42.json").exists()
+    assert gieok("stats", "--db", str(db)).returncode == 0  # the memory made
     for target in (tmp_path / "no" / "such" / "dir" / "42.json", tmp_path):
         result = gieok("users", "export", "42", "--out", str(target), "--db", str(db))
         assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr

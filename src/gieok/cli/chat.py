@@ -200,7 +200,7 @@ def users_list(
 
     Example: gieok users list --limit 20
     """
-    with _open(db) as memory:
+    with _open(db, existing=True) as memory:
         found = _conversation_memory(memory).tables.users_page(after, limit)
     if as_json:
         out.print_json(json.dumps([u.as_dict() for u in found], ensure_ascii=False))
@@ -225,7 +225,7 @@ def users_export(
 
     Example: gieok users export 42 --out 42.json
     """
-    with _open(db) as memory:
+    with _open(db, existing=True) as memory:
         parts = _conversation_memory(memory).user_data(user)
         if to is None:
             for part in parts:

@@ -213,7 +213,7 @@ def verify(db: DbOption = None, as_json: JsonFlag = False) -> None:
 
     Example: gieok verify
     """
-    with _open(db) as memory:
+    with _open(db, existing=True) as memory:
         report = memory.verify()
     if as_json:
         out.print_json(json.dumps(report.as_dict()))
@@ -255,7 +255,7 @@ def export_cmd(
 
     Example: gieok export backup.jsonl
     """
-    with _open(db) as memory:
+    with _open(db, existing=True) as memory:
         total = memory.stats().blocks
         if target == "-":
             count = memory.export_jsonl(sys.stdout)

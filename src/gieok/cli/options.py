@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from ..errors import InvalidInputError
 from ..memory import Memory
 from ..server.settings import ServerSettings
 
@@ -42,10 +43,18 @@ def load(**overrides: Any) -> ServerSettings:
     return ServerSettings.load(**overrides)
 
 
-def _open(db: str | Path | None, **overrides: Any) -> Memory:
+def _open(db: str | Path | None, *, existing: bool = False, **overrides: Any) -> Memory:
+    """The memory at --db (or the settings' `db`). `existing`: for a command that only reads or
+    erases, a memory file that is not there is an error, not a new empty memory to answer from
+    (a mistyped --db gave an empty access request, and "erased 0")."""
     if db is not None:
         overrides["db"] = str(db)
-    return Memory(settings=load(), **overrides)
+    settings = load()
+    if existing:
+        where = settings.with_overrides(db=overrides["db"]) if "db" in overrides else settings
+        if not where.uses_database_server() and not where.db_path().is_file():
+            raise InvalidInputError(f"no memory at {where.db_path()}: check --db (or GIEOK_DB); nothing was created")
+    return Memory(settings=settings, **overrides)
 
 
 @contextmanager
@@ -65,6 +74,8 @@ def _erasing(db: str | Path | None, who: str) -> Iterator[Memory]:
     from ..types import DEFAULT_TENANT
 
     settings = load(**given(db))
+    if not settings.uses_database_server() and not settings.db_path().is_file():
+        raise InvalidInputError(f"no memory at {settings.db_path()}: check --db (or GIEOK_DB); nothing was erased")
     state = ServerState.open_without_stream(settings, who, logging.getLogger("gieok.cli"))
     try:
         with Memory(settings=settings) as memory:
