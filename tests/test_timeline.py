@@ -258,6 +258,21 @@ def test_a_time_without_a_zone_is_read_in_the_tenants_zone(plain_server: Feed) -
     assert row.created_at == 1_794_700_800.0 + 8 * 3600  # 09:00 in Berlin = 08:00 UTC
 
 
+def test_recent_messages_sent_out_of_order_read_in_the_order_they_were_said(plain_server: Feed) -> None:
+    """History sent late, newest first (an agent's backfill, one request each): the recent
+    messages and the context's recent part listed them as they arrived — the model read
+    [11-20] [11-01] [11-10]."""
+    for number, day in ((3, 20), (1, 1), (2, 10)):
+        plain_server.post("/v1/conversations/messages", {"channel": "late", "messages": [
+            {"id": f"s{number}", "role": "user", "user": "u1", "text": f"{day}일에 한 이야기 {number}",
+             "time": f"2026-11-{day:02d}T12:00:00"}]})
+    listed = plain_server.get("/v1/conversations/messages", channel="late").json()["messages"]
+    assert [m["external_id"] for m in listed] == ["s1", "s2", "s3"]
+    context = plain_server.post("/v1/conversations/context", {"channel": "late", "user": "u1", "query": "이야기"}
+                                ).json()["text"]
+    assert context.index("이야기 1") < context.index("이야기 2") < context.index("이야기 3"), context
+
+
 def test_no_stored_time_turns_a_read_into_an_error(plain_server: Feed) -> None:
     """Times stored before they were refused (an epoch in milliseconds, a negative one): the
     context renders what it can and says the time is unknown."""

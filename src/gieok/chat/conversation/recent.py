@@ -51,7 +51,11 @@ class RecentMessages:
                                      self.capacity, fence=fence)
 
     def recent(self, conversation: Scope, n: int | None = None) -> list[L1Row]:
-        return self.tables.l1_recent(scope_key(conversation), self.capacity if n is None else n)
+        """The last `n` messages that came in, in the order they were said (their times; arrival
+        breaks ties): history sent late or out of order (an agent's backfill, a message the
+        transport delivered late) reads in the conversation's order, not the order it arrived in."""
+        rows = self.tables.l1_recent(scope_key(conversation), self.capacity if n is None else n)
+        return sorted(rows, key=lambda row: (row.created_at, row.message_id))
 
     def since(self, conversation: Scope, after_message_id: int, limit: int = 200) -> list[L1Row]:
         return self.tables.l1_since(scope_key(conversation), after_message_id, limit)
