@@ -272,6 +272,7 @@ def test_410_gone_disables_the_endpoint(deployment: Deployment) -> None:
     failed = until(lambda: [x for x in d.deliveries("alpha", made["id"]) if x["status"] == "failed"],
                    what="the delivery failed by a 410")
     assert "410" in failed[0]["last_error"]
+    assert failed[0]["attempts"] == 1 and failed[0]["last_status"] == 410 and failed[0]["last_try_at"], failed[0]
     listed = next(w for w in d.call("GET", "/v1/webhooks", "alpha").json()["webhooks"] if w["id"] == made["id"])
     assert listed["disabled_at"] is not None and "410" in listed["disabled_reason"]
     d.call("POST", "/v1/memories", "alpha", json={"text": "after the 410"})

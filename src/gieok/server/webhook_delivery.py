@@ -262,7 +262,9 @@ class WebhookDeliverer:
                                    endpoint, final=True)
                 continue
             answer = await self._attempt(clients, endpoint, delivery)
-            if answer.status == 410:
+            if answer.status == 410:  # this delivery was tried (its attempt recorded); the rest are not sent
+                await anyio.to_thread.run_sync(self.table.give_up, delivery.delivery_id, self.holder, self.clock(),
+                                               410, "the receiver answered 410 Gone")
                 await anyio.to_thread.run_sync(self.table.disable_endpoint, endpoint.endpoint_id,
                                                "the receiver answered 410 Gone", self.clock())
                 self.disabled(endpoint.tenant)
