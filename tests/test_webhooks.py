@@ -195,6 +195,8 @@ def test_an_admin_registers_lists_and_deletes_endpoints_and_sees_secrets_once(de
     ({"url": "http://user:pw@127.0.0.1/"}, 400, "credentials"),
     ({"url": "http://no-such-host.invalid/"}, 400, "does not resolve"),
     ({"url": "http://127.0.0.1/", "events": ["memory added!"]}, 400, "event type"),
+    ({"url": "http://127.0.0.1/", "events": ["nonsense.event"]}, 400, "fact.*"),  # no such family: never matches
+    ({"url": "http://127.0.0.1/", "events": ["memory"]}, 400, "event type"),
     ({"url": "http://127.0.0.1/", "tenant": "beta"}, 422, "tenant"),  # the tenant is the key's, never the body's
     ({"url": 5}, 422, "url"),
 ])

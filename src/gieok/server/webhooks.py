@@ -49,6 +49,9 @@ MAX_EVENT_NAMES = 64
 ROTATION_GRACE_SECONDS = 86_400.0  # after a rotation the old secret signs too, this long
 CACHE_SECONDS = 2.0  # a tenant's endpoints are looked up at most this often per process (others' changes)
 _EVENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*(\.\*)?$")
+# The live stream's families (docs/server.md, "The live event stream"): a name outside them can
+# never match an event, so an endpoint registered with it would wait for nothing.
+EVENT_FAMILIES = ("memory", "search", "summary", "fact", "guard", "turn", "user", "pipeline")
 
 EventListener = Callable[[str, dict[str, Any]], None]
 
@@ -73,9 +76,10 @@ def check_event_names(events: Sequence[str] | None) -> tuple[str, ...]:
     if len(events) > MAX_EVENT_NAMES:
         raise InvalidInputError(f"events may name at most {MAX_EVENT_NAMES} event types")
     for name in events:
-        if not isinstance(name, str) or not _EVENT_NAME.match(name) or len(name) > 100:
+        if not isinstance(name, str) or not _EVENT_NAME.match(name) or len(name) > 100 \
+                or name.split(".", 1)[0] not in EVENT_FAMILIES or "." not in name:
             raise InvalidInputError(f"events: {str(name)[:100]!r} is not an event type (like memory.added) or a "
-                                    "family of them (like fact.*)")
+                                    f"family of them (like fact.*) of {', '.join(f + '.*' for f in EVENT_FAMILIES)}")
     return tuple(dict.fromkeys(events))
 
 
