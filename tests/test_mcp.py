@@ -717,7 +717,14 @@ def test_streamable_http_against_gieok_serve(tmp_path: Path) -> None:
         # a foreign Host header (DNS rebinding) is refused even with a key
         rebinding = httpx.post(f"{base}/mcp", json=initialize, timeout=30,
                                headers={**accept, "Authorization": f"Bearer {alpha_key}", "Host": "evil.example:80"})
-        assert rebinding.status_code == 421
+        assert rebinding.status_code == 421 and rebinding.json()["error"]["type"] == "misdirected_request"
+        # and a page of another site (its Origin) too — with the JSON error body (was plain text)
+        foreign = httpx.post(f"{base}/mcp", json=initialize, timeout=30,
+                             headers={**accept, "Authorization": f"Bearer {alpha_key}", "Origin": "http://evil.example"})
+        assert foreign.status_code == 403 and foreign.json()["error"]["type"] == "forbidden_origin", foreign.text
+        own = httpx.post(f"{base}/mcp", json=initialize, timeout=30,
+                         headers={**accept, "Authorization": f"Bearer {alpha_key}", "Origin": base})
+        assert own.status_code == 200, own.text
 
         async def scenario() -> None:
             async with refused_by_server(), mcp_client(base, None) as client:

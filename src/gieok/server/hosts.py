@@ -75,26 +75,40 @@ def host_name(header: str) -> str:
 
 class HostGuard:
     """ASGI middleware: a request (or WebSocket) whose Host is not one of `names` gets 421
-    Misdirected Request with the JSON error body, before any route runs."""
+    Misdirected Request with the JSON error body, before any route runs; with `origins`, an HTTP
+    request whose Origin names another host gets 403 with it (the MCP endpoint: the SDK's own
+    check answered both in plain text)."""
 
-    def __init__(self, app: App, *, names: Iterable[str]) -> None:
+    def __init__(self, app: App, *, names: Iterable[str], origins: bool = False) -> None:
         self.app = app
         self.names = frozenset(names)
+        self.origins = origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        sent = next((value.decode("latin-1") for key, value in scope.get("headers") or [] if key == b"host"), "")
-        if host_name(sent) in self.names:
+        headers = scope.get("headers") or []
+        sent = next((value.decode("latin-1") for key, value in headers if key == b"host"), "")
+        origin = next((value.decode("latin-1") for key, value in headers if key == b"origin"), None)
+        if host_name(sent) in self.names and (not self.origins or scope["type"] != "http" or origin is None
+                                              or host_name(origin.split("://", 1)[-1]) in self.names):
             await self.app(scope, receive, send)
+            return
+        if host_name(sent) in self.names:  # the Host is ours, the page that sent it is not
+            await _json_error(send, 403, "forbidden_origin", f"requests from Origin {str(origin)[:100]!r} are not "
+                              f"answered here: it answers to pages of {', '.join(sorted(self.names))}")
             return
         if scope["type"] == "websocket":  # closing before accepting: the handshake is refused (HTTP 403)
             await send({"type": "websocket.close", "code": 4421, "reason": "this Host is not served here"})
             return
-        body = json.dumps({"error": {"type": "misdirected_request", "message": (
+        await _json_error(send, 421, "misdirected_request", (
             f"this server does not answer to Host {sent[:100]!r}: it answers to {', '.join(sorted(self.names))} "
-            "(start it with --allow-host NAME to add a name)")}}).encode()
-        await send({"type": "http.response.start", "status": 421,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+            "(start it with --allow-host NAME to add a name)"))
+
+
+async def _json_error(send: Send, status: int, kind: str, message: str) -> None:
+    body = json.dumps({"error": {"type": kind, "message": message}}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

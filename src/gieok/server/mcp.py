@@ -47,7 +47,7 @@ from ..validate import check_time
 from . import compact
 from .access import Access, Credentials
 from .auth import ROLES, Principal
-from .hosts import allowed_host_names
+from .hosts import HostGuard, allowed_host_names
 from .mcp_http import MCP_PATH
 from .settings import ServerSettings
 from .state import ServerState
@@ -574,8 +574,12 @@ def mcp_http_app(server: MCPServer, host: str, extra_hosts: Iterable[str] = ()) 
     its own, so it works the same in any worker process of `gieok serve --workers N` (a session
     kept in one worker's RAM would be unknown to the others), and there is nothing to expire.
     gieok's tools need no server-to-client requests, the one thing sessions would add."""
-    return server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True,
-                                      transport_security=transport_security(host, extra_hosts), host=host)
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True,
+                                     transport_security=transport_security(host, extra_hosts), host=host)
+    names = allowed_host_names(host, extra_hosts)
+    if names is not None:  # the same check as the SDK's, first, so that a refusal has the JSON error body
+        app.add_middleware(HostGuard, names=names, origins=True)
+    return app
 
 
 # -- stdio: `gieok mcp` ----------------------------------------------------------------------------
