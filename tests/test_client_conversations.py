@@ -149,7 +149,7 @@ def test_messages_without_ids_are_refused_before_anything_is_sent(served: Served
     with Client(served.url, served.write, transport=recorder.transport) as client:
         many = [{"id": f"m{i}", "role": "user", "text": f"hi {i}"} for i in range(300)]
         many.append({"role": "user", "text": "no id here"})
-        with pytest.raises(InvalidInputError, match="message 301 has no id"):
+        with pytest.raises(InvalidInputError, match="message 300 has no id"):
             client.add_messages("general", many)
         with pytest.raises(InvalidInputError, match="at least one"):
             client.add_messages("general", [])

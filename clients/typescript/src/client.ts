@@ -418,7 +418,8 @@ export class Client {
       throw new InvalidInputError(`index must be "now" or "behind", not ${JSON.stringify(options.index)}`);
     }
     if (!Array.isArray(messages)) throw new InvalidTypeError("messages must be an array of {id, role, text, user, name, time}");
-    const wire = messages.map((message, number) => wireMessage(message, number + 1)); // all checked first
+    // all checked first; numbered from 0, as the server numbers them in its errors
+    const wire = messages.map((message, number) => wireMessage(message, number));
     if (!wire.length) throw new InvalidInputError("addMessages needs at least one message");
     let result: MessagesResult | undefined;
     for (const chunk of chunks(wire, MAX_MESSAGES)) { // in order: each request's messages follow the last's

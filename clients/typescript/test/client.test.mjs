@@ -200,7 +200,7 @@ test("refusals are typed errors with the server's message", async () => {
 test("what cannot be sent is refused before anything is sent", async () => {
   const offline = new Client({ baseUrl: await closedUrl(), apiKey: KEY, retries: 0 }); // a request would fail otherwise
   await assert.rejects(offline.addMessages("cafe", [{ id: "a", role: "user", text: "x", user: "u" }, { role: "user", text: "y" }]),
-                       (error) => error instanceof InvalidInputError && /message 2 has no id/.test(error.message));
+                       (error) => error instanceof InvalidInputError && /message 1 has no id/.test(error.message));
   await assert.rejects(offline.addMessages("cafe", []), InvalidInputError);
   await assert.rejects(offline.search("x", { scope: { room: "1" } }), /unknown scope key\(s\) 'room'/);
   await assert.rejects(offline.get("1"), InvalidTypeError);

@@ -230,7 +230,8 @@ class Api:
                      guild: str | None, index: str = "now") -> Plan[MessagesResult]:
         if index not in ("now", "behind"):
             raise InvalidInputError(f"index must be 'now' or 'behind', not {index!r}")
-        wire = [_message(m, number) for number, m in enumerate(messages, start=1)]  # all checked first
+        # all checked first; numbered from 0, as the server numbers them in its errors
+        wire = [_message(m, number) for number, m in enumerate(messages)]
         if not wire:
             raise InvalidInputError("add_messages needs at least one message")
         result: MessagesResult | None = None
