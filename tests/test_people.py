@@ -271,6 +271,7 @@ def test_a_correction_is_made_of_its_own_words_and_the_wrong_version_is_no_past(
     right = served.call("PATCH", f"/v1/facts/{wrong}", "write", json={"text": "<user:u-alex> lives in Porto."}
                         ).json()["fact"]
     assert "porto" in right["keywords"] and "lisbon" not in right["keywords"], right["keywords"]
+    assert "user" not in right["keywords"] and "alex" not in right["keywords"], "of its words, not the <user:ID>"
     asked = served.call("POST", "/v1/conversations/context", "read",
                         json={**CAFE, "user": "u-alex", "query": "where did Alex live before?"}).json()["text"]
     assert "Berlin" in asked and "Porto" in asked and "Lisbon" not in asked, asked

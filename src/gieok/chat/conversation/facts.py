@@ -61,6 +61,7 @@ MAX_FACT_CHARS = 1000
 FACT_WRITE_TRIES = 8
 T = TypeVar("T")
 MAX_TOPIC_CHARS = 80
+_SUBJECT_REF = re.compile(r"<user:[^<>\s]{1,100}>")  # how a fact names a user
 
 
 class FactType(str, Enum):  # noqa: UP042 - StrEnum would change str() and format() of the members
@@ -513,8 +514,13 @@ class FactStore:
         if replaced is not None:
             metadata["supersedes"] = replaced.block_index
         return {"text": version.text, "kind": "fact", "scope": Scope(guild, None, user_id),
-                "event_time": said_at, "importance": 0.8, "keywords": list(version.keywords) or None,
-                "metadata": metadata}
+                "event_time": said_at, "importance": 0.8,
+                "keywords": list(version.keywords) or self._keywords(version.text), "metadata": metadata}
+
+    def _keywords(self, text: str) -> list[str]:
+        """A fact's keywords when none were given: of its words, not of the `<user:ID>` that names
+        its subject (which gave every fact the keywords "user" and the id's parts)."""
+        return self.memory.tokenizer.keywords(_SUBJECT_REF.sub(" ", text), limit=self.memory.settings.max_keywords)
 
     def _texts(self, indices: Sequence[int]) -> dict[int, str]:
         return {i: b.text for i, b in self.memory.store.get_many(list(indices)).items()}
