@@ -6,7 +6,6 @@ no pipeline to open it.
 
 from __future__ import annotations
 
-import bisect
 import json
 import re
 import threading
@@ -21,7 +20,7 @@ from ...config import read_text_file
 from ...errors import InvalidInputError, InvalidTypeError
 from ...memory import Memory
 from ...store.conversation import ConversationStore, FactSourceRow, L1Row
-from ...types import Scope, scope_from_key
+from ...types import Block, Scope, scope_from_key
 from ..settings import ChatSettings, chat_settings
 from .facts import FactOutcome, FactStore, FactType, PairJudge, Statement
 from .recent import RecentMessages
@@ -246,7 +245,8 @@ class ConversationMemory:
         for key in sorted({row.scope_key for row in rows}):
             theirs = {row.message_id for row in rows if row.scope_key == key}
             answering = False
-            for line in self.tables.l1_since(key, min(theirs) - 1, 100_000):
+            lines = self.tables.l1_since(key, 0, 100_000)  # a conversation's recent rows: a few dozen
+            for line in sorted(lines, key=lambda line: (line.created_at, line.message_id)):  # as they were said
                 if line.message_id in theirs:
                     answering = True
                 elif line.role == "assistant" and answering:
@@ -258,23 +258,24 @@ class ConversationMemory:
         return found, unwritten
 
     def _replies_after(self, blocks: Iterable[int]) -> set[int]:
-        """For turn blocks out of the recent rows: the first reply after each in its conversation,
-        among the `REPLY_WINDOW` blocks written after it (a conversation's turns are written in its
-        order, so a reply is a later block; one read for them all)."""
+        """For turn blocks out of the recent rows: the first reply said after each in its
+        conversation, among the `REPLY_WINDOW` blocks written after it (a reply is written after
+        the message it answers; one read for them all)."""
         turns = [b for b in self.memory.store.get_many(sorted(blocks)).values()
                  if b.kind == "turn" and not b.forgotten and b.conv_pos is not None
                  and b.metadata.get("role") != "assistant"]
         later = sorted({i for t in turns for i in range(t.block_index + 1, t.block_index + 1 + REPLY_WINDOW)})
-        by_conversation: dict[tuple[str | None, str | None], list[int]] = {}
-        for b in sorted(self.memory.store.get_many(later).values(), key=lambda b: b.block_index):
+        by_conversation: dict[tuple[str | None, str | None], list[Block]] = {}
+        for b in self.memory.store.get_many(later).values():
             if b.kind == "turn" and not b.forgotten and b.metadata.get("role") == "assistant":
-                by_conversation.setdefault((b.scope.guild, b.scope.channel), []).append(b.block_index)
+                by_conversation.setdefault((b.scope.guild, b.scope.channel), []).append(b)
         found: set[int] = set()
         for turn in turns:
-            replies = by_conversation.get((turn.scope.guild, turn.scope.channel), [])
-            first = bisect.bisect_right(replies, turn.block_index)
-            if first < len(replies) and replies[first] <= turn.block_index + REPLY_WINDOW:
-                found.add(replies[first])
+            after = [r for r in by_conversation.get((turn.scope.guild, turn.scope.channel), [])
+                     if turn.block_index < r.block_index <= turn.block_index + REPLY_WINDOW
+                     and r.event_time >= turn.event_time]
+            if after:
+                found.add(min(after, key=lambda r: (r.event_time, r.block_index)).block_index)
         return found
 
     def _summary_withdrawn(self, key: str, items: int) -> None:
