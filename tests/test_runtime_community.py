@@ -233,9 +233,11 @@ def test_deleting_any_part_of_a_reply_sent_in_parts_erases_the_reply(memory: Mem
     first part's id: deleting a later part erased nothing."""
     async def scenario() -> None:
         vt, outbox, model = VirtualTime(), RecordingOutbox(), ChatModel()
-        core = make_core(memory, model, vt, outbox, **ONE_BY_ONE)
-        long = "누리야 이 긴 이야기 좀 들어봐 " + "ZZCHUNK 오늘 있었던 일인데 정말 길어 " * 80
-        await send_over(core, vt, [call(long[:3_900], mid="long")], 2.0)
+        # the smallest parts the settings allow (the splitting is the same at 2,000 characters, and
+        # embedding a 3,900-character message takes seconds that say nothing about the deletion)
+        core = make_core(memory, model, vt, outbox, reply_max_chars=100, **ONE_BY_ONE)
+        long = "누리야 이 긴 이야기 좀 들어봐 " + "ZZCHUNK 오늘 있었던 일인데 정말 길어 " * 8
+        await send_over(core, vt, [call(long, mid="long")], 2.0)
         await core.pipeline.settle(conversation_of("g1", "cafe"))
         parts = [s.message_id for s in outbox.sent]
         assert len(parts) >= 2, "the echo is sent in parts"
