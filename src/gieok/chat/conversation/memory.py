@@ -104,7 +104,7 @@ class ConversationMemory:
     def recent_messages(self, conversation: Scope, limit: int | None = None) -> list[dict[str, Any]]:
         return [row.as_dict() for row in self.l1.recent(conversation, limit)]
 
-    # -- forgetting a person ----------------------------------------------------------------------
+    # -- facts stated by hand -----------------------------------------------------------------------
     def state_fact(self, text: str, *, user: str | None, guild: str | None, author: str, topic: str = "",
                    when: float | None = None) -> FactOutcome:
         """A fact stated by hand (an operator's or an agent's key: `POST /v1/facts`, MCP
@@ -131,6 +131,7 @@ class ConversationMemory:
             "block": outcome.fact.block_index if outcome.fact else None, "judged_by": outcome.judged_by,
             "source": author, "replaced": outcome.replaced.block_index if outcome.replaced else None})
 
+    # -- forgetting a person ----------------------------------------------------------------------
     def forget_user(self, user_id: str, *, reason: str = "") -> dict[str, int]:
         """Erase everything of a user in this memory ("forget me", GDPR art. 17), following lineage
         (docs/privacy.md): the facts about them (history included) and every statement of a fact
