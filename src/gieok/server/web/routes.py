@@ -43,6 +43,7 @@ from ...text.dates import calendar_time
 from ..auth import Principal
 from ..deps import principal_of, server_state
 from ..errors import status_of
+from ..tenants import Tenant
 from . import views
 from .security import SECURITY_HEADERS, SESSION_COOKIE, check_origin, clear_session, safe_next, set_session
 
@@ -229,6 +230,14 @@ def _int(value: str | None, what: str) -> int:
         raise InvalidInputError(f"{what} must be a number") from None
 
 
+def _block_number(block_index: int, what: str = "block") -> int:
+    """A block index a page was given: one no store holds (negative, or past what a database
+    integer holds, which failed the store's query with a 500) is not found."""
+    if not 0 <= block_index <= 2**62:
+        raise NotFoundError(f"no {what} with index {block_index}")
+    return block_index
+
+
 # -- the API's interactive docs -------------------------------------------------------------------
 
 @router.get("/docs")
@@ -354,8 +363,7 @@ def search(request: Request, who: Viewer, q: str = "", channel: str = "", guild:
 
 @pages.get("/blocks/{block_index}")
 def block(request: Request, block_index: int, who: Viewer, window: int = 3) -> Response:
-    if not 0 <= block_index <= 2**62:
-        raise NotFoundError(f"no block with index {block_index}")
+    _block_number(block_index)
     state = server_state(request)
     with state.access.tenant(who) as t:
         data = views.context(t, block_index, max(0, min(10, window)))
@@ -383,8 +391,8 @@ def conversations(request: Request, who: Viewer, channel: str = "", guild: str =
 # -- facts ----------------------------------------------------------------------------------------
 
 NOTICES = {"fact": "Fact #{block} forgotten.",
-           "user": "User {user} forgotten: {facts} facts and {messages} messages erased.",
-           "erased": "User {user} erased: {facts} facts, {messages} messages, {l1_rows} recent lines, "
+           "user": "User {who} forgotten: {facts} facts and {messages} messages erased.",
+           "erased": "User {who} erased: {facts} facts, {messages} messages, {l1_rows} recent lines, "
                      "{summary_items} summary items and {names} names."}
 COUNTS = ("block", "facts", "messages", "l1_rows", "summary_items", "names")  # a notice's numbers
 RECEIPT = COUNTS[1:]  # an erasure's receipt, as the Users page reports it
@@ -396,7 +404,8 @@ def _notice(request: Request) -> str | None:
     if template is None:
         return None
     try:
-        return template.format(user=params.get("user", "")[:100], **{name: int(params.get(name, "0"))
+        # `who`, not `user`: the Facts page's filter is `user`, and the notice's person would filter it
+        return template.format(who=params.get("who", "")[:100], **{name: int(params.get(name, "0"))
                                                                       for name in COUNTS})
     except ValueError:
         return None
@@ -428,7 +437,7 @@ def _back_to_facts(fields: dict[str, str], **notice: Any) -> Response:
 
 @forms.post("/facts/forget")
 def forget_fact(request: Request, who: Editor, fields: Form) -> Response:
-    index = _int(fields.get("block_index"), "block_index")
+    index = _block_number(_int(fields.get("block_index"), "block_index"), "fact")
     state = server_state(request)
     with state.access.tenant(who) as t:
         if index not in t.conversation.tables.facts_get([index]):
@@ -440,15 +449,17 @@ def forget_fact(request: Request, who: Editor, fields: Form) -> Response:
 @forms.post("/facts/forget-user")
 def forget_user(request: Request, who: Editor, fields: Form) -> Response:
     who.require("admin")  # erasing a person is an admin's on every page (the Users page says why)
-    user_id = check_id(fields.get("user_id", "").strip(), "user")
+    user_id = str(check_id(fields.get("user_id", "").strip(), "user"))
     state = server_state(request)
     with state.access.tenant(who) as t:
-        erased = t.conversation.forget_user(str(user_id))
-    return _back_to_facts(fields, done="user", user=user_id, facts=erased["facts"], messages=erased["messages"])
+        _known_user(t, user_id)
+        erased = t.conversation.forget_user(user_id)
+    return _back_to_facts(fields, done="user", who=user_id, facts=erased["facts"], messages=erased["messages"])
 
 
 @pages.get("/facts/{block_index}/source")
 def fact_source(request: Request, block_index: int, who: Viewer) -> Response:
+    _block_number(block_index, "fact")
     state = server_state(request)
     with state.access.tenant(who) as t:
         found = views.find_source(t, block_index)
@@ -520,16 +531,21 @@ def erase_user(request: Request, user: str, who: Editor, fields: Form) -> Respon
                           erase_error=f"Type the user id {user_id} to confirm the erasure. Nothing was erased.")
     state = server_state(request)
     with state.access.tenant(who) as t:
-        if views.user_row(t, user_id) is None and not t.conversation.facts.facts(user_id=user_id, limit=1):
-            raise NotFoundError(f"no user {user_id!r} in this memory")
+        _known_user(t, user_id)
         pipeline = t._pipeline
         if pipeline is not None:  # a background extraction could write a fact of theirs back
             from_thread.run(pipeline.drain)
         author = f"key:{who.key_prefix}" if who.key_prefix else "local"
         receipt = t.conversation.forget_user(user_id, reason=f"dashboard, {author}")
     counts = {name: int(receipt.get(name, 0)) for name in RECEIPT}
-    return RedirectResponse(f"/users?{urlencode({'done': 'erased', 'user': user_id, **counts})}", status_code=303,
+    return RedirectResponse(f"/users?{urlencode({'done': 'erased', 'who': user_id, **counts})}", status_code=303,
                             headers=SECURITY_HEADERS)
+
+
+def _known_user(t: Tenant, user_id: str) -> None:
+    """Not found: a user this memory holds nothing of (an erasure of them would report one)."""
+    if views.user_row(t, user_id) is None and not t.conversation.facts.facts(user_id=user_id, limit=1):
+        raise NotFoundError(f"no user {user_id!r} in this memory")
 
 
 # -- live -----------------------------------------------------------------------------------------
