@@ -164,6 +164,13 @@ def test_get_and_forget_bad_indices(small: Memory) -> None:
         small.get(True)  # type: ignore[arg-type]
     with pytest.raises(BlockNotFoundError):
         small.forget(42)
+    for beyond in (10**30, 2**63, -1):  # past a database integer failed the store's query (OverflowError)
+        with pytest.raises(BlockNotFoundError):
+            small.get(beyond)
+        with pytest.raises(BlockNotFoundError):
+            small.forget([1, beyond])
+        with pytest.raises(BlockNotFoundError):
+            small.neighbours(beyond)
     assert _snapshot(small) == before
 
 

@@ -88,6 +88,7 @@ def test_export_import_via_cli(tmp_path):
         (("add", "x", "--kind", "poem"), "unknown kind"),
         (("search", "cat", "-k", "0"), "k must be"),
         (("get", "99"), "no block"),
+        (("get", "9" * 30), "no block"),
         (("bench", "locomo", "--data", "/nonexistent.json"), "not found"),
     ],
 )

@@ -255,9 +255,7 @@ class Memory:
     # -- reads -------------------------------------------------------------------------------
     def get(self, block_index: int) -> Block:
         self._check_open()
-        if isinstance(block_index, bool) or not isinstance(block_index, int):
-            raise InvalidTypeError(f"block index must be an integer, not {type(block_index).__name__}")
-        found = self.store.get_many([block_index])
+        found = self.store.get_many([ingest.block_index(block_index)])
         if block_index not in found:
             raise BlockNotFoundError(f"no block with index {block_index}")
         return found[block_index]

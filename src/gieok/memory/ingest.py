@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..config import Settings
-from ..errors import InvalidInputError, InvalidTypeError
+from ..errors import BlockNotFoundError, InvalidInputError, InvalidTypeError
 from ..retrieval.passages import PassageSource, speaker_name_of
 from ..store.base import NewBlock
 from ..text.tokenize import Analysis, Tokenizer
@@ -114,15 +114,21 @@ def passage_sources(items: Iterable[str | Mapping[str, Any]], max_chars: int) ->
     return sources
 
 
+def block_index(value: Any) -> int:
+    """A block index: an integer (a bool is not one); one no store can hold — negative, or past a
+    database integer, which failed the store's query — names no block."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"block index must be an integer, not {type(value).__name__}")
+    if not 0 <= value < 2**63:
+        raise BlockNotFoundError(f"no block with index {value}")
+    return value
+
+
 def block_indices(value: int | Iterable[int]) -> list[int]:
-    """One block index or several, each an integer (a bool is not one)."""
+    """One block index or several (`block_index` each)."""
     if isinstance(value, bool):
         raise InvalidTypeError("block index must be an integer")
-    indices = [value] if isinstance(value, int) else list(value)
-    for i in indices:
-        if isinstance(i, bool) or not isinstance(i, int):
-            raise InvalidTypeError(f"block index must be an integer, not {type(i).__name__}")
-    return indices
+    return [block_index(i) for i in ([value] if isinstance(value, int) else list(value))]
 
 
 def new_passage_source(block: NewBlock) -> PassageSource:
