@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from gieok import InvalidInputError, PermissionDeniedError, Scope, ServerError
+from gieok import AuthenticationError, InvalidInputError, PermissionDeniedError, Scope, ServerError
 from gieok.client import (
     AsyncClient,
     Client,
@@ -232,3 +232,24 @@ def test_the_async_client_records_and_reads_conversations(served: Served) -> Non
             assert "보리" in context.text and context.tokens["total"] <= context.budget_tokens
 
     asyncio.run(scenario())
+
+
+def test_ids_a_path_cannot_hold_and_an_empty_key_given(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by an outside try: a message id with "/" was stored and could not be deleted (404);
+    the user ids "." and ".." were stored, and reading or erasing them reached another route (httpx
+    reads /v1/users/.. as /v1); an empty key given fell back to $GIEOK_API_KEY — another tenant's."""
+    channel = channel_name()
+    with Client(served.url, served.write, **FAST) as client:
+        client.add_messages(channel, [Message(id="thread/7", role="user", text="슬래시가 든 아이디", user="u-slash")])
+        assert client.delete_message(channel, "thread/7")["erased"]["messages"] == 1
+        assert client.context(channel, include="recent").parts.recent == [], "include as one part, not letters"
+        for dots in (".", ".."):
+            with pytest.raises(InvalidInputError, match="cannot be"):
+                client.add_messages(channel, [Message(id="d1", role="user", text="점 사용자", user=dots)])
+            with pytest.raises(InvalidInputError, match="cannot be"):
+                client.add_messages(channel, [Message(id=dots, role="user", text="점 메시지", user="u-dot")])
+        with pytest.raises(InvalidInputError, match="non-empty"):
+            client.forget_user("")
+    monkeypatch.setenv("GIEOK_API_KEY", served.other)
+    with Client(served.url, "", **FAST) as keyless, pytest.raises(AuthenticationError):
+        keyless.context(channel)

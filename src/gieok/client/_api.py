@@ -77,6 +77,15 @@ def _item(item: str | Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _segment(value: Any, what: str) -> str:
+    """An id as one segment of a path: every character but letters, digits and `-._~` escaped (a
+    "/" is %2F), and an id of dots alone escaped whole — httpx reads /v1/users/.. as /v1 (such ids
+    are refused now; a memory from before may hold one)."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(f"{what} must be a non-empty string, not {value!r}")
+    return value.replace(".", "%2E") if not value.strip(".") else quote(value, safe="")
+
+
 def _message(message: Message | Mapping[str, Any], number: int) -> dict[str, Any]:
     """One message for the wire. An id is never made up: the server keeps each id once, which
     is what makes a resent message harmless; an invented one would store it twice."""
@@ -214,11 +223,11 @@ class Api:
         return dict(mapping_of(response))
 
     def user_data(self, user: str) -> Plan[dict[str, Any]]:
-        response = yield from self._send(Call("GET", f"/v1/users/{quote(user, safe='')}"))
+        response = yield from self._send(Call("GET", f"/v1/users/{_segment(user, 'user')}"))
         return dict(mapping_of(response))
 
     def forget_user(self, user: str) -> Plan[dict[str, Any]]:
-        response = yield from self._send(Call("DELETE", f"/v1/users/{quote(user, safe='')}", write=True))
+        response = yield from self._send(Call("DELETE", f"/v1/users/{_segment(user, 'user')}", write=True))
         return dict(mapping_of(response))
 
     def summary(self, channel: str, *, guild: str | None) -> Plan[dict[str, Any]]:
@@ -247,12 +256,14 @@ class Api:
 
     def delete_message(self, channel: str, message_id: str, *, guild: str | None) -> Plan[dict[str, Any]]:
         params = [("channel", channel), *([("guild", guild)] if guild is not None else [])]
-        response = yield from self._send(Call("DELETE", f"/v1/conversations/messages/{quote(message_id, safe='')}",
-                                              params=params, write=True))
+        path = f"/v1/conversations/messages/{_segment(message_id, 'message id')}"
+        response = yield from self._send(Call("DELETE", path, params=params, write=True))
         return dict(mapping_of(response))
 
     def context(self, channel: str, *, guild: str | None, user: str | None, query: str | None, budget_tokens: int,
                 include: Iterable[str] | None) -> Plan[Context]:
+        if isinstance(include, str):  # include="facts": one part, not its letters
+            include = [include]
         parts = None if include is None else [str(part) for part in include]  # the server names a wrong one
         body = {"channel": channel, "guild": guild, "user": user, "query": query, "budget_tokens": budget_tokens,
                 "include": parts}

@@ -144,7 +144,10 @@ def connect(base_url: str | None, api_key: str | None, *, retries: int, backoff:
         raise InvalidInputError(f"retries must be a whole number, 0 or more, not {retries!r}")
     if not isinstance(backoff, int | float) or backoff < 0:
         raise InvalidInputError(f"backoff must be seconds, 0 or more, not {backoff!r}")
-    return Connection(base_url.rstrip("/"), api_key or api_key_from_env(), retries, float(backoff))
+    # only a key not given is the environment's: an empty one given (a tenant's key missing from the
+    # caller's own config) must not become another tenant's from GIEOK_API_KEY
+    return Connection(base_url.rstrip("/"), api_key if api_key is not None else api_key_from_env(), retries,
+                      float(backoff))
 
 
 def _retryable(error: httpx.RequestError) -> bool:

@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo
 from ...errors import InvalidInputError, InvalidTypeError
 from ...types import Scope
 from ...validate import check_message_time, clean_text
-from ..conversation.memory import check_id
+from ..conversation.memory import DOT_SEGMENTS, check_id
 from ..conversation.recent import conversation_of
 from .context import (
     MARKS,
@@ -178,6 +178,9 @@ def check_messages(messages: Sequence[Any], max_text_chars: int, zone: tzinfo = 
             if unknown:
                 raise InvalidInputError(f"unknown field(s) {sorted(unknown)}")
             message_id = _text_field(fields.get("id"), "id", MAX_MESSAGE_ID)
+            if message_id in DOT_SEGMENTS:
+                raise InvalidInputError(f"id {message_id!r} cannot be a message's id (it is a path's . or ..: "
+                                        "DELETE /v1/conversations/messages/{id} could not name it)")
             if message_id is None:
                 raise InvalidInputError("id is missing: every message needs the sender's id for it "
                                         "(a retry with the same id is then stored once)")

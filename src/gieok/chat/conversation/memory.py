@@ -30,6 +30,7 @@ __all__ = ["ConversationMemory", "check_id", "MAX_ID_CHARS"]
 
 MAX_ID_CHARS = 100
 _ID = re.compile(r"^[\w.:@#-]{1,100}$")
+DOT_SEGMENTS = (".", "..")
 
 
 def check_id(value: Any, what: str, *, optional: bool = False) -> str | None:
@@ -43,6 +44,8 @@ def check_id(value: Any, what: str, *, optional: bool = False) -> str | None:
         raise InvalidTypeError(f"{what} must be a string, not {type(value).__name__}")
     if not _ID.match(value):
         raise InvalidInputError(f"{what} must be 1–{MAX_ID_CHARS} letters, digits or . : @ # - _ (got {value[:40]!r})")
+    if value in DOT_SEGMENTS:  # a URL's path cannot name it: /v1/users/.. is /v1/ to every HTTP client
+        raise InvalidInputError(f"{what} {value!r} cannot be an id (it is a path's . or ..)")
     if value.startswith("gieok:"):
         raise InvalidInputError(f"{what} values starting with 'gieok:' are reserved")
     return value

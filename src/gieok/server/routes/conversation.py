@@ -76,7 +76,7 @@ async def add_messages(request: Request, body: MessagesIn, t: TenantDep) -> Resp
     return await idempotent(request, t, body, lambda _: add())  # message ids dedupe a run after a crash
 
 
-@writes.delete("/conversations/messages/{message_id}",
+@writes.delete("/conversations/messages/{message_id:path}",  # an id may hold a "/" (sent as %2F)
                summary="Delete one message and what came from it (its turn, the facts only it stated)")
 async def delete_message(message_id: Annotated[str, Path(max_length=MAX_ID)], t: TenantDep, channel: Channel,
                          guild: Guild = None) -> JSONResponse:
