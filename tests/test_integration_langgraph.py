@@ -31,7 +31,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore, InvalidNamespaceError, PutOp
 
-from gieok.client import AsyncClient, Client
+from gieok.client import AsyncClient, Client, Message
 from gieok.integrations.langgraph import GieokChatMessageHistory, GieokStore, UnsupportedMessageError
 from live_server import InProcessServer, create_key
 from llm_servers import LLMServer, Received, Reply, loopback_only_env, openai_completion, serve
@@ -330,6 +330,19 @@ def test_chat_history_with_runnable_with_message_history(served: Served, acme: C
 
         history.clear()
         assert history.messages == [] and _blocks(fresh, {"channel": "cafe-7"}) == []
+
+
+def test_the_history_reads_in_the_order_things_were_said(acme: Client) -> None:
+    """An edit writes its turn anew and a backfill may come late: the history listed the turns as
+    written (['second', 'third', 'first (edited)'])."""
+    history = GieokChatMessageHistory("order-1", user="u-a", client=acme)
+    history.add_messages([HumanMessage("first", id="o1"), AIMessage("second", id="o2"), HumanMessage("third", id="o3")])
+    acme.add_messages("order-1", [Message(id="o1", role="user", text="first (edited)", user="u-a")])
+    acme.add_messages("order-1", [Message(id="o0", role="user", text="said the day before", user="u-a",
+                                          time=time.time() - 86_400)])
+    assert [m.content for m in history.messages] == ["said the day before", "first (edited)", "second", "third"]
+    with pytest.raises(UnsupportedMessageError, match="message 0 "):  # numbered from 0, as the server numbers them
+        history.add_messages([HumanMessage("   ")])
 
 
 # -- tenants --------------------------------------------------------------------------------------

@@ -121,6 +121,7 @@ class _Block(Protocol):
     block_index: int
     text: str
     metadata: dict[str, Any]
+    event_time: float
     insert_time: float
     forgotten: bool
 
@@ -578,7 +579,9 @@ class GieokChatMessageHistory(BaseChatMessageHistory):
 
     def _read(self, most: int | None) -> _Plan[list[BaseMessage]]:
         turns = yield from self._turns(most)
-        return [message for block in reversed(turns) if (message := _chat_message(block)) is not None]
+        # in the order they were said (an edit writes its turn anew, a backfill may come late), not as written
+        said = sorted(turns, key=lambda block: (block.event_time, block.block_index))
+        return [message for block in said if (message := _chat_message(block)) is not None]
 
     def _turns(self, most: int | None) -> _Plan[list[_Block]]:
         """The session's turn blocks, newest first (gieok keeps every message as a turn)."""
@@ -607,7 +610,7 @@ class GieokChatMessageHistory(BaseChatMessageHistory):
         await _arun(self.async_client, self._add(messages))
 
     def _add(self, messages: Sequence[BaseMessage]) -> _Plan[None]:
-        wire = [self._wire(message, number) for number, message in enumerate(messages, start=1)]  # all checked
+        wire = [self._wire(message, number) for number, message in enumerate(messages)]  # all checked, from 0
         if wire:
             yield _ask("add_messages", self.session_id, wire, guild=self.guild)
 
