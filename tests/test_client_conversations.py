@@ -253,3 +253,17 @@ def test_ids_a_path_cannot_hold_and_an_empty_key_given(served: Served, monkeypat
     monkeypatch.setenv("GIEOK_API_KEY", served.other)
     with Client(served.url, "", **FAST) as keyless, pytest.raises(AuthenticationError):
         keyless.context(channel)
+
+
+def test_the_message_a_context_is_asked_with_is_not_recalled_as_an_earlier_one(served: Served) -> None:
+    """An agent stores what the user just said, then asks with it; with the session's own history
+    beside it (no recent part), that message came back as the top "related earlier message"."""
+    channel = channel_name()
+    with Client(served.url, served.write, **FAST) as client:
+        client.add_messages(channel, [Message(id="e1", role="user", text="I swam in the ocean last summer", user="u-d"),
+                                      Message(id="e2", role="assistant", text="That sounds lovely!")])
+        client.add_messages(channel, [Message(id="e3", role="user", text="I love swimming in the ocean", user="u-d")])
+        context = client.context(channel, user="u-d", query="I love swimming in the ocean",
+                                 include=["facts", "summary", "recalled"])
+        recalled = [turn.text for turn in context.parts.recalled]
+        assert "I swam in the ocean last summer" in recalled and "I love swimming in the ocean" not in recalled

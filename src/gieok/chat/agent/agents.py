@@ -257,9 +257,15 @@ def agent_context(gatherer: ContextGatherer, guild: str | None, channel: str, *,
         query = last.content if last is not None else ""
     query = clean_text(query, max_chars=s.max_text_chars, what="query", setting="max_text_chars") if query else ""
     read_ms = (time.perf_counter() - t) * 1000
+    # The message the query is (an agent asks with what the user just said, stored a moment before)
+    # is the question, not an earlier message to recall: without the recent part (a session that
+    # gives the model its own history) it came back as the top "related earlier message".
+    asked = [r.block_index for r in rows if r.role == "user" and r.block_index is not None
+             and r.content.strip() == query.strip()] if query else []
     gathered = gatherer.gather(conversation, query=query, user=user, guild=conversation.guild, parts=parts,
                                facts_k=max(s.recall_k, budget_tokens // 100),
-                               turns_k=min(100, max(s.recall_k, budget_tokens // 25)), rows=rows)
+                               turns_k=min(100, max(s.recall_k, budget_tokens // 25)), rows=rows,
+                               shown_blocks=asked)
     t = time.perf_counter()
     context = assemble_context(gathered, budget_tokens=budget_tokens, include=parts, zone=zone,
                                assistant_name=assistant_name)
