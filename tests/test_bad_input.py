@@ -303,3 +303,23 @@ def test_failed_open_is_unaffected_by_later_good_open(tmp_path: Path) -> None:
         memory.add("still fine")
         assert memory.search("fine").hits[0].block.text == "still fine"
 
+
+
+def test_a_damaged_row_fails_no_read_and_verify_finds_it(db_path: Path) -> None:
+    """One damaged cell in a healthy file (JSON a disk or a hand broke) gave a traceback in every
+    command, verify's too; a damaged vector a NumPy error instead of the store's."""
+    with Memory(db_path) as memory:
+        memory.add_many([{"text": "민지는 고양이를 키워", "metadata": {"mood": "happy"}}, {"text": "Alex likes tea"}])
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE blocks SET metadata = '{bad', keywords = 'nope' WHERE block_index = 1")
+    conn.close()
+    with Memory(db_path) as memory:
+        assert memory.get(1).metadata == {} and memory.get(1).keywords == ()
+        assert [h.block.block_index for h in memory.search("고양이", k=2)][:1] == [1]
+        report = memory.verify()
+        assert not report.ok and report.first_bad_index == 1, report.as_dict()
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE embeddings SET vector = x'00' WHERE block_index = 2")
+    conn.close()
+    with pytest.raises(CorruptDatabaseError, match="block 2's vector is damaged.*gieok reindex"):
+        Memory(db_path)

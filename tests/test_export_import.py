@@ -130,7 +130,9 @@ def test_malformed_jsonl_writes_nothing(exported, tmp_path: Path, into: str) -> 
         ("bad-importance", _dump(_tampered(rows, 2, importance="high")), "line 3"),
         ("nul-text", _dump(_tampered(rows, 2, text="a\x00b")), "line 3"),
         ("other-format", _dump(_tampered(rows, 0, format="something-else")), "unsupported export format"),
-        ("newer-version", _dump(_tampered(rows, 0, version=2)), "unsupported export format"),
+        ("newer-version", _dump(_tampered(rows, 0, version=2)), "export version 2"),
+        ("cut-short", _dump(rows[:6]), "counts 15 blocks and the file holds 5: it was cut short"),
+        ("tombstone-with-text", _dump(_tampered(rows, 5, text="되살아난 비밀")), "line 6: a forgotten block with content"),
         ("not-utf8", "".join(raw).encode("utf-8").replace("나비야".encode(), b"\xff\xfe", 1), "not UTF-8"),
     ]
     if into == "empty":  # the chain is only checked when it is imported exactly
@@ -156,6 +158,28 @@ def test_malformed_jsonl_writes_nothing(exported, tmp_path: Path, into: str) -> 
 
 def _dump(rows: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
+
+
+def test_an_export_that_fails_midway_leaves_the_file_it_would_replace(exported, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """It wrote in place: a failure midway (a full disk here) left a partial file where yesterday's
+    backup was — which then imported without a word (the header's count is checked now too)."""
+    from gieok.memory import transfer
+
+    memory, path = exported
+    backup = path.read_bytes()
+    lines = transfer.export_lines
+
+    def disk_full_after_three(store: Any) -> Any:
+        for number, line in enumerate(lines(store)):
+            if number == 3:
+                raise OSError(28, "No space left on device")
+            yield line
+
+    monkeypatch.setattr(transfer, "export_lines", disk_full_after_three)
+    with pytest.raises(InvalidInputError, match="No space left on device"):
+        memory.export_jsonl(path)
+    assert path.read_bytes() == backup and sorted(p.name for p in tmp_path.iterdir() if "partial" in p.name) == []
 
 
 def test_missing_import_file(memory: Memory, tmp_path: Path) -> None:

@@ -63,20 +63,33 @@ def export_lines(store: Store) -> Iterator[str]:
 
 
 def export_jsonl(store: Store, out: str | os.PathLike[str] | IO[str], progress: Progress | None = None) -> int:
-    """Write the export to a file or stream; returns the number of blocks."""
-    handle, owned = _open_text(out, "w")
-    count = -1  # the first line is the header
+    """Write the export to a file or stream; returns the number of blocks. A file is written whole
+    or not at all: beside it first, then renamed over it — an export that fails midway (a damaged
+    block, a full disk) left a partial file in place of the backup it was overwriting."""
+    if not isinstance(out, (str, os.PathLike)):
+        return _write_export(store, out, progress)
+    target = Path(out)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
-        for line in export_lines(store):
-            handle.write(line)
-            count += 1
-            if progress and count and count % 500 == 0:
-                progress(500)
-        if progress:
-            progress(count % 500)
+        with open(partial, "w", encoding="utf-8") as handle:
+            count = _write_export(store, handle, progress)
+        os.replace(partial, target)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write {target}: {exc.strerror}; nothing was written there") from None
     finally:
-        if owned:
-            handle.close()
+        partial.unlink(missing_ok=True)
+    return count
+
+
+def _write_export(store: Store, handle: IO[str], progress: Progress | None) -> int:
+    count = -1  # the first line is the header
+    for line in export_lines(store):
+        handle.write(line)
+        count += 1
+        if progress and count and count % 500 == 0:
+            progress(500)
+    if progress:
+        progress(count % 500)
     return count
 
 
@@ -238,7 +251,12 @@ def _open_text(target: str | os.PathLike[str] | IO[str], mode: str) -> tuple[IO[
 
 
 def _read_export(source: str | os.PathLike[str] | IO[str]) -> Iterator[Block]:
+    """The records of an export, checked line by line; a file whose header counts another number
+    of blocks than it holds was cut short (or added to) and is refused — read whole before any
+    write (`import_jsonl` verifies first). An excerpt is a file without its header."""
     handle, owned = _open_text(source, "r")
+    said: int | None = None
+    held = 0
     try:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -250,10 +268,19 @@ def _read_export(source: str | os.PathLike[str] | IO[str]) -> Iterator[Block]:
             if not isinstance(data, dict):
                 raise ImportFormatError(f"line {number}: expected a JSON object")
             if "format" in data:
-                if data.get("format") != EXPORT_FORMAT or data.get("version") != EXPORT_VERSION:
+                if data.get("format") != EXPORT_FORMAT:
                     raise ImportFormatError(f"line {number}: unsupported export format {data.get('format')!r}")
+                if data.get("version") != EXPORT_VERSION:
+                    raise ImportFormatError(f"line {number}: export version {data.get('version')!r}; this gieok "
+                                            f"reads version {EXPORT_VERSION}")
+                blocks = data.get("blocks")
+                said = blocks if isinstance(blocks, int) and not isinstance(blocks, bool) else None
                 continue
+            held += 1
             yield _record_from_json(data, number)
+        if said is not None and held != said:
+            raise ImportFormatError(f"the export's header counts {said:,} blocks and the file holds {held:,}: it was "
+                                    "cut short or added to (an excerpt is imported without its header line)")
     except UnicodeDecodeError:
         raise ImportFormatError("the file is not UTF-8 text") from None
     finally:
@@ -268,6 +295,9 @@ def _record_from_json(data: dict[str, Any], number: int) -> Block:
         text = data["text"]
         if not forgotten:
             text = clean_text(text, max_chars=10**7)
+        elif text != "" or data.get("speaker") or data.get("keywords") or data.get("tags") or data.get("metadata"):
+            # a tombstone keeps its header only: content on one would bring forgotten words back
+            raise ImportFormatError(f"line {number}: a forgotten block with content")
         return Block(
             block_index=int(data["block_index"]), kind=check_kind(data["kind"]), text=text, scope=scope,
             speaker=data.get("speaker"), event_time=float(data["event_time"]),
@@ -277,6 +307,8 @@ def _record_from_json(data: dict[str, Any], number: int) -> Block:
             content_digest=str(data["content_digest"]), prev_hash=str(data["prev_hash"]), hash=str(data["hash"]),
             forgotten=forgotten,
         )
+    except ImportFormatError:
+        raise
     except KeyError as exc:
         raise ImportFormatError(f"line {number}: missing field {exc.args[0]!r}") from None
     except (TypeError, ValueError) as exc:

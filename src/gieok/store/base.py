@@ -33,7 +33,8 @@ from .sessions import SessionStore
 from .webhooks import WebhookStore
 
 __all__ = ["Store", "BlockStore", "VectorSearchStore", "NewBlock", "IndexRows", "BM25Filter", "VerifyReport",
-           "verify_chain", "AppendHook", "TOKENIZER_KEY", "PROMOTED_NOTES_SQL", "promoted_from_any"]
+           "verify_chain", "AppendHook", "TOKENIZER_KEY", "PROMOTED_NOTES_SQL", "promoted_from_any", "stored_list",
+           "stored_object"]
 
 TOKENIZER_KEY = "tokenizer"  # the meta key of what made the stored BM25 tokens (`Tokenizer.version`)
 
@@ -135,6 +136,30 @@ def verify_chain(blocks: Iterable[Block]) -> VerifyReport:
 # which says which block each was promoted from (`memory/layered.py`, `promoted_from.source_block`).
 PROMOTED_NOTES_SQL = ("SELECT block_index, metadata FROM blocks WHERE kind = 'note' AND forgotten_at IS NULL "
                       "AND metadata LIKE '%\"source_block\"%'")
+
+
+def stored_list(raw: Any) -> tuple[Any, ...]:
+    """A block's JSON list column (keywords, tags) as stored; a damaged one (not JSON, not a list)
+    reads as empty: a stored value must not fail a read, and `verify` finds the block (its content
+    digest no longer matches)."""
+    if raw == "[]":  # most blocks have no tags: a search reads a hundred rows, three JSON columns each
+        return ()
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError):
+        return ()
+    return tuple(value) if isinstance(value, list) else ()
+
+
+def stored_object(raw: Any) -> dict[str, Any]:
+    """A block's metadata as stored; a damaged one reads as {} (`stored_list`)."""
+    if raw == "{}":
+        return {}
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def promoted_from_any(rows: Iterable[tuple[Any, Any]], blocks: Iterable[int]) -> list[int]:

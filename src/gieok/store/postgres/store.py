@@ -41,6 +41,8 @@ from ..base import (
     NewBlock,
     VerifyReport,
     promoted_from_any,
+    stored_list,
+    stored_object,
     verify_chain,
 )
 from ..conversation import ConversationStore, ConversationTables
@@ -76,7 +78,7 @@ def _row_to_block(row: Sequence[Any]) -> Block:
      keywords, tags, metadata, conv_pos, digest, prev_hash, hash_, forgotten_at) = row
     return Block(block_index=int(index), kind=kind, text=text, scope=Scope(guild, channel, user), speaker=speaker,
                  event_time=event_time, insert_time=insert_time, importance=importance,
-                 keywords=tuple(json.loads(keywords)), tags=tuple(json.loads(tags)), metadata=json.loads(metadata),
+                 keywords=stored_list(keywords), tags=stored_list(tags), metadata=stored_object(metadata),
                  conv_pos=conv_pos, content_digest=digest, prev_hash=prev_hash, hash=hash_,
                  forgotten=forgotten_at is not None)
 

@@ -42,6 +42,8 @@ from ..base import (
     NewBlock,
     VerifyReport,
     promoted_from_any,
+    stored_list,
+    stored_object,
     verify_chain,
 )
 from ..conversation import ConversationStore, ConversationTables
@@ -72,11 +74,6 @@ _BLOCK_COLUMNS = (
 )
 
 
-def _json_list(raw: str) -> tuple[Any, ...]:
-    # most blocks have no tags: a search materialises up to a hundred rows, three JSON columns each
-    return () if raw == "[]" else tuple(json.loads(raw))
-
-
 def _row_to_block(row: sqlite3.Row | tuple) -> Block:
     (index, kind, guild, channel, user, speaker, text, event_time, insert_time, importance,
      keywords, tags, metadata, conv_pos, digest, prev_hash, hash_, forgotten_at) = row
@@ -89,9 +86,9 @@ def _row_to_block(row: sqlite3.Row | tuple) -> Block:
         event_time=event_time,
         insert_time=insert_time,
         importance=importance,
-        keywords=_json_list(keywords),
-        tags=_json_list(tags),
-        metadata=json.loads(metadata) if metadata != "{}" else {},
+        keywords=stored_list(keywords),
+        tags=stored_list(tags),
+        metadata=stored_object(metadata),
         conv_pos=conv_pos,
         content_digest=digest,
         prev_hash=prev_hash,
@@ -561,11 +558,11 @@ def _check_dimension(conn: sqlite3.Connection, vectors: np.ndarray) -> None:
 
 
 def _vector(blob: bytes, dimension: int, block_index: int) -> np.ndarray:
-    vector = np.frombuffer(blob, dtype="<f4")
-    if vector.shape[0] != dimension:
-        raise CorruptDatabaseError(
-            f"block {block_index} has a {vector.shape[0]}-d vector; the index expects {dimension}")
-    return vector
+    if not isinstance(blob, bytes) or len(blob) != 4 * dimension:  # a damaged row, not a NumPy error
+        size = len(blob) if isinstance(blob, bytes | str) else 0
+        raise CorruptDatabaseError(f"block {block_index}'s vector is damaged ({size} bytes where a {dimension}-d "
+                                   "vector has 4 a value): `gieok reindex` embeds every block again")
+    return np.frombuffer(blob, dtype="<f4")
 
 
 def _block_params(block: Block) -> tuple:
