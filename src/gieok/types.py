@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidTypeError, UnknownScopeKeyError
+from .errors import InvalidInputError, InvalidTypeError, UnknownScopeKeyError
 
 __all__ = ["Kind", "Scope", "Block", "ScoreBreakdown", "Hit", "SearchResult", "Stats", "scope_key", "scope_from_key",
            "DEFAULT_TENANT"]
@@ -31,6 +31,17 @@ class Kind(str, Enum):  # noqa: UP042 - StrEnum would change str() and format() 
 
 
 SCOPE_KEYS = ("guild", "channel", "user")
+MAX_SCOPE_CHARS = 200  # a guild, channel or user id (as the REST API's scope fields)
+
+
+def _scope_value(key: str, value: str) -> str:
+    """A scope id as stored and searched by: at most `MAX_SCOPE_CHARS`, no NUL or other control
+    character, valid Unicode (a lone surrogate cannot be stored as UTF-8: it failed the write)."""
+    if len(value) > MAX_SCOPE_CHARS:
+        raise InvalidInputError(f"scope {key} has {len(value):,} characters; the limit is {MAX_SCOPE_CHARS}")
+    if any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise InvalidInputError(f"scope {key} {value[:40]!r} holds a control character or a lone surrogate")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +72,7 @@ class Scope:
             if item is None or item == "":
                 parts[key] = None
             elif isinstance(item, (str, int)) and not isinstance(item, bool):
-                parts[key] = str(item)
+                parts[key] = _scope_value(key, str(item))
             else:
                 raise InvalidTypeError(f"scope {key} must be a string or int, not {type(item).__name__}")
         return cls(**parts)
