@@ -158,6 +158,15 @@ def test_fts_words_still_match_literally(small: Memory) -> None:
     assert [h.block.block_index for h in small.search("NEAR(a b", mode="bm25")] == [3]
 
 
+@pytest.mark.parametrize("items", ["고양이", {"text": "hello world"}, None, 5, b"bytes"])
+def test_add_many_of_a_text_or_a_mapping_is_refused_not_split(small: Memory, items: Any) -> None:
+    """A text was stored a block a character (고, 양, 이); a mapping a block a key."""
+    before = _snapshot(small)
+    with pytest.raises(InvalidTypeError, match="list of texts or mappings"):
+        small.add_many(items)
+    assert _snapshot(small) == before
+
+
 def test_get_and_forget_bad_indices(small: Memory) -> None:
     before = _snapshot(small)
     with pytest.raises(BlockNotFoundError):
@@ -325,5 +334,5 @@ def test_a_damaged_row_fails_no_read_and_verify_finds_it(db_path: Path) -> None:
     with sqlite3.connect(db_path) as conn:
         conn.execute("UPDATE embeddings SET vector = x'00' WHERE block_index = 2")
     conn.close()
-    with pytest.raises(CorruptDatabaseError, match="block 2's vector is damaged.*gieok reindex"):
+    with pytest.raises(CorruptDatabaseError, match=r"block 2's vector is damaged.*gieok reindex"):
         Memory(db_path)

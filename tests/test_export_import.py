@@ -132,7 +132,8 @@ def test_malformed_jsonl_writes_nothing(exported, tmp_path: Path, into: str) -> 
         ("other-format", _dump(_tampered(rows, 0, format="something-else")), "unsupported export format"),
         ("newer-version", _dump(_tampered(rows, 0, version=2)), "export version 2"),
         ("cut-short", _dump(rows[:6]), "counts 15 blocks and the file holds 5: it was cut short"),
-        ("tombstone-with-text", _dump(_tampered(rows, 5, text="되살아난 비밀")), "line 6: a forgotten block with content"),
+        ("tombstone-with-text", _dump(_tampered(rows, 5, text="되살아난 비밀")),
+         "line 6: a forgotten block with content"),
         ("not-utf8", "".join(raw).encode("utf-8").replace("나비야".encode(), b"\xff\xfe", 1), "not UTF-8"),
     ]
     if into == "empty":  # the chain is only checked when it is imported exactly

@@ -56,6 +56,9 @@ def prepare(settings: Settings, tokenizer: Tokenizer, text: Any, *, kind: Any = 
 
 def checked_fields(items: Iterable[str | Mapping[str, Any]], max_chars: int) -> list[dict[str, Any]]:
     """Each item as a dict of known fields with its text cleaned (the first bad one raises)."""
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        # a text is not a list of one-character texts, nor a mapping a list of its keys
+        raise InvalidTypeError(f"items must be a list of texts or mappings, not {type(items).__name__}")
     fields_list: list[dict[str, Any]] = []
     for position, item in enumerate(items):
         try:
