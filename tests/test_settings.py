@@ -53,6 +53,13 @@ def test_toml_sections_and_the_flat_form(tmp_path: Path) -> None:
     assert ChatSettings.load(flat).recall_k == 7 and load_settings(flat).wm_slots == 2
 
 
+def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    config = tmp_path / "gieok.toml"
+    config.write_bytes("[engine]\nwm_slots = 3 # 세 칸\n".encode("cp949"))  # saved by an editor in the Korean code page
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_settings(config)
+
+
 def test_a_key_under_the_wrong_section_says_where_it_belongs(tmp_path: Path) -> None:
     config = tmp_path / "gieok.toml"
     config.write_text("[engine]\nbot_name = \"별\"\n", encoding="utf-8")

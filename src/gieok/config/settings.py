@@ -387,6 +387,8 @@ def _read_toml(path: Path, cls: type[Settings]) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:  # tomllib reads UTF-8 only
+        raise ConfigError(f"config file {path} is not UTF-8 text (save it as UTF-8)") from None
     mine = _field_types(cls)
     known_sections = {section.SECTION: section for section in _sections()}
     covered = {base.SECTION for base in cls.__mro__ if isinstance(base, type) and issubclass(base, Settings)}
