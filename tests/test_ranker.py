@@ -191,8 +191,10 @@ def test_a_search_answer_sends_each_score_as_round_gives_it() -> None:
         assert answer == {"score": round(hit.score, 6), "breakdown": expected, "block": hit.block.as_dict()}
         assert hit.as_dict() == answer and b.as_dict() == expected
     assert json.loads(json.dumps(sent)) == sent
-    event = search_event(SearchResult("q", hits), 5)["hits"]  # the live stream's search.answered
+    answered = search_event(SearchResult("q", hits), 5)  # the live stream's search.answered
+    event = answered["hits"]  # the best five; `found` counts them all (the live page said "5 hits" of 10)
     assert [(e["score"], e["breakdown"]) for e in event] == [(h["score"], h["breakdown"]) for h in sent[:5]]
+    assert answered["found"] == len(hits) and len(hits) > 5
 
 
 def test_fusion_setting_and_fts5_engine_rank_without_the_model(db_path: Path) -> None:

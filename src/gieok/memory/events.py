@@ -65,7 +65,7 @@ def block_event(block: Block) -> dict[str, Any]:
 def search_event(result: SearchResult, k: int) -> dict[str, Any]:
     top = result.hits[:5]
     return {
-        "query": result.query[:EVENT_TEXT_CHARS], "k": k, "source": result.source,
+        "query": result.query[:EVENT_TEXT_CHARS], "k": k, "source": result.source, "found": len(result.hits),
         "search_time_ms": round(result.search_time_ms, 3), "embed_time_ms": round(result.embed_time_ms, 3),
         "hits": [{"block_index": h.block.block_index, "score": score, "breakdown": breakdown,
                   "text": h.block.text[:EVENT_TEXT_CHARS]}

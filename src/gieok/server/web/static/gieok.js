@@ -52,6 +52,7 @@
   }
 
   function ms(v) { return (Number(v) || 0).toFixed(1) + " ms"; }
+  function plural(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
 
   // Events that say data was erased: the server's buffer holds what they name redacted, and this page,
   // which may show that data already, reads its feed again from there (coordination/events.py)
@@ -70,7 +71,8 @@
       case "memory.promoted":
         return "from " + d.from + " (" + (d.reason || "") + "): " + ((d.block && d.block.text) || "");
       case "search.answered":
-        return "“" + d.query + "” → " + d.source + " in " + ms(d.search_time_ms) + ", " + (d.hits || []).length + " hits";
+        // `found`: every hit of the answer; `hits` carries the best five only
+        return "“" + d.query + "” → " + d.source + " in " + ms(d.search_time_ms) + ", " + plural(d.found ?? (d.hits || []).length, "hit");
       case "turn.timings":
         return TIMINGS.map(([k, label]) => label + " " + ms(d[k])).join(" · ");
       case "stream.gap":
