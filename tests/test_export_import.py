@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +183,25 @@ def test_an_export_that_fails_midway_leaves_the_file_it_would_replace(exported, 
     with pytest.raises(InvalidInputError, match="No space left on device"):
         memory.export_jsonl(path)
     assert path.read_bytes() == backup and sorted(p.name for p in tmp_path.iterdir() if "partial" in p.name) == []
+
+
+def test_an_export_through_a_link_or_into_a_pipe_keeps_them(exported, tmp_path: Path) -> None:
+    """The export is written beside its file and renamed over it: a link is followed (the file it
+    names is replaced, the link stays), and a pipe is written to as it is, not replaced."""
+    memory, path = exported
+    link = tmp_path / "latest.jsonl"
+    link.symlink_to(path)
+    path.write_text("yesterday's backup\n", encoding="utf-8")
+    assert memory.export_jsonl(link) == 15
+    assert link.is_symlink() and path.read_text(encoding="utf-8").startswith('{"format": "gieok-blocks"')
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(pipe.read_bytes()))
+    reader.start()
+    assert memory.export_jsonl(pipe) == 15
+    reader.join(30)
+    assert pipe.is_fifo() and received and received[0] == path.read_bytes()
 
 
 def test_missing_import_file(memory: Memory, tmp_path: Path) -> None:

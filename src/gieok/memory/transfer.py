@@ -69,6 +69,15 @@ def export_jsonl(store: Store, out: str | os.PathLike[str] | IO[str], progress: 
     if not isinstance(out, (str, os.PathLike)):
         return _write_export(store, out, progress)
     target = Path(out)
+    if target.exists() and not target.is_file():
+        # a device, a pipe, /dev/stdout (links followed): written to as it is — renaming over it would replace it
+        handle, _ = _open_text(target, "w")
+        try:
+            with handle:
+                return _write_export(store, handle, progress)
+        except OSError as exc:
+            raise InvalidInputError(f"cannot write {target}: {exc.strerror}") from None
+    target = target.resolve() if target.is_symlink() else target  # a link to a file: the file is replaced
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         with open(partial, "w", encoding="utf-8") as handle:
