@@ -257,7 +257,7 @@ class ConversationStore(Protocol):
 
     def user_names_of(self, user_id: str) -> list[tuple[str, float, float]]: ...
 
-    def notes_copying(self, user_id: str, blocks: Sequence[int]) -> list[int]: ...
+    def notes_copying(self, user_id: str) -> list[int]: ...
 
     def user_blocks_page(self, user_id: str, after: int, limit: int) -> list[tuple[Any, ...]]: ...
 
@@ -649,11 +649,10 @@ class ConversationTables:
             "SELECT name, first_seen, last_seen FROM user_names WHERE user_id = ? ORDER BY last_seen DESC",
             (user_id,))]
 
-    def notes_copying(self, user_id: str, blocks: Sequence[int]) -> list[int]:
+    def notes_copying(self, user_id: str) -> list[int]:
         """Live notes that copy a user's words without naming them in their scope (promoted from
-        working memory before notes carried their speaker): by the speaker in their metadata, or
-        the block they were promoted from."""
-        theirs = set(blocks)
+        working memory before notes carried their speaker), by the speaker in their metadata. (The
+        notes promoted from a user's blocks go with those blocks: `WritePath.forget`.)"""
         found = []
         for index, metadata in self._rows("SELECT block_index, metadata FROM blocks WHERE kind = 'note' "
                                           "AND forgotten_at IS NULL AND user_id IS NULL"):
@@ -661,8 +660,7 @@ class ConversationTables:
                 data = json.loads(metadata)
             except (TypeError, ValueError):
                 continue
-            source = (data.get("promoted_from") or {}).get("source_block") if isinstance(data, dict) else None
-            if isinstance(data, dict) and (data.get("speaker") == user_id or source in theirs):
+            if isinstance(data, dict) and data.get("speaker") == user_id:
                 found.append(int(index))
         return found
 

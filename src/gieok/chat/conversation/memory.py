@@ -22,7 +22,7 @@ from ...memory import Memory
 from ...store.conversation import ConversationStore, FactSourceRow, L1Row
 from ...types import Block, Scope, scope_from_key
 from ..settings import ChatSettings, chat_settings
-from .facts import FactOutcome, FactStore, FactType, PairJudge, Statement
+from .facts import FACT_STREAM_NAMES, FactOutcome, FactStore, FactType, PairJudge, Statement
 from .recent import RecentMessages
 from .summary import SummaryStore
 
@@ -55,7 +55,6 @@ def check_id(value: Any, what: str, *, optional: bool = False) -> str | None:
 # an erasure's start: well under a second each; a holder that died lets it lapse); whoever waits for
 # it waits a little longer at most, then is told to try again.
 USER_LEASE_SECONDS = 30.0
-FACT_EVENTS = {"stored": "fact.added"}  # the stream's names of a fact's outcomes; others are fact.<action>
 REPLY_WINDOW = 64  # blocks after a turn looked at for the reply that answered it (`replies_to`)
 
 
@@ -129,7 +128,7 @@ class ConversationMemory:
         return outcome
 
     def _fact_event(self, action: str, outcome: FactOutcome, author: str) -> None:
-        self.memory.emit(FACT_EVENTS.get(action, f"fact.{action}"), {
+        self.memory.emit(FACT_STREAM_NAMES.get(action, f"fact.{action}"), {
             "event": f"fact_{action}", "fact": outcome.fact.text if outcome.fact else None,
             "block": outcome.fact.block_index if outcome.fact else None, "judged_by": outcome.judged_by,
             "source": author, "replaced": outcome.replaced.block_index if outcome.replaced else None})
@@ -249,8 +248,8 @@ class ConversationMemory:
         for key in sorted({row.scope_key for row in rows}):
             theirs = {row.message_id for row in rows if row.scope_key == key}
             answering = False
-            lines = self.tables.l1_since(key, 0, 100_000)  # a conversation's recent rows: a few dozen
-            for line in sorted(lines, key=lambda line: (line.created_at, line.message_id)):  # as they were said
+            # every recent row of the conversation (a few dozen), in the order they were said
+            for line in self.l1.recent(scope_from_key(key), 100_000):
                 if line.message_id in theirs:
                     answering = True
                 elif line.role == "assistant" and answering:
@@ -310,7 +309,7 @@ class ConversationMemory:
         about = self.facts.forget_user(user_id)
         turns = self.tables.l1_user_blocks(user_id)
         blocks = {*turns, *self.memory.store.live_blocks_of_user(user_id)}
-        blocks |= set(self.tables.notes_copying(user_id, sorted(blocks)))  # promoted before notes had users
+        blocks |= set(self.tables.notes_copying(user_id))  # promoted before notes had users
         recent = self.tables.user_l1_rows(user_id)
         reply_blocks, reply_rows = self.replies_to(recent, blocks)
         blocks |= reply_blocks

@@ -353,7 +353,7 @@ class SummaryStore:
                 continue
             current = _readable(key, data)
             scrubbed, _ = current.without_user(user_id, names)
-            if user_id in current.participants or current.last_speaker == user_id:
+            if (scrubbed.participants, scrubbed.last_speaker) != (current.participants, current.last_speaker):
                 found.append({"conversation": scope_from_key(key).as_dict(), "field": "participants",
                               "text": f"<user:{user_id}>"})
             for name in ("topic", "mood"):
