@@ -51,10 +51,15 @@ def _open(db: str | Path | None, *, existing: bool = False, **overrides: Any) ->
         overrides["db"] = str(db)
     settings = load()
     if existing:
-        where = settings.with_overrides(db=overrides["db"]) if "db" in overrides else settings
-        if not where.uses_database_server() and not where.db_path().is_file():
-            raise InvalidInputError(f"no memory at {where.db_path()}: check --db (or GIEOK_DB); nothing was created")
+        _must_exist(settings.with_overrides(db=overrides["db"]) if "db" in overrides else settings, "created")
     return Memory(settings=settings, **overrides)
+
+
+def _must_exist(settings: ServerSettings, nothing: str) -> None:
+    """A command that reads or erases a memory file refuses one that is not there (`nothing`: what
+    it then did not do)."""
+    if not settings.uses_database_server() and not settings.db_path().is_file():
+        raise InvalidInputError(f"no memory at {settings.db_path()}: check --db (or GIEOK_DB); nothing was {nothing}")
 
 
 @contextmanager
@@ -74,8 +79,7 @@ def _erasing(db: str | Path | None, who: str) -> Iterator[Memory]:
     from ..types import DEFAULT_TENANT
 
     settings = load(**given(db))
-    if not settings.uses_database_server() and not settings.db_path().is_file():
-        raise InvalidInputError(f"no memory at {settings.db_path()}: check --db (or GIEOK_DB); nothing was erased")
+    _must_exist(settings, "erased")
     state = ServerState.open_without_stream(settings, who, logging.getLogger("gieok.cli"))
     try:
         with Memory(settings=settings) as memory:

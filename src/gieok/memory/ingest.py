@@ -25,7 +25,7 @@ from ..validate import (
 )
 
 __all__ = ["ADD_FIELDS", "prepare", "prepare_many", "checked_fields", "passage_source", "new_passage_source",
-           "source_of_fields", "passage_sources", "block_indices"]
+           "source_of_fields", "passage_sources", "block_index", "block_indices", "MAX_BLOCK_INDEX"]
 
 ADD_FIELDS = frozenset({"text", "kind", "scope", "speaker", "event_time", "importance", "keywords", "tags",
                         "metadata"})
@@ -117,12 +117,15 @@ def passage_sources(items: Iterable[str | Mapping[str, Any]], max_chars: int) ->
     return sources
 
 
+MAX_BLOCK_INDEX = 2**63 - 1  # a database integer: a larger index names no block, and fails the query
+
+
 def block_index(value: Any) -> int:
     """A block index: an integer (a bool is not one); one no store can hold — negative, or past a
     database integer, which failed the store's query — names no block."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidTypeError(f"block index must be an integer, not {type(value).__name__}")
-    if not 0 <= value < 2**63:
+    if not 0 <= value <= MAX_BLOCK_INDEX:
         raise BlockNotFoundError(f"no block with index {value}")
     return value
 

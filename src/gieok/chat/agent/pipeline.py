@@ -47,7 +47,7 @@ from ...store.conversation import ErasureUnderWayError, KnownMessage, L1Row, L1R
 from ...text.dates import annotate_dates
 from ...types import Scope, scope_from_key, scope_key
 from ...validate import storable_time
-from ..conversation.facts import Fact, Statement
+from ..conversation.facts import FACT_STREAM_NAMES, Fact, Statement
 from ..conversation.memory import ConversationMemory, check_id
 from ..conversation.recent import conversation_of
 from ..llm.base import LLM
@@ -101,7 +101,7 @@ MESSAGE_LEASE_SECONDS = 30.0
 
 # How the live event stream (`Memory.emit`) names the pipeline's events; others are "pipeline.<kind>".
 STREAM_NAMES = {"injection_detected": "guard.fired", "injection_flagged_by_llm": "guard.fired",
-                "fact_stored": "fact.added", "fact_superseded": "fact.superseded", "fact_duplicate": "fact.duplicate",
+                **{f"fact_{action}": name for action, name in FACT_STREAM_NAMES.items()},
                 "summary_updated": "summary.updated"}
 
 def block_text(content: str) -> str:

@@ -51,12 +51,14 @@ if TYPE_CHECKING:
     from ...memory import Memory
 
 __all__ = ["FactType", "Fact", "FactOutcome", "FactStore", "ModelVerdict", "PairJudge", "Statement", "visible",
-           "LORE_GUILD"]
+           "LORE_GUILD", "FACT_STREAM_NAMES"]
 
 log = logging.getLogger(__name__)
 
 LORE_GUILD = "gieok:lore"  # lore blocks' scope; guild ids from a transport may not start with "gieok:"
 MAX_FACT_CHARS = 1000
+# How the live event stream names what became of a fact (`FactOutcome.action`), extracted or stated by hand
+FACT_STREAM_NAMES = {"stored": "fact.added", "superseded": "fact.superseded", "duplicate": "fact.duplicate"}
 # Tries of a write that meets another process's write about the same subject (each reads afresh)
 FACT_WRITE_TRIES = 8
 T = TypeVar("T")

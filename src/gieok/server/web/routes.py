@@ -39,6 +39,7 @@ from markupsafe import Markup, escape
 from ... import __version__
 from ...chat.conversation.memory import check_id
 from ...errors import AuthenticationError, GieokError, InvalidInputError, NotFoundError
+from ...memory.ingest import MAX_BLOCK_INDEX
 from ...text.dates import calendar_time
 from ..auth import Principal
 from ..deps import principal_of, server_state
@@ -233,7 +234,7 @@ def _int(value: str | None, what: str) -> int:
 def _block_number(block_index: int, what: str = "block") -> int:
     """A block index a page was given: one no store holds (negative, or past what a database
     integer holds, which failed the store's query with a 500) is not found."""
-    if not 0 <= block_index <= 2**62:
+    if not 0 <= block_index <= MAX_BLOCK_INDEX:
         raise NotFoundError(f"no {what} with index {block_index}")
     return block_index
 
